@@ -1,0 +1,125 @@
+# asyncpp - build, test, demo, install.
+#
+#   make            build ./asyncpp (CUDA objects too when nvcc is found)
+#   make CUDA=0     CPU only
+#   make test       install missing packages, build, run the test suite
+#   make demo       install missing packages, tokenize/train/eval/sample
+#   make asan       the test suite under AddressSanitizer + UBSan
+#   make bench      benchmarks (tokenizer, training step, schedules)
+#   make install PREFIX=/usr/local
+#
+# Adding a source file needs no change here: every .c under the module
+# folders is part of the library; tests/unit/*.c each become a test binary.
+
+PREFIX ?= /usr/local
+CC ?= cc
+BUILD ?= build
+BIN ?= asyncpp
+OPT ?= -O3 -march=native
+CFLAGS ?= $(OPT) -g
+WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
+BLAS_DIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/openblas-pthread)
+ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp \
+	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
+# zstd, inih and OpenBLAS link statically when their archives exist.
+STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd) \
+	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a) -linih) \
+	$(firstword $(wildcard $(BLAS_DIR)/libopenblas.a) -lopenblas) -lgfortran
+LDLIBS = $(STATIC_LIBS) -lpthread -lm -ldl -fopenmp $(EXTRA_LDLIBS)
+
+# ---- CUDA (optional) ----
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(NVCC),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCC_FLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
+	-gencode=arch=compute_80,code=sm_80 --expt-relaxed-constexpr
+CU_SRC = $(wildcard kernels/cuda/*.cu)
+ifeq ($(CUDA),1)
+CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
+ALL_CFLAGS += -DASYNCPP_CUDA=1
+# cudart links statically; it finds the driver (libcuda) at run time, so the
+# binary starts where there is none. cuBLAS and NCCL are loaded with dlopen.
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+endif
+
+LIB_SRC = $(wildcard io/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c cmd/*.c)
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+TEST_SRC = $(wildcard tests/unit/*.c)
+TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN = $(FUZZ_SRC:%.c=$(BUILD)/%)
+
+.PHONY: all deps test check demo asan bench install clean test-cuda fuzz
+all: $(BIN)
+
+$(BIN): $(BUILD)/asyncpp.o $(BUILD)/libasyncpp.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libasyncpp.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -I. -c -o $@ $<
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
+
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libasyncpp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libasyncpp.a $(LDLIBS)
+
+test-bins: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
+.PHONY: test-bins
+
+# Install the Debian packages the build and tests need (as root), or say how.
+DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd libinih-dev libopenblas-dev \
+	libgfortran-12-dev openmpi-bin libopenmpi-dev nodejs npm bible-kjv bible-kjv-text
+deps:
+	@sh tests/deps.sh $(DEB_PACKAGES)
+
+test: deps
+	$(MAKE) test-bins
+	bash tests/run
+
+check: test
+
+asan:
+	$(MAKE) BUILD=build-asan BIN=build-asan/asyncpp CUDA=0 \
+		OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined" \
+		EXTRA_LDLIBS="-fsanitize=address,undefined" test-bins
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		ASYNCPP=build-asan/asyncpp BUILD=build-asan bash tests/run
+
+demo: deps all
+	bash tests/demo.sh
+
+bench: all
+	./asyncpp bench tokenizer
+	./asyncpp bench train
+	./asyncpp bench schedule --kind 1f1b --stages 4 --micro 8
+
+test-cuda: all
+	bash tests/run --cuda
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 755 asyncpp $(DESTDIR)$(PREFIX)/bin/asyncpp
+	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+
+clean:
+	rm -rf build build-asan asyncpp
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

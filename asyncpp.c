@@ -1,0 +1,95 @@
+/* asyncpp.c - the command table: the program's table of contents.
+ *
+ * To add a command, follow the checklist in cmd/cmd.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "io/util.h"
+#include "kernels/backend.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{"tokenize", cmd_tokenize, "train a BPE tokenizer, import GPT-2's, encode text into shards, decode"},
+	{"train", cmd_train, "train a model (one device, emulated delay, or a pipeline schedule)"},
+	{"eval", cmd_eval, "loss and perplexity of a checkpoint on shards"},
+	{"sample", cmd_sample, "generate text from a checkpoint"},
+	{"inspect", cmd_inspect, "show and verify a shard, tokenizer or checkpoint; diff checkpoints"},
+	{"bench", cmd_bench, "time kernels, a training step, or a pipeline schedule"},
+	{"plot", cmd_plot, "draw metrics files as an SVG line chart"},
+	{"import-llmc", cmd_import_llmc, "convert an llm.c GPT-2 checkpoint into an asyncpp checkpoint"},
+	{"export", cmd_export, "write a checkpoint's weights as safetensors"},
+};
+
+int cmd_not_implemented(const char *name)
+{
+	fprintf(stderr, "asyncpp: '%s' is not implemented yet\n", name);
+	return EXIT_FAIL;
+}
+
+static void print_version(void)
+{
+	printf("asyncpp %s\n", ASYNCPP_VERSION);
+	printf("backends: cpu (OpenBLAS)%s\n", backend_cuda() ? ", cuda (cuBLAS, NCCL)" : "");
+	printf("built with: zstd, inih, OpenBLAS%s\n",
+	       backend_cuda() ? ", CUDA runtime (static)" : "");
+}
+
+static void print_help(FILE *fp)
+{
+	fprintf(fp, "usage: asyncpp [--version] [help] COMMAND [ARGS]\n\n");
+	fprintf(fp, "Pipeline-parallel language-model pretraining, synchronous or PipeDream-2BW.\n\n");
+	fprintf(fp, "commands:\n");
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+		fprintf(fp, "    %-12s %s\n", commands[i].name, commands[i].summary);
+	fprintf(fp, "\n'asyncpp COMMAND -h' shows a command's options; 'man asyncpp' the manual.\n");
+	fprintf(fp, "'asyncpp train' with no arguments trains a tiny model on the built-in corpus.\n");
+}
+
+/* Like git: a command's output that could not be written is a failure. */
+static int finish(int rc)
+{
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "asyncpp: cannot write to standard output: %s\n", strerror(errno));
+		return EXIT_FAIL;
+	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		print_help(stderr);
+		return EXIT_USAGE;
+	}
+	const char *name = argv[1];
+	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+		print_version();
+		return finish(EXIT_OK);
+	}
+	if (!strcmp(name, "help") || !strcmp(name, "--help") || !strcmp(name, "-h")) {
+		if (argc > 2) {
+			char *sub[] = {argv[2], "-h", NULL};
+			for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+				if (!strcmp(commands[i].name, argv[2]))
+					return finish(commands[i].fn(2, sub));
+			fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", argv[2]);
+			return EXIT_USAGE;
+		}
+		print_help(stdout);
+		return finish(EXIT_OK);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+		if (!strcmp(commands[i].name, name))
+			return finish(commands[i].fn(argc - 1, argv + 1));
+	fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
+	return EXIT_USAGE;
+}

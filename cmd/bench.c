@@ -1,0 +1,3 @@
+/* bench.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("bench"); }

@@ -1,0 +1,3 @@
+/* export.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_export(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("export"); }

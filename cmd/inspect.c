@@ -1,0 +1,3 @@
+/* inspect.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_inspect(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("inspect"); }

@@ -1,0 +1,3 @@
+/* plot.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_plot(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("plot"); }

@@ -1,0 +1,3 @@
+/* sample.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_sample(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("sample"); }

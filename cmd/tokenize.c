@@ -1,0 +1,3 @@
+/* tokenize.c - placeholder until its issue lands. */
+#include "cmd.h"
+int cmd_tokenize(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("tokenize"); }

@@ -1,0 +1,52 @@
+/* config.h - the effective configuration, generated from config_keys.h. */
+#ifndef ASYNCPP_CONFIG_H
+#define ASYNCPP_CONFIG_H
+
+#include <stdio.h>
+
+#include "config_keys.h"
+
+/* Field type per key type. CHOICE values are stored as strings that are
+ * guaranteed to be one of the listed choices. */
+#define CFG_FIELD_INT long
+#define CFG_FIELD_FLOAT double
+#define CFG_FIELD_STR char *
+#define CFG_FIELD_CHOICE(c) char *
+#define CFG_FIELD(type) CFG_FIELD_##type
+
+struct config {
+#define X(sec, key, type, def, help) CFG_FIELD(type) sec##_##key;
+	CONFIG_KEYS(X)
+#undef X
+};
+
+/* One row of the key table, for printing and documentation checks. */
+struct config_key_info {
+	const char *section, *key;
+	const char *type;    /* "int", "float", "string" or "choice" */
+	const char *choices; /* "a|b|c" for choice keys, else NULL */
+	const char *def, *help;
+};
+extern const struct config_key_info config_key_table[];
+extern const int config_key_count;
+
+/* Fill every key with its default. */
+void config_defaults(struct config *cfg);
+/* Parse an INI file over the current values. Errors name "FILE:LINE". */
+int config_load_file(struct config *cfg, const char *path);
+/* Parse INI text held in memory; origin names it in errors. */
+int config_load_string(struct config *cfg, const char *text, const char *origin);
+/* Apply "section.key=value" (from --set). */
+int config_set(struct config *cfg, const char *assignment);
+/* Set one key; origin (e.g. "run.ini:12" or "--set") prefixes errors. */
+int config_set_key(struct config *cfg, const char *section, const char *key,
+		   const char *value, const char *origin);
+/* Print the effective configuration as INI that config_load_file reads back. */
+void config_print(FILE *fp, const struct config *cfg);
+/* Serialise to a malloc'ed INI string (stored in checkpoints). */
+char *config_to_string(const struct config *cfg);
+void config_free(struct config *cfg);
+/* Deep copy. */
+void config_copy(struct config *dst, const struct config *src);
+
+#endif

@@ -1,0 +1,148 @@
+/* backend.h - the operations a model needs, as a table a backend fills in.
+ *
+ * Legend: B batch (sequences per micro-batch), T sequence length, N = B*T
+ * rows, C model width, NH query heads, NKV key/value heads, HD head width
+ * (C = NH*HD), QKV = (NH + 2*NKV)*HD, F feed-forward width, V vocabulary,
+ * Vp padded vocabulary (rows of the embedding/head; columns >= V are never a
+ * target and get probability 0).
+ *
+ * Conventions every backend follows:
+ *  - All pointers are backend memory (host memory for the CPU backend).
+ *  - Activation gradients (d<input>) are OVERWRITTEN; parameter gradients
+ *    (dw, db, dwte, ...) are ACCUMULATED (+=) so micro-batches add up.
+ *  - Results must not depend on the number of threads: reductions use a fixed
+ *    order (e.g. fixed-size chunks combined in index order). This is what
+ *    makes pipeline and single-device runs agree bit for bit.
+ *  - qkv rows hold [q heads (NH*HD) | k heads (NKV*HD) | v heads (NKV*HD)];
+ *    query head h uses key/value head h / (NH/NKV).
+ *  - A NULL slot means "unsupported by this backend"; tests skip it.
+ */
+#ifndef ASYNCPP_BACKEND_H
+#define ASYNCPP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct backend {
+	const char *name;
+
+	/* ---- memory and streams ---- */
+	void *(*alloc)(size_t bytes);                 /* zeroed, 64-byte aligned */
+	void (*free)(void *p);
+	void (*to_device)(void *dst, const void *src, size_t bytes);
+	void (*to_host)(void *dst, const void *src, size_t bytes);
+	void (*copy)(void *dst, const void *src, size_t bytes); /* within backend */
+	void (*zero)(void *p, size_t bytes);
+	void (*synchronize)(void);
+	void (*set_threads)(int n); /* 0 = all cores */
+
+	/* ---- embeddings ---- */
+	/* out[N,C] = wte[tokens[n],:] + (wpe ? wpe[n % T,:] : 0) */
+	void (*embed_forward)(float *out, const int32_t *tokens, const float *wte,
+			      const float *wpe, int B, int T, int C);
+	/* dwte[Vp,C] += scatter of dout[N,C]; dwpe[T,C] += (if non-NULL) */
+	void (*embed_backward)(float *dwte, float *dwpe, const float *dout,
+			       const int32_t *tokens, int B, int T, int C);
+
+	/* ---- normalisation (over the last dimension C of inp[N,C]) ---- */
+	/* out[N,C], mean[N], rstd[N]; w[C], b[C] */
+	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+				  const float *w, const float *b, int N, int C, float eps);
+	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+				   const float *inp, const float *w, const float *mean,
+				   const float *rstd, int N, int C);
+	/* out[N,C] = inp * rstd * w, rstd[N] = 1/sqrt(mean(inp^2) + eps) */
+	void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
+				int N, int C, float eps);
+	void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout,
+				 const float *inp, const float *w, const float *rstd,
+				 int N, int C);
+
+	/* ---- matrix products ---- */
+	/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
+	void (*matmul_forward)(float *out, const float *inp, const float *w,
+			       const float *bias, int N, int C, int OC);
+	/* dinp[N,C] = dout @ w (skipped if dinp NULL); dw[OC,C] += dout^T @ inp;
+	 * dbias[OC] += column sums of dout (if non-NULL) */
+	void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+				const float *inp, const float *w, int N, int C, int OC);
+
+	/* ---- attention ---- */
+	/* Rotary embedding on the q and k heads of qkv[N,QKV], in place; position
+	 * of row n is n % T; pairs are (i, i + HD/2) within a head (the
+	 * "rotate_half" convention of Llama in Hugging Face). */
+	void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int HD,
+			     float theta);
+	/* The transpose (inverse rotation), applied to dqkv in place. */
+	void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int HD,
+			      float theta);
+	/* Causal attention, scale 1/sqrt(HD). out[N,NH*HD]; lse[B,NH,T] is the
+	 * log-sum-exp of each query's scaled scores, kept for the backward so no
+	 * T x T matrix needs to be stored. */
+	void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T,
+				  int NH, int NKV, int HD);
+	/* dqkv[N,QKV] (overwritten) from dout[N,NH*HD] and the forward's out, lse. */
+	void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+				   const float *out, const float *lse, int B, int T, int NH,
+				   int NKV, int HD);
+
+	/* ---- activations and residuals ---- */
+	/* tanh-approximated GELU as in GPT-2. out[n], inp[n] */
+	void (*gelu_forward)(float *out, const float *inp, size_t n);
+	void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+	/* inp[N,2F] = [gate | up] per row; out[N,F] = silu(gate) * up */
+	void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+	void (*swiglu_backward)(float *dinp, const float *dout, const float *inp, int N, int F);
+	/* out[n] = a[n] + b[n] (out may alias a or b) */
+	void (*add)(float *out, const float *a, const float *b, size_t n);
+
+	/* ---- loss ---- */
+	/* losses[N] = -log softmax(logits[n,:V])[targets[n]]. If dlogits is
+	 * non-NULL it receives (softmax - onehot) * dloss over the first V
+	 * columns and 0 over the padding; dlogits may alias logits. */
+	void (*softmax_xent)(float *losses, float *dlogits, const float *logits,
+			     const int32_t *targets, int N, int V, int Vp, float dloss);
+
+	/* ---- optimizer pieces (optim/ composes them) ---- */
+	/* Each *_dir writes the update direction u (already multiplied by -lr)
+	 * and advances its state; weight decay is not part of u. */
+	/* AdamW: m,v updated; u = -lr * (m/bc1) / (sqrt(v/bc2) + eps) */
+	void (*adamw_dir)(float *u, const float *g, float *m, float *v, size_t n, float lr,
+			  float beta1, float beta2, float eps, float bc1, float bc2);
+	/* Lion: u = -lr * sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g */
+	void (*lion_dir)(float *u, const float *g, float *m, size_t n, float lr,
+			 float beta1, float beta2);
+	/* Momentum: m = mu*m + g; out = nesterov ? g + mu*m : m (SGD takes
+	 * u = -lr*out; Muon orthogonalises out) */
+	void (*momentum)(float *out, const float *g, float *m, size_t n, float mu,
+			 int nesterov);
+	/* Newton-Schulz orthogonalisation of in[rows,cols] into out[rows,cols],
+	 * quintic (3.4445, -4.7750, 2.0315), input normalised by its Frobenius
+	 * norm + 1e-7, transposed internally when rows > cols. scratch holds
+	 * newton_schulz_scratch(rows, cols) floats. */
+	void (*newton_schulz)(float *out, const float *in, int rows, int cols, int steps,
+			      float *scratch);
+	/* w = w*(1 - decay) + u + lambda*(u - u_prev); then u_prev = u.
+	 * u_prev NULL means lambda is ignored (no correction). */
+	void (*apply_update)(float *w, const float *u, float *u_prev, size_t n,
+			     float decay, float lambda);
+	/* Sum of squares, accumulated in double in a fixed order. */
+	double (*sumsq)(const float *x, size_t n);
+	/* x *= s */
+	void (*scale)(float *x, float s, size_t n);
+};
+
+/* Scratch floats newton_schulz needs for a rows x cols matrix. */
+size_t newton_schulz_scratch(int rows, int cols);
+
+/* The CPU reference backend; always present. */
+extern const struct backend backend_cpu;
+/* The CUDA backend, or NULL when the binary was built without CUDA.
+ * cuda_available() says whether a device can be used right now, and if not,
+ * writes the reason to why (e.g. "no CUDA driver found"). */
+const struct backend *backend_cuda(void);
+int cuda_available(char *why, size_t why_len);
+/* "cpu" or "cuda" -> backend; NULL with error() when it cannot be served. */
+const struct backend *backend_by_name(const char *name);
+
+#endif

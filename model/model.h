@@ -1,0 +1,139 @@
+/* model.h - decoder-only transformer: parameter table, stages, forward and
+ * backward per layer, written against kernels/backend.h.
+ *
+ * One table (struct param_info, built by model_init) lays out every
+ * parameter tensor in one arena, in this order:
+ *   wte [Vp,C], wpe [T,C] (gpt2), then per layer l:
+ *     ln1w [C], ln1b [C] (gpt2), qkvw [QKV,C], qkvb [QKV] (gpt2),
+ *     attprojw [C,C], attprojb [C] (gpt2), ln2w [C], ln2b [C] (gpt2),
+ *     fcw [FC,C] (FC = 4C gpt2, 2F llama: [gate|up]), fcb [FC] (gpt2),
+ *     fcprojw [C,F'] (F' = 4C gpt2, F llama), fcprojb [C] (gpt2),
+ *   lnfw [C], lnfb [C] (gpt2), head [Vp,C] (only when untied).
+ * Names follow llm.c ("h.3.qkvw"); matrices are (out, in) row-major, so
+ * allocation, checkpoints, stage partitioning, inspect and import/export
+ * all walk the same table.
+ *
+ * Stages: stage s of S owns layers [layer_begin, layer_end) (split as evenly
+ * as possible, earlier stages take the remainder), stage 0 also the
+ * embeddings, the last stage lnf and the head. A stage's tensors are a
+ * contiguous range of the global arena, except a tied head on a last stage
+ * that is not stage 0: that stage keeps its own copy of wte ("tied copy"),
+ * whose gradient the caller sums with stage 0's in a fixed order
+ * (embedding part first, then head part) so both copies stay identical.
+ * With S = 1 and tied weights, the head's gradient also goes to a separate
+ * buffer (stage->tied_head_grad) and is added after the embedding part, so
+ * single-device and pipelined runs sum in the same order.
+ */
+#ifndef ASYNCPP_MODEL_H
+#define ASYNCPP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/backend.h"
+
+enum arch { ARCH_LLAMA = 0, ARCH_GPT2 = 1 };
+
+struct model_config {
+	int arch;
+	int V, Vp;      /* vocabulary, padded to a multiple of 64 */
+	int L, C;       /* layers, width */
+	int NH, NKV, HD;/* heads, kv heads, head width */
+	int F;          /* feed-forward width (llama: per gate; gpt2: 4C) */
+	int T;          /* max sequence length */
+	int tied;
+	float eps, rope_theta, init_std;
+};
+
+/* Parameter groups for optimizers: hidden 2-D matrices go to Muon. */
+enum param_group { GROUP_MATRIX = 0, GROUP_OTHER = 1 };
+
+struct param_info {
+	char name[48];
+	int layer;        /* -1 for embeddings, final norm and head */
+	int rows, cols;   /* cols = 0 for vectors; numel = rows * max(cols,1) */
+	size_t offset;    /* in floats, within the global arena */
+	size_t numel;
+	int group;        /* GROUP_MATRIX: qkvw, attprojw, fcw, fcprojw */
+	int decay;        /* 1 for 2-D weights (weight decay applies) */
+};
+
+struct model {
+	struct model_config cfg;
+	struct param_info *params;
+	int n_params;     /* tensors */
+	size_t numel;     /* total floats in the arena */
+};
+
+/* Fill m from cfg (derives Vp, HD, F defaults); returns -1 on a bad shape. */
+int model_init(struct model *m, const struct model_config *cfg);
+void model_free(struct model *m);
+/* Initialise an arena of m->numel floats (host memory) deterministically
+ * from seed: normal(0, init_std) for matrices and embeddings, residual
+ * projections scaled by 1/sqrt(2L), norms' weights 1, biases 0. */
+void model_init_weights(const struct model *m, float *params, uint64_t seed);
+/* Parameters not counting the embedding lookup tables (for 6N FLOPs). */
+size_t model_flops_params(const struct model *m);
+/* Training FLOPs per token: 6N + 6*L*C*T. */
+double model_flops_per_token(const struct model *m);
+int model_find_param(const struct model *m, const char *name);
+
+/* One stage: a contiguous slice of the model and the buffers it needs. */
+struct stage_param {
+	int global;       /* index into model.params */
+	size_t offset;    /* in floats, within the stage arena */
+	int tied_copy;    /* this is the last stage's copy of wte */
+};
+
+struct stage {
+	const struct model *m;
+	const struct backend *be;
+	int s, S;
+	int layer_begin, layer_end;
+	int has_embed, has_head;
+	struct stage_param *params;
+	int n_params;
+	size_t numel;          /* floats in this stage's arena */
+	int B, T;              /* micro-batch shape */
+	int n_slots;           /* activation slots (in-flight micro-batches) */
+	float **slot_acts;     /* per slot: saved activations */
+	float *scratch;        /* activation gradients, logits; shared by slots */
+	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
+	/* accounting, for logs */
+	size_t act_bytes_per_slot, scratch_bytes;
+};
+
+/* Build stage s of S for micro-batches of B x T with n_slots activation
+ * slots. Buffers come from the stage's backend. */
+int stage_init(struct stage *st, const struct model *m, const struct backend *be,
+	       int s, int S, int B, int T, int n_slots);
+void stage_free(struct stage *st);
+/* Copy this stage's tensors out of / into a global (host) arena. */
+void stage_gather(const struct stage *st, float *stage_arena, const float *global);
+void stage_scatter(const struct stage *st, float *global, const float *stage_arena);
+
+/* Forward one micro-batch through the stage using parameters `params`
+ * (a stage arena, i.e. one weight version), saving activations in `slot`.
+ *  - stage 0 reads tokens[B*T]; other stages read x_in[B*T*C].
+ *  - non-last stages write x_out[B*T*C].
+ *  - the last stage computes the mean loss over B*T targets into *loss and,
+ *    when grads != NULL, immediately back-propagates through the head:
+ *    head/lnf gradients accumulate into grads and d(x) is kept in the slot
+ *    for stage_backward. dloss scales the gradient (1/M for M micro-batches).
+ */
+void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
+		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
+		   float *grads, float dloss);
+/* Backward of the micro-batch in `slot` with the same `params` it was
+ * forwarded with. dx_out[B*T*C] is the gradient from the next stage (ignored
+ * on the last stage). Parameter gradients accumulate into grads (a stage
+ * arena); dx_in[B*T*C] (non-first stages) receives the input gradient. */
+void stage_backward(struct stage *st, int slot, const float *params, float *grads,
+		    const float *dx_out, float *dx_in);
+/* Logits at position pos of each sequence, for sampling: a forward without
+ * targets over tokens[B*T] (positions after pos do not matter: attention is
+ * causal); logits[B*Vp]. Single-stage (S = 1) only. */
+void model_logits_at(struct stage *st, const float *params, const int32_t *tokens,
+		     int pos, float *logits);
+
+#endif
