@@ -1,0 +1,4 @@
+/* bench_schedule.c - placeholder until its issue lands. */
+#include "bench.h"
+#include "cmd.h"
+int bench_schedule(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("bench schedule"); }
