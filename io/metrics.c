@@ -1,0 +1,244 @@
+/* metrics.c - write and read training metrics (see metrics.h). */
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+static const char *const columns[] = {"step", "tokens", "wall_s", "loss", "val_loss", "lr",
+				      "grad_norm", "tokens_per_s", "mfu", "bubble"};
+enum { N_COLUMNS = 10 };
+
+int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format)
+{
+	memset(mf, 0, sizeof(*mf));
+	struct stat sb;
+	int is_new = stat(path, &sb) || sb.st_size == 0;
+	mf->fp = fopen(path, "a");
+	if (!mf->fp)
+		return error("cannot open metrics file '%s': %s", path, strerror(errno));
+	mf->format = format;
+	mf->path = xstrdup(path);
+	if (is_new && format == METRICS_CSV) {
+		for (int i = 0; i < N_COLUMNS; i++)
+			fprintf(mf->fp, "%s%s", i ? "," : "", columns[i]);
+		fputc('\n', mf->fp);
+	}
+	fflush(mf->fp);
+	return 0;
+}
+
+int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
+{
+	if (!mf->fp)
+		return 0;
+	const int has[N_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
+				    r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble};
+	const double val[N_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
+				       r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
+				       r->mfu, r->bubble};
+	if (mf->format == METRICS_CSV) {
+		for (int i = 0; i < N_COLUMNS; i++) {
+			if (i)
+				fputc(',', mf->fp);
+			if (has[i])
+				fprintf(mf->fp, "%.9g", val[i]);
+		}
+		fputc('\n', mf->fp);
+	} else {
+		fputc('{', mf->fp);
+		int first = 1;
+		for (int i = 0; i < N_COLUMNS; i++) {
+			if (!has[i])
+				continue;
+			fprintf(mf->fp, "%s\"%s\": %.9g", first ? "" : ", ", columns[i], val[i]);
+			first = 0;
+		}
+		fputs("}\n", mf->fp);
+	}
+	if (fflush(mf->fp) || ferror(mf->fp))
+		return error("cannot write metrics file '%s': %s", mf->path, strerror(errno));
+	return 0;
+}
+
+void metrics_close(struct metrics_file *mf)
+{
+	if (mf->fp)
+		fclose(mf->fp);
+	free(mf->path);
+	memset(mf, 0, sizeof(*mf));
+}
+
+static int column_index(const char *name, size_t len)
+{
+	for (int i = 0; i < N_COLUMNS; i++)
+		if (strlen(columns[i]) == len && !strncmp(columns[i], name, len))
+			return i;
+	return -1;
+}
+
+static void set_field(struct metrics_row *r, int col, double v)
+{
+	switch (col) {
+	case 0: r->step = (long)v; break;
+	case 1: r->tokens = v; break;
+	case 2: r->wall_s = v; break;
+	case 3: r->loss = v; r->has_loss = 1; break;
+	case 4: r->val_loss = v; r->has_val_loss = 1; break;
+	case 5: r->lr = v; r->has_lr = 1; break;
+	case 6: r->grad_norm = v; r->has_grad_norm = 1; break;
+	case 7: r->tokens_per_s = v; r->has_tps = 1; break;
+	case 8: r->mfu = v; r->has_mfu = 1; break;
+	case 9: r->bubble = v; r->has_bubble = 1; break;
+	}
+}
+
+static int parse_number(const char *s, const char *end, double *v)
+{
+	char tmp[64];
+	size_t n = (size_t)(end - s);
+	if (n == 0 || n >= sizeof(tmp))
+		return -1;
+	memcpy(tmp, s, n);
+	tmp[n] = 0;
+	char *e;
+	errno = 0;
+	*v = strtod(tmp, &e);
+	while (*e == ' ')
+		e++;
+	return (errno || e == tmp || *e) ? -1 : 0;
+}
+
+static void push_row(struct metrics_series *out, const struct metrics_row *r)
+{
+	out->rows = xrealloc(out->rows, sizeof(*out->rows) * (size_t)(out->n + 1));
+	out->rows[out->n++] = *r;
+}
+
+/* One JSON object per line with numeric values: {"step": 1, "loss": 2.5} */
+static int read_jsonl_line(const char *path, int lineno, char *line, struct metrics_series *out)
+{
+	struct metrics_row r = {0};
+	char *p = strchr(line, '{');
+	if (!p)
+		return error("%s:%d: expected a JSON object", path, lineno);
+	p++;
+	for (;;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (*p == '}')
+			break;
+		if (*p != '"')
+			return error("%s:%d: expected a key", path, lineno);
+		char *key = ++p;
+		char *q = strchr(p, '"');
+		if (!q)
+			return error("%s:%d: unterminated key", path, lineno);
+		int col = column_index(key, (size_t)(q - key));
+		p = q + 1;
+		while (*p == ' ' || *p == ':')
+			p++;
+		char *vend = p;
+		while (*vend && *vend != ',' && *vend != '}')
+			vend++;
+		double v;
+		if (parse_number(p, vend, &v))
+			return error("%s:%d: value of '%.*s' is not a number", path, lineno,
+				     (int)(q - key), key);
+		if (col >= 0)
+			set_field(&r, col, v);
+		p = vend;
+		if (!*p)
+			return error("%s:%d: unterminated object", path, lineno);
+	}
+	push_row(out, &r);
+	return 0;
+}
+
+int metrics_read(const char *path, struct metrics_series *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct buf b = {0};
+	if (read_file(path, &b))
+		return -1;
+	int map[64], ncols = 0, lineno = 0, rc = 0, jsonl = -1;
+	char *save = NULL;
+	for (char *line = strtok_r((char *)b.data, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		lineno++;
+		size_t len = strlen(line);
+		if (len && line[len - 1] == '\r')
+			line[--len] = 0;
+		if (!len)
+			continue;
+		if (jsonl < 0)
+			jsonl = line[0] == '{';
+		if (jsonl) {
+			if ((rc = read_jsonl_line(path, lineno, line, out)))
+				break;
+			continue;
+		}
+		if (!ncols) { /* header */
+			char *s = line;
+			for (;;) {
+				char *comma = strchr(s, ',');
+				size_t n = comma ? (size_t)(comma - s) : strlen(s);
+				if (ncols == 64) {
+					rc = error("%s:%d: too many columns", path, lineno);
+					break;
+				}
+				map[ncols++] = column_index(s, n);
+				if (!comma)
+					break;
+				s = comma + 1;
+			}
+			if (rc)
+				break;
+			if (column_index("step", 4) < 0 || map[0] != 0) {
+				int has_step = 0;
+				for (int i = 0; i < ncols; i++)
+					has_step |= map[i] == 0;
+				if (!has_step) {
+					rc = error("%s:1: not a metrics file (no 'step' column)", path);
+					break;
+				}
+			}
+			continue;
+		}
+		struct metrics_row r = {0};
+		char *s = line;
+		for (int c = 0; c < ncols; c++) {
+			char *comma = strchr(s, ',');
+			char *end = comma ? comma : s + strlen(s);
+			double v;
+			if (end > s && map[c] >= 0) {
+				if (parse_number(s, end, &v)) {
+					rc = error("%s:%d: column %d is not a number", path, lineno,
+						   c + 1);
+					break;
+				}
+				set_field(&r, map[c], v);
+			}
+			if (!comma)
+				break;
+			s = comma + 1;
+		}
+		if (rc)
+			break;
+		push_row(out, &r);
+	}
+	buf_free(&b);
+	if (rc)
+		metrics_series_free(out);
+	return rc;
+}
+
+void metrics_series_free(struct metrics_series *s)
+{
+	free(s->rows);
+	s->rows = NULL;
+	s->n = 0;
+}

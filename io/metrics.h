@@ -1,0 +1,52 @@
+/* metrics.h - training metrics files (CSV or JSON lines).
+ *
+ * One row per logged step. Columns, in order (a missing value is an empty
+ * CSV field or an absent JSON key):
+ *   step        optimizer steps done
+ *   tokens      training tokens consumed so far
+ *   wall_s      seconds since the run (or its resume) started
+ *   loss        mean training loss of this step
+ *   val_loss    validation loss (only on evaluation steps)
+ *   lr          learning rate used by this step
+ *   grad_norm   global gradient norm before clipping
+ *   tokens_per_s  throughput over the last logging interval
+ *   mfu         model FLOPs utilisation (0..1) against the device peak
+ *   bubble      idle fraction of the pipeline stages over the interval
+ * asyncpp plot reads these files; the CSV header names the columns, so
+ * readers find columns by name.
+ */
+#ifndef ASYNCPP_METRICS_H
+#define ASYNCPP_METRICS_H
+
+#include <stdio.h>
+
+enum metrics_format { METRICS_CSV, METRICS_JSONL };
+
+struct metrics_row {
+	long step;
+	double tokens, wall_s, loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble;
+	/* which optional fields are set */
+	int has_loss, has_val_loss, has_lr, has_grad_norm, has_tps, has_mfu, has_bubble;
+};
+
+struct metrics_file {
+	FILE *fp;
+	enum metrics_format format;
+	char *path;
+};
+
+/* Open for appending (a resumed run continues its file); writes the CSV
+ * header when the file is new or empty. Rows are flushed as written. */
+int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format);
+int metrics_write(struct metrics_file *mf, const struct metrics_row *row);
+void metrics_close(struct metrics_file *mf);
+
+/* Reading, for plot: every row of a CSV or JSONL metrics file. */
+struct metrics_series {
+	struct metrics_row *rows;
+	int n;
+};
+int metrics_read(const char *path, struct metrics_series *out);
+void metrics_series_free(struct metrics_series *s);
+
+#endif
