@@ -1,0 +1,147 @@
+/* optim.h - optimizers over one pipeline stage's tensors, the learning-rate
+ * schedule, the error-feedback delay correction and gradient-norm helpers.
+ *
+ * One struct optimizer per stage (stages run in separate threads; nothing
+ * here has global mutable state). It sees the stage's tensors as a list of
+ * (param_info, offset in the stage arena) and composes the backend's
+ * optimizer pieces (kernels/backend.h) per tensor. Every pointer handed to
+ * optim_step (weights, grads) and every state buffer is backend memory.
+ *
+ * One step, per tensor k with n = numel floats at offset off:
+ *
+ *   u  = direction from the tensor's optimizer, already times -lr
+ *        (weight decay is NOT part of u)
+ *   w  = w * (1 - lr*wd*decay_k) + u + lambda * (u - u_prev)
+ *   u_prev = u                              (only when the correction is on)
+ *
+ * where decay_k = param_info.decay and the correction term is present only
+ * when optim.correction = ef, the tensor's group is selected by
+ * optim.ef_groups (all; muon = GROUP_MATRIX tensors; adamw = the others) and
+ * lambda = optim.ef_lambda != 0. DESIGN.md's w[t+1] = w[t] + u[t] +
+ * lambda*(u[t] - u[t-1]) needs u[-1]: we define u[-1] = u[0], i.e. the first
+ * optimizer step (step == 1) applies no correction. With lambda == 0 the term
+ * is left out entirely (u_prev is still recorded), so ef with lambda 0 is
+ * bit-identical to correction = none.
+ *
+ * Optimizers (optim.name):
+ *   adamw  every tensor: m, v; u = -lr * (m/bc1) / (sqrt(v/bc2) + eps),
+ *          bc1 = 1 - beta1^step, bc2 = 1 - beta2^step.
+ *   lion   u = -lr * sign(beta1*m + (1-beta1)*g); m = beta2*m + (1-beta2)*g.
+ *   sgd    m = mu*m + g; out = nesterov ? g + mu*m : m; u = -lr * out.
+ *   muon   GROUP_MATRIX tensors (2-D hidden matrices [rows, cols]): the SGD
+ *          momentum output (optim.momentum, optim.nesterov), orthogonalised
+ *          by newton_schulz (optim.ns_steps), times -lr * s with
+ *          s = sqrt(max(1, rows/cols)) (muon_scale = shape) or
+ *          0.2*sqrt(max(rows, cols)) (muon_scale = rms, whose update has an
+ *          RMS of about 0.2*lr whatever the shape, like AdamW's, so one lr
+ *          serves both groups). Every other tensor (embeddings, head, norms,
+ *          biases) takes AdamW with the same lr.
+ *
+ * Step count: the caller owns it. `step` is the 1-based count of optimizer
+ * steps applied so far including this one; bias correction and the first-step
+ * rule above depend on it alone, so a resumed run only has to pass the right
+ * step (and restore the state buffers).
+ */
+#ifndef ASYNCPP_OPTIM_H
+#define ASYNCPP_OPTIM_H
+
+#include <stddef.h>
+
+#include "../io/config.h"
+#include "../kernels/backend.h"
+#include "../model/model.h"
+
+enum optim_kind { OPTIM_ADAMW = 0, OPTIM_MUON, OPTIM_LION, OPTIM_SGD };
+/* The update rule one tensor follows (muon splits tensors between two). */
+enum optim_rule { RULE_ADAMW = 0, RULE_MUON, RULE_LION, RULE_SGD };
+
+struct optim_tensor {
+	struct param_info info; /* copy of the model's row (name, shape, ...) */
+	size_t offset;          /* in floats, within the stage arena */
+	int tied_copy;          /* last stage's copy of the tied wte */
+	int rule;               /* enum optim_rule */
+	int ef;                 /* the correction acts on this tensor */
+	size_t state_off;       /* offset in its rule's state buffers */
+	size_t ef_off;          /* offset in ef_prev_update (when ef) */
+};
+
+/* One named state buffer, for checkpoints and inspect. data is backend
+ * memory of numel floats. */
+struct optim_state_buf {
+	const char *name;
+	float *data;
+	size_t numel;
+};
+
+#define OPTIM_MAX_STATE 4
+
+struct optimizer {
+	const struct backend *be;
+	int kind;                      /* enum optim_kind */
+	float beta1, beta2, eps, wd, momentum, ef_lambda;
+	int nesterov, ns_steps, muon_scale_rms, correction;
+	struct optim_tensor *t;
+	int n;
+	size_t numel;                  /* floats in the stage arena */
+	/* state, compact: each buffer holds the tensors that use it,
+	 * concatenated in tensor order (see optim_state_tensor) */
+	float *adam_m, *adam_v, *mom, *lion_m, *ef_prev;
+	size_t n_adam, n_mom, n_lion, n_ef;
+	struct optim_state_buf state[OPTIM_MAX_STATE];
+	int n_state;
+	/* scratch, allocated once: u (largest tensor), the momentum output and
+	 * Newton-Schulz scratch (largest matrix; muon only) */
+	float *u, *mom_out, *ns_scratch;
+	long last_step;                /* step of the last optim_step, 0 = none */
+};
+
+/* Set up o over the stage's tensors params[0..n_params) (param_info taken
+ * from m->params[params[k].global]) in a stage arena of numel floats, with
+ * the optimizer and correction chosen by cfg ([optim] keys). State buffers
+ * start at zero. Returns 0, or -1 with error() on a bad configuration or a
+ * backend that lacks a needed operation. */
+int optim_init(struct optimizer *o, const struct backend *be, const struct config *cfg,
+	       const struct model *m, const struct stage_param *params, int n_params,
+	       size_t numel);
+/* One optimizer step: weights[numel] (the stage arena, updated in place)
+ * from grads[numel] (already clipped), learning rate lr (from lr_at), and
+ * step, the 1-based optimizer step count. */
+void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step);
+void optim_free(struct optimizer *o);
+/* "adamw", "muon", "lion" or "sgd", for logs and inspect. */
+const char *optim_rule_name(int rule);
+
+/* Checkpointable state: optim_state(o, i) for i < optim_state_count(o).
+ * Names are stable and unique within an optimizer: "adam_m", "adam_v",
+ * "muon_momentum", "lion_m", "sgd_momentum", "ef_prev_update". Buffers of no
+ * floats are not listed. There is no scalar state: the step count belongs to
+ * the caller (see above). */
+int optim_state_count(const struct optimizer *o);
+struct optim_state_buf optim_state(const struct optimizer *o, int i);
+/* Whether state buffer i holds tensor k; if so *offset (may be NULL) gets
+ * where its numel floats start within the buffer. Lets a checkpoint writer
+ * or inspect lay state out per tensor. */
+int optim_state_tensor(const struct optimizer *o, int i, int k, size_t *offset);
+
+/* Learning rate at 1-based step `step` (optim.lr, warmup, decay,
+ * min_lr_ratio, wsd_decay_frac; train.steps):
+ *   warmup W > 0 and step <= W:  lr * step / W   (step W reaches lr)
+ *   then p = (step - W) / (steps - W), clamped to [0, 1] (1 when steps <= W),
+ *   lo = min_lr_ratio * lr:
+ *     cosine    lo + (lr - lo) * (1 + cos(pi * p)) / 2
+ *     linear    lr - (lr - lo) * p
+ *     constant  lr
+ *     wsd       lr until step D = steps - round(wsd_decay_frac * steps)
+ *               (at least W), then lr - (lr - lo) * (step - D) / (steps - D)
+ *   so cosine, linear and wsd reach lo at step = train.steps and stay there
+ *   after it (wsd with wsd_decay_frac = 0 never decays). */
+double lr_at(const struct config *cfg, long step);
+
+/* Gradient norm helper: per_tensor[k] = sum of squares of tensor k's
+ * gradient (fixed order, in double), for k < o->n, so the caller can add
+ * stages' sums tensor by tensor in stage order. A tied copy (the last
+ * stage's wte when S > 1) holds the same summed gradient as stage 0's wte,
+ * so it is not counted: its entry is 0.0 (adding it changes nothing). */
+void optim_grad_sumsq(const struct optimizer *o, const float *grads, double *per_tensor);
+
+#endif
