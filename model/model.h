@@ -65,16 +65,28 @@ struct model {
 	size_t numel;     /* total floats in the arena */
 };
 
-/* Fill m from cfg (derives Vp, HD, F defaults); returns -1 on a bad shape. */
+/* Fill m from cfg (derives Vp, HD, F defaults); returns -1 on a bad shape.
+ * Defaults for zero fields: Vp = V rounded up to 64 (a nonzero Vp >= V is
+ * kept, e.g. from an llm.c checkpoint), NKV = NH, HD = C/NH, F = 4C (gpt2) or
+ * round(8C/3) rounded up to a multiple of 64 (llama), eps 1e-5, rope_theta
+ * 10000, init_std 0.02. */
 int model_init(struct model *m, const struct model_config *cfg);
+struct config;
+/* Fill mc from the [model] section of cfg; V overrides model.vocab_size
+ * when nonzero (the tokenizer's size). Then call model_init. */
+int model_config_from(struct model_config *mc, const struct config *cfg, int V);
 void model_free(struct model *m);
 /* Initialise an arena of m->numel floats (host memory) deterministically
  * from seed: normal(0, init_std) for matrices and embeddings, residual
  * projections scaled by 1/sqrt(2L), norms' weights 1, biases 0. */
 void model_init_weights(const struct model *m, float *params, uint64_t seed);
-/* Parameters not counting the embedding lookup tables (for 6N FLOPs). */
+/* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
+ * of the arena minus wpe, and minus wte when the head is untied (a tied wte
+ * is the head matrix and does count). llm.c counts every parameter
+ * (N = m->numel, i.e. wpe included: +786,432 for GPT-2 124M, +0.6%). */
 size_t model_flops_params(const struct model *m);
-/* Training FLOPs per token: 6N + 6*L*C*T. */
+/* Training FLOPs per token: 6N + 6*L*C*T with N = model_flops_params(),
+ * T = cfg.T (the context length). */
 double model_flops_per_token(const struct model *m);
 int model_find_param(const struct model *m, const char *name);
 
@@ -101,6 +113,10 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs */
 	size_t act_bytes_per_slot, scratch_bytes;
+	/* private to model.c: tensor offsets within the stage arena, host
+	 * buffer for per-token losses */
+	size_t *off_;
+	float *losses_host_;
 };
 
 /* Build stage s of S for micro-batches of B x T with n_slots activation
@@ -108,9 +124,27 @@ struct stage {
 int stage_init(struct stage *st, const struct model *m, const struct backend *be,
 	       int s, int S, int B, int T, int n_slots);
 void stage_free(struct stage *st);
-/* Copy this stage's tensors out of / into a global (host) arena. */
+/* Copy this stage's tensors out of / into a global (host) arena. The tied
+ * copy of wte is filled by stage_gather but skipped by stage_scatter (stage 0
+ * owns wte). */
 void stage_gather(const struct stage *st, float *stage_arena, const float *global);
 void stage_scatter(const struct stage *st, float *global, const float *stage_arena);
+/* Offset (floats, in the stage arena) of this stage's wte: the embedding on
+ * stage 0, the tied copy on a last stage with S > 1; -1 when the stage holds
+ * none. With tied weights and S > 1 the pipeline must, once all
+ * micro-batches are done, add the copy's gradient into stage 0's wte
+ * gradient (g_wte[i] = g_wte[i] + g_copy[i], i.e. embedding part first,
+ * then head part) and use that sum for both copies, so that both weight
+ * copies receive the same update. */
+long stage_wte_offset(const struct stage *st);
+/* Offset of the head's matrix in the stage arena (the untied head, the tied
+ * copy, or wte when S = 1 and tied); -1 when the stage has no head. */
+long stage_head_offset(const struct stage *st);
+/* After the last micro-batch of a step: with tied weights and S = 1, add
+ * tied_head_grad into the wte gradient in grads (embedding part + head
+ * part, the order the pipeline uses) and zero tied_head_grad. A no-op for
+ * every other stage. Must run before the gradients are read. */
+void stage_finish_grads(struct stage *st, float *grads);
 
 /* Forward one micro-batch through the stage using parameters `params`
  * (a stage arena, i.e. one weight version), saving activations in `slot`.
@@ -119,7 +153,12 @@ void stage_scatter(const struct stage *st, float *global, const float *stage_are
  *  - the last stage computes the mean loss over B*T targets into *loss and,
  *    when grads != NULL, immediately back-propagates through the head:
  *    head/lnf gradients accumulate into grads and d(x) is kept in the slot
- *    for stage_backward. dloss scales the gradient (1/M for M micro-batches).
+ *    for stage_backward. dloss is the caller's scale (1/M for M
+ *    micro-batches); the loss gradient is dloss/(B*T) per token since the
+ *    loss is a mean. With targets NULL no loss is computed.
+ *  - tokens, x_in, targets and x_out are backend memory; loss is host.
+ *  - tokens (stage 0) are saved in the slot, so they need not outlive the
+ *    call.
  */
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const float *x_in, const int32_t *targets, float *x_out, float *loss,

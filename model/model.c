@@ -1,0 +1,807 @@
+/* model.c - the parameter table, initialisation, stages, and the forward and
+ * backward of a decoder-only transformer (gpt2 and llama), written against
+ * the backend table in kernels/backend.h.
+ *
+ * Legend (as in backend.h): B sequences per micro-batch, T their length,
+ * N = B*T rows, C width, NH/NKV heads, HD head width, QKV = (NH+2*NKV)*HD,
+ * FC rows of fcw (4C gpt2, 2F llama), FO = width of the MLP activation
+ * (4C gpt2, F llama), V/Vp vocabulary / padded vocabulary.
+ *
+ * A block (llm.c's train_gpt2.c, per layer):
+ *   ln1 = norm1(x)                        [N,C]   (+ mean, rstd [N])
+ *   qkv = ln1 @ qkvw^T + qkvb             [N,QKV] (llama: RoPE on q, k)
+ *   atty = attention(qkv)                 [N,C]   (+ lse [B,NH,T])
+ *   res2 = x + atty @ attprojw^T + attprojb
+ *   ln2 = norm2(res2)
+ *   fch = ln2 @ fcw^T + fcb               [N,FC]
+ *   fca = gelu(fch) | swiglu(fch)         [N,FO]
+ *   res3 = res2 + fca @ fcprojw^T + fcprojb   (the next block's x)
+ * Everything above is saved per slot; the backward reads it and writes
+ * activation gradients into the stage's scratch (shared by slots).
+ *
+ * Nothing here is global or static-mutable: stages run in separate threads.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "../io/config.h"
+#include "../io/util.h"
+
+/* Per-layer tensor kinds, in table order. */
+enum {
+	K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB,
+	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB, NKIND
+};
+static const char *const kind_name[NKIND] = {
+	"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+	"ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+};
+/* Whole-model tensors, stored after the layers in stage->off_. */
+enum { G_WTE, G_WPE, G_LNFW, G_LNFB, G_HEAD, NGLOBAL };
+
+#define NONE ((size_t)-1)
+
+static int qkv_width(const struct model_config *c)
+{
+	return (c->NH + 2 * c->NKV) * c->HD;
+}
+
+static int fc_rows(const struct model_config *c)
+{
+	return c->arch == ARCH_GPT2 ? c->F : 2 * c->F;
+}
+
+/* ---- the parameter table ---- */
+
+static void add_param(struct model *m, int *cap, const char *name, int layer, int rows,
+		      int cols, int group)
+{
+	struct param_info *p;
+
+	if (m->n_params == *cap) {
+		*cap = *cap ? 2 * *cap : 64;
+		m->params = xrealloc(m->params, st_mult(*cap, sizeof(*m->params)));
+	}
+	p = &m->params[m->n_params++];
+	memset(p, 0, sizeof(*p));
+	if (layer >= 0)
+		snprintf(p->name, sizeof(p->name), "h.%d.%s", layer, name);
+	else
+		snprintf(p->name, sizeof(p->name), "%s", name);
+	p->layer = layer;
+	p->rows = rows;
+	p->cols = cols;
+	p->offset = m->numel;
+	p->numel = st_mult(rows, cols > 0 ? cols : 1);
+	p->group = group;
+	p->decay = cols > 0;
+	m->numel = st_add(m->numel, p->numel);
+}
+
+int model_init(struct model *m, const struct model_config *cfg)
+{
+	struct model_config c = *cfg;
+	int cap = 0, gpt2, l;
+
+	memset(m, 0, sizeof(*m));
+	if (c.arch != ARCH_GPT2 && c.arch != ARCH_LLAMA)
+		return error("model: unknown architecture %d", c.arch);
+	gpt2 = c.arch == ARCH_GPT2;
+	if (c.V <= 0 || c.V > (1 << 24))
+		return error("model: vocabulary size %d out of range (1..%d)", c.V, 1 << 24);
+	if (c.L <= 0 || c.L > 4096)
+		return error("model: n_layer %d out of range (1..4096)", c.L);
+	if (c.C <= 0 || c.C > (1 << 16))
+		return error("model: d_model %d out of range (1..65536)", c.C);
+	if (c.NH <= 0 || c.C % c.NH)
+		return error("model: d_model %d is not a multiple of n_head %d", c.C, c.NH);
+	if (c.T <= 0 || c.T > (1 << 20))
+		return error("model: seq_len %d out of range (1..%d)", c.T, 1 << 20);
+	if (!c.NKV)
+		c.NKV = c.NH;
+	if (c.NKV < 0 || c.NH % c.NKV)
+		return error("model: n_head %d is not a multiple of n_kv_head %d", c.NH, c.NKV);
+	if (gpt2 && c.NKV != c.NH)
+		return error("model: gpt2 has no grouped-query attention (n_kv_head %d != n_head %d)",
+			     c.NKV, c.NH);
+	if (c.HD && c.HD != c.C / c.NH)
+		return error("model: head width %d != d_model / n_head = %d", c.HD, c.C / c.NH);
+	c.HD = c.C / c.NH;
+	if (!gpt2 && c.HD % 2)
+		return error("model: RoPE needs an even head width (d_model / n_head = %d)", c.HD);
+	if (!c.F)
+		c.F = gpt2 ? 4 * c.C : ((int)lround(8.0 * c.C / 3.0) + 63) / 64 * 64;
+	if (c.F < 0 || c.F > (1 << 20))
+		return error("model: d_ff %d out of range (1..%d)", c.F, 1 << 20);
+	if (!c.Vp)
+		c.Vp = (c.V + 63) / 64 * 64;
+	if (c.Vp < c.V || c.Vp > (1 << 24) + 64)
+		return error("model: padded vocabulary %d smaller than vocabulary %d", c.Vp, c.V);
+	if (!(c.eps > 0))
+		c.eps = 1e-5f;
+	if (!(c.rope_theta > 0))
+		c.rope_theta = 10000.0f;
+	if (!(c.init_std > 0))
+		c.init_std = 0.02f;
+	c.tied = !!c.tied;
+	m->cfg = c;
+
+	add_param(m, &cap, "wte", -1, c.Vp, c.C, GROUP_OTHER);
+	if (gpt2)
+		add_param(m, &cap, "wpe", -1, c.T, c.C, GROUP_OTHER);
+	for (l = 0; l < c.L; l++) {
+		int qkv = qkv_width(&c), fc = fc_rows(&c);
+		add_param(m, &cap, "ln1w", l, c.C, 0, GROUP_OTHER);
+		if (gpt2)
+			add_param(m, &cap, "ln1b", l, c.C, 0, GROUP_OTHER);
+		add_param(m, &cap, "qkvw", l, qkv, c.C, GROUP_MATRIX);
+		if (gpt2)
+			add_param(m, &cap, "qkvb", l, qkv, 0, GROUP_OTHER);
+		add_param(m, &cap, "attprojw", l, c.C, c.C, GROUP_MATRIX);
+		if (gpt2)
+			add_param(m, &cap, "attprojb", l, c.C, 0, GROUP_OTHER);
+		add_param(m, &cap, "ln2w", l, c.C, 0, GROUP_OTHER);
+		if (gpt2)
+			add_param(m, &cap, "ln2b", l, c.C, 0, GROUP_OTHER);
+		add_param(m, &cap, "fcw", l, fc, c.C, GROUP_MATRIX);
+		if (gpt2)
+			add_param(m, &cap, "fcb", l, fc, 0, GROUP_OTHER);
+		add_param(m, &cap, "fcprojw", l, c.C, c.F, GROUP_MATRIX);
+		if (gpt2)
+			add_param(m, &cap, "fcprojb", l, c.C, 0, GROUP_OTHER);
+	}
+	add_param(m, &cap, "lnfw", -1, c.C, 0, GROUP_OTHER);
+	if (gpt2)
+		add_param(m, &cap, "lnfb", -1, c.C, 0, GROUP_OTHER);
+	if (!c.tied)
+		add_param(m, &cap, "head", -1, c.Vp, c.C, GROUP_OTHER);
+	return 0;
+}
+
+void model_free(struct model *m)
+{
+	free(m->params);
+	memset(m, 0, sizeof(*m));
+}
+
+int model_config_from(struct model_config *mc, const struct config *cfg, int V)
+{
+	struct model m;
+
+	memset(mc, 0, sizeof(*mc));
+	mc->arch = strcmp(cfg->model_arch, "gpt2") == 0 ? ARCH_GPT2 : ARCH_LLAMA;
+	mc->V = V ? V : (int)cfg->model_vocab_size;
+	mc->L = (int)cfg->model_n_layer;
+	mc->C = (int)cfg->model_d_model;
+	mc->NH = (int)cfg->model_n_head;
+	mc->NKV = (int)cfg->model_n_kv_head;
+	mc->F = (int)cfg->model_d_ff;
+	mc->T = (int)cfg->model_seq_len;
+	mc->tied = (int)cfg->model_tied;
+	mc->eps = (float)cfg->model_norm_eps;
+	mc->rope_theta = (float)cfg->model_rope_theta;
+	mc->init_std = (float)cfg->model_init_std;
+	if (cfg->model_n_layer > 4096 || cfg->model_d_model > 65536 || cfg->model_n_head > 65536 ||
+	    cfg->model_n_kv_head > 65536 || cfg->model_d_ff > (1 << 20) ||
+	    cfg->model_seq_len > (1 << 20) || cfg->model_vocab_size > (1 << 24))
+		return error("model: a [model] size is out of range");
+	if (model_init(&m, mc))
+		return -1;
+	*mc = m.cfg;
+	model_free(&m);
+	return 0;
+}
+
+int model_find_param(const struct model *m, const char *name)
+{
+	for (int i = 0; i < m->n_params; i++)
+		if (!strcmp(m->params[i].name, name))
+			return i;
+	return -1;
+}
+
+/* The tensor's kind name without the "h.N." prefix. */
+static const char *base_name(const struct param_info *p)
+{
+	const char *s = p->name;
+	if (p->layer >= 0) {
+		s = strchr(s + 2, '.');
+		s = s ? s + 1 : p->name;
+	}
+	return s;
+}
+
+void model_init_weights(const struct model *m, float *params, uint64_t seed)
+{
+	const struct model_config *c = &m->cfg;
+	float resid = 1.0f / sqrtf(2.0f * c->L);
+
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *p = &m->params[i];
+		const char *b = base_name(p);
+		float *w = params + p->offset;
+		uint64_t rs = rng_mix(seed, (uint64_t)i);
+		float std = c->init_std;
+
+		if (p->cols == 0) {
+			/* norms' weights 1, biases 0 */
+			float v = strchr(b, 'w') && strncmp(b, "ln", 2) == 0 ? 1.0f : 0.0f;
+			for (size_t j = 0; j < p->numel; j++)
+				w[j] = v;
+			continue;
+		}
+		if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw"))
+			std *= resid;
+		for (size_t j = 0; j < p->numel; j++)
+			w[j] = std * rng_normal(&rs);
+		if (!strcmp(b, "wte") || !strcmp(b, "head"))
+			for (size_t r = c->V; r < (size_t)c->Vp; r++)
+				memset(w + r * c->C, 0, sizeof(float) * c->C);
+	}
+}
+
+size_t model_flops_params(const struct model *m)
+{
+	size_t n = m->numel;
+	int i = model_find_param(m, "wpe");
+
+	if (i >= 0)
+		n -= m->params[i].numel;
+	if (!m->cfg.tied)
+		n -= m->params[model_find_param(m, "wte")].numel;
+	return n;
+}
+
+double model_flops_per_token(const struct model *m)
+{
+	const struct model_config *c = &m->cfg;
+	return 6.0 * (double)model_flops_params(m) + 6.0 * c->L * (double)c->C * c->T;
+}
+
+/* ---- stages ---- */
+
+/* stage->off_ layout: [nl * NKIND layer offsets][NGLOBAL] */
+static size_t *goff(const struct stage *st)
+{
+	return st->off_ + (size_t)(st->layer_end - st->layer_begin) * NKIND;
+}
+
+static const float *PW(const struct stage *st, const float *params, int li, int k)
+{
+	size_t o = st->off_[(size_t)li * NKIND + k];
+	return o == NONE ? NULL : params + o;
+}
+
+static float *GW(const struct stage *st, float *grads, int li, int k)
+{
+	size_t o = st->off_[(size_t)li * NKIND + k];
+	return o == NONE ? NULL : grads + o;
+}
+
+static const float *PG(const struct stage *st, const float *params, int g)
+{
+	size_t o = goff(st)[g];
+	return o == NONE ? NULL : params + o;
+}
+
+static float *GG(const struct stage *st, float *grads, int g)
+{
+	size_t o = goff(st)[g];
+	return o == NONE ? NULL : grads + o;
+}
+
+/* Views into one slot; sizes padded to 16 floats (64 bytes). */
+struct layer_acts {
+	float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2;
+	float *ln2, *ln2_mean, *ln2_rstd, *fch, *fca, *res3;
+};
+struct slot_view {
+	int32_t *tokens;
+	float *x0;
+	float *layers;          /* start of layer 0 */
+	size_t layer_stride;    /* floats per layer */
+	float *lnf, *lnf_mean, *lnf_rstd, *dx;
+	size_t total;
+};
+
+static size_t pad16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
+
+/* Take n floats (padded) from *pos of base (base may be NULL: sizing only). */
+static float *take(float *base, size_t *pos, size_t n)
+{
+	float *p = base ? base + *pos : NULL;
+	*pos += pad16(n);
+	return p;
+}
+
+static void layer_view(const struct stage *st, float *base, struct layer_acts *a, size_t *pos)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t N = (size_t)st->B * st->T, C = c->C;
+	int gpt2 = c->arch == ARCH_GPT2;
+
+	a->ln1 = take(base, pos, N * C);
+	a->ln1_mean = gpt2 ? take(base, pos, N) : NULL;
+	a->ln1_rstd = take(base, pos, N);
+	a->qkv = take(base, pos, N * qkv_width(c));
+	a->atty = take(base, pos, N * C);
+	a->lse = take(base, pos, (size_t)st->B * c->NH * st->T);
+	a->res2 = take(base, pos, N * C);
+	a->ln2 = take(base, pos, N * C);
+	a->ln2_mean = gpt2 ? take(base, pos, N) : NULL;
+	a->ln2_rstd = take(base, pos, N);
+	a->fch = take(base, pos, N * fc_rows(c));
+	a->fca = take(base, pos, N * c->F);
+	a->res3 = take(base, pos, N * C);
+}
+
+static void slot_view(const struct stage *st, float *base, struct slot_view *v)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
+	struct layer_acts a;
+	int nl = st->layer_end - st->layer_begin;
+
+	memset(v, 0, sizeof(*v));
+	v->tokens = (int32_t *)take(base, &pos, N);
+	v->x0 = take(base, &pos, N * C);
+	v->layers = base ? base + pos : NULL;
+	{
+		size_t p0 = 0;
+		layer_view(st, NULL, &a, &p0);
+		v->layer_stride = p0;
+	}
+	pos += v->layer_stride * nl;
+	if (st->has_head) {
+		v->lnf = take(base, &pos, N * C);
+		v->lnf_mean = c->arch == ARCH_GPT2 ? take(base, &pos, N) : NULL;
+		v->lnf_rstd = take(base, &pos, N);
+		v->dx = take(base, &pos, N * C);
+	}
+	v->total = pos;
+}
+
+static void slot_layer(const struct stage *st, const struct slot_view *v, int li,
+		       struct layer_acts *a)
+{
+	size_t pos = 0;
+	layer_view(st, v->layers + v->layer_stride * li, a, &pos);
+}
+
+/* Scratch: activation gradients, logits. Shared by every slot. */
+struct scratch_view {
+	float *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
+	float *logits, *losses, *dlnf;
+	size_t total;
+};
+
+static void scratch_view(const struct stage *st, float *base, struct scratch_view *v)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
+
+	memset(v, 0, sizeof(*v));
+	v->dres = take(base, &pos, N * C);
+	v->dbuf = take(base, &pos, N * C);
+	v->dln = take(base, &pos, N * C);
+	v->dqkv = take(base, &pos, N * qkv_width(c));
+	v->datty = take(base, &pos, N * C);
+	v->dfch = take(base, &pos, N * fc_rows(c));
+	v->dfca = take(base, &pos, N * c->F);
+	if (st->has_head) {
+		v->logits = take(base, &pos, N * c->Vp);
+		v->losses = take(base, &pos, N);
+		v->dlnf = take(base, &pos, N * C);
+	}
+	v->total = pos;
+}
+
+int stage_init(struct stage *st, const struct model *m, const struct backend *be, int s, int S,
+	       int B, int T, int n_slots)
+{
+	const struct model_config *c = &m->cfg;
+	int L = c->L, per, rem, nl, cap;
+	size_t base_off, end_off, *off;
+	struct slot_view sv;
+	struct scratch_view xv;
+
+	memset(st, 0, sizeof(*st));
+	if (S < 1 || s < 0 || s >= S)
+		return error("stage: stage %d of %d is out of range", s, S);
+	if (S > L)
+		return error("stage: %d stages for %d layers (each stage needs a layer)", S, L);
+	if (B <= 0 || T <= 0 || T > c->T)
+		return error("stage: micro-batch %dx%d invalid (seq_len %d)", B, T, c->T);
+	if (n_slots <= 0)
+		return error("stage: %d activation slots", n_slots);
+	if ((size_t)B * T > (1u << 30) / (size_t)c->C)
+		return error("stage: micro-batch %dx%d too large", B, T);
+	st->m = m;
+	st->be = be;
+	st->s = s;
+	st->S = S;
+	per = L / S;
+	rem = L % S;
+	st->layer_begin = s * per + MIN(s, rem);
+	st->layer_end = st->layer_begin + per + (s < rem);
+	st->has_embed = s == 0;
+	st->has_head = s == S - 1;
+	st->B = B;
+	st->T = T;
+	st->n_slots = n_slots;
+	nl = st->layer_end - st->layer_begin;
+
+	/* The stage's tensors: a contiguous global range [base_off, end_off). */
+	base_off = NONE;
+	end_off = 0;
+	cap = m->n_params + 1;
+	st->params = xcalloc(cap, sizeof(*st->params));
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *p = &m->params[i];
+		int mine;
+		if (p->layer >= 0)
+			mine = p->layer >= st->layer_begin && p->layer < st->layer_end;
+		else if (!strcmp(p->name, "wte") || !strcmp(p->name, "wpe"))
+			mine = st->has_embed;
+		else
+			mine = st->has_head; /* lnfw, lnfb, head */
+		if (!mine)
+			continue;
+		if (base_off == NONE)
+			base_off = p->offset;
+		st->params[st->n_params].global = i;
+		st->params[st->n_params].offset = p->offset - base_off;
+		st->n_params++;
+		end_off = p->offset + p->numel;
+	}
+	st->numel = end_off - base_off;
+	if (c->tied && st->has_head && !st->has_embed) {
+		int w = model_find_param(m, "wte");
+		st->params[st->n_params].global = w;
+		st->params[st->n_params].offset = st->numel;
+		st->params[st->n_params].tied_copy = 1;
+		st->n_params++;
+		st->numel += m->params[w].numel;
+	}
+
+	off = st->off_ = xmalloc(st_mult((size_t)nl * NKIND + NGLOBAL, sizeof(size_t)));
+	for (size_t i = 0; i < (size_t)nl * NKIND + NGLOBAL; i++)
+		off[i] = NONE;
+	for (int i = 0; i < st->n_params; i++) {
+		const struct param_info *p = &m->params[st->params[i].global];
+		const char *b = base_name(p);
+		size_t o = st->params[i].offset;
+		if (p->layer >= 0) {
+			for (int k = 0; k < NKIND; k++)
+				if (!strcmp(b, kind_name[k]))
+					off[(size_t)(p->layer - st->layer_begin) * NKIND + k] = o;
+		} else if (!strcmp(b, "wte")) {
+			off[(size_t)nl * NKIND + G_WTE] = o;
+			if (c->tied && st->has_head)
+				off[(size_t)nl * NKIND + G_HEAD] = o;
+		} else if (!strcmp(b, "wpe")) {
+			off[(size_t)nl * NKIND + G_WPE] = o;
+		} else if (!strcmp(b, "lnfw")) {
+			off[(size_t)nl * NKIND + G_LNFW] = o;
+		} else if (!strcmp(b, "lnfb")) {
+			off[(size_t)nl * NKIND + G_LNFB] = o;
+		} else if (!strcmp(b, "head")) {
+			off[(size_t)nl * NKIND + G_HEAD] = o;
+		}
+	}
+
+	slot_view(st, NULL, &sv);
+	scratch_view(st, NULL, &xv);
+	st->act_bytes_per_slot = st_mult(sv.total, sizeof(float));
+	st->scratch_bytes = st_mult(xv.total, sizeof(float));
+	st->slot_acts = xcalloc(n_slots, sizeof(*st->slot_acts));
+	for (int i = 0; i < n_slots; i++) {
+		st->slot_acts[i] = be->alloc(st->act_bytes_per_slot);
+		if (!st->slot_acts[i]) {
+			stage_free(st);
+			return error("stage %d: cannot allocate %zu bytes of activations", s,
+				     st->act_bytes_per_slot);
+		}
+	}
+	st->scratch = be->alloc(st->scratch_bytes);
+	if (!st->scratch) {
+		stage_free(st);
+		return error("stage %d: cannot allocate %zu bytes of scratch", s, st->scratch_bytes);
+	}
+	if (c->tied && S == 1) {
+		st->tied_head_grad = be->alloc(st_mult((size_t)c->Vp * c->C, sizeof(float)));
+		if (!st->tied_head_grad) {
+			stage_free(st);
+			return error("stage %d: cannot allocate the tied head's gradient", s);
+		}
+		st->scratch_bytes += (size_t)c->Vp * c->C * sizeof(float);
+	}
+	if (st->has_head)
+		st->losses_host_ = xmalloc(st_mult((size_t)B * T, sizeof(float)));
+	return 0;
+}
+
+void stage_free(struct stage *st)
+{
+	if (st->slot_acts) {
+		for (int i = 0; i < st->n_slots; i++)
+			if (st->slot_acts[i])
+				st->be->free(st->slot_acts[i]);
+		free(st->slot_acts);
+	}
+	if (st->scratch)
+		st->be->free(st->scratch);
+	if (st->tied_head_grad)
+		st->be->free(st->tied_head_grad);
+	free(st->params);
+	free(st->off_);
+	free(st->losses_host_);
+	memset(st, 0, sizeof(*st));
+}
+
+void stage_gather(const struct stage *st, float *stage_arena, const float *global)
+{
+	for (int i = 0; i < st->n_params; i++) {
+		const struct param_info *p = &st->m->params[st->params[i].global];
+		memcpy(stage_arena + st->params[i].offset, global + p->offset,
+		       p->numel * sizeof(float));
+	}
+}
+
+void stage_scatter(const struct stage *st, float *global, const float *stage_arena)
+{
+	for (int i = 0; i < st->n_params; i++) {
+		const struct param_info *p = &st->m->params[st->params[i].global];
+		if (st->params[i].tied_copy)
+			continue;
+		memcpy(global + p->offset, stage_arena + st->params[i].offset,
+		       p->numel * sizeof(float));
+	}
+}
+
+long stage_wte_offset(const struct stage *st)
+{
+	size_t o = goff(st)[G_WTE];
+	return o == NONE ? -1 : (long)o;
+}
+
+long stage_head_offset(const struct stage *st)
+{
+	size_t o = goff(st)[G_HEAD];
+	return o == NONE ? -1 : (long)o;
+}
+
+void stage_finish_grads(struct stage *st, float *grads)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t n = (size_t)c->Vp * c->C;
+	float *g;
+
+	if (!st->tied_head_grad)
+		return;
+	g = GG(st, grads, G_WTE);
+	st->be->add(g, g, st->tied_head_grad, n);
+	st->be->zero(st->tied_head_grad, n * sizeof(float));
+}
+
+/* ---- forward and backward of one block ---- */
+
+static void norm_forward(const struct stage *st, float *out, float *mean, float *rstd,
+			 const float *inp, const float *w, const float *b)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (c->arch == ARCH_GPT2)
+		st->be->layernorm_forward(out, mean, rstd, inp, w, b, N, c->C, c->eps);
+	else
+		st->be->rmsnorm_forward(out, rstd, inp, w, N, c->C, c->eps);
+}
+
+/* dinp (overwritten), dw/db accumulated */
+static void norm_backward(const struct stage *st, float *dinp, float *dw, float *db,
+			  const float *dout, const float *inp, const float *w, const float *mean,
+			  const float *rstd)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (c->arch == ARCH_GPT2)
+		st->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->C);
+	else
+		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
+}
+
+/* x[N,C] -> a->res3[N,C], saving everything in a */
+static void block_forward(const struct stage *st, const float *params, int li, const float *x,
+			  struct layer_acts *a)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	size_t NC = (size_t)N * C;
+	float *tmp = a->res3; /* projection outputs land here before the residual add */
+
+	norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
+		     PW(st, params, li, K_LN1B));
+	be->matmul_forward(a->qkv, a->ln1, PW(st, params, li, K_QKVW), PW(st, params, li, K_QKVB),
+			   N, C, QKV);
+	if (c->arch == ARCH_LLAMA)
+		be->rope_forward(a->qkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
+	be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->NH, c->NKV, c->HD);
+	be->matmul_forward(tmp, a->atty, PW(st, params, li, K_ATTPROJW),
+			   PW(st, params, li, K_ATTPROJB), N, C, C);
+	be->add(a->res2, x, tmp, NC);
+	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
+		     PW(st, params, li, K_LN2B));
+	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
+			   N, C, FC);
+	if (c->arch == ARCH_GPT2)
+		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
+	else
+		be->swiglu_forward(a->fca, a->fch, N, c->F);
+	be->matmul_forward(tmp, a->fca, PW(st, params, li, K_FCPROJW),
+			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+	be->add(a->res3, a->res2, tmp, NC);
+}
+
+/* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
+ * accumulate into grads. */
+static void block_backward(const struct stage *st, const float *params, float *grads, int li,
+			   const float *x, const struct layer_acts *a, const struct scratch_view *sv)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	size_t NC = (size_t)N * C;
+	float *dres = sv->dres;
+
+	/* res3 = res2 + fca @ fcprojw^T + fcprojb */
+	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
+			    dres, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
+	if (c->arch == ARCH_GPT2)
+		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+	else
+		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
+			    a->ln2, PW(st, params, li, K_FCW), N, C, FC);
+	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
+		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
+	be->add(dres, dres, sv->dbuf, NC); /* now d(res2) */
+
+	/* res2 = x + atty @ attprojw^T + attprojb */
+	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
+			    GW(st, grads, li, K_ATTPROJB), dres, a->atty,
+			    PW(st, params, li, K_ATTPROJW), N, C, C);
+	be->attention_backward(sv->dqkv, sv->datty, a->qkv, a->atty, a->lse, B, T, c->NH, c->NKV,
+			       c->HD);
+	if (c->arch == ARCH_LLAMA)
+		be->rope_backward(sv->dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB),
+			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
+	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B), sv->dln,
+		      x, PW(st, params, li, K_LN1W), a->ln1_mean, a->ln1_rstd);
+	be->add(dres, dres, sv->dbuf, NC); /* now d(x) */
+}
+
+/* Forward through the embeddings (stage 0) and the stage's layers; returns
+ * the last layer's output (inside the slot). */
+static const float *body_forward(struct stage *st, const struct slot_view *v,
+				 const float *params, const int32_t *tokens, const float *x_in)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t N = (size_t)st->B * st->T;
+	int nl = st->layer_end - st->layer_begin;
+	const float *x;
+
+	if (st->has_embed) {
+		st->be->copy(v->tokens, tokens, N * sizeof(int32_t));
+		st->be->embed_forward(v->x0, tokens, PG(st, params, G_WTE), PG(st, params, G_WPE),
+				      st->B, st->T, c->C);
+	} else {
+		st->be->copy(v->x0, x_in, N * c->C * sizeof(float));
+	}
+	x = v->x0;
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		slot_layer(st, v, li, &a);
+		block_forward(st, params, li, x, &a);
+		x = a.res3;
+	}
+	return x;
+}
+
+void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
+		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
+		   float *grads, float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+	struct slot_view v;
+	struct scratch_view sv;
+	const float *x;
+	float *dhead;
+	double sum = 0;
+
+	slot_view(st, st->slot_acts[slot], &v);
+	scratch_view(st, st->scratch, &sv);
+	x = body_forward(st, &v, params, tokens, x_in);
+	if (!st->has_head) {
+		be->copy(x_out, x, (size_t)N * C * sizeof(float));
+		return;
+	}
+	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
+		     PG(st, params, G_LNFB));
+	be->matmul_forward(sv.logits, v.lnf, PG(st, params, G_HEAD), NULL, N, C, c->Vp);
+	if (!targets)
+		return;
+	be->softmax_xent(sv.losses, grads ? sv.logits : NULL, sv.logits, targets, N, c->V, c->Vp,
+			 dloss / (float)N);
+	be->to_host(st->losses_host_, sv.losses, (size_t)N * sizeof(float));
+	for (int i = 0; i < N; i++)
+		sum += st->losses_host_[i];
+	if (loss)
+		*loss = (float)(sum / N);
+	if (!grads)
+		return;
+	/* Back through the head and the final norm; d(x) stays in the slot. */
+	dhead = st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD);
+	be->matmul_backward(sv.dlnf, dhead, NULL, sv.logits, v.lnf, PG(st, params, G_HEAD), N, C,
+			    c->Vp);
+	norm_backward(st, v.dx, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), sv.dlnf, x,
+		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
+}
+
+void stage_backward(struct stage *st, int slot, const float *params, float *grads,
+		    const float *dx_out, float *dx_in)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	size_t NCb = (size_t)st->B * st->T * c->C * sizeof(float);
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	struct scratch_view sv;
+
+	slot_view(st, st->slot_acts[slot], &v);
+	scratch_view(st, st->scratch, &sv);
+	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
+	for (int li = nl - 1; li >= 0; li--) {
+		struct layer_acts a, prev;
+		const float *x = v.x0;
+		slot_layer(st, &v, li, &a);
+		if (li > 0) {
+			slot_layer(st, &v, li - 1, &prev);
+			x = prev.res3;
+		}
+		block_backward(st, params, grads, li, x, &a, &sv);
+	}
+	if (st->has_embed)
+		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,
+				   st->B, st->T, c->C);
+	else if (dx_in)
+		be->copy(dx_in, sv.dres, NCb);
+}
+
+void model_logits_at(struct stage *st, const float *params, const int32_t *tokens, int pos,
+		     float *logits)
+{
+	const struct model_config *c = &st->m->cfg;
+	struct slot_view v;
+	const float *x;
+
+	slot_view(st, st->slot_acts[0], &v);
+	x = body_forward(st, &v, params, tokens, NULL);
+	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
+		     PG(st, params, G_LNFB));
+	for (int b = 0; b < st->B; b++)
+		st->be->matmul_forward(logits + (size_t)b * c->Vp,
+				       v.lnf + ((size_t)b * st->T + pos) * c->C,
+				       PG(st, params, G_HEAD), NULL, 1, c->C, c->Vp);
+}
