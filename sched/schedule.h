@@ -1,0 +1,212 @@
+/* schedule.h - pipeline schedules as data.
+ *
+ * Legend: S stages (0-based s), M micro-batches per optimizer step, n_steps
+ * optimizer steps in a segment. A segment is what the executor runs between
+ * two checkpoints: it starts with an empty pipeline and drains it at its end,
+ * so for the asynchronous kinds the segment's warm-up and drain hold their
+ * only bubble.
+ *
+ * sched_build() gives each stage a list of actions. One worker per stage
+ * executes its list in order:
+ *
+ *   FORWARD    mb on weight version `version`, activations kept in `slot`
+ *   BACKWARD   mb on the same version, frees `slot`; gradients accumulate
+ *   SEND_ACT   mb's output activation to stage s+1 (right after FORWARD)
+ *   RECV_ACT   mb's input activation from stage s-1 (right before FORWARD)
+ *   SEND_GRAD  mb's input gradient to stage s-1 (right after BACKWARD)
+ *   RECV_GRAD  mb's output gradient from stage s+1 (right before BACKWARD)
+ *   OPTIM_STEP optimizer step `step`: reads version `version`-1, applies the
+ *              accumulated gradients, writes version `version`, zeroes them
+ *
+ * Matching: a RECV_x(mb) on stage s matches the one SEND_x(mb) of its peer
+ * stage, by (kind, mb). Sends are asynchronous: they never block, and the
+ * transport buffers them. Between stages s and s+1 at most nslots(s)
+ * messages per direction are ever sent and not yet received (an unreceived
+ * activation or gradient belongs to a micro-batch in flight on stage s).
+ * With blocking (rendezvous) sends the 1F1B orders would deadlock.
+ *
+ * Versions count the optimizer updates applied to a stage's weights within
+ * the segment: version 0 is the weights the segment starts from. A segment
+ * that starts at global step first_step > 0 (sched_build_at) may use negative
+ * versions: -k is the weights k updates before the segment's start, which
+ * the checkpoint holds (2bw needs -1, pipedream down to -(S-1-s)). The
+ * versions alive on a stage at any moment are at most nversions(s)
+ * consecutive integers, so weight buffer sched_wslot(v, nversions) holds
+ * version v; OPTIM_STEP producing version v writes buffer sched_wslot(v) from
+ * buffer sched_wslot(v-1) (in place when nversions is 1).
+ *
+ * Activation slots: a FORWARD takes the lowest free slot and its BACKWARD
+ * frees it; a stage needs nslots activation buffers.
+ *
+ * The kinds:
+ *   gpipe      per step: all M forwards, all M backwards (ascending mb),
+ *              OPTIM_STEP (flush). version = step.
+ *   1f1b       per step: min(S-1-s, M) warm-up forwards, one-forward-one-
+ *              backward, the remaining backwards, OPTIM_STEP (flush).
+ *              version = step; at most S-s micro-batches in flight.
+ *   2bw        M >= S. The n_steps*M micro-batches are one 1F1B stream with
+ *              no flush; OPTIM_STEP t right after the stage's last backward of
+ *              step t. Step t uses version max(t-1, 0) (global steps), so each
+ *              update sees a gradient exactly one step old:
+ *              w[t+1] = w[t] + U(g(w[t-1])). Two versions alive per stage.
+ *   pipedream  an optimizer step per micro-batch: n_steps micro-batches in
+ *              one 1F1B stream, OPTIM_STEP after every backward; micro-batch j
+ *              on stage s uses version max(j - (S-1-s), 0) (weight stashing),
+ *              so its updates see delay S-1-s; up to S-s versions alive.
+ *              M only sets the window the simulator and timeline report.
+ *
+ * Micro-batch indices are segment-global: mb of step t are [t*M, (t+1)*M)
+ * (pipedream: mb j is step j). Backwards run in ascending mb order on every
+ * stage, so gradients accumulate in the same order as on a single device.
+ */
+#ifndef ASYNCPP_SCHEDULE_H
+#define ASYNCPP_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+enum sched_kind {
+	SCHED_GPIPE,
+	SCHED_1F1B,
+	SCHED_2BW,
+	SCHED_PIPEDREAM,
+	SCHED_NKINDS
+};
+
+enum sched_op {
+	SCHED_FORWARD,
+	SCHED_BACKWARD,
+	SCHED_SEND_ACT,
+	SCHED_RECV_ACT,
+	SCHED_SEND_GRAD,
+	SCHED_RECV_GRAD,
+	SCHED_OPTIM_STEP,
+	SCHED_NOPS
+};
+
+struct sched_action {
+	enum sched_op op;
+	int mb;      /* micro-batch in the segment; -1 for OPTIM_STEP */
+	int step;    /* segment step of mb, or the step OPTIM_STEP performs */
+	int version; /* FORWARD/BACKWARD: version used; OPTIM_STEP: version made;
+			sends/receives: the micro-batch's version */
+	int peer;    /* sends/receives: the other stage; -1 otherwise */
+	int slot;    /* FORWARD/BACKWARD: activation slot; -1 otherwise */
+};
+
+/* Per stage: its actions and what executing them needs. */
+struct sched_stage {
+	struct sched_action *a;
+	int n;
+	int nslots;     /* activation buffers: peak micro-batches in flight */
+	int nversions;  /* weight buffers: peak versions alive at once */
+	int nupdates;   /* OPTIM_STEPs */
+	int delay_min;  /* over this stage's updates: step - version of the */
+	int delay_max;  /* gradient's micro-batches (-1/-1 with no update)   */
+};
+
+struct schedule {
+	enum sched_kind kind;
+	int S, M, n_steps;
+	long first_step;  /* global step the segment starts at */
+	int n_mb;         /* micro-batches in the segment */
+	struct sched_stage *stage; /* [S] */
+};
+
+/* Most micro-batches times stages a schedule may hold (memory bound). */
+#define SCHED_MAX_CELLS (1L << 26)
+
+/* Build a segment of n_steps optimizer steps. Returns NULL and writes a
+ * message to err on bad arguments (S, M, n_steps >= 1; 2bw needs M >= S). */
+struct schedule *sched_build(enum sched_kind kind, int S, int M, int n_steps,
+			     char *err, size_t errlen);
+/* The same for a segment starting at global step first_step >= 0 (only
+ * versions differ: see above). */
+struct schedule *sched_build_at(enum sched_kind kind, int S, int M, int n_steps,
+				long first_step, char *err, size_t errlen);
+void sched_free(struct schedule *sc);
+
+/* Stage s's actions; *n gets their number. */
+const struct sched_action *sched_actions(const struct schedule *sc, int s, int *n);
+const struct sched_stage *sched_stage(const struct schedule *sc, int s);
+/* The segment step micro-batch mb belongs to. */
+int sched_mb_step(const struct schedule *sc, int mb);
+/* The weight version micro-batch mb uses on stage s (what the builder
+ * assigned; tests compare it with the actions). */
+int sched_mb_version(const struct schedule *sc, int s, int mb);
+/* Weight buffer index of version v on a stage with nversions buffers. */
+static inline int sched_wslot(int v, int nversions)
+{
+	int r = v % nversions;
+	return r < 0 ? r + nversions : r;
+}
+
+/* "gpipe", "1f1b", "2bw", "pipedream" <-> kind; -1 for an unknown name.
+ * "pipedream-flush" is accepted for 1f1b and "pipedream-2bw" for 2bw. */
+int sched_kind_from_name(const char *name);
+const char *sched_kind_name(enum sched_kind kind);
+const char *sched_op_name(enum sched_op op);
+/* Is the kind asynchronous (no flush between steps)? */
+int sched_kind_async(enum sched_kind kind);
+
+/* Check every invariant (see schedule.c): fields in range; each micro-batch
+ * forwarded and backwarded once per stage; every receive matched by one send
+ * of the peer and placed around the right compute; backwards in ascending mb;
+ * the lists complete under buffered sends (no deadlock); slots consistent;
+ * versions exist when used, forward and backward agree, the kind's version
+ * formula holds, at most nversions alive and buffer reuse safe; each update's
+ * delay is the kind's; stats match. Returns 0, or -1 with the first broken
+ * invariant in why (stage and action index named). */
+int sched_check(const struct schedule *sc, char *why, size_t len);
+
+/* ---- simulation (sched/simulate.c) ---- */
+
+/* Durations in any unit. comm is the latency of one message (sends do not
+ * occupy the sender); optim is one OPTIM_STEP. */
+struct sim_times {
+	double fwd, bwd, comm, optim;
+};
+
+struct sim_result {
+	int S;
+	double makespan;        /* end of the last action on any stage */
+	double bubble;          /* sum of idle / (S * makespan) */
+	double steady_bubble;   /* idle fraction over [steady_t0, steady_t1]; -1 if none */
+	double steady_t0, steady_t1;
+	int steady_lo, steady_hi; /* the steps [lo, hi) the window covers */
+	double *busy;           /* [S] time in FORWARD, BACKWARD, OPTIM_STEP */
+	double *idle;           /* [S] makespan - busy */
+	double *stage_bubble;   /* [S] idle / makespan */
+	double **start, **end;  /* [S][stage's n] each action's times */
+};
+
+/* Simulate with the same times on every stage, or with per_stage[S] times
+ * (comm of stage s: its messages' latency). Returns 0, or -1 after error()
+ * when the lists deadlock. Free with sim_result_free. */
+int sched_simulate(const struct schedule *sc, const struct sim_times *t,
+		   struct sim_result *r);
+int sched_simulate_stages(const struct schedule *sc, const struct sim_times *per_stage,
+			  struct sim_result *r);
+void sim_result_free(struct sim_result *r);
+/* The event loop under both: fills start[s][i] and end[s][i] (caller
+ * allocated, or NULL to only test completion). Returns 0, or -1 with the
+ * stuck actions in why (no message printed) when the lists deadlock. */
+int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
+	      double **start, double **end, char *why, size_t len);
+
+/* The sync bubble formula (S-1)/(M+S-1). */
+double sched_bubble_formula(int S, int M);
+
+/* ---- drawing (sched/timeline.c) ---- */
+
+/* Text timeline, one row per stage, at most width characters per row and
+ * max_rows stages (0: all); says what it leaves out. Cells: F<mb>, B<mb>,
+ * U<step> for OPTIM_STEP, '.' idle, '-' the rest of a long op. */
+void sched_print_timeline(FILE *fp, const struct schedule *sc,
+			  const struct sim_result *r, int width, int max_rows);
+/* SVG: a box per op (colour by kind), a row per stage, time axis, legend.
+ * Written atomically. Returns 0 or -1 after error() naming the path. */
+int sched_write_svg(const char *path, const struct schedule *sc,
+		    const struct sim_result *r);
+
+#endif
