@@ -1,0 +1,706 @@
+/* tokenizer.c - byte-level BPE: the tokenizer file, encoding, decoding.
+ *
+ * Encoding a pre-token: start from its bytes' ids and repeatedly merge the
+ * adjacent pair of lowest rank (leftmost on ties). Loading checks that every
+ * merge's parts are bytes or results of earlier merges, which makes this the
+ * same as GPT-2's "merge every occurrence of the best pair" loop. Short
+ * pieces use a plain scan; long ones a heap over a linked list, so a
+ * megabyte of punctuation costs O(n log n), not O(n^2).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pretok.h"
+#include "tokenizer.h"
+
+#define HDR_SIZE 48
+#define EMPTY_KEY UINT64_MAX
+
+struct tokenizer {
+	uint32_t vocab, nmerges, nspecial, eot;
+	uint64_t hash;
+	uint32_t *lens;           /* [vocab] */
+	uint64_t *off;            /* [vocab+1] offsets into bytes */
+	unsigned char *bytes;     /* [off[vocab]] */
+	uint32_t (*merges)[3];    /* [nmerges] left, right, result */
+	uint32_t *special;        /* [nspecial] */
+	unsigned char *is_special; /* [vocab] */
+	uint32_t byte_id[256];
+	uint64_t *pair_key;       /* open addressing: (left << 32 | right) */
+	uint32_t *pair_rank;
+	uint64_t pair_mask;
+	int pair_shift;
+};
+
+static inline uint64_t pair_slot(const struct tokenizer *t, uint64_t key)
+{
+	return (key * 0x9E3779B97F4A7C15ULL) >> t->pair_shift;
+}
+
+/* Rank of merging (a, b), or UINT32_MAX. */
+static inline uint32_t pair_lookup(const struct tokenizer *t, uint32_t a, uint32_t b)
+{
+	uint64_t key = (uint64_t)a << 32 | b;
+	for (uint64_t i = pair_slot(t, key);; i = (i + 1) & t->pair_mask) {
+		if (t->pair_key[i] == key)
+			return t->pair_rank[i];
+		if (t->pair_key[i] == EMPTY_KEY)
+			return UINT32_MAX;
+	}
+}
+
+void tokenizer_free(struct tokenizer *t)
+{
+	if (!t)
+		return;
+	free(t->lens);
+	free(t->off);
+	free(t->bytes);
+	free(t->merges);
+	free(t->special);
+	free(t->is_special);
+	free(t->pair_key);
+	free(t->pair_rank);
+	free(t);
+}
+
+/* Validate the arrays of t (lens, bytes, merges, special filled in) and build
+ * the indices. name is for messages. */
+static int tok_init(struct tokenizer *t, const char *name)
+{
+	uint32_t V = t->vocab;
+	if (V > TOKENIZER_MAX_VOCAB)
+		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
+	if ((uint64_t)256 + t->nmerges + t->nspecial != V)
+		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
+			     name, V, t->nmerges, t->nspecial);
+	t->off = xmalloc(st_mult(V + 1, sizeof(*t->off)));
+	t->off[0] = 0;
+	for (uint32_t i = 0; i < V; i++) {
+		if (!t->lens[i])
+			return error("%s: token %u is empty", name, i);
+		t->off[i + 1] = t->off[i] + t->lens[i];
+	}
+	t->is_special = xcalloc(V ? V : 1, 1);
+	for (uint32_t i = 0; i < t->nspecial; i++) {
+		uint32_t id = t->special[i];
+		if (id >= V)
+			return error("%s: special token id %u out of range (vocabulary %u)", name, id, V);
+		if (t->is_special[id])
+			return error("%s: special token id %u listed twice", name, id);
+		t->is_special[id] = 1;
+	}
+	if (t->eot != TOKENIZER_NO_ID && (t->eot >= V || !t->is_special[t->eot]))
+		return error("%s: end-of-text id %u is not a special token", name, t->eot);
+	/* made[id]: 1 for byte tokens and results of merges seen so far */
+	unsigned char *made = xcalloc(V ? V : 1, 1);
+	int rc = -1;
+	for (int b = 0; b < 256; b++)
+		t->byte_id[b] = UINT32_MAX;
+	for (uint32_t i = 0; i < V; i++) {
+		if (t->is_special[i] || t->lens[i] != 1)
+			continue;
+		unsigned char b = t->bytes[t->off[i]];
+		if (t->byte_id[b] != UINT32_MAX) {
+			error("%s: tokens %u and %u are both the byte 0x%02x", name, t->byte_id[b], i, b);
+			goto out;
+		}
+		t->byte_id[b] = i;
+		made[i] = 1;
+	}
+	for (int b = 0; b < 256; b++)
+		if (t->byte_id[b] == UINT32_MAX) {
+			error("%s: no token for the byte 0x%02x", name, b);
+			goto out;
+		}
+	int bits = 4;
+	while (((uint64_t)1 << bits) < 2 * (uint64_t)t->nmerges)
+		bits++;
+	t->pair_mask = ((uint64_t)1 << bits) - 1;
+	t->pair_shift = 64 - bits;
+	t->pair_key = xmalloc(st_mult(t->pair_mask + 1, sizeof(*t->pair_key)));
+	t->pair_rank = xmalloc(st_mult(t->pair_mask + 1, sizeof(*t->pair_rank)));
+	memset(t->pair_key, 0xff, (t->pair_mask + 1) * sizeof(*t->pair_key));
+	for (uint32_t r = 0; r < t->nmerges; r++) {
+		uint32_t a = t->merges[r][0], b = t->merges[r][1], c = t->merges[r][2];
+		if (a >= V || b >= V || c >= V) {
+			error("%s: merge %u (%u %u -> %u) has an id out of range (vocabulary %u)",
+			      name, r, a, b, c, V);
+			goto out;
+		}
+		if (!made[a] || !made[b]) {
+			error("%s: merge %u uses token %u before a byte or an earlier merge makes it",
+			      name, r, made[a] ? b : a);
+			goto out;
+		}
+		if (made[c] || t->is_special[c]) {
+			error("%s: merge %u: result %u is a byte, special or earlier token", name, r, c);
+			goto out;
+		}
+		if ((uint64_t)t->lens[a] + t->lens[b] != t->lens[c] ||
+		    memcmp(t->bytes + t->off[a], t->bytes + t->off[c], t->lens[a]) ||
+		    memcmp(t->bytes + t->off[b], t->bytes + t->off[c] + t->lens[a], t->lens[b])) {
+			error("%s: merge %u: token %u is not token %u followed by token %u",
+			      name, r, c, a, b);
+			goto out;
+		}
+		made[c] = 1;
+		uint64_t key = (uint64_t)a << 32 | b, i;
+		for (i = pair_slot(t, key); t->pair_key[i] != EMPTY_KEY; i = (i + 1) & t->pair_mask)
+			if (t->pair_key[i] == key) {
+				error("%s: merge %u repeats merge %u", name, r, t->pair_rank[i]);
+				goto out;
+			}
+		t->pair_key[i] = key;
+		t->pair_rank[i] = r;
+	}
+	rc = 0;
+out:
+	free(made);
+	return rc;
+}
+
+/* Serialize with the hash field zero, then fill hash and crc. */
+void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
+{
+	size_t start = out->len;
+	unsigned char h[HDR_SIZE] = {0}, w[12];
+	memcpy(h, TOKENIZER_MAGIC, 8);
+	put_le32(h + 8, TOKENIZER_VERSION);
+	put_le32(h + 12, 0);
+	put_le32(h + 16, t->vocab);
+	put_le32(h + 20, t->nmerges);
+	put_le32(h + 24, t->nspecial);
+	put_le32(h + 28, t->eot);
+	put_le64(h + 32, t->off[t->vocab]);
+	buf_append(out, h, HDR_SIZE);
+	for (uint32_t i = 0; i < t->vocab; i++) {
+		put_le32(w, t->lens[i]);
+		buf_append(out, w, 4);
+	}
+	buf_append(out, t->bytes, t->off[t->vocab]);
+	for (uint32_t r = 0; r < t->nmerges; r++) {
+		for (int k = 0; k < 3; k++)
+			put_le32(w + 4 * k, t->merges[r][k]);
+		buf_append(out, w, 12);
+	}
+	for (uint32_t i = 0; i < t->nspecial; i++) {
+		put_le32(w, t->special[i]);
+		buf_append(out, w, 4);
+	}
+	unsigned char *p = out->data + start;
+	size_t n = out->len - start;
+	uint64_t hash = fnv1a64(FNV1A64_INIT, p + 8, 32);
+	hash = fnv1a64(hash, p + HDR_SIZE, n - HDR_SIZE);
+	put_le64(p + 40, hash);
+	put_le32(w, crc32c(0, p, n));
+	buf_append(out, w, 4);
+}
+
+static int tok_finish(struct tokenizer *t, const char *name)
+{
+	if (tok_init(t, name))
+		return -1;
+	struct buf b = {0};
+	tokenizer_serialize(t, &b);
+	t->hash = get_le64(b.data + 40);
+	buf_free(&b);
+	return 0;
+}
+
+int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+		    const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
+		    uint32_t nspecial, const uint32_t *special, uint32_t eot)
+{
+	*tok = NULL;
+	if (vocab > TOKENIZER_MAX_VOCAB || nmerges > TOKENIZER_MAX_VOCAB ||
+	    nspecial > TOKENIZER_MAX_VOCAB)
+		return error("tokenizer: sizes out of range (vocabulary %u)", vocab);
+	struct tokenizer *t = xcalloc(1, sizeof(*t));
+	t->vocab = vocab;
+	t->nmerges = nmerges;
+	t->nspecial = nspecial;
+	t->eot = eot;
+	t->lens = xmalloc(st_mult(vocab ? vocab : 1, 4));
+	memcpy(t->lens, lens, (size_t)vocab * 4);
+	size_t total = 0;
+	for (uint32_t i = 0; i < vocab; i++)
+		total = st_add(total, lens[i]);
+	t->bytes = xmalloc(total ? total : 1);
+	memcpy(t->bytes, bytes, total);
+	t->merges = xmalloc(st_mult(nmerges ? nmerges : 1, sizeof(*t->merges)));
+	memcpy(t->merges, merges, (size_t)nmerges * sizeof(*t->merges));
+	t->special = xmalloc(st_mult(nspecial ? nspecial : 1, 4));
+	memcpy(t->special, special, (size_t)nspecial * 4);
+	if (tok_finish(t, "tokenizer")) {
+		tokenizer_free(t);
+		return -1;
+	}
+	*tok = t;
+	return 0;
+}
+
+int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const char *name)
+{
+	const unsigned char *p = data;
+	*tok = NULL;
+	if (n < HDR_SIZE + 4)
+		return error("%s: truncated tokenizer file (%zu bytes)", name, n);
+	if (memcmp(p, TOKENIZER_MAGIC, 8))
+		return error("%s: not a tokenizer file (bad magic)", name);
+	uint32_t version = get_le32(p + 8);
+	if (version != TOKENIZER_VERSION)
+		return error("%s: unsupported tokenizer file version %u (expected %u)", name,
+			     version, TOKENIZER_VERSION);
+	if (get_le32(p + 12))
+		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
+	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
+	uint64_t L = get_le64(p + 32);
+	if (V > TOKENIZER_MAX_VOCAB || M > TOKENIZER_MAX_VOCAB || S > TOKENIZER_MAX_VOCAB ||
+	    L > ((uint64_t)1 << 40))
+		return error("%s: header sizes out of range (vocabulary %u, %u merges, %u special, "
+			     "%" PRIu64 " token bytes)", name, V, M, S, L);
+	uint64_t want = HDR_SIZE + 4ULL * V + L + 12ULL * M + 4ULL * S + 4;
+	if (want != n)
+		return error("%s: %s: %zu bytes, header says %" PRIu64, name,
+			     n < want ? "truncated" : "trailing bytes", n, want);
+	uint32_t crc = crc32c(0, p, n - 4);
+	if (crc != get_le32(p + n - 4))
+		return error("%s: checksum mismatch (crc32c %08x, stored %08x): file is corrupt",
+			     name, crc, get_le32(p + n - 4));
+	uint64_t hash = fnv1a64(FNV1A64_INIT, p + 8, 32);
+	hash = fnv1a64(hash, p + HDR_SIZE, n - 4 - HDR_SIZE);
+	if (hash != get_le64(p + 40))
+		return error("%s: identity hash mismatch: file is corrupt", name);
+
+	struct tokenizer *t = xcalloc(1, sizeof(*t));
+	t->vocab = V;
+	t->nmerges = M;
+	t->nspecial = S;
+	t->eot = get_le32(p + 28);
+	t->hash = hash;
+	const unsigned char *q = p + HDR_SIZE;
+	t->lens = xmalloc(st_mult(V ? V : 1, 4));
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < V; i++, q += 4) {
+		t->lens[i] = get_le32(q);
+		sum += t->lens[i];
+	}
+	if (sum != L) {
+		error("%s: token lengths add up to %" PRIu64 " bytes, header says %" PRIu64,
+		      name, sum, L);
+		goto fail;
+	}
+	t->bytes = xmalloc(L ? L : 1);
+	memcpy(t->bytes, q, L);
+	q += L;
+	t->merges = xmalloc(st_mult(M ? M : 1, sizeof(*t->merges)));
+	for (uint32_t r = 0; r < M; r++, q += 12)
+		for (int k = 0; k < 3; k++)
+			t->merges[r][k] = get_le32(q + 4 * k);
+	t->special = xmalloc(st_mult(S ? S : 1, 4));
+	for (uint32_t i = 0; i < S; i++, q += 4)
+		t->special[i] = get_le32(q);
+	if (tok_init(t, name))
+		goto fail;
+	*tok = t;
+	return 0;
+fail:
+	tokenizer_free(t);
+	return -1;
+}
+
+int tokenizer_load(struct tokenizer **tok, const char *path)
+{
+	struct buf b = {0};
+	*tok = NULL;
+	if (read_file(path, &b))
+		return -1;
+	int rc = tokenizer_load_mem(tok, b.data, b.len, path);
+	buf_free(&b);
+	return rc;
+}
+
+int tokenizer_save(const struct tokenizer *t, const char *path)
+{
+	struct buf b = {0};
+	struct atomic_file af;
+	tokenizer_serialize(t, &b);
+	int rc = -1;
+	if (atomic_open(&af, path))
+		goto out;
+	if (atomic_write(&af, b.data, b.len)) {
+		atomic_abort(&af);
+		goto out;
+	}
+	rc = atomic_commit(&af);
+out:
+	buf_free(&b);
+	return rc;
+}
+
+uint32_t tokenizer_vocab_size(const struct tokenizer *t) { return t->vocab; }
+uint32_t tokenizer_eot_id(const struct tokenizer *t) { return t->eot; }
+uint32_t tokenizer_nmerges(const struct tokenizer *t) { return t->nmerges; }
+uint64_t tokenizer_hash(const struct tokenizer *t) { return t->hash; }
+int tokenizer_is_special(const struct tokenizer *t, uint32_t id)
+{
+	return id < t->vocab && t->is_special[id];
+}
+
+const unsigned char *tokenizer_token(const struct tokenizer *t, uint32_t id, size_t *len)
+{
+	*len = t->lens[id];
+	return t->bytes + t->off[id];
+}
+
+/* ---- BPE on one pre-token ---- */
+
+/* sym[0..n) holds byte ids; merge in place, return the new count. */
+static size_t bpe_scan(const struct tokenizer *t, uint32_t *sym, size_t n)
+{
+	while (n > 1) {
+		uint32_t best = UINT32_MAX;
+		size_t at = 0;
+		for (size_t i = 0; i + 1 < n; i++) {
+			uint32_t r = pair_lookup(t, sym[i], sym[i + 1]);
+			if (r < best) {
+				best = r;
+				at = i;
+			}
+		}
+		if (best == UINT32_MAX)
+			break;
+		sym[at] = t->merges[best][2];
+		memmove(sym + at + 1, sym + at + 2, (n - at - 2) * sizeof(*sym));
+		n--;
+	}
+	return n;
+}
+
+struct heap_ent {
+	uint32_t rank, pos;
+};
+
+static inline int ent_less(struct heap_ent a, struct heap_ent b)
+{
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(struct heap_ent *h, size_t *n, struct heap_ent e)
+{
+	size_t i = (*n)++;
+	while (i && ent_less(e, h[(i - 1) / 2])) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = e;
+}
+
+static struct heap_ent heap_pop(struct heap_ent *h, size_t *n)
+{
+	struct heap_ent top = h[0], e = h[--*n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && ent_less(h[c + 1], h[c]))
+			c++;
+		if (!ent_less(h[c], e))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = e;
+	return top;
+}
+
+#define DEAD UINT32_MAX
+
+static size_t bpe_heap(const struct tokenizer *t, uint32_t *sym, size_t n)
+{
+	if (n < 2)
+		return n;
+	size_t *next = xmalloc(st_mult(n, sizeof(size_t)));
+	size_t *prev = xmalloc(st_mult(n, sizeof(size_t)));
+	/* at most n-1 initial pairs, two more per merge, n-1 merges */
+	struct heap_ent *h = xmalloc(st_mult(3 * n, sizeof(*h)));
+	size_t nh = 0;
+	for (size_t i = 0; i < n; i++) {
+		next[i] = i + 1; /* n: none */
+		prev[i] = i ? i - 1 : SIZE_MAX;
+	}
+	for (size_t i = 0; i + 1 < n; i++) {
+		uint32_t r = pair_lookup(t, sym[i], sym[i + 1]);
+		if (r != UINT32_MAX)
+			heap_push(h, &nh, (struct heap_ent){r, (uint32_t)i});
+	}
+	while (nh) {
+		struct heap_ent e = heap_pop(h, &nh);
+		size_t i = e.pos, j = next[i];
+		if (sym[i] == DEAD || j >= n || pair_lookup(t, sym[i], sym[j]) != e.rank)
+			continue;
+		sym[i] = t->merges[e.rank][2];
+		sym[j] = DEAD;
+		next[i] = next[j];
+		if (next[j] < n)
+			prev[next[j]] = i;
+		if (prev[i] != SIZE_MAX) {
+			uint32_t r = pair_lookup(t, sym[prev[i]], sym[i]);
+			if (r != UINT32_MAX)
+				heap_push(h, &nh, (struct heap_ent){r, (uint32_t)prev[i]});
+		}
+		if (next[i] < n) {
+			uint32_t r = pair_lookup(t, sym[i], sym[next[i]]);
+			if (r != UINT32_MAX)
+				heap_push(h, &nh, (struct heap_ent){r, (uint32_t)i});
+		}
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < n; i = next[i])
+		sym[m++] = sym[i];
+	free(next);
+	free(prev);
+	free(h);
+	return m;
+}
+
+#define SCAN_MAX 64 /* pieces up to this many bytes use bpe_scan */
+
+/* Encode one pre-token s[0..n) into out; returns the count. */
+static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, size_t n,
+			   uint32_t *out)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = t->byte_id[s[i]];
+	if (n <= SCAN_MAX)
+		return bpe_scan(t, out, n);
+	if (n > UINT32_MAX)
+		return n; /* positions are 32-bit; never reached by real pieces */
+	return bpe_heap(t, out, n);
+}
+
+/* For tests: method 0 scan, 1 heap. */
+size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, uint32_t *out,
+			   int method);
+size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, uint32_t *out,
+			   int method)
+{
+	const unsigned char *p = s;
+	for (size_t i = 0; i < n; i++)
+		out[i] = t->byte_id[p[i]];
+	return method ? bpe_heap(t, out, n) : bpe_scan(t, out, n);
+}
+
+size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	size_t pos = 0, nout = 0;
+	while (pos < len) {
+		size_t l = pretok_next(s + pos, len - pos);
+		nout += encode_piece(t, s + pos, l, out + nout);
+		pos += l;
+	}
+	return nout;
+}
+
+/* ---- the pre-token cache ---- */
+
+#define CACHE_BITS 16
+#define CACHE_MAX_PIECE 32
+
+struct cache_slot {
+	uint64_t hash; /* 0: empty */
+	uint32_t woff, ioff;
+	uint8_t wlen, nids;
+};
+
+struct tok_cache {
+	struct cache_slot *slots;
+	size_t used;
+	struct buf words;
+	uint32_t *ids;
+	size_t nids, cap;
+};
+
+struct tok_cache *tok_cache_new(const struct tokenizer *t)
+{
+	(void)t;
+	struct tok_cache *c = xcalloc(1, sizeof(*c));
+	c->slots = xcalloc((size_t)1 << CACHE_BITS, sizeof(*c->slots));
+	c->cap = (size_t)1 << (CACHE_BITS + 2);
+	c->ids = xmalloc(c->cap * sizeof(*c->ids));
+	buf_reserve(&c->words, c->cap);
+	return c;
+}
+
+void tok_cache_free(struct tok_cache *c)
+{
+	if (!c)
+		return;
+	free(c->slots);
+	free(c->ids);
+	buf_free(&c->words);
+	free(c);
+}
+
+static void cache_clear(struct tok_cache *c)
+{
+	memset(c->slots, 0, ((size_t)1 << CACHE_BITS) * sizeof(*c->slots));
+	c->used = 0;
+	c->words.len = 0;
+	c->nids = 0;
+}
+
+static inline uint64_t piece_hash(const unsigned char *s, size_t n)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	uint64_t w = 0;
+	memcpy(&w, s + i, n - i);
+	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 29;
+	return h | 1;
+}
+
+size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
+			       const void *text, size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
+	size_t pos = 0, nout = 0;
+	while (pos < len) {
+		size_t l = pretok_next(s + pos, len - pos);
+		const unsigned char *w = s + pos;
+		pos += l;
+		if (l == 1) {
+			out[nout++] = t->byte_id[w[0]];
+			continue;
+		}
+		if (l > CACHE_MAX_PIECE) {
+			nout += encode_piece(t, w, l, out + nout);
+			continue;
+		}
+		uint64_t h = piece_hash(w, l);
+		size_t i = h & mask;
+		struct cache_slot *sl;
+		for (;; i = (i + 1) & mask) {
+			sl = &c->slots[i];
+			if (!sl->hash)
+				break;
+			if (sl->hash == h && sl->wlen == l &&
+			    !memcmp(c->words.data + sl->woff, w, l)) {
+				memcpy(out + nout, c->ids + sl->ioff, sl->nids * sizeof(*out));
+				nout += sl->nids;
+				goto next;
+			}
+		}
+		size_t k = encode_piece(t, w, l, out + nout);
+		if (c->used * 2 >= mask || c->nids + k > c->cap) {
+			cache_clear(c);
+			for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+				;
+			sl = &c->slots[i];
+		}
+		sl->hash = h;
+		sl->wlen = (uint8_t)l;
+		sl->nids = (uint8_t)k;
+		sl->woff = (uint32_t)c->words.len;
+		sl->ioff = (uint32_t)c->nids;
+		buf_append(&c->words, w, l);
+		memcpy(c->ids + c->nids, out + nout, k * sizeof(*out));
+		c->nids += k;
+		c->used++;
+		nout += k;
+next:;
+	}
+	return nout;
+}
+
+int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
+		     struct buf *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+		if (id >= t->vocab)
+			return error("token id %u out of range (vocabulary %u)", id, t->vocab);
+		if ((flags & TOK_DECODE_SKIP_SPECIAL) && t->is_special[id])
+			continue;
+		buf_append(out, t->bytes + t->off[id], t->lens[id]);
+	}
+	return 0;
+}
+
+/* Print bytes as a C-like quoted string. */
+static void print_quoted(FILE *out, const unsigned char *p, size_t n)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < n; i++) {
+		unsigned c = p[i];
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", out);
+		else if (c == '\t')
+			fputs("\\t", out);
+		else if (c < 0x20 || c >= 0x7f)
+			fprintf(out, "\\x%02x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+int tokenizer_inspect(const char *path, FILE *out)
+{
+	struct buf b = {0};
+	struct tokenizer *t;
+	if (read_file(path, &b))
+		return -1;
+	if (tokenizer_load_mem(&t, b.data, b.len, path)) {
+		buf_free(&b);
+		return -1;
+	}
+	fprintf(out, "%s: asyncpp tokenizer, format version %u, %zu bytes\n", path,
+		TOKENIZER_VERSION, b.len);
+	fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n", t->vocab,
+		t->nmerges, t->nspecial);
+	fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n", unicode_tables_version);
+	fprintf(out, "token bytes:    %" PRIu64 "\n", t->off[t->vocab]);
+	uint32_t longest = 0;
+	for (uint32_t i = 0; i < t->vocab; i++)
+		if (!t->is_special[i] && t->lens[i] > t->lens[longest])
+			longest = i;
+	fprintf(out, "longest token:  %u (%u bytes) ", longest, t->lens[longest]);
+	print_quoted(out, t->bytes + t->off[longest], t->lens[longest]);
+	fputc('\n', out);
+	for (uint32_t i = 0; i < t->nspecial; i++) {
+		uint32_t id = t->special[i];
+		fprintf(out, "special token:  %u ", id);
+		print_quoted(out, t->bytes + t->off[id], t->lens[id]);
+		fprintf(out, "%s\n", id == t->eot ? " (end of text)" : "");
+	}
+	for (uint32_t r = 0; r < t->nmerges && r < 5; r++) {
+		const uint32_t *m = t->merges[r];
+		fprintf(out, "merge %-8u %u ", r, m[0]);
+		print_quoted(out, t->bytes + t->off[m[0]], t->lens[m[0]]);
+		fprintf(out, " + %u ", m[1]);
+		print_quoted(out, t->bytes + t->off[m[1]], t->lens[m[1]]);
+		fprintf(out, " -> %u\n", m[2]);
+	}
+	fprintf(out, "hash:           %016" PRIx64 "\n", t->hash);
+	fprintf(out, "checksum:       crc32c %08x ok\n", get_le32(b.data + b.len - 4));
+	tokenizer_free(t);
+	buf_free(&b);
+	return 0;
+}

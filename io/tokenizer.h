@@ -1,0 +1,97 @@
+/* tokenizer.h - byte-level BPE tokenizer: file format, encoding, decoding.
+ *
+ * Tokens are byte strings; ids run from 0 to vocab_size-1. Every tokenizer
+ * has the 256 single-byte tokens (so any bytes encode losslessly), one token
+ * per merge, and special tokens such as <|endoftext|> that plain text never
+ * produces. Text is pre-tokenized as GPT-2 does (io/pretok.h), then merges
+ * are applied within each piece in rank order.
+ *
+ * The file format (magic "ASYNCTOK", version 1, crc32c) is documented byte by
+ * byte in asyncpp-formats(5). Readers check everything before use.
+ */
+#ifndef ASYNCPP_TOKENIZER_H
+#define ASYNCPP_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util.h"
+
+#define TOKENIZER_MAGIC "ASYNCTOK"
+#define TOKENIZER_VERSION 1
+#define TOKENIZER_MAX_VOCAB (1u << 24)
+#define TOKENIZER_NO_ID UINT32_MAX
+#define TOKENIZER_EOT "<|endoftext|>"
+
+struct tokenizer;
+
+/* Load and validate a tokenizer file (or bytes in memory; name is used in
+ * messages). Returns 0, or -1 after error() naming the file. */
+int tokenizer_load(struct tokenizer **tok, const char *path);
+int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t len, const char *name);
+/* Write atomically. */
+int tokenizer_save(const struct tokenizer *tok, const char *path);
+/* The file's bytes, as tokenizer_save writes them. */
+void tokenizer_serialize(const struct tokenizer *tok, struct buf *out);
+void tokenizer_free(struct tokenizer *tok);
+
+/* Build from parts (the trainer and the GPT-2 importer). lens[vocab] are the
+ * token lengths, bytes their concatenation; merges[nmerges][3] are (left,
+ * right, result) in rank order; special[nspecial] the special ids; eot the
+ * <|endoftext|> id or TOKENIZER_NO_ID. Validated exactly as a loaded file. */
+int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+		    const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
+		    uint32_t nspecial, const uint32_t *special, uint32_t eot);
+
+uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
+uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */
+uint32_t tokenizer_nmerges(const struct tokenizer *tok);
+/* 64-bit identity of the vocabulary and merges (FNV-1a, see the format). */
+uint64_t tokenizer_hash(const struct tokenizer *tok);
+/* Bytes of token id (id < vocab size). */
+const unsigned char *tokenizer_token(const struct tokenizer *tok, uint32_t id, size_t *len);
+int tokenizer_is_special(const struct tokenizer *tok, uint32_t id);
+
+/* Encode len bytes of text into out, which must have room for len ids (a
+ * token is at least one byte). Returns the number of ids. Special tokens are
+ * never produced from text: "<|endoftext|>" in the text is plain text.
+ * Thread-safe on a shared tokenizer. */
+size_t tokenizer_encode(const struct tokenizer *tok, const void *text, size_t len, uint32_t *out);
+
+/* The same with a cache of encoded pre-tokens, much faster on real text.
+ * One cache per thread. */
+struct tok_cache;
+struct tok_cache *tok_cache_new(const struct tokenizer *tok);
+void tok_cache_free(struct tok_cache *c);
+size_t tokenizer_encode_cached(const struct tokenizer *tok, struct tok_cache *c,
+			       const void *text, size_t len, uint32_t *out);
+
+/* Append the bytes of ids to out. With TOK_DECODE_SKIP_SPECIAL special
+ * tokens produce nothing. Returns 0, or -1 (error()) on an id >= vocab. */
+#define TOK_DECODE_SKIP_SPECIAL 1
+int tokenizer_decode(const struct tokenizer *tok, const uint32_t *ids, size_t n, int flags,
+		     struct buf *out);
+
+/* Print what a tokenizer file holds; verify it. Returns 0, or -1 when it is
+ * unreadable or corrupt (the reason goes through error()). */
+int tokenizer_inspect(const char *path, FILE *out);
+
+/* BPE training (io/bpe_train.c): learn vocab-257 merges from text, the
+ * pre-tokenized words of all texts, then add <|endoftext|>. Deterministic:
+ * the most frequent pair wins, ties go to the smallest (left, right) ids.
+ * Returns 0, or -1 after error(). */
+struct bpe_train_opts {
+	uint32_t vocab_size; /* >= 257 */
+	int verbose;         /* progress on stderr */
+};
+struct bpe_counter;
+struct bpe_counter *bpe_counter_new(void);
+void bpe_counter_add(struct bpe_counter *c, const void *text, size_t len);
+void bpe_counter_free(struct bpe_counter *c);
+int bpe_train(struct tokenizer **tok, struct bpe_counter *c, const struct bpe_train_opts *o);
+
+/* GPT-2 import (io/gpt2_import.c): encoder.json + vocab.bpe. */
+int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vocab_bpe);
+
+#endif
