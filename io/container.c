@@ -206,6 +206,17 @@ int container_chunk_write(struct container_writer *w, const void *data, size_t n
 	return chunk_feed(w, data, n, ZSTD_e_continue);
 }
 
+/* Record the chunk whose frame has just been completed. */
+static void chunk_record(struct container_writer *w)
+{
+	if (w->n == w->cap) {
+		w->cap = w->cap ? 2 * w->cap : 64;
+		w->entries = xrealloc(w->entries, st_mult(w->cap, sizeof(*w->entries)));
+	}
+	w->entries[w->n++] = w->cur;
+	w->in_chunk = 0;
+}
+
 int container_chunk_end(struct container_writer *w)
 {
 	if (w->failed)
@@ -217,12 +228,7 @@ int container_chunk_end(struct container_writer *w)
 	}
 	if (chunk_feed(w, NULL, 0, ZSTD_e_end))
 		return -1;
-	if (w->n == w->cap) {
-		w->cap = w->cap ? 2 * w->cap : 64;
-		w->entries = xrealloc(w->entries, st_mult(w->cap, sizeof(*w->entries)));
-	}
-	w->entries[w->n++] = w->cur;
-	w->in_chunk = 0;
+	chunk_record(w);
 	return 0;
 }
 
@@ -234,7 +240,8 @@ int container_add_chunk(struct container_writer *w, const void *data, size_t n)
 	w->got = n;
 	if (chunk_feed(w, data, n, ZSTD_e_end))
 		return -1;
-	return container_chunk_end(w);
+	chunk_record(w);
+	return 0;
 }
 
 static void writer_free(struct container_writer *w)

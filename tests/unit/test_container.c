@@ -1,0 +1,371 @@
+/* test_container.c - the zstd container: round trips, streaming chunks,
+ * zstd compatibility, atomic writes and rejected corruption. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../io/container.h"
+#include "../../io/util.h"
+#include "../test.h"
+
+static char *tpath(const char *name)
+{
+	static char p[8][512];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
+	return p[k];
+}
+
+/* Chunk i of a test container: mixes random and repetitive bytes. */
+static size_t make_chunk(int i, unsigned char *out, size_t max)
+{
+	static const size_t sizes[] = {1000, 0, 1, 300000, 77, 5000};
+	size_t n = sizes[i % 6];
+	if (n > max)
+		n = max;
+	uint64_t rng = 1234 + (uint64_t)i;
+	for (size_t j = 0; j < n; j++)
+		out[j] = (j / 64) % 2 ? (unsigned char)rng_next(&rng) : (unsigned char)(j % 7);
+	return n;
+}
+
+static int write_file(const char *path, const void *p, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	if (!fp)
+		return -1;
+	int rc = fwrite(p, 1, n, fp) == n ? 0 : -1;
+	return fclose(fp) || rc;
+}
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+	return !stat(path, &st);
+}
+
+TEST(round_trip)
+{
+	const char *path = tpath("rt.bin");
+	struct container_writer *w;
+	const char hdr[] = "caller header blob";
+	CHECK(container_create(&w, path, "TESTMAGC", 3, hdr, sizeof(hdr), 0) == 0);
+	unsigned char *data = xmalloc(300000), *back = xmalloc(300000);
+	for (int i = 0; i < 6; i++) {
+		size_t n = make_chunk(i, data, 300000);
+		CHECK(container_add_chunk(w, data, n) == 0);
+	}
+	CHECK(container_writer_nchunks(w) == 6);
+	CHECK(container_commit(w) == 0);
+
+	struct container *c;
+	CHECK(container_open(&c, path, "TESTMAGC", "test file") == 0);
+	CHECK(container_version(c) == 3);
+	CHECK(!memcmp(container_magic(c), "TESTMAGC", 8));
+	size_t hl;
+	const void *h = container_header(c, &hl);
+	CHECK(hl == sizeof(hdr) && !memcmp(h, hdr, hl));
+	CHECK(container_nchunks(c) == 6);
+	/* read them out of order: each chunk stands alone */
+	for (int k = 0; k < 6; k++) {
+		int i = (k * 5 + 3) % 6;
+		size_t n = make_chunk(i, data, 300000);
+		CHECK(container_chunk_size(c, i) == n);
+		memset(back, 0xAB, n);
+		CHECK(container_read_chunk(c, i, back) == 0);
+		CHECK(!memcmp(back, data, n));
+	}
+	CHECK(container_verify(c) == 0);
+	set_error_quiet(1);
+	CHECK(container_read_chunk(c, 6, back) == -1);
+	set_error_quiet(0);
+	container_close(c);
+	free(data);
+	free(back);
+}
+
+TEST(streamed_chunk_equals_whole)
+{
+	const char *path = tpath("stream.bin");
+	size_t n = 400000;
+	unsigned char *data = xmalloc(n), *back = xmalloc(n);
+	uint64_t rng = 7;
+	for (size_t j = 0; j < n; j++)
+		data[j] = (unsigned char)(rng_next(&rng) % 13);
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "STREAMED", 1, NULL, 0, 1) == 0);
+	CHECK(container_chunk_begin(w, n) == 0);
+	for (size_t off = 0; off < n; off += 9999)
+		CHECK(container_chunk_write(w, data + off, MIN((size_t)9999, n - off)) == 0);
+	CHECK(container_chunk_end(w) == 0);
+	CHECK(container_add_chunk(w, data, 1000) == 0);
+	CHECK(container_commit(w) == 0);
+	struct container *c;
+	CHECK(container_open(&c, path, "STREAMED", NULL) == 0);
+	CHECK(container_nchunks(c) == 2 && container_chunk_size(c, 0) == n);
+	CHECK(container_read_chunk(c, 0, back) == 0 && !memcmp(back, data, n));
+	CHECK(container_read_chunk(c, 1, back) == 0 && !memcmp(back, data, 1000));
+	container_close(c);
+	free(data);
+	free(back);
+}
+
+TEST(streamed_chunk_wrong_length_is_an_error)
+{
+	const char *path = tpath("short.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "STREAMED", 1, NULL, 0, 0) == 0);
+	set_error_quiet(1);
+	CHECK(container_chunk_begin(w, 10) == 0);
+	CHECK(container_chunk_write(w, "abcde", 5) == 0);
+	CHECK(container_chunk_end(w) == -1);
+	CHECK(container_commit(w) == -1);
+	set_error_quiet(0);
+	CHECK(!file_exists(path));
+}
+
+TEST(threads_round_trip)
+{
+	const char *path = tpath("mt.bin");
+	size_t n = 3 << 20;
+	unsigned char *data = xmalloc(n), *back = xmalloc(n);
+	uint64_t rng = 99;
+	for (size_t j = 0; j < n; j++)
+		data[j] = (unsigned char)(rng_next(&rng) % 5);
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "THREADED", 1, "x", 1, 1) == 0);
+	CHECK(container_set_threads(w, 2) == 0);
+	CHECK(container_add_chunk(w, data, n) == 0);
+	CHECK(container_commit(w) == 0);
+	struct container *c;
+	CHECK(container_open(&c, path, "THREADED", NULL) == 0);
+	CHECK(container_read_chunk(c, 0, back) == 0 && !memcmp(back, data, n));
+	container_close(c);
+	free(data);
+	free(back);
+}
+
+TEST(set_header_is_written_at_commit)
+{
+	const char *path = tpath("sethdr.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "SETHEADR", 2, "00000000", 8, 0) == 0);
+	CHECK(container_add_chunk(w, "hello", 5) == 0);
+	set_error_quiet(1);
+	CHECK(container_set_header(w, "123", 3) == -1);
+	set_error_quiet(0);
+	CHECK(container_set_header(w, "12345678", 8) == 0);
+	CHECK(container_commit(w) == 0);
+	struct container *c;
+	CHECK(container_open(&c, path, "SETHEADR", NULL) == 0);
+	size_t hl;
+	const char *h = container_header(c, &hl);
+	CHECK(hl == 8 && !memcmp(h, "12345678", 8));
+	char back[5];
+	CHECK(container_read_chunk(c, 0, back) == 0 && !memcmp(back, "hello", 5));
+	container_close(c);
+}
+
+/* zstd's own tool must accept the file, and decompress it to the chunks. */
+TEST(zstd_cli_accepts_container)
+{
+	if (system("zstd --version > /dev/null 2>&1"))
+		SKIP("no zstd program");
+	const char *path = tpath("cli.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "ZSTDTEST", 1, "hdr", 3, 0) == 0);
+	unsigned char *data = xmalloc(300000);
+	struct buf all = {0};
+	for (int i = 0; i < 6; i++) {
+		size_t n = make_chunk(i, data, 300000);
+		CHECK(container_add_chunk(w, data, n) == 0);
+		buf_append(&all, data, n);
+	}
+	CHECK(container_commit(w) == 0);
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "zstd -q -t '%s'", path);
+	CHECK(system(cmd) == 0);
+	const char *out = tpath("cli.out");
+	snprintf(cmd, sizeof(cmd), "zstd -q -d -c '%s' > '%s'", path, out);
+	CHECK(system(cmd) == 0);
+	struct buf got = {0};
+	CHECK(read_file(out, &got) == 0);
+	CHECK(got.len == all.len && !memcmp(got.data, all.data, all.len));
+	buf_free(&got);
+	buf_free(&all);
+	free(data);
+}
+
+TEST(abort_leaves_destination_untouched)
+{
+	const char *path = tpath("keep.bin");
+	CHECK(write_file(path, "old contents", 12) == 0);
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "ABORTING", 1, NULL, 0, 0) == 0);
+	CHECK(container_add_chunk(w, "new", 3) == 0);
+	container_abort(w);
+	struct buf b = {0};
+	CHECK(read_file(path, &b) == 0);
+	CHECK(b.len == 12 && !memcmp(b.data, "old contents", 12));
+	buf_free(&b);
+	char tmp[600];
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	CHECK(!file_exists(tmp));
+}
+
+TEST(wrong_magic_and_any_magic)
+{
+	const char *path = tpath("magic.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "MAGIC_AA", 1, NULL, 0, 0) == 0);
+	CHECK(container_commit(w) == 0);
+	struct container *c;
+	set_error_quiet(1);
+	CHECK(container_open(&c, path, "MAGIC_BB", "widget") == -1);
+	set_error_quiet(0);
+	CHECK(strstr(last_error(), "not an asyncpp widget (bad magic)"));
+	CHECK(container_open(&c, path, NULL, NULL) == 0);
+	CHECK(!memcmp(container_magic(c), "MAGIC_AA", 8));
+	CHECK(container_nchunks(c) == 0 && container_data_size(c) == 0);
+	container_close(c);
+	char m[8];
+	CHECK(container_peek(path, m) == 1 && !memcmp(m, "MAGIC_AA", 8));
+	const char *txt = tpath("text.txt");
+	CHECK(write_file(txt, "just some text, long enough", 27) == 0);
+	CHECK(container_peek(txt, m) == 0);
+	set_error_quiet(1);
+	CHECK(container_open(&c, txt, NULL, "shard") == -1);
+	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
+	CHECK(container_open(&c, tpath("missing"), NULL, NULL) == -1);
+	CHECK(strstr(last_error(), "No such file"));
+	set_error_quiet(0);
+}
+
+TEST(newer_layout_version_is_rejected)
+{
+	const char *path = tpath("layout.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "LAYOUTVV", 1, "ab", 2, 0) == 0);
+	CHECK(container_commit(w) == 0);
+	struct buf b = {0};
+	CHECK(read_file(path, &b) == 0);
+	/* layout version at byte 20; the header crc32c follows the blob */
+	put_le32(b.data + 20, 9);
+	put_le32(b.data + 30, crc32c(0, b.data + 8, 22));
+	CHECK(write_file(path, b.data, b.len) == 0);
+	buf_free(&b);
+	struct container *c;
+	set_error_quiet(1);
+	CHECK(container_open(&c, path, "LAYOUTVV", NULL) == -1);
+	set_error_quiet(0);
+	CHECK(strstr(last_error(), "layout version 9 is newer than this asyncpp supports (1)"));
+}
+
+/* Open, verify and read every chunk; 0 only if all succeed and every chunk
+ * equals the original. */
+static int read_all_ok(const char *path, const struct buf *chunks, int nchunks)
+{
+	struct container *c;
+	if (container_open(&c, path, "CORRUPTX", NULL))
+		return -1;
+	int rc = 0;
+	if (container_nchunks(c) != (uint64_t)nchunks || container_version(c) != 1)
+		rc = 1;
+	for (int i = 0; i < nchunks && !rc; i++) {
+		unsigned char out[256];
+		if (container_chunk_size(c, i) != chunks[i].len)
+			rc = 1;
+		else if (container_read_chunk(c, i, out))
+			rc = -1;
+		else if (memcmp(out, chunks[i].data, chunks[i].len))
+			rc = 1;
+	}
+	if (!rc && container_verify(c))
+		rc = -1;
+	container_close(c);
+	return rc;
+}
+
+/* Every single-byte change and every truncation of a small container is
+ * reported as an error: no byte goes unchecked. */
+TEST(every_flipped_byte_and_truncation_is_rejected)
+{
+	const char *path = tpath("orig.bin"), *bad = tpath("bad.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "CORRUPTX", 1, "hdr!", 4, 0) == 0);
+	struct buf chunks[3] = {{0}};
+	const char *text[3] = {"the first chunk, the first chunk", "", "third"};
+	for (int i = 0; i < 3; i++) {
+		buf_append(&chunks[i], text[i], strlen(text[i]));
+		CHECK(container_add_chunk(w, text[i], strlen(text[i])) == 0);
+	}
+	CHECK(container_commit(w) == 0);
+	struct buf orig = {0};
+	CHECK(read_file(path, &orig) == 0);
+	CHECK(orig.len < 400);
+	CHECK(read_all_ok(path, chunks, 3) == 0);
+	set_error_quiet(1);
+	int accepted = -1, wrong = -1;
+	for (size_t pos = 0; pos < orig.len && accepted < 0 && wrong < 0; pos++) {
+		for (int bit = 0; bit < 8; bit += 3) {
+			orig.data[pos] ^= (unsigned char)(1u << bit);
+			CHECK(write_file(bad, orig.data, orig.len) == 0);
+			orig.data[pos] ^= (unsigned char)(1u << bit);
+			int r = read_all_ok(bad, chunks, 3);
+			if (r == 0)
+				accepted = (int)pos;
+			if (r == 1)
+				wrong = (int)pos;
+		}
+	}
+	for (size_t len = 0; len < orig.len && accepted < 0; len++) {
+		CHECK(write_file(bad, orig.data, len) == 0);
+		if (read_all_ok(bad, chunks, 3) != -1)
+			accepted = (int)(100000 + len);
+	}
+	set_error_quiet(0);
+	CHECK_MSG(wrong < 0, "byte %d flipped gave wrong data", wrong);
+	CHECK_MSG(accepted < 0, "corruption at %d went unnoticed", accepted);
+	for (int i = 0; i < 3; i++)
+		buf_free(&chunks[i]);
+	buf_free(&orig);
+}
+
+TEST(corruption_messages_name_the_file_and_problem)
+{
+	const char *path = tpath("msg.bin");
+	struct container_writer *w;
+	CHECK(container_create(&w, path, "MESSAGES", 1, NULL, 0, 0) == 0);
+	for (int i = 0; i < 4; i++)
+		CHECK(container_add_chunk(w, "some chunk data", 15) == 0);
+	CHECK(container_commit(w) == 0);
+	struct buf b = {0};
+	CHECK(read_file(path, &b) == 0);
+	struct container *c;
+	CHECK(container_open(&c, path, "MESSAGES", NULL) == 0);
+	uint64_t off3 = 8 + 24; /* header frame, no blob */
+	for (int i = 0; i < 3; i++)
+		off3 += container_chunk_csize(c, i);
+	container_close(c);
+	b.data[off3 + 10] ^= 0x20;
+	CHECK(write_file(path, b.data, b.len) == 0);
+	set_error_quiet(1);
+	CHECK(container_open(&c, path, "MESSAGES", NULL) == 0);
+	char out[15];
+	CHECK(container_read_chunk(c, 2, out) == 0);
+	CHECK(container_read_chunk(c, 3, out) == -1);
+	CHECK(strstr(last_error(), "chunk 3 checksum mismatch (file is corrupt)"));
+	CHECK(strstr(last_error(), path));
+	CHECK(container_verify(c) == -1);
+	container_close(c);
+	CHECK(write_file(path, b.data, b.len - 3) == 0);
+	CHECK(container_open(&c, path, "MESSAGES", NULL) == -1);
+	CHECK(strstr(last_error(), "truncated"));
+	CHECK(write_file(path, b.data, 10) == 0);
+	CHECK(container_open(&c, path, "MESSAGES", NULL) == -1);
+	CHECK(strstr(last_error(), "truncated"));
+	set_error_quiet(0);
+	buf_free(&b);
+}
