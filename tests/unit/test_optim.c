@@ -1,0 +1,915 @@
+/* test_optim.c - optimizers, error feedback and the lr schedule against
+ * scalar references written here independently of the backend. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../io/util.h"
+#include "../../optim/optim.h"
+#include "../test.h"
+
+#ifndef OPTIM_TEST_BACKEND
+#define OPTIM_TEST_BACKEND backend_cpu
+#endif
+extern const struct backend OPTIM_TEST_BACKEND;
+static const struct backend *const be = &OPTIM_TEST_BACKEND;
+
+/* The CPU backend's optimizer kernels land separately; until then skip. */
+#define NEED_BACKEND()                                                          \
+	do {                                                                    \
+		if (!be->alloc || !be->free || !be->copy || !be->adamw_dir ||   \
+		    !be->lion_dir || !be->momentum || !be->newton_schulz ||     \
+		    !be->apply_update || !be->sumsq || !be->scale)              \
+			SKIP("backend lacks optimizer operations");             \
+	} while (0)
+
+/* ---- fixtures ---- */
+
+/* [optim] keys set by hand (the config defaults, without io/config.c). */
+static void test_config(struct config *cfg, const char *name)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->optim_name = (char *)name;
+	cfg->optim_lr = 0.01;
+	cfg->optim_min_lr_ratio = 0.1;
+	cfg->optim_warmup = 10;
+	cfg->optim_decay = (char *)"cosine";
+	cfg->optim_wsd_decay_frac = 0.2;
+	cfg->optim_weight_decay = 0.1;
+	cfg->optim_beta1 = 0.9;
+	cfg->optim_beta2 = 0.95;
+	cfg->optim_eps = 1e-8;
+	cfg->optim_momentum = 0.9;
+	cfg->optim_nesterov = 1;
+	cfg->optim_ns_steps = 5;
+	cfg->optim_muon_scale = (char *)"rms";
+	cfg->optim_correction = (char *)"none";
+	cfg->optim_ef_lambda = 1.0;
+	cfg->optim_ef_groups = (char *)"all";
+	cfg->train_steps = 110;
+}
+
+#define MAX_T 4
+
+/* A fake model (no model/ code) of up to MAX_T tensors laid out back to
+ * back; the stage holds all of them. */
+struct fixture {
+	struct model m;
+	struct param_info info[MAX_T];
+	struct stage_param sp[MAX_T];
+	size_t numel;
+};
+
+static void fx_add(struct fixture *fx, const char *name, int rows, int cols, int group, int decay)
+{
+	struct param_info *pi = &fx->info[fx->m.n_params];
+	struct stage_param *sp = &fx->sp[fx->m.n_params];
+
+	memset(pi, 0, sizeof(*pi));
+	snprintf(pi->name, sizeof(pi->name), "%s", name);
+	pi->rows = rows;
+	pi->cols = cols;
+	pi->numel = (size_t)rows * (size_t)(cols ? cols : 1);
+	pi->offset = fx->numel;
+	pi->group = group;
+	pi->decay = decay;
+	sp->global = fx->m.n_params;
+	sp->offset = fx->numel;
+	sp->tied_copy = 0;
+	fx->numel += pi->numel;
+	fx->m.n_params++;
+	fx->m.params = fx->info;
+	fx->m.numel = fx->numel;
+}
+
+/* The small fixture: a 2x3 hidden matrix (decayed) and a 3-vector. */
+static void fx_small(struct fixture *fx)
+{
+	memset(fx, 0, sizeof(*fx));
+	fx_add(fx, "h.0.qkvw", 2, 3, GROUP_MATRIX, 1);
+	fx_add(fx, "h.0.ln1w", 3, 0, GROUP_OTHER, 0);
+}
+
+static float *falloc(size_t n)
+{
+	return xcalloc(n, sizeof(float));
+}
+
+/* Backend copies of host arrays (the CPU backend's memory is host memory,
+ * but go through the table anyway). */
+static float *be_floats(const float *host, size_t n)
+{
+	float *p = be->alloc(n * sizeof(float));
+
+	if (host)
+		be->copy(p, host, n * sizeof(float));
+	return p;
+}
+
+/* Deterministic gradient of step t (1-based), element i. */
+static float grad_of(int t, size_t i)
+{
+	return 0.5f * (float)sin(1.0 + 0.7 * (double)i + 2.3 * (double)t);
+}
+
+static void init_weights(float *w, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		w[i] = 1.0f - 0.1f * (float)i;
+}
+
+/* Run `steps` steps of optimizer cfg on the fixture from init_weights and
+ * grad_of, constant lr; weights end in w_out[numel]. */
+static int run_steps(const struct config *cfg, const struct fixture *fx, int steps, float lr,
+		     float *w_out)
+{
+	struct optimizer o;
+	float *w, *g, *hg = falloc(fx->numel);
+	int t;
+	size_t i;
+
+	if (optim_init(&o, be, cfg, &fx->m, fx->sp, fx->m.n_params, fx->numel)) {
+		free(hg);
+		return -1;
+	}
+	init_weights(hg, fx->numel);
+	w = be_floats(hg, fx->numel);
+	g = be_floats(NULL, fx->numel);
+	for (t = 1; t <= steps; t++) {
+		for (i = 0; i < fx->numel; i++)
+			hg[i] = grad_of(t, i);
+		be->copy(g, hg, fx->numel * sizeof(float));
+		optim_step(&o, w, g, lr, t);
+	}
+	be->copy(w_out, w, fx->numel * sizeof(float));
+	be->free(w);
+	be->free(g);
+	optim_free(&o);
+	free(hg);
+	return 0;
+}
+
+/* ---- scalar references (one element at a time) ---- */
+
+struct ref {
+	float m, v, w;
+};
+
+static float ref_adamw(struct ref *r, float g, float lr, int t, float wd)
+{
+	const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+	double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+	float u;
+
+	r->m = b1 * r->m + (1 - b1) * g;
+	r->v = b2 * r->v + (1 - b2) * g * g;
+	u = (float)(-lr * (r->m / bc1) / (sqrt(r->v / bc2) + eps));
+	r->w = r->w * (1 - lr * wd) + u;
+	return u;
+}
+
+static float ref_lion(struct ref *r, float g, float lr, float wd)
+{
+	const float b1 = 0.9f, b2 = 0.95f;
+	float c = b1 * r->m + (1 - b1) * g;
+	float u = c > 0 ? -lr : c < 0 ? lr : 0.0f;
+
+	r->m = b2 * r->m + (1 - b2) * g;
+	r->w = r->w * (1 - lr * wd) + u;
+	return u;
+}
+
+/* momentum buffer r->m; returns the (Nesterov) output, not times -lr */
+static float ref_momentum(struct ref *r, float g, float mu, int nesterov)
+{
+	r->m = mu * r->m + g;
+	return nesterov ? g + mu * r->m : r->m;
+}
+
+static int close_rel(double a, double b, double tol)
+{
+	return fabs(a - b) <= tol * fmax(1.0, fabs(b));
+}
+
+/* ---- each optimizer against its reference ---- */
+
+TEST(adamw_matches_reference)
+{
+	struct config cfg;
+	struct fixture fx;
+	struct ref r[16];
+	float w[16];
+	int wdi, t;
+	size_t i;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (wdi = 0; wdi < 2; wdi++) {
+		float wd = wdi ? 0.1f : 0.0f;
+
+		test_config(&cfg, "adamw");
+		cfg.optim_weight_decay = wd;
+		for (t = 1; t <= 3; t++) {
+			CHECK(run_steps(&cfg, &fx, t, 0.01f, w) == 0);
+			for (i = 0; i < fx.numel; i++) {
+				if (t == 1) {
+					r[i].m = r[i].v = 0;
+					r[i].w = 1.0f - 0.1f * (float)i;
+				}
+			}
+			for (i = 0; i < fx.numel; i++) {
+				/* decay only on the matrix (elements 0..5) */
+				ref_adamw(&r[i], grad_of(t, i), 0.01f, t, i < 6 ? wd : 0.0f);
+				CHECK_MSG(close_rel(w[i], r[i].w, 2e-6),
+					  "wd %g step %d elem %zu: %.9g vs %.9g", wd, t, i, w[i],
+					  r[i].w);
+			}
+		}
+	}
+}
+
+/* The numbers of the comment below, worked by hand: lr 0.01, betas
+ * (0.9, 0.95), wd 0.1, w = 1, g = 0.5 then -0.25.
+ *   step 1: m = 0.05, v = 0.0125, bc1 = 0.1, bc2 = 0.05 -> u = -0.01 * 0.5 /
+ *           (0.5 + 1e-8) = -0.0099999998; w = 1 * (1 - 0.001) + u = 0.9890000002
+ *   step 2: m = 0.045 - 0.025 = 0.02, v = 0.011875 + 0.003125 = 0.015,
+ *           bc1 = 0.19, bc2 = 0.0975 -> u = -0.01 * 0.1052632 / 0.3922323
+ *           = -0.0026836944; w = 0.989 * 0.999 + u = 0.9853273058 */
+TEST(adamw_hand_values)
+{
+	struct config cfg;
+	struct fixture fx;
+	struct optimizer o;
+	float *w, *g, hw[9], hg[9] = { 0 };
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	test_config(&cfg, "adamw");
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+	hw[0] = 1.0f;
+	w = be_floats(hw, 9);
+	g = be_floats(NULL, 9);
+	hg[0] = 0.5f;
+	be->copy(g, hg, sizeof(hg));
+	optim_step(&o, w, g, 0.01f, 1);
+	be->copy(hw, w, sizeof(hw));
+	CHECK_NEAR(hw[0], 0.9890000002, 1e-7);
+	hg[0] = -0.25f;
+	be->copy(g, hg, sizeof(hg));
+	optim_step(&o, w, g, 0.01f, 2);
+	be->copy(hw, w, sizeof(hw));
+	CHECK_NEAR(hw[0], 0.9853273058, 2e-7);
+	be->free(w);
+	be->free(g);
+	optim_free(&o);
+}
+
+/* Lion by hand (lr 0.01, betas 0.9/0.95, wd 0.1, w = 1, g = 0.5, -0.25):
+ *   step 1: c = 0.05 > 0, u = -0.01, w = 0.999 - 0.01 = 0.989, m = 0.025
+ *   step 2: c = 0.0225 - 0.025 = -0.0025 < 0, u = +0.01,
+ *           w = 0.989 * 0.999 + 0.01 = 0.998011 */
+TEST(lion_matches_reference)
+{
+	struct config cfg;
+	struct fixture fx;
+	struct ref r[16];
+	float w[16];
+	int wdi, t;
+	size_t i;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (wdi = 0; wdi < 2; wdi++) {
+		float wd = wdi ? 0.1f : 0.0f;
+
+		test_config(&cfg, "lion");
+		cfg.optim_weight_decay = wd;
+		for (i = 0; i < fx.numel; i++) {
+			r[i].m = r[i].v = 0;
+			r[i].w = 1.0f - 0.1f * (float)i;
+		}
+		for (t = 1; t <= 3; t++) {
+			CHECK(run_steps(&cfg, &fx, t, 0.01f, w) == 0);
+			for (i = 0; i < fx.numel; i++) {
+				ref_lion(&r[i], grad_of(t, i), 0.01f, i < 6 ? wd : 0.0f);
+				CHECK_MSG(close_rel(w[i], r[i].w, 1e-6),
+					  "wd %g step %d elem %zu: %.9g vs %.9g", wd, t, i, w[i],
+					  r[i].w);
+			}
+		}
+	}
+	{
+		struct optimizer o;
+		float *wb, *gb, hw[9] = { 1.0f }, hg[9] = { 0.5f };
+
+		test_config(&cfg, "lion");
+		CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		wb = be_floats(hw, 9);
+		gb = be_floats(hg, 9);
+		optim_step(&o, wb, gb, 0.01f, 1);
+		be->copy(hw, wb, sizeof(hw));
+		CHECK_NEAR(hw[0], 0.989, 1e-7);
+		hg[0] = -0.25f;
+		be->copy(gb, hg, sizeof(hg));
+		optim_step(&o, wb, gb, 0.01f, 2);
+		be->copy(hw, wb, sizeof(hw));
+		CHECK_NEAR(hw[0], 0.998011, 1e-7);
+		be->free(wb);
+		be->free(gb);
+		optim_free(&o);
+	}
+}
+
+/* SGD by hand (lr 0.01, mu 0.9, Nesterov, no decay, w = 1, g = 0.5, -0.25):
+ *   step 1: m = 0.5, out = 0.5 + 0.45 = 0.95, w = 1 - 0.0095 = 0.9905
+ *   step 2: m = 0.45 - 0.25 = 0.2, out = -0.25 + 0.18 = -0.07,
+ *           w = 0.9905 + 0.0007 = 0.9912 */
+TEST(sgd_matches_reference)
+{
+	struct config cfg;
+	struct fixture fx;
+	struct ref r[16];
+	float w[16];
+	int variant, t;
+	size_t i;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (variant = 0; variant < 4; variant++) {
+		float wd = variant & 1 ? 0.1f : 0.0f;
+		int nesterov = variant >> 1;
+
+		test_config(&cfg, "sgd");
+		cfg.optim_weight_decay = wd;
+		cfg.optim_nesterov = nesterov;
+		for (i = 0; i < fx.numel; i++) {
+			r[i].m = r[i].v = 0;
+			r[i].w = 1.0f - 0.1f * (float)i;
+		}
+		for (t = 1; t <= 3; t++) {
+			CHECK(run_steps(&cfg, &fx, t, 0.01f, w) == 0);
+			for (i = 0; i < fx.numel; i++) {
+				float out = ref_momentum(&r[i], grad_of(t, i), 0.9f, nesterov);
+				float d = i < 6 ? wd : 0.0f;
+
+				r[i].w = r[i].w * (1 - 0.01f * d) + -0.01f * out;
+				CHECK_MSG(close_rel(w[i], r[i].w, 1e-6),
+					  "variant %d step %d elem %zu: %.9g vs %.9g", variant, t,
+					  i, w[i], r[i].w);
+			}
+		}
+	}
+	{
+		struct optimizer o;
+		float *wb, *gb, hw[9] = { 0 }, hg[9] = { 0 };
+
+		test_config(&cfg, "sgd");
+		cfg.optim_weight_decay = 0;
+		fx_small(&fx);
+		/* the vector (no decay anyway): element 6 */
+		hw[6] = 1.0f;
+		hg[6] = 0.5f;
+		CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		wb = be_floats(hw, 9);
+		gb = be_floats(hg, 9);
+		optim_step(&o, wb, gb, 0.01f, 1);
+		be->copy(hw, wb, sizeof(hw));
+		CHECK_NEAR(hw[6], 0.9905, 1e-7);
+		hg[6] = -0.25f;
+		be->copy(gb, hg, sizeof(hg));
+		optim_step(&o, wb, gb, 0.01f, 2);
+		be->copy(hw, wb, sizeof(hw));
+		CHECK_NEAR(hw[6], 0.9912, 1e-7);
+		be->free(wb);
+		be->free(gb);
+		optim_free(&o);
+	}
+}
+
+/* Muon: the matrix follows Nesterov momentum -> Newton-Schulz -> -lr*scale
+ * (Newton-Schulz itself is the kernel's, tested with the kernels); the
+ * vector follows AdamW exactly. */
+TEST(muon_routes_matrices_and_others)
+{
+	struct config cfg;
+	struct fixture fx;
+	struct ref r[16];
+	float w[16], nsin[6], nsout[6];
+	float *bin, *bout, *bscr;
+	int sc, t;
+	size_t i;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	bin = be_floats(NULL, 6);
+	bout = be_floats(NULL, 6);
+	bscr = be_floats(NULL, newton_schulz_scratch(2, 3));
+	for (sc = 0; sc < 2; sc++) {
+		/* 2x3: rms scale 0.2*sqrt(3); shape scale sqrt(max(1, 2/3)) = 1 */
+		float scale = sc ? 1.0f : 0.2f * sqrtf(3.0f);
+
+		test_config(&cfg, "muon");
+		cfg.optim_muon_scale = (char *)(sc ? "shape" : "rms");
+		for (i = 0; i < fx.numel; i++) {
+			r[i].m = r[i].v = 0;
+			r[i].w = 1.0f - 0.1f * (float)i;
+		}
+		for (t = 1; t <= 3; t++) {
+			CHECK(run_steps(&cfg, &fx, t, 0.01f, w) == 0);
+			for (i = 0; i < 6; i++)
+				nsin[i] = ref_momentum(&r[i], grad_of(t, i), 0.9f, 1);
+			be->copy(bin, nsin, sizeof(nsin));
+			be->newton_schulz(bout, bin, 2, 3, 5, bscr);
+			be->copy(nsout, bout, sizeof(nsout));
+			for (i = 0; i < 6; i++) {
+				r[i].w = r[i].w * (1 - 0.01f * 0.1f) + -0.01f * scale * nsout[i];
+				CHECK_MSG(close_rel(w[i], r[i].w, 2e-6),
+					  "scale %s step %d elem %zu: %.9g vs %.9g",
+					  cfg.optim_muon_scale, t, i, w[i], r[i].w);
+			}
+			for (i = 6; i < 9; i++) {
+				ref_adamw(&r[i], grad_of(t, i), 0.01f, t, 0.0f);
+				CHECK_MSG(close_rel(w[i], r[i].w, 2e-6),
+					  "step %d elem %zu: %.9g vs %.9g", t, i, w[i], r[i].w);
+			}
+		}
+	}
+	be->free(bin);
+	be->free(bout);
+	be->free(bscr);
+
+	/* the vector's update is AdamW's, bit for bit */
+	{
+		float wa[16], wm[16];
+
+		test_config(&cfg, "adamw");
+		CHECK(run_steps(&cfg, &fx, 3, 0.01f, wa) == 0);
+		test_config(&cfg, "muon");
+		CHECK(run_steps(&cfg, &fx, 3, 0.01f, wm) == 0);
+		CHECK(!memcmp(wa + 6, wm + 6, 3 * sizeof(float)));
+		CHECK(memcmp(wa, wm, 6 * sizeof(float)) != 0);
+	}
+}
+
+/* Newton-Schulz leaves singular values near 1, so an orthogonalised
+ * rows x cols matrix O has ||O||_F^2 ~ min(rows, cols) and
+ * RMS(O) ~ sqrt(min/(rows*cols)) = 1/sqrt(max(rows, cols)). Hence
+ *   rms scale:   RMS(u) ~ lr * 0.2*sqrt(max) / sqrt(max) = 0.2*lr, any shape;
+ *   shape scale: RMS(u) ~ lr * sqrt(max(1, rows/cols)) / sqrt(max(rows, cols)).
+ * The quintic iteration only brings singular values into about [0.7, 1.2],
+ * so the check allows that band. */
+TEST(muon_update_rms)
+{
+	static const int shapes[][2] = { { 16, 64 }, { 64, 16 }, { 24, 40 } };
+	struct config cfg;
+	size_t s;
+	int sc;
+
+	NEED_BACKEND();
+	for (sc = 0; sc < 2; sc++) {
+		for (s = 0; s < ARRAY_SIZE(shapes); s++) {
+			int rows = shapes[s][0], cols = shapes[s][1];
+			struct fixture fx;
+			struct optimizer o;
+			float *w, *g, *hw;
+			uint64_t rng = 42 + s;
+			double ss = 0, rms, want, lr = 0.02;
+			size_t i, n = (size_t)rows * cols;
+
+			memset(&fx, 0, sizeof(fx));
+			fx_add(&fx, "h.0.fcw", rows, cols, GROUP_MATRIX, 1);
+			test_config(&cfg, "muon");
+			cfg.optim_weight_decay = 0;
+			cfg.optim_muon_scale = (char *)(sc ? "shape" : "rms");
+			CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, 1, n) == 0);
+			hw = falloc(n);
+			for (i = 0; i < n; i++)
+				hw[i] = rng_normal(&rng);
+			g = be_floats(hw, n);
+			w = be_floats(NULL, n);
+			optim_step(&o, w, g, (float)lr, 1);
+			be->copy(hw, w, n * sizeof(float));
+			for (i = 0; i < n; i++)
+				ss += (double)hw[i] * hw[i];
+			rms = sqrt(ss / (double)n);
+			want = sc ? lr * sqrt(fmax(1.0, (double)rows / cols)) / sqrt(fmax(rows, cols)) :
+				    0.2 * lr;
+			CHECK_MSG(rms > 0.7 * want && rms < 1.2 * want,
+				  "%dx%d %s: update rms %g, expected about %g", rows, cols,
+				  cfg.optim_muon_scale, rms, want);
+			be->free(w);
+			be->free(g);
+			free(hw);
+			optim_free(&o);
+		}
+	}
+}
+
+/* ---- error feedback ---- */
+
+TEST(ef_lambda0_is_none)
+{
+	static const char *names[] = { "adamw", "muon", "lion", "sgd" };
+	struct config cfg;
+	struct fixture fx;
+	float a[16], b[16];
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < ARRAY_SIZE(names); k++) {
+		test_config(&cfg, names[k]);
+		CHECK(run_steps(&cfg, &fx, 5, 0.01f, a) == 0);
+		cfg.optim_correction = (char *)"ef";
+		cfg.optim_ef_lambda = 0.0;
+		CHECK(run_steps(&cfg, &fx, 5, 0.01f, b) == 0);
+		CHECK_MSG(!memcmp(a, b, fx.numel * sizeof(float)), "%s: lambda 0 differs from none",
+			  names[k]);
+		/* and lambda != 0 does change something (the test can fail) */
+		cfg.optim_ef_lambda = 1.0;
+		CHECK(run_steps(&cfg, &fx, 5, 0.01f, b) == 0);
+		CHECK_MSG(memcmp(a, b, fx.numel * sizeof(float)) != 0, "%s: ef had no effect",
+			  names[k]);
+	}
+}
+
+/* Run optimizer cfg with ef (lambda, groups) next to a probe optimizer with
+ * no correction whose weights are reset to 0 before every step: with w = 0,
+ * w*(1-d) + u = u exactly, so the probe hands out the very u[t] the ef
+ * optimizer computes (same gradients, same state). The ef weights must
+ * follow w[t+1] = w[t]*(1 - lr*wd*decay) + u[t] + lambda*(u[t] - u[t-1]),
+ * with u[-1] = u[0], on the selected tensors and w + u elsewhere. */
+static int ef_follows_reference(const char *name, const char *groups, float lambda,
+				const struct fixture *fx, char *why, size_t why_len)
+{
+	struct config cfg;
+	struct optimizer oe, op;
+	float *we, *wp, *g, *hw = falloc(fx->numel), *hu = falloc(fx->numel);
+	float *hprev = falloc(fx->numel), *ref = falloc(fx->numel), *hg = falloc(fx->numel);
+	float lr = 0.01f;
+	int t, k, bad = 0;
+	size_t i;
+
+	test_config(&cfg, name);
+	cfg.optim_correction = (char *)"ef";
+	cfg.optim_ef_lambda = lambda;
+	cfg.optim_ef_groups = (char *)groups;
+	if (optim_init(&oe, be, &cfg, &fx->m, fx->sp, fx->m.n_params, fx->numel))
+		return snprintf(why, why_len, "init failed"), -1;
+	cfg.optim_correction = (char *)"none";
+	if (optim_init(&op, be, &cfg, &fx->m, fx->sp, fx->m.n_params, fx->numel))
+		return snprintf(why, why_len, "init failed"), -1;
+	init_weights(ref, fx->numel);
+	we = be_floats(ref, fx->numel);
+	wp = be_floats(NULL, fx->numel);
+	g = be_floats(NULL, fx->numel);
+	for (t = 1; t <= 6 && !bad; t++) {
+		for (i = 0; i < fx->numel; i++)
+			hg[i] = grad_of(t, i);
+		be->copy(g, hg, fx->numel * sizeof(float));
+		memset(hu, 0, fx->numel * sizeof(float));
+		be->copy(wp, hu, fx->numel * sizeof(float));
+		optim_step(&op, wp, g, lr, t);
+		optim_step(&oe, we, g, lr, t);
+		be->copy(hu, wp, fx->numel * sizeof(float));
+		be->copy(hw, we, fx->numel * sizeof(float));
+		for (k = 0; k < fx->m.n_params; k++) {
+			const struct param_info *pi = &fx->info[k];
+			int sel = !strcmp(groups, "all") ||
+				  (!strcmp(groups, "muon") && pi->group == GROUP_MATRIX) ||
+				  (!strcmp(groups, "adamw") && pi->group != GROUP_MATRIX);
+			float d = pi->decay ? lr * 0.1f : 0.0f;
+
+			for (i = pi->offset; i < pi->offset + pi->numel; i++) {
+				float u = hu[i], up = t == 1 ? u : hprev[i];
+
+				ref[i] = ref[i] * (1 - d) + u;
+				if (sel)
+					ref[i] += lambda * (u - up);
+				hprev[i] = u;
+				/* the same terms in any order: a few ulps */
+				if (!close_rel(hw[i], ref[i], 1e-6)) {
+					snprintf(why, why_len,
+						 "%s groups %s lambda %g step %d elem %zu: %.9g vs %.9g",
+						 name, groups, lambda, t, i, hw[i], ref[i]);
+					bad = 1;
+					break;
+				}
+				/* keep the comparison exact-valued from here on */
+				ref[i] = hw[i];
+			}
+		}
+	}
+	be->free(we);
+	be->free(wp);
+	be->free(g);
+	optim_free(&oe);
+	optim_free(&op);
+	free(hw);
+	free(hu);
+	free(hprev);
+	free(ref);
+	free(hg);
+	return bad ? -1 : 0;
+}
+
+TEST(ef_lambda1_follows_formula)
+{
+	static const char *names[] = { "adamw", "muon", "lion", "sgd" };
+	struct fixture fx;
+	char why[256];
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < ARRAY_SIZE(names); k++)
+		CHECK_MSG(ef_follows_reference(names[k], "all", 1.0f, &fx, why, sizeof(why)) == 0,
+			  "%s", why);
+	CHECK_MSG(ef_follows_reference("adamw", "all", 0.5f, &fx, why, sizeof(why)) == 0, "%s",
+		  why);
+}
+
+TEST(ef_groups_select_tensors)
+{
+	static const char *groups[] = { "all", "muon", "adamw" };
+	struct fixture fx;
+	struct config cfg;
+	char why[256];
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < ARRAY_SIZE(groups); k++) {
+		CHECK_MSG(ef_follows_reference("muon", groups[k], 1.0f, &fx, why, sizeof(why)) == 0,
+			  "%s", why);
+		CHECK_MSG(ef_follows_reference("adamw", groups[k], 1.0f, &fx, why, sizeof(why)) == 0,
+			  "%s", why);
+	}
+	/* and directly: only the selected group's weights move off the none run */
+	for (k = 1; k < ARRAY_SIZE(groups); k++) {
+		float a[16], b[16];
+		int matrix_same, vector_same;
+
+		test_config(&cfg, "muon");
+		CHECK(run_steps(&cfg, &fx, 4, 0.01f, a) == 0);
+		cfg.optim_correction = (char *)"ef";
+		cfg.optim_ef_groups = (char *)groups[k];
+		CHECK(run_steps(&cfg, &fx, 4, 0.01f, b) == 0);
+		matrix_same = !memcmp(a, b, 6 * sizeof(float));
+		vector_same = !memcmp(a + 6, b + 6, 3 * sizeof(float));
+		if (k == 1)
+			CHECK(!matrix_same && vector_same);
+		else
+			CHECK(matrix_same && !vector_same);
+	}
+}
+
+/* ---- state listing ---- */
+
+TEST(state_lists_every_buffer)
+{
+	static const struct {
+		const char *name;
+		const char *bufs[5];
+	} want[] = {
+		{ "adamw", { "adam_m", "adam_v", "ef_prev_update" } },
+		{ "muon", { "adam_m", "adam_v", "muon_momentum", "ef_prev_update" } },
+		{ "lion", { "lion_m", "ef_prev_update" } },
+		{ "sgd", { "sgd_momentum", "ef_prev_update" } },
+	};
+	struct fixture fx;
+	struct config cfg;
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < ARRAY_SIZE(want); k++) {
+		struct optimizer o;
+		int n = 0, i, j, t;
+
+		while (n < 5 && want[k].bufs[n])
+			n++;
+		test_config(&cfg, want[k].name);
+		cfg.optim_correction = (char *)"ef";
+		CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		CHECK_MSG(optim_state_count(&o) == n, "%s: %d buffers, want %d", want[k].name,
+			  optim_state_count(&o), n);
+		for (i = 0; i < n; i++) {
+			struct optim_state_buf sb = optim_state(&o, i);
+			size_t covered = 0, end = 0;
+
+			CHECK(sb.name && sb.data && sb.numel > 0);
+			for (j = 0; j < i; j++)
+				CHECK(strcmp(optim_state(&o, j).name, sb.name) != 0);
+			for (j = 0; j < n; j++)
+				if (!strcmp(want[k].bufs[j], sb.name))
+					break;
+			CHECK_MSG(j < n, "%s: unexpected buffer %s", want[k].name, sb.name);
+			/* the tensors a buffer holds tile it exactly, in order */
+			for (t = 0; t < o.n; t++) {
+				size_t off;
+
+				if (!optim_state_tensor(&o, i, t, &off))
+					continue;
+				CHECK(off == end);
+				end += o.t[t].info.numel;
+				covered += o.t[t].info.numel;
+			}
+			CHECK_MSG(covered == sb.numel, "%s %s: tensors cover %zu of %zu",
+				  want[k].name, sb.name, covered, sb.numel);
+		}
+		/* every tensor has direction state somewhere */
+		for (t = 0; t < o.n; t++) {
+			int held = 0;
+
+			for (i = 0; i < n; i++)
+				if (strcmp(optim_state(&o, i).name, "ef_prev_update"))
+					held += optim_state_tensor(&o, i, t, NULL);
+			CHECK(held >= 1);
+		}
+		CHECK(optim_state(&o, n).data == NULL);
+		optim_free(&o);
+	}
+	/* no correction: no ef buffer */
+	{
+		struct optimizer o;
+		int i;
+
+		test_config(&cfg, "adamw");
+		CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		CHECK(optim_state_count(&o) == 2);
+		for (i = 0; i < 2; i++)
+			CHECK(strcmp(optim_state(&o, i).name, "ef_prev_update"));
+		optim_free(&o);
+	}
+}
+
+/* State restored into a fresh optimizer continues exactly (the resume
+ * property the checkpoint code relies on). */
+TEST(state_restore_continues_exactly)
+{
+	static const char *names[] = { "adamw", "muon", "lion", "sgd" };
+	struct fixture fx;
+	struct config cfg;
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < ARRAY_SIZE(names); k++) {
+		struct optimizer a, b;
+		float *w, *g, hw[16], hg[16], full[16];
+		int t, i;
+		size_t j;
+
+		test_config(&cfg, names[k]);
+		cfg.optim_correction = (char *)"ef";
+		CHECK(run_steps(&cfg, &fx, 5, 0.01f, full) == 0);
+		CHECK(optim_init(&a, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		CHECK(optim_init(&b, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		init_weights(hw, fx.numel);
+		w = be_floats(hw, fx.numel);
+		g = be_floats(NULL, fx.numel);
+		for (t = 1; t <= 5; t++) {
+			struct optimizer *o = t <= 3 ? &a : &b;
+
+			if (t == 4)
+				for (i = 0; i < optim_state_count(&a); i++) {
+					struct optim_state_buf sa = optim_state(&a, i);
+					struct optim_state_buf sb = optim_state(&b, i);
+
+					CHECK(!strcmp(sa.name, sb.name) && sa.numel == sb.numel);
+					be->copy(sb.data, sa.data, sa.numel * sizeof(float));
+				}
+			for (j = 0; j < fx.numel; j++)
+				hg[j] = grad_of(t, j);
+			be->copy(g, hg, fx.numel * sizeof(float));
+			optim_step(o, w, g, 0.01f, t);
+		}
+		be->copy(hw, w, fx.numel * sizeof(float));
+		CHECK_MSG(!memcmp(hw, full, fx.numel * sizeof(float)), "%s: resumed run differs",
+			  names[k]);
+		be->free(w);
+		be->free(g);
+		optim_free(&a);
+		optim_free(&b);
+	}
+}
+
+/* ---- gradient norm ---- */
+
+TEST(grad_sumsq_skips_tied_copy)
+{
+	struct fixture fx;
+	struct config cfg;
+	struct optimizer o;
+	double per[3];
+	float hg[16], *g;
+	size_t i;
+
+	NEED_BACKEND();
+	memset(&fx, 0, sizeof(fx));
+	fx_add(&fx, "h.0.fcw", 2, 2, GROUP_MATRIX, 1);
+	fx_add(&fx, "lnfw", 2, 0, GROUP_OTHER, 0);
+	fx_add(&fx, "wte", 3, 2, GROUP_OTHER, 1);
+	fx.sp[2].tied_copy = 1;
+	for (i = 0; i < fx.numel; i++)
+		hg[i] = (float)i + 1.0f;
+	test_config(&cfg, "adamw");
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, 3, fx.numel) == 0);
+	g = be_floats(hg, fx.numel);
+	optim_grad_sumsq(&o, g, per);
+	CHECK_NEAR(per[0], 1 + 4 + 9 + 16, 0);
+	CHECK_NEAR(per[1], 25 + 36, 0);
+	CHECK_NEAR(per[2], 0, 0);
+	be->free(g);
+	optim_free(&o);
+}
+
+/* ---- configuration errors ---- */
+
+TEST(init_rejects_bad_config)
+{
+	struct fixture fx;
+	struct config cfg;
+	struct optimizer o;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	set_error_quiet(1);
+	test_config(&cfg, "adam");
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == -1);
+	CHECK(strstr(last_error(), "optim.name"));
+	test_config(&cfg, "adamw");
+	cfg.optim_beta1 = 1.0;
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == -1);
+	CHECK(strstr(last_error(), "optim.beta1"));
+	test_config(&cfg, "muon");
+	cfg.optim_ns_steps = 0;
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == -1);
+	CHECK(strstr(last_error(), "optim.ns_steps"));
+	test_config(&cfg, "adamw");
+	CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel - 1) == -1);
+	CHECK(strstr(last_error(), "h.0.ln1w"));
+	set_error_quiet(0);
+}
+
+/* ---- learning-rate schedule ---- */
+
+TEST(lr_schedule_values)
+{
+	struct config cfg;
+
+	test_config(&cfg, "adamw");
+	cfg.optim_lr = 1.0;
+	cfg.optim_min_lr_ratio = 0.1;
+	cfg.optim_warmup = 10;
+	cfg.train_steps = 110;
+
+	/* warmup: lr * step / W, the same for every kind */
+	cfg.optim_decay = (char *)"cosine";
+	CHECK_NEAR(lr_at(&cfg, 1), 0.1, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 5), 0.5, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 10), 1.0, 1e-12);
+	/* cosine: p = (step - 10) / 100 */
+	CHECK_NEAR(lr_at(&cfg, 60), 0.55, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 35), 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 0.25)), 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 110), 0.1, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 500), 0.1, 1e-12);
+
+	cfg.optim_decay = (char *)"linear";
+	CHECK_NEAR(lr_at(&cfg, 5), 0.5, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 10), 1.0, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 35), 1.0 - 0.9 * 0.25, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 60), 0.55, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 110), 0.1, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 111), 0.1, 1e-12);
+
+	cfg.optim_decay = (char *)"constant";
+	CHECK_NEAR(lr_at(&cfg, 5), 0.5, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 60), 1.0, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 110), 1.0, 1e-12);
+
+	/* wsd with frac 0.2: decay starts at D = 110 - 22 = 88 */
+	cfg.optim_decay = (char *)"wsd";
+	CHECK_NEAR(lr_at(&cfg, 5), 0.5, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 60), 1.0, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 88), 1.0, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 99), 0.55, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 110), 0.1, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 200), 0.1, 1e-12);
+
+	/* no warmup: step 1 is already in the decay */
+	cfg.optim_warmup = 0;
+	cfg.optim_decay = (char *)"linear";
+	cfg.train_steps = 101;
+	CHECK_NEAR(lr_at(&cfg, 1), 1.0 - 0.9 / 101, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 101), 0.1, 1e-12);
+
+	/* warmup longer than the run: min after it */
+	cfg.optim_warmup = 200;
+	cfg.optim_decay = (char *)"cosine";
+	CHECK_NEAR(lr_at(&cfg, 100), 0.5, 1e-12);
+	CHECK_NEAR(lr_at(&cfg, 201), 0.1, 1e-12);
+}
