@@ -1,0 +1,89 @@
+/* cpu.h - the CPU reference backend's kernels, shared between the files of
+ * kernels/cpu/ and the table in cpu_backend.c.
+ *
+ * Every kernel is plain fp32 C with OpenMP loops over independent outputs;
+ * matrix products go through OpenBLAS. Results never depend on the number of
+ * threads: reductions run in a fixed order (per output, in index order, or in
+ * fixed-size chunks combined in index order), never as per-thread partial
+ * sums. No kernel keeps global scratch, so several threads (pipeline stages)
+ * may call the backend at once.
+ *
+ * Legend: see kernels/backend.h (B, T, N = B*T, C, NH, NKV, HD, F, V, Vp).
+ */
+#ifndef ASYNCPP_CPU_H
+#define ASYNCPP_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Threads an OpenMP region uses: the count set_threads() chose (shared by all
+ * calling threads, unlike omp_set_num_threads), or the OpenMP default. */
+int cpu_threads(void);
+/* Regions over fewer elements than this run on one thread (the result is the
+ * same either way; it only saves the fork/join). */
+#define CPU_PAR_MIN 16384
+
+/* memory and threads (cpu_mem.c) */
+void *cpu_alloc(size_t bytes);
+void cpu_free(void *p);
+void cpu_memcpy(void *dst, const void *src, size_t bytes);
+void cpu_zero(void *p, size_t bytes);
+void cpu_synchronize(void);
+void cpu_set_threads(int n);
+
+/* embeddings and norms (cpu_norm.c) */
+void cpu_embed_forward(float *out, const int32_t *tokens, const float *wte,
+		       const float *wpe, int B, int T, int C);
+void cpu_embed_backward(float *dwte, float *dwpe, const float *dout,
+			const int32_t *tokens, int B, int T, int C);
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+			   const float *w, const float *b, int N, int C, float eps);
+void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+			    const float *inp, const float *w, const float *mean,
+			    const float *rstd, int N, int C);
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+			 int N, int C, float eps);
+void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+			  const float *w, const float *rstd, int N, int C);
+/* dst[c] += sum over rows n (in order) of x[n,c], for c < C: the fixed-order
+ * column reduction the bias/norm/embedding gradients share. */
+void cpu_colsum_acc(float *dst, const float *x, int N, int C);
+
+/* matrix products (cpu_matmul.c) */
+void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+			int N, int C, int OC);
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+			 const float *inp, const float *w, int N, int C, int OC);
+
+/* attention (cpu_attention.c) */
+void cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HD, float theta);
+void cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HD, float theta);
+void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
+			   int NH, int NKV, int HD);
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
+			    const float *out, const float *lse, int B, int T, int NH,
+			    int NKV, int HD);
+
+/* activations, residuals, loss (cpu_act.c) */
+void cpu_gelu_forward(float *out, const float *inp, size_t n);
+void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
+		      const int32_t *targets, int N, int V, int Vp, float dloss);
+
+/* optimizer pieces (cpu_optim.c) */
+void cpu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float lr,
+		   float beta1, float beta2, float eps, float bc1, float bc2);
+void cpu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,
+		  float beta2);
+void cpu_momentum(float *out, const float *g, float *m, size_t n, float mu, int nesterov);
+void cpu_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
+		       float *scratch);
+void cpu_apply_update(float *w, const float *u, float *u_prev, size_t n, float decay,
+		      float lambda);
+double cpu_sumsq(const float *x, size_t n);
+void cpu_scale(float *x, float s, size_t n);
+
+#endif

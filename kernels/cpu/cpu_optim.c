@@ -1,0 +1,166 @@
+/* cpu_optim.c - optimizer pieces: update directions, momentum, Newton-Schulz
+ * orthogonalisation, applying an update, sum of squares and scaling.
+ *
+ * Legend: n elements of a parameter tensor; rows x cols for a matrix.
+ * Elementwise loops split freely between threads; sumsq sums fixed-size
+ * chunks (their size depends only on n) and adds the chunk sums in order.
+ */
+#include <cblas.h>
+#include <math.h>
+
+#include "../backend.h"
+#include "cpu.h"
+
+/* u[n] = -lr * (m/bc1) / (sqrt(v/bc2) + eps); m[n], v[n] advanced with g[n] */
+void cpu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float lr,
+		   float beta1, float beta2, float eps, float bc1, float bc2)
+{
+	float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i];
+		float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+		float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		u[i] = -lr * (mi * ib1) / (sqrtf(vi * ib2) + eps);
+	}
+}
+
+/* u[n] = -lr * sign(b1*m + (1-b1)*g); m[n] = b2*m + (1-b2)*g */
+void cpu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,
+		  float beta2)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i], mi = m[i];
+		float c = beta1 * mi + (1.0f - beta1) * gi;
+		float s = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+		u[i] = -lr * s;
+		m[i] = beta2 * mi + (1.0f - beta2) * gi;
+	}
+}
+
+/* m[n] = mu*m + g; out[n] = nesterov ? g + mu*m : m (out may alias g or m) */
+void cpu_momentum(float *out, const float *g, float *m, size_t n, float mu, int nesterov)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i];
+		float mi = mu * m[i] + gi;
+		m[i] = mi;
+		out[i] = nesterov ? gi + mu * mi : mi;
+	}
+}
+
+/* w[n] = w*(1-decay) + u + lambda*(u - u_prev); u_prev[n] = u */
+void cpu_apply_update(float *w, const float *u, float *u_prev, size_t n, float decay,
+		      float lambda)
+{
+	float keep = 1.0f - decay;
+
+	if (!u_prev) {
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			w[i] = w[i] * keep + u[i];
+		return;
+	}
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float ui = u[i];
+		w[i] = w[i] * keep + ui + lambda * (ui - u_prev[i]);
+		u_prev[i] = ui;
+	}
+}
+
+#define SUMSQ_MAX_CHUNKS 1024
+#define SUMSQ_MIN_CHUNK 4096
+
+/* sum of x[n]^2 in double: at most SUMSQ_MAX_CHUNKS chunks whose size depends
+ * only on n, each summed in order, the chunk sums added in order. */
+double cpu_sumsq(const float *x, size_t n)
+{
+	double part[SUMSQ_MAX_CHUNKS], total = 0.0;
+	size_t chunk = (n + SUMSQ_MAX_CHUNKS - 1) / SUMSQ_MAX_CHUNKS;
+
+	if (chunk < SUMSQ_MIN_CHUNK)
+		chunk = SUMSQ_MIN_CHUNK;
+	long nchunks = (long)((n + chunk - 1) / chunk);
+
+#pragma omp parallel for num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (long k = 0; k < nchunks; k++) {
+		size_t i0 = (size_t)k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+		double s = 0.0;
+#pragma omp simd reduction(+ : s)
+		for (size_t i = i0; i < i1; i++)
+			s += (double)x[i] * x[i];
+		part[k] = s;
+	}
+	for (long k = 0; k < nchunks; k++)
+		total += part[k];
+	return total;
+}
+
+/* x[n] *= s */
+void cpu_scale(float *x, float s, size_t n)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		x[i] *= s;
+}
+
+/* dst[m,n] = src[n,m]^T * s, in tiles */
+static void transpose_scaled(float *dst, const float *src, int m, int n, float s)
+{
+	enum { TB = 32 };
+
+#pragma omp parallel for num_threads(cpu_threads()) if ((size_t)m * n >= CPU_PAR_MIN)
+	for (int i0 = 0; i0 < m; i0 += TB)
+		for (int j0 = 0; j0 < n; j0 += TB)
+			for (int i = i0; i < i0 + TB && i < m; i++)
+				for (int j = j0; j < j0 + TB && j < n; j++)
+					dst[(size_t)i * n + j] = src[(size_t)j * m + i] * s;
+}
+
+/* out[rows,cols] = NS^steps(in / (|in|_F + 1e-7)), with the quintic
+ * X <- a X + (b A + c A A) X, A = X X^T, on the orientation with rows <= cols.
+ * scratch: newton_schulz_scratch(rows, cols) floats. out may alias in. */
+void cpu_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
+		       float *scratch)
+{
+	const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+	int tr = rows > cols, m = tr ? cols : rows, n = tr ? rows : cols;
+	size_t mn = (size_t)m * n, mm = (size_t)m * m;
+	float *X = scratch, *Y = X + mn, *A = Y + mn, *Bm = A + mm;
+	float s = (float)(1.0 / (sqrt(cpu_sumsq(in, mn)) + 1e-7));
+
+	if (tr) {
+		transpose_scaled(X, in, m, n, s);
+	} else {
+#pragma omp parallel for simd num_threads(cpu_threads()) if (mn >= CPU_PAR_MIN)
+		for (size_t i = 0; i < mn; i++)
+			X[i] = in[i] * s;
+	}
+	for (int it = 0; it < steps; it++) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, X, n, X, n,
+			    0.0f, A, m);
+#pragma omp parallel for simd num_threads(cpu_threads()) if (mm >= CPU_PAR_MIN)
+		for (size_t i = 0; i < mm; i++)
+			Bm[i] = b * A[i];
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c, A, m, A, m,
+			    1.0f, Bm, m);
+#pragma omp parallel for simd num_threads(cpu_threads()) if (mn >= CPU_PAR_MIN)
+		for (size_t i = 0; i < mn; i++)
+			Y[i] = a * X[i];
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, Bm, m, X, n,
+			    1.0f, Y, n);
+		float *t = X;
+		X = Y;
+		Y = t;
+	}
+	if (tr)
+		transpose_scaled(out, X, n, m, 1.0f);
+	else
+		cpu_memcpy(out, X, mn * sizeof(float));
+}
