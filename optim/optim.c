@@ -361,6 +361,15 @@ void optim_grad_sumsq(const struct optimizer *o, const float *grads, double *per
 	}
 }
 
+float optim_clip_scale(double sumsq, double max_norm)
+{
+	double norm = sqrt(sumsq);
+
+	if (!(max_norm > 0.0) || !(norm > max_norm))
+		return 1.0f;
+	return (float)(max_norm / norm);
+}
+
 const char *optim_rule_name(int rule)
 {
 	return rule >= 0 && rule < (int)ARRAY_SIZE(rule_name) ? rule_name[rule] : "?";

@@ -143,5 +143,10 @@ double lr_at(const struct config *cfg, long step);
  * stage's wte when S > 1) holds the same summed gradient as stage 0's wte,
  * so it is not counted: its entry is 0.0 (adding it changes nothing). */
 void optim_grad_sumsq(const struct optimizer *o, const float *grads, double *per_tensor);
+/* The factor that clips a gradient whose squared global norm is sumsq to
+ * norm max_norm (train.grad_clip): max_norm / sqrt(sumsq) when the norm
+ * exceeds max_norm > 0, else 1 (also for max_norm <= 0: clipping off). The
+ * caller scales every stage's gradients by it (be->scale) before optim_step. */
+float optim_clip_scale(double sumsq, double max_norm);
 
 #endif

@@ -1,6 +1,7 @@
 /* test_optim.c - optimizers, error feedback and the lr schedule against
  * scalar references written here independently of the backend. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -825,6 +826,64 @@ TEST(grad_sumsq_skips_tied_copy)
 	CHECK_NEAR(per[2], 0, 0);
 	be->free(g);
 	optim_free(&o);
+}
+
+TEST(clip_scale)
+{
+	CHECK(optim_clip_scale(16.0, 1.0) == 0.25f);
+	CHECK(optim_clip_scale(16.0, 4.0) == 1.0f);
+	CHECK(optim_clip_scale(16.0, 5.0) == 1.0f);
+	CHECK(optim_clip_scale(16.0, 0.0) == 1.0f);
+	CHECK(optim_clip_scale(0.0, 1.0) == 1.0f);
+}
+
+/* ---- stages in threads: no shared mutable state ---- */
+
+struct thread_job {
+	const struct fixture *fx;
+	const char *name;
+	float w[16];
+	int rc;
+};
+
+static void *thread_run(void *arg)
+{
+	struct thread_job *j = arg;
+	struct config cfg;
+
+	test_config(&cfg, j->name);
+	cfg.optim_correction = (char *)"ef";
+	j->rc = run_steps(&cfg, j->fx, 6, 0.01f, j->w);
+	return NULL;
+}
+
+TEST(optimizers_in_threads_match_sequential)
+{
+	static const char *names[] = { "muon", "adamw", "lion", "sgd" };
+	struct thread_job jobs[4];
+	pthread_t th[4];
+	struct fixture fx;
+	size_t k;
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	for (k = 0; k < 4; k++) {
+		memset(&jobs[k], 0, sizeof(jobs[k]));
+		jobs[k].fx = &fx;
+		jobs[k].name = names[k];
+		CHECK(pthread_create(&th[k], NULL, thread_run, &jobs[k]) == 0);
+	}
+	for (k = 0; k < 4; k++)
+		pthread_join(th[k], NULL);
+	for (k = 0; k < 4; k++) {
+		struct thread_job seq = jobs[k];
+
+		CHECK(jobs[k].rc == 0);
+		thread_run(&seq);
+		CHECK(seq.rc == 0);
+		CHECK_MSG(!memcmp(seq.w, jobs[k].w, fx.numel * sizeof(float)),
+			  "%s: threaded run differs", names[k]);
+	}
 }
 
 /* ---- configuration errors ---- */
