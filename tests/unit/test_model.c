@@ -1,0 +1,621 @@
+/* test_model.c - the model: parameter counts, initialisation, whole-model
+ * gradients by finite differences, stage-split equivalence, sampling logits.
+ * Everything runs on the CPU reference backend. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../io/util.h"
+#include "../../model/model.h"
+#include "../test.h"
+
+static const struct backend *be(void)
+{
+	return &backend_cpu;
+}
+
+/* A backend test can use only when it has every slot the model calls. */
+#define NEED_BACKEND()                                                          \
+	do {                                                                    \
+		if (!be()->matmul_backward || !be()->attention_backward ||      \
+		    !be()->softmax_xent || !be()->alloc)                        \
+			SKIP("the cpu backend's table is not filled in yet");   \
+	} while (0)
+
+static struct model_config tiny(int arch, int tied)
+{
+	struct model_config c;
+	memset(&c, 0, sizeof(c));
+	c.arch = arch;
+	c.V = 67;
+	c.L = 2;
+	c.C = 32;
+	c.NH = 4;
+	c.NKV = arch == ARCH_LLAMA ? 2 : 0;
+	c.T = 8;
+	c.tied = tied;
+	return c;
+}
+
+static void fill_tokens(int32_t *tok, size_t n, int V, uint64_t seed)
+{
+	uint64_t s = seed;
+	for (size_t i = 0; i < n; i++)
+		tok[i] = (int32_t)(rng_next(&s) % (uint64_t)V);
+}
+
+/* Weights in general position for gradient checks: larger matrices than at
+ * init (so gradients are well above fp32 round-off) and norm weights and
+ * biases away from 1 and 0. */
+static void perturb(const struct model *m, float *params, uint64_t seed, float scale)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *p = &m->params[i];
+		uint64_t s = rng_mix(seed, i);
+		for (size_t j = 0; j < p->numel; j++) {
+			if (p->cols == 0)
+				params[p->offset + j] += 0.2f * rng_normal(&s);
+			else
+				params[p->offset + j] *= scale;
+		}
+	}
+}
+
+/* ---- parameter counts ---- */
+
+TEST(param_count_gpt2_124m)
+{
+	struct model_config c;
+	struct model m;
+	memset(&c, 0, sizeof(c));
+	c.arch = ARCH_GPT2;
+	c.V = 50257;
+	c.L = 12;
+	c.C = 768;
+	c.NH = 12;
+	c.T = 1024;
+	c.tied = 1;
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(m.cfg.Vp == 50304);
+	CHECK(m.cfg.F == 3072);
+	/* llm.c prints "num_parameters: 124475904" for this model */
+	CHECK_MSG(m.numel == 124475904, "numel %zu", m.numel);
+	CHECK(m.n_params == 2 + 12 * 12 + 2);
+	/* 6N excludes the position table only (wte is the tied head) */
+	CHECK(model_flops_params(&m) == 124475904 - 1024 * 768);
+	CHECK_NEAR(model_flops_per_token(&m),
+		   6.0 * (124475904 - 786432) + 6.0 * 12 * 768 * 1024, 1.0);
+	model_free(&m);
+}
+
+TEST(param_count_smollm)
+{
+	struct model_config c;
+	struct model m;
+	memset(&c, 0, sizeof(c));
+	c.arch = ARCH_LLAMA;
+	c.V = 49152;
+	c.L = 32;
+	c.C = 960;
+	c.NH = 15;
+	c.NKV = 5;
+	c.T = 2048;
+	c.tied = 1;
+	/* F = 0 takes the default round(8*960/3) = 2560 (already a multiple
+	 * of 64), SmolLM-360M's FFN width.
+	 * wte 49152*960 = 47,185,920;
+	 * per layer: ln1w 960 + qkvw (15+2*5)*64*960 = 1,536,000
+	 *   + attprojw 960*960 = 921,600 + ln2w 960 + fcw 2*2560*960 = 4,915,200
+	 *   + fcprojw 960*2560 = 2,457,600  = 9,832,320; x32 = 314,634,240;
+	 * lnfw 960.  Total 361,821,120 (SmolLM-360M: 361.82M). */
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(m.cfg.F == 2560 && m.cfg.HD == 64 && m.cfg.Vp == 49152);
+	CHECK_MSG(m.numel == 361821120, "numel %zu", m.numel);
+	model_free(&m);
+	/* SmolLM-135M: wte 28,311,552; per layer 576 + 960*576 + 576*576 + 576
+	 * + 3072*576 + 576*1536 = 3,540,096, x30 = 106,202,880; lnfw 576:
+	 * 134,515,008 */
+	c.L = 30;
+	c.C = 576;
+	c.NH = 9;
+	c.NKV = 3;
+	c.F = 1536;
+	CHECK(model_init(&m, &c) == 0);
+	CHECK_MSG(m.numel == 134515008, "numel %zu", m.numel);
+	model_free(&m);
+	/* default F for C = 32: round(85.33) = 85 -> 128 */
+	c = tiny(ARCH_LLAMA, 0);
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(m.cfg.F == 128 && m.cfg.Vp == 128 && m.cfg.HD == 8);
+	CHECK(model_find_param(&m, "head") == m.n_params - 1);
+	CHECK(model_find_param(&m, "h.1.fcw") >= 0 && model_find_param(&m, "wpe") < 0);
+	CHECK(m.params[model_find_param(&m, "h.1.fcw")].rows == 256);
+	CHECK(m.params[model_find_param(&m, "h.0.qkvw")].rows == (4 + 2 * 2) * 8);
+	model_free(&m);
+}
+
+TEST(bad_shapes_rejected)
+{
+	struct model_config c = tiny(ARCH_LLAMA, 1);
+	struct model m;
+	struct stage st;
+	set_error_quiet(1);
+	c.NH = 5; /* 32 % 5 */
+	CHECK(model_init(&m, &c) == -1);
+	c.NH = 4;
+	c.NKV = 3; /* 4 % 3 */
+	CHECK(model_init(&m, &c) == -1);
+	c = tiny(ARCH_LLAMA, 1);
+	c.C = 12;
+	c.NH = 4; /* head width 3: RoPE needs it even */
+	CHECK(model_init(&m, &c) == -1);
+	c = tiny(ARCH_GPT2, 1);
+	c.NKV = 2; /* gpt2 has no GQA */
+	CHECK(model_init(&m, &c) == -1);
+	c = tiny(ARCH_GPT2, 1);
+	c.V = 0;
+	CHECK(model_init(&m, &c) == -1);
+	c = tiny(ARCH_GPT2, 1);
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(stage_init(&st, &m, be(), 0, 3, 2, 8, 1) == -1); /* 3 stages, 2 layers */
+	CHECK(stage_init(&st, &m, be(), 0, 1, 2, 9, 1) == -1); /* T > seq_len */
+	set_error_quiet(0);
+	model_free(&m);
+}
+
+/* ---- initialisation ---- */
+
+TEST(init_deterministic_and_split_independent)
+{
+	struct model_config c = tiny(ARCH_LLAMA, 1);
+	struct model m;
+	float *a, *b;
+	c.L = 4;
+	CHECK(model_init(&m, &c) == 0);
+	a = xmalloc(m.numel * sizeof(float));
+	b = xmalloc(m.numel * sizeof(float));
+	model_init_weights(&m, a, 42);
+	model_init_weights(&m, b, 42);
+	CHECK(memcmp(a, b, m.numel * sizeof(float)) == 0);
+	model_init_weights(&m, b, 43);
+	CHECK(memcmp(a, b, m.numel * sizeof(float)) != 0);
+	/* A tensor depends only on (seed, index): a model with more layers
+	 * has the same embedding and the same first-layer tensors. */
+	{
+		struct model_config c2 = c;
+		struct model m2;
+		float *w2;
+		c2.L = 6;
+		CHECK(model_init(&m2, &c2) == 0);
+		w2 = xmalloc(m2.numel * sizeof(float));
+		model_init_weights(&m2, w2, 42);
+		for (int i = 0; i < m.n_params - 1; i++) {
+			const struct param_info *p = &m.params[i];
+			const struct param_info *q = &m2.params[i];
+			if (p->layer < 0 && i > 0)
+				break;
+			CHECK(!strcmp(p->name, q->name));
+			if (strstr(p->name, "proj"))
+				continue; /* scaled by 1/sqrt(2L): differs by design */
+			CHECK(memcmp(a + p->offset, w2 + q->offset, p->numel * 4) == 0);
+		}
+		free(w2);
+		model_free(&m2);
+	}
+	/* Norm weights 1, statistics of the matrices, padded rows zero. */
+	for (int i = 0; i < m.n_params; i++) {
+		const struct param_info *p = &m.params[i];
+		double s = 0, s2 = 0;
+		if (p->cols == 0) {
+			for (size_t j = 0; j < p->numel; j++)
+				CHECK(a[p->offset + j] == 1.0f);
+			continue;
+		}
+		for (size_t j = 0; j < p->numel; j++) {
+			s += a[p->offset + j];
+			s2 += (double)a[p->offset + j] * a[p->offset + j];
+		}
+		{
+			double n = (double)p->numel, want = 0.02;
+			if (strstr(p->name, "proj"))
+				want /= sqrt(2.0 * c.L);
+			if (!strcmp(p->name, "wte"))
+				n = (double)c.V * c.C; /* padded rows are zero */
+			CHECK_MSG(fabs(sqrt(s2 / n) - want) < 0.1 * want, "%s std %g", p->name,
+				  sqrt(s2 / n));
+			CHECK_MSG(fabs(s / n) < 4 * want / sqrt(n), "%s mean %g", p->name, s / n);
+		}
+	}
+	{
+		const struct param_info *w = &m.params[model_find_param(&m, "wte")];
+		for (size_t j = (size_t)c.V * c.C; j < w->numel; j++)
+			CHECK(a[w->offset + j] == 0.0f);
+	}
+	/* Every split's stage arenas are slices of the one global arena, the
+	 * tied copy equal to wte. */
+	if (be()->alloc)
+		for (int S = 2; S <= 4; S++) {
+			for (int s = 0; s < S; s++) {
+				struct stage st;
+				float *sa;
+				CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
+				sa = xmalloc(st.numel * sizeof(float));
+				stage_gather(&st, sa, a);
+				for (int i = 0; i < st.n_params; i++) {
+					const struct param_info *p = &m.params[st.params[i].global];
+					CHECK(memcmp(sa + st.params[i].offset, a + p->offset,
+						     p->numel * 4) == 0);
+				}
+				if (s == S - 1) {
+					long o = stage_wte_offset(&st);
+					CHECK(o >= 0 && stage_head_offset(&st) == o);
+					CHECK(memcmp(sa + o, a, (size_t)m.cfg.Vp * c.C * 4) == 0);
+				} else if (s > 0) {
+					CHECK(stage_wte_offset(&st) == -1);
+				}
+				free(sa);
+				stage_free(&st);
+			}
+		}
+	free(a);
+	free(b);
+	model_free(&m);
+}
+
+/* ---- single-stage helpers ---- */
+
+struct run {
+	struct model m;
+	struct stage st;
+	float *params, *grads;
+	int32_t *tok, *tgt;
+	int B, T;
+};
+
+static int run_open(struct run *r, const struct model_config *c, int B, int T, uint64_t seed)
+{
+	memset(r, 0, sizeof(*r));
+	if (model_init(&r->m, c) || stage_init(&r->st, &r->m, be(), 0, 1, B, T, 2))
+		return -1;
+	r->B = B;
+	r->T = T;
+	r->params = xcalloc(r->m.numel, sizeof(float));
+	r->grads = xcalloc(r->m.numel, sizeof(float));
+	r->tok = xmalloc((size_t)B * T * 4);
+	r->tgt = xmalloc((size_t)B * T * 4);
+	model_init_weights(&r->m, r->params, seed);
+	fill_tokens(r->tok, (size_t)B * T, c->V, seed + 1);
+	fill_tokens(r->tgt, (size_t)B * T, c->V, seed + 2);
+	return 0;
+}
+
+static void run_close(struct run *r)
+{
+	stage_free(&r->st);
+	model_free(&r->m);
+	free(r->params);
+	free(r->grads);
+	free(r->tok);
+	free(r->tgt);
+}
+
+static float run_loss(struct run *r)
+{
+	float loss = NAN;
+	stage_forward(&r->st, 0, r->params, r->tok, NULL, r->tgt, NULL, &loss, NULL, 1.0f);
+	return loss;
+}
+
+static float run_grad(struct run *r)
+{
+	float loss = NAN;
+	memset(r->grads, 0, r->m.numel * sizeof(float));
+	stage_forward(&r->st, 1, r->params, r->tok, NULL, r->tgt, NULL, &loss, r->grads, 1.0f);
+	stage_backward(&r->st, 1, r->params, r->grads, NULL, NULL);
+	stage_finish_grads(&r->st, r->grads);
+	return loss;
+}
+
+TEST(loss_at_init_is_log_vocab)
+{
+	for (int arch = 0; arch < 2; arch++) {
+		struct model_config c = tiny(arch, 1);
+		struct run r;
+		float loss;
+		NEED_BACKEND();
+		CHECK(run_open(&r, &c, 4, 8, 7) == 0);
+		loss = run_loss(&r);
+		/* near-uniform predictions at init: loss ~ log(V) = 4.205 */
+		CHECK_NEAR(loss, log(67.0), 0.05);
+		/* the forward with gradients reports the same loss */
+		CHECK(run_grad(&r) == loss);
+		run_close(&r);
+	}
+}
+
+/* Central differences of the model's own loss against the backward, for a
+ * sample of entries of every tensor.
+ *
+ * Tolerance: the loss is an fp32 number near 4.2, whose spacing is 4.8e-7;
+ * divided by 2*eps = 2e-3 a difference quotient is quantised to 2.4e-4, and
+ * the truncation error O(eps^2 f''') is far below that (observed
+ * |fd - g| <= 2.8e-4). So an entry passes when |fd - g| <= 5e-4 + 0.02 |g|.
+ * Weights are scaled up (x8) so typical gradients are 1e-2..3e-1, well
+ * above that floor, and each tensor must have a sampled gradient above
+ * 5e-3 so the check cannot pass vacuously (a wrong sign, a missing term or
+ * a factor of 2 fails it). */
+static void grad_check(int arch, int tied)
+{
+	struct model_config c = tiny(arch, tied);
+	struct run r;
+	const float eps = 1e-3f;
+	int checked = 0;
+
+	CHECK(run_open(&r, &c, 2, 8, 11 + arch + 2 * tied) == 0);
+	perturb(&r.m, r.params, 99, 8.0f);
+	run_grad(&r);
+	for (int i = 0; i < r.m.n_params; i++) {
+		const struct param_info *p = &r.m.params[i];
+		uint64_t s = rng_mix(5, i);
+		double gmax = 0;
+		int bad = 0;
+		char why[256] = "";
+		for (int k = 0; k < 8; k++) {
+			size_t j = rng_next(&s) % p->numel;
+			float *w, w0;
+			double fd, g;
+			if ((!strcmp(p->name, "wte") || !strcmp(p->name, "head")) &&
+			    j >= (size_t)c.V * c.C)
+				j %= (size_t)c.V * c.C; /* padded rows: gradient 0 */
+			w = &r.params[p->offset + j];
+			w0 = *w;
+			g = r.grads[p->offset + j];
+			*w = w0 + eps;
+			fd = run_loss(&r);
+			*w = w0 - eps;
+			fd -= run_loss(&r);
+			*w = w0;
+			fd /= 2 * eps;
+			if (fabs(g) > gmax)
+				gmax = fabs(g);
+
+			if (!(fabs(fd - g) <= 5e-4 + 0.02 * fabs(g)) && !bad) {
+				bad = 1;
+				snprintf(why, sizeof(why), "%s[%zu]: backward %.6g, fd %.6g",
+					 p->name, j, g, fd);
+			}
+			checked++;
+		}
+		CHECK_MSG(!bad, "%s", why);
+		CHECK_MSG(gmax > 5e-3, "%s: sampled gradients all below %g", p->name, gmax);
+	}
+	CHECK(checked == 8 * r.m.n_params);
+	run_close(&r);
+}
+
+TEST(grad_check_gpt2)
+{
+	NEED_BACKEND();
+	grad_check(ARCH_GPT2, 1);
+}
+
+TEST(grad_check_llama_tied)
+{
+	NEED_BACKEND();
+	grad_check(ARCH_LLAMA, 1);
+}
+
+TEST(grad_check_llama_untied)
+{
+	NEED_BACKEND();
+	grad_check(ARCH_LLAMA, 0);
+}
+
+/* ---- stage split equivalence ---- */
+
+/* Train-step gradients and losses of M micro-batches with S stages,
+ * GPipe order (all forwards, then all backwards, one slot each), each stage
+ * on its own arena; the result is scattered into a global gradient arena
+ * with the tied copies summed as documented in model.h. */
+static int split_run(const struct model *m, const float *params, int S, int B, int T, int M,
+		     const int32_t *tok, const int32_t *tgt, float *grads_out, float *losses)
+{
+	struct stage *st = xcalloc(S, sizeof(*st));
+	float **p = xcalloc(S, sizeof(float *)), **g = xcalloc(S, sizeof(float *));
+	size_t NC = (size_t)B * T * m->cfg.C, N = (size_t)B * T;
+	float *x = xmalloc(NC * 4 * M * (S + 1)), *dx = xmalloc(NC * 4 * (S + 1));
+	int ok = 0;
+
+	for (int s = 0; s < S; s++) {
+		if (stage_init(&st[s], m, be(), s, S, B, T, M))
+			return -1;
+		p[s] = xmalloc(st[s].numel * 4);
+		g[s] = xcalloc(st[s].numel, 4);
+		stage_gather(&st[s], p[s], params);
+	}
+	/* x[(mb * (S+1) + s) * NC]: input of stage s for micro-batch mb */
+	for (int mb = 0; mb < M; mb++)
+		for (int s = 0; s < S; s++)
+			stage_forward(&st[s], mb, p[s], tok + mb * N, x + (mb * (S + 1) + s) * NC,
+				      tgt + mb * N, x + (mb * (S + 1) + s + 1) * NC, &losses[mb],
+				      g[s], 1.0f / M);
+	if (S == 1) {
+		/* the forward with grads already ran the head's backward;
+		 * the single-stage loop runs F, B per micro-batch instead, so
+		 * this path is only used for S > 1 */
+	}
+	for (int mb = 0; mb < M; mb++)
+		for (int s = S - 1; s >= 0; s--)
+			stage_backward(&st[s], mb, p[s], g[s], dx + (s + 1) * NC, dx + s * NC);
+	for (int s = 0; s < S; s++)
+		stage_finish_grads(&st[s], g[s]);
+	if (m->cfg.tied && S > 1) {
+		long o0 = stage_wte_offset(&st[0]), o1 = stage_wte_offset(&st[S - 1]);
+		size_t n = (size_t)m->cfg.Vp * m->cfg.C;
+		if (o0 < 0 || o1 < 0)
+			goto out;
+		for (size_t i = 0; i < n; i++)
+			g[0][o0 + i] = g[0][o0 + i] + g[S - 1][o1 + i];
+	}
+	for (int s = 0; s < S; s++)
+		stage_scatter(&st[s], grads_out, g[s]);
+	ok = 1;
+out:
+	for (int s = 0; s < S; s++) {
+		stage_free(&st[s]);
+		free(p[s]);
+		free(g[s]);
+	}
+	free(st);
+	free(p);
+	free(g);
+	free(x);
+	free(dx);
+	return ok ? 0 : -1;
+}
+
+/* The same M micro-batches on one stage, forward/backward per micro-batch. */
+static void single_run(const struct model *m, const float *params, int B, int T, int M,
+		       const int32_t *tok, const int32_t *tgt, float *grads, float *losses)
+{
+	struct stage st;
+	size_t N = (size_t)B * T;
+	if (stage_init(&st, m, be(), 0, 1, B, T, 1))
+		return;
+	for (int mb = 0; mb < M; mb++) {
+		stage_forward(&st, 0, params, tok + mb * N, NULL, tgt + mb * N, NULL, &losses[mb],
+			      grads, 1.0f / M);
+		stage_backward(&st, 0, params, grads, NULL, NULL);
+	}
+	stage_finish_grads(&st, grads);
+	stage_free(&st);
+}
+
+static void split_equivalence(int arch, int tied)
+{
+	struct model_config c = tiny(arch, tied);
+	struct model m;
+	const int B = 2, T = 8, M = 2;
+	float *params, *g1, *gs, l1[2], ls[2];
+	int32_t tok[2 * 2 * 8], tgt[2 * 2 * 8];
+
+	c.L = 4;
+	CHECK(model_init(&m, &c) == 0);
+	params = xmalloc(m.numel * 4);
+	g1 = xcalloc(m.numel, 4);
+	gs = xcalloc(m.numel, 4);
+	model_init_weights(&m, params, 3);
+	perturb(&m, params, 4, 4.0f);
+	fill_tokens(tok, B * T * M, c.V, 5);
+	fill_tokens(tgt, B * T * M, c.V, 6);
+	single_run(&m, params, B, T, M, tok, tgt, g1, l1);
+	for (int S = 2; S <= 4; S++) {
+		memset(gs, 0xff, m.numel * 4); /* every entry must be written */
+		CHECK(split_run(&m, params, S, B, T, M, tok, tgt, gs, ls) == 0);
+		for (int mb = 0; mb < M; mb++)
+			CHECK_MSG(memcmp(&l1[mb], &ls[mb], 4) == 0, "S=%d mb %d loss %.9g vs %.9g",
+				  S, mb, l1[mb], ls[mb]);
+		for (int i = 0; i < m.n_params; i++) {
+			const struct param_info *p = &m.params[i];
+			CHECK_MSG(memcmp(g1 + p->offset, gs + p->offset, p->numel * 4) == 0,
+				  "S=%d: gradient of %s differs", S, p->name);
+		}
+	}
+	/* the gradients are not trivially zero */
+	CHECK(be()->sumsq(g1, m.numel) > 1e-6);
+	free(params);
+	free(g1);
+	free(gs);
+	model_free(&m);
+}
+
+TEST(split_equivalence_gpt2)
+{
+	NEED_BACKEND();
+	split_equivalence(ARCH_GPT2, 1);
+}
+
+TEST(split_equivalence_llama_tied)
+{
+	NEED_BACKEND();
+	split_equivalence(ARCH_LLAMA, 1);
+}
+
+TEST(split_equivalence_llama_untied)
+{
+	NEED_BACKEND();
+	split_equivalence(ARCH_LLAMA, 0);
+}
+
+/* ---- stage layout ---- */
+
+TEST(stage_layout)
+{
+	struct model_config c = tiny(ARCH_GPT2, 1);
+	struct model m;
+	size_t total = 0;
+	c.L = 5;
+	CHECK(model_init(&m, &c) == 0);
+	if (!be()->alloc)
+		SKIP("the cpu backend's table is not filled in yet");
+	/* 5 layers on 3 stages: 2, 2, 1; arenas cover the model exactly once
+	 * plus the tied copy */
+	for (int s = 0; s < 3; s++) {
+		struct stage st;
+		static const int want[3][2] = {{0, 2}, {2, 4}, {4, 5}};
+		CHECK(stage_init(&st, &m, be(), s, 3, 2, 4, 2) == 0);
+		CHECK(st.layer_begin == want[s][0] && st.layer_end == want[s][1]);
+		CHECK(st.has_embed == (s == 0) && st.has_head == (s == 2));
+		CHECK(st.act_bytes_per_slot > 0 && st.scratch_bytes > 0);
+		CHECK((s == 2) == (stage_head_offset(&st) >= 0));
+		total += st.numel;
+		for (int i = 1; i < st.n_params; i++)
+			CHECK(st.params[i].offset >= st.params[i - 1].offset +
+			      m.params[st.params[i - 1].global].numel);
+		stage_free(&st);
+	}
+	CHECK(total == m.numel + (size_t)m.cfg.Vp * c.C);
+	model_free(&m);
+}
+
+/* ---- sampling ---- */
+
+TEST(logits_at_matches_loss)
+{
+	struct model_config c = tiny(ARCH_LLAMA, 0);
+	struct run r, r1;
+	float *logits, *full;
+	const int B = 2, T = 8, pos = 5;
+	NEED_BACKEND();
+	CHECK(run_open(&r, &c, B, T, 21) == 0);
+	perturb(&r.m, r.params, 22, 4.0f);
+	logits = xmalloc((size_t)B * r.m.cfg.Vp * 4);
+	full = xmalloc((size_t)B * r.m.cfg.Vp * 4);
+	model_logits_at(&r.st, r.params, r.tok, pos, full);
+	/* causal: tokens after pos do not change the logits at pos */
+	for (int b = 0; b < B; b++)
+		for (int t = pos + 1; t < T; t++)
+			r.tok[b * T + t] = (r.tok[b * T + t] + 1) % c.V;
+	model_logits_at(&r.st, r.params, r.tok, pos, logits);
+	for (int i = 0; i < B * r.m.cfg.Vp; i++)
+		CHECK_NEAR(logits[i], full[i], 1e-5 * (1 + fabs(full[i])));
+	/* and they are the logits the loss uses: one sequence of length pos+1
+	 * with one target at the end agrees with -log softmax at pos */
+	CHECK(run_open(&r1, &c, 1, 1, 23) == 0);
+	memcpy(r1.params, r.params, r.m.numel * 4);
+	{
+		float l, m = -INFINITY;
+		double sum = 0;
+		model_logits_at(&r1.st, r1.params, r1.tok, 0, logits);
+		for (int v = 0; v < c.V; v++)
+			m = fmaxf(m, logits[v]);
+		for (int v = 0; v < c.V; v++)
+			sum += exp(logits[v] - m);
+		l = run_loss(&r1);
+		CHECK_NEAR(l, log(sum) + m - logits[r1.tgt[0]], 1e-5);
+	}
+	run_close(&r1);
+	run_close(&r);
+	free(logits);
+	free(full);
+}
