@@ -1,0 +1,257 @@
+/* trainer.c - optimizer steps over stage workers; the single-thread path. */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+#include "../optim/optim.h"
+#include "schedule.h"
+
+int trainer_stage_delay(const struct config *cfg, int s, int S)
+{
+	const char *kind = cfg->train_schedule;
+	if (!strcmp(kind, "2bw"))
+		return 1;
+	if (!strcmp(kind, "pipedream"))
+		return S - 1 - s;
+	if (!strcmp(kind, "none")) {
+		if (!strcmp(cfg->train_delay_mode, "per-stage"))
+			return S - 1 - s;
+		return (int)cfg->train_delay;
+	}
+	return 0; /* gpipe, 1f1b: synchronous */
+}
+
+static size_t act_floats(const struct trainer *tr)
+{
+	return st_mult(st_mult((size_t)tr->B, (size_t)tr->T), (size_t)tr->m->cfg.C);
+}
+
+int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
+		 const struct backend *be, const float *params, struct dataloader *data)
+{
+	memset(tr, 0, sizeof(*tr));
+	tr->cfg = cfg;
+	tr->m = m;
+	tr->be = be;
+	tr->S = (int)cfg->pipeline_stages;
+	tr->M = (int)cfg->pipeline_micro_batches;
+	tr->B = (int)cfg->train_batch_size;
+	tr->T = (int)cfg->model_seq_len;
+	tr->data = data;
+	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
+						       : -1;
+	if (tr->S < 1 || tr->S > m->cfg.L)
+		return error("pipeline.stages = %d: must be between 1 and model.n_layer (%d)",
+			     tr->S, m->cfg.L);
+	if (tr->M < 1)
+		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
+	if (strcmp(cfg->train_schedule, "none") && tr->kind < 0)
+		return error("unknown schedule '%s'", cfg->train_schedule);
+	if (tr->kind >= 0 && cfg->train_delay)
+		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
+			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
+	/* activation slots per stage: 1 when micro-batches run one at a time,
+	 * else what the schedule keeps in flight */
+	struct schedule *probe = NULL;
+	if (tr->kind >= 0) {
+		char err[256];
+		probe = sched_build(tr->kind, tr->S, tr->M, 3, err, sizeof(err));
+		if (!probe)
+			return error("%s", err);
+	}
+	tr->w = xcalloc((size_t)tr->S, sizeof(*tr->w));
+	for (int s = 0; s < tr->S; s++) {
+		int delay = trainer_stage_delay(cfg, s, tr->S);
+		int slots = probe ? sched_stage(probe, s)->nslots : 1;
+		if (worker_init(&tr->w[s], m, be, cfg, s, tr->S, tr->B, tr->T, slots, delay,
+				params)) {
+			sched_free(probe);
+			return -1;
+		}
+	}
+	sched_free(probe);
+	size_t n = act_floats(tr);
+	tr->x = xcalloc((size_t)tr->S + 1, sizeof(float *));
+	tr->dx = xcalloc((size_t)tr->S + 1, sizeof(float *));
+	for (int s = 0; s <= tr->S; s++) {
+		tr->x[s] = be->alloc(n * sizeof(float));
+		tr->dx[s] = be->alloc(n * sizeof(float));
+	}
+	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	tr->inputs = be->alloc(bt * sizeof(int32_t));
+	tr->targets = be->alloc(bt * sizeof(int32_t));
+	return 0;
+}
+
+void trainer_free(struct trainer *tr)
+{
+	if (!tr->w)
+		return;
+	for (int s = 0; s < tr->S; s++)
+		worker_free(&tr->w[s]);
+	for (int s = 0; s <= tr->S; s++) {
+		tr->be->free(tr->x[s]);
+		tr->be->free(tr->dx[s]);
+	}
+	free(tr->x);
+	free(tr->dx);
+	free(tr->w);
+	tr->be->free(tr->inputs);
+	tr->be->free(tr->targets);
+	memset(tr, 0, sizeof(*tr));
+}
+
+/* Load micro-batch `index` into the backend's input and target buffers. */
+static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
+{
+	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
+	dataloader_batch(dl, index, in, tg);
+	tr->be->to_device(tr->inputs, in, bt * sizeof(int32_t));
+	tr->be->to_device(tr->targets, tg, bt * sizeof(int32_t));
+	free(in);
+	free(tg);
+}
+
+/* Forward one micro-batch through every stage in order (slot 0). With
+ * grads, the last stage also back-propagates through its head. */
+static float forward_all(struct trainer *tr, long version_step, int with_grads, long step)
+{
+	float loss = 0.0f;
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		long v = with_grads ? version_step - w->delay : w->newest;
+		int last = s == tr->S - 1;
+		stage_forward(&w->st, 0, worker_weights(w, v), s == 0 ? tr->inputs : NULL,
+			      s == 0 ? NULL : tr->x[s], last ? tr->targets : NULL,
+			      last ? NULL : tr->x[s + 1], last ? &loss : NULL,
+			      last && with_grads ? worker_grads(w, step) : NULL,
+			      1.0f / (float)tr->M);
+	}
+	return loss;
+}
+
+static void backward_all(struct trainer *tr, long version_step, long step)
+{
+	for (int s = tr->S - 1; s >= 0; s--) {
+		struct stage_worker *w = &tr->w[s];
+		stage_backward(&w->st, 0, worker_weights(w, version_step - w->delay),
+			       worker_grads(w, step), s == tr->S - 1 ? NULL : tr->dx[s + 1],
+			       s == 0 ? NULL : tr->dx[s]);
+	}
+}
+
+double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
+{
+	const struct model *m = tr->m;
+	struct stage_worker *first = &tr->w[0], *last = &tr->w[tr->S - 1];
+	/* 1. tied embeddings: embedding part + head part */
+	if (m->cfg.tied) {
+		if (tr->S == 1) {
+			stage_finish_grads(&first->st, worker_grads(first, step));
+		} else if (first->wte_param >= 0 && last->wte_param >= 0) {
+			size_t n = (size_t)m->cfg.Vp * (size_t)m->cfg.C;
+			float *a = worker_grads(first, step) + first->st.params[first->wte_param].offset;
+			float *b = worker_grads(last, step) + last->st.params[last->wte_param].offset;
+			tr->be->add(a, a, b, n);
+			tr->be->copy(b, a, n * sizeof(float));
+		}
+	}
+	/* 2. global norm, tensor by tensor in global order */
+	double total = 0.0;
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		optim_grad_sumsq(&w->opt, worker_grads(w, step), w->sumsq);
+		for (int k = 0; k < w->opt.n; k++)
+			total += w->sumsq[k];
+	}
+	double norm = sqrt(total);
+	/* 3. clipping */
+	float clip = 1.0f;
+	double max_norm = tr->cfg->train_grad_clip;
+	if (max_norm > 0 && norm > max_norm)
+		clip = (float)(max_norm / (norm + 1e-6));
+	/* 4. update */
+	double lr = lr_at(tr->cfg, step);
+	for (int s = 0; s < tr->S; s++)
+		worker_update(&tr->w[s], step, (float)lr, clip);
+	if (lr_out)
+		*lr_out = lr;
+	return norm;
+}
+
+int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
+{
+	if (tr->kind >= 0)
+		return pipeline_run(tr, n, stats);
+	for (int i = 0; i < n; i++) {
+		long t = tr->step; /* 0-based index of this step */
+		double sum = 0.0;
+		for (int mb = 0; mb < tr->M; mb++) {
+			load_batch(tr, tr->data, t * tr->M + mb);
+			sum += forward_all(tr, t, 1, t + 1);
+			backward_all(tr, t, t + 1);
+		}
+		struct step_stats st = {.loss = sum / tr->M};
+		if (!isfinite(st.loss)) {
+			st.nonfinite = 1;
+			tr->last = st;
+			if (stats)
+				stats[i] = st;
+			return -1;
+		}
+		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
+		tr->step = t + 1;
+		tr->last = st;
+		if (stats)
+			stats[i] = st;
+	}
+	return 0;
+}
+
+double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
+{
+	double sum = 0.0;
+	for (int i = 0; i < batches; i++) {
+		load_batch(tr, data, i);
+		sum += forward_all(tr, 0, 0, 0);
+	}
+	return batches ? sum / batches : 0.0;
+}
+
+void trainer_gather_weights(struct trainer *tr, int back, float *global)
+{
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		long v = w->newest - MIN(back, w->delay);
+		worker_save_version(w, v, global);
+	}
+}
+
+int trainer_n_versions(const struct trainer *tr)
+{
+	int n = 1;
+	for (int s = 0; s < tr->S; s++)
+		n = MAX(n, tr->w[s].delay + 1);
+	return n;
+}
+
+void trainer_restore(struct trainer *tr, long step, float *const *versions, int n)
+{
+	tr->step = step;
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		w->newest = step;
+		for (int back = w->delay; back >= 0; back--) {
+			long v = step - back;
+			if (v < 0)
+				continue;
+			w->newest = step; /* worker_load_version writes ver[v % n] */
+			worker_load_version(w, v, versions[MIN(back, n - 1)]);
+		}
+		w->opt.last_step = step;
+	}
+}

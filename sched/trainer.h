@@ -1,0 +1,88 @@
+/* trainer.h - training steps over S stage workers.
+ *
+ * A trainer holds the S stage workers of one model and runs optimizer
+ * steps. train.schedule = none runs them on the calling thread, stage after
+ * stage, micro-batch after micro-batch (with train.delay / delay_mode
+ * emulating a pipeline's gradient delay); the pipeline schedules run each
+ * stage on its own thread (sched/executor.c). Both end every step with the
+ * same step_finish sequence, in the same order:
+ *
+ *   1. tied embeddings: the gradient of wte becomes embedding part + head
+ *      part (S = 1: stage_finish_grads; S > 1: stage 0 and the last stage
+ *      add each other's part, giving the same bits on both);
+ *   2. per-tensor sums of squares (optim_grad_sumsq), added tensor by tensor
+ *      in global order into the global norm;
+ *   3. clip scale = grad_clip / norm when norm > grad_clip;
+ *   4. every stage's worker_update with lr_at(step).
+ */
+#ifndef ASYNCPP_TRAINER_H
+#define ASYNCPP_TRAINER_H
+
+#include <pthread.h>
+
+#include "../io/config.h"
+#include "../io/dataloader.h"
+#include "../model/model.h"
+#include "worker.h"
+
+struct step_stats {
+	double loss;          /* mean over the step's micro-batches */
+	double grad_norm;     /* before clipping */
+	double lr;
+	int nonfinite;        /* the loss was NaN or inf */
+};
+
+struct trainer {
+	const struct config *cfg;
+	const struct model *m;
+	const struct backend *be;
+	int S, M, B, T;
+	int kind;                  /* enum sched_kind, or -1 for none */
+	struct stage_worker *w;    /* [S] */
+	long step;                 /* optimizer steps done */
+	struct dataloader *data;
+	/* single-thread path: activations between stages, host batch */
+	float **x, **dx;           /* [S+1][B*T*C] */
+	int32_t *inputs, *targets; /* [B*T] */
+	float *tied_part;          /* [Vp*C] exchange buffer for tied weights (S > 1) */
+	/* statistics of the last step */
+	struct step_stats last;
+};
+
+/* Build S workers from the global host arena `params` (m->numel floats).
+ * Delays follow train.delay / train.delay_mode for schedule none; 2bw uses 1
+ * on every stage, pipedream S-1-s. */
+int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
+		 const struct backend *be, const float *params, struct dataloader *data);
+void trainer_free(struct trainer *tr);
+/* Delay of stage s under cfg (the rule above). */
+int trainer_stage_delay(const struct config *cfg, int s, int S);
+
+/* Run n optimizer steps; stats[i] receives step i's statistics (may be
+ * NULL). Returns 0, or -1 if a step's loss was not finite (then tr->step is
+ * the step that failed and the weights are those before it). */
+int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
+
+/* Mean loss of the newest weights over `batches` micro-batches of `data`
+ * (in order, no gradients). */
+double trainer_eval(struct trainer *tr, struct dataloader *data, int batches);
+
+/* The step_finish sequence for step `step` (1-based) when every stage has
+ * accumulated its gradients; single-threaded form. Returns the norm. */
+double trainer_finish_step(struct trainer *tr, long step, double *lr_out);
+
+/* Global host arena of version `newest - back` (back 0 = newest); for
+ * checkpoints, eval and export. */
+void trainer_gather_weights(struct trainer *tr, int back, float *global);
+/* Set step and every stage's versions from global arenas: versions[i] is
+ * version step - i, for i < n (older missing versions repeat the oldest). */
+void trainer_restore(struct trainer *tr, long step, float *const *versions, int n);
+/* Versions a checkpoint must hold: max delay + 1. */
+int trainer_n_versions(const struct trainer *tr);
+
+
+
+/* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
+ * stage (sched/executor.c). Called by trainer_run. */
+int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
+#endif

@@ -1,0 +1,37 @@
+/* transport.h - how stage workers exchange activations and gradients.
+ *
+ * A message is one micro-batch's activation (stage s -> s+1) or input
+ * gradient (s -> s-1): B*T*C floats, matched by (kind, mb). Sends never
+ * block (schedule.h explains why they must not); a receive blocks until its
+ * message arrives. Buffers are owned by the transport: a sender fills
+ * tp_buffer() and hands it over with send; a receiver gets a buffer from
+ * recv and returns it with release. The local transport passes the pointer
+ * itself (zero copy); the MPI transport copies over the wire.
+ */
+#ifndef ASYNCPP_TRANSPORT_H
+#define ASYNCPP_TRANSPORT_H
+
+#include <stddef.h>
+
+#include "../kernels/backend.h"
+
+enum msg_kind { MSG_ACT = 0, MSG_GRAD = 1 };
+
+struct transport {
+	const char *name;
+	/* A buffer of n floats for a message from stage `from`. */
+	float *(*buffer)(struct transport *t, int from, size_t n);
+	/* Hand buf (from buffer) to stage `to`. Never blocks. */
+	void (*send)(struct transport *t, int from, int to, int kind, int mb, float *buf);
+	/* The message (kind, mb) for stage `to` from `from`; blocks. *waited
+	 * gets the seconds spent waiting. */
+	float *(*recv)(struct transport *t, int to, int from, int kind, int mb, double *waited);
+	/* Give a received buffer back. */
+	void (*release)(struct transport *t, int stage, float *buf);
+	void (*destroy)(struct transport *t);
+};
+
+/* In-process queues between S stage threads; buffers from backend be. */
+struct transport *transport_local(const struct backend *be, int S, size_t msg_floats);
+
+#endif

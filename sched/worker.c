@@ -1,0 +1,105 @@
+/* worker.c - a stage's weight versions, gradients and optimizer. */
+#include "worker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+
+int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
+		const struct config *cfg, int s, int S, int B, int T, int n_slots, int delay,
+		const float *params)
+{
+	memset(w, 0, sizeof(*w));
+	if (delay < 0 || delay + 1 > WORKER_MAX_VERSIONS)
+		return error("delay %d out of range (0..%d)", delay, WORKER_MAX_VERSIONS - 1);
+	w->be = be;
+	w->s = s;
+	w->S = S;
+	w->delay = delay;
+	w->n_versions = delay + 1;
+	if (stage_init(&w->st, m, be, s, S, B, T, n_slots))
+		return -1;
+	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	float *host = xmalloc(bytes);
+	stage_gather(&w->st, host, params);
+	for (int v = 0; v < w->n_versions; v++) {
+		w->ver[v] = be->alloc(bytes);
+		be->to_device(w->ver[v], host, bytes);
+	}
+	free(host);
+	for (int i = 0; i < 2; i++)
+		w->grads[i] = be->alloc(bytes);
+	if (optim_init(&w->opt, be, cfg, m, w->st.params, w->st.n_params, w->st.numel))
+		return -1;
+	w->sumsq = xcalloc((size_t)w->opt.n + 1, sizeof(double));
+	w->wte_param = -1;
+	for (int k = 0; k < w->st.n_params; k++) {
+		const struct param_info *pi = &m->params[w->st.params[k].global];
+		if (!strcmp(pi->name, "wte"))
+			w->wte_param = k;
+	}
+	return 0;
+}
+
+void worker_free(struct stage_worker *w)
+{
+	if (!w->be)
+		return;
+	for (int v = 0; v < w->n_versions; v++)
+		w->be->free(w->ver[v]);
+	for (int i = 0; i < 2; i++)
+		w->be->free(w->grads[i]);
+	optim_free(&w->opt);
+	stage_free(&w->st);
+	free(w->sumsq);
+	memset(w, 0, sizeof(*w));
+}
+
+float *worker_weights(struct stage_worker *w, long v)
+{
+	if (v < 0)
+		v = 0;
+	if (v > w->newest || v < w->newest - w->delay)
+		die("internal error: stage %d asked for weight version %ld, alive are %ld..%ld",
+		    w->s, v, MAX(0, w->newest - w->delay), w->newest);
+	return w->ver[v % w->n_versions];
+}
+
+float *worker_grads(struct stage_worker *w, long step) { return w->grads[step % 2]; }
+
+void worker_update(struct stage_worker *w, long step, float lr, float clip_scale)
+{
+	if (step != w->newest + 1)
+		die("internal error: stage %d applies step %ld on version %ld", w->s, step,
+		    w->newest);
+	float *src = w->ver[w->newest % w->n_versions];
+	float *dst = w->ver[(w->newest + 1) % w->n_versions];
+	size_t n = w->st.numel;
+	if (dst != src)
+		w->be->copy(dst, src, n * sizeof(float));
+	float *g = worker_grads(w, step);
+	if (clip_scale != 1.0f)
+		w->be->scale(g, clip_scale, n);
+	optim_step(&w->opt, dst, g, lr, step);
+	w->be->zero(g, n * sizeof(float));
+	w->newest++;
+}
+
+void worker_save_version(struct stage_worker *w, long v, float *global)
+{
+	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	float *host = xmalloc(bytes);
+	w->be->to_host(host, worker_weights(w, v), bytes);
+	stage_scatter(&w->st, global, host);
+	free(host);
+}
+
+void worker_load_version(struct stage_worker *w, long v, const float *global)
+{
+	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	float *host = xmalloc(bytes);
+	stage_gather(&w->st, host, global);
+	w->be->to_device(w->ver[(v < 0 ? 0 : v) % w->n_versions], host, bytes);
+	free(host);
+}

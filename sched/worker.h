@@ -1,0 +1,65 @@
+/* worker.h - one pipeline stage's training state: its model slice and
+ * activation slots, its weight versions, gradient accumulators and
+ * optimizer. The single-device trainer and the pipeline executor drive the
+ * same workers, which is why their results agree bit for bit.
+ *
+ * Weight versions: version v is the stage's weights after v optimizer
+ * steps. A worker with delay d keeps d + 1 versions in a ring
+ * (ver[v % (d+1)]); a micro-batch of step t is computed on version
+ * max(t - d, 0) and the update of step t turns version t into t + 1:
+ *     w[t+1] = w[t] + U(g(w[t-d]))
+ * d = 0 is ordinary training (one buffer, updated in place), d = 1 is
+ * PipeDream-2BW, d = S-1-s is the original PipeDream's stage s.
+ *
+ * Gradients accumulate into grads[step % 2], so a pipeline may start the
+ * backward passes of step t+1 before step t's update has been applied.
+ */
+#ifndef ASYNCPP_WORKER_H
+#define ASYNCPP_WORKER_H
+
+#include "../io/config.h"
+#include "../model/model.h"
+#include "../optim/optim.h"
+
+#define WORKER_MAX_VERSIONS 65
+
+struct stage_worker {
+	struct stage st;
+	struct optimizer opt;
+	const struct backend *be;
+	int s, S;
+	int delay;                          /* steps of gradient delay */
+	int n_versions;                     /* delay + 1 */
+	float *ver[WORKER_MAX_VERSIONS];    /* stage arenas; ver[v % n] = version v */
+	long newest;                        /* newest version = updates applied */
+	float *grads[2];                    /* [st.numel] each, by step parity */
+	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq */
+	int wte_param;                      /* index in st.params of wte or its tied copy, -1 */
+	/* accounting for logs: seconds computing and waiting */
+	double busy_s, idle_s;
+};
+
+/* Build stage s of S with the given delay, n_slots activation slots for
+ * B x T micro-batches, its optimizer from cfg, and version 0 copied from the
+ * global host arena `params` (m->numel floats). */
+int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
+		const struct config *cfg, int s, int S, int B, int T, int n_slots, int delay,
+		const float *params);
+void worker_free(struct stage_worker *w);
+
+/* The weights of version v (v < 0 means version 0). The version must be
+ * alive: newest - delay <= v <= newest. */
+float *worker_weights(struct stage_worker *w, long v);
+/* Gradient accumulator of 1-based optimizer step `step`. */
+float *worker_grads(struct stage_worker *w, long step);
+/* Apply optimizer step `step` (1-based; newest must be step - 1): version
+ * step is made from version step - 1 with the gradient of that step scaled
+ * by clip_scale; then the gradient buffer is zeroed for step + 2. */
+void worker_update(struct stage_worker *w, long step, float lr, float clip_scale);
+
+/* Copy this stage's slices of version v out to / in from a global host
+ * arena (checkpoints). */
+void worker_save_version(struct stage_worker *w, long v, float *global);
+void worker_load_version(struct stage_worker *w, long v, const float *global);
+
+#endif
