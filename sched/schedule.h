@@ -30,10 +30,12 @@
  * that starts at global step first_step > 0 (sched_build_at) may use negative
  * versions: -k is the weights k updates before the segment's start, which
  * the checkpoint holds (2bw needs -1, pipedream down to -(S-1-s)). The
- * versions alive on a stage at any moment are at most nversions(s)
- * consecutive integers, so weight buffer sched_wslot(v, nversions) holds
- * version v; OPTIM_STEP producing version v writes buffer sched_wslot(v) from
- * buffer sched_wslot(v-1) (in place when nversions is 1).
+ * versions alive on a stage at any moment fit in nversions weight buffers:
+ * vbuf[v - vmin] names the buffer holding version v (each FORWARD, BACKWARD
+ * and OPTIM_STEP repeats it as wbuf). OPTIM_STEP making version v reads the
+ * buffer of v-1 and writes its wbuf; when the two are the same the update is
+ * in place (nothing needs v-1 any more). A version's buffer is not reused
+ * while a later action needs that version.
  *
  * Activation slots: a FORWARD takes the lowest free slot and its BACKWARD
  * frees it; a stage needs nslots activation buffers.
@@ -92,6 +94,8 @@ struct sched_action {
 			sends/receives: the micro-batch's version */
 	int peer;    /* sends/receives: the other stage; -1 otherwise */
 	int slot;    /* FORWARD/BACKWARD: activation slot; -1 otherwise */
+	int wbuf;    /* FORWARD/BACKWARD: weight buffer of `version`; OPTIM_STEP:
+			the buffer it writes; -1 otherwise */
 };
 
 /* Per stage: its actions and what executing them needs. */
@@ -100,6 +104,10 @@ struct sched_stage {
 	int n;
 	int nslots;     /* activation buffers: peak micro-batches in flight */
 	int nversions;  /* weight buffers: peak versions alive at once */
+	int vmin, vmax; /* versions the stage holds: vmin <= 0 from the
+			   checkpoint, up to vmax = nupdates */
+	int *vbuf;      /* [vmax - vmin + 1] buffer of each version; -1 if the
+			   version is never needed */
 	int nupdates;   /* OPTIM_STEPs */
 	int delay_min;  /* over this stage's updates: step - version of the */
 	int delay_max;  /* gradient's micro-batches (-1/-1 with no update)   */
@@ -114,7 +122,7 @@ struct schedule {
 };
 
 /* Most micro-batches times stages a schedule may hold (memory bound). */
-#define SCHED_MAX_CELLS (1L << 26)
+#define SCHED_MAX_CELLS (1L << 22)
 
 /* Build a segment of n_steps optimizer steps. Returns NULL and writes a
  * message to err on bad arguments (S, M, n_steps >= 1; 2bw needs M >= S). */
@@ -134,12 +142,9 @@ int sched_mb_step(const struct schedule *sc, int mb);
 /* The weight version micro-batch mb uses on stage s (what the builder
  * assigned; tests compare it with the actions). */
 int sched_mb_version(const struct schedule *sc, int s, int mb);
-/* Weight buffer index of version v on a stage with nversions buffers. */
-static inline int sched_wslot(int v, int nversions)
-{
-	int r = v % nversions;
-	return r < 0 ? r + nversions : r;
-}
+/* The weight buffer of version v on stage s, or -1 when that version is
+ * never alive there. */
+int sched_version_buffer(const struct schedule *sc, int s, int v);
 
 /* "gpipe", "1f1b", "2bw", "pipedream" <-> kind; -1 for an unknown name.
  * "pipedream-flush" is accepted for 1f1b and "pipedream-2bw" for 2bw. */
