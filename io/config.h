@@ -49,4 +49,16 @@ void config_free(struct config *cfg);
 /* Deep copy. */
 void config_copy(struct config *dst, const struct config *src);
 
+/* The table row of section.key, or NULL. */
+const struct config_key_info *config_key_lookup(const char *section, const char *key);
+/* The value of section.key as config_print writes it (malloc'ed), or NULL
+ * for an unknown key. */
+char *config_get_string(const struct config *cfg, const char *section, const char *key);
+/* For commands that take a configuration: defaults, then config_file (when
+ * not NULL), then each "section.key=value" of sets in order (--set). cfg
+ * need not be initialised. On failure returns -1 after error() and leaves
+ * nothing to free; on success the caller frees with config_free(). */
+int config_from_args(struct config *cfg, const char *config_file, const char *const *sets,
+		     int n_sets);
+
 #endif

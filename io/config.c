@@ -1,0 +1,653 @@
+/* config.c - the INI configuration, driven by the key table in config_keys.h.
+ *
+ * Parsing goes through inih's ini_parse_stream() with a reader of our own.
+ * The reader hands inih one line at a time, so it always knows the line
+ * number the handler is working on (Debian's libinih is built without line
+ * numbers in the handler), and it normalises the line first so that inih's
+ * quirks cannot silently change a value:
+ *
+ *   - a line longer than CONFIG_MAX_LINE bytes is an error (inih would cut it
+ *     at its 200-byte buffer and read the rest as another line);
+ *   - leading whitespace is removed, so an indented line is never taken as a
+ *     continuation of the previous value (inih's multi-line values);
+ *   - a comment starts at '#' or ';' at the beginning of a line or after
+ *     whitespace, anywhere on the line ("lr = 3e-3  # peak"); inih itself
+ *     only strips "  ;" comments;
+ *   - a section header must be exactly "[name]" (then only a comment), and a
+ *     line that is neither blank, a comment, a section nor "key = value" is
+ *     reported here rather than by inih, whose message has no detail.
+ *
+ * A value that config_print() could not write back (a string with a newline,
+ * leading or trailing blanks, " #", or too long for one line) is refused when
+ * it is set, so print -> load is always the identity.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include "config.h"
+#include "util.h"
+
+/* inih reads lines into a 200-byte buffer that must hold '\r', '\n', '\0'. */
+#define CONFIG_MAX_LINE 197
+#define CONFIG_MAX_ERRORS 20
+
+enum key_kind { K_INT, K_FLOAT, K_STR, K_CHOICE };
+
+/* Per-type pieces of the X-macro expansion. */
+#define CFG_KIND_INT K_INT
+#define CFG_KIND_FLOAT K_FLOAT
+#define CFG_KIND_STR K_STR
+#define CFG_KIND_CHOICE(c) K_CHOICE
+#define CFG_KIND(type) CFG_KIND_##type
+#define CFG_TNAME_INT "int"
+#define CFG_TNAME_FLOAT "float"
+#define CFG_TNAME_STR "string"
+#define CFG_TNAME_CHOICE(c) "choice"
+#define CFG_TNAME(type) CFG_TNAME_##type
+#define CFG_CHOICES_INT NULL
+#define CFG_CHOICES_FLOAT NULL
+#define CFG_CHOICES_STR NULL
+#define CFG_CHOICES_CHOICE(c) c
+#define CFG_CHOICES(type) CFG_CHOICES_##type
+
+const struct config_key_info config_key_table[] = {
+#define X(sec, key, type, def, help) {#sec, #key, CFG_TNAME(type), CFG_CHOICES(type), def, help},
+	CONFIG_KEYS(X)
+#undef X
+};
+const int config_key_count = (int)ARRAY_SIZE(config_key_table);
+
+static const struct {
+	enum key_kind kind;
+	size_t offset;
+} key_slot[] = {
+#define X(sec, key, type, def, help) {CFG_KIND(type), offsetof(struct config, sec##_##key)},
+	CONFIG_KEYS(X)
+#undef X
+};
+
+static long *int_field(struct config *cfg, int i)
+{
+	return (long *)((char *)cfg + key_slot[i].offset);
+}
+
+static double *float_field(struct config *cfg, int i)
+{
+	return (double *)((char *)cfg + key_slot[i].offset);
+}
+
+static char **str_field(struct config *cfg, int i)
+{
+	return (char **)((char *)cfg + key_slot[i].offset);
+}
+
+static int is_blank(int c)
+{
+	return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* ---- the key table ---- */
+
+static int find_key(const char *section, const char *key)
+{
+	for (int i = 0; i < config_key_count; i++)
+		if (!strcmp(config_key_table[i].section, section) &&
+		    !strcmp(config_key_table[i].key, key))
+			return i;
+	return -1;
+}
+
+static int known_section(const char *section)
+{
+	for (int i = 0; i < config_key_count; i++)
+		if (!strcmp(config_key_table[i].section, section))
+			return 1;
+	return 0;
+}
+
+const struct config_key_info *config_key_lookup(const char *section, const char *key)
+{
+	int i = find_key(section, key);
+	return i < 0 ? NULL : &config_key_table[i];
+}
+
+/* "model, data, train, ..." in table order, each section once. */
+static void section_list(char *out, size_t n)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	for (int i = 0; i < config_key_count; i++) {
+		const char *s = config_key_table[i].section;
+		if (i > 0 && !strcmp(s, config_key_table[i - 1].section))
+			continue;
+		int w = snprintf(out + len, n - len, "%s%s", len ? ", " : "", s);
+		if (w < 0 || (size_t)w >= n - len)
+			break;
+		len += w;
+	}
+}
+
+/* "a, b, c" from "a|b|c". */
+static void choice_list(const char *choices, char *out, size_t n)
+{
+	size_t len = 0;
+	for (const char *p = choices; *p && len + 3 < n; p++) {
+		if (*p == '|') {
+			out[len++] = ',';
+			out[len++] = ' ';
+		} else {
+			out[len++] = *p;
+		}
+	}
+	out[len] = '\0';
+}
+
+static int is_choice(const char *choices, const char *value)
+{
+	size_t n = strlen(value);
+	const char *p = choices;
+	while (*p) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+		if (len == n && !strncmp(p, value, n))
+			return 1;
+		if (!bar)
+			break;
+		p = bar + 1;
+	}
+	return 0;
+}
+
+/* The error for a key that is not in the table, with a hint when the key
+ * exists in another section. */
+static int unknown_key(const char *where, const char *section, const char *key)
+{
+	for (int i = 0; i < config_key_count; i++)
+		if (!strcmp(config_key_table[i].key, key))
+			return error("%s: unknown key '%s' in [%s]; it belongs in [%s]", where, key,
+				     section, config_key_table[i].section);
+	return error("%s: unknown key '%s' in [%s]", where, key, section);
+}
+
+/* ---- values ---- */
+
+static int parse_long(const char *s, long *out)
+{
+	char *end;
+	if (!*s || is_blank((unsigned char)*s) || *s == '\n')
+		return -1;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (*end || errno)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+	if (!*s || is_blank((unsigned char)*s) || *s == '\n')
+		return -1;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (*end || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Can `value` be written as "key = value" and read back unchanged? */
+static const char *unprintable_reason(const char *key, const char *value)
+{
+	size_t n = strlen(value);
+	if (n + strlen(key) + 3 > CONFIG_MAX_LINE)
+		return "it is too long for one line of a config file";
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = value[i];
+		if (c < 0x20 || c == 0x7f)
+			return "it contains a control character";
+		if ((c == '#' || c == ';') && (i == 0 || is_blank((unsigned char)value[i - 1])))
+			return "a '#' or ';' at its start or after a blank would read as a comment";
+	}
+	if (n && (is_blank((unsigned char)value[0]) || is_blank((unsigned char)value[n - 1])))
+		return "it starts or ends with a blank";
+	return NULL;
+}
+
+int config_set_key(struct config *cfg, const char *section, const char *key, const char *value,
+		   const char *origin)
+{
+	int i = find_key(section, key);
+	if (i < 0) {
+		if (!known_section(section)) {
+			char list[256];
+			section_list(list, sizeof(list));
+			return error("%s: unknown section [%s]; sections are %s", origin, section,
+				     list);
+		}
+		return unknown_key(origin, section, key);
+	}
+	const struct config_key_info *k = &config_key_table[i];
+	switch (key_slot[i].kind) {
+	case K_INT: {
+		long v;
+		if (parse_long(value, &v))
+			return error("%s: %s.%s: expected an integer, got '%s'", origin, section,
+				     key, value);
+		*int_field(cfg, i) = v;
+		return 0;
+	}
+	case K_FLOAT: {
+		double v;
+		if (parse_double(value, &v))
+			return error("%s: %s.%s: expected a number, got '%s'", origin, section, key,
+				     value);
+		*float_field(cfg, i) = v;
+		return 0;
+	}
+	case K_CHOICE:
+		if (!is_choice(k->choices, value)) {
+			char list[256];
+			choice_list(k->choices, list, sizeof(list));
+			return error("%s: %s.%s: expected one of %s; got '%s'", origin, section, key,
+				     list, value);
+		}
+		break;
+	case K_STR: {
+		const char *why = unprintable_reason(key, value);
+		if (why)
+			return error("%s: %s.%s: cannot use this value: %s", origin, section, key,
+				     why);
+		break;
+	}
+	}
+	char **f = str_field(cfg, i);
+	free(*f);
+	*f = xstrdup(value);
+	return 0;
+}
+
+void config_defaults(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (int i = 0; i < config_key_count; i++) {
+		const struct config_key_info *k = &config_key_table[i];
+		if (key_slot[i].kind == K_STR || key_slot[i].kind == K_CHOICE)
+			*str_field(cfg, i) = xstrdup("");
+		/* A bad default is a bug in config_keys.h; test_config catches it. */
+		config_set_key(cfg, k->section, k->key, k->def, "config_keys.h");
+	}
+}
+
+void config_free(struct config *cfg)
+{
+	for (int i = 0; i < config_key_count; i++)
+		if (key_slot[i].kind == K_STR || key_slot[i].kind == K_CHOICE) {
+			char **f = str_field(cfg, i);
+			free(*f);
+			*f = NULL;
+		}
+}
+
+void config_copy(struct config *dst, const struct config *src)
+{
+	memcpy(dst, src, sizeof(*dst));
+	for (int i = 0; i < config_key_count; i++)
+		if (key_slot[i].kind == K_STR || key_slot[i].kind == K_CHOICE) {
+			char **f = str_field(dst, i);
+			*f = xstrdup(*f ? *f : "");
+		}
+}
+
+/* Shortest "%.Ng" that reads back as exactly v. */
+static void format_double(char *out, size_t n, double v)
+{
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(out, n, "%.*g", prec, v);
+		if (strtod(out, NULL) == v)
+			return;
+	}
+}
+
+char *config_get_string(const struct config *cfg, const char *section, const char *key)
+{
+	int i = find_key(section, key);
+	if (i < 0)
+		return NULL;
+	char tmp[64];
+	struct config *c = (struct config *)cfg;
+	switch (key_slot[i].kind) {
+	case K_INT:
+		snprintf(tmp, sizeof(tmp), "%ld", *int_field(c, i));
+		return xstrdup(tmp);
+	case K_FLOAT:
+		format_double(tmp, sizeof(tmp), *float_field(c, i));
+		return xstrdup(tmp);
+	default:
+		return xstrdup(*str_field(c, i) ? *str_field(c, i) : "");
+	}
+}
+
+static void print_ini(struct buf *b, const struct config *cfg, int comments)
+{
+	char line[512];
+	const char *section = NULL;
+	if (comments) {
+		const char *head = "# asyncpp configuration (see asyncpp.ini(5))\n";
+		buf_append(b, head, strlen(head));
+	}
+	for (int i = 0; i < config_key_count; i++) {
+		const struct config_key_info *k = &config_key_table[i];
+		if (!section || strcmp(section, k->section)) {
+			section = k->section;
+			int n = snprintf(line, sizeof(line), "%s[%s]\n", i ? "\n" : "", section);
+			buf_append(b, line, n);
+		}
+		if (comments) {
+			int n;
+			if (k->choices) {
+				char list[256];
+				choice_list(k->choices, list, sizeof(list));
+				n = snprintf(line, sizeof(line), "# %s (%s; default %s)\n", k->help,
+					     list, k->def);
+			} else {
+				n = snprintf(line, sizeof(line), "# %s (%s; default %s)\n", k->help,
+					     k->type, *k->def ? k->def : "empty");
+			}
+			/* Keep comments within the line limit: cut on a word. */
+			if (n > CONFIG_MAX_LINE) {
+				int cut = CONFIG_MAX_LINE - 4;
+				while (cut > 2 && line[cut] != ' ')
+					cut--;
+				memcpy(line + cut, " ...\n", 6);
+				n = cut + 5;
+			}
+			buf_append(b, line, n);
+		}
+		char *v = config_get_string(cfg, k->section, k->key);
+		int n = snprintf(line, sizeof(line), "%s = %s\n", k->key, v);
+		buf_append(b, line, MIN((size_t)n, sizeof(line) - 1));
+		free(v);
+	}
+}
+
+void config_print(FILE *fp, const struct config *cfg)
+{
+	struct buf b = {0};
+	print_ini(&b, cfg, 1);
+	fwrite(b.data, 1, b.len, fp);
+	buf_free(&b);
+}
+
+char *config_to_string(const struct config *cfg)
+{
+	struct buf b = {0};
+	print_ini(&b, cfg, 0);
+	buf_append(&b, "", 1);
+	return (char *)b.data;
+}
+
+/* ---- parsing ---- */
+
+struct parse_state {
+	struct config *cfg;
+	const char *origin;
+	const char *p, *end; /* the text not yet handed to inih */
+	int line;            /* number of the line inih holds now */
+	int errors;
+	int section_ok;      /* the current [section] is known (or none yet) */
+	int set_line[ARRAY_SIZE(config_key_table)]; /* where each key was set */
+};
+
+PRINTF_LIKE(2, 3) static void parse_error(struct parse_state *st, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	error("%s:%d: %s", st->origin, st->line, msg);
+	st->errors++;
+}
+
+/* Quote at most 40 bytes of a line for a message. */
+static void excerpt(char *out, size_t n, const char *s, size_t len)
+{
+	size_t k = MIN(len, MIN((size_t)40, n - 4));
+	memcpy(out, s, k);
+	out[k] = '\0';
+	if (k < len)
+		strcat(out, "...");
+}
+
+/* Check one line (without its newline) and write what inih should see into
+ * out: the line without indentation and comments, or "" when it is blank,
+ * a comment, or an error already reported. */
+static void check_line(struct parse_state *st, const char *s, size_t len, char *out)
+{
+	out[0] = '\0';
+	if (len > CONFIG_MAX_LINE) {
+		parse_error(st, "line is %zu bytes long; the limit is %d", len, CONFIG_MAX_LINE);
+		return;
+	}
+	if (memchr(s, '\0', len)) {
+		parse_error(st, "line contains a NUL byte");
+		return;
+	}
+	if (st->line == 1 && len >= 3 && !memcmp(s, "\xef\xbb\xbf", 3)) {
+		s += 3;
+		len -= 3;
+	}
+	int indented = len > 0 && is_blank((unsigned char)s[0]);
+	while (len > 0 && is_blank((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	/* Cut the comment: '#' or ';' at the start or after a blank. */
+	for (size_t i = 0; i < len; i++)
+		if ((s[i] == '#' || s[i] == ';') && (i == 0 || is_blank((unsigned char)s[i - 1]))) {
+			len = i;
+			break;
+		}
+	while (len > 0 && is_blank((unsigned char)s[len - 1]))
+		len--;
+	if (!len)
+		return;
+	char shown[64];
+	excerpt(shown, sizeof(shown), s, len);
+	if (s[0] == '[') {
+		size_t i = 1;
+		while (i < len && (isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-'))
+			i++;
+		if (i == 1 || i >= len || s[i] != ']') {
+			parse_error(st, "bad section header '%s'; expected [name]", shown);
+			st->section_ok = 0;
+			return;
+		}
+		if (i + 1 != len) {
+			parse_error(st, "unexpected text after [%.*s]", (int)(i - 1), s + 1);
+			st->section_ok = 0;
+			return;
+		}
+		char name[CONFIG_MAX_LINE + 1];
+		memcpy(name, s + 1, i - 1);
+		name[i - 1] = '\0';
+		st->section_ok = known_section(name);
+		if (!st->section_ok) {
+			char list[256];
+			section_list(list, sizeof(list));
+			parse_error(st, "unknown section [%s]; sections are %s", name, list);
+		}
+		memcpy(out, s, len);
+		out[len] = '\0';
+		return;
+	}
+	const char *sep = NULL;
+	for (size_t i = 0; i < len && !sep; i++)
+		if (s[i] == '=' || s[i] == ':')
+			sep = s + i;
+	if (!sep) {
+		parse_error(st, "expected 'key = value' or '[section]', got '%s'%s", shown,
+			    indented ? " (an indented line does not continue the previous one)" : "");
+		return;
+	}
+	if (sep == s) {
+		parse_error(st, "missing key name before '%c'", *sep);
+		return;
+	}
+	memcpy(out, s, len);
+	out[len] = '\0';
+}
+
+/* inih's fgets-style reader: hand over the next line, checked. */
+static char *reader(char *str, int num, void *stream)
+{
+	struct parse_state *st = stream;
+	if (st->p >= st->end || st->errors >= CONFIG_MAX_ERRORS)
+		return NULL;
+	const char *nl = memchr(st->p, '\n', st->end - st->p);
+	size_t len = nl ? (size_t)(nl - st->p) : (size_t)(st->end - st->p);
+	const char *s = st->p;
+	st->p = nl ? nl + 1 : st->end;
+	st->line++;
+	char line[CONFIG_MAX_LINE + 1];
+	check_line(st, s, len, line);
+	/* inih needs room for the line, '\n' and '\0'. */
+	size_t n = strlen(line);
+	if (n + 2 > (size_t)num) {
+		parse_error(st, "line is too long for inih's %d-byte buffer", num);
+		n = 0;
+	}
+	memcpy(str, line, n);
+	str[n] = '\n';
+	str[n + 1] = '\0';
+	return str;
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct parse_state *st = user;
+	char where[512];
+	if (!st->section_ok)
+		return 1; /* the section line was reported already */
+	if (!*section) {
+		parse_error(st, "key '%s' outside a section; put it under a [section] line", name);
+		return 1;
+	}
+	snprintf(where, sizeof(where), "%s:%d", st->origin, st->line);
+	int i = find_key(section, name);
+	if (i >= 0 && st->set_line[i]) {
+		parse_error(st, "%s.%s is set twice (first at line %d)", section, name,
+			    st->set_line[i]);
+		return 1;
+	}
+	if (config_set_key(st->cfg, section, name, value, where)) {
+		st->errors++;
+		return 1;
+	}
+	st->set_line[i] = st->line;
+	return 1;
+}
+
+static int load_buffer(struct config *cfg, const char *text, size_t len, const char *origin)
+{
+	struct config tmp;
+	struct parse_state st;
+	memset(&st, 0, sizeof(st));
+	config_copy(&tmp, cfg);
+	st.cfg = &tmp;
+	st.origin = origin;
+	st.p = text;
+	st.end = text + len;
+	st.section_ok = 1;
+	int rc = ini_parse_stream(reader, &st, handler, &st);
+	if (rc > 0 && !st.errors) {
+		st.line = rc;
+		parse_error(&st, "syntax error");
+	} else if (rc < 0 && !st.errors) {
+		error("%s: cannot parse (inih error %d)", origin, rc);
+		st.errors++;
+	}
+	if (st.errors >= CONFIG_MAX_ERRORS && st.p < st.end)
+		error("%s: too many errors; stopped at line %d", origin, st.line);
+	if (st.errors) {
+		config_free(&tmp);
+		return -1;
+	}
+	config_free(cfg);
+	*cfg = tmp;
+	return 0;
+}
+
+int config_load_string(struct config *cfg, const char *text, const char *origin)
+{
+	return load_buffer(cfg, text, strlen(text), origin ? origin : "(string)");
+}
+
+int config_load_file(struct config *cfg, const char *path)
+{
+	struct buf b = {0};
+	if (read_file(path, &b))
+		return -1;
+	int rc = load_buffer(cfg, (const char *)b.data, b.len,
+			     strcmp(path, "-") ? path : "(stdin)");
+	buf_free(&b);
+	return rc;
+}
+
+int config_set(struct config *cfg, const char *assignment)
+{
+	const char *eq = strchr(assignment, '=');
+	const char *dot = eq ? memchr(assignment, '.', eq - assignment) : NULL;
+	if (!eq || !dot)
+		return error("--set: expected SECTION.KEY=VALUE, got '%s'", assignment);
+	const char *s = assignment, *se = dot, *k = dot + 1, *ke = eq, *v = eq + 1;
+	while (s < se && is_blank((unsigned char)*s))
+		s++;
+	while (ke > k && is_blank((unsigned char)ke[-1]))
+		ke--;
+	while (is_blank((unsigned char)*v))
+		v++;
+	size_t vlen = strlen(v);
+	while (vlen && is_blank((unsigned char)v[vlen - 1]))
+		vlen--;
+	char *section = xmalloc(se - s + 1), *key = xmalloc(ke - k + 1), *value = xmalloc(vlen + 1);
+	memcpy(section, s, se - s);
+	section[se - s] = '\0';
+	memcpy(key, k, ke - k);
+	key[ke - k] = '\0';
+	memcpy(value, v, vlen);
+	value[vlen] = '\0';
+	int rc;
+	if (!*section || !*key)
+		rc = error("--set: expected SECTION.KEY=VALUE, got '%s'", assignment);
+	else
+		rc = config_set_key(cfg, section, key, value, "--set");
+	free(section);
+	free(key);
+	free(value);
+	return rc;
+}
+
+int config_from_args(struct config *cfg, const char *config_file, const char *const *sets,
+		     int n_sets)
+{
+	config_defaults(cfg);
+	if (config_file && config_load_file(cfg, config_file))
+		goto fail;
+	for (int i = 0; i < n_sets; i++)
+		if (config_set(cfg, sets[i]))
+			goto fail;
+	return 0;
+fail:
+	config_free(cfg);
+	return -1;
+}
