@@ -541,7 +541,9 @@ TEST(ef_lambda0_is_none)
  * w*(1-d) + u = u exactly, so the probe hands out the very u[t] the ef
  * optimizer computes (same gradients, same state). The ef weights must
  * follow w[t+1] = w[t]*(1 - lr*wd*decay) + u[t] + lambda*(u[t] - u[t-1]),
- * with u[-1] = u[0], on the selected tensors and w + u elsewhere. */
+ * with u[-1] = u[0], on the selected tensors and w*(1-d) + u elsewhere,
+ * exactly: the reference evaluates backend.h's expression in C's order
+ * (and -std=c11 does not contract it into FMAs). */
 static int ef_follows_reference(const char *name, const char *groups, float lambda,
 				const struct fixture *fx, char *why, size_t why_len)
 {
@@ -586,20 +588,19 @@ static int ef_follows_reference(const char *name, const char *groups, float lamb
 			for (i = pi->offset; i < pi->offset + pi->numel; i++) {
 				float u = hu[i], up = t == 1 ? u : hprev[i];
 
-				ref[i] = ref[i] * (1 - d) + u;
+				/* backend.h's expression, evaluated as C evaluates it */
 				if (sel)
-					ref[i] += lambda * (u - up);
+					ref[i] = ref[i] * (1 - d) + u + lambda * (u - up);
+				else
+					ref[i] = ref[i] * (1 - d) + u;
 				hprev[i] = u;
-				/* the same terms in any order: a few ulps */
-				if (!close_rel(hw[i], ref[i], 1e-6)) {
+				if (ref[i] != hw[i]) {
 					snprintf(why, why_len,
 						 "%s groups %s lambda %g step %d elem %zu: %.9g vs %.9g",
 						 name, groups, lambda, t, i, hw[i], ref[i]);
 					bad = 1;
 					break;
 				}
-				/* keep the comparison exact-valued from here on */
-				ref[i] = hw[i];
 			}
 		}
 	}
