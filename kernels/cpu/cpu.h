@@ -50,6 +50,13 @@ void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 void cpu_colsum_acc(float *dst, const float *x, int N, int C);
 
 /* matrix products (cpu_matmul.c) */
+/* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (row-major, op = transpose
+ * when ta/tb): cblas_sgemm's contract, but bit-identical on any thread count.
+ * Every matrix product of the backend goes through it. */
+void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+	      const float *B, int ldb, float beta, float *Cm, int ldc);
+/* Puts OpenBLAS on one thread (once); cpu_gemm does the threading. */
+void cpu_blas_init(void);
 void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
 			int N, int C, int OC);
 void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,

@@ -1,5 +1,4 @@
 /* cpu_mem.c - memory, "streams" and thread count of the CPU backend. */
-#include <cblas.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,7 +23,8 @@ void cpu_set_threads(int n)
 	if (n <= 0)
 		n = omp_get_num_procs();
 	atomic_store(&nthreads, n);
-	openblas_set_num_threads(n);
+	/* OpenBLAS stays on one thread: cpu_gemm spreads tiles over OpenMP */
+	cpu_blas_init();
 }
 
 void *cpu_alloc(size_t bytes)

@@ -5,7 +5,6 @@
  * Elementwise loops split freely between threads; sumsq sums fixed-size
  * chunks (their size depends only on n) and adds the chunk sums in order.
  */
-#include <cblas.h>
 #include <math.h>
 
 #include "../backend.h"
@@ -143,18 +142,15 @@ void cpu_newton_schulz(float *out, const float *in, int rows, int cols, int step
 			X[i] = in[i] * s;
 	}
 	for (int it = 0; it < steps; it++) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, X, n, X, n,
-			    0.0f, A, m);
+		cpu_gemm(0, 1, m, m, n, 1.0f, X, n, X, n, 0.0f, A, m);
 #pragma omp parallel for simd num_threads(cpu_threads()) if (mm >= CPU_PAR_MIN)
 		for (size_t i = 0; i < mm; i++)
 			Bm[i] = b * A[i];
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c, A, m, A, m,
-			    1.0f, Bm, m);
+		cpu_gemm(0, 0, m, m, m, c, A, m, A, m, 1.0f, Bm, m);
 #pragma omp parallel for simd num_threads(cpu_threads()) if (mn >= CPU_PAR_MIN)
 		for (size_t i = 0; i < mn; i++)
 			Y[i] = a * X[i];
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, Bm, m, X, n,
-			    1.0f, Y, n);
+		cpu_gemm(0, 0, m, n, m, 1.0f, Bm, m, X, n, 1.0f, Y, n);
 		float *t = X;
 		X = Y;
 		Y = t;

@@ -663,3 +663,409 @@ TEST(softmax_xent_padded)
 	CHECK(memcmp(logits, d, nl * 4) == 0);
 	free(logits), free(losses), free(d), free(l2), free(G.x), free(G.out);
 }
+
+/* ---- the vectorised exp behind softmax, GELU and SiLU ---- */
+
+#include "../../kernels/cpu/cpu_math.h"
+
+TEST(cpu_expf_accuracy)
+{
+	double worst = 0;
+	for (float x = -87.0f; x < 88.3f; x += 0.00731f) {
+		double e = exp((double)x), r = fabs(cpu_expf(x) - e) / e;
+		worst = fmax(worst, r);
+	}
+	CHECK_MSG(worst < 1.5 * 5.97e-8, "max relative error %g (> 1.5 ulp)", worst);
+	CHECK(cpu_expf(0.0f) == 1.0f);
+	CHECK(cpu_expf(-100.0f) == 0.0f);
+	CHECK(cpu_expf(-INFINITY) == 0.0f);
+	CHECK(isnan(cpu_expf(NAN)));
+	CHECK(cpu_expf(100.0f) > 1e38f);
+	CHECK(cpu_tanhf(30.0f) == 1.0f && cpu_tanhf(-30.0f) == -1.0f);
+}
+
+/* ---- optimizer pieces against hand-computed values ---- */
+
+TEST(adamw_dir_values)
+{
+	float g[4] = {0.5f, -1.0f, 2.0f, 0.0f}, m[4] = {0.1f, 0.2f, -0.3f, 0.05f};
+	float v[4] = {0.01f, 0.04f, 0.09f, 0.0025f}, u[4];
+	/* step 3: bc1 = 1 - 0.9^3, bc2 = 1 - 0.999^3; computed by hand in double */
+	const double em[4] = {0.14, 0.08, -0.07, 0.045};
+	const double ev[4] = {0.01024, 0.04096, 0.09391, 0.0024975};
+	const double eu[4] = {-0.0027948094822487194, -0.0007985169970881756,
+			      0.0004614410979033526, -0.0018190050870673998};
+	be->adamw_dir(u, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-8f, 0.271f, 0.002997001f);
+	for (int i = 0; i < 4; i++) {
+		CHECK_NEAR(m[i], em[i], 1e-6 * fabs(em[i]));
+		CHECK_NEAR(v[i], ev[i], 1e-6 * fabs(ev[i]));
+		CHECK_NEAR(u[i], eu[i], 2e-6 * fabs(eu[i]));
+	}
+}
+
+TEST(lion_dir_values)
+{
+	float m[4] = {0.1f, -0.2f, 0.3f, 0.0f}, g[4] = {-2.0f, 0.5f, 0.1f, 0.0f}, u[4];
+	/* c = 0.9 m + 0.1 g = (-0.11, -0.13, 0.28, 0): u = -lr sign(c) */
+	const float eu[4] = {0.001f, 0.001f, -0.001f, 0.0f};
+	const double em[4] = {0.079, -0.193, 0.298, 0.0};
+	be->lion_dir(u, g, m, 4, 0.001f, 0.9f, 0.99f);
+	for (int i = 0; i < 4; i++) {
+		CHECK(u[i] == eu[i]);
+		CHECK_NEAR(m[i], em[i], 1e-7);
+	}
+}
+
+TEST(momentum_values)
+{
+	float m[3] = {0.5f, -1.0f, 0.25f}, g[3] = {1.0f, 2.0f, -4.0f}, out[3];
+	/* m = 0.9 m + g = (1.45, 1.1, -3.775); nesterov: g + 0.9 m */
+	be->momentum(out, g, m, 3, 0.9f, 0);
+	CHECK_NEAR(m[0], 1.45, 1e-6);
+	CHECK_NEAR(m[1], 1.1, 1e-6);
+	CHECK_NEAR(m[2], -3.775, 1e-6);
+	CHECK(memcmp(out, m, sizeof(m)) == 0);
+	float m2[3] = {0.5f, -1.0f, 0.25f};
+	be->momentum(out, g, m2, 3, 0.9f, 1);
+	CHECK_NEAR(out[0], 2.305, 1e-6);
+	CHECK_NEAR(out[1], 2.99, 1e-6);
+	CHECK_NEAR(out[2], -7.3975, 1e-6);
+	CHECK(memcmp(m, m2, sizeof(m)) == 0);
+	/* out aliasing g (SGD writes the direction over the gradient) */
+	float m3[3] = {0.5f, -1.0f, 0.25f}, g3[3] = {1.0f, 2.0f, -4.0f};
+	be->momentum(g3, g3, m3, 3, 0.9f, 1);
+	CHECK(memcmp(g3, out, sizeof(out)) == 0);
+}
+
+TEST(apply_update_values)
+{
+	float w[3] = {1.0f, -2.0f, 3.0f}, u[3] = {0.1f, 0.2f, -0.3f};
+	float up[3] = {0.05f, -0.1f, 0.0f};
+	/* no correction: w (1 - 0.01) + u */
+	be->apply_update(w, u, NULL, 3, 0.01f, 0.5f);
+	CHECK_NEAR(w[0], 1.09, 1e-6);
+	CHECK_NEAR(w[1], -1.78, 1e-6);
+	CHECK_NEAR(w[2], 2.67, 1e-6);
+	/* correction: + lambda (u - u_prev), then u_prev = u */
+	float w2[3] = {1.0f, -2.0f, 3.0f};
+	be->apply_update(w2, u, up, 3, 0.01f, 0.5f);
+	CHECK_NEAR(w2[0], 1.115, 1e-6);
+	CHECK_NEAR(w2[1], -1.63, 1e-6);
+	CHECK_NEAR(w2[2], 2.52, 1e-6);
+	CHECK(memcmp(up, u, sizeof(u)) == 0);
+	/* lambda 0 with u_prev is bit-identical to no correction */
+	float w3[3] = {1.0f, -2.0f, 3.0f}, w4[3] = {1.0f, -2.0f, 3.0f};
+	be->apply_update(w3, u, NULL, 3, 0.01f, 0.0f);
+	be->apply_update(w4, u, up, 3, 0.01f, 0.0f);
+	CHECK(memcmp(w3, w4, sizeof(w3)) == 0);
+}
+
+TEST(sumsq_and_scale)
+{
+	float x[5] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f};
+	CHECK(be->sumsq(x, 5) == 14.25);
+	CHECK(be->sumsq(x, 0) == 0.0);
+	be->scale(x, -2.0f, 5);
+	CHECK(x[0] == -2.0f && x[1] == 4.0f && x[3] == -1.0f && x[4] == 0.0f);
+	/* a long vector of 1e-4 accumulates in double: 10^7 * 1e-8 = 0.1 */
+	size_t n = 10000000;
+	float *y = fnew(n);
+	for (size_t i = 0; i < n; i++)
+		y[i] = 1e-4f;
+	double s = be->sumsq(y, n), e = (double)n * (double)1e-4f * (double)1e-4f;
+	CHECK_NEAR(s, e, 1e-12);
+	free(y);
+}
+
+/* ---- Newton-Schulz ---- */
+
+/* eigenvalues (w[n]) and eigenvectors (columns of V[n,n]) of the symmetric
+ * A[n,n] (destroyed), by cyclic Jacobi rotations */
+static void jacobi_eig(double *A, int n, double *w, double *V)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++)
+			V[i * n + j] = i == j;
+	for (int sweep = 0; sweep < 100; sweep++) {
+		double off = 0;
+		for (int p = 0; p < n; p++)
+			for (int q = p + 1; q < n; q++)
+				off += A[p * n + q] * A[p * n + q];
+		if (off < 1e-26)
+			break;
+		for (int p = 0; p < n; p++)
+			for (int q = p + 1; q < n; q++) {
+				double apq = A[p * n + q];
+				if (fabs(apq) < 1e-300)
+					continue;
+				double th = (A[q * n + q] - A[p * n + p]) / (2 * apq);
+				double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1));
+				double c = 1 / sqrt(t * t + 1), s = t * c;
+				for (int k = 0; k < n; k++) { /* A = A J */
+					double akp = A[k * n + p], akq = A[k * n + q];
+					A[k * n + p] = c * akp - s * akq;
+					A[k * n + q] = s * akp + c * akq;
+				}
+				for (int k = 0; k < n; k++) { /* A = J^T A */
+					double apk = A[p * n + k], aqk = A[q * n + k];
+					A[p * n + k] = c * apk - s * aqk;
+					A[q * n + k] = s * apk + c * aqk;
+				}
+				for (int k = 0; k < n; k++) {
+					double vkp = V[k * n + p], vkq = V[k * n + q];
+					V[k * n + p] = c * vkp - s * vkq;
+					V[k * n + q] = s * vkp + c * vkq;
+				}
+			}
+	}
+	for (int i = 0; i < n; i++)
+		w[i] = A[i * n + i];
+}
+
+/* G[m,m] = X X^T for X[m,n] (double); tr: X is given as Xt[n,m] */
+static void gram(double *Gm, const float *x, int rows, int cols)
+{
+	int tr = rows > cols, m = tr ? cols : rows, n = tr ? rows : cols;
+#define XE(i, k) (tr ? (double)x[(size_t)(k) * cols + (i)] : (double)x[(size_t)(i) * cols + (k)])
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < m; j++) {
+			double s = 0;
+			for (int k = 0; k < n; k++)
+				s += XE(i, k) * XE(j, k);
+			Gm[i * m + j] = s;
+		}
+}
+
+static void check_ns(int rows, int cols, uint64_t seed)
+{
+	int m = rows < cols ? rows : cols, n = rows < cols ? cols : rows, tr = rows > cols;
+	size_t sz = (size_t)rows * cols;
+	float *in = fnew(sz), *out = fnew(sz), *scr = fnew(newton_schulz_scratch(rows, cols));
+	double *Gm = dnew((size_t)m * m), *w = dnew(m), *V = dnew((size_t)m * m);
+	double *P = dnew(sz);
+
+	frand(in, sz, seed, 0.02f);
+	be->newton_schulz(out, in, rows, cols, 5, scr);
+
+	/* singular values of the output: sqrt of the eigenvalues of its Gram */
+	gram(Gm, out, rows, cols);
+	jacobi_eig(Gm, m, w, V);
+	double smin = INFINITY, smax = 0;
+	for (int i = 0; i < m; i++) {
+		double s = sqrt(fmax(w[i], 0));
+		smin = fmin(smin, s), smax = fmax(smax, s);
+	}
+	CHECK_MSG(smin > 0.6 && smax < 1.25, "%dx%d: singular values in [%g, %g]", rows, cols,
+		  smin, smax);
+
+	/* the exact polar factor U V^T = (X X^T)^{-1/2} X in the m <= n orientation */
+	gram(Gm, in, rows, cols);
+	jacobi_eig(Gm, m, w, V);
+	double dot = 0, np = 0, no = 0;
+	for (int i = 0; i < m; i++)
+		for (int k = 0; k < n; k++) {
+			double p = 0;
+			for (int j = 0; j < m; j++) {
+				/* (X X^T)^{-1/2}[i,j] = sum_l V[i,l] w_l^{-1/2} V[j,l] */
+				double s = 0;
+				for (int l = 0; l < m; l++)
+					s += V[i * m + l] * V[j * m + l] / sqrt(w[l]);
+				p += s * (tr ? in[(size_t)k * cols + j] : in[(size_t)j * cols + k]);
+			}
+			double o = tr ? out[(size_t)k * cols + i] : out[(size_t)i * cols + k];
+			dot += p * o, np += p * p, no += o * o;
+		}
+	double cosine = dot / sqrt(np * no);
+	CHECK_MSG(cosine > 0.97, "%dx%d: cosine to the polar factor %g", rows, cols, cosine);
+	CHECK_MSG(fabs(np - m) < 1e-6 * m, "polar factor norm^2 %g != %d", np, m);
+
+	/* out may alias in */
+	float *io = fnew(sz);
+	memcpy(io, in, sz * 4);
+	be->newton_schulz(io, io, rows, cols, 5, scr);
+	CHECK(memcmp(io, out, sz * 4) == 0);
+	free(in), free(out), free(scr), free(Gm), free(w), free(V), free(P), free(io);
+}
+
+TEST(newton_schulz_singular_values)
+{
+	check_ns(24, 24, 91);
+	if (test_failed())
+		return;
+	check_ns(40, 16, 92); /* tall: transposed internally */
+	if (test_failed())
+		return;
+	check_ns(16, 40, 93); /* wide */
+	if (test_failed())
+		return;
+	check_ns(1, 9, 94);
+}
+
+/* ---- results do not depend on the thread count ---- */
+
+/* Runs every operation on shapes big enough for the parallel paths (and for
+ * OpenBLAS to use several threads) and appends every output to out[]. */
+#define SUITE_MAX 40
+struct suite {
+	int n;
+	const char *name[SUITE_MAX];
+	float *buf[SUITE_MAX];
+	size_t len[SUITE_MAX];
+};
+
+static float *keep(struct suite *s, const char *name, const float *x, size_t n)
+{
+	if (s->n < SUITE_MAX) {
+		s->name[s->n] = name;
+		s->len[s->n] = n;
+		s->buf[s->n] = fnew(n);
+		memcpy(s->buf[s->n++], x, n * sizeof(float));
+	}
+	return (float *)x;
+}
+
+static void suite_free(struct suite *s)
+{
+	for (int i = 0; i < s->n; i++)
+		free(s->buf[i]);
+	s->n = 0;
+}
+
+static void run_suite(struct suite *s)
+{
+	int B = 2, T = 67, C = 192, N = B * T, OC = 320, V = 500, Vp = 512;
+	int NH = 4, NKV = 2, HD = 32, QKV = (NH + 2 * NKV) * HD;
+	size_t nx = (size_t)N * C;
+	float *x = fnew(nx), *w = fnew((size_t)OC * C), *b = fnew(OC), *o = fnew((size_t)N * Vp);
+	float *dx = fnew((size_t)N * Vp), *dw = fnew((size_t)Vp * C), *db = fnew(OC);
+	float *mean = fnew(N), *rstd = fnew(N), *R = fnew((size_t)N * Vp);
+	float *qkv = fnew((size_t)N * QKV), *lse = fnew((size_t)B * NH * T);
+	float *dp = fnew((size_t)T * C);
+	int32_t *tok = xcalloc(N, sizeof(int32_t));
+	uint64_t st = 5;
+
+	for (int n = 0; n < N; n++)
+		tok[n] = (int32_t)(rng_next(&st) % 40); /* few tokens: many collisions */
+	frand(x, nx, 101, 1);
+	frand(w, (size_t)OC * C, 102, 0.1f);
+	frand(b, OC, 103, 1);
+	frand(R, (size_t)N * Vp, 104, 1);
+	frand(qkv, (size_t)N * QKV, 105, 1);
+
+	frand(dp, (size_t)T * C, 107, 1);
+	be->embed_forward(o, tok, w, dp, B, T, C);
+	keep(s, "embed_forward", o, nx);
+	be->embed_backward(dw, dp, R, tok, B, T, C);
+	keep(s, "embed_backward dwte", dw, (size_t)Vp * C);
+	keep(s, "embed_backward dwpe", dp, (size_t)T * C);
+	be->layernorm_forward(o, mean, rstd, x, w, b, N, C, 1e-5f);
+	keep(s, "layernorm_forward", o, nx);
+	be->layernorm_backward(dx, dw, db, R, x, w, mean, rstd, N, C);
+	keep(s, "layernorm_backward dinp", dx, nx);
+	keep(s, "layernorm_backward dw", dw, C);
+	keep(s, "layernorm_backward db", db, C);
+	be->rmsnorm_forward(o, rstd, x, w, N, C, 1e-5f);
+	keep(s, "rmsnorm_forward", o, nx);
+	be->rmsnorm_backward(dx, dw, R, x, w, rstd, N, C);
+	keep(s, "rmsnorm_backward dinp", dx, nx);
+	keep(s, "rmsnorm_backward dw", dw, C);
+	be->matmul_forward(o, x, w, b, N, C, OC);
+	keep(s, "matmul_forward", o, (size_t)N * OC);
+	be->matmul_backward(dx, dw, db, R, x, w, N, C, OC);
+	keep(s, "matmul_backward dinp", dx, nx);
+	keep(s, "matmul_backward dw", dw, (size_t)OC * C);
+	keep(s, "matmul_backward db", db, OC);
+	be->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f);
+	keep(s, "rope_forward", qkv, (size_t)N * QKV);
+	be->attention_forward(o, lse, qkv, B, T, NH, NKV, HD);
+	keep(s, "attention_forward", o, (size_t)N * NH * HD);
+	keep(s, "attention_forward lse", lse, (size_t)B * NH * T);
+	be->attention_backward(dx, R, qkv, o, lse, B, T, NH, NKV, HD);
+	keep(s, "attention_backward", dx, (size_t)N * QKV);
+	be->rope_backward(dx, B, T, NH, NKV, HD, 10000.0f);
+	keep(s, "rope_backward", dx, (size_t)N * QKV);
+	be->gelu_forward(o, x, nx);
+	keep(s, "gelu_forward", o, nx);
+	be->gelu_backward(dx, x, R, nx);
+	keep(s, "gelu_backward", dx, nx);
+	be->swiglu_forward(o, x, N, C / 2);
+	keep(s, "swiglu_forward", o, (size_t)N * C / 2);
+	be->swiglu_backward(dx, R, x, N, C / 2);
+	keep(s, "swiglu_backward", dx, nx);
+	be->add(o, x, R, nx);
+	keep(s, "add", o, nx);
+	frand(o, (size_t)N * Vp, 106, 3);
+	be->softmax_xent(mean, dx, o, tok, N, V, Vp, 0.01f);
+	keep(s, "softmax_xent losses", mean, N);
+	keep(s, "softmax_xent dlogits", dx, (size_t)N * Vp);
+	/* optimizer pieces on the matmul weight's shape */
+	size_t nw = (size_t)OC * C;
+	float *m = fnew(nw), *v = fnew(nw), *u = fnew(nw);
+	be->adamw_dir(u, R, m, v, nw, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f);
+	keep(s, "adamw_dir", u, nw);
+	be->lion_dir(u, x, m, nw, 1e-3f, 0.9f, 0.99f);
+	keep(s, "lion_dir", u, nw);
+	be->momentum(u, R, m, nw, 0.95f, 1);
+	keep(s, "momentum", u, nw);
+	be->apply_update(w, u, v, nw, 0.01f, 1.0f);
+	keep(s, "apply_update", w, nw);
+	double ss = be->sumsq(R, (size_t)N * Vp);
+	float ssf[2] = {(float)ss, (float)(ss - (float)ss)};
+	keep(s, "sumsq", ssf, 2);
+	be->scale(R, 0.7f, (size_t)N * Vp);
+	keep(s, "scale", R, (size_t)N * Vp);
+	float *scr = fnew(newton_schulz_scratch(OC, C));
+	be->newton_schulz(u, w, OC, C, 5, scr);
+	keep(s, "newton_schulz tall", u, nw);
+	be->newton_schulz(u, w, C, OC, 5, scr);
+	keep(s, "newton_schulz wide", u, nw);
+	free(scr), free(m), free(v), free(u);
+	free(x), free(w), free(b), free(o), free(dx), free(dw), free(db), free(mean), free(rstd);
+	free(R), free(qkv), free(lse), free(dp), free(tok);
+}
+
+TEST(thread_count_invariance)
+{
+	struct suite ref = {0}, s = {0};
+	be->set_threads(1);
+	run_suite(&ref);
+	CHECK(ref.n < SUITE_MAX);
+	for (int th = 2; th <= 3; th++) {
+		be->set_threads(th);
+		run_suite(&s);
+		CHECK(s.n == ref.n);
+		for (int i = 0; i < s.n; i++)
+			CHECK_MSG(memcmp(s.buf[i], ref.buf[i], s.len[i] * sizeof(float)) == 0,
+				  "%s differs between 1 and %d threads", s.name[i], th);
+		suite_free(&s);
+	}
+	be->set_threads(0);
+	suite_free(&ref);
+}
+
+/* pipeline stages call the backend from threads of their own at once */
+static void *suite_thread(void *arg)
+{
+	run_suite(arg);
+	return NULL;
+}
+
+TEST(concurrent_callers)
+{
+	struct suite ref = {0}, s[3] = {{0}};
+	pthread_t th[3];
+	be->set_threads(2);
+	run_suite(&ref);
+	for (int i = 0; i < 3; i++)
+		CHECK(pthread_create(&th[i], NULL, suite_thread, &s[i]) == 0);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	for (int t = 0; t < 3; t++) {
+		for (int i = 0; i < ref.n; i++)
+			CHECK_MSG(memcmp(s[t].buf[i], ref.buf[i], ref.len[i] * sizeof(float)) == 0,
+				  "%s differs when 3 threads call the backend at once", ref.name[i]);
+		suite_free(&s[t]);
+	}
+	be->set_threads(0);
+	suite_free(&ref);
+}
