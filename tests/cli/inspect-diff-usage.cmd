@@ -1,0 +1,1 @@
+$ASYNCPP inspect --diff only-one.ckpt

@@ -1,0 +1,1 @@
+cp "$ROOT/tests/fuzz/corpus/shard/tiny-u32.shard" a.shard && head -c 100 a.shard > b.shard && cp "$ROOT/tests/fuzz/corpus/shard/empty.shard" c.shard && $ASYNCPP inspect a.shard b.shard c.shard > out.txt; rc=$?; grep -c verified out.txt; exit $rc

@@ -1,0 +1,1 @@
+cp "$ROOT/tests/fuzz/corpus/shard/bad-version.shard" v.shard && $ASYNCPP inspect v.shard

@@ -1,0 +1,1 @@
+head -c 150 "$ROOT/tests/fuzz/corpus/shard/tiny-u16.shard" > t.shard && $ASYNCPP inspect t.shard

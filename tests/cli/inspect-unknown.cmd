@@ -1,0 +1,1 @@
+printf 'just some text\n' > notes.txt && $ASYNCPP inspect notes.txt
