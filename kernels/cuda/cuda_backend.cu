@@ -1,0 +1,972 @@
+/* cuda_backend.cu - the CUDA backend's table, memory, and the elementwise,
+ * normalisation, embedding, loss and optimizer kernels.
+ *
+ * Legend: see kernels/backend.h (B, T, N = B*T, C, NH, NKV, HD, F, V, Vp).
+ * Matrix products live in cuda_matmul.cu, attention in cuda_attention.cu.
+ *
+ * Every reduction runs in a fixed order that depends only on the shape
+ * (fixed chunk sizes, fixed block counts, tree reductions in index order),
+ * never on atomics or on the device's SM count, so results repeat bit for
+ * bit from run to run on the same GPU.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mutex>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.h"
+
+extern "C" {
+#include "../../io/util.h"
+#include "../backend.h"
+}
+
+/* ------------------------------------------------------------------ */
+/* errors, initialisation, stream, scratch                              */
+
+void cuda_fatal(const char *file, int line, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+	fprintf(stderr, "asyncpp: cuda: %s:%d: %s\n", file, line, msg);
+	exit(1);
+}
+
+static std::once_flag init_once;
+static cudaStream_t stream;
+
+static void cuda_init(void)
+{
+	int count = 0, dev = 0;
+	cudaError_t err = cudaGetDeviceCount(&count);
+	if (err != cudaSuccess)
+		cuda_fatal(__FILE__, __LINE__, "no usable CUDA device: %s",
+			   cudaGetErrorString(err));
+	if (count == 0)
+		cuda_fatal(__FILE__, __LINE__, "no CUDA device found");
+	CUDA_CHECK(cudaGetDevice(&dev));
+	CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+	/* Keep freed scratch in the pool instead of returning it to the driver
+	 * at every synchronisation. */
+	cudaMemPool_t pool;
+	CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+	uint64_t threshold = UINT64_MAX;
+	CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
+cudaStream_t cuda_stream(void)
+{
+	std::call_once(init_once, cuda_init);
+	return stream;
+}
+
+void *cuda_scratch(size_t bytes)
+{
+	void *p = NULL;
+	CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, cuda_stream()));
+	return p;
+}
+
+void cuda_scratch_free(void *p)
+{
+	if (p)
+		CUDA_CHECK(cudaFreeAsync(p, cuda_stream()));
+}
+
+/* A kernel used only to probe that this binary has code for the device. */
+__global__ static void probe_kernel(int *x)
+{
+	if (x)
+		*x = 1;
+}
+
+extern "C" int cuda_available(char *why, size_t len)
+{
+	int count = 0, dev = 0;
+	cudaError_t err = cudaGetDeviceCount(&count);
+	if (err != cudaSuccess) {
+		snprintf(why, len, "no usable CUDA device (%s)", cudaGetErrorString(err));
+		cudaGetLastError(); /* clear it */
+		return 0;
+	}
+	if (count == 0) {
+		snprintf(why, len, "no CUDA device found");
+		return 0;
+	}
+	cudaDeviceProp prop;
+	if ((err = cudaGetDevice(&dev)) != cudaSuccess ||
+	    (err = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+		snprintf(why, len, "cannot query CUDA device (%s)", cudaGetErrorString(err));
+		return 0;
+	}
+	if (prop.major < 8) {
+		snprintf(why, len, "%s has compute capability %d.%d; asyncpp needs 8.0 or newer",
+			 prop.name, prop.major, prop.minor);
+		return 0;
+	}
+	cudaFuncAttributes attr;
+	if ((err = cudaFuncGetAttributes(&attr, probe_kernel)) != cudaSuccess) {
+		snprintf(why, len, "this asyncpp has no code for %s (sm_%d%d): %s; rebuild with "
+			 "its -gencode in NVCC_FLAGS", prop.name, prop.major, prop.minor,
+			 cudaGetErrorString(err));
+		cudaGetLastError();
+		return 0;
+	}
+	if (cuda_blaslt_load(why, len) < 0)
+		return 0;
+	snprintf(why, len, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+		 prop.totalGlobalMem / 1073741824.0);
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* memory                                                               */
+
+static void *cu_alloc(size_t bytes)
+{
+	void *p = NULL;
+	cuda_stream();
+	/* cudaMalloc aligns to at least 256 bytes. */
+	CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+	return p;
+}
+
+static void cu_free(void *p)
+{
+	if (!p)
+		return;
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+	CUDA_CHECK(cudaFree(p));
+}
+
+static void cu_to_device(void *dst, const void *src, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+static void cu_to_host(void *dst, const void *src, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+}
+
+static void cu_zero(void *p, size_t bytes)
+{
+	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream()));
+}
+
+static void cu_synchronize(void)
+{
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+}
+
+static void cu_set_threads(int n)
+{
+	(void)n;
+}
+
+/* ------------------------------------------------------------------ */
+/* reductions                                                           */
+
+__device__ static inline float warp_sum(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+/* Sum of squares: SUMSQ_BLOCKS fixed partial sums (by shape only), then one
+ * block adds them in a fixed tree. Double accumulation throughout. */
+#define SUMSQ_THREADS 256
+#define SUMSQ_MAX_BLOCKS 1024
+
+__global__ static void sumsq_partial_kernel(double *part, const float *x, size_t n)
+{
+	__shared__ double sh[SUMSQ_THREADS];
+	double s = 0;
+	size_t stride = (size_t)gridDim.x * SUMSQ_THREADS;
+	for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
+		double v = x[i];
+		s += v * v;
+	}
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = sh[0];
+}
+
+__global__ static void sumsq_final_kernel(double *out, const double *part, int nparts)
+{
+	__shared__ double sh[SUMSQ_MAX_BLOCKS];
+	int t = threadIdx.x;
+	sh[t] = t < nparts ? part[t] : 0.0;
+	__syncthreads();
+	for (int w = SUMSQ_MAX_BLOCKS / 2; w > 0; w >>= 1) {
+		if (t < w)
+			sh[t] += sh[t + w];
+		__syncthreads();
+	}
+	if (t == 0)
+		*out = sh[0];
+}
+
+void cuda_sumsq_device(double *out, const float *x, size_t n)
+{
+	size_t want = (n + SUMSQ_THREADS * 8 - 1) / (SUMSQ_THREADS * 8);
+	int nb = (int)(want < 1 ? 1 : want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : want);
+	double *part = (double *)cuda_scratch(nb * sizeof(double));
+	sumsq_partial_kernel<<<nb, SUMSQ_THREADS, 0, cuda_stream()>>>(part, x, n);
+	CUDA_LAUNCHED();
+	sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, stream>>>(out, part, nb);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(part);
+}
+
+static double cu_sumsq(const float *x, size_t n)
+{
+	double *d = (double *)cuda_scratch(sizeof(double)), h = 0;
+	cuda_sumsq_device(d, x, n);
+	CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, stream));
+	cuda_scratch_free(d);
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+	return h;
+}
+
+/* Column sums for weight/bias gradients, in a fixed order:
+ * rows are cut into chunks of COLSUM_ROWS; block (x: 32 columns, y: chunk)
+ * sums its chunk with 8 row-strided threads per column, combined in order;
+ * a second kernel adds the chunk partials in chunk order.
+ *   pw[chunk,C] = sum dout * xhat, xhat = (inp - mean) * rstd (pw non-NULL;
+ *                 mean NULL means 0, as for RMSNorm)
+ *   pb[chunk,C] = sum dout (pb non-NULL) */
+#define COLSUM_ROWS 256
+
+__global__ static void colsum_partial_kernel(float *pw, float *pb, const float *dout,
+					     const float *inp, const float *mean,
+					     const float *rstd, int N, int C)
+{
+	__shared__ float shw[8][33], shb[8][33];
+	int tx = threadIdx.x, ty = threadIdx.y;
+	int c = blockIdx.x * 32 + tx;
+	int r0 = blockIdx.y * COLSUM_ROWS, r1 = min(r0 + COLSUM_ROWS, N);
+	float sw = 0, sb = 0;
+	if (c < C) {
+		for (int r = r0 + ty; r < r1; r += 8) {
+			float d = dout[(size_t)r * C + c];
+			if (pw) {
+				float m = mean ? mean[r] : 0.0f;
+				sw += d * ((inp[(size_t)r * C + c] - m) * rstd[r]);
+			}
+			sb += d;
+		}
+	}
+	shw[ty][tx] = sw;
+	shb[ty][tx] = sb;
+	__syncthreads();
+	if (ty == 0 && c < C) {
+		float aw = 0, ab = 0;
+		for (int k = 0; k < 8; k++) {
+			aw += shw[k][tx];
+			ab += shb[k][tx];
+		}
+		if (pw)
+			pw[(size_t)blockIdx.y * C + c] = aw;
+		if (pb)
+			pb[(size_t)blockIdx.y * C + c] = ab;
+	}
+}
+
+__global__ static void colsum_final_kernel(float *dw, float *db, const float *pw,
+					   const float *pb, int nchunks, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	float aw = 0, ab = 0;
+	for (int k = 0; k < nchunks; k++) {
+		if (pw)
+			aw += pw[(size_t)k * C + c];
+		if (pb)
+			ab += pb[(size_t)k * C + c];
+	}
+	if (dw)
+		dw[c] += aw;
+	if (db)
+		db[c] += ab;
+}
+
+/* dw[C] += sum dout*xhat (if dw), db[C] += sum dout (if db). */
+static void colsums(float *dw, float *db, const float *dout, const float *inp,
+		    const float *mean, const float *rstd, int N, int C)
+{
+	if (N <= 0 || C <= 0 || (!dw && !db))
+		return;
+	int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+	size_t sz = (size_t)nchunks * C * sizeof(float);
+	float *pw = dw ? (float *)cuda_scratch(sz) : NULL;
+	float *pb = db ? (float *)cuda_scratch(sz) : NULL;
+	dim3 grid((C + 31) / 32, nchunks), block(32, 8);
+	colsum_partial_kernel<<<grid, block, 0, cuda_stream()>>>(pw, pb, dout, inp, mean, rstd,
+								  N, C);
+	CUDA_LAUNCHED();
+	colsum_final_kernel<<<(C + 255) / 256, 256, 0, stream>>>(dw, db, pw, pb, nchunks, C);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(pw);
+	cuda_scratch_free(pb);
+}
+
+void cuda_colsum_acc(float *dst, const float *x, int N, int C)
+{
+	colsums(NULL, dst, x, NULL, NULL, NULL, N, C);
+}
+
+/* ------------------------------------------------------------------ */
+/* embeddings                                                           */
+
+__global__ static void embed_forward_kernel(float *out, const int32_t *tokens, const float *wte,
+					    const float *wpe, int N, int T, int C)
+{
+	size_t total = (size_t)N * C;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / C, c = i % C;
+		float v = wte[(size_t)tokens[n] * C + c];
+		if (wpe)
+			v += wpe[(n % T) * C + c];
+		out[i] = v;
+	}
+}
+
+static void cu_embed_forward(float *out, const int32_t *tokens, const float *wte,
+			     const float *wpe, int B, int T, int C)
+{
+	size_t total = (size_t)B * T * C;
+	embed_forward_kernel<<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(
+		out, tokens, wte, wpe, B * T, T, C);
+	CUDA_LAUNCHED();
+}
+
+/* dwte: rows sorted by token on the host (stable), so each token's rows are
+ * summed in index order by one thread per channel: no atomics. */
+__global__ static void embed_backward_wte_kernel(float *dwte, const float *dout,
+						 const int32_t *perm, const int32_t *seg_start,
+						 const int32_t *seg_token, int C)
+{
+	int u = blockIdx.x;
+	int c = blockIdx.y * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	float s = 0;
+	for (int i = seg_start[u]; i < seg_start[u + 1]; i++)
+		s += dout[(size_t)perm[i] * C + c];
+	dwte[(size_t)seg_token[u] * C + c] += s;
+}
+
+__global__ static void embed_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T,
+						 int C)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= (size_t)T * C)
+		return;
+	float s = 0;
+	for (int b = 0; b < B; b++)
+		s += dout[(size_t)b * T * C + i];
+	dwpe[i] += s;
+}
+
+struct tok_idx {
+	int32_t tok, n;
+};
+
+static int cmp_tok_idx(const void *a, const void *b)
+{
+	const struct tok_idx *x = (const struct tok_idx *)a, *y = (const struct tok_idx *)b;
+	if (x->tok != y->tok)
+		return x->tok < y->tok ? -1 : 1;
+	return x->n < y->n ? -1 : x->n > y->n;
+}
+
+static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
+			      const int32_t *tokens, int B, int T, int C)
+{
+	int N = B * T;
+	if (N <= 0)
+		return;
+	if (dwpe) {
+		size_t tc = (size_t)T * C;
+		embed_backward_wpe_kernel<<<cuda_blocks(tc, 256), 256, 0, cuda_stream()>>>(
+			dwpe, dout, B, T, C);
+		CUDA_LAUNCHED();
+	}
+	if (!dwte)
+		return;
+	/* host bucketing: tokens[N] -> perm[N] sorted by (token, n), segments */
+	struct tok_idx *ti = (struct tok_idx *)xmalloc(st_mult(N, sizeof(*ti)));
+	int32_t *host = (int32_t *)xmalloc(st_mult(3 * (size_t)N + 1, sizeof(int32_t)));
+	int32_t *perm = host, *seg_start = host + N, *seg_token = host + 2 * (size_t)N + 1;
+	CUDA_CHECK(cudaMemcpyAsync(perm, tokens, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
+				   cuda_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+	for (int n = 0; n < N; n++)
+		ti[n] = (struct tok_idx){perm[n], n};
+	qsort(ti, N, sizeof(*ti), cmp_tok_idx);
+	int U = 0;
+	for (int n = 0; n < N; n++) {
+		perm[n] = ti[n].n;
+		if (n == 0 || ti[n].tok != ti[n - 1].tok) {
+			seg_start[U] = n;
+			seg_token[U] = ti[n].tok;
+			U++;
+		}
+	}
+	seg_start[U] = N;
+	/* device copy: perm[N] | seg_start[U+1] | seg_token[U] */
+	int32_t *d = (int32_t *)cuda_scratch(((size_t)N + 2 * U + 1) * sizeof(int32_t));
+	CUDA_CHECK(cudaMemcpyAsync(d, perm, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+	CUDA_CHECK(cudaMemcpyAsync(d + N, seg_start, (U + 1) * sizeof(int32_t),
+				   cudaMemcpyHostToDevice, stream));
+	CUDA_CHECK(cudaMemcpyAsync(d + N + U + 1, seg_token, U * sizeof(int32_t),
+				   cudaMemcpyHostToDevice, stream));
+	dim3 grid(U, (C + 127) / 128);
+	embed_backward_wte_kernel<<<grid, 128, 0, stream>>>(dwte, dout, d, d + N, d + N + U + 1,
+							     C);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(d);
+	/* pageable sources: the copies above have consumed them only once the
+	 * stream reaches them; wait before freeing. */
+	CUDA_CHECK(cudaStreamSynchronize(stream));
+	free(host);
+	free(ti);
+}
+
+/* ------------------------------------------------------------------ */
+/* normalisation: one warp per row                                      */
+
+/* LayerNorm when b_or_ln is set (mean subtracted, bias optional), RMSNorm
+ * otherwise (mean NULL). */
+__global__ static void norm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+					   const float *w, const float *b, int N, int C, float eps,
+					   int is_ln)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	if (row >= N)
+		return;
+	const float *x = inp + (size_t)row * C;
+	float m = 0;
+	if (is_ln) {
+		float s = 0;
+		for (int c = lane; c < C; c += 32)
+			s += x[c];
+		m = warp_sum(s) / C;
+	}
+	float v = 0;
+	for (int c = lane; c < C; c += 32) {
+		float d = x[c] - m;
+		v += d * d;
+	}
+	float rs = rsqrtf(warp_sum(v) / C + eps);
+	float *o = out + (size_t)row * C;
+	for (int c = lane; c < C; c += 32) {
+		float y = (x[c] - m) * rs * w[c];
+		if (b)
+			y += b[c];
+		o[c] = y;
+	}
+	if (lane == 0) {
+		if (mean)
+			mean[row] = m;
+		if (rstd)
+			rstd[row] = rs;
+	}
+}
+
+/* dinp = rstd * (dnorm - [mean(dnorm)] - xhat * mean(dnorm * xhat)),
+ * dnorm = dout * w; the bracketed term only for LayerNorm (mean non-NULL). */
+__global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, const float *inp,
+					       const float *w, const float *mean,
+					       const float *rstd, int N, int C)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	if (row >= N)
+		return;
+	const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+	float m = mean ? mean[row] : 0.0f, rs = rstd[row];
+	float s1 = 0, s2 = 0;
+	for (int c = lane; c < C; c += 32) {
+		float dn = dy[c] * w[c];
+		s1 += dn;
+		s2 += dn * ((x[c] - m) * rs);
+	}
+	s1 = mean ? warp_sum(s1) / C : 0.0f;
+	s2 = warp_sum(s2) / C;
+	float *dx = dinp + (size_t)row * C;
+	for (int c = lane; c < C; c += 32) {
+		float dn = dy[c] * w[c];
+		float xh = (x[c] - m) * rs;
+		dx[c] = (dn - s1 - xh * s2) * rs;
+	}
+}
+
+#define NORM_ROWS_PER_BLOCK 8
+
+static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+				 const float *w, const float *b, int N, int C, float eps)
+{
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	norm_forward_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+		out, mean, rstd, inp, w, b, N, C, eps, 1);
+	CUDA_LAUNCHED();
+}
+
+static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+				  const float *inp, const float *w, const float *mean,
+				  const float *rstd, int N, int C)
+{
+	/* weight/bias gradients first: dinp may alias dout */
+	colsums(dw, db, dout, inp, mean, rstd, N, C);
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	if (dinp) {
+		norm_backward_dx_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+			dinp, dout, inp, w, mean, rstd, N, C);
+		CUDA_LAUNCHED();
+	}
+}
+
+static void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+			       int N, int C, float eps)
+{
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	norm_forward_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+		out, NULL, rstd, inp, w, NULL, N, C, eps, 0);
+	CUDA_LAUNCHED();
+}
+
+static void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				const float *w, const float *rstd, int N, int C)
+{
+	colsums(dw, NULL, dout, inp, NULL, rstd, N, C);
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	if (dinp) {
+		norm_backward_dx_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+			dinp, dout, inp, w, NULL, rstd, N, C);
+		CUDA_LAUNCHED();
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* RoPE                                                                 */
+
+/* One thread per (row, head of q or k, pair i < HD/2). The angle is
+ * pos * theta^(-2i/HD), computed in double so long contexts keep fp32
+ * accuracy; dir = +1 rotates, -1 applies the inverse (the backward). */
+__global__ static void rope_kernel(float *qkv, int N, int T, int NH, int NKV, int HD,
+				   float theta, float dir)
+{
+	int half = HD / 2, heads = NH + NKV;
+	int QKV = (NH + 2 * NKV) * HD;
+	size_t total = (size_t)N * heads * half;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int p = (int)(i % half);
+		size_t rh = i / half;
+		int h = (int)(rh % heads);
+		size_t n = rh / heads;
+		int pos = (int)(n % T);
+		double freq = pow((double)theta, -2.0 * p / HD);
+		double s, c;
+		sincos(pos * freq, &s, &c);
+		float sf = (float)s * dir, cf = (float)c;
+		/* q heads then k heads are contiguous at the start of the row */
+		float *x = qkv + n * QKV + (size_t)h * HD;
+		float x1 = x[p], x2 = x[p + half];
+		x[p] = x1 * cf - x2 * sf;
+		x[p + half] = x2 * cf + x1 * sf;
+	}
+}
+
+static void rope(float *qkv, int B, int T, int NH, int NKV, int HD, float theta, float dir)
+{
+	size_t total = (size_t)B * T * (NH + NKV) * (HD / 2);
+	if (!total)
+		return;
+	rope_kernel<<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, B * T, T, NH, NKV,
+									HD, theta, dir);
+	CUDA_LAUNCHED();
+}
+
+static void cu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HD, float theta)
+{
+	rope(qkv, B, T, NH, NKV, HD, theta, 1.0f);
+}
+
+static void cu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HD, float theta)
+{
+	rope(dqkv, B, T, NH, NKV, HD, theta, -1.0f);
+}
+
+/* ------------------------------------------------------------------ */
+/* activations, residuals                                               */
+
+#define GRID_STRIDE(i, n)                                                         \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+	GRID_STRIDE(i, n) {
+		float x = inp[i];
+		float u = GELU_K * (x + 0.044715f * x * x * x);
+		out[i] = 0.5f * x * (1.0f + tanhf(u));
+	}
+}
+
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
+					    size_t n)
+{
+	GRID_STRIDE(i, n) {
+		float x = inp[i];
+		float u = GELU_K * (x + 0.044715f * x * x * x);
+		float th = tanhf(u);
+		float sech2 = 1.0f - th * th;
+		float g = 0.5f * (1.0f + th) +
+			  0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+		dinp[i] = g * dout[i];
+	}
+}
+
+static void cu_gelu_forward(float *out, const float *inp, size_t n)
+{
+	gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp, n);
+	CUDA_LAUNCHED();
+}
+
+static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+	gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dinp, inp, dout, n);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void swiglu_forward_kernel(float *out, const float *inp, int N, int F)
+{
+	GRID_STRIDE(i, (size_t)N * F) {
+		size_t n = i / F, f = i % F;
+		float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+		out[i] = g / (1.0f + expf(-g)) * u;
+	}
+}
+
+__global__ static void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp,
+					      int N, int F)
+{
+	GRID_STRIDE(i, (size_t)N * F) {
+		size_t n = i / F, f = i % F;
+		float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+		float sg = 1.0f / (1.0f + expf(-g));
+		float d = dout[i];
+		dinp[n * 2 * F + f] = d * u * sg * (1.0f + g * (1.0f - sg));
+		dinp[n * 2 * F + F + f] = d * g * sg;
+	}
+}
+
+static void cu_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+	swiglu_forward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
+		out, inp, N, F);
+	CUDA_LAUNCHED();
+}
+
+static void cu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F)
+{
+	swiglu_backward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
+		dinp, dout, inp, N, F);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void add_kernel(float *out, const float *a, const float *b, size_t n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = a[i] + b[i];
+}
+
+static void cu_add(float *out, const float *a, const float *b, size_t n)
+{
+	add_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
+	CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------ */
+/* fused softmax + cross-entropy: one block per row                     */
+
+#define XENT_THREADS 512
+
+/* Combine two (max, sum of exp(x - max)) pairs. */
+__device__ static inline void lse_merge(float &m, float &s, float m2, float s2)
+{
+	float mm = fmaxf(m, m2);
+	if (mm == -INFINITY)
+		return;
+	s = s * expf(m - mm) + s2 * expf(m2 - mm);
+	m = mm;
+}
+
+__global__ static void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
+					   const int32_t *targets, int V, int Vp, float dloss)
+{
+	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32];
+	__shared__ float sh_lse, sh_xt;
+	int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
+	const float *x = logits + (size_t)n * Vp;
+	int t = targets[n];
+	if (tid == 0)
+		sh_xt = (t >= 0 && t < V) ? x[t] : 0.0f; /* read before any write (aliasing) */
+	float m = -INFINITY, s = 0;
+	for (int j = tid; j < V; j += XENT_THREADS) {
+		float v = x[j];
+		if (v > m) {
+			s = s * expf(m - v) + 1.0f;
+			m = v;
+		} else {
+			s += expf(v - m);
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+		lse_merge(m, s, m2, s2);
+	}
+	if (lane == 0) {
+		shm[wid] = m;
+		shs[wid] = s;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		float mm = shm[0], ss = shs[0];
+		for (int w = 1; w < XENT_THREADS / 32; w++)
+			lse_merge(mm, ss, shm[w], shs[w]);
+		float lse = mm + logf(ss);
+		sh_lse = lse;
+		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : 0.0f;
+	}
+	__syncthreads();
+	if (!dlogits)
+		return;
+	float lse = sh_lse;
+	float *d = dlogits + (size_t)n * Vp;
+	int valid = t >= 0 && t < V;
+	for (int j = tid; j < Vp; j += XENT_THREADS) {
+		float g = 0;
+		if (j < V && valid)
+			g = (expf(x[j] - lse) - (j == t ? 1.0f : 0.0f)) * dloss;
+		d[j] = g;
+	}
+}
+
+static void cu_softmax_xent(float *losses, float *dlogits, const float *logits,
+			    const int32_t *targets, int N, int V, int Vp, float dloss)
+{
+	if (N <= 0)
+		return;
+	softmax_xent_kernel<<<N, XENT_THREADS, 0, cuda_stream()>>>(losses, dlogits, logits,
+								    targets, V, Vp, dloss);
+	CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------ */
+/* optimizer pieces: one element per call of a __device__ function, so a
+ * multi-tensor kernel (a table of {pointer, n} chunks) can reuse them.    */
+
+__device__ static inline void adamw_elem(float *u, const float *g, float *m, float *v, size_t i,
+					 float lr, float b1, float b2, float eps, float bc1,
+					 float bc2)
+{
+	float gi = g[i];
+	float mi = b1 * m[i] + (1.0f - b1) * gi;
+	float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+	m[i] = mi;
+	v[i] = vi;
+	u[i] = -lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
+
+__global__ static void adamw_kernel(float *u, const float *g, float *m, float *v, size_t n,
+				    float lr, float b1, float b2, float eps, float bc1, float bc2)
+{
+	GRID_STRIDE(i, n)
+		adamw_elem(u, g, m, v, i, lr, b1, b2, eps, bc1, bc2);
+}
+
+static void cu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float lr,
+			 float beta1, float beta2, float eps, float bc1, float bc2)
+{
+	adamw_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(u, g, m, v, n, lr, beta1,
+								      beta2, eps, bc1, bc2);
+	CUDA_LAUNCHED();
+}
+
+__device__ static inline void lion_elem(float *u, const float *g, float *m, size_t i, float lr,
+					float b1, float b2)
+{
+	float gi = g[i], mi = m[i];
+	float c = b1 * mi + (1.0f - b1) * gi;
+	u[i] = c > 0.0f ? -lr : c < 0.0f ? lr : 0.0f;
+	m[i] = b2 * mi + (1.0f - b2) * gi;
+}
+
+__global__ static void lion_kernel(float *u, const float *g, float *m, size_t n, float lr,
+				   float b1, float b2)
+{
+	GRID_STRIDE(i, n)
+		lion_elem(u, g, m, i, lr, b1, b2);
+}
+
+static void cu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,
+			float beta2)
+{
+	lion_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(u, g, m, n, lr, beta1, beta2);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void momentum_kernel(float *out, const float *g, float *m, size_t n, float mu,
+				       int nesterov)
+{
+	GRID_STRIDE(i, n) {
+		float gi = g[i];
+		float mi = mu * m[i] + gi;
+		m[i] = mi;
+		out[i] = nesterov ? gi + mu * mi : mi;
+	}
+}
+
+static void cu_momentum(float *out, const float *g, float *m, size_t n, float mu, int nesterov)
+{
+	momentum_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, g, m, n, mu,
+									 nesterov);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void apply_update_kernel(float *w, const float *u, float *u_prev, size_t n,
+					   float decay, float lambda)
+{
+	GRID_STRIDE(i, n) {
+		float ui = u[i];
+		float wi = w[i] * (1.0f - decay) + ui;
+		if (u_prev) {
+			wi += lambda * (ui - u_prev[i]);
+			u_prev[i] = ui;
+		}
+		w[i] = wi;
+	}
+}
+
+static void cu_apply_update(float *w, const float *u, float *u_prev, size_t n, float decay,
+			    float lambda)
+{
+	apply_update_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(w, u, u_prev, n,
+									     decay, lambda);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void scale_kernel(float *x, float s, size_t n)
+{
+	GRID_STRIDE(i, n)
+		x[i] *= s;
+}
+
+static void cu_scale(float *x, float s, size_t n)
+{
+	scale_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(x, s, n);
+	CUDA_LAUNCHED();
+}
+
+__global__ static void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	GRID_STRIDE(i, n)
+		dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	if (!n)
+		return;
+	to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src, n);
+	CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------ */
+/* the table                                                            */
+
+static struct backend cuda_table;
+
+/* Filled by assignment (not positional initialisers) so that a reordered or
+ * extended backend.h cannot silently shift the slots. */
+static void fill_table(void)
+{
+	struct backend &t = cuda_table;
+	t.name = "cuda";
+	t.alloc = cu_alloc;
+	t.free = cu_free;
+	t.to_device = cu_to_device;
+	t.to_host = cu_to_host;
+	t.copy = cu_copy;
+	t.zero = cu_zero;
+	t.synchronize = cu_synchronize;
+	t.set_threads = cu_set_threads;
+	t.embed_forward = cu_embed_forward;
+	t.embed_backward = cu_embed_backward;
+	t.layernorm_forward = cu_layernorm_forward;
+	t.layernorm_backward = cu_layernorm_backward;
+	t.rmsnorm_forward = cu_rmsnorm_forward;
+	t.rmsnorm_backward = cu_rmsnorm_backward;
+	t.matmul_forward = cuda_matmul_forward;
+	t.matmul_backward = cuda_matmul_backward;
+	t.rope_forward = cu_rope_forward;
+	t.rope_backward = cu_rope_backward;
+	t.attention_forward = cuda_attention_forward;
+	t.attention_backward = cuda_attention_backward;
+	t.gelu_forward = cu_gelu_forward;
+	t.gelu_backward = cu_gelu_backward;
+	t.swiglu_forward = cu_swiglu_forward;
+	t.swiglu_backward = cu_swiglu_backward;
+	t.add = cu_add;
+	t.softmax_xent = cu_softmax_xent;
+	t.adamw_dir = cu_adamw_dir;
+	t.lion_dir = cu_lion_dir;
+	t.momentum = cu_momentum;
+	t.newton_schulz = cuda_newton_schulz;
+	t.apply_update = cu_apply_update;
+	t.sumsq = cu_sumsq;
+	t.scale = cu_scale;
+}
+
+static std::once_flag table_once;
+
+
+extern "C" const struct backend *backend_cuda(void)
+{
+	std::call_once(table_once, fill_table);
+	return &cuda_table;
+}

@@ -1,0 +1,84 @@
+/* cuda_common.h - shared by the .cu files of the CUDA backend (C++ only).
+ *
+ * Legend: see kernels/backend.h (B, T, N = B*T, C, NH, NKV, HD, F, V, Vp).
+ *
+ * Data in the backend interface is fp32; matrix products convert operands to
+ * bf16 and run on tensor cores with fp32 accumulation (cuBLASLt). All work is
+ * queued on one stream per process (cuda_stream()); scratch memory comes from
+ * the stream-ordered pool (cudaMallocAsync), so ops called from several
+ * threads on the same stream never race on it.
+ *
+ * Errors: a failing CUDA call leaves the context unusable (errors are
+ * sticky), and the void ops of backend.h cannot return one, so cuda_fatal()
+ * prints "asyncpp: cuda: FILE:LINE: MESSAGE" and exits 1.
+ */
+#ifndef ASYNCPP_CUDA_COMMON_H
+#define ASYNCPP_CUDA_COMMON_H
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDA_NORETURN __attribute__((noreturn))
+
+void cuda_fatal(const char *file, int line, const char *fmt, ...) CUDA_NORETURN
+	__attribute__((format(printf, 3, 4)));
+
+#define CUDA_CHECK(call)                                                          \
+	do {                                                                      \
+		cudaError_t err_ = (call);                                        \
+		if (err_ != cudaSuccess)                                          \
+			cuda_fatal(__FILE__, __LINE__, "%s: %s", #call,           \
+				   cudaGetErrorString(err_));                     \
+	} while (0)
+/* After a kernel launch: launch-configuration errors surface here. */
+#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+/* Lazily initialised (once per process): device, stream, memory pool. */
+cudaStream_t cuda_stream(void);
+/* Stream-ordered scratch; freed in stream order. */
+void *cuda_scratch(size_t bytes);
+void cuda_scratch_free(void *p);
+
+static inline int cuda_blocks(size_t n, int threads)
+{
+	size_t b = (n + threads - 1) / threads;
+	return (int)(b > 65535 * 16 ? 65535 * 16 : (b ? b : 1));
+}
+
+/* ---- shared kernels (cuda_backend.cu) ---- */
+/* dst[i] = bf16(src[i]) */
+void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
+/* Deterministic sum of squares of x[n] into *out (device double), queued. */
+void cuda_sumsq_device(double *out, const float *x, size_t n);
+
+/* ---- cuBLASLt (cuda_matmul.cu) ---- */
+/* Row-major D[M,N] = alpha * op(A) op(B) + beta * D (+ bias[N]).
+ * A is [M,K] (or [K,M] when ta), B is [K,N] (or [N,K] when tb), bf16;
+ * D and bias fp32. Dies with a clear message when cuBLASLt cannot be used. */
+void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+		    const float *bias, int M, int N, int K, int ta, int tb,
+		    float alpha, float beta);
+/* The same with bf16 D (no C input, beta 0): the reference rate for bench. */
+void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+			int M, int N, int K, int ta, int tb);
+/* 0 when cuBLASLt is loaded; else -1 with the reason in why. */
+int cuda_blaslt_load(char *why, size_t len);
+
+/* ---- ops the table points at, defined across the .cu files ---- */
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+			 int N, int C, int OC);
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+			  const float *inp, const float *w, int N, int C, int OC);
+void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
+			float *scratch);
+void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
+			    int NH, int NKV, int HD);
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
+			     const float *out, const float *lse, int B, int T, int NH,
+			     int NKV, int HD);
+/* dst[c] += sum over rows of x[N,C] (fixed order); for bias gradients. */
+void cuda_colsum_acc(float *dst, const float *x, int N, int C);
+
+#endif

@@ -1,0 +1,416 @@
+/* cuda_matmul.cu - matrix products and Newton-Schulz through cuBLASLt.
+ *
+ * Legend: see kernels/backend.h. The interface holds fp32; operands are
+ * rounded to bf16 (round to nearest even) and multiplied on tensor cores with
+ * fp32 accumulation and fp32 output (CUBLAS_COMPUTE_32F, bf16 A/B, fp32
+ * C/D). Expected error against the fp32 reference: about 2^-8 relative per
+ * operand, so |err| <~ 1e-2 * max|ref| on random data (the tests' bound).
+ *
+ * cuBLASLt exists only as a shared library: it is loaded with dlopen at first
+ * use, so the binary starts without it; the header is included only for
+ * types and prototypes (decltype), never linked.
+ *
+ * Row-major D[M,N] = op(A) op(B) is computed as the column-major product
+ * D^T[N,M] = op(B)^T op(A)^T, i.e. cuBLASLt's A is our B and vice versa.
+ */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <dlfcn.h>
+#include <mutex>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_common.h"
+
+extern "C" {
+#include "../backend.h"
+}
+
+/* ------------------------------------------------------------------ */
+/* loading cuBLASLt                                                     */
+
+#define LT_FUNCS(X)                                                               \
+	X(cublasLtCreate)                                                         \
+	X(cublasLtGetStatusString)                                                \
+	X(cublasLtMatmul)                                                         \
+	X(cublasLtMatmulDescCreate)                                               \
+	X(cublasLtMatmulDescDestroy)                                              \
+	X(cublasLtMatmulDescSetAttribute)                                         \
+	X(cublasLtMatrixLayoutCreate)                                             \
+	X(cublasLtMatrixLayoutDestroy)                                            \
+	X(cublasLtMatmulPreferenceCreate)                                         \
+	X(cublasLtMatmulPreferenceDestroy)                                        \
+	X(cublasLtMatmulPreferenceSetAttribute)                                   \
+	X(cublasLtMatmulAlgoGetHeuristic)
+
+static struct {
+#define DECLARE(f) decltype(&::f) f;
+	LT_FUNCS(DECLARE)
+#undef DECLARE
+} lt;
+
+static std::mutex lt_mutex; /* loading, the plan cache, issuing matmuls */
+static int lt_state;        /* 0 not tried, 1 loaded, -1 failed */
+static char lt_why[512];
+static cublasLtHandle_t lt_handle;
+static void *lt_workspace;
+#define LT_WORKSPACE_BYTES (32u << 20) /* what Hopper's kernels like */
+
+static int lt_load_locked(void)
+{
+	static const char *names[] = {
+		"libcublasLt.so.13", "libcublasLt.so",
+		"/usr/local/cuda/lib64/libcublasLt.so.13",
+	};
+	void *lib = NULL;
+	const char *err = "";
+	if (lt_state)
+		return lt_state > 0 ? 0 : -1;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++) {
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		if (!lib)
+			err = dlerror();
+	}
+	if (!lib) {
+		snprintf(lt_why, sizeof(lt_why), "cannot load cuBLASLt (libcublasLt.so.13): %s",
+			 err ? err : "not found");
+		lt_state = -1;
+		return -1;
+	}
+#define RESOLVE(f)                                                                \
+	if (!(lt.f = (decltype(lt.f))dlsym(lib, #f))) {                           \
+		snprintf(lt_why, sizeof(lt_why), "cuBLASLt lacks %s", #f);        \
+		lt_state = -1;                                                    \
+		return -1;                                                        \
+	}
+	LT_FUNCS(RESOLVE)
+#undef RESOLVE
+	lt_state = 1;
+	return 0;
+}
+
+int cuda_blaslt_load(char *why, size_t len)
+{
+	std::lock_guard<std::mutex> lock(lt_mutex);
+	if (lt_load_locked() < 0) {
+		snprintf(why, len, "%s", lt_why);
+		return -1;
+	}
+	return 0;
+}
+
+#define LT_CHECK(call)                                                            \
+	do {                                                                      \
+		cublasStatus_t st_ = (call);                                      \
+		if (st_ != CUBLAS_STATUS_SUCCESS)                                 \
+			cuda_fatal(__FILE__, __LINE__, "%s: %s", #call,           \
+				   lt.cublasLtGetStatusString(st_));              \
+	} while (0)
+
+/* Handle and workspace; called with lt_mutex held. */
+static void lt_ready_locked(void)
+{
+	if (lt_handle)
+		return;
+	if (lt_load_locked() < 0)
+		cuda_fatal(__FILE__, __LINE__, "%s", lt_why);
+	cuda_stream();
+	LT_CHECK(lt.cublasLtCreate(&lt_handle));
+	CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE_BYTES));
+}
+
+/* ------------------------------------------------------------------ */
+/* plans: descriptors + the heuristic's algorithm, cached per shape     */
+
+struct plan_key {
+	int M, N, K, ta, tb, bias, out_bf16;
+	unsigned align[4]; /* A, B, C, D pointer alignment, capped at 256 */
+};
+
+struct plan {
+	struct plan_key key;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+};
+
+#define PLAN_CACHE 256
+static struct plan plans[PLAN_CACHE];
+static int nplans;
+
+static unsigned ptr_align(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	unsigned al = 256;
+	while (al > 1 && a % al)
+		al >>= 1;
+	return al;
+}
+
+static struct plan *plan_get_locked(const struct plan_key *k)
+{
+	for (int i = 0; i < nplans; i++)
+		if (!memcmp(&plans[i].key, k, sizeof(*k)))
+			return &plans[i];
+	if (nplans == PLAN_CACHE) /* a model has a few dozen shapes; start over */
+		nplans = 0;
+	struct plan *p = &plans[nplans];
+	if (p->desc) {
+		lt.cublasLtMatmulDescDestroy(p->desc);
+		lt.cublasLtMatrixLayoutDestroy(p->la);
+		lt.cublasLtMatrixLayoutDestroy(p->lb);
+		lt.cublasLtMatrixLayoutDestroy(p->lc);
+	}
+	memset(p, 0, sizeof(*p));
+	p->key = *k;
+
+	cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* lt's A = our B */
+	cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* lt's B = our A */
+	LT_CHECK(lt.cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+						   sizeof(opa)));
+	LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+						   sizeof(opb)));
+	if (k->bias) {
+		cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+							   &ep, sizeof(ep)));
+	}
+	/* column-major views: lt A = our B, lt B = our A, C/D = D^T [N, M] */
+	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
+	uint64_t br = k->ta ? k->M : k->K, bc = k->ta ? k->K : k->M;
+	cudaDataType_t dt = k->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, ar));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, br));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, dt, k->N, k->M, k->N));
+
+	cublasLtMatmulPreference_t pref;
+	LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
+	uint64_t ws = LT_WORKSPACE_BYTES;
+	LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
+		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+	/* lt's A is our B: swap the first two alignments */
+	uint32_t al[4] = {k->align[1], k->align[0], k->align[2], k->align[3]};
+	cublasLtMatmulPreferenceAttributes_t which[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+	};
+	for (int i = 0; i < 4; i++)
+		LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i],
+								 sizeof(al[i])));
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->la, p->lb,
+							      p->lc, p->lc, pref, 1, &res, &found);
+	lt.cublasLtMatmulPreferenceDestroy(pref);
+	if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+		cuda_fatal(__FILE__, __LINE__,
+			   "cuBLASLt has no bf16 algorithm for M=%d N=%d K=%d ta=%d tb=%d bias=%d "
+			   "(%s)", k->M, k->N, k->K, k->ta, k->tb, k->bias,
+			   lt.cublasLtGetStatusString(st));
+	p->algo = res.algo;
+	nplans++;
+	return p;
+}
+
+static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
+{
+	if (M <= 0 || N <= 0)
+		return;
+	std::lock_guard<std::mutex> lock(lt_mutex);
+	lt_ready_locked();
+	struct plan_key k;
+	memset(&k, 0, sizeof(k));
+	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias != NULL;
+	k.out_bf16 = out_bf16;
+	k.align[0] = ptr_align(A), k.align[1] = ptr_align(B);
+	k.align[2] = k.align[3] = ptr_align(D);
+	struct plan *p = plan_get_locked(&k);
+	if (bias)
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							   &bias, sizeof(bias)));
+	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, D,
+				   p->lc, D, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
+				   cuda_stream()));
+}
+
+__global__ static void add_bias_kernel(float *D, const float *bias, int M, int N)
+{
+	size_t total = (size_t)M * N;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x)
+		D[i] += bias[i % N];
+}
+
+static void cuda_add_bias(float *D, const float *bias, int M, int N)
+{
+	add_bias_kernel<<<cuda_blocks((size_t)M * N, 256), 256, 0, cuda_stream()>>>(D, bias, M, N);
+	CUDA_LAUNCHED();
+}
+
+void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+		    const float *bias, int M, int N, int K, int ta, int tb,
+		    float alpha, float beta)
+{
+	/* the bias epilogue reads the vector with wide loads: keep it for
+	 * 16-byte aligned vectors and add a misaligned one separately */
+	int fuse = bias && ptr_align(bias) >= 16;
+	gemm(D, 0, A, B, fuse ? bias : NULL, M, N, K, ta, tb, alpha, beta);
+	if (bias && !fuse) {
+		cuda_add_bias(D, bias, M, N);
+	}
+}
+
+void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+			int M, int N, int K, int ta, int tb)
+{
+	gemm(D, 1, A, B, NULL, M, N, K, ta, tb, 1.0f, 0.0f);
+}
+
+/* ------------------------------------------------------------------ */
+/* matmul ops                                                           */
+
+static __nv_bfloat16 *bf16_copy(const float *x, size_t n)
+{
+	__nv_bfloat16 *b = (__nv_bfloat16 *)cuda_scratch(n * sizeof(__nv_bfloat16));
+	cuda_to_bf16(b, x, n);
+	return b;
+}
+
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] */
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+			 int N, int C, int OC)
+{
+	__nv_bfloat16 *ib = bf16_copy(inp, (size_t)N * C);
+	__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
+	cuda_gemm_bf16(out, ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f);
+	cuda_scratch_free(ib);
+	cuda_scratch_free(wb);
+}
+
+/* dinp[N,C] = dout[N,OC] @ w[OC,C]; dw[OC,C] += dout^T @ inp[N,C];
+ * dbias[OC] += column sums of dout (deterministic, cuda_colsum_acc) */
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+			  const float *inp, const float *w, int N, int C, int OC)
+{
+	if (dbias)
+		cuda_colsum_acc(dbias, dout, N, OC);
+	__nv_bfloat16 *db = bf16_copy(dout, (size_t)N * OC);
+	if (dinp) {
+		__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
+		cuda_gemm_bf16(dinp, db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f);
+		cuda_scratch_free(wb);
+	}
+	if (dw) {
+		__nv_bfloat16 *ib = bf16_copy(inp, (size_t)N * C);
+		cuda_gemm_bf16(dw, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f);
+		cuda_scratch_free(ib);
+	}
+	cuda_scratch_free(db);
+}
+
+/* ------------------------------------------------------------------ */
+/* Newton-Schulz                                                        */
+
+/* out[c,r] = in[r,c] * scale (R rows, C cols), scale = 1/(sqrt(*ss) + 1e-7) */
+__global__ static void transpose_scale_kernel(float *out, const float *in, int R, int C,
+					      const double *ss, int transpose)
+{
+	__shared__ float tile[32][33];
+	float s = (float)(1.0 / (sqrt(*ss) + 1e-7));
+	int bx = blockIdx.x * 32, by = blockIdx.y * 32;
+	int tx = threadIdx.x, ty = threadIdx.y; /* 32 x 8 */
+	if (!transpose) {
+		for (int k = ty; k < 32; k += 8) {
+			int r = by + k, c = bx + tx;
+			if (r < R && c < C)
+				out[(size_t)r * C + c] = in[(size_t)r * C + c] * s;
+		}
+		return;
+	}
+	for (int k = ty; k < 32; k += 8) {
+		int r = by + k, c = bx + tx;
+		if (r < R && c < C)
+			tile[k][tx] = in[(size_t)r * C + c];
+	}
+	__syncthreads();
+	for (int k = ty; k < 32; k += 8) {
+		int c = bx + k, r = by + tx;
+		if (r < R && c < C)
+			out[(size_t)c * R + r] = tile[tx][k] * s;
+	}
+}
+
+/* plain transpose: out[c,r] = in[r,c] */
+__global__ static void transpose_kernel(float *out, const float *in, int R, int C)
+{
+	__shared__ float tile[32][33];
+	int bx = blockIdx.x * 32, by = blockIdx.y * 32;
+	int tx = threadIdx.x, ty = threadIdx.y;
+	for (int k = ty; k < 32; k += 8) {
+		int r = by + k, c = bx + tx;
+		if (r < R && c < C)
+			tile[k][tx] = in[(size_t)r * C + c];
+	}
+	__syncthreads();
+	for (int k = ty; k < 32; k += 8) {
+		int c = bx + k, r = by + tx;
+		if (r < R && c < C)
+			out[(size_t)c * R + r] = tile[tx][k];
+	}
+}
+
+#define NS_A 3.4445f
+#define NS_B (-4.7750f)
+#define NS_C 2.0315f
+
+static size_t up64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* X[m,n] (m <= n) = normalised in (transposed when rows > cols); per step
+ * A = X X^T; A = c A A + b A; X = A X + a X, each product a bf16 GEMM with
+ * fp32 accumulation. Buffers: X, A fp32; Xb, Ab bf16 copies. */
+void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
+			float *scratch)
+{
+	if (rows <= 0 || cols <= 0)
+		return;
+	int tr = rows > cols;
+	int m = tr ? cols : rows, n = tr ? rows : cols;
+	size_t mn = (size_t)m * n, mm = (size_t)m * m;
+	size_t need = up64(mn) + up64(mm) + up64((mn + 1) / 2) + up64((mm + 1) / 2);
+	float *base = scratch, *own = NULL;
+	if (!scratch || (uintptr_t)scratch % 256 || need > newton_schulz_scratch(rows, cols))
+		base = own = (float *)cuda_scratch(need * sizeof(float));
+	float *X = base, *A = X + up64(mn);
+	__nv_bfloat16 *Xb = (__nv_bfloat16 *)(A + up64(mm));
+	__nv_bfloat16 *Ab = (__nv_bfloat16 *)(A + up64(mm) + up64((mn + 1) / 2));
+
+	double *ss = (double *)cuda_scratch(sizeof(double));
+	cuda_sumsq_device(ss, in, mn);
+	dim3 grid((cols + 31) / 32, (rows + 31) / 32), block(32, 8);
+	transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(X, in, rows, cols, ss, tr);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(ss);
+	for (int s = 0; s < steps; s++) {
+		cuda_to_bf16(Xb, X, mn);
+		cuda_gemm_bf16(A, Xb, Xb, NULL, m, m, n, 0, 1, 1.0f, 0.0f);   /* A = X X^T */
+		cuda_to_bf16(Ab, A, mm);
+		cuda_gemm_bf16(A, Ab, Ab, NULL, m, m, m, 0, 0, NS_C, NS_B);   /* c AA + b A */
+		cuda_to_bf16(Ab, A, mm);
+		cuda_gemm_bf16(X, Ab, Xb, NULL, m, n, m, 0, 0, 1.0f, NS_A);   /* B X + a X */
+	}
+	if (tr) {
+		dim3 g2((n + 31) / 32, (m + 31) / 32);
+		transpose_kernel<<<g2, block, 0, cuda_stream()>>>(out, X, m, n);
+		CUDA_LAUNCHED();
+	} else {
+		CUDA_CHECK(cudaMemcpyAsync(out, X, mn * sizeof(float), cudaMemcpyDeviceToDevice,
+					   cuda_stream()));
+	}
+	cuda_scratch_free(own);
+}
