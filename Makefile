@@ -48,7 +48,8 @@ LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
 endif
 
 LIB_SRC = $(wildcard io/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c cmd/*.c)
-LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+CORPUS = $(sort $(wildcard testdata/corpus/*.txt))
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(CU_OBJ)
 TEST_SRC = $(wildcard tests/unit/*.c)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
@@ -63,6 +64,14 @@ $(BIN): $(BUILD)/asyncpp.o $(BUILD)/libasyncpp.a
 $(BUILD)/libasyncpp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the built-in corpus, compiled into the binary
+$(BUILD)/gen/corpus.c: $(CORPUS) tools/embed_corpus.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed_corpus.sh $@ $(CORPUS)
+
+$(BUILD)/gen/corpus.o: $(BUILD)/gen/corpus.c
+	$(CC) $(ALL_CFLAGS) -O0 -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -1,3 +1,365 @@
-/* train.c - placeholder until its issue lands. */
+/* train.c - `asyncpp train`: train a model from a config.
+ *
+ * With no arguments it trains the built-in tiny llama preset on the
+ * built-in corpus on the CPU. Logging, evaluation and checkpoints happen at
+ * step boundaries; the work between two boundaries is one call of
+ * trainer_run (a pipeline segment for the pipeline schedules).
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../io/checkpoint.h"
+#include "../io/config.h"
+#include "../io/dataloader.h"
+#include "../io/metrics.h"
+#include "../io/util.h"
+#include "../sched/trainer.h"
+#include "builtin.h"
 #include "cmd.h"
-int cmd_train(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("train"); }
+#include "opts.h"
+#include "run_common.h"
+
+static const char *const usage[] = {
+	"asyncpp train [-c FILE] [--set SECTION.KEY=VALUE]... [--resume PATH] [--overwrite] [-q]",
+	"asyncpp train --print-config [-c FILE] [--set SECTION.KEY=VALUE]...",
+	NULL,
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static char *path_in(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = xmalloc(n);
+	snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+static void fmt_duration(char *out, size_t len, double s)
+{
+	if (!isfinite(s) || s < 0)
+		s = 0;
+	long t = (long)(s + 0.5);
+	if (t >= 3600)
+		snprintf(out, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+	else
+		snprintf(out, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* Write a checkpoint for the trainer's current step and keep the newest K. */
+static int save_checkpoint(struct trainer *tr, const struct config *cfg, char **saved)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
+	char *path = path_in(cfg->train_out_dir, name);
+	char *text = config_to_string(cfg);
+	int rc = trainer_save(tr, path, text, NULL);
+	free(text);
+	if (rc) {
+		free(path);
+		return -1;
+	}
+	char **paths;
+	int n = list_checkpoints(cfg->train_out_dir, &paths);
+	for (int i = 0; i < n; i++) {
+		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path))
+			unlink(paths[i]);
+		free(paths[i]);
+	}
+	free(paths);
+	if (saved)
+		*saved = path;
+	else
+		free(path);
+	return 0;
+}
+
+struct run {
+	struct config cfg;
+	struct model m;
+	const struct backend *be;
+	struct dataloader train, val;
+	int has_val;
+	struct trainer tr;
+	struct metrics_file metrics;
+	double flops_per_token, peak;
+	int quiet, tty;
+};
+
+static int setup_data(struct run *r)
+{
+	struct config *cfg = &r->cfg;
+	if (!cfg->data_train[0]) {
+		char *dir = path_in(cfg->train_out_dir, "data");
+		char *tok, *tr_path, *val_path;
+		int rc = builtin_prepare(dir, &tok, &tr_path, &val_path);
+		free(dir);
+		if (rc)
+			return -1;
+		config_set_key(cfg, "data", "train", tr_path, "built-in");
+		if (!cfg->data_val[0])
+			config_set_key(cfg, "data", "val", val_path, "built-in");
+		if (!cfg->data_tokenizer[0])
+			config_set_key(cfg, "data", "tokenizer", tok, "built-in");
+		free(tok);
+		free(tr_path);
+		free(val_path);
+	}
+	int B = (int)cfg->train_batch_size, T = (int)cfg->model_seq_len;
+	if (B < 1 || T < 1)
+		return error("train.batch_size and model.seq_len must be positive");
+	if (dataloader_open(&r->train, cfg->data_train, B, T, (uint64_t)cfg->train_seed, 1))
+		return -1;
+	if (cfg->data_val[0]) {
+		if (dataloader_open(&r->val, cfg->data_val, B, T, 0, 0))
+			return -1;
+		r->has_val = 1;
+		if (r->val.vocab != r->train.vocab)
+			return error("validation shards use a vocabulary of %u, training shards %u",
+				     r->val.vocab, r->train.vocab);
+	}
+	return 0;
+}
+
+static void log_step(struct run *r, long step, const struct step_stats *st, double tps,
+		     double mfu, double bubble, double wall, int with_rate)
+{
+	struct metrics_row row = {
+		.step = step,
+		.tokens = (double)step * r->tr.M * r->tr.B * r->tr.T,
+		.wall_s = wall,
+		.loss = st->loss, .has_loss = 1,
+		.lr = st->lr, .has_lr = 1,
+		.grad_norm = st->grad_norm, .has_grad_norm = 1,
+	};
+	if (with_rate) {
+		row.tokens_per_s = tps;
+		row.has_tps = 1;
+		row.mfu = mfu;
+		row.has_mfu = 1;
+		if (r->tr.S > 1) {
+			row.bubble = bubble;
+			row.has_bubble = 1;
+		}
+	}
+	metrics_write(&r->metrics, &row);
+}
+
+static int train_loop(struct run *r)
+{
+	struct config *cfg = &r->cfg;
+	struct trainer *tr = &r->tr;
+	long total = cfg->train_steps;
+	long log_every = cfg->log_every > 0 ? cfg->log_every : 1;
+	double t_start = now_sec(), t_last = t_start;
+	long step_last = tr->step;
+	double busy_last = 0, idle_last = 0;
+	struct step_stats *stats = xcalloc((size_t)MAX(log_every, 1), sizeof(*stats));
+	int rc = 0;
+	if (!r->quiet)
+		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s), schedule %s, "
+			"optimizer %s, %ld steps of %d x %d x %d tokens\n",
+			cfg->model_arch, r->m.numel, tr->S, cfg->train_schedule, cfg->optim_name,
+			total, tr->M, tr->B, tr->T);
+	while (tr->step < total && !stop_signal) {
+		long next = MIN(total, (tr->step / log_every + 1) * log_every);
+		if (cfg->eval_every > 0)
+			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
+		if (cfg->checkpoint_every > 0)
+			next = MIN(next, (tr->step / cfg->checkpoint_every + 1) * cfg->checkpoint_every);
+		int n = (int)(next - tr->step);
+		long first = tr->step;
+		if (trainer_run(tr, n, stats)) {
+			long bad = tr->step + 1;
+			free(stats);
+			return error("loss is %s at step %ld; stopping (try a lower optim.lr or "
+				     "train.grad_clip > 0)", isnan(tr->last.loss) ? "NaN" : "infinite",
+				     bad);
+		}
+		double now = now_sec();
+		double dt = now - t_last;
+		double tokens = (double)(tr->step - step_last) * tr->M * tr->B * tr->T;
+		double tps = dt > 0 ? tokens / dt : 0;
+		double mfu = r->peak > 0 ? tps * r->flops_per_token / r->peak : 0;
+		double busy = 0, idle = 0;
+		for (int s = 0; s < tr->S; s++) {
+			busy += tr->w[s].busy_s;
+			idle += tr->w[s].idle_s;
+		}
+		double dbusy = busy - busy_last, didle = idle - idle_last;
+		double bubble = dbusy + didle > 0 ? didle / (dbusy + didle) : 0;
+		for (int i = 0; i < n; i++)
+			log_step(r, first + i + 1, &stats[i], tps, mfu, bubble, now - t_start,
+				 i == n - 1);
+		const struct step_stats *last = &stats[n - 1];
+		double val = NAN;
+		if (r->has_val && cfg->eval_every > 0 &&
+		    (tr->step % cfg->eval_every == 0 || tr->step == total)) {
+			val = trainer_eval(tr, &r->val, (int)cfg->eval_batches);
+			struct metrics_row row = {.step = tr->step, .wall_s = now_sec() - t_start,
+						  .tokens = (double)tr->step * tr->M * tr->B * tr->T,
+						  .val_loss = val, .has_val_loss = 1};
+			metrics_write(&r->metrics, &row);
+		}
+		if (!r->quiet && (tr->step % log_every == 0 || tr->step == total || !isnan(val))) {
+			char eta[32];
+			fmt_duration(eta, sizeof(eta), dt / MAX(1, tr->step - step_last) * (double)(total - tr->step));
+			char valbuf[32] = "";
+			if (!isnan(val))
+				snprintf(valbuf, sizeof(valbuf), " val %.4f", val);
+			char bub[32] = "";
+			if (tr->S > 1)
+				snprintf(bub, sizeof(bub), " bubble %.1f%%", 100 * bubble);
+			fprintf(stderr, "%sstep %*ld/%ld  loss %.4f%s  lr %.2e  norm %.3f  %.0f tok/s  "
+				"mfu %.1f%%%s  eta %s%s",
+				r->tty ? "\r" : "", (int)snprintf(NULL, 0, "%ld", total), tr->step,
+				total, last->loss, valbuf, last->lr, last->grad_norm, tps, 100 * mfu, bub,
+				eta, r->tty && isnan(val) && tr->step != total ? "  \033[K" : "\n");
+			if (!r->tty && tr->S > 1) {
+				for (int s = 0; s < tr->S; s++) {
+					struct stage_worker *w = &tr->w[s];
+					double tot = w->busy_s + w->idle_s;
+					fprintf(stderr, "  stage %d: busy %.2fs idle %.2fs bubble %.1f%%  "
+						"weights %.1f MB x %d versions  activations %.1f MB x %d slots\n",
+						s, w->busy_s, w->idle_s, tot > 0 ? 100 * w->idle_s / tot : 0,
+						w->st.numel * 4.0 / 1e6, w->n_versions,
+						w->st.act_bytes_per_slot / 1e6, w->st.n_slots);
+				}
+			}
+		}
+		t_last = now;
+		step_last = tr->step;
+		busy_last = busy;
+		idle_last = idle;
+		if (cfg->checkpoint_every > 0 && tr->step % cfg->checkpoint_every == 0 &&
+		    tr->step < total && save_checkpoint(tr, cfg, NULL)) {
+			rc = -1;
+			break;
+		}
+	}
+	free(stats);
+	return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+	const char *config_file = NULL, *resume = NULL;
+	struct opt_list sets = {0};
+	int print_config = 0, quiet = 0, overwrite = 0;
+	const struct option options[] = {
+		OPT_STRING('c', "config", &config_file, "FILE", "read the configuration from an INI file"),
+		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
+		OPT_FLAG(0, "print-config", &print_config, "print the effective configuration and exit"),
+		OPT_STRING(0, "resume", &resume, "PATH", "continue from a checkpoint file or the newest in a directory"),
+		OPT_FLAG(0, "overwrite", &overwrite, "start afresh even if train.out_dir holds checkpoints (they are deleted)"),
+		OPT_FLAG('q', "quiet", &quiet, "print errors only"),
+		OPT_END(),
+	};
+	int npos = opts_parse(argc, argv, usage, options,
+			      "Train a model. With no arguments: the built-in tiny llama on the built-in corpus.");
+	if (npos)
+		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
+	struct run r = {.quiet = quiet, .tty = stderr_is_tty()};
+	struct ckpt *ck = NULL;
+	char *ck_path = NULL;
+	if (resume) {
+		if (!(ck_path = find_checkpoint(resume)) || ckpt_open(&ck, ck_path))
+			return EXIT_FAIL;
+		config_defaults(&r.cfg);
+		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path) ||
+		    (config_file && config_load_file(&r.cfg, config_file)))
+			return EXIT_FAIL;
+		for (int i = 0; i < sets.n; i++)
+			if (config_set(&r.cfg, sets.items[i]))
+				return EXIT_FAIL;
+	} else if (config_from_args(&r.cfg, config_file, sets.items, sets.n)) {
+		return EXIT_FAIL;
+	}
+	if (print_config) {
+		config_print(stdout, &r.cfg);
+		return EXIT_OK;
+	}
+	struct config *cfg = &r.cfg;
+	if (make_dirs(cfg->train_out_dir))
+		return EXIT_FAIL;
+	char **old;
+	int n_old = list_checkpoints(cfg->train_out_dir, &old);
+	if (n_old && !resume && !overwrite) {
+		error("'%s' holds checkpoints of an earlier run (newest '%s'); continue it with "
+		      "--resume %s, start afresh with --overwrite, or set train.out_dir",
+		      cfg->train_out_dir, old[n_old - 1], cfg->train_out_dir);
+		return EXIT_FAIL;
+	}
+	for (int i = 0; i < n_old; i++) {
+		if (!resume)
+			unlink(old[i]);
+		free(old[i]);
+	}
+	free(old);
+	if (!(r.be = backend_from_config(cfg)) || setup_data(&r))
+		return EXIT_FAIL;
+	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
+		return EXIT_FAIL;
+	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
+	model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
+	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))
+		return EXIT_FAIL;
+	free(params);
+	if (ck) {
+		if (trainer_load(&r.tr, ck))
+			return EXIT_FAIL;
+		ckpt_close(ck);
+		if (!quiet)
+			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
+	}
+	free(ck_path);
+	char *metrics_path = cfg->log_metrics[0]
+				     ? xstrdup(cfg->log_metrics)
+				     : path_in(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
+									 ? "metrics.csv"
+									 : "metrics.jsonl");
+	if (!resume)
+		unlink(metrics_path);
+	if (metrics_open(&r.metrics, metrics_path,
+			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL))
+		return EXIT_FAIL;
+	r.flops_per_token = model_flops_per_token(&r.m);
+	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
+	struct sigaction sa = {0};
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	int rc = train_loop(&r);
+	char *saved = NULL;
+	if (!rc && save_checkpoint(&r.tr, cfg, &saved))
+		rc = -1;
+	if (stop_signal && !rc)
+		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: asyncpp train "
+			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : "terminated", saved,
+			r.tr.step, cfg->train_out_dir);
+	else if (!rc && !quiet)
+		fprintf(stderr, "asyncpp: done: checkpoint %s, metrics %s\n"
+			"  evaluate:  asyncpp eval %s\n"
+			"  sample:    asyncpp sample %s --prompt \"The\"\n",
+			saved, metrics_path, saved, saved);
+	metrics_close(&r.metrics);
+	free(metrics_path);
+	free(saved);
+	trainer_free(&r.tr);
+	dataloader_close(&r.train);
+	if (r.has_val)
+		dataloader_close(&r.val);
+	model_free(&r.m);
+	config_free(cfg);
+	if (stop_signal)
+		return rc ? EXIT_FAIL : 128 + stop_signal;
+	return rc ? EXIT_FAIL : EXIT_OK;
+}

@@ -85,4 +85,14 @@ int trainer_n_versions(const struct trainer *tr);
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
+/* Checkpoints (sched/trainer_ckpt.c): every weight version the delay needs,
+ * every optimizer state buffer, metadata (step, seed, data position, RNG
+ * state) and the config text, in the model's global layout. */
+struct ckpt;
+int trainer_save(struct trainer *tr, const char *path, const char *config_text,
+		 const char *extra_meta);
+int trainer_load(struct trainer *tr, struct ckpt *k);
+/* Weights K = back steps before the newest, into a global host arena. */
+int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back);
+
 #endif

@@ -1,0 +1,139 @@
+/* run_common.c - model construction, checkpoint lookup, device peaks. */
+#include "run_common.h"
+
+#include <dirent.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../io/checkpoint.h"
+#include "../io/util.h"
+
+int model_from_config(struct model *m, const struct config *cfg, int vocab)
+{
+	struct model_config mc = {0};
+	mc.arch = strcmp(cfg->model_arch, "gpt2") ? ARCH_LLAMA : ARCH_GPT2;
+	mc.V = cfg->model_vocab_size ? (int)cfg->model_vocab_size : vocab;
+	if (mc.V <= 0)
+		return error("model.vocab_size is 0 and the data gives no vocabulary size");
+	if (vocab > mc.V)
+		return error("the data's vocabulary (%d) is larger than model.vocab_size (%d)", vocab,
+			     mc.V);
+	mc.L = (int)cfg->model_n_layer;
+	mc.C = (int)cfg->model_d_model;
+	mc.NH = (int)cfg->model_n_head;
+	mc.NKV = cfg->model_n_kv_head ? (int)cfg->model_n_kv_head : mc.NH;
+	if (mc.arch == ARCH_GPT2)
+		mc.NKV = mc.NH;
+	mc.F = (int)cfg->model_d_ff;
+	mc.T = (int)cfg->model_seq_len;
+	mc.tied = (int)cfg->model_tied;
+	if (mc.arch == ARCH_GPT2 && !mc.tied)
+		return error("model.arch = gpt2 always ties the head to the embedding; set model.tied = 1");
+	mc.eps = (float)cfg->model_norm_eps;
+	mc.rope_theta = (float)cfg->model_rope_theta;
+	mc.init_std = (float)cfg->model_init_std;
+	return model_init(m, &mc);
+}
+
+static int is_ckpt_name(const char *n)
+{
+	size_t len = strlen(n);
+	return len > 10 && !strncmp(n, "ckpt-", 5) && !strcmp(n + len - 5, ".ckpt");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int list_checkpoints(const char *dir, char ***paths)
+{
+	*paths = NULL;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!is_ckpt_name(e->d_name))
+			continue;
+		size_t len = strlen(dir) + strlen(e->d_name) + 2;
+		*paths = xrealloc(*paths, sizeof(char *) * (size_t)(n + 1));
+		(*paths)[n] = xmalloc(len);
+		snprintf((*paths)[n], len, "%s/%s", dir, e->d_name);
+		n++;
+	}
+	closedir(d);
+	qsort(*paths, (size_t)n, sizeof(char *), cmp_str);
+	return n;
+}
+
+char *find_checkpoint(const char *path)
+{
+	struct stat sb;
+	if (stat(path, &sb)) {
+		error("cannot open '%s': no such file or directory", path);
+		return NULL;
+	}
+	if (!S_ISDIR(sb.st_mode))
+		return xstrdup(path);
+	char **paths;
+	int n = list_checkpoints(path, &paths);
+	if (!n) {
+		error("'%s' holds no checkpoint (ckpt-*.ckpt)", path);
+		return NULL;
+	}
+	char *newest = paths[n - 1];
+	for (int i = 0; i < n - 1; i++)
+		free(paths[i]);
+	free(paths);
+	return newest;
+}
+
+/* Nominal CPU peak: cores x clock x fp32 FLOPs per cycle (two FMA units of
+ * the widest vector the CPU reports). A nominal figure, like the GPU
+ * table's: MFU against it is comparable across runs, not an absolute. */
+static double cpu_peak(int threads)
+{
+	FILE *fp = fopen("/proc/cpuinfo", "r");
+	double mhz = 0;
+	int avx512 = 0, avx2 = 0, fma = 0;
+	char line[4096];
+	while (fp && fgets(line, sizeof(line), fp)) {
+		if (!mhz && !strncmp(line, "cpu MHz", 7)) {
+			char *c = strchr(line, ':');
+			if (c)
+				mhz = atof(c + 1);
+		}
+		if (!strncmp(line, "flags", 5)) {
+			avx512 |= strstr(line, " avx512f") != NULL;
+			avx2 |= strstr(line, " avx2") != NULL;
+			fma |= strstr(line, " fma") != NULL;
+		}
+	}
+	if (fp)
+		fclose(fp);
+	if (mhz <= 0)
+		mhz = 2000;
+	double per_cycle = avx512 ? 64 : (avx2 && fma) ? 32 : 8;
+	return threads * mhz * 1e6 * per_cycle;
+}
+
+double device_peak_flops(const struct backend *be, int threads)
+{
+	if (threads <= 0)
+		threads = omp_get_num_procs();
+	if (be == &backend_cpu)
+		return cpu_peak(threads);
+	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
+}
+
+const struct backend *backend_from_config(const struct config *cfg)
+{
+	const struct backend *be = backend_by_name(cfg->train_device);
+	if (be && be->set_threads)
+		be->set_threads((int)cfg->train_threads);
+	return be;
+}

@@ -1,0 +1,25 @@
+/* run_common.h - what train, eval, sample and bench share: building the
+ * model from a config, finding checkpoints, device peaks. */
+#ifndef ASYNCPP_RUN_COMMON_H
+#define ASYNCPP_RUN_COMMON_H
+
+#include "../io/config.h"
+#include "../kernels/backend.h"
+#include "../model/model.h"
+
+/* Model shape from the [model] keys; vocab is used when model.vocab_size
+ * is 0. Returns -1 with error() on a bad shape. */
+int model_from_config(struct model *m, const struct config *cfg, int vocab);
+/* mkdir -p (cmd/builtin.c). */
+int make_dirs(const char *path);
+/* A checkpoint path from FILE or DIR (the newest ckpt-*.ckpt in it), malloc'ed. */
+char *find_checkpoint(const char *path);
+/* Sorted list of DIR/ckpt-*.ckpt; returns the count. */
+int list_checkpoints(const char *dir, char ***paths);
+/* Nominal peak FLOP/s of the device for MFU (CPU: cores x clock x SIMD
+ * FMA width; CUDA: the device table). */
+double device_peak_flops(const struct backend *be, int threads);
+/* Backend for a config, with threads set. */
+const struct backend *backend_from_config(const struct config *cfg);
+
+#endif

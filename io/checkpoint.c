@@ -1,0 +1,445 @@
+/* checkpoint.c - checkpoint files (see checkpoint.h). */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "container.h"
+#include "util.h"
+
+#define HEADER_TAG "ASPCKPT1"
+#define NAME_MAX_LEN 95
+
+struct index_row {
+	char name[NAME_MAX_LEN + 1];
+	size_t numel;
+	int rows, cols;
+};
+
+struct ckpt_writer {
+	struct container_writer *cw;
+	struct index_row *rows;
+	int n;
+	char *path;
+};
+
+struct ckpt {
+	struct container *c;
+	char *config, *meta;
+	struct index_row *rows;
+	int n;
+};
+
+static void make_header(unsigned char h[16], uint64_t n)
+{
+	memcpy(h, HEADER_TAG, 8);
+	put_le64(h + 8, n);
+}
+
+int ckpt_create(struct ckpt_writer **wp, const char *path, const char *config_text,
+		const char *meta_text)
+{
+	struct ckpt_writer *w = xcalloc(1, sizeof(*w));
+	unsigned char h[16];
+	make_header(h, 0);
+	if (container_create(&w->cw, path, CKPT_MAGIC, CKPT_VERSION, h, sizeof(h), 1)) {
+		free(w);
+		return -1;
+	}
+	w->path = xstrdup(path);
+	if (container_add_chunk(w->cw, config_text, strlen(config_text)) ||
+	    container_add_chunk(w->cw, meta_text, strlen(meta_text))) {
+		ckpt_abort(w);
+		return -1;
+	}
+	*wp = w;
+	return 0;
+}
+
+int ckpt_add(struct ckpt_writer *w, const char *name, const float *data, size_t numel,
+	     int rows, int cols)
+{
+	if (strlen(name) > NAME_MAX_LEN || strpbrk(name, " \n\t") || !*name)
+		return error("'%s': bad tensor name '%s'", w->path, name);
+	w->rows = xrealloc(w->rows, sizeof(*w->rows) * (size_t)(w->n + 1));
+	struct index_row *r = &w->rows[w->n++];
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	r->numel = numel;
+	r->rows = rows;
+	r->cols = cols;
+	/* floats are stored little-endian; this host is little-endian (checked
+	 * at build time below), so the bytes go out as they are */
+	return container_add_chunk(w->cw, data, st_mult(numel, sizeof(float)));
+}
+
+_Static_assert(sizeof(float) == 4, "float must be IEEE single precision");
+
+int ckpt_commit(struct ckpt_writer *w)
+{
+	struct buf idx = {0};
+	for (int i = 0; i < w->n; i++) {
+		char line[160];
+		int len = snprintf(line, sizeof(line), "%s %zu %d %d\n", w->rows[i].name,
+				   w->rows[i].numel, w->rows[i].rows, w->rows[i].cols);
+		buf_append(&idx, line, (size_t)len);
+	}
+	unsigned char h[16];
+	make_header(h, (uint64_t)w->n);
+	int rc = container_add_chunk(w->cw, idx.data ? idx.data : (unsigned char *)"", idx.len);
+	if (!rc)
+		rc = container_set_header(w->cw, h, sizeof(h));
+	if (!rc) {
+		rc = container_commit(w->cw);
+		w->cw = NULL;
+	}
+	buf_free(&idx);
+	if (w->cw)
+		container_abort(w->cw);
+	free(w->rows);
+	free(w->path);
+	free(w);
+	return rc;
+}
+
+void ckpt_abort(struct ckpt_writer *w)
+{
+	if (!w)
+		return;
+	container_abort(w->cw);
+	free(w->rows);
+	free(w->path);
+	free(w);
+}
+
+/* Read a text chunk as a NUL-terminated string. */
+static char *read_text(struct container *c, uint64_t i)
+{
+	uint64_t n = container_chunk_size(c, i);
+	if (n > (64u << 20)) {
+		error("'%s': chunk %llu is too large for text (%llu bytes)", container_path(c),
+		      (unsigned long long)i, (unsigned long long)n);
+		return NULL;
+	}
+	char *s = xmalloc((size_t)n + 1);
+	if (container_read_chunk(c, i, s)) {
+		free(s);
+		return NULL;
+	}
+	s[n] = 0;
+	if (strlen(s) != n) {
+		error("'%s': chunk %llu holds a NUL byte (not text)", container_path(c),
+		      (unsigned long long)i);
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static int parse_index(struct ckpt *k, const char *text, uint64_t n_expected)
+{
+	const char *path = container_path(k->c);
+	k->rows = xcalloc(n_expected ? (size_t)n_expected : 1, sizeof(*k->rows));
+	const char *p = text;
+	int lineno = 0;
+	while (*p) {
+		lineno++;
+		const char *nl = strchr(p, '\n');
+		if (!nl)
+			return error("'%s': index line %d is not terminated", path, lineno);
+		if ((uint64_t)k->n >= n_expected)
+			return error("'%s': index lists more tensors than the header's %llu", path,
+				     (unsigned long long)n_expected);
+		struct index_row *r = &k->rows[k->n];
+		char line[256];
+		size_t len = (size_t)(nl - p);
+		if (len >= sizeof(line))
+			return error("'%s': index line %d is too long", path, lineno);
+		memcpy(line, p, len);
+		line[len] = 0;
+		unsigned long long numel;
+		char extra;
+		if (sscanf(line, "%95s %llu %d %d %c", r->name, &numel, &r->rows, &r->cols, &extra) != 4)
+			return error("'%s': index line %d is malformed", path, lineno);
+		r->numel = (size_t)numel;
+		uint64_t chunk = (uint64_t)k->n + 2;
+		if (container_chunk_size(k->c, chunk) != (uint64_t)numel * sizeof(float))
+			return error("'%s': tensor '%s' has %llu bytes, the index says %llu floats",
+				     path, r->name, (unsigned long long)container_chunk_size(k->c, chunk),
+				     numel);
+		if (r->rows < 0 || r->cols < 0 ||
+		    (uint64_t)r->rows * (uint64_t)(r->cols ? r->cols : 1) != numel)
+			return error("'%s': tensor '%s' shape %dx%d does not hold %llu values", path,
+				     r->name, r->rows, r->cols, numel);
+		k->n++;
+		p = nl + 1;
+	}
+	if ((uint64_t)k->n != n_expected)
+		return error("'%s': index lists %d tensors, the header says %llu", path, k->n,
+			     (unsigned long long)n_expected);
+	return 0;
+}
+
+int ckpt_open(struct ckpt **out, const char *path)
+{
+	struct ckpt *k = xcalloc(1, sizeof(*k));
+	*out = NULL;
+	if (container_open(&k->c, path, CKPT_MAGIC, "checkpoint")) {
+		free(k);
+		return -1;
+	}
+	int rc = 0;
+	size_t hlen;
+	const unsigned char *h = container_header(k->c, &hlen);
+	uint64_t n = 0;
+	if (container_version(k->c) > CKPT_VERSION)
+		rc = error("'%s': checkpoint format version %u is newer than this asyncpp supports (%d)",
+			   path, container_version(k->c), CKPT_VERSION);
+	else if (hlen != 16 || memcmp(h, HEADER_TAG, 8))
+		rc = error("'%s': bad checkpoint header", path);
+	else
+		n = get_le64(h + 8);
+	if (!rc && (n > (1u << 24) || container_nchunks(k->c) != n + 3))
+		rc = error("'%s': the container holds %llu chunks, a checkpoint of %llu tensors needs %llu",
+			   path, (unsigned long long)container_nchunks(k->c), (unsigned long long)n,
+			   (unsigned long long)(n + 3));
+	char *idx = NULL;
+	if (!rc && (!(k->config = read_text(k->c, 0)) || !(k->meta = read_text(k->c, 1)) ||
+		    !(idx = read_text(k->c, n + 2))))
+		rc = -1;
+	if (!rc)
+		rc = parse_index(k, idx, n);
+	free(idx);
+	if (rc) {
+		ckpt_close(k);
+		return -1;
+	}
+	*out = k;
+	return 0;
+}
+
+void ckpt_close(struct ckpt *k)
+{
+	if (!k)
+		return;
+	container_close(k->c);
+	free(k->config);
+	free(k->meta);
+	free(k->rows);
+	free(k);
+}
+
+const char *ckpt_path(const struct ckpt *k) { return container_path(k->c); }
+const char *ckpt_config(const struct ckpt *k) { return k->config; }
+const char *ckpt_meta(const struct ckpt *k) { return k->meta; }
+int ckpt_count(const struct ckpt *k) { return k->n; }
+const char *ckpt_name(const struct ckpt *k, int i) { return k->rows[i].name; }
+size_t ckpt_numel(const struct ckpt *k, int i) { return k->rows[i].numel; }
+void ckpt_shape(const struct ckpt *k, int i, int *rows, int *cols)
+{
+	*rows = k->rows[i].rows;
+	*cols = k->rows[i].cols;
+}
+
+int ckpt_find(const struct ckpt *k, const char *name)
+{
+	for (int i = 0; i < k->n; i++)
+		if (!strcmp(k->rows[i].name, name))
+			return i;
+	return -1;
+}
+
+int ckpt_read(struct ckpt *k, int i, float *out)
+{
+	return container_read_chunk(k->c, (uint64_t)i + 2, out);
+}
+
+int ckpt_read_named(struct ckpt *k, const char *name, float *out, size_t numel)
+{
+	int i = ckpt_find(k, name);
+	if (i < 0)
+		return error("'%s': no tensor '%s' in the checkpoint", ckpt_path(k), name);
+	if (k->rows[i].numel != numel)
+		return error("'%s': tensor '%s' has %zu values, expected %zu", ckpt_path(k), name,
+			     k->rows[i].numel, numel);
+	return ckpt_read(k, i, out);
+}
+
+int ckpt_meta_long(const struct ckpt *k, const char *key, long *out)
+{
+	size_t klen = strlen(key);
+	for (const char *p = k->meta; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		if (len > klen + 2 && !strncmp(p, key, klen) && !strncmp(p + klen, " = ", 3)) {
+			char *end;
+			errno = 0;
+			long v = strtol(p + klen + 3, &end, 10);
+			if (errno || end == p + klen + 3 || (*end && *end != '\n'))
+				return error("'%s': metadata '%s' is not an integer", ckpt_path(k), key);
+			*out = v;
+			return 0;
+		}
+		p = nl ? nl + 1 : p + len;
+	}
+	return error("'%s': metadata has no '%s'", ckpt_path(k), key);
+}
+
+int ckpt_sniff(const char *path)
+{
+	char magic[8];
+	int r = container_peek(path, magic);
+	if (r <= 0)
+		return r;
+	return !memcmp(magic, CKPT_MAGIC, 8);
+}
+
+struct tensor_stats {
+	double norm, min, max;
+};
+
+static struct tensor_stats stats_of(const float *x, size_t n)
+{
+	struct tensor_stats s = {0, n ? x[0] : 0, n ? x[0] : 0};
+	double ss = 0;
+	for (size_t i = 0; i < n; i++) {
+		ss += (double)x[i] * x[i];
+		if (x[i] < s.min)
+			s.min = x[i];
+		if (x[i] > s.max)
+			s.max = x[i];
+	}
+	s.norm = sqrt(ss);
+	return s;
+}
+
+int checkpoint_inspect(const char *path, FILE *out, int verbose)
+{
+	struct ckpt *k;
+	if (ckpt_open(&k, path))
+		return -1;
+	fprintf(out, "%s: asyncpp checkpoint, format version %u, %d tensors\n", path,
+		container_version(k->c), k->n);
+	fprintf(out, "\n[metadata]\n%s", k->meta);
+	if (verbose)
+		fprintf(out, "\n[config]\n%s", k->config);
+	fprintf(out, "\n%-40s %-14s %-5s %12s %12s %12s\n", "tensor", "shape", "dtype", "norm",
+		"min", "max");
+	int rc = 0;
+	size_t total = 0;
+	for (int i = 0; i < k->n; i++) {
+		float *x = xmalloc(st_mult(k->rows[i].numel ? k->rows[i].numel : 1, sizeof(float)));
+		if (ckpt_read(k, i, x)) {
+			free(x);
+			rc = -1;
+			break;
+		}
+		struct tensor_stats s = stats_of(x, k->rows[i].numel);
+		char shape[32];
+		if (k->rows[i].cols)
+			snprintf(shape, sizeof(shape), "%dx%d", k->rows[i].rows, k->rows[i].cols);
+		else
+			snprintf(shape, sizeof(shape), "%d", k->rows[i].rows);
+		fprintf(out, "%-40s %-14s %-5s %12.6g %12.6g %12.6g\n", k->rows[i].name, shape, "f32",
+			s.norm, s.min, s.max);
+		total += k->rows[i].numel;
+		free(x);
+	}
+	if (!rc && container_verify(k->c))
+		rc = -1;
+	if (!rc)
+		fprintf(out, "\n%zu values; every checksum verified\n", total);
+	ckpt_close(k);
+	return rc;
+}
+
+struct diff_row {
+	const char *name;
+	double max_abs, rel;
+};
+
+static int cmp_diff(const void *a, const void *b)
+{
+	const struct diff_row *x = a, *y = b;
+	return (x->rel < y->rel) - (x->rel > y->rel);
+}
+
+int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
+{
+	struct ckpt *a, *b;
+	if (ckpt_open(&a, pa))
+		return -1;
+	if (ckpt_open(&b, pb)) {
+		ckpt_close(a);
+		return -1;
+	}
+	struct diff_row *rows = xcalloc((size_t)a->n + 1, sizeof(*rows));
+	int n = 0, rc = 0, only = 0;
+	long sa = -1, sb = -1;
+	set_error_quiet(1);
+	ckpt_meta_long(a, "step", &sa);
+	ckpt_meta_long(b, "step", &sb);
+	set_error_quiet(0);
+	fprintf(out, "A: %s (step %ld)\nB: %s (step %ld)\n", pa, sa, pb, sb);
+	for (int i = 0; i < a->n && !rc; i++) {
+		int j = ckpt_find(b, a->rows[i].name);
+		if (j < 0) {
+			fprintf(out, "only in A: %s\n", a->rows[i].name);
+			only++;
+			continue;
+		}
+		size_t n_el = a->rows[i].numel;
+		if (b->rows[j].numel != n_el) {
+			fprintf(out, "shape differs: %s (%zu vs %zu values)\n", a->rows[i].name, n_el,
+				b->rows[j].numel);
+			only++;
+			continue;
+		}
+		float *x = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
+		float *y = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
+		if (ckpt_read(a, i, x) || ckpt_read(b, j, y)) {
+			rc = -1;
+		} else {
+			double d2 = 0, x2 = 0, mx = 0;
+			for (size_t e = 0; e < n_el; e++) {
+				double d = (double)x[e] - y[e];
+				d2 += d * d;
+				x2 += (double)x[e] * x[e];
+				if (fabs(d) > mx)
+					mx = fabs(d);
+			}
+			rows[n++] = (struct diff_row){a->rows[i].name, mx,
+						      sqrt(d2) / (sqrt(x2) + 1e-30)};
+		}
+		free(x);
+		free(y);
+	}
+	for (int j = 0; j < b->n; j++)
+		if (ckpt_find(a, b->rows[j].name) < 0) {
+			fprintf(out, "only in B: %s\n", b->rows[j].name);
+			only++;
+		}
+	if (!rc) {
+		qsort(rows, (size_t)n, sizeof(*rows), cmp_diff);
+		int identical = 0;
+		for (int i = 0; i < n; i++)
+			identical += rows[i].max_abs == 0;
+		fprintf(out, "%d tensors compared, %d identical, %d not comparable\n", n, identical,
+			only);
+		if (n > identical) {
+			fprintf(out, "\n%-40s %14s %14s\n", "largest differences", "max |a-b|",
+				"|a-b|/|a|");
+			for (int i = 0; i < n && i < top; i++) {
+				if (rows[i].max_abs == 0)
+					break;
+				fprintf(out, "%-40s %14.6g %14.6g\n", rows[i].name, rows[i].max_abs,
+					rows[i].rel);
+			}
+		}
+	}
+	free(rows);
+	ckpt_close(a);
+	ckpt_close(b);
+	return rc;
+}

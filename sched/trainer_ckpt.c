@@ -1,0 +1,135 @@
+/* trainer_ckpt.c - save and restore a trainer through io/checkpoint.h.
+ *
+ * Everything is stored in the model's global layout, tensor by tensor, so a
+ * checkpoint does not depend on how the model was cut into stages: a run
+ * can resume with another pipeline.stages (and a one-device delay = 1 run
+ * is a valid starting point for a 2bw pipeline and back). Stored sets:
+ *   weights.vK/NAME   the weights K steps before the newest (K < versions)
+ *   STATE/NAME        each optimizer state buffer (adam_m, muon_momentum,
+ *                     ef_prev_update, ...) for the tensors that use it
+ * The last stage's tied copy of wte is not stored: it equals wte.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/checkpoint.h"
+#include "../io/util.h"
+#include "trainer.h"
+
+static void tensor_name(char *out, size_t len, const char *set, const struct param_info *pi)
+{
+	snprintf(out, len, "%s/%s", set, pi->name);
+}
+
+int trainer_save(struct trainer *tr, const char *path, const char *config_text,
+		 const char *extra_meta)
+{
+	const struct model *m = tr->m;
+	int nv = trainer_n_versions(tr);
+	char meta[1024];
+	snprintf(meta, sizeof(meta),
+		 "step = %ld\nversions = %d\nseed = %ld\nstages = %d\nmicro_batches = %d\n"
+		 "data_position = %ld\nrng_state = %llu\n%s",
+		 tr->step, nv, tr->cfg->train_seed, tr->S, tr->M,
+		 tr->step * (long)tr->M,
+		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
+		 extra_meta ? extra_meta : "");
+	struct ckpt_writer *w;
+	if (ckpt_create(&w, path, config_text, meta))
+		return -1;
+	float *global = xmalloc(st_mult(m->numel, sizeof(float)));
+	int rc = 0;
+	char name[128], set[32];
+	for (int back = 0; back < nv && !rc; back++) {
+		trainer_gather_weights(tr, back, global);
+		snprintf(set, sizeof(set), "weights.v%d", back);
+		for (int k = 0; k < m->n_params && !rc; k++) {
+			const struct param_info *pi = &m->params[k];
+			tensor_name(name, sizeof(name), set, pi);
+			rc = ckpt_add(w, name, global + pi->offset, pi->numel, pi->rows, pi->cols);
+		}
+	}
+	free(global);
+	for (int s = 0; s < tr->S && !rc; s++) {
+		struct stage_worker *wk = &tr->w[s];
+		for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, i);
+			float *host = xmalloc(st_mult(sb.numel, sizeof(float)));
+			tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
+			for (int k = 0; k < wk->opt.n && !rc; k++) {
+				size_t off;
+				if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &off))
+					continue;
+				const struct param_info *pi = &m->params[wk->st.params[k].global];
+				tensor_name(name, sizeof(name), sb.name, pi);
+				rc = ckpt_add(w, name, host + off, pi->numel, pi->rows, pi->cols);
+			}
+			free(host);
+		}
+	}
+	if (rc) {
+		ckpt_abort(w);
+		return -1;
+	}
+	return ckpt_commit(w);
+}
+
+int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back)
+{
+	char name[128], set[32];
+	snprintf(set, sizeof(set), "weights.v%d", back);
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *pi = &m->params[i];
+		tensor_name(name, sizeof(name), set, pi);
+		if (ckpt_read_named(k, name, global + pi->offset, pi->numel))
+			return -1;
+	}
+	return 0;
+}
+
+int trainer_load(struct trainer *tr, struct ckpt *k)
+{
+	const struct model *m = tr->m;
+	long step, nv;
+	if (ckpt_meta_long(k, "step", &step) || ckpt_meta_long(k, "versions", &nv))
+		return -1;
+	if (nv < 1 || nv > WORKER_MAX_VERSIONS)
+		return error("'%s': bad version count %ld", ckpt_path(k), nv);
+	int need = trainer_n_versions(tr);
+	if (nv < need && step > 0)
+		return error("'%s' holds %ld weight version(s); this run's delay needs %d: resume "
+			     "with the same train.delay / schedule", ckpt_path(k), nv, need);
+	float **versions = xcalloc((size_t)nv, sizeof(float *));
+	int rc = 0;
+	for (int v = 0; v < nv && !rc; v++) {
+		versions[v] = xmalloc(st_mult(m->numel, sizeof(float)));
+		rc = ckpt_load_weights(k, m, versions[v], v);
+	}
+	if (!rc)
+		trainer_restore(tr, step, versions, (int)nv);
+	for (int v = 0; v < nv; v++)
+		free(versions[v]);
+	free(versions);
+	char name[128];
+	for (int s = 0; s < tr->S && !rc; s++) {
+		struct stage_worker *wk = &tr->w[s];
+		for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, i);
+			float *host = xcalloc(sb.numel ? sb.numel : 1, sizeof(float));
+			for (int t = 0; t < wk->opt.n && !rc; t++) {
+				size_t off;
+				if (!optim_state_tensor(&wk->opt, i, t, &off))
+					continue;
+				const struct param_info *pi = &m->params[wk->st.params[t].global];
+				tensor_name(name, sizeof(name), sb.name, pi);
+				if (ckpt_find(k, name) < 0 && step == 0)
+					continue; /* a step-0 checkpoint may lack state */
+				rc = ckpt_read_named(k, name, host + off, pi->numel);
+			}
+			if (!rc)
+				tr->be->to_device(sb.data, host, sb.numel * sizeof(float));
+			free(host);
+		}
+	}
+	return rc;
+}
