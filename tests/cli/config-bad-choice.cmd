@@ -1,0 +1,1 @@
+printf '[train]\nschedule = zb\n' > run.ini && $ASYNCPP train -c run.ini --print-config

@@ -1,0 +1,1 @@
+$ASYNCPP train --set optim.lr=0.1 --set data.val=v.zst --set model.norm_eps=3.3e-7 --print-config > a.ini && $ASYNCPP train -c a.ini --print-config > b.ini && cmp a.ini b.ini && grep -cE '^[a-z0-9_]+ =' b.ini

@@ -1,0 +1,1 @@
+$ASYNCPP train --set train.steps=10 --set optim.lr=fast --print-config

@@ -1,0 +1,1 @@
+printf '[train]\nsteps = 10\nseed = 5\n' > run.ini && $ASYNCPP train -c run.ini --set train.steps=20 --set optim.name=muon --set train.steps=30 --print-config | grep -E '^(steps|seed|name|batch_size) ='
