@@ -1,0 +1,60 @@
+/* test_cuda_build.c - what a CUDA build promises on any machine, GPU or not:
+ * the backend table exists and is complete, and asking for a device never
+ * crashes but answers with a reason. */
+#include <string.h>
+
+#include "../../io/util.h"
+#include "../../kernels/backend.h"
+#include "../test.h"
+
+TEST(cuda_backend_present)
+{
+#ifdef ASYNCPP_CUDA
+	const struct backend *b = backend_cuda();
+	CHECK(b != NULL);
+	CHECK(!strcmp(b->name, "cuda"));
+#else
+	CHECK(backend_cuda() == NULL);
+#endif
+}
+
+TEST(cuda_table_complete)
+{
+	const struct backend *b = backend_cuda();
+	if (!b)
+		SKIP("built without CUDA");
+	/* every operation of backend.h has a CUDA implementation */
+#define SLOT(s) CHECK_MSG(b->s != NULL, "cuda backend lacks " #s)
+	SLOT(alloc); SLOT(free); SLOT(to_device); SLOT(to_host); SLOT(copy); SLOT(zero);
+	SLOT(synchronize); SLOT(set_threads); SLOT(embed_forward); SLOT(embed_backward);
+	SLOT(layernorm_forward); SLOT(layernorm_backward); SLOT(rmsnorm_forward);
+	SLOT(rmsnorm_backward); SLOT(matmul_forward); SLOT(matmul_backward);
+	SLOT(rope_forward); SLOT(rope_backward); SLOT(attention_forward);
+	SLOT(attention_backward); SLOT(gelu_forward); SLOT(gelu_backward);
+	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent);
+	SLOT(adamw_dir); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
+	SLOT(apply_update); SLOT(sumsq); SLOT(scale);
+#undef SLOT
+}
+
+TEST(cuda_available_answers)
+{
+	char why[256] = "";
+	int ok = cuda_available(why, sizeof(why));
+	CHECK(ok == 0 || ok == 1);
+	CHECK_MSG(why[0] != '\0', "cuda_available gave no reason");
+	/* a second call gives the same answer (no state broken by the first) */
+	char why2[256] = "";
+	CHECK(cuda_available(why2, sizeof(why2)) == ok);
+	/* asking by name fails cleanly exactly when no device can be used */
+	set_error_quiet(1);
+	const struct backend *b = backend_by_name("cuda");
+	set_error_quiet(0);
+	if (ok) {
+		CHECK(b == backend_cuda());
+	} else {
+		CHECK(b == NULL);
+		CHECK(strstr(last_error(), "cannot be served") != NULL);
+		CHECK(strstr(last_error(), why) != NULL);
+	}
+}
