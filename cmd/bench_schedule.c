@@ -41,8 +41,8 @@ int bench_schedule(int argc, char **argv)
 		OPT_INT('s', "stages", &S, "S", "pipeline stages"),
 		OPT_INT('m', "micro", &M, "M", "micro-batches per optimizer step"),
 		OPT_INT('n', "steps", &steps, "N",
-			"optimizer steps in the segment (default 1 for gpipe and 1f1b, 4 for 2bw, "
-			"4*max(M,S) for pipedream, whose steps are micro-batches)"),
+			"optimizer steps in the segment (default: 1 for gpipe, 1f1b; 4 for 2bw; "
+			"4*max(M,S) for pipedream, where a step is one micro-batch)"),
 		OPT_GROUP("Simulated times (any unit):"),
 		OPT_DOUBLE(0, "fwd", &fwd, "T", "forward of one micro-batch on one stage (1)"),
 		OPT_DOUBLE(0, "bwd", &bwd, "T", "backward of one micro-batch on one stage (2)"),
@@ -92,9 +92,12 @@ int bench_schedule(int argc, char **argv)
 	long nact = 0;
 	for (int s = 0; s < sc->S; s++)
 		nact += sc->stage[s].n;
-	printf("schedule %s: %ld stages, %ld micro-batches per step, %ld %s, %ld actions\n", kn, S,
-	       M, steps, kind == SCHED_PIPEDREAM ? "steps of one micro-batch" : steps == 1 ? "step" : "steps",
-	       nact);
+	if (kind == SCHED_PIPEDREAM)
+		printf("schedule %s: %ld stages, %ld micro-batches with an optimizer step each "
+		       "(window %ld), %ld actions\n", kn, S, steps, M, nact);
+	else
+		printf("schedule %s: %ld stages, %ld micro-batches per step, %ld step%s, %ld "
+		       "actions\n", kn, S, M, steps, steps == 1 ? "" : "s", nact);
 	printf("times: forward %g, backward %g, communication %g, optimizer %g\n", fwd, bwd, comm,
 	       optim);
 	if (!no_timeline) {

@@ -1,0 +1,1 @@
+$ASYNCPP bench schedule --kind gpipe --stages 2 --micro 2

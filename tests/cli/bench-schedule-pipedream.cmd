@@ -1,0 +1,1 @@
+$ASYNCPP bench schedule --kind pipedream --stages 3 --micro 3 --no-timeline
