@@ -12,7 +12,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char path[] = "/tmp/fuzz_shard.XXXXXX";
+	char path[512];
+	const char *tmp = getenv("TMPDIR");
+	snprintf(path, sizeof(path), "%s/fuzz_shard.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	int fd = mkstemp(path);
 	if (fd < 0)
 		return 0;
