@@ -111,8 +111,12 @@ run:
 
 size_t pretok_split_point(const unsigned char *s, size_t n, size_t target)
 {
-	for (size_t p = target ? target : 1; p < n; p++)
-		if (s[p - 1] == '\n' && s[p] > ' ' && s[p] < 0x7F)
+	/* "x\nY" with x and Y printable ASCII: the '\n' is a whitespace run of
+	 * one character, which is a piece of its own whether Y follows or the
+	 * text ends there. (After a longer run such as "\n\n", it is not: at
+	 * the end of a text the run is one piece, before Y it is two.) */
+	for (size_t p = target > 2 ? target : 2; p < n; p++)
+		if (s[p - 1] == '\n' && s[p] > ' ' && s[p] < 0x7F && s[p - 2] > ' ' && s[p - 2] < 0x7F)
 			return p;
 	return n;
 }

@@ -38,7 +38,7 @@ size_t pretok_next(const unsigned char *s, size_t n);
 
 /* A position p in [target, n] where s can be cut so that pre-tokenizing
  * s[0..p) and s[p..n) apart gives the same pieces as the whole: right after
- * a '\n' that is followed by a printable ASCII byte. Returns n when there is
+ * a '\n' that has a printable ASCII byte on each side. Returns n when there is
  * none. Used to split large documents across threads. */
 size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
 

@@ -7,9 +7,10 @@
 //
 // PKG is the folder of the installed gpt-3-encoder package. Its encode() is
 // quadratic in the text length (it concatenates arrays), so long texts are
-// cut right after a '\n' that a printable ASCII character follows; GPT-2's
-// pre-tokenizer always splits there, so the ids are the same as encoding
-// the whole text at once.
+// cut right after a '\n' that has a printable ASCII character on each side;
+// GPT-2's pre-tokenizer makes that '\n' a piece of its own whether the text
+// goes on or ends there, so the ids are the same as encoding the whole text
+// at once. (Not so after "\n\n": at the end of a text that run is one piece.)
 'use strict';
 const fs = require('fs');
 const [pkg, mode, file] = process.argv.slice(2);
@@ -20,7 +21,9 @@ function pieces(text) {
 	let start = 0;
 	for (let i = 1; i < text.length; i++) {
 		const c = text.charCodeAt(i);
-		if (text.charCodeAt(i - 1) === 10 && c > 32 && c < 127 && i - start >= 4096) {
+		const b = text.charCodeAt(i - 2);
+		if (text.charCodeAt(i - 1) === 10 && c > 32 && c < 127 && b > 32 && b < 127 &&
+		    i - start >= 4096) {
 			out.push(text.slice(start, i));
 			start = i;
 		}

@@ -46,7 +46,8 @@ static void random_bytes(uint64_t *st, unsigned char *p, size_t n, int textlike)
 {
 	static const char *alpha[] = {"a", "b", "e", "the", " ", "  ", "\n", "\n\n", "'s", "'ll",
 				      "1", "42", ".", ",", "!?", "\t", "é", "ß", "你", "👋",
-				      "\xff", "\xc3", "\x80", "\xed\xa0\x80", "I", "'", "\r\n"};
+				      "\xff", "\xc3", "\x80", "\xed\xa0\x80", "I", "'", "\r\n",
+				      "x\nY", ".\n\nZ", " \nQ", "\xe3\x80\x80\nW", "\xc2\xa0\nk"};
 	size_t i = 0;
 	while (i < n) {
 		if (!textlike) {
@@ -144,18 +145,25 @@ TEST(pretok_lossless_and_split_points)
 			CHECK(l >= 1 && l <= n - pos);
 			pos += l;
 		}
-		/* cutting at a split point gives the same pieces */
-		size_t cut = pretok_split_point(buf, n, n / 2);
-		if (cut == n)
-			continue;
-		pos = 0;
-		int seen = 0;
-		while (pos < n) {
-			if (pos == cut)
-				seen = 1;
-			pos += pretok_next(buf + pos, n - pos);
+		/* cutting at split points gives exactly the same pieces */
+		size_t cuts[8], nc = 0;
+		for (size_t at = 0; nc < 8;) {
+			at = pretok_split_point(buf, n, at + 1 + rng_next(&st) % 64);
+			if (at >= n)
+				break;
+			cuts[nc++] = at;
 		}
-		CHECK_MSG(seen, "no piece boundary at split point %zu", cut);
+		size_t whole[3000], nwhole = 0, parts[3000], nparts = 0;
+		for (pos = 0; pos < n;)
+			whole[nwhole++] = pos += pretok_next(buf + pos, n - pos);
+		for (size_t c = 0, start = 0; c <= nc; c++) {
+			size_t end = c < nc ? cuts[c] : n;
+			for (pos = start; pos < end;)
+				parts[nparts++] = pos += pretok_next(buf + pos, end - pos);
+			start = end;
+		}
+		CHECK_MSG(nwhole == nparts && !memcmp(whole, parts, nwhole * sizeof(size_t)),
+			  "pieces differ after cutting at %zu points", nc);
 	}
 }
 
