@@ -92,6 +92,13 @@ extern "C" int cuda_available(char *why, size_t len)
 {
 	int count = 0, dev = 0;
 	cudaError_t err = cudaGetDeviceCount(&count);
+	if (err == cudaErrorInsufficientDriver) {
+		snprintf(why, len, "no CUDA driver found, or it is older than this CUDA %d.%d "
+			 "runtime (%s)", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
+			 cudaGetErrorString(err));
+		cudaGetLastError();
+		return 0;
+	}
 	if (err != cudaSuccess) {
 		snprintf(why, len, "no usable CUDA device (%s)", cudaGetErrorString(err));
 		cudaGetLastError(); /* clear it */

@@ -1,0 +1,318 @@
+/* cuda_bench.cu - `asyncpp bench kernels --device cuda`: every backend
+ * operation on model-sized shapes, timed with CUDA events, against the
+ * device's peak. Timings are printed, never asserted (see HACKING.md).
+ *
+ * FLOP counts: a matmul forward is 2*N*C*OC, its backward 4*N*C*OC; causal
+ * attention forward 2*B*NH*T*T*HD (half of the 4*B*NH*T^2*HD of full
+ * attention), backward 2.5x the forward (the five products of flash
+ * attention's backward). Bandwidth rows count each tensor read or written
+ * once, in fp32.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_bench.h"
+#include "cuda_common.h"
+
+extern "C" {
+#include "../../io/util.h"
+#include "../backend.h"
+}
+
+struct peak_entry {
+	const char *match, *also, *label;
+	double tflops, gbs;
+};
+
+/* Dense bf16 without sparsity; HBM per the vendors' data sheets. */
+static const struct peak_entry peaks[] = {
+	{"H200", NULL, "H200", 989, 4800},
+	{"H100", "PCIe", "H100 PCIe", 756, 2000},
+	{"H100", "NVL", "H100 NVL", 835, 3900},
+	{"H100", NULL, "H100 SXM", 989, 3350},
+	{"A100", "40GB", "A100 40GB", 312, 1555},
+	{"A100", NULL, "A100 80GB", 312, 2039},
+};
+
+extern "C" int cuda_device_peak(double *tflops, double *gbs, char *label, size_t len)
+{
+	char why[256];
+	int dev;
+	cudaDeviceProp prop;
+	*tflops = *gbs = 0;
+	if (!cuda_available(why, sizeof(why)))
+		return error("cuda: %s", why);
+	CUDA_CHECK(cudaGetDevice(&dev));
+	CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+	snprintf(label, len, "%s", prop.name);
+	for (size_t i = 0; i < sizeof(peaks) / sizeof(peaks[0]); i++) {
+		const struct peak_entry *p = &peaks[i];
+		if (!strstr(prop.name, p->match) || (p->also && !strstr(prop.name, p->also)))
+			continue;
+		*tflops = p->tflops;
+		*gbs = p->gbs;
+		snprintf(label, len, "%s", p->label);
+		break;
+	}
+	return 0;
+}
+
+/* ---- inputs ---- */
+
+__global__ static void fill_kernel(float *x, size_t n, uint32_t seed, float scale)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+		h ^= h >> 16;
+		h *= 0x7feb352du;
+		h ^= h >> 15;
+		x[i] = scale * ((h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f);
+	}
+}
+
+__global__ static void tokens_kernel(int32_t *t, size_t n, int V)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		t[i] = (int32_t)((i * 2654435761u) % (uint32_t)V);
+}
+
+static float *rnd(size_t n, float scale)
+{
+	static uint32_t seed = 1;
+	float *x = NULL;
+	CUDA_CHECK(cudaMalloc(&x, n * sizeof(float)));
+	fill_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(x, n, seed++ * 0x9e3779b9u,
+								     scale);
+	CUDA_LAUNCHED();
+	return x;
+}
+
+/* ---- timing ---- */
+
+struct bench {
+	FILE *out;
+	int iters;
+	double peak_tflops, peak_gbs;
+	cudaEvent_t e0, e1;
+};
+
+#define TIME(bp, seconds, stmt)                                                   \
+	do {                                                                      \
+		stmt;                                                             \
+		CUDA_CHECK(cudaEventRecord((bp)->e0, cuda_stream()));             \
+		for (int it_ = 0; it_ < (bp)->iters; it_++) {                     \
+			stmt;                                                     \
+		}                                                                 \
+		CUDA_CHECK(cudaEventRecord((bp)->e1, cuda_stream()));             \
+		CUDA_CHECK(cudaEventSynchronize((bp)->e1));                       \
+		float ms_;                                                        \
+		CUDA_CHECK(cudaEventElapsedTime(&ms_, (bp)->e0, (bp)->e1));       \
+		seconds = ms_ / 1e3 / (bp)->iters;                                \
+	} while (0)
+
+static void row_flops(struct bench *b, const char *op, const char *shape, double s, double flops)
+{
+	double tf = flops / s / 1e12;
+	fprintf(b->out, "%-26s %-24s %10.1f %9.1f TFLOP/s", op, shape, s * 1e6, tf);
+	if (b->peak_tflops > 0)
+		fprintf(b->out, " %6.1f%%", 100 * tf / b->peak_tflops);
+	fputc('\n', b->out);
+}
+
+static void row_bytes(struct bench *b, const char *op, const char *shape, double s, double bytes)
+{
+	double gbs = bytes / s / 1e9;
+	fprintf(b->out, "%-26s %-24s %10.1f %9.1f GB/s   ", op, shape, s * 1e6, gbs);
+	if (b->peak_gbs > 0)
+		fprintf(b->out, " %6.1f%%", 100 * gbs / b->peak_gbs);
+	fputc('\n', b->out);
+}
+
+static void bench_matmul(struct bench *b, const struct backend *be, const char *name, int N,
+			 int C, int OC, int bias)
+{
+	char shape[64];
+	double s;
+	snprintf(shape, sizeof(shape), "%dx%d @ %dx%d", N, C, OC, C);
+	float *x = rnd((size_t)N * C, 1), *w = rnd((size_t)OC * C, 0.05f);
+	float *bb = bias ? rnd(OC, 1) : NULL, *y = rnd((size_t)N * OC, 1);
+	float *dy = rnd((size_t)N * OC, 1), *dx = rnd((size_t)N * C, 1), *dw = rnd((size_t)OC * C, 1);
+	float *db = rnd(OC, 1);
+	char op[64];
+	snprintf(op, sizeof(op), "matmul_fwd %s", name);
+	TIME(b, s, be->matmul_forward(y, x, w, bb, N, C, OC));
+	row_flops(b, op, shape, s, 2.0 * N * C * OC);
+	snprintf(op, sizeof(op), "matmul_bwd %s", name);
+	TIME(b, s, be->matmul_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC));
+	row_flops(b, op, shape, s, 4.0 * N * C * OC);
+	/* reference: cuBLASLt alone, bf16 in and out, same shape as the forward */
+	__nv_bfloat16 *xb, *wb, *yb;
+	CUDA_CHECK(cudaMalloc(&xb, (size_t)N * C * 2));
+	CUDA_CHECK(cudaMalloc(&wb, (size_t)OC * C * 2));
+	CUDA_CHECK(cudaMalloc(&yb, (size_t)N * OC * 2));
+	cuda_to_bf16(xb, x, (size_t)N * C);
+	cuda_to_bf16(wb, w, (size_t)OC * C);
+	TIME(b, s, cuda_gemm_bf16_out(yb, xb, wb, N, OC, C, 0, 1));
+	row_flops(b, "  cuBLASLt bf16 reference", shape, s, 2.0 * N * C * OC);
+	cudaFree(xb), cudaFree(wb), cudaFree(yb);
+	cudaFree(x), cudaFree(w), cudaFree(bb), cudaFree(y), cudaFree(dy), cudaFree(dx);
+	cudaFree(dw), cudaFree(db);
+}
+
+static void bench_layer(struct bench *b, const struct backend *be, const char *model, int B,
+			int T, int C, int NH, int NKV, int F, int gelu)
+{
+	int HD = C / NH, N = B * T, QKV = (NH + 2 * NKV) * HD;
+	size_t nc = (size_t)N * C;
+	char shape[64];
+	double s;
+	fprintf(b->out, "-- %s layer: B %d, T %d, C %d, heads %d/%d, FFN %d\n", model, B, T, C,
+		NH, NKV, F);
+	snprintf(shape, sizeof(shape), "N %d, C %d", N, C);
+	float *x = rnd(nc, 1), *y = rnd(nc, 1), *dy = rnd(nc, 1), *dx = rnd(nc, 1);
+	float *w = rnd(C, 1), *bb = rnd(C, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
+	float *mean = rnd(N, 0), *rstd = rnd(N, 1);
+	if (gelu) {
+		TIME(b, s, be->layernorm_forward(y, mean, rstd, x, w, bb, N, C, 1e-5f));
+		row_bytes(b, "layernorm_fwd", shape, s, 8.0 * nc);
+		TIME(b, s, be->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
+		row_bytes(b, "layernorm_bwd", shape, s, 12.0 * nc);
+	} else {
+		TIME(b, s, be->rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f));
+		row_bytes(b, "rmsnorm_fwd", shape, s, 8.0 * nc);
+		TIME(b, s, be->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C));
+		row_bytes(b, "rmsnorm_bwd", shape, s, 12.0 * nc);
+	}
+	TIME(b, s, be->add(y, x, dy, nc));
+	row_bytes(b, "add (residual)", shape, s, 12.0 * nc);
+
+	bench_matmul(b, be, "qkv", N, C, QKV, gelu);
+	float *qkv = rnd((size_t)N * QKV, 1), *dqkv = rnd((size_t)N * QKV, 1);
+	float *att = rnd(nc, 1), *lse = rnd((size_t)B * NH * T, 1);
+	if (!gelu) {
+		snprintf(shape, sizeof(shape), "N %d, heads %d/%d", N, NH, NKV);
+		TIME(b, s, be->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f));
+		row_bytes(b, "rope_fwd", shape, s, 8.0 * N * (NH + NKV) * HD);
+	}
+	snprintf(shape, sizeof(shape), "B %d T %d H %d/%d D %d", B, T, NH, NKV, HD);
+	double af = 2.0 * B * NH * (double)T * T * HD;
+	be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD);
+	TIME(b, s, be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
+	row_flops(b, "attention_fwd", shape, s, af);
+	TIME(b, s, be->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
+	row_flops(b, "attention_bwd", shape, s, 2.5 * af);
+	bench_matmul(b, be, "attn proj", N, C, C, gelu);
+	if (gelu) {
+		bench_matmul(b, be, "fc", N, C, F, 1);
+		size_t nf = (size_t)N * F;
+		float *h = rnd(nf, 1), *g = rnd(nf, 1), *dh = rnd(nf, 1);
+		snprintf(shape, sizeof(shape), "%zu", nf);
+		TIME(b, s, be->gelu_forward(g, h, nf));
+		row_bytes(b, "gelu_fwd", shape, s, 8.0 * nf);
+		TIME(b, s, be->gelu_backward(dh, h, g, nf));
+		row_bytes(b, "gelu_bwd", shape, s, 12.0 * nf);
+		cudaFree(h), cudaFree(g), cudaFree(dh);
+	} else {
+		bench_matmul(b, be, "gate+up", N, C, 2 * F, 0);
+		size_t nf = (size_t)N * F;
+		float *h = rnd(2 * nf, 1), *g = rnd(nf, 1), *dh = rnd(2 * nf, 1);
+		snprintf(shape, sizeof(shape), "N %d, F %d", N, F);
+		TIME(b, s, be->swiglu_forward(g, h, N, F));
+		row_bytes(b, "swiglu_fwd", shape, s, 12.0 * nf);
+		TIME(b, s, be->swiglu_backward(dh, g, h, N, F));
+		row_bytes(b, "swiglu_bwd", shape, s, 20.0 * nf);
+		cudaFree(h), cudaFree(g), cudaFree(dh);
+	}
+	bench_matmul(b, be, "ffn out", N, F, C, gelu);
+	cudaFree(x), cudaFree(y), cudaFree(dy), cudaFree(dx), cudaFree(w), cudaFree(bb);
+	cudaFree(dw), cudaFree(db), cudaFree(mean), cudaFree(rstd), cudaFree(qkv);
+	cudaFree(dqkv), cudaFree(att), cudaFree(lse);
+}
+
+extern "C" int cuda_bench_kernels(FILE *out, int iters)
+{
+	struct bench b;
+	char label[128];
+	memset(&b, 0, sizeof(b));
+	if (cuda_device_peak(&b.peak_tflops, &b.peak_gbs, label, sizeof(label)) < 0)
+		return -1;
+	b.out = out;
+	b.iters = iters > 0 ? iters : 20;
+	const struct backend *be = backend_cuda();
+	cuda_stream();
+	CUDA_CHECK(cudaEventCreate(&b.e0));
+	CUDA_CHECK(cudaEventCreate(&b.e1));
+	fprintf(out, "device: %s; peak bf16 dense ", label);
+	if (b.peak_tflops > 0)
+		fprintf(out, "%.0f TFLOP/s, HBM %.0f GB/s\n", b.peak_tflops, b.peak_gbs);
+	else
+		fprintf(out, "unknown (no %% of peak)\n");
+	fprintf(out, "%-26s %-24s %10s %17s %7s\n", "op", "shape", "time_us", "rate", "%peak");
+
+	bench_layer(&b, be, "GPT-2 124M", 8, 1024, 768, 12, 12, 3072, 1);
+	bench_layer(&b, be, "SmolLM-360M", 8, 1024, 960, 15, 5, 2560, 0);
+
+	/* embeddings and the loss at GPT-2's vocabulary */
+	int B = 8, T = 1024, C = 768, N = B * T, V = 50257, Vp = 50304;
+	char shape[64];
+	double s;
+	fprintf(out, "-- embeddings, head and loss: N %d, C %d, V %d\n", N, C, V);
+	int32_t *tok;
+	CUDA_CHECK(cudaMalloc(&tok, N * sizeof(int32_t)));
+	tokens_kernel<<<cuda_blocks(N, 256), 256, 0, cuda_stream()>>>(tok, N, V);
+	CUDA_LAUNCHED();
+	float *wte = rnd((size_t)Vp * C, 1), *wpe = rnd((size_t)T * C, 1);
+	float *x = rnd((size_t)N * C, 1), *dwte = rnd((size_t)Vp * C, 1), *dwpe = rnd((size_t)T * C, 1);
+	snprintf(shape, sizeof(shape), "N %d, C %d", N, C);
+	TIME(&b, s, be->embed_forward(x, tok, wte, wpe, B, T, C));
+	row_bytes(&b, "embed_fwd", shape, s, 12.0 * N * C);
+	TIME(&b, s, be->embed_backward(dwte, dwpe, x, tok, B, T, C));
+	row_bytes(&b, "embed_bwd (host bucketing)", shape, s, 12.0 * N * C);
+	bench_matmul(&b, be, "lm head", N, C, Vp, 0);
+	float *logits = rnd((size_t)N * Vp, 4), *losses = rnd(N, 1);
+	snprintf(shape, sizeof(shape), "N %d, Vp %d", N, Vp);
+	TIME(&b, s, be->softmax_xent(losses, logits, logits, tok, N, V, Vp, 1.0f / N));
+	row_bytes(&b, "softmax_xent (in place)", shape, s, 8.0 * N * Vp);
+	cudaFree(tok), cudaFree(wte), cudaFree(wpe), cudaFree(x), cudaFree(dwte), cudaFree(dwpe);
+	cudaFree(logits), cudaFree(losses);
+
+	/* optimizer pieces over GPT-2 124M's parameter count */
+	size_t P = 124475904;
+	fprintf(out, "-- optimizer over %zu parameters\n", P);
+	snprintf(shape, sizeof(shape), "%zu", P);
+	float *w = rnd(P, 1), *g = rnd(P, 1), *m = rnd(P, 0.1f), *v = rnd(P, 0.1f);
+	float *u = rnd(P, 0.01f), *up = rnd(P, 0.01f);
+	be->scale(v, 0.0f, P); /* second moments must be >= 0 */
+	TIME(&b, s, be->adamw_dir(u, g, m, v, P, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 0.5f));
+	row_bytes(&b, "adamw_dir", shape, s, 24.0 * P);
+	TIME(&b, s, be->lion_dir(u, g, m, P, 1e-4f, 0.9f, 0.99f));
+	row_bytes(&b, "lion_dir", shape, s, 16.0 * P);
+	TIME(&b, s, be->momentum(u, g, m, P, 0.95f, 1));
+	row_bytes(&b, "momentum", shape, s, 16.0 * P);
+	TIME(&b, s, be->apply_update(w, u, up, P, 1e-4f, 1.0f));
+	row_bytes(&b, "apply_update (corrected)", shape, s, 20.0 * P);
+	TIME(&b, s, (void)be->sumsq(g, P));
+	row_bytes(&b, "sumsq (+ host sync)", shape, s, 4.0 * P);
+	TIME(&b, s, be->scale(g, 1.0f, P));
+	row_bytes(&b, "scale", shape, s, 8.0 * P);
+	/* Newton-Schulz, 5 steps, on the largest Muon matrices */
+	int ns_shapes[][2] = {{768, 3072}, {3072, 768}, {960, 2560}, {768, 768}};
+	for (size_t k = 0; k < sizeof(ns_shapes) / sizeof(ns_shapes[0]); k++) {
+		int r = ns_shapes[k][0], c = ns_shapes[k][1];
+		double mm = r < c ? r : c, nn = r < c ? c : r;
+		float *scr = rnd(newton_schulz_scratch(r, c), 0);
+		snprintf(shape, sizeof(shape), "%dx%d, 5 steps", r, c);
+		TIME(&b, s, be->newton_schulz(u, g, r, c, 5, scr));
+		row_flops(&b, "newton_schulz", shape, s,
+			  5 * (4.0 * mm * mm * nn + 2.0 * mm * mm * mm));
+		cudaFree(scr);
+	}
+	cudaFree(w), cudaFree(g), cudaFree(m), cudaFree(v), cudaFree(u), cudaFree(up);
+	cudaEventDestroy(b.e0);
+	cudaEventDestroy(b.e1);
+	return 0;
+}
