@@ -307,14 +307,30 @@ void config_copy(struct config *dst, const struct config *src)
 		}
 }
 
-/* Shortest "%.Ng" that reads back as exactly v. */
+/* Shortest spelling that reads back as exactly v: integers as integers,
+ * else the shortest "%.Ng" with its exponent tidied ("1e-05" -> "1e-5"). */
 static void format_double(char *out, size_t n, double v)
 {
+	if (v == floor(v) && fabs(v) < 1e15) {
+		snprintf(out, n, "%.0f", v);
+		return;
+	}
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(out, n, "%.*g", prec, v);
 		if (strtod(out, NULL) == v)
-			return;
+			break;
 	}
+	char *e = strchr(out, 'e');
+	if (!e)
+		return;
+	char *p = e + 1, *q = e + 1;
+	if (*p == '+')
+		p++;
+	else if (*p == '-')
+		p++, q++;
+	while (*p == '0' && p[1])
+		p++;
+	memmove(q, p, strlen(p) + 1);
 }
 
 char *config_get_string(const struct config *cfg, const char *section, const char *key)
@@ -356,8 +372,8 @@ static void print_ini(struct buf *b, const struct config *cfg, int comments)
 			if (k->choices) {
 				char list[256];
 				choice_list(k->choices, list, sizeof(list));
-				n = snprintf(line, sizeof(line), "# %s (%s; default %s)\n", k->help,
-					     list, k->def);
+				n = snprintf(line, sizeof(line), "# %s (one of %s; default %s)\n",
+					     k->help, list, k->def);
 			} else {
 				n = snprintf(line, sizeof(line), "# %s (%s; default %s)\n", k->help,
 					     k->type, *k->def ? k->def : "empty");
@@ -373,7 +389,7 @@ static void print_ini(struct buf *b, const struct config *cfg, int comments)
 			buf_append(b, line, n);
 		}
 		char *v = config_get_string(cfg, k->section, k->key);
-		int n = snprintf(line, sizeof(line), "%s = %s\n", k->key, v);
+		int n = snprintf(line, sizeof(line), "%s =%s%s\n", k->key, *v ? " " : "", v);
 		buf_append(b, line, MIN((size_t)n, sizeof(line) - 1));
 		free(v);
 	}
