@@ -58,7 +58,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	struct schedule *probe = NULL;
 	if (tr->kind >= 0) {
 		char err[256];
-		probe = sched_build(tr->kind, tr->S, tr->M, 3, err, sizeof(err));
+		probe = sched_build(tr->kind, tr->S, tr->M, 4 * tr->S + 4, err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
 	}

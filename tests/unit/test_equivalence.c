@@ -1,0 +1,363 @@
+/* test_equivalence.c - the equivalences of DESIGN.md, bit for bit.
+ *
+ * Each test trains a tiny model twice in two configurations that must
+ * compute the same thing and compares every step's loss with memcmp:
+ *   sync pipeline (gpipe, 1f1b; S = 2, 4)  == one worker, same micro-batching
+ *   2bw (S = 2, 4)                          == one worker with delay = 1
+ *   pipedream (S = 4)                       == one worker, per-stage delay
+ *   2bw + error feedback                    == delay = 1 + error feedback
+ *   delay = 0                               == no delay
+ *   ef with lambda = 0                      == no correction
+ *   train N                                 == train K, checkpoint, resume, N - K
+ * for both architectures and for AdamW and Muon, over 20 steps.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../io/checkpoint.h"
+#include "../../io/config.h"
+#include "../../io/dataloader.h"
+#include "../../io/util.h"
+#include "../../model/model.h"
+#include "../../sched/trainer.h"
+#include "../test.h"
+
+#define STEPS 20
+#define VOCAB 67
+
+struct run_result {
+	double loss[STEPS];
+	float *weights; /* final newest weights, global arena */
+	size_t numel;
+};
+
+static void base_config(struct config *cfg, const char *arch, const char *optim)
+{
+	config_defaults(cfg);
+	config_set_key(cfg, "model", "arch", arch, "test");
+	config_set_key(cfg, "model", "n_layer", "4", "test");
+	config_set_key(cfg, "model", "d_model", "32", "test");
+	config_set_key(cfg, "model", "n_head", "4", "test");
+	config_set_key(cfg, "model", "n_kv_head", strcmp(arch, "gpt2") ? "2" : "4", "test");
+	config_set_key(cfg, "model", "seq_len", "16", "test");
+	config_set_key(cfg, "train", "batch_size", "2", "test");
+	config_set_key(cfg, "train", "steps", "20", "test");
+	config_set_key(cfg, "optim", "name", optim, "test");
+	config_set_key(cfg, "optim", "warmup", "3", "test");
+	config_set_key(cfg, "pipeline", "micro_batches", "4", "test");
+}
+
+static void tokens_for_test(uint32_t *tok, size_t n)
+{
+	uint64_t s = 99;
+	/* a learnable stream: mostly a fixed cycle, some noise */
+	for (size_t i = 0; i < n; i++)
+		tok[i] = (rng_next(&s) % 4 == 0) ? (uint32_t)(rng_next(&s) % VOCAB)
+						 : (uint32_t)((i * 7) % VOCAB);
+}
+
+static int model_for(struct model *m, const struct config *cfg)
+{
+	struct model_config mc = {0};
+	mc.arch = strcmp(cfg->model_arch, "gpt2") ? ARCH_LLAMA : ARCH_GPT2;
+	mc.V = VOCAB;
+	mc.L = (int)cfg->model_n_layer;
+	mc.C = (int)cfg->model_d_model;
+	mc.NH = (int)cfg->model_n_head;
+	mc.NKV = (int)cfg->model_n_kv_head;
+	mc.T = (int)cfg->model_seq_len;
+	mc.tied = (int)cfg->model_tied;
+	mc.eps = 1e-5f;
+	mc.rope_theta = 10000.0f;
+	mc.init_std = 0.02f;
+	return model_init(m, &mc);
+}
+
+/* Train `steps` steps (in chunks of `chunk`) under cfg, optionally resuming
+ * from checkpoint `resume_from`, optionally saving to `save_to` at the end.
+ * Losses go to r->loss[first_step ...]. */
+static int train(const struct config *cfg, int steps, int chunk, const char *resume_from,
+		 const char *save_to, struct run_result *r)
+{
+	static uint32_t tok[20000];
+	tokens_for_test(tok, ARRAY_SIZE(tok));
+	struct dataloader dl;
+	if (dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, (int)cfg->train_batch_size,
+				   (int)cfg->model_seq_len, 7, 1))
+		return -1;
+	struct model m;
+	if (model_for(&m, cfg))
+		return -1;
+	float *params = xmalloc(m.numel * sizeof(float));
+	model_init_weights(&m, params, 1234);
+	struct trainer tr;
+	if (trainer_init(&tr, cfg, &m, &backend_cpu, params, &dl))
+		return -1;
+	if (resume_from) {
+		struct ckpt *k;
+		if (ckpt_open(&k, resume_from) || trainer_load(&tr, k))
+			return -1;
+		ckpt_close(k);
+	}
+	long first = tr.step;
+	struct step_stats st[STEPS];
+	for (int done = 0; done < steps;) {
+		int n = MIN(chunk, steps - done);
+		if (trainer_run(&tr, n, st))
+			return -1;
+		for (int i = 0; i < n; i++)
+			r->loss[first + done + i] = st[i].loss;
+		done += n;
+	}
+	r->numel = m.numel;
+	free(r->weights);
+	r->weights = xmalloc(m.numel * sizeof(float));
+	trainer_gather_weights(&tr, 0, r->weights);
+	int rc = 0;
+	if (save_to) {
+		char *text = config_to_string(cfg);
+		rc = trainer_save(&tr, save_to, text, NULL);
+		free(text);
+	}
+	trainer_free(&tr);
+	model_free(&m);
+	free(params);
+	dataloader_close(&dl);
+	return rc;
+}
+
+/* Run a and b, compare all losses and the final weights bit for bit. */
+static int same_run(const char *what, const struct config *a, const struct config *b)
+{
+	struct run_result ra = {0}, rb = {0};
+	int ok = !train(a, STEPS, 5, NULL, NULL, &ra) && !train(b, STEPS, 5, NULL, NULL, &rb);
+	if (!ok) {
+		test_fail(__FILE__, __LINE__, "%s: training failed: %s", what, last_error());
+		return 0;
+	}
+	for (int i = 0; i < STEPS; i++)
+		if (memcmp(&ra.loss[i], &rb.loss[i], sizeof(double))) {
+			test_fail(__FILE__, __LINE__, "%s: step %d loss %.9g != %.9g", what, i + 1,
+				  ra.loss[i], rb.loss[i]);
+			ok = 0;
+			break;
+		}
+	if (ok && memcmp(ra.weights, rb.weights, ra.numel * sizeof(float))) {
+		test_fail(__FILE__, __LINE__, "%s: final weights differ", what);
+		ok = 0;
+	}
+	/* the runs must have trained: a constant loss would make this vacuous */
+	if (ok && !(ra.loss[STEPS - 1] < ra.loss[0] - 0.02)) {
+		test_fail(__FILE__, __LINE__, "%s: loss did not fall (%.4f -> %.4f)", what, ra.loss[0],
+			  ra.loss[STEPS - 1]);
+		ok = 0;
+	}
+	free(ra.weights);
+	free(rb.weights);
+	return ok;
+}
+
+static const char *const archs[] = {"llama", "gpt2"};
+static const char *const optims[] = {"adamw", "muon"};
+
+#define FOR_EACH_ARCH_OPTIM(a, o)                    \
+	for (int ia = 0; ia < 2; ia++)               \
+		for (int io = 0; io < 2; io++)       \
+			for (const char *a = archs[ia], *o = optims[io]; a; a = NULL)
+
+TEST(sync_pipeline_equals_one_worker)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		const char *kinds[] = {"gpipe", "1f1b"};
+		const char *stages[] = {"2", "4"};
+		for (int k = 0; k < 2; k++)
+			for (int s = 0; s < 2; s++) {
+				base_config(&pipe, arch, opt);
+				config_set_key(&pipe, "train", "schedule", kinds[k], "test");
+				config_set_key(&pipe, "pipeline", "stages", stages[s], "test");
+				char what[96];
+				snprintf(what, sizeof(what), "%s S=%s %s %s", kinds[k], stages[s], arch, opt);
+				if (!same_run(what, &one, &pipe))
+					return;
+				config_free(&pipe);
+			}
+		config_free(&one);
+	}
+}
+
+TEST(twobw_equals_delay_one)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		config_set_key(&one, "train", "delay", "1", "test");
+		const char *stages[] = {"2", "4"};
+		for (int s = 0; s < 2; s++) {
+			base_config(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", "2bw", "test");
+			config_set_key(&pipe, "pipeline", "stages", stages[s], "test");
+			char what[96];
+			snprintf(what, sizeof(what), "2bw S=%s %s %s", stages[s], arch, opt);
+			if (!same_run(what, &one, &pipe))
+				return;
+			config_free(&pipe);
+		}
+		config_free(&one);
+	}
+}
+
+TEST(pipedream_equals_per_stage_delay)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		config_set_key(&one, "train", "delay_mode", "per-stage", "test");
+		config_set_key(&one, "pipeline", "stages", "4", "test");
+		config_set_key(&one, "pipeline", "micro_batches", "1", "test");
+		base_config(&pipe, arch, opt);
+		config_set_key(&pipe, "train", "schedule", "pipedream", "test");
+		config_set_key(&pipe, "pipeline", "stages", "4", "test");
+		char what[96];
+		snprintf(what, sizeof(what), "pipedream S=4 %s %s", arch, opt);
+		if (!same_run(what, &one, &pipe))
+			return;
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+TEST(twobw_with_error_feedback_equals_delay_one_with_error_feedback)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		config_set_key(&one, "train", "delay", "1", "test");
+		config_set_key(&one, "optim", "correction", "ef", "test");
+		base_config(&pipe, arch, opt);
+		config_set_key(&pipe, "train", "schedule", "2bw", "test");
+		config_set_key(&pipe, "pipeline", "stages", "4", "test");
+		config_set_key(&pipe, "optim", "correction", "ef", "test");
+		char what[96];
+		snprintf(what, sizeof(what), "2bw+ef S=4 %s %s", arch, opt);
+		if (!same_run(what, &one, &pipe))
+			return;
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+TEST(delay_zero_equals_no_delay)
+{
+	/* an explicit delay of 0 through the delay machinery (uniform and
+	 * per-stage with S = 1, where S-1-s = 0) is plain training */
+	struct config plain, d0, ps;
+	base_config(&plain, "llama", "adamw");
+	base_config(&d0, "llama", "adamw");
+	config_set_key(&d0, "train", "delay", "0", "test");
+	base_config(&ps, "llama", "adamw");
+	config_set_key(&ps, "train", "delay_mode", "per-stage", "test");
+	if (!same_run("delay=0", &plain, &d0) || !same_run("per-stage S=1", &plain, &ps))
+		return;
+}
+
+TEST(delay_changes_the_losses)
+{
+	/* guards the tests above: a delay must make a difference */
+	struct config plain, d1;
+	base_config(&plain, "llama", "adamw");
+	base_config(&d1, "llama", "adamw");
+	config_set_key(&d1, "train", "delay", "1", "test");
+	struct run_result a = {0}, b = {0};
+	CHECK(!train(&plain, STEPS, STEPS, NULL, NULL, &a));
+	CHECK(!train(&d1, STEPS, STEPS, NULL, NULL, &b));
+	CHECK(a.loss[0] == b.loss[0]);   /* step 1 sees version 0 either way */
+	CHECK(a.loss[STEPS - 1] != b.loss[STEPS - 1]);
+	free(a.weights);
+	free(b.weights);
+}
+
+TEST(ef_lambda_zero_equals_no_correction)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config none, ef0;
+		base_config(&none, arch, opt);
+		config_set_key(&none, "train", "delay", "1", "test");
+		base_config(&ef0, arch, opt);
+		config_set_key(&ef0, "train", "delay", "1", "test");
+		config_set_key(&ef0, "optim", "correction", "ef", "test");
+		config_set_key(&ef0, "optim", "ef_lambda", "0", "test");
+		if (!same_run("ef lambda=0", &none, &ef0))
+			return;
+	}
+}
+
+/* train N == train K, checkpoint, resume, train N - K */
+static void check_resume(const char *what, const struct config *cfg_a, const struct config *cfg_b,
+			 int k)
+{
+	struct run_result full = {0}, part = {0};
+	char path[512];
+	snprintf(path, sizeof(path), "%s/resume.ckpt", test_tmpdir());
+	CHECK_MSG(!train(cfg_a, STEPS, 5, NULL, NULL, &full), "%s: %s", what, last_error());
+	CHECK_MSG(!train(cfg_a, k, 5, NULL, path, &part), "%s: %s", what, last_error());
+	CHECK_MSG(!train(cfg_b, STEPS - k, 5, path, NULL, &part), "%s: resume: %s", what,
+		  last_error());
+	for (int i = 0; i < STEPS; i++)
+		CHECK_MSG(!memcmp(&full.loss[i], &part.loss[i], sizeof(double)),
+			  "%s: step %d: %.9g uninterrupted, %.9g resumed", what, i + 1, full.loss[i],
+			  part.loss[i]);
+	CHECK_MSG(!memcmp(full.weights, part.weights, full.numel * sizeof(float)),
+		  "%s: final weights differ", what);
+	free(full.weights);
+	free(part.weights);
+}
+
+TEST(resume_is_exact_with_delay_and_correction)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config cfg;
+		base_config(&cfg, arch, opt);
+		config_set_key(&cfg, "train", "delay", "1", "test");
+		config_set_key(&cfg, "optim", "correction", "ef", "test");
+		check_resume("delay=1 ef", &cfg, &cfg, 7);
+		if (test_failed())
+			return;
+		config_free(&cfg);
+	}
+}
+
+TEST(resume_is_exact_for_pipelines)
+{
+	struct config bw, pd, d2;
+	base_config(&bw, "llama", "muon");
+	config_set_key(&bw, "train", "schedule", "2bw", "test");
+	config_set_key(&bw, "pipeline", "stages", "2", "test");
+	config_set_key(&bw, "optim", "correction", "ef", "test");
+	check_resume("2bw S=2", &bw, &bw, 9);
+	if (test_failed())
+		return;
+	base_config(&pd, "gpt2", "adamw");
+	config_set_key(&pd, "train", "schedule", "pipedream", "test");
+	config_set_key(&pd, "pipeline", "stages", "4", "test");
+	check_resume("pipedream S=4", &pd, &pd, 6);
+	if (test_failed())
+		return;
+	base_config(&d2, "llama", "adamw");
+	config_set_key(&d2, "train", "delay", "3", "test");
+	check_resume("delay=3", &d2, &d2, 5);
+}
+
+TEST(checkpoint_of_one_worker_resumes_as_a_pipeline)
+{
+	/* checkpoints are stage-independent: delay = 1 on one worker for K
+	 * steps, then 2bw on 4 stages, equals 2bw all along */
+	struct config one, bw;
+	base_config(&one, "llama", "adamw");
+	config_set_key(&one, "train", "delay", "1", "test");
+	base_config(&bw, "llama", "adamw");
+	config_set_key(&bw, "train", "schedule", "2bw", "test");
+	config_set_key(&bw, "pipeline", "stages", "4", "test");
+	check_resume("delay=1 -> 2bw S=4", &one, &bw, 8);
+}
