@@ -184,17 +184,18 @@ __global__ static void attention_delta_kernel(float *Dd, const float *dout, cons
 					      int B, int T, int NH, int HD)
 {
 	int lane = threadIdx.x & 31;
-	size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-	if (wid >= (size_t)B * NH * T)
-		return;
-	int t = (int)(wid % T), h = (int)(wid / T % NH), b = (int)(wid / T / NH);
-	size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
-	float s = 0;
-	for (int d = lane; d < HD; d += 32)
-		s += dout[off + d] * out[off + d];
-	s = att_warp_sum(s);
-	if (lane == 0)
-		Dd[wid] = s; /* wid = (b*NH + h)*T + t */
+	size_t rows = (size_t)B * NH * T, nwarps = (size_t)gridDim.x * blockDim.x / 32;
+	for (size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; wid < rows;
+	     wid += nwarps) {
+		int t = (int)(wid % T), h = (int)(wid / T % NH), b = (int)(wid / T / NH);
+		size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
+		float s = 0;
+		for (int d = lane; d < HD; d += 32)
+			s += dout[off + d] * out[off + d];
+		s = att_warp_sum(s);
+		if (lane == 0)
+			Dd[wid] = s; /* wid = (b*NH + h)*T + t */
+	}
 }
 
 /* dq for 16 queries of head h: sum over visible keys j of ds_ij * k_j * scale,

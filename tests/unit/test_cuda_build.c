@@ -58,3 +58,19 @@ TEST(cuda_available_answers)
 		CHECK(strstr(last_error(), why) != NULL);
 	}
 }
+
+#ifdef ASYNCPP_CUDA
+#include "../../kernels/cuda/cuda_nccl.h"
+
+TEST(cuda_nccl_loads_or_says_why)
+{
+	char why[512] = "";
+	if (cuda_nccl_load(why, sizeof(why)) < 0) {
+		CHECK_MSG(strstr(why, "NCCL") != NULL, "unclear reason: %s", why);
+		SKIP(why);
+	}
+	/* loading needs no GPU; the version call needs none either */
+	int v = cuda_nccl_version();
+	CHECK_MSG(v >= 20000, "NCCL version %d", v);
+}
+#endif
