@@ -1,3 +1,96 @@
-/* eval.c - placeholder until its issue lands. */
+/* eval.c - `asyncpp eval CKPT`: loss and perplexity on shards. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../io/dataloader.h"
+#include "../io/util.h"
 #include "cmd.h"
-int cmd_eval(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("eval"); }
+#include "model_load.h"
+#include "opts.h"
+
+static const char *const usage[] = {
+	"asyncpp eval [--data SHARDS] [--batches N] [--batch-size B] [--device DEV] CKPT",
+	NULL,
+};
+
+int cmd_eval(int argc, char **argv)
+{
+	const char *data = NULL, *device = NULL;
+	long batches = 0, batch_size = 0;
+	const struct option options[] = {
+		OPT_STRING('d', "data", &data, "SHARDS", "shards to evaluate on (default: the run's data.val, else data.train)"),
+		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate (default: all of the data, at most 1000)"),
+		OPT_INT('b', "batch-size", &batch_size, "B", "sequences per micro-batch (default: the run's train.batch_size)"),
+		OPT_STRING(0, "device", &device, "DEV", "cpu or cuda (default: the run's train.device)"),
+		OPT_END(),
+	};
+	int npos = opts_parse(argc, argv, usage, options,
+			      "Mean cross-entropy loss and perplexity of a checkpoint on token shards.");
+	if (npos != 1)
+		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
+	struct loaded_model lm;
+	/* the batch size must be known before the model's buffers are made */
+	int B = (int)batch_size;
+	if (B < 0)
+		opts_usage_error(usage, options, "--batch-size must be positive");
+	if (loaded_model_open(&lm, argv[0], device, B ? B : 1))
+		return EXIT_FAIL;
+	if (!B && lm.cfg.train_batch_size != 1) {
+		B = (int)lm.cfg.train_batch_size;
+		loaded_model_close(&lm);
+		if (loaded_model_open(&lm, argv[0], device, B))
+			return EXIT_FAIL;
+	}
+	B = lm.B;
+	if (!data)
+		data = lm.cfg.data_val[0] ? lm.cfg.data_val : lm.cfg.data_train;
+	if (!data[0]) {
+		error("the checkpoint names no data; give --data SHARDS");
+		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
+	int T = lm.m.cfg.T;
+	struct dataloader dl;
+	if (dataloader_open(&dl, data, B, T, 0, 0)) {
+		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
+	if ((int)dl.vocab > lm.m.cfg.V) {
+		error("'%s' uses a vocabulary of %u, the model has %d", data, dl.vocab, lm.m.cfg.V);
+		loaded_model_close(&lm);
+		dataloader_close(&dl);
+		return EXIT_FAIL;
+	}
+	long available = (long)(dl.n_windows / (size_t)B);
+	if (available < 1)
+		available = 1;
+	long n = batches ? batches : MIN(available, 1000);
+	size_t bt = (size_t)B * (size_t)T;
+	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
+	int32_t *d_in = lm.be->alloc(bt * sizeof(int32_t)), *d_tg = lm.be->alloc(bt * sizeof(int32_t));
+	double sum = 0, t0 = now_sec();
+	for (long i = 0; i < n; i++) {
+		dataloader_batch(&dl, i, in, tg);
+		lm.be->to_device(d_in, in, bt * sizeof(int32_t));
+		lm.be->to_device(d_tg, tg, bt * sizeof(int32_t));
+		float loss;
+		stage_forward(&lm.st, 0, lm.params, d_in, NULL, d_tg, NULL, &loss, NULL, 1.0f);
+		sum += loss;
+	}
+	double dt = now_sec() - t0, mean = sum / (double)n;
+	printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
+	printf("data        %s (%zu tokens)\n", data, dl.n);
+	printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,
+	       n * (long)bt > (long)dl.n ? " (the data repeats)" : "");
+	printf("loss        %.4f\n", mean);
+	printf("perplexity  %.3f\n", exp(mean));
+	printf("tokens/s    %.0f\n", dt > 0 ? (double)n * (double)bt / dt : 0.0);
+	free(in);
+	free(tg);
+	lm.be->free(d_in);
+	lm.be->free(d_tg);
+	dataloader_close(&dl);
+	loaded_model_close(&lm);
+	return isfinite(mean) ? EXIT_OK : EXIT_FAIL;
+}

@@ -307,6 +307,10 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
 		return EXIT_FAIL;
+	/* the checkpoint's config must describe the model without the data */
+	char vocab[32];
+	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
+	config_set_key(cfg, "model", "vocab_size", vocab, "data");
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
 	model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
 	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))

@@ -1,0 +1,25 @@
+/* model_load.h - open a checkpoint's newest weights as a one-stage model. */
+#ifndef ASYNCPP_MODEL_LOAD_H
+#define ASYNCPP_MODEL_LOAD_H
+
+#include "../io/config.h"
+#include "../model/model.h"
+
+struct loaded_model {
+	char *path;              /* the checkpoint file */
+	struct config cfg;       /* its configuration */
+	struct model m;
+	const struct backend *be;
+	struct stage st;         /* the whole model as one stage, B x T */
+	float *params;           /* stage arena, backend memory */
+	float *host;             /* global arena, host memory */
+	long step;
+	int B;
+};
+
+/* path: a checkpoint file or a directory (its newest checkpoint); device
+ * overrides train.device when not NULL. */
+int loaded_model_open(struct loaded_model *lm, const char *path, const char *device, int B);
+void loaded_model_close(struct loaded_model *lm);
+
+#endif
