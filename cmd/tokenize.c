@@ -441,7 +441,7 @@ int cmd_tokenize(int argc, char **argv)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)
-		opts_usage_error(usage, options, "which: train, import-gpt2, encode or decode?");
+		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, encode or decode");
 	const char *what = argv[0];
 	if (!strcmp(what, "train"))
 		return do_train(n - 1, argv + 1);

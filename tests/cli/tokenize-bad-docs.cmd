@@ -1,0 +1,1 @@
+$ASYNCPP tokenize encode -t x.tok --docs paragraphs a.txt

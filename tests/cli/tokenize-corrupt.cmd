@@ -1,0 +1,1 @@
+$ASYNCPP tokenize train -q --vocab 300 -o t.tok $TESTDATA/corpus/sea.txt && printf "X" | dd of=t.tok bs=1 seek=100 conv=notrunc 2>/dev/null && $ASYNCPP tokenize encode -t t.tok --ids $TESTDATA/corpus/sea.txt

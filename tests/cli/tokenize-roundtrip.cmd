@@ -1,0 +1,1 @@
+$ASYNCPP tokenize train -q --vocab 300 -o t.tok $TESTDATA/corpus/sea.txt && printf "caf\303\251 \377\376 bytes\r\n\n\n  x  " | $ASYNCPP tokenize encode -q -t t.tok -o p --val-fraction 0 --docs blank-line - && $ASYNCPP tokenize decode -t t.tok p_train.shard
