@@ -141,8 +141,15 @@ static void *cu_alloc(size_t bytes)
 {
 	void *p = NULL;
 	cuda_stream();
-	/* cudaMalloc aligns to at least 256 bytes. */
-	CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+	/* cudaMalloc aligns to at least 256 bytes. Out of memory is not a
+	 * sticky error: report it and let the caller decide. */
+	cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+	if (err == cudaErrorMemoryAllocation) {
+		cudaGetLastError();
+		error("cuda: cannot allocate %zu bytes: %s", bytes, cudaGetErrorString(err));
+		return NULL;
+	}
+	CUDA_CHECK(err);
 	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
 	CUDA_CHECK(cudaStreamSynchronize(stream));
 	return p;
