@@ -90,10 +90,16 @@ double cpu_sumsq(const float *x, size_t n)
 #pragma omp parallel for num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
 	for (long k = 0; k < nchunks; k++) {
 		size_t i0 = (size_t)k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
-		double s = 0.0;
-#pragma omp simd reduction(+ : s)
-		for (size_t i = i0; i < i1; i++)
+		/* 8 double lanes (one AVX-512 register), combined in order */
+		double lane[8] = {0}, s = 0.0;
+		size_t i = i0;
+		for (; i + 8 <= i1; i += 8)
+			for (int l = 0; l < 8; l++)
+				lane[l] += (double)x[i + l] * x[i + l];
+		for (; i < i1; i++)
 			s += (double)x[i] * x[i];
+		for (int l = 0; l < 8; l++)
+			s += lane[l];
 		part[k] = s;
 	}
 	for (long k = 0; k < nchunks; k++)
