@@ -18,7 +18,11 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 	if (!lm->path || ckpt_open(&k, lm->path))
 		return -1;
 	config_defaults(&lm->cfg);
-	int rc = config_load_string(&lm->cfg, ckpt_config(k), lm->path);
+	/* a corrupt file is rejected even where the damage is in a part this
+	 * command would not read (optimizer state) */
+	int rc = ckpt_verify(k);
+	if (!rc)
+		rc = config_load_string(&lm->cfg, ckpt_config(k), lm->path);
 	if (!rc && device)
 		rc = config_set_key(&lm->cfg, "train", "device", device, "--device");
 	if (!rc && !(lm->be = backend_from_config(&lm->cfg)))

@@ -255,6 +255,8 @@ int ckpt_read(struct ckpt *k, int i, float *out)
 	return container_read_chunk(k->c, (uint64_t)i + 2, out);
 }
 
+int ckpt_verify(struct ckpt *k) { return container_verify(k->c); }
+
 int ckpt_read_named(struct ckpt *k, const char *name, float *out, size_t numel)
 {
 	int i = ckpt_find(k, name);

@@ -52,6 +52,8 @@ void ckpt_shape(const struct ckpt *c, int i, int *rows, int *cols);
 int ckpt_find(const struct ckpt *c, const char *name); /* -1 if absent */
 /* Read tensor i into out[numel], verifying its checksums. */
 int ckpt_read(struct ckpt *c, int i, float *out);
+/* Verify every chunk's checksums (the whole file). */
+int ckpt_verify(struct ckpt *c);
 /* Read tensor `name`, which must have numel floats. */
 int ckpt_read_named(struct ckpt *c, const char *name, float *out, size_t numel);
 
