@@ -118,7 +118,7 @@ static int do_import(int n, char **args)
 /* ---- encode ---- */
 
 #define CHUNK_BYTES (256 << 10) /* pieces that threads encode */
-#define BATCH_BYTES (16 << 20)  /* text encoded between writes */
+#define BATCH_BYTES (4 << 20)   /* text encoded between writes (and progress lines) */
 
 struct piece {
 	const unsigned char *p;
