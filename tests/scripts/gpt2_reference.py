@@ -118,14 +118,31 @@ def forward(p, seq):
     return logits
 
 
+def write_token_shard(path, stream):
+    """llm.c's token shard: 256 int32 header [20240520, 1, n], uint16 tokens."""
+    header = [20240520, 1, len(stream)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%dH" % len(stream), *stream))
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: gpt2_reference.py OUT.bin")
+    # gpt2_reference.py OUT.bin [TOKENS.bin]: with TOKENS.bin the targets
+    # are the next tokens of one stream, written as an llm.c token shard, so
+    # `asyncpp eval` can compute the same loss through the command line
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: gpt2_reference.py OUT.bin [TOKENS.bin]")
     rng = random.Random(20240326)
     p, layer_names = build(rng)
     write(sys.argv[1], p, layer_names)
-    tokens = [rng.randrange(V) for _ in range(B * T)]
-    targets = [rng.randrange(V) for _ in range(B * T)]
+    if len(sys.argv) == 3:
+        stream = [rng.randrange(V) for _ in range(B * T + 1)]
+        tokens = [stream[b * T + t] for b in range(B) for t in range(T)]
+        targets = [stream[b * T + t + 1] for b in range(B) for t in range(T)]
+        write_token_shard(sys.argv[2], stream)
+    else:
+        tokens = [rng.randrange(V) for _ in range(B * T)]
+        targets = [rng.randrange(V) for _ in range(B * T)]
     total = 0.0
     for b in range(B):
         logits = forward(p, tokens[b * T:(b + 1) * T])
