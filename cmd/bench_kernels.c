@@ -189,8 +189,10 @@ static void matmul_rows(struct kb *k, const struct row_opts *ro, const char *wha
 	snprintf(name, sizeof(name), "matmul_forward %s", what);
 	print_row(k, ro, name, shape, op_mm_fwd, fl, 0);
 	if (k->hx && (!ro->only || strstr(name, ro->only))) {
+		struct row_opts all = *ro;
+		all.only = NULL;
 		openblas_set_num_threads(k->blas_threads);
-		print_row(k, ro, "  cblas_sgemm (reference)", shape, op_ref_sgemm, fl, 0);
+		print_row(k, &all, "  cblas_sgemm (reference)", shape, op_ref_sgemm, fl, 0);
 		openblas_set_num_threads(1);
 	}
 	snprintf(name, sizeof(name), "matmul_backward %s", what);
@@ -306,7 +308,7 @@ int bench_kernels(int argc, char **argv)
 
 	printf("asyncpp bench kernels: device %s", be->name);
 	if (nthreads)
-		printf(" (%d threads)", nthreads);
+		printf(" (%d thread%s)", nthreads, nthreads > 1 ? "s" : "");
 	printf(", B=%d T=%d C=%d heads %d/%d (HD %d) V=%d (Vp %d), median of up to %ld calls\n",
 	       k.B, k.T, k.C, k.NH, k.NKV, k.HD, k.V, k.Vp, iters);
 	printf("%-26s %-24s %10s %10s %9s %5s\n", "operation", "shape", "ms/call", "GFLOP/s",

@@ -16,7 +16,7 @@
 #include "cpu.h"
 
 #define TILE_M 256 /* output rows per tile */
-#define TILE_N 512 /* output columns per tile */
+#define TILE_N 1024 /* output columns per tile */
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
