@@ -905,7 +905,7 @@ TEST(newton_schulz_singular_values)
 
 /* Runs every operation on shapes big enough for the parallel paths (and for
  * OpenBLAS to use several threads) and appends every output to out[]. */
-#define SUITE_MAX 40
+#define SUITE_MAX 48
 struct suite {
 	int n;
 	const char *name[SUITE_MAX];
@@ -975,6 +975,21 @@ static void run_suite(struct suite *s)
 	keep(s, "matmul_backward dinp", dx, nx);
 	keep(s, "matmul_backward dw", dw, (size_t)OC * C);
 	keep(s, "matmul_backward db", db, OC);
+	{
+		/* more than one 256 x 1024 output tile of cpu_gemm in each product */
+		int M2 = 300, K2 = 64, O2 = 1100;
+		float *a2 = fnew((size_t)M2 * K2), *w2 = fnew((size_t)O2 * K2);
+		float *o2 = fnew((size_t)M2 * O2), *da = fnew((size_t)M2 * K2);
+		float *dw2 = fnew((size_t)O2 * K2);
+		frand(a2, (size_t)M2 * K2, 108, 1);
+		frand(w2, (size_t)O2 * K2, 109, 1);
+		be->matmul_forward(o2, a2, w2, NULL, M2, K2, O2);
+		keep(s, "matmul_forward multi-tile", o2, (size_t)M2 * O2);
+		be->matmul_backward(da, dw2, NULL, o2, a2, w2, M2, K2, O2);
+		keep(s, "matmul_backward multi-tile dinp", da, (size_t)M2 * K2);
+		keep(s, "matmul_backward multi-tile dw", dw2, (size_t)O2 * K2);
+		free(a2), free(w2), free(o2), free(da), free(dw2);
+	}
 	be->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f);
 	keep(s, "rope_forward", qkv, (size_t)N * QKV);
 	be->attention_forward(o, lse, qkv, B, T, NH, NKV, HD);
