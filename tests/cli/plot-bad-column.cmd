@@ -1,0 +1,1 @@
+$ASYNCPP plot --y perplexity m.csv

@@ -1,0 +1,1 @@
+mkdir r1 r2 && printf 'step,loss\n1,3\n2,2.5\n' > r1/metrics.csv && printf '{"step": 1, "loss": 3.5}\n{"step": 2, "loss": 2}\n' > r2/metrics.jsonl && $ASYNCPP plot -o p.svg r1/metrics.csv r2/metrics.jsonl && grep -c '<path' p.svg && grep -o '<text x="[0-9.]*" y="[0-9.]*">r[12]</text>' p.svg | sed 's/.*>\(r[12]\)<.*/\1/'
