@@ -94,7 +94,7 @@ static void write_paragraph(const unsigned char *p, size_t n, void *arg)
 		w->failed = 1;
 }
 
-int builtin_prepare(const char *dir, char **tok_path, char **train_path, char **val_path)
+int builtin_prepare(const char *dir, int quiet, char **tok_path, char **train_path, char **val_path)
 {
 	*tok_path = join(dir, "builtin.tok");
 	*train_path = join(dir, "builtin_train.shard");
@@ -103,7 +103,8 @@ int builtin_prepare(const char *dir, char **tok_path, char **train_path, char **
 		return 0;
 	if (make_dirs(dir))
 		return -1;
-	fprintf(stderr, "asyncpp: preparing the built-in corpus (%d texts) in %s\n",
+	if (!quiet)
+		fprintf(stderr, "asyncpp: preparing the built-in corpus (%d texts) in %s\n",
 		builtin_corpus_count, dir);
 	struct bpe_counter *counter = bpe_counter_new();
 	each_paragraph(count_paragraph, counter);

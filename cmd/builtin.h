@@ -19,7 +19,7 @@ extern const int builtin_corpus_count;
 /* Make (or reuse) DIR/builtin.tok, DIR/builtin_train.shard and
  * DIR/builtin_val.shard from the built-in corpus: a BPE tokenizer trained
  * on it, every paragraph a document, every 10th paragraph in the validation
- * shard. Paths are returned malloc'ed. */
-int builtin_prepare(const char *dir, char **tok_path, char **train_path, char **val_path);
+ * shard. Paths are returned malloc'ed; quiet: no progress message. */
+int builtin_prepare(const char *dir, int quiet, char **tok_path, char **train_path, char **val_path);
 
 #endif

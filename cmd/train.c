@@ -18,6 +18,7 @@
 #include "../io/dataloader.h"
 #include "../io/metrics.h"
 #include "../io/util.h"
+#include "../optim/optim.h"
 #include "../sched/trainer.h"
 #include "builtin.h"
 #include "cmd.h"
@@ -99,7 +100,7 @@ static int setup_data(struct run *r)
 	if (!cfg->data_train[0]) {
 		char *dir = path_in(cfg->train_out_dir, "data");
 		char *tok, *tr_path, *val_path;
-		int rc = builtin_prepare(dir, &tok, &tr_path, &val_path);
+		int rc = builtin_prepare(dir, r->quiet, &tok, &tr_path, &val_path);
 		free(dir);
 		if (rc)
 			return -1;
@@ -226,10 +227,14 @@ static int train_loop(struct run *r)
 				for (int s = 0; s < tr->S; s++) {
 					struct stage_worker *w = &tr->w[s];
 					double tot = w->busy_s + w->idle_s;
+					size_t state = 0;
+					for (int i = 0; i < optim_state_count(&w->opt); i++)
+						state += optim_state(&w->opt, i).numel;
 					fprintf(stderr, "  stage %d: busy %.2fs idle %.2fs bubble %.1f%%  "
-						"weights %.1f MB x %d versions  activations %.1f MB x %d slots\n",
+						"weights %.1f MB x %d versions  optimizer+correction "
+						"state %.1f MB  activations %.1f MB x %d slots\n",
 						s, w->busy_s, w->idle_s, tot > 0 ? 100 * w->idle_s / tot : 0,
-						w->st.numel * 4.0 / 1e6, w->n_versions,
+						w->st.numel * 4.0 / 1e6, w->n_versions, state * 4.0 / 1e6,
 						w->st.act_bytes_per_slot / 1e6, w->st.n_slots);
 				}
 			}
