@@ -48,6 +48,12 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 			     tr->S, m->cfg.L);
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
+	if (!strcmp(cfg->pipeline_transport, "nccl"))
+		return error("pipeline.transport = nccl needs GPU stages (train.device = cuda), which "
+			     "this build cannot run yet; use local (threads) or mpi (processes)");
+	if (cfg->pipeline_data_parallel != 1)
+		return error("pipeline.data_parallel = %ld: data-parallel replicas are not supported "
+			     "yet; set it to 1", cfg->pipeline_data_parallel);
 	if (strcmp(cfg->train_schedule, "none") && tr->kind < 0)
 		return error("unknown schedule '%s'", cfg->train_schedule);
 	if (tr->kind >= 0 && cfg->train_delay)
