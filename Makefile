@@ -47,6 +47,28 @@ ALL_CFLAGS += -DASYNCPP_CUDA=1
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
 endif
 
+# ---- MPI (optional): multi-process pipelines, mpirun -np S asyncpp train ----
+# Found through pkg-config (ompi-c, then mpi) or mpicc --showme; MPI=0 builds
+# without it (sched/*_mpi.c then compile to stubs that report the fact).
+MPI_PC := $(firstword $(foreach p,ompi-c mpi,$(shell pkg-config --exists $(p) 2>/dev/null && echo $(p))))
+ifneq ($(MPI_PC),)
+MPI_CFLAGS ?= $(shell pkg-config --cflags $(MPI_PC))
+MPI_LIBS ?= $(shell pkg-config --libs $(MPI_PC))
+else ifneq ($(shell mpicc --showme:link 2>/dev/null),)
+MPI_CFLAGS ?= $(shell mpicc --showme:compile)
+MPI_LIBS ?= $(shell mpicc --showme:link)
+endif
+ifneq ($(MPI_LIBS),)
+MPI ?= 1
+else
+MPI ?= 0
+endif
+ifeq ($(MPI),1)
+ALL_CFLAGS += -DASYNCPP_MPI=1 $(MPI_CFLAGS)
+LDLIBS += $(MPI_LIBS)
+endif
+# ---- end MPI ----
+
 LIB_SRC = $(wildcard io/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c cmd/*.c)
 CORPUS = $(sort $(wildcard testdata/corpus/*.txt))
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(CU_OBJ)

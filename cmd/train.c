@@ -19,6 +19,7 @@
 #include "../io/metrics.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
+#include "../sched/dist.h"
 #include "../sched/trainer.h"
 #include "builtin.h"
 #include "cmd.h"
@@ -61,14 +62,14 @@ static int save_checkpoint(struct trainer *tr, const struct config *cfg, char **
 	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
 	char *path = path_in(cfg->train_out_dir, name);
 	char *text = config_to_string(cfg);
-	int rc = trainer_save(tr, path, text, NULL);
+	int rc = pipeline_save(tr, path, text, NULL); /* MPI: rank 0 writes */
 	free(text);
 	if (rc) {
 		free(path);
 		return -1;
 	}
-	char **paths;
-	int n = list_checkpoints(cfg->train_out_dir, &paths);
+	char **paths = NULL;
+	int n = dist_is_root() ? list_checkpoints(cfg->train_out_dir, &paths) : 0;
 	for (int i = 0; i < n; i++) {
 		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path))
 			unlink(paths[i]);
@@ -169,7 +170,8 @@ static int train_loop(struct run *r)
 			"optimizer %s, %ld steps of %d x %d x %d tokens\n",
 			cfg->model_arch, r->m.numel, tr->S, cfg->train_schedule, cfg->optim_name,
 			total, tr->M, tr->B, tr->T);
-	while (tr->step < total && !stop_signal) {
+	/* MPI: the ranks agree on stopping, so they stop at the same step */
+	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
 		long next = MIN(total, (tr->step / log_every + 1) * log_every);
 		if (cfg->eval_every > 0)
 			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
@@ -203,7 +205,7 @@ static int train_loop(struct run *r)
 		double val = NAN;
 		if (r->has_val && cfg->eval_every > 0 &&
 		    (tr->step % cfg->eval_every == 0 || tr->step == total)) {
-			val = trainer_eval(tr, &r->val, (int)cfg->eval_batches);
+			val = pipeline_eval(tr, &r->val, (int)cfg->eval_batches);
 			struct metrics_row row = {.step = tr->step, .wall_s = now_sec() - t_start,
 						  .tokens = (double)tr->step * tr->M * tr->B * tr->T,
 						  .val_loss = val, .has_val_loss = 1};
@@ -292,6 +294,10 @@ int cmd_train(int argc, char **argv)
 		return EXIT_OK;
 	}
 	struct config *cfg = &r.cfg;
+	if (dist_init(cfg)) /* under mpirun/srun: one pipeline stage per process */
+		return EXIT_FAIL;
+	if (!dist_is_root()) /* only rank 0 prints, writes metrics and checkpoints */
+		r.quiet = quiet = 1;
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
 	char **old;
@@ -303,7 +309,7 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	for (int i = 0; i < n_old; i++) {
-		if (!resume)
+		if (!resume && dist_is_root())
 			unlink(old[i]);
 		free(old[i]);
 	}
@@ -334,9 +340,9 @@ int cmd_train(int argc, char **argv)
 				     : path_in(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
 									 ? "metrics.csv"
 									 : "metrics.jsonl");
-	if (!resume)
+	if (!resume && dist_is_root())
 		unlink(metrics_path);
-	if (metrics_open(&r.metrics, metrics_path,
+	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
 			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL))
 		return EXIT_FAIL;
 	r.flops_per_token = model_flops_per_token(&r.m);
@@ -350,7 +356,7 @@ int cmd_train(int argc, char **argv)
 	char *saved = NULL;
 	if (!rc && save_checkpoint(&r.tr, cfg, &saved))
 		rc = -1;
-	if (stop_signal && !rc)
+	if (stop_signal && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: asyncpp train "
 			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : "terminated", saved,
 			r.tr.step, cfg->train_out_dir);
@@ -368,6 +374,7 @@ int cmd_train(int argc, char **argv)
 		dataloader_close(&r.val);
 	model_free(&r.m);
 	config_free(cfg);
+	dist_finalize();
 	if (stop_signal)
 		return rc ? EXIT_FAIL : 128 + stop_signal;
 	return rc ? EXIT_FAIL : EXIT_OK;

@@ -1,20 +1,32 @@
-/* executor.c - run a pipeline schedule: one thread per stage worker.
+/* executor.c - run a pipeline schedule: one stage worker per thread, or
+ * one per process under MPI.
  *
- * Each stage thread executes its action list (sched/schedule.h) in order,
- * exchanging activations and gradients through a transport. An OPTIM_STEP
- * only *posts* the stage's part of the step-finish sequence (trainer.h) to
- * a board shared by the stages; the update itself is completed lazily, when
- * a later action needs it: a forward that uses the new version, a backward
- * that needs the gradient buffer, or the end of the segment. Completion
- * waits until every stage has posted, then applies the same global norm,
- * clip and learning rate everywhere. Deferring it is what keeps 2BW free of
- * bubbles: the last stage does not wait for stage 0 to finish a step's
- * backward before it goes on with the next step's micro-batches.
+ * Each stage executes its action list (sched/schedule.h) in order,
+ * exchanging activations and gradients through a transport (local queues
+ * between threads, or MPI between processes). An OPTIM_STEP only *posts*
+ * the stage's part of the step-finish sequence (trainer.h) to a board
+ * (sched/board.h); the update itself is completed lazily, when a later
+ * action needs it: a forward that uses the new version, a backward that
+ * needs the gradient buffer, or the end of the segment. Completion waits
+ * until every stage has posted, then applies the same global norm, clip and
+ * learning rate everywhere. Deferring it is what keeps 2BW free of bubbles:
+ * the last stage does not wait for stage 0 to finish a step's backward
+ * before it goes on with the next step's micro-batches.
  *
  * The arithmetic is exactly the single-device trainer's: the same
  * stage_forward/stage_backward on the same weight versions, gradients
  * accumulated in ascending micro-batch order, the same tied-weight sum and
- * the same norm summed tensor by tensor in global order.
+ * the same norm summed tensor by tensor in global order. It lives here
+ * once, for both boards and both transports, so a run over MPI computes
+ * the same bits as the same run in threads.
+ *
+ * Under MPI (dist_active(), see dist.h) process r runs stage r on its main
+ * thread. Every process builds the whole trainer (same seed, same initial
+ * weights); on its first use the executor frees the workers of the other
+ * stages on every rank but 0. Rank 0 keeps them as the place a checkpoint
+ * gathers into (pipeline_save) and for the per-stage statistics. After a
+ * segment the last rank broadcasts the losses, so every rank returns the
+ * same statistics and the same result.
  */
 #include <math.h>
 #include <pthread.h>
@@ -23,33 +35,22 @@
 
 #include "../io/util.h"
 #include "../optim/optim.h"
+#include "board.h"
+#include "dist.h"
 #include "schedule.h"
 #include "trainer.h"
 #include "transport.h"
-
-/* The step-finish data of one optimizer step, posted by every stage. */
-struct board_entry {
-	int posted, consumed;
-	double **sumsq;           /* [S][stage's tensors] */
-	float *emb_part, *head_part; /* tied weights with S > 1: raw gradient parts */
-	double norm, lr;
-};
-
-struct board {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct board_entry *e;    /* [n_steps] of this segment */
-	int n_steps;
-};
 
 struct pipeline {
 	struct trainer *tr;
 	struct schedule *sc;
 	struct transport *tp;
-	struct board board;
+	struct board *board;
 	long first_step;          /* optimizer steps done before the segment */
 	int mb_per_step;          /* M, or 1 for pipedream */
-	float *losses;            /* [n_mb] */
+	int reporter;             /* the stage that records norm and lr */
+	float *losses;            /* [n_mb], written by the last stage */
+	double *norm, *lr;        /* [n_steps] */
 	size_t act_n, tied_n;
 };
 
@@ -63,73 +64,38 @@ struct stage_ctx {
 
 static long global_step(const struct pipeline *p, int seg_step) { return p->first_step + seg_step + 1; }
 
-static struct board_entry *entry(struct pipeline *p, long gstep)
+/* Does stage w hold a half of the tied embedding that the board joins? */
+static int tied_stage(const struct trainer *tr, const struct stage_worker *w)
 {
-	long i = gstep - p->first_step - 1;
-	if (i < 0 || i >= p->board.n_steps)
-		die("internal error: step %ld outside the segment", gstep);
-	return &p->board.e[i];
+	return tr->m->cfg.tied && tr->S > 1 && w->wte_param >= 0;
 }
 
-static void wait_board(struct stage_ctx *c, int (*ready)(struct board_entry *, int), struct board_entry *e)
-{
-	struct board *b = &c->p->board;
-	double t0 = now_sec();
-	pthread_mutex_lock(&b->mu);
-	while (!ready(e, c->p->tr->S))
-		pthread_cond_wait(&b->cv, &b->mu);
-	pthread_mutex_unlock(&b->mu);
-	c->idle += now_sec() - t0;
-}
-
-static int head_ready(struct board_entry *e, int S) { return e->head_part != NULL; }
-static int emb_ready(struct board_entry *e, int S) { return e->emb_part != NULL; }
-static int all_posted(struct board_entry *e, int S) { return e->posted == S; }
-
-static float *copy_part(struct pipeline *p, const float *src)
-{
-	const struct backend *be = p->tr->be;
-	float *dst = be->alloc(p->tied_n * sizeof(float));
-	be->copy(dst, src, p->tied_n * sizeof(float));
-	return dst;
-}
-
-/* OPTIM_STEP: post this stage's gradient sums (and tied parts). */
+/* OPTIM_STEP: post this stage's gradient sums (and tied part). */
 static void post_step(struct stage_ctx *c, long gstep)
 {
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
 	struct stage_worker *w = &tr->w[c->s];
-	struct board *b = &p->board;
-	struct board_entry *e = entry(p, gstep);
+	struct board *b = p->board;
 	float *g = worker_grads(w, gstep);
-	int tied = tr->m->cfg.tied && tr->S > 1 && w->wte_param >= 0;
-	float *g_wte = tied ? g + w->st.params[w->wte_param].offset : NULL;
 	double t0 = now_sec();
 	if (tr->S == 1) {
 		stage_finish_grads(&w->st, g);
-	} else if (tied) {
-		float *part = copy_part(p, g_wte);
-		pthread_mutex_lock(&b->mu);
-		if (c->s == 0)
-			e->emb_part = part;
-		else
-			e->head_part = part;
-		pthread_cond_broadcast(&b->cv);
-		pthread_mutex_unlock(&b->mu);
+	} else if (tied_stage(tr, w)) {
+		float *g_wte = g + w->st.params[w->wte_param].offset;
+		b->tied_post(b, c->s, gstep, g_wte);
 		if (c->s == 0) {
 			/* stage 0's norm needs the summed gradient now */
+			double waited;
 			c->busy += now_sec() - t0;
-			wait_board(c, head_ready, e);
+			const float *head = b->tied_wait(b, c->s, gstep, &waited);
+			c->idle += waited;
 			t0 = now_sec();
-			tr->be->add(g_wte, g_wte, e->head_part, p->tied_n);
+			tr->be->add(g_wte, g_wte, head, p->tied_n);
 		}
 	}
-	optim_grad_sumsq(&w->opt, g, e->sumsq[c->s]);
-	pthread_mutex_lock(&b->mu);
-	e->posted++;
-	pthread_cond_broadcast(&b->cv);
-	pthread_mutex_unlock(&b->mu);
+	optim_grad_sumsq(&w->opt, g, w->sumsq);
+	b->post(b, c->s, gstep, w->sumsq);
 	c->posted = gstep;
 	c->busy += now_sec() - t0;
 }
@@ -140,19 +106,22 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
 	struct stage_worker *w = &tr->w[c->s];
-	struct board *b = &p->board;
-	struct board_entry *e = entry(p, gstep);
-	wait_board(c, all_posted, e);
-	double t0 = now_sec();
-	int tied = tr->m->cfg.tied && tr->S > 1 && w->wte_param >= 0;
-	if (tied && c->s == tr->S - 1) {
+	struct board *b = p->board;
+	double waited;
+	const double *sums = b->wait(b, c->s, gstep, &waited);
+	c->idle += waited;
+	if (tied_stage(tr, w) && c->s == tr->S - 1) {
+		const float *emb = b->tied_wait(b, c->s, gstep, &waited);
+		c->idle += waited;
 		float *g_wte = worker_grads(w, gstep) + w->st.params[w->wte_param].offset;
-		tr->be->add(g_wte, e->emb_part, g_wte, p->tied_n);
+		double t1 = now_sec();
+		tr->be->add(g_wte, emb, g_wte, p->tied_n);
+		c->busy += now_sec() - t1;
 	}
+	double t0 = now_sec();
 	double total = 0.0;
-	for (int s = 0; s < tr->S; s++)
-		for (int k = 0; k < tr->w[s].opt.n; k++)
-			total += e->sumsq[s][k];
+	for (size_t k = 0; k < b->total; k++)
+		total += sums[k];
 	double norm = sqrt(total);
 	float clip = 1.0f;
 	double max_norm = tr->cfg->train_grad_clip;
@@ -161,18 +130,12 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	double lr = lr_at(tr->cfg, gstep);
 	worker_update(w, gstep, (float)lr, clip);
 	c->completed = gstep;
-	c->busy += now_sec() - t0;
-	pthread_mutex_lock(&b->mu);
-	e->norm = norm;
-	e->lr = lr;
-	if (++e->consumed == tr->S) {
-		if (e->emb_part)
-			tr->be->free(e->emb_part);
-		if (e->head_part)
-			tr->be->free(e->head_part);
-		e->emb_part = e->head_part = NULL;
+	if (c->s == p->reporter) {
+		p->norm[gstep - p->first_step - 1] = norm;
+		p->lr[gstep - p->first_step - 1] = lr;
 	}
-	pthread_mutex_unlock(&b->mu);
+	b->done(b, c->s, gstep);
+	c->busy += now_sec() - t0;
 }
 
 /* Complete pending updates until this stage's newest version is >= v. */
@@ -270,6 +233,8 @@ static void *stage_main(void *arg)
 		default:
 			break;
 		}
+		if (p->board->poll)
+			p->board->poll(p->board);
 	}
 	while (c->completed < c->posted)
 		complete_step(c, c->completed + 1);
@@ -280,16 +245,72 @@ static void *stage_main(void *arg)
 	return NULL;
 }
 
+/* ---- one stage per process ---- */
+
+/* Tags of the control channel (dist_send/dist_recv) between segments. */
+enum { TAG_STATS = 1, TAG_STATE = 2 };
+
+static struct {
+	const struct trainer *tr; /* the trainer attached, NULL before */
+	int *n_tensors;           /* [S] each stage's sums of squares */
+} mp;
+
+/* First use of tr under MPI: remember what every stage posts, then free the
+ * other stages' workers (rank 0 keeps them: checkpoints gather into them). */
+static void mpi_attach(struct trainer *tr)
+{
+	if (mp.tr == tr)
+		return;
+	if (tr->S != dist_world())
+		die("internal error: %d stages on %d processes", tr->S, dist_world());
+	free(mp.n_tensors);
+	mp.n_tensors = xcalloc((size_t)tr->S, sizeof(int));
+	for (int s = 0; s < tr->S; s++)
+		mp.n_tensors[s] = tr->w[s].opt.n;
+	if (!dist_is_root())
+		for (int s = 0; s < tr->S; s++)
+			if (s != dist_rank())
+				worker_free(&tr->w[s]);
+	mp.tr = tr;
+}
+
+/* The last rank's losses to every rank; rank 0 collects each stage's busy
+ * and idle seconds of the segment. */
+static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c)
+{
+	struct trainer *tr = p->tr;
+	if (dist_bcast(p->losses, (size_t)p->sc->n_mb * sizeof(float), tr->S - 1))
+		die("cannot share the losses of the segment");
+	double t[2] = {c->busy, c->idle};
+	if (!dist_is_root()) {
+		if (dist_send(t, sizeof(t), 0, TAG_STATS))
+			die("cannot send stage statistics");
+		return;
+	}
+	for (int s = 1; s < tr->S; s++) {
+		if (dist_recv(t, sizeof(t), s, TAG_STATS))
+			die("cannot receive stage statistics");
+		tr->w[s].busy_s += t[0];
+		tr->w[s].idle_s += t[1];
+	}
+}
+
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	struct pipeline p = {.tr = tr, .first_step = tr->step};
 	char err[256];
+	int mpi = dist_active();
+	if (mpi)
+		mpi_attach(tr);
+	/* the stages this process runs: [lo, hi) */
+	int lo = mpi ? dist_rank() : 0, hi = mpi ? lo + 1 : tr->S;
 	int is_pd = tr->kind == SCHED_PIPEDREAM;
 	p.mb_per_step = is_pd ? 1 : tr->M;
+	p.reporter = lo;
 	p.sc = sched_build_at(tr->kind, tr->S, tr->M, n, tr->step, err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
-	for (int s = 0; s < tr->S; s++) {
+	for (int s = lo; s < hi; s++) {
 		const struct sched_stage *ss = sched_stage(p.sc, s);
 		if (ss->nslots > tr->w[s].st.n_slots || ss->nversions > tr->w[s].n_versions)
 			die("internal error: stage %d needs %d slots and %d versions, has %d and %d",
@@ -297,29 +318,44 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	}
 	p.act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
-	p.tp = transport_local(tr->be, tr->S, p.act_n);
-	p.losses = xcalloc((size_t)p.sc->n_mb, sizeof(float));
-	pthread_mutex_init(&p.board.mu, NULL);
-	pthread_cond_init(&p.board.cv, NULL);
-	p.board.n_steps = n;
-	p.board.e = xcalloc((size_t)n, sizeof(*p.board.e));
-	for (int i = 0; i < n; i++) {
-		p.board.e[i].sumsq = xcalloc((size_t)tr->S, sizeof(double *));
+	if (mpi) {
+		p.tp = transport_mpi(tr->be, tr->S, lo, p.act_n);
+		p.board = p.tp ? board_mpi(tr->be, tr->S, lo, mp.n_tensors, p.tied_n) : NULL;
+		if (!p.tp || !p.board)
+			die("cannot set up the pipeline between processes");
+	} else {
+		int *nt = xcalloc((size_t)tr->S, sizeof(int));
 		for (int s = 0; s < tr->S; s++)
-			p.board.e[i].sumsq[s] = xcalloc((size_t)tr->w[s].opt.n + 1, sizeof(double));
+			nt[s] = tr->w[s].opt.n;
+		p.tp = transport_local(tr->be, tr->S, p.act_n);
+		p.board = board_local(tr->be, tr->S, nt, p.tied_n);
+		free(nt);
 	}
+	p.board->begin(p.board, p.first_step, n);
+	p.losses = xcalloc((size_t)p.sc->n_mb, sizeof(float));
+	p.norm = xcalloc((size_t)n, sizeof(double));
+	p.lr = xcalloc((size_t)n, sizeof(double));
 	struct stage_ctx *ctx = xcalloc((size_t)tr->S, sizeof(*ctx));
-	pthread_t *th = xcalloc((size_t)tr->S, sizeof(*th));
-	for (int s = 0; s < tr->S; s++) {
+	for (int s = lo; s < hi; s++)
 		ctx[s] = (struct stage_ctx){.p = &p, .s = s};
-		if (pthread_create(&th[s], NULL, stage_main, &ctx[s]))
-			die("cannot start stage thread %d", s);
+	if (mpi) {
+		stage_main(&ctx[lo]);
+	} else {
+		pthread_t *th = xcalloc((size_t)tr->S, sizeof(*th));
+		for (int s = 0; s < tr->S; s++)
+			if (pthread_create(&th[s], NULL, stage_main, &ctx[s]))
+				die("cannot start stage thread %d", s);
+		for (int s = 0; s < tr->S; s++)
+			pthread_join(th[s], NULL);
+		free(th);
 	}
-	for (int s = 0; s < tr->S; s++) {
-		pthread_join(th[s], NULL);
+	p.board->end(p.board);
+	for (int s = lo; s < hi; s++) {
 		tr->w[s].busy_s += ctx[s].busy;
 		tr->w[s].idle_s += ctx[s].idle;
 	}
+	if (mpi)
+		mpi_segment_end(&p, &ctx[lo]);
 	int rc = 0;
 	for (int i = 0; i < n; i++) {
 		struct step_stats st = {0};
@@ -327,8 +363,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		for (int mb = 0; mb < p.mb_per_step; mb++)
 			sum += p.losses[i * p.mb_per_step + mb];
 		st.loss = sum / p.mb_per_step;
-		st.grad_norm = p.board.e[i].norm;
-		st.lr = p.board.e[i].lr;
+		st.grad_norm = p.norm[i];
+		st.lr = p.lr[i];
 		st.nonfinite = !isfinite(st.loss);
 		if (stats)
 			stats[i] = st;
@@ -340,18 +376,158 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	}
 	if (!rc)
 		tr->step = p.first_step + n;
-	for (int i = 0; i < n; i++) {
-		for (int s = 0; s < tr->S; s++)
-			free(p.board.e[i].sumsq[s]);
-		free(p.board.e[i].sumsq);
-	}
-	free(p.board.e);
 	free(ctx);
-	free(th);
 	free(p.losses);
+	free(p.norm);
+	free(p.lr);
+	p.board->destroy(p.board);
 	p.tp->destroy(p.tp);
 	sched_free(p.sc);
-	pthread_mutex_destroy(&p.board.mu);
-	pthread_cond_destroy(&p.board.cv);
+	return rc;
+}
+
+/* ---- evaluation and checkpoints under MPI (dist.h) ---- */
+
+double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
+{
+	if (!dist_active())
+		return trainer_eval(tr, data, batches);
+	mpi_attach(tr);
+	const struct backend *be = tr->be;
+	int s = dist_rank(), S = tr->S, last = s == S - 1;
+	struct stage_worker *w = &tr->w[s];
+	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	size_t act_n = bt * (size_t)tr->m->cfg.C;
+	struct transport *tp = transport_mpi(be, S, s, act_n);
+	if (!tp)
+		die("cannot set up the evaluation between processes");
+	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
+	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
+	double sum = 0.0;
+	/* trainer_eval's forward_all, one stage per rank: the newest weights,
+	 * slot 0, the same loss scale, the losses added in order */
+	for (int i = 0; i < batches; i++) {
+		if (s == 0 || last) {
+			dataloader_batch(data, i, host_in, host_tg);
+			be->to_device(dev_in, host_in, bt * sizeof(int32_t));
+			be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
+		}
+		float *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
+		float *x_out = last ? NULL : tp->buffer(tp, s, act_n);
+		float loss = 0.0f;
+		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? dev_in : NULL, x_in,
+			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL,
+			      1.0f / (float)tr->M);
+		if (x_in)
+			tp->release(tp, s, x_in);
+		if (x_out)
+			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
+		sum += loss;
+	}
+	tp->destroy(tp);
+	be->free(dev_in);
+	be->free(dev_tg);
+	free(host_in);
+	free(host_tg);
+	if (dist_bcast(&sum, sizeof(sum), S - 1))
+		die("cannot share the evaluation loss");
+	return batches ? sum / batches : 0.0;
+}
+
+/* What a rank sends rank 0 of its stage before a checkpoint. */
+struct state_head {
+	long newest;
+	int n_versions, n_state;
+	size_t numel;
+};
+
+static int send_state(struct trainer *tr, int s)
+{
+	struct stage_worker *w = &tr->w[s];
+	struct state_head h = {w->newest, w->n_versions, optim_state_count(&w->opt), w->st.numel};
+	if (dist_send(&h, sizeof(h), 0, TAG_STATE))
+		return -1;
+	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	float *host = xmalloc(bytes);
+	int rc = 0;
+	/* the whole ring of versions: the same buffers as the threaded run */
+	for (int v = 0; v < w->n_versions && !rc; v++) {
+		tr->be->to_host(host, w->ver[v], bytes);
+		rc = dist_send(host, bytes, 0, TAG_STATE);
+	}
+	free(host);
+	for (int i = 0; i < h.n_state && !rc; i++) {
+		struct optim_state_buf sb = optim_state(&w->opt, i);
+		float *buf = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
+		tr->be->to_host(buf, sb.data, sb.numel * sizeof(float));
+		rc = dist_send(&sb.numel, sizeof(sb.numel), 0, TAG_STATE);
+		if (!rc)
+			rc = dist_send(buf, sb.numel * sizeof(float), 0, TAG_STATE);
+		free(buf);
+	}
+	return rc;
+}
+
+static int recv_state(struct trainer *tr, int s)
+{
+	struct stage_worker *w = &tr->w[s];
+	struct state_head h;
+	if (dist_recv(&h, sizeof(h), s, TAG_STATE))
+		return -1;
+	/* every rank built the same trainer: a mismatch is a bug, and stopping
+	 * here (the job ends) beats leaving rank s blocked in its sends */
+	if (h.n_versions != w->n_versions || h.numel != w->st.numel ||
+	    h.n_state != optim_state_count(&w->opt))
+		die("internal error: rank %d's stage holds %d versions of %zu floats and %d state "
+		    "buffers; rank 0 expects %d, %zu and %d", s, h.n_versions, h.numel, h.n_state,
+		    w->n_versions, w->st.numel, optim_state_count(&w->opt));
+	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	float *host = xmalloc(bytes);
+	int rc = 0;
+	for (int v = 0; v < w->n_versions && !rc; v++) {
+		rc = dist_recv(host, bytes, s, TAG_STATE);
+		if (!rc)
+			tr->be->to_device(w->ver[v], host, bytes);
+	}
+	free(host);
+	w->newest = h.newest;
+	w->opt.last_step = h.newest;
+	for (int i = 0; i < h.n_state && !rc; i++) {
+		struct optim_state_buf sb = optim_state(&w->opt, i);
+		size_t numel;
+		rc = dist_recv(&numel, sizeof(numel), s, TAG_STATE);
+		if (!rc && numel != sb.numel)
+			die("internal error: rank %d's optimizer state '%s' has %zu floats; rank 0 "
+			    "expects %zu", s, sb.name, numel, sb.numel);
+		if (rc)
+			break;
+		float *buf = xmalloc(st_mult(numel ? numel : 1, sizeof(float)));
+		rc = dist_recv(buf, numel * sizeof(float), s, TAG_STATE);
+		if (!rc)
+			tr->be->to_device(sb.data, buf, numel * sizeof(float));
+		free(buf);
+	}
+	return rc;
+}
+
+int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
+		  const char *extra_meta)
+{
+	if (!dist_active())
+		return trainer_save(tr, path, config_text, extra_meta);
+	mpi_attach(tr);
+	int rc = 0;
+	if (!dist_is_root()) {
+		rc = send_state(tr, dist_rank());
+	} else {
+		for (int s = 1; s < tr->S && !rc; s++)
+			rc = recv_state(tr, s);
+		if (!rc)
+			rc = trainer_save(tr, path, config_text, extra_meta);
+	}
+	/* a failed send or receive ends the job (MPI's errors are fatal), so
+	 * every rank gets here and learns whether rank 0 wrote the file */
+	if (dist_bcast(&rc, sizeof(rc), 0))
+		return -1;
 	return rc;
 }

@@ -1,0 +1,68 @@
+/* board.h - the exchange behind a pipeline's step-finish sequence.
+ *
+ * trainer.h lists the sequence that ends every optimizer step: the tied
+ * embedding gradient summed between stage 0 and the last stage, per-tensor
+ * sums of squares added in global order into the norm, clip, lr, update.
+ * The executor does all of that arithmetic itself (sched/executor.c), the
+ * same way whatever the board; a board only carries the data between the
+ * stages, per (global, 1-based) optimizer step:
+ *
+ *   tied_post  stage 0 posts the raw embedding part of wte's gradient, the
+ *              last stage the raw head part (S > 1 with tied weights only);
+ *              the board copies it
+ *   tied_wait  the other end's part (stage 0 needs it before its sums of
+ *              squares, the last stage when it completes the step); blocks
+ *   post       the stage's per-tensor sums of squares; the board copies them
+ *   wait       every stage's sums, concatenated in global order (stage 0's
+ *              tensors first): exactly the order the norm is summed in; blocks
+ *   done       the stage has applied the step; the board may free its data
+ *
+ * A stage posts its steps in order and completes them in order; posting
+ * step t never waits for step t's completion elsewhere, which is what lets
+ * the executor complete updates lazily (no bubble for 2bw). A segment
+ * brackets the steps (first_step, first_step + n_steps]: begin before any
+ * stage posts, end after every local stage is done.
+ *
+ * Two boards: local (stages are threads of one process, shared memory) and
+ * mpi (one stage per process, nonblocking point-to-point messages tagged by
+ * step). Both give each stage the same bytes, so the norm, the clip scale
+ * and the updates are bit for bit those of the threaded run.
+ */
+#ifndef ASYNCPP_BOARD_H
+#define ASYNCPP_BOARD_H
+
+#include <stddef.h>
+
+#include "../kernels/backend.h"
+
+struct board {
+	const char *name;
+	int S;
+	const int *n_tensors;  /* [S] sums of squares each stage posts */
+	size_t total;          /* their sum */
+	void (*begin)(struct board *b, long first_step, int n_steps);
+	void (*tied_post)(struct board *b, int s, long step, const float *part);
+	/* backend memory of tied_n floats, valid until done(); *waited gets
+	 * the seconds spent blocked */
+	const float *(*tied_wait)(struct board *b, int s, long step, double *waited);
+	void (*post)(struct board *b, int s, long step, const double *sumsq);
+	const double *(*wait)(struct board *b, int s, long step, double *waited);
+	void (*done)(struct board *b, int s, long step);
+	/* make progress on pending messages without blocking (may be NULL) */
+	void (*poll)(struct board *b);
+	void (*end)(struct board *b);
+	void (*destroy)(struct board *b);
+};
+
+/* Shared memory between the S stage threads of one process. n_tensors[S]
+ * is copied; tied parts of tied_n floats live in backend memory. */
+struct board *board_local(const struct backend *be, int S, const int *n_tensors,
+			  size_t tied_n);
+
+/* One stage per MPI process (rank = stage); NULL after error() when built
+ * without MPI or when MPI is not running. Collective: every rank creates
+ * its board at the same point. */
+struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+			size_t tied_n);
+
+#endif

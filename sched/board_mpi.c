@@ -1,0 +1,274 @@
+/* board_mpi.c - the step-finish board between processes, one stage each.
+ *
+ * Per step every rank sends its per-tensor sums of squares to every other
+ * rank (MPI_Isend, a few hundred bytes) and receives theirs into one array
+ * in global order; stage 0 and the last stage also swap their raw tied
+ * embedding parts. Everything is nonblocking: post and tied_post only start
+ * the messages, and the executor waits for them when it completes the step,
+ * lazily, as it does with threads. The messages of step i of the segment
+ * carry tag 2i (sums) or 2i+1 (tied part) on a communicator of the board's
+ * own; MPI keeps messages with the same source and tag in order, and every
+ * rank posts its steps in order, so tags may wrap.
+ *
+ * Messages are small and rank count moderate (S-1 sums messages per rank
+ * and step); a very deep pipeline would rather pass one running sum along
+ * the stages, which gives the same bits, at the price of S hops.
+ */
+#include "board.h"
+
+#include "../io/util.h"
+
+#ifndef ASYNCPP_MPI
+
+struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+			size_t tied_n)
+{
+	error("this asyncpp was built without MPI");
+	return NULL;
+}
+
+#else
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist.h"
+
+struct entry {
+	double *sumsq;            /* [total], global order */
+	MPI_Request *req;         /* [2(S-1) + 2]: receives, sends, tied send, tied recv */
+	int posted, done;
+	void *tied_out, *tied_in; /* host (or backend when it is host memory) */
+	float *tied_dev;          /* backend copy of tied_in when staging */
+};
+
+struct mpi_board {
+	struct board b;
+	const struct backend *be;
+	int rank, host;
+	int *n_tensors;
+	size_t *offset;
+	size_t tied_n;
+	MPI_Comm comm;
+	long tag_steps;           /* steps before the tags wrap */
+	struct entry *e;
+	long first_step;
+	int n_steps;
+	int lo, hi;               /* entries [lo, hi) posted and not done */
+};
+
+static int nreq(const struct mpi_board *m) { return 2 * (m->b.S - 1) + 2; }
+
+static struct entry *entry(struct mpi_board *m, long step, int *index)
+{
+	long i = step - m->first_step - 1;
+	if (i < 0 || i >= m->n_steps)
+		die("internal error: step %ld outside the segment (%ld, %ld]", step, m->first_step,
+		    m->first_step + m->n_steps);
+	*index = (int)i;
+	return &m->e[i];
+}
+
+static int tag(const struct mpi_board *m, int index, int tied)
+{
+	return (int)(2 * (index % m->tag_steps) + tied);
+}
+
+static int tied_peer(const struct mpi_board *m) { return m->rank == 0 ? m->b.S - 1 : 0; }
+
+static void mb_begin(struct board *b, long first_step, int n_steps)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	m->first_step = first_step;
+	m->n_steps = n_steps;
+	m->lo = m->hi = 0;
+	m->e = xcalloc((size_t)n_steps, sizeof(*m->e));
+	for (int i = 0; i < n_steps; i++) {
+		m->e[i].sumsq = xcalloc(b->total + 1, sizeof(double));
+		m->e[i].req = xmalloc(sizeof(MPI_Request) * (size_t)nreq(m));
+		for (int k = 0; k < nreq(m); k++)
+			m->e[i].req[k] = MPI_REQUEST_NULL;
+	}
+}
+
+static void *tied_buffer(struct mpi_board *m)
+{
+	size_t bytes = m->tied_n * sizeof(float);
+	return m->host ? m->be->alloc(bytes) : xmalloc(bytes);
+}
+
+static void tied_free(struct mpi_board *m, void *p)
+{
+	if (!p)
+		return;
+	if (m->host)
+		m->be->free(p);
+	else
+		free(p);
+}
+
+static void mb_tied_post(struct board *b, int s, long step, const float *part)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	int i;
+	struct entry *e = entry(m, step, &i);
+	int n = nreq(m), peer = tied_peer(m);
+	e->tied_out = tied_buffer(m);
+	if (m->host)
+		m->be->copy(e->tied_out, part, m->tied_n * sizeof(float));
+	else
+		m->be->to_host(e->tied_out, part, m->tied_n * sizeof(float));
+	e->tied_in = tied_buffer(m);
+	MPI_Irecv(e->tied_in, (int)m->tied_n, MPI_FLOAT, peer, tag(m, i, 1), m->comm, &e->req[n - 1]);
+	MPI_Isend(e->tied_out, (int)m->tied_n, MPI_FLOAT, peer, tag(m, i, 1), m->comm,
+		  &e->req[n - 2]);
+}
+
+static const float *mb_tied_wait(struct board *b, int s, long step, double *waited)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	int i;
+	struct entry *e = entry(m, step, &i);
+	if (!e->tied_in)
+		die("internal error: stage %d waits for a tied part of step %ld it did not post", s,
+		    step);
+	double t0 = now_sec();
+	MPI_Wait(&e->req[nreq(m) - 1], MPI_STATUS_IGNORE);
+	*waited = now_sec() - t0;
+	if (m->host)
+		return e->tied_in;
+	if (!e->tied_dev) {
+		e->tied_dev = m->be->alloc(m->tied_n * sizeof(float));
+		m->be->to_device(e->tied_dev, e->tied_in, m->tied_n * sizeof(float));
+	}
+	return e->tied_dev;
+}
+
+static void mb_post(struct board *b, int s, long step, const double *sumsq)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	int i;
+	struct entry *e = entry(m, step, &i);
+	int S = b->S, k = 0;
+	memcpy(e->sumsq + m->offset[s], sumsq, (size_t)m->n_tensors[s] * sizeof(double));
+	for (int r = 0; r < S; r++) {
+		if (r == m->rank)
+			continue;
+		MPI_Irecv(e->sumsq + m->offset[r], m->n_tensors[r], MPI_DOUBLE, r, tag(m, i, 0),
+			  m->comm, &e->req[k]);
+		MPI_Isend(e->sumsq + m->offset[s], m->n_tensors[s], MPI_DOUBLE, r, tag(m, i, 0),
+			  m->comm, &e->req[S - 1 + k]);
+		k++;
+	}
+	e->posted = 1;
+	m->hi = i + 1;
+}
+
+static const double *mb_wait(struct board *b, int s, long step, double *waited)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	int i;
+	struct entry *e = entry(m, step, &i);
+	if (!e->posted)
+		die("internal error: stage %d waits for step %ld before posting it", s, step);
+	double t0 = now_sec();
+	MPI_Waitall(b->S - 1, e->req, MPI_STATUSES_IGNORE);
+	*waited = now_sec() - t0;
+	return e->sumsq;
+}
+
+static void mb_done(struct board *b, int s, long step)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	int i;
+	struct entry *e = entry(m, step, &i);
+	/* the receivers have posted their receives by now: these finish */
+	MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
+	tied_free(m, e->tied_out);
+	tied_free(m, e->tied_in);
+	if (e->tied_dev)
+		m->be->free(e->tied_dev);
+	e->tied_out = e->tied_in = NULL;
+	e->tied_dev = NULL;
+	e->done = 1;
+	while (m->lo < m->hi && m->e[m->lo].done)
+		m->lo++;
+}
+
+static void mb_poll(struct board *b)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	for (int i = m->lo; i < m->hi; i++) {
+		int flag;
+		MPI_Testall(nreq(m), m->e[i].req, &flag, MPI_STATUSES_IGNORE);
+	}
+}
+
+static void mb_end(struct board *b)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	for (int i = 0; i < m->n_steps; i++) {
+		struct entry *e = &m->e[i];
+		MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
+		tied_free(m, e->tied_out);
+		tied_free(m, e->tied_in);
+		if (e->tied_dev)
+			m->be->free(e->tied_dev);
+		free(e->sumsq);
+		free(e->req);
+	}
+	free(m->e);
+	m->e = NULL;
+	m->n_steps = 0;
+}
+
+static void mb_destroy(struct board *b)
+{
+	struct mpi_board *m = (struct mpi_board *)b;
+	if (m->e)
+		mb_end(b);
+	MPI_Comm_free(&m->comm);
+	free(m->n_tensors);
+	free(m->offset);
+	free(m);
+}
+
+struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+			size_t tied_n)
+{
+	if (!dist_active()) {
+		error("internal error: the mpi board needs a running MPI (dist_init)");
+		return NULL;
+	}
+	if (tied_n > INT_MAX) {
+		error("tied embedding of %zu floats is too large for one MPI message", tied_n);
+		return NULL;
+	}
+	struct mpi_board *m = xcalloc(1, sizeof(*m));
+	m->be = be;
+	m->rank = rank;
+	m->host = dist_backend_is_host(be);
+	m->tied_n = tied_n;
+	m->n_tensors = xcalloc((size_t)S, sizeof(int));
+	m->offset = xcalloc((size_t)S, sizeof(size_t));
+	size_t total = 0;
+	for (int s = 0; s < S; s++) {
+		m->n_tensors[s] = n_tensors[s];
+		m->offset[s] = total;
+		total += (size_t)n_tensors[s];
+	}
+	MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+	int *ub, flag;
+	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+	m->tag_steps = flag ? MAX(1, (*ub - 1) / 2) : 16383;
+	m->b = (struct board){.name = "mpi", .S = S, .n_tensors = m->n_tensors, .total = total,
+			      .begin = mb_begin, .tied_post = mb_tied_post,
+			      .tied_wait = mb_tied_wait, .post = mb_post, .wait = mb_wait,
+			      .done = mb_done, .poll = mb_poll, .end = mb_end,
+			      .destroy = mb_destroy};
+	return &m->b;
+}
+
+#endif

@@ -1,0 +1,242 @@
+/* dist.c - rank and world discovery, MPI start-up and the control channel.
+ *
+ * See dist.h for the environment variables and the checks. The control
+ * channel is a duplicate of MPI_COMM_WORLD used only between pipeline
+ * segments (checkpoint gathers, loss broadcasts, stop agreement), so its
+ * messages never meet the transport's or the board's.
+ */
+#include "dist.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+
+#ifdef ASYNCPP_MPI
+#include <mpi.h>
+#endif
+
+static struct {
+	int rank, world, local_rank;
+	int active;         /* MPI initialised by dist_init with world > 1 */
+#ifdef ASYNCPP_MPI
+	MPI_Comm ctl;
+#endif
+} g = {.rank = 0, .world = 1};
+
+/* A non-negative int from variable name; -1 when unset, -2 when malformed. */
+static int env_int(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return -1;
+	char *end;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || *end || x < 0 || x > INT_MAX) {
+		error("environment variable %s = '%s': expected a non-negative integer", name, v);
+		return -2;
+	}
+	return (int)x;
+}
+
+int dist_env_read(struct dist_env *e)
+{
+	static const struct {
+		const char *rank, *size, *local, *size2, *needs, *from;
+	} src[] = {
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", NULL,
+		 NULL, "OMPI_COMM_WORLD_RANK/SIZE"},
+		{"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", NULL, NULL, "PMI_RANK/PMI_SIZE"},
+		/* a batch script also has SLURM_PROCID and SLURM_NTASKS; only a
+		 * job step (srun) is a launch of several processes */
+		{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS",
+		 "SLURM_STEP_ID", "SLURM_PROCID/SLURM_STEP_NUM_TASKS"},
+		{"RANK", "WORLD_SIZE", "LOCAL_RANK", NULL, NULL, "RANK/WORLD_SIZE"},
+	};
+	*e = (struct dist_env){0, 1, 0, NULL};
+	for (size_t i = 0; i < ARRAY_SIZE(src); i++) {
+		if (src[i].needs && !getenv(src[i].needs))
+			continue;
+		int rank = env_int(src[i].rank), size = env_int(src[i].size);
+		if (size == -1 && src[i].size2)
+			size = env_int(src[i].size2);
+		if (rank == -2 || size == -2)
+			return -1;
+		if (rank == -1 && size == -1)
+			continue;
+		if (rank == -1 || size == -1)
+			return error("environment: %s gives %s without %s", src[i].from,
+				     rank == -1 ? src[i].size : src[i].rank,
+				     rank == -1 ? src[i].rank : src[i].size);
+		if (size < 1 || rank >= size)
+			return error("environment: %s says rank %d of %d processes", src[i].from,
+				     rank, size);
+		int local = env_int(src[i].local);
+		if (local == -2)
+			return -1;
+		*e = (struct dist_env){rank, size, local < 0 ? 0 : local, src[i].from};
+		return 0;
+	}
+	return 0;
+}
+
+int dist_rank(void) { return g.rank; }
+int dist_world(void) { return g.world; }
+int dist_local_rank(void) { return g.local_rank; }
+int dist_active(void) { return g.active; }
+int dist_is_root(void) { return g.rank == 0; }
+
+int dist_backend_is_host(const struct backend *be) { return !strcmp(be->name, "cpu"); }
+
+/* The configuration errors every rank finds alike: print them once. */
+#define CONFIG_ERROR(rank, ...) ((rank) == 0 ? error(__VA_ARGS__) : -1)
+
+int dist_init(const struct config *cfg)
+{
+	struct dist_env e;
+	if (dist_env_read(&e))
+		return -1;
+	const char *tp = cfg->pipeline_transport;
+	if (e.world == 1) {
+		if (!strcmp(tp, "mpi") && cfg->pipeline_stages > 1)
+			return error("pipeline.transport = mpi runs one stage per process: start %ld "
+				     "processes with 'mpirun -np %ld asyncpp train ...' or 'srun -n %ld "
+				     "asyncpp train ...'", cfg->pipeline_stages, cfg->pipeline_stages,
+				     cfg->pipeline_stages);
+		return 0;
+	}
+	int r = e.rank, S = e.world;
+#ifndef ASYNCPP_MPI
+	return CONFIG_ERROR(r, "launched as rank %d of %d (%s), but this asyncpp was built "
+			    "without MPI: install libopenmpi-dev and rebuild", r, S, e.from);
+#else
+	if (!strcmp(cfg->train_schedule, "none"))
+		return CONFIG_ERROR(r, "%d processes were launched, but train.schedule = none "
+				    "trains on one process: choose a pipeline schedule (gpipe, 1f1b, "
+				    "2bw, pipedream) with pipeline.stages = %d", S, S);
+	if (cfg->pipeline_stages != S)
+		return CONFIG_ERROR(r, "pipeline.stages = %ld, but %d processes were launched (%s): "
+				    "each process runs one stage; launch %ld processes or set "
+				    "pipeline.stages = %d", cfg->pipeline_stages, S, e.from,
+				    cfg->pipeline_stages, S);
+	if (cfg->pipeline_data_parallel != 1)
+		return CONFIG_ERROR(r, "pipeline.data_parallel = %ld: data-parallel replicas are not "
+				    "supported across processes yet", cfg->pipeline_data_parallel);
+	if (!strcmp(tp, "nccl"))
+		return CONFIG_ERROR(r, "pipeline.transport = nccl between processes is not supported "
+				    "yet; use mpi (the default under a launcher)");
+	int provided;
+	if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+		return error("rank %d: MPI_Init_thread failed", r);
+	int mr, ms;
+	MPI_Comm_rank(MPI_COMM_WORLD, &mr);
+	MPI_Comm_size(MPI_COMM_WORLD, &ms);
+	if (ms != S || mr != r) {
+		error("the environment (%s) says rank %d of %d, but MPI says rank %d of %d: start "
+		      "asyncpp with mpirun or srun (--mpi=pmix), not by setting the variables",
+		      e.from, r, S, mr, ms);
+		MPI_Finalize();
+		return -1;
+	}
+	if (provided < MPI_THREAD_FUNNELED) {
+		error("MPI provides thread level %d; asyncpp needs MPI_THREAD_FUNNELED", provided);
+		MPI_Finalize();
+		return -1;
+	}
+	MPI_Comm_dup(MPI_COMM_WORLD, &g.ctl);
+	g.rank = r;
+	g.world = S;
+	g.local_rank = e.local_rank;
+	g.active = 1;
+	return 0;
+#endif
+}
+
+void dist_finalize(void)
+{
+#ifdef ASYNCPP_MPI
+	if (!g.active)
+		return;
+	MPI_Comm_free(&g.ctl);
+	MPI_Finalize();
+	g.active = 0;
+#endif
+}
+
+int dist_max_int(int v)
+{
+#ifdef ASYNCPP_MPI
+	if (g.active) {
+		int out;
+		MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, g.ctl);
+		return out;
+	}
+#endif
+	return v;
+}
+
+/* MPI counts are ints: large buffers go in pieces of 1 GiB. */
+#define PIECE ((size_t)1 << 30)
+
+int dist_send(const void *buf, size_t bytes, int to, int tag)
+{
+#ifdef ASYNCPP_MPI
+	if (g.active) {
+		const char *p = buf;
+		do {
+			size_t n = MIN(bytes, PIECE);
+			if (MPI_Send(p, (int)n, MPI_BYTE, to, tag, g.ctl) != MPI_SUCCESS)
+				return error("rank %d: MPI_Send to rank %d failed", g.rank, to);
+			p += n;
+			bytes -= n;
+		} while (bytes);
+		return 0;
+	}
+#endif
+	return error("internal error: dist_send outside an MPI run");
+}
+
+int dist_recv(void *buf, size_t bytes, int from, int tag)
+{
+#ifdef ASYNCPP_MPI
+	if (g.active) {
+		char *p = buf;
+		do {
+			size_t n = MIN(bytes, PIECE);
+			MPI_Status st;
+			int got;
+			if (MPI_Recv(p, (int)n, MPI_BYTE, from, tag, g.ctl, &st) != MPI_SUCCESS)
+				return error("rank %d: MPI_Recv from rank %d failed", g.rank, from);
+			MPI_Get_count(&st, MPI_BYTE, &got);
+			if ((size_t)got != n)
+				return error("rank %d: got %d bytes from rank %d, expected %zu", g.rank,
+					     got, from, n);
+			p += n;
+			bytes -= n;
+		} while (bytes);
+		return 0;
+	}
+#endif
+	return error("internal error: dist_recv outside an MPI run");
+}
+
+int dist_bcast(void *buf, size_t bytes, int root)
+{
+#ifdef ASYNCPP_MPI
+	if (g.active) {
+		char *p = buf;
+		do {
+			size_t n = MIN(bytes, PIECE);
+			if (MPI_Bcast(p, (int)n, MPI_BYTE, root, g.ctl) != MPI_SUCCESS)
+				return error("rank %d: MPI_Bcast from rank %d failed", g.rank, root);
+			p += n;
+			bytes -= n;
+		} while (bytes);
+		return 0;
+	}
+#endif
+	return 0; /* one process: the buffer already holds the value */
+}

@@ -1,0 +1,91 @@
+/* dist.h - multi-process runs: where this process stands, and the hooks
+ * cmd/train.c calls so that S processes behave like one threaded run.
+ *
+ * `mpirun -np S asyncpp train ...` (or `srun -n S`) starts S processes;
+ * process r runs pipeline stage r only. Before MPI is touched, the rank and
+ * world size are read from the environment, in this order:
+ *   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK   (Open MPI's mpirun)
+ *   PMI_RANK / PMI_SIZE, MPI_LOCALRANKID          (MPICH's hydra)
+ *   SLURM_PROCID / SLURM_STEP_NUM_TASKS (or SLURM_NTASKS) / SLURM_LOCALID,
+ *                                                  only inside a job step
+ *                                                  (SLURM_STEP_ID is set)
+ *   RANK / WORLD_SIZE / LOCAL_RANK                (torchrun style, generic)
+ * With no variables (or a world of 1) the run is an ordinary one-process
+ * run and MPI is never initialised. With a world of S > 1, dist_init()
+ * checks the configuration (a pipeline schedule, pipeline.stages = S, the
+ * mpi transport), initialises MPI (MPI_Init_thread, FUNNELED: only the
+ * main thread, which runs the stage, calls MPI) and checks that MPI's
+ * MPI_COMM_WORLD agrees with the environment. The rendezvous is MPI's own:
+ * the launcher (mpirun's PMIx server, or Slurm's PMI) wires the processes.
+ *
+ * Without ASYNCPP_MPI (built where no MPI was found) the environment is
+ * still read, and a world > 1 is an error naming the fix.
+ */
+#ifndef ASYNCPP_DIST_H
+#define ASYNCPP_DIST_H
+
+#include <stddef.h>
+
+#include "../io/config.h"
+#include "../io/dataloader.h"
+#include "../kernels/backend.h"
+
+struct dist_env {
+	int rank, world, local_rank;
+	const char *from;   /* which variables: "OMPI_COMM_WORLD_*", ... or NULL */
+};
+
+/* Read rank, world size and local rank from the environment. A malformed
+ * or inconsistent value is an error naming the variable; with none set *e
+ * is rank 0 of 1. */
+int dist_env_read(struct dist_env *e);
+
+/* Once the configuration is final: read the environment, check cfg against
+ * it and start MPI when the world is > 1. Returns 0 or -1 after error()
+ * (only rank 0 prints the configuration errors every rank finds). */
+int dist_init(const struct config *cfg);
+/* Shut MPI down if dist_init started it (call once, at the end). */
+void dist_finalize(void);
+
+int dist_rank(void);      /* 0 when not distributed */
+int dist_world(void);     /* 1 when not distributed */
+int dist_local_rank(void);
+int dist_active(void);    /* MPI is running with a world > 1 */
+int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
+
+/* Every rank gets the largest of the ranks' v (v itself when not
+ * distributed). Used to agree on stopping at a step boundary. */
+int dist_max_int(int v);
+
+/* Point to point and collectives on a communicator of their own, for the
+ * control traffic between segments (any size: large buffers go in pieces).
+ * Each returns 0 or -1 after error(). */
+int dist_send(const void *buf, size_t bytes, int to, int tag);
+int dist_recv(void *buf, size_t bytes, int from, int tag);
+int dist_bcast(void *buf, size_t bytes, int root);
+
+/* Whether backend memory is host memory MPI may read and write directly
+ * (else the MPI code stages through host buffers). */
+int dist_backend_is_host(const struct backend *be);
+
+/* The mpi transport (sched/transport_mpi.c; belongs in transport.h): stage
+ * s is rank s of S; messages of msg_floats floats. Collective (every rank
+ * creates its transport at the same point); NULL after error() when MPI is
+ * not running or not built in. */
+struct transport;
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats);
+
+/* ---- hooks for cmd/train.c (sched/executor.c) ----
+ * In a one-process run each is the plain trainer call. */
+struct trainer;
+/* trainer_save, distributed: every rank sends its stage's weight versions
+ * and optimizer state to rank 0, which writes the checkpoint in the global
+ * layout (the same file a threaded run writes). Every rank gets rank 0's
+ * result; the other ranks write nothing. */
+int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
+		  const char *extra_meta);
+/* trainer_eval, distributed: a pipelined forward through the ranks; every
+ * rank gets the loss. */
+double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches);
+
+#endif

@@ -1,0 +1,208 @@
+/* transport_mpi.c - activations and gradients between processes over MPI.
+ *
+ * Stage s is rank s. A send is an MPI_Isend with tag 2*mb + kind (wrapping
+ * below MPI_TAG_UB: between two ranks the messages of one kind go in
+ * ascending mb, and MPI keeps messages with the same source and tag in
+ * order); its buffer stays out of the pool until the request completes, so
+ * a send never blocks. A receive is a blocking MPI_Recv by (source, tag);
+ * the seconds it blocks are the stage's waiting time.
+ *
+ * With a host backend (cpu) MPI reads and writes the backend buffers
+ * themselves; otherwise messages are staged through host buffers (no
+ * assumption that the MPI library understands device pointers).
+ *
+ * One thread per process calls the transport (the stage runs on the main
+ * thread, MPI_THREAD_FUNNELED), so there is no locking here.
+ */
+#include "transport.h"
+
+#include "../io/util.h"
+
+#ifndef ASYNCPP_MPI
+
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats)
+{
+	error("this asyncpp was built without MPI");
+	return NULL;
+}
+
+#else
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "dist.h"
+
+struct pending {
+	MPI_Request req;
+	void *buf;
+	int staged;               /* buf is a host staging buffer */
+};
+
+struct pool {
+	void **free;
+	int n_free, cap;
+	void **all;
+	int n_all;
+};
+
+struct mpi_tp {
+	struct transport t;
+	const struct backend *be;
+	int S, rank, host;
+	size_t n;
+	MPI_Comm comm;
+	int tag_mb;               /* micro-batches before the tags wrap */
+	struct pool dev, stage;   /* backend buffers, host staging buffers */
+	struct pending *pend;
+	int n_pend, cap_pend;
+};
+
+static void *pool_get(struct mpi_tp *m, struct pool *p, int host_mem)
+{
+	if (p->n_free)
+		return p->free[--p->n_free];
+	size_t bytes = st_mult(m->n, sizeof(float));
+	void *b = host_mem ? xmalloc(bytes) : m->be->alloc(bytes);
+	p->all = xrealloc(p->all, sizeof(void *) * (size_t)(p->n_all + 1));
+	p->all[p->n_all++] = b;
+	return b;
+}
+
+static void pool_put(struct pool *p, void *b)
+{
+	if (p->n_free == p->cap) {
+		p->cap = p->cap ? 2 * p->cap : 16;
+		p->free = xrealloc(p->free, sizeof(void *) * (size_t)p->cap);
+	}
+	p->free[p->n_free++] = b;
+}
+
+static void pool_free(struct mpi_tp *m, struct pool *p, int host_mem)
+{
+	for (int i = 0; i < p->n_all; i++) {
+		if (host_mem)
+			free(p->all[i]);
+		else
+			m->be->free(p->all[i]);
+	}
+	free(p->all);
+	free(p->free);
+}
+
+/* Return the buffers of completed sends to their pools. */
+static void reap(struct mpi_tp *m)
+{
+	int j = 0;
+	for (int i = 0; i < m->n_pend; i++) {
+		int done;
+		MPI_Test(&m->pend[i].req, &done, MPI_STATUS_IGNORE);
+		if (done)
+			pool_put(m->pend[i].staged ? &m->stage : &m->dev, m->pend[i].buf);
+		else
+			m->pend[j++] = m->pend[i];
+	}
+	m->n_pend = j;
+}
+
+static int tag_of(const struct mpi_tp *m, int kind, int mb) { return 2 * (mb % m->tag_mb) + kind; }
+
+static float *mpi_buffer(struct transport *t, int from, size_t n)
+{
+	struct mpi_tp *m = (struct mpi_tp *)t;
+	if (n > m->n)
+		die("internal error: message of %zu floats, transport sized for %zu", n, m->n);
+	reap(m);
+	return pool_get(m, &m->dev, 0);
+}
+
+static void mpi_send(struct transport *t, int from, int to, int kind, int mb, float *buf)
+{
+	struct mpi_tp *m = (struct mpi_tp *)t;
+	if (from != m->rank || to < 0 || to >= m->S)
+		die("internal error: rank %d sends as stage %d to stage %d", m->rank, from, to);
+	void *wire = buf;
+	if (!m->host) {
+		wire = pool_get(m, &m->stage, 1);
+		m->be->to_host(wire, buf, m->n * sizeof(float));
+		pool_put(&m->dev, buf);
+	}
+	if (m->n_pend == m->cap_pend) {
+		m->cap_pend = m->cap_pend ? 2 * m->cap_pend : 16;
+		m->pend = xrealloc(m->pend, sizeof(*m->pend) * (size_t)m->cap_pend);
+	}
+	struct pending *p = &m->pend[m->n_pend++];
+	p->buf = wire;
+	p->staged = !m->host;
+	MPI_Isend(wire, (int)m->n, MPI_FLOAT, to, tag_of(m, kind, mb), m->comm, &p->req);
+}
+
+static float *mpi_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
+{
+	struct mpi_tp *m = (struct mpi_tp *)t;
+	if (to != m->rank || from < 0 || from >= m->S)
+		die("internal error: rank %d receives as stage %d from stage %d", m->rank, to, from);
+	reap(m);
+	void *dev = pool_get(m, &m->dev, 0);
+	void *wire = m->host ? dev : pool_get(m, &m->stage, 1);
+	MPI_Status st;
+	double t0 = now_sec();
+	MPI_Recv(wire, (int)m->n, MPI_FLOAT, from, tag_of(m, kind, mb), m->comm, &st);
+	if (waited)
+		*waited = now_sec() - t0;
+	int got;
+	MPI_Get_count(&st, MPI_FLOAT, &got);
+	if ((size_t)got != m->n)
+		die("rank %d: %s of micro-batch %d from rank %d has %d floats, expected %zu", m->rank,
+		    kind == MSG_ACT ? "activation" : "gradient", mb, from, got, m->n);
+	if (!m->host) {
+		m->be->to_device(dev, wire, m->n * sizeof(float));
+		pool_put(&m->stage, wire);
+	}
+	return dev;
+}
+
+static void mpi_release(struct transport *t, int stage, float *buf)
+{
+	struct mpi_tp *m = (struct mpi_tp *)t;
+	pool_put(&m->dev, buf);
+}
+
+static void mpi_destroy(struct transport *t)
+{
+	struct mpi_tp *m = (struct mpi_tp *)t;
+	for (int i = 0; i < m->n_pend; i++)
+		MPI_Wait(&m->pend[i].req, MPI_STATUS_IGNORE);
+	free(m->pend);
+	pool_free(m, &m->dev, 0);
+	pool_free(m, &m->stage, 1);
+	MPI_Comm_free(&m->comm);
+	free(m);
+}
+
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats)
+{
+	if (!dist_active()) {
+		error("internal error: the mpi transport needs a running MPI (dist_init)");
+		return NULL;
+	}
+	if (msg_floats > INT_MAX) {
+		error("messages of %zu floats are too large for one MPI message", msg_floats);
+		return NULL;
+	}
+	struct mpi_tp *m = xcalloc(1, sizeof(*m));
+	m->t = (struct transport){"mpi", mpi_buffer, mpi_send, mpi_recv, mpi_release, mpi_destroy};
+	m->be = be;
+	m->S = S;
+	m->rank = rank;
+	m->host = dist_backend_is_host(be);
+	m->n = msg_floats;
+	MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+	int *ub, flag;
+	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+	m->tag_mb = flag ? MAX(1, (*ub - 1) / 2) : 16383;
+	return &m->t;
+}
+
+#endif

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# mpi_pipeline.sh - a 2-process pipeline over MPI computes exactly what the
+# same pipeline computes in threads: for 2bw and 1f1b, 20 steps of a tiny
+# model on the built-in corpus give the same metrics (step, loss, val_loss,
+# lr, grad_norm at %.9g) and byte-identical checkpoints; an MPI run resumed
+# from its step-10 checkpoint ends on the same bytes; a wrong process count
+# is rejected with a message naming the fix; man/asyncpp-distributed.7
+# renders. Both runs of a pair use the same train.out_dir (moved away
+# afterwards), so the configuration stored in the checkpoints is the same.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+if ! command -v mpirun > /dev/null 2>&1; then
+	skip mpi_pipeline "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+	exit 0
+fi
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
+TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set train.batch_size=4 --set log.every=5 --set train.threads=1)
+
+# the built-in data, prepared once
+if ! $A train -q "${TINY[@]}" --set train.out_dir=base --set train.steps=1 --set eval.every=0 \
+	2> err.txt; then
+	fail mpi_pipeline "preparing the data: $(cat err.txt)"
+	exit 0
+fi
+DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/builtin_val.shard
+      --set data.tokenizer=base/data/builtin.tok)
+
+# columns that must agree: everything but the clock and the rates
+cols() { cut -d, -f1,2,4,5,6,7 "$1"; }
+
+for kind in 2bw 1f1b; do
+	RUN=("${TINY[@]}" "${DATA[@]}" --set train.schedule=$kind --set pipeline.stages=2
+	     --set pipeline.micro_batches=2 --set train.steps=20 --set eval.every=10
+	     --set eval.batches=2 --set checkpoint.every=10)
+	rm -rf run
+	if ! $A train -q "${RUN[@]}" --set train.out_dir=run 2> err.txt; then
+		fail "mpi_${kind}_threads" "threaded run failed: $(cat err.txt)"
+		continue
+	fi
+	mv run threads_$kind
+	"${MPIRUN[@]}" $A train -q "${RUN[@]}" --set train.out_dir=run > mpi.out 2> err.txt
+	rc=$?
+	if grep -q "built without MPI" err.txt; then
+		skip mpi_pipeline "this asyncpp was built without MPI"
+		exit 0
+	fi
+	if [ $rc -ne 0 ]; then
+		fail "mpi_${kind}_runs" "mpirun exited $rc: $(head -c 600 err.txt)"
+		continue
+	fi
+	mv run mpi_$kind
+	if [ "$(wc -l < mpi_$kind/metrics.csv)" -ge 21 ] &&
+	   diff <(cols threads_$kind/metrics.csv) <(cols mpi_$kind/metrics.csv) > d.txt; then
+		pass "mpi_${kind}_metrics_equal_threads ($(grep -c . mpi_$kind/metrics.csv) rows)"
+	else
+		fail "mpi_${kind}_metrics_equal_threads" "$(head -n 6 d.txt | tr '\n' ' ')"
+	fi
+	ck=ckpt-00000020.ckpt
+	if cmp -s threads_$kind/$ck mpi_$kind/$ck && cmp -s threads_$kind/ckpt-00000010.ckpt \
+		mpi_$kind/ckpt-00000010.ckpt; then
+		pass "mpi_${kind}_checkpoints_byte_identical"
+	else
+		$A inspect --diff threads_$kind/$ck mpi_$kind/$ck > diff.txt 2>&1
+		fail "mpi_${kind}_checkpoints_byte_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
+	fi
+	if $A inspect --diff threads_$kind/$ck mpi_$kind/$ck > diff.txt 2>&1 &&
+	   grep -Eq '^([0-9]+) tensors compared, \1 identical, 0 not comparable' diff.txt; then
+		pass "mpi_${kind}_inspect_diff_all_identical"
+	else
+		fail "mpi_${kind}_inspect_diff_all_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
+	fi
+done
+
+# resume under MPI from the step-10 checkpoint: the same final bytes
+if [ -d mpi_2bw ]; then
+	rm -rf run
+	mkdir run
+	cp mpi_2bw/ckpt-00000010.ckpt run/
+	head -n 12 mpi_2bw/metrics.csv > run/metrics.csv # through step 10 and its val_loss
+	if "${MPIRUN[@]}" $A train -q --resume run > /dev/null 2> err.txt &&
+	   cmp -s run/ckpt-00000020.ckpt threads_2bw/ckpt-00000020.ckpt &&
+	   diff <(cols threads_2bw/metrics.csv) <(cols run/metrics.csv) > d.txt; then
+		pass mpi_resume_is_exact
+	else
+		fail mpi_resume_is_exact "$(head -c 400 err.txt) $(head -n 4 d.txt 2> /dev/null | tr '\n' ' ')"
+	fi
+fi
+
+# a process count that is not pipeline.stages is refused, by rank 0 only
+"${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=1f1b \
+	--set pipeline.stages=3 --set pipeline.micro_batches=3 --set train.out_dir=bad > /dev/null 2> err.txt
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c 'pipeline.stages = 3, but 2 processes were launched' err.txt)" -eq 1 ]; then
+	pass mpi_wrong_process_count_rejected
+else
+	fail mpi_wrong_process_count_rejected "exit $rc: $(head -c 300 err.txt)"
+fi
+"${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=bad > /dev/null 2> err.txt
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'train.schedule = none trains on one process' err.txt; then
+	pass mpi_schedule_none_rejected
+else
+	fail mpi_schedule_none_rejected "exit $rc: $(head -c 300 err.txt)"
+fi
+# without a launcher, the mpi transport says how to start the processes
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw --set pipeline.stages=2 \
+	--set pipeline.micro_batches=2 --set pipeline.transport=mpi --set train.out_dir=bad \
+	> /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "mpirun -np 2" err.txt; then
+	pass mpi_transport_without_launcher_rejected
+else
+	fail mpi_transport_without_launcher_rejected "exit $rc: $(head -c 300 err.txt)"
+fi
+# a malformed rank variable is named
+RANK=2 WORLD_SIZE=2 $A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=bad > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "RANK/WORLD_SIZE says rank 2 of 2" err.txt; then
+	pass mpi_bad_rank_environment_rejected
+else
+	fail mpi_bad_rank_environment_rejected "exit $rc: $(head -c 300 err.txt)"
+fi
+
+# the launch documentation renders without warnings
+page=$ROOT/man/asyncpp-distributed.7
+if ! command -v groff > /dev/null 2>&1; then
+	skip mpi_man_page_renders "groff is not installed"
+elif [ -f "$page" ] && out=$(groff -man -ww -z "$page" 2>&1) && [ -z "$out" ]; then
+	pass mpi_man_page_renders
+else
+	fail mpi_man_page_renders "${out:-missing $page}"
+fi
