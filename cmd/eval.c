@@ -34,6 +34,8 @@ int cmd_eval(int argc, char **argv)
 	int B = (int)batch_size;
 	if (B < 0)
 		opts_usage_error(usage, options, "--batch-size must be positive");
+	if (batches < 0)
+		opts_usage_error(usage, options, "--batches must be positive");
 	if (loaded_model_open(&lm, argv[0], device, B ? B : 1))
 		return EXIT_FAIL;
 	if (!B && lm.cfg.train_batch_size != 1) {
@@ -88,7 +90,7 @@ int cmd_eval(int argc, char **argv)
 	printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
 	printf("data        %s (%zu tokens)\n", data, dl.n);
 	printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,
-	       n * (long)bt > (long)dl.n ? " (the data repeats)" : "");
+	       (size_t)(n * B) > dl.n_windows ? " (the data repeats)" : "");
 	printf("loss        %.4f\n", mean);
 	printf("perplexity  %.3f\n", exp(mean));
 	printf("tokens/s    %.0f\n", dt > 0 ? (double)n * (double)bt / dt : 0.0);

@@ -91,15 +91,16 @@ int cmd_import_llmc(int argc, char **argv)
 			 cfg.train_seed, argv[0]);
 		rc = ckpt_create(&w, out, text, meta);
 		free(text);
+		int created = !rc;
 		for (int i = 0; i < m.n_params && !rc; i++) {
 			const struct param_info *p = &m.params[i];
 			char name[128];
 			snprintf(name, sizeof(name), "weights.v0/%s", p->name);
 			rc = ckpt_add(w, name, params + p->offset, p->numel, p->rows, p->cols);
 		}
-		if (rc)
+		if (rc && created)
 			ckpt_abort(w);
-		else
+		else if (!rc)
 			rc = ckpt_commit(w);
 	}
 	if (!rc)

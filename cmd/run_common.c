@@ -66,7 +66,8 @@ int list_checkpoints(const char *dir, char ***paths)
 		n++;
 	}
 	closedir(d);
-	qsort(*paths, (size_t)n, sizeof(char *), cmp_str);
+	if (n > 1)
+		qsort(*paths, (size_t)n, sizeof(char *), cmp_str);
 	return n;
 }
 

@@ -83,7 +83,7 @@ int cmd_sample(int argc, char **argv)
 		OPT_INT('n', "max-tokens", &max_tokens, "N", "tokens to generate (default 200)"),
 		OPT_DOUBLE('t', "temperature", &temperature, "T", "softmax temperature; 0 is greedy (default 0.8)"),
 		OPT_INT('k', "top-k", &top_k, "K", "sample among the K most likely tokens; 0 = all (default 0)"),
-		OPT_DOUBLE(0, "top-p", &top_p, "P", "nucleus: the smallest set with probability >= P (default 0.95)"),
+		OPT_DOUBLE(0, "top-p", &top_p, "P", "nucleus: the smallest set with probability >= P; 0 or 1 turns it off (default 0.95)"),
 		OPT_INT(0, "seed", &seed, "S", "random seed (default 1)"),
 		OPT_STRING(0, "tokenizer", &tok_path, "FILE", "tokenizer (default: the run's data.tokenizer)"),
 		OPT_STRING(0, "device", &device, "DEV", "cpu or cuda (default: the run's train.device)"),

@@ -32,7 +32,7 @@ static const char *const usage[] = {
 	NULL,
 };
 
-static volatile sig_atomic_t stop_signal;
+static volatile int stop_signal; /* the signal that asked to stop */
 
 static void on_signal(int sig) { stop_signal = sig; }
 
@@ -135,7 +135,7 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 {
 	struct metrics_row row = {
 		.step = step,
-		.tokens = (double)step * r->tr.M * r->tr.B * r->tr.T,
+		.tokens = (double)step * r->tr.mb_per_step * r->tr.B * r->tr.T,
 		.wall_s = wall,
 		.loss = st->loss, .has_loss = 1,
 		.lr = st->lr, .has_lr = 1,
@@ -169,7 +169,7 @@ static int train_loop(struct run *r)
 		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s), schedule %s, "
 			"optimizer %s, %ld steps of %d x %d x %d tokens\n",
 			cfg->model_arch, r->m.numel, tr->S, cfg->train_schedule, cfg->optim_name,
-			total, tr->M, tr->B, tr->T);
+			total, tr->mb_per_step, tr->B, tr->T);
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
 		long next = MIN(total, (tr->step / log_every + 1) * log_every);
@@ -181,14 +181,18 @@ static int train_loop(struct run *r)
 		long first = tr->step;
 		if (trainer_run(tr, n, stats)) {
 			long bad = tr->step + 1;
+			/* keep the finite steps before the failure in the metrics */
+			for (long i = 0; i < bad - 1 - first; i++)
+				log_step(r, first + i + 1, &stats[i], 0, 0, 0, now_sec() - t_start, 0);
 			free(stats);
 			return error("loss is %s at step %ld; stopping (try a lower optim.lr or "
 				     "train.grad_clip > 0)", isnan(tr->last.loss) ? "NaN" : "infinite",
 				     bad);
 		}
+		n = (int)(tr->step - first); /* fewer when a signal stopped the run */
 		double now = now_sec();
 		double dt = now - t_last;
-		double tokens = (double)(tr->step - step_last) * tr->M * tr->B * tr->T;
+		double tokens = (double)(tr->step - step_last) * tr->mb_per_step * tr->B * tr->T;
 		double tps = dt > 0 ? tokens / dt : 0;
 		double mfu = r->peak > 0 ? tps * r->flops_per_token / r->peak : 0;
 		double busy = 0, idle = 0;
@@ -207,7 +211,7 @@ static int train_loop(struct run *r)
 		    (tr->step % cfg->eval_every == 0 || tr->step == total)) {
 			val = pipeline_eval(tr, &r->val, (int)cfg->eval_batches);
 			struct metrics_row row = {.step = tr->step, .wall_s = now_sec() - t_start,
-						  .tokens = (double)tr->step * tr->M * tr->B * tr->T,
+						  .tokens = (double)tr->step * tr->mb_per_step * tr->B * tr->T,
 						  .val_loss = val, .has_val_loss = 1};
 			metrics_write(&r->metrics, &row);
 		}
@@ -298,6 +302,13 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	if (!dist_is_root()) /* only rank 0 prints, writes metrics and checkpoints */
 		r.quiet = quiet = 1;
+	if (cfg->log_every < 1 || cfg->checkpoint_keep < 1 || cfg->eval_batches < 1 ||
+	    cfg->train_steps < 0) {
+		error("log.every, checkpoint.keep and eval.batches must be at least 1 and "
+		      "train.steps at least 0 (got %ld, %ld, %ld, %ld)", cfg->log_every,
+		      cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
+		return EXIT_FAIL;
+	}
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
 	char **old;
@@ -311,6 +322,10 @@ int cmd_train(int argc, char **argv)
 	for (int i = 0; i < n_old; i++) {
 		if (!resume && dist_is_root())
 			unlink(old[i]);
+		else if (resume && i == n_old - 1 && strcmp(old[i], ck_path) > 0)
+			warning("'%s' is newer than the checkpoint resumed; this run overwrites it "
+				"when it reaches that step, and --resume %s would pick it until then",
+				old[i], cfg->train_out_dir);
 		free(old[i]);
 	}
 	free(old);
@@ -347,6 +362,7 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
+	r.tr.stop = &stop_signal;
 	struct sigaction sa = {0};
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);

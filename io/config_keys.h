@@ -57,7 +57,7 @@
 	X(eval, every, INT, "100", "validation every N steps; 0 disables")                             \
 	X(eval, batches, INT, "8", "validation micro-batches per evaluation")                          \
 	X(log, every, INT, "10", "log every N steps")                                                  \
-	X(log, metrics, STR, "", "metrics file; empty means OUT_DIR/metrics.csv")                      \
+	X(log, metrics, STR, "", "metrics file; empty means OUT_DIR/metrics.csv (or metrics.jsonl with log.format = jsonl)")                      \
 	X(log, format, CHOICE("csv|jsonl"), "csv", "metrics file format")                              \
 	X(checkpoint, every, INT, "0", "checkpoint every N steps; 0 only at the end")                  \
 	X(checkpoint, keep, INT, "3", "checkpoints to keep")

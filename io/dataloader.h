@@ -1,7 +1,9 @@
 /* dataloader.h - micro-batches of (input, target) windows from token shards.
  *
  * The shards' tokens are concatenated (in sorted file order) and cut into
- * non-overlapping windows of T+1 tokens. Sequence q of the run (q counts
+ * windows of T+1 tokens starting every T tokens (window w is tokens
+ * [w*T, w*T+T]: its inputs are the first T, its targets the last T, and
+ * its last token is the next window's first). Sequence q of the run (q counts
  * sequences from the start of training: micro-batch index * B + b) reads
  * window perm_e[q mod W] where W is the number of windows, e = q / W the
  * epoch, and perm_e a permutation drawn from (seed, e). So every batch is a

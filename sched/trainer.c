@@ -43,6 +43,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	tr->data = data;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
+	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? 1 : tr->M;
 	if (tr->S < 1 || tr->S > m->cfg.L)
 		return error("pipeline.stages = %d: must be between 1 and model.n_layer (%d)",
 			     tr->S, m->cfg.L);
@@ -214,12 +215,18 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->last = st;
 		if (stats)
 			stats[i] = st;
+		if (tr->stop && *tr->stop)
+			break;
 	}
 	return 0;
 }
 
 double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
 {
+	/* never average the same windows twice */
+	long available = (long)(data->n_windows / (size_t)tr->B);
+	if (batches > available)
+		batches = (int)MAX(available, 1);
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++) {
 		load_batch(tr, data, i);

@@ -37,6 +37,8 @@ struct trainer {
 	const struct model *m;
 	const struct backend *be;
 	int S, M, B, T;
+	int mb_per_step;           /* micro-batches per optimizer step: M, or 1 for
+				    * pipedream, whose every micro-batch is a step */
 	int kind;                  /* enum sched_kind, or -1 for none */
 	struct stage_worker *w;    /* [S] */
 	long step;                 /* optimizer steps done */
@@ -47,6 +49,9 @@ struct trainer {
 	float *tied_part;          /* [Vp*C] exchange buffer for tied weights (S > 1) */
 	/* statistics of the last step */
 	struct step_stats last;
+	/* when non-NULL and set, trainer_run stops after the current step
+	 * (one worker) or segment (pipelines); the caller sees it in step */
+	const volatile int *stop;
 };
 
 /* Build S workers from the global host arena `params` (m->numel floats).
@@ -58,9 +63,10 @@ void trainer_free(struct trainer *tr);
 /* Delay of stage s under cfg (the rule above). */
 int trainer_stage_delay(const struct config *cfg, int s, int S);
 
-/* Run n optimizer steps; stats[i] receives step i's statistics (may be
- * NULL). Returns 0, or -1 if a step's loss was not finite (then tr->step is
- * the step that failed and the weights are those before it). */
+/* Run up to n optimizer steps; stats[i] receives step i's statistics (may
+ * be NULL). tr->step tells how many were done (fewer than n when tr->stop
+ * was set). Returns 0, or -1 if a step's loss was not finite (then tr->step
+ * is the number of steps before the one that failed). */
 int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
 
 /* Mean loss of the newest weights over `batches` micro-batches of `data`

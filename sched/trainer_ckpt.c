@@ -31,7 +31,7 @@ int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 "step = %ld\nversions = %d\nseed = %ld\nstages = %d\nmicro_batches = %d\n"
 		 "data_position = %ld\nrng_state = %llu\n%s",
 		 tr->step, nv, tr->cfg->train_seed, tr->S, tr->M,
-		 tr->step * (long)tr->M,
+		 tr->step * (long)tr->mb_per_step,
 		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
 		 extra_meta ? extra_meta : "");
 	struct ckpt_writer *w;

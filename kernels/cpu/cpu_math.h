@@ -35,7 +35,9 @@ static inline float cpu_expf(float xin)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	float y = p * (r * r) + r + 1.0f;
-	int32_t e = (ti - 0x4B400000 + 127) << 23;
+	/* unsigned: for a NaN input ti is garbage and the shift must not be
+	 * undefined behaviour (y is NaN then, whatever s is) */
+	uint32_t e = (uint32_t)(ti - 0x4B400000 + 127) << 23;
 	float s;
 	memcpy(&s, &e, sizeof(s));
 	return xin < lo ? 0.0f : y * s;
