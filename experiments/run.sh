@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# experiments/run.sh - reproduce the paper's findings at small scale.
+#
+#   experiments/run.sh            run every missing cell of the grid, then
+#                                 write results.csv, the plots and README.md
+#   experiments/run.sh report     only rebuild results.csv, plots and README.md
+#                                 from the runs finished so far
+#   experiments/run.sh status     how many runs are finished, running, missing
+#
+# What it does, from nothing:
+#   1. builds ./asyncpp if it is missing;
+#   2. writes the King James Bible from Debian's bible-kjv (one document per
+#      chapter, verse references stripped) to work/data/kjv.txt, trains
+#      asyncpp's byte-level BPE (4096 tokens) on it and encodes it into a
+#      train shard and a held-out val shard (5% of the chapters);
+#   3. trains the grid (below), JOBS runs at a time, each in
+#      work/runs/NAME with its effective configuration (config.ini), its
+#      metrics (metrics.csv), its log and its time; a finished run has a
+#      'done' file and is never run again, so the script resumes where it
+#      stopped (a run cut off half-way starts over);
+#   4. runs experiments/report.py, which writes results.csv (one row per
+#      finished run), the SVG plots in plots/ (with asyncpp plot) and the
+#      report README.md.
+#
+# The grid (the same learning rates for every arm of an optimizer):
+#   A  adamw, muon  x  sync / async (train.delay=1) / async+EF  x  3 lrs
+#   B  2 more seeds' worth: the best lr of each of those 6 arms at seed 2;
+#      momentum: adamw beta1 and muon momentum in {0.9, 0.95, 0.98}, sync and
+#      async, at the optimizer's best sync lr;
+#      constant against variable delay, 8 layers: sync, delay 1 (2BW) and
+#      per-stage delay S-1-s (original PipeDream) for S = 2, 4, 8
+#   C  lion, sgd  x  sync / async / async+EF  x  3 lrs
+#   D  the equivalence check: a real 2bw pipeline (4 stages, 4 micro-batches)
+#      against train.delay=1 on one worker with the same micro-batching
+# Every run trains on the same number of tokens (STEPS x 16 x 128).
+#
+# Environment: ASYNCPP (binary, default ./asyncpp), JOBS (parallel runs,
+# default 2 on the CPU), STEPS (default 300), DEVICE (cpu, cuda or auto:
+# cuda when asyncpp is built with CUDA and nvidia-smi sees a GPU), WORK
+# (default experiments/work).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+EXP=$ROOT/experiments
+WORK=${WORK:-$EXP/work}
+ASYNCPP=${ASYNCPP:-$ROOT/asyncpp}
+STEPS=${STEPS:-300}
+DEVICE=${DEVICE:-auto}
+MODE=${1:-run}
+case "$ASYNCPP" in /*) ;; *) ASYNCPP=$ROOT/$ASYNCPP ;; esac
+export ASYNCPP WORK STEPS
+
+log() { echo "run.sh: $*" >&2; }
+die() { echo "run.sh: $*" >&2; exit 1; }
+
+report() {
+	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" --asyncpp "$ASYNCPP" all ||
+		log "report.py failed"
+}
+
+if [ "$MODE" = report ]; then
+	report
+	exit 0
+fi
+if [ "$MODE" = status ]; then
+	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status
+	exit 0
+fi
+[ "$MODE" = run ] || die "unknown mode '$MODE' (run, report or status)"
+
+# ---- 1. the binary -------------------------------------------------------
+if [ ! -x "$ASYNCPP" ]; then
+	log "building $ASYNCPP"
+	make -C "$ROOT" -j2 > "$WORK.build.log" 2>&1 || die "make failed (see $WORK.build.log)"
+fi
+
+# The GPU is used when one is there: asyncpp --version names the cuda
+# backend when it was built with it, and nvidia-smi sees the device. One run
+# at a time then owns it; on the CPU each run takes one core.
+if [ "$DEVICE" = auto ]; then
+	DEVICE=cpu
+	if "$ASYNCPP" --version | grep -q '^backends:.*cuda' &&
+	   command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+		DEVICE=cuda
+	fi
+fi
+if [ "$DEVICE" = cuda ]; then JOBS=${JOBS:-1}; else JOBS=${JOBS:-2}; fi
+log "device $DEVICE, $JOBS runs at a time, $STEPS steps per run"
+
+# ---- 2. the data ---------------------------------------------------------
+DATA=$WORK/data
+mkdir -p "$DATA" "$WORK/runs"
+if [ ! -s "$DATA/kjv_val.shard" ]; then
+	if ! command -v bible > /dev/null; then
+		log "installing bible-kjv (apt-get)"
+		apt-get install -y bible-kjv bible-kjv-text > /dev/null ||
+			die "cannot install bible-kjv; as root: apt-get install bible-kjv bible-kjv-text"
+	fi
+	# "Ge1:1 In the beginning ..." -> the verse text; a blank line between chapters
+	bible -f 'Gen1:1-Rev22:21' | awk '{
+		ref = $1; sub(/:[0-9]+$/, "", ref)
+		if (NR > 1 && ref != prev) print ""
+		prev = ref; $1 = ""; sub(/^ /, ""); print
+	}' > "$DATA/kjv.txt.tmp" && mv "$DATA/kjv.txt.tmp" "$DATA/kjv.txt" || die "bible failed"
+	"$ASYNCPP" tokenize train -q --vocab 4096 -o "$DATA/kjv.tok" "$DATA/kjv.txt" ||
+		die "tokenize train failed"
+	"$ASYNCPP" tokenize encode -q -t "$DATA/kjv.tok" -o "$DATA/kjv" --val-fraction 0.05 \
+		--seed 1 --docs blank-line "$DATA/kjv.txt" || die "tokenize encode failed"
+fi
+
+# ---- 3. the grid ---------------------------------------------------------
+COMMON=(
+	--set data.train="$DATA/kjv_train.shard" --set data.val="$DATA/kjv_val.shard"
+	--set data.tokenizer="$DATA/kjv.tok"
+	--set model.arch=llama --set model.n_layer=4 --set model.d_model=128
+	--set model.n_head=4 --set model.seq_len=128
+	--set train.batch_size=16 --set train.steps="$STEPS" --set train.seed=1
+	--set train.device="$DEVICE" --set train.threads=1
+	--set optim.warmup=20 --set optim.decay=cosine --set optim.min_lr_ratio=0.1
+	--set log.every=1 --set eval.every=50 --set eval.batches=12
+	--set checkpoint.every=0 --set checkpoint.keep=1
+)
+
+# run_one NAME KEY=VALUE...: one training run in work/runs/NAME
+run_one() {
+	local name=$1; shift
+	local dir=$WORK/runs/$name sets=() kv
+	for kv in "$@"; do sets+=(--set "$kv"); done
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	"$ASYNCPP" train --print-config "${COMMON[@]}" "${sets[@]}" \
+		--set train.out_dir="$dir" > "$dir/config.ini" 2> "$dir/log.txt" || {
+		log "bad configuration for $name: $(head -c 300 "$dir/log.txt")"; return 1; }
+	local t0 t1 rc status
+	t0=$(date +%s.%N)
+	/usr/bin/time -f '%U %S' -o "$dir/cpu.txt" \
+		"$ASYNCPP" train -q --overwrite "${COMMON[@]}" "${sets[@]}" \
+		--set train.out_dir="$dir" > "$dir/log.txt" 2>&1
+	rc=$?
+	t1=$(date +%s.%N)
+	status=ok
+	if [ $rc -ne 0 ]; then
+		if grep -Eq 'loss is (NaN|infinite)' "$dir/log.txt"; then
+			status=diverged # a result too: the run blew up at this lr
+		else
+			log "$name failed (exit $rc): $(tail -n 2 "$dir/log.txt" | tr '\n' ' ')"
+			return 1
+		fi
+	fi
+	rm -f "$dir"/ckpt-*.ckpt # only the metrics are needed; ~15 MB each
+	printf 'status=%s\nwall_s=%s\ncpu_s=%s\n' "$status" \
+		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
+		"$(awk '{ s = $1 + $2 } END { printf "%.1f", s }' "$dir/cpu.txt")" > "$dir/done.tmp"
+	mv "$dir/done.tmp" "$dir/done"
+	log "$name $status ($(sed -n 's/^wall_s=//p' "$dir/done") s)"
+}
+
+running=0
+# launch NAME KEY=VALUE...: run in the background unless finished; at most JOBS at once
+launch() {
+	[ -f "$WORK/runs/$1/done" ] && return 0
+	run_one "$@" < /dev/null &
+	running=$((running + 1))
+	if [ $running -ge "$JOBS" ]; then
+		wait -n
+		running=$((running - 1))
+	fi
+}
+drain() { wait; running=0; }
+
+# The plan lives in report.py (one place for the grid, the results and the
+# report): 'report.py plan PHASE' prints NAME KEY=VALUE... per run.
+phase() {
+	local line plan=()
+	mapfile -t plan < <(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" plan "$1")
+	for line in "${plan[@]}"; do
+		# shellcheck disable=SC2086
+		launch $line
+	done
+	drain
+	report
+}
+
+phase A # adamw, muon: sync / async / async+EF x 3 lrs
+phase B # seeds, momentum, constant against variable delay (from A's best lrs)
+phase C # lion, sgd: sync / async / async+EF x 3 lrs
+phase D # a real 2bw pipeline against train.delay=1
+log "done: $(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status | tail -n 1)"
