@@ -21,6 +21,8 @@
 static struct {
 	int rank, world, local_rank;
 	int active;         /* MPI initialised by dist_init with world > 1 */
+	void (*at_end[4])(void);
+	int n_at_end;
 #ifdef ASYNCPP_MPI
 	MPI_Comm ctl;
 #endif
@@ -155,8 +157,17 @@ int dist_init(const struct config *cfg)
 #endif
 }
 
+void dist_at_finalize(void (*fn)(void))
+{
+	if (g.n_at_end == (int)ARRAY_SIZE(g.at_end))
+		die("internal error: too many dist_at_finalize functions");
+	g.at_end[g.n_at_end++] = fn;
+}
+
 void dist_finalize(void)
 {
+	while (g.n_at_end)
+		g.at_end[--g.n_at_end]();
 #ifdef ASYNCPP_MPI
 	if (!g.active)
 		return;

@@ -44,8 +44,10 @@ int dist_env_read(struct dist_env *e);
  * it and start MPI when the world is > 1. Returns 0 or -1 after error()
  * (only rank 0 prints the configuration errors every rank finds). */
 int dist_init(const struct config *cfg);
-/* Shut MPI down if dist_init started it (call once, at the end). */
+/* Shut MPI down if dist_init started it (call once, at the end), after
+ * calling the functions registered with dist_at_finalize, newest first. */
 void dist_finalize(void);
+void dist_at_finalize(void (*fn)(void));
 
 int dist_rank(void);      /* 0 when not distributed */
 int dist_world(void);     /* 1 when not distributed */

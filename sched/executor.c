@@ -250,26 +250,50 @@ static void *stage_main(void *arg)
 /* Tags of the control channel (dist_send/dist_recv) between segments. */
 enum { TAG_STATS = 1, TAG_STATE = 2 };
 
+/* The process's MPI side: one trainer, its transport and board, kept from
+ * segment to segment (creating them is collective and costs a round trip)
+ * until dist_finalize. */
 static struct {
 	const struct trainer *tr; /* the trainer attached, NULL before */
-	int *n_tensors;           /* [S] each stage's sums of squares */
+	struct transport *tp;
+	struct board *board;
 } mp;
 
-/* First use of tr under MPI: remember what every stage posts, then free the
- * other stages' workers (rank 0 keeps them: checkpoints gather into them). */
+static void mpi_detach(void)
+{
+	if (mp.board)
+		mp.board->destroy(mp.board);
+	if (mp.tp)
+		mp.tp->destroy(mp.tp);
+	memset(&mp, 0, sizeof(mp));
+}
+
+/* First use of tr under MPI (every rank reaches it at the same call): set
+ * up the transport and the board, then free the other stages' workers
+ * (rank 0 keeps them: checkpoints gather into them). */
 static void mpi_attach(struct trainer *tr)
 {
 	if (mp.tr == tr)
 		return;
-	if (tr->S != dist_world())
-		die("internal error: %d stages on %d processes", tr->S, dist_world());
-	free(mp.n_tensors);
-	mp.n_tensors = xcalloc((size_t)tr->S, sizeof(int));
-	for (int s = 0; s < tr->S; s++)
-		mp.n_tensors[s] = tr->w[s].opt.n;
+	if (mp.tr)
+		die("internal error: a second trainer in one MPI process");
+	int S = tr->S, r = dist_rank();
+	if (S != dist_world())
+		die("internal error: %d stages on %d processes", S, dist_world());
+	int *n_tensors = xcalloc((size_t)S, sizeof(int));
+	for (int s = 0; s < S; s++)
+		n_tensors[s] = tr->w[s].opt.n;
+	size_t act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
+	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
+	mp.tp = transport_mpi(tr->be, S, r, act_n);
+	mp.board = mp.tp ? board_mpi(tr->be, S, r, n_tensors, tied_n) : NULL;
+	free(n_tensors);
+	if (!mp.tp || !mp.board)
+		die("cannot set up the pipeline between processes");
+	dist_at_finalize(mpi_detach);
 	if (!dist_is_root())
-		for (int s = 0; s < tr->S; s++)
-			if (s != dist_rank())
+		for (int s = 0; s < S; s++)
+			if (s != r)
 				worker_free(&tr->w[s]);
 	mp.tr = tr;
 }
@@ -319,10 +343,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	if (mpi) {
-		p.tp = transport_mpi(tr->be, tr->S, lo, p.act_n);
-		p.board = p.tp ? board_mpi(tr->be, tr->S, lo, mp.n_tensors, p.tied_n) : NULL;
-		if (!p.tp || !p.board)
-			die("cannot set up the pipeline between processes");
+		p.tp = mp.tp;
+		p.board = mp.board;
 	} else {
 		int *nt = xcalloc((size_t)tr->S, sizeof(int));
 		for (int s = 0; s < tr->S; s++)
@@ -380,8 +402,10 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	free(p.losses);
 	free(p.norm);
 	free(p.lr);
-	p.board->destroy(p.board);
-	p.tp->destroy(p.tp);
+	if (!mpi) {
+		p.board->destroy(p.board);
+		p.tp->destroy(p.tp);
+	}
 	sched_free(p.sc);
 	return rc;
 }
@@ -398,9 +422,7 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 	struct stage_worker *w = &tr->w[s];
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_n = bt * (size_t)tr->m->cfg.C;
-	struct transport *tp = transport_mpi(be, S, s, act_n);
-	if (!tp)
-		die("cannot set up the evaluation between processes");
+	struct transport *tp = mp.tp;
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
 	double sum = 0.0;
@@ -424,7 +446,6 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
 		sum += loss;
 	}
-	tp->destroy(tp);
 	be->free(dev_in);
 	be->free(dev_tg);
 	free(host_in);

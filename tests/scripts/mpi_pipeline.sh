@@ -13,7 +13,8 @@ if ! command -v mpirun > /dev/null 2>&1; then
 	skip mpi_pipeline "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
 	exit 0
 fi
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
+# yield when idle: the ranks share two busy cores with the rest of the suite
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
 TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
       --set train.batch_size=4 --set log.every=5 --set train.threads=1)
 
