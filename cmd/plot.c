@@ -321,7 +321,7 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 	for (int i = 0; i < nruns; i++)
 		longest = MAX(longest, strlen(runs[i].label));
 	double left = 78, top = 44, pw = 560, ph = 340, bottom = 56;
-	double legw = 40 + 7.0 * (double)MIN(longest, 60), legh = 20.0 * nruns;
+	double legw = 48 + 7.5 * (double)MIN(longest, 60), legh = 20.0 * nruns;
 	double w = left + pw + 24 + legw + 16;
 	double h = top + MAX(ph, legh) + bottom;
 	double x0 = left, x1 = left + pw, y0 = top + ph, y1 = top;
