@@ -95,7 +95,15 @@ $(BUILD)/gen/corpus.c: $(CORPUS) tools/embed_corpus.sh
 $(BUILD)/gen/corpus.o: $(BUILD)/gen/corpus.c
 	$(CC) $(ALL_CFLAGS) -O0 -c -o $@ $<
 
-$(BUILD)/%.o: %.c
+# Objects depend on the flags they were built with: switching CUDA=, MPI=
+# or OPT= rebuilds them instead of linking stale ones.
+$(BUILD)/.flags: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' > $@
+FORCE:
+.PHONY: FORCE
+
+$(BUILD)/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
@@ -144,11 +152,13 @@ bench: all
 test-cuda: all
 	bash tests/run --cuda
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
-	install -m 755 asyncpp $(DESTDIR)$(PREFIX)/bin/asyncpp
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/asyncpp
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
 clean:
 	rm -rf build build-asan asyncpp

@@ -39,6 +39,11 @@ static void print_version(void)
 {
 	printf("asyncpp %s\n", ASYNCPP_VERSION);
 	printf("backends: cpu (OpenBLAS)%s\n", backend_cuda() ? ", cuda (cuBLAS, NCCL)" : "");
+#ifdef ASYNCPP_MPI
+	printf("transports: local (threads), mpi (processes)\n");
+#else
+	printf("transports: local (threads)\n");
+#endif
 	printf("built with: zstd, inih, OpenBLAS%s\n",
 	       backend_cuda() ? ", CUDA runtime (static)" : "");
 }

@@ -23,7 +23,7 @@ else
 	fail "installed binary runs" "$p/bin/asyncpp: $(head -c 200 version.txt 2>/dev/null)"
 fi
 
-for src in "$ROOT"/man/*.[15]; do
+for src in "$ROOT"/man/*.[157]; do
 	name=$(basename "$src")
 	dst=$p/share/man/man${name##*.}/$name
 	if cmp -s "$src" "$dst"; then pass "installed $name"; else fail "installed $name" "$dst missing or different"; fi
