@@ -6,6 +6,7 @@
 #   experiments/run.sh report     only rebuild results.csv, plots and README.md
 #                                 from the runs finished so far
 #   experiments/run.sh status     how many runs are finished, running, missing
+#   experiments/run.sh phase X    only phase X (A, B, C or D) of the grid
 #
 # What it does, from nothing:
 #   1. builds ./asyncpp if it is missing;
@@ -66,7 +67,13 @@ if [ "$MODE" = status ]; then
 	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status
 	exit 0
 fi
-[ "$MODE" = run ] || die "unknown mode '$MODE' (run, report or status)"
+ONLY=
+if [ "$MODE" = phase ]; then
+	ONLY=${2:-}
+	case "$ONLY" in A|B|C|D) ;; *) die "phase needs A, B, C or D" ;; esac
+elif [ "$MODE" != run ]; then
+	die "unknown mode '$MODE' (run, report, status or phase X)"
+fi
 
 # ---- 1. the binary -------------------------------------------------------
 if [ ! -x "$ASYNCPP" ]; then
@@ -172,6 +179,7 @@ drain() { wait; running=0; }
 # report): 'report.py plan PHASE' prints NAME KEY=VALUE... per run.
 phase() {
 	local line plan=()
+	[ -n "$ONLY" ] && [ "$ONLY" != "$1" ] && return 0
 	mapfile -t plan < <(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" plan "$1")
 	for line in "${plan[@]}"; do
 		# shellcheck disable=SC2086
