@@ -128,20 +128,23 @@ DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd libinih-dev libopenbl
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)
 
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	$(MAKE) test-bins
+	$(MAKE) -j$(JOBS) test-bins
 	bash tests/run
 
 check: test
 
 asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/asyncpp CUDA=0 \
+	$(MAKE) -j$(JOBS) BUILD=build-asan BIN=build-asan/asyncpp CUDA=0 \
 		OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined" \
 		EXTRA_LDLIBS="-fsanitize=address,undefined" test-bins
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		ASYNCPP=build-asan/asyncpp BUILD=build-asan bash tests/run
 
-demo: deps all
+demo: deps
+	$(MAKE) -j$(JOBS) all
 	bash tests/demo.sh
 
 bench: all
