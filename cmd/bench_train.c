@@ -1,4 +1,476 @@
-/* bench_train.c - placeholder until its issue lands. */
+/* bench_train.c - `asyncpp bench train`: time training steps of the real
+ * trainer (sched/trainer.h) on a model built from the configuration, with
+ * synthetic random tokens so no data is needed.
+ *
+ * Two reports:
+ *  - thread rows (--threads LIST): for each CPU thread count, warm-up steps
+ *    then timed steps; tokens/s, ms/step, achieved GFLOP/s and MFU (FLOPs
+ *    per token from model_flops_per_token, peak from device_peak_flops),
+ *    then the peak memory of the process (getrusage ru_maxrss) beside the
+ *    bytes the run needs: weights (every version), gradients, optimizer
+ *    state and scratch, activations (slots and scratch), exchange buffers
+ *    and the synthetic tokens.
+ *  - --sweep pipeline: 1f1b against 2bw for S = 2 and 4 and M = S, 2S, 4S.
+ *    Each configuration runs a warm-up segment, then a segment of N steps
+ *    and one of 2N steps on the same trainer; the difference of the two
+ *    (wall time, each stage's busy and idle seconds) is N steps of steady
+ *    state, free of the fill and drain that every segment pays once. The
+ *    measured bubble is a stage's idle / (busy + idle) over that window,
+ *    averaged over stages, beside (S-1)/(M+S-1); for 2bw the idle share of
+ *    step time is also shown per stage (the target is under 5%).
+ *
+ * Timings are not asserted by any test (HACKING.md); bench/NOTES.md keeps
+ * measured figures with their commands.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../io/config.h"
+#include "../io/dataloader.h"
+#include "../io/util.h"
+#include "../model/model.h"
+#include "../sched/schedule.h"
+#include "../sched/trainer.h"
 #include "bench.h"
 #include "cmd.h"
-int bench_train(int argc, char **argv) { (void)argc; (void)argv; return cmd_not_implemented("bench train"); }
+#include "opts.h"
+#include "run_common.h"
+
+static const char *const usage[] = {
+	"asyncpp bench train [-c FILE] [--set SECTION.KEY=VALUE]... [--steps N] [--warmup N] "
+	"[--threads LIST] [--sweep pipeline]",
+	NULL,
+};
+
+#define DEFAULT_VOCAB 50257 /* GPT-2's, when model.vocab_size is 0 */
+#define MAX_THREAD_ROWS 16
+
+struct bench_ctx {
+	struct config *cfg;
+	const struct backend *be;
+	struct model m;
+	uint32_t *tokens;
+	size_t n_tokens;
+	int ncores;
+};
+
+static double peak_rss_mb(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru))
+		return 0;
+	return ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+/* "1,2,0" -> counts (0 = all cores); returns how many, -1 on a bad list. */
+static int parse_threads(const char *s, int *out, int max)
+{
+	int n = 0;
+	while (*s) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (end == s || v < 0 || v > 4096 || n == max)
+			return -1;
+		out[n++] = (int)v;
+		if (*end == ',')
+			end++;
+		else if (*end)
+			return -1;
+		s = end;
+	}
+	return n;
+}
+
+static int set_key(struct config *cfg, const char *section, const char *key, long v)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%ld", v);
+	return config_set_key(cfg, section, key, buf, "bench");
+}
+
+/* Uniform random tokens: enough windows for a few steps; the data loader
+ * cycles through them (timing does not depend on the values). */
+static void make_tokens(struct bench_ctx *b, int B, int T, int M)
+{
+	size_t windows = (size_t)MAX(64, 4 * B * M);
+	uint64_t st = rng_mix((uint64_t)b->cfg->train_seed, 0xbe7c4);
+	b->n_tokens = st_mult(windows, (size_t)T + 1);
+	b->tokens = xmalloc(st_mult(b->n_tokens, sizeof(uint32_t)));
+	for (size_t i = 0; i < b->n_tokens; i++)
+		b->tokens[i] = (uint32_t)(rng_next(&st) % (uint64_t)b->m.cfg.V);
+}
+
+/* A trainer over the bench's model and tokens, under cfg. */
+static int make_trainer(struct bench_ctx *b, struct trainer *tr, struct dataloader *dl)
+{
+	const struct config *cfg = b->cfg;
+	if (dataloader_from_tokens(dl, b->tokens, b->n_tokens, (uint32_t)b->m.cfg.V,
+				   (int)cfg->train_batch_size, (int)cfg->model_seq_len,
+				   (uint64_t)cfg->train_seed, 1))
+		return -1;
+	float *params = xmalloc(st_mult(b->m.numel, sizeof(float)));
+	model_init_weights(&b->m, params, (uint64_t)cfg->train_seed);
+	int rc = trainer_init(tr, cfg, &b->m, b->be, params, dl);
+	free(params);
+	if (rc)
+		dataloader_close(dl);
+	return rc;
+}
+
+static void drop_trainer(struct trainer *tr, struct dataloader *dl)
+{
+	trainer_free(tr);
+	dataloader_close(dl);
+}
+
+static int run_steps(struct trainer *tr, int n, double *loss)
+{
+	struct step_stats *st = xcalloc((size_t)MAX(n, 1), sizeof(*st));
+	int rc = n > 0 ? trainer_run(tr, n, st) : 0;
+	if (loss && n > 0)
+		*loss = st[n - 1].loss;
+	free(st);
+	if (rc)
+		return error("loss is not finite at step %ld", tr->step + 1);
+	return 0;
+}
+
+/* ---- memory accounting ---- */
+
+struct mem {
+	double weights, grads, optim, acts, exchange, data;
+	int versions, slots;
+};
+
+static size_t optim_bytes(const struct optimizer *o)
+{
+	size_t n = 0, max_numel = 0;
+	for (int i = 0; i < optim_state_count(o); i++)
+		n += optim_state(o, i).numel;
+	for (int k = 0; k < o->n; k++)
+		max_numel = MAX(max_numel, o->t[k].info.numel);
+	n += max_numel; /* the update scratch u */
+	if (o->kind == OPTIM_MUON) {
+		size_t mat = 0, ns = 0;
+		for (int k = 0; k < o->n; k++) {
+			if (o->t[k].rule != RULE_MUON)
+				continue;
+			mat = MAX(mat, o->t[k].info.numel);
+			ns = MAX(ns, newton_schulz_scratch(o->t[k].info.rows, o->t[k].info.cols));
+		}
+		n += mat + ns;
+	}
+	return n * sizeof(float);
+}
+
+static void account(const struct trainer *tr, const struct bench_ctx *b, struct mem *mm)
+{
+	size_t act = (size_t)tr->B * tr->T * tr->m->cfg.C;
+	memset(mm, 0, sizeof(*mm));
+	for (int s = 0; s < tr->S; s++) {
+		const struct stage_worker *w = &tr->w[s];
+		double bytes = (double)w->st.numel * sizeof(float);
+		mm->weights += bytes * w->n_versions;
+		mm->grads += 2 * bytes;
+		mm->optim += (double)optim_bytes(&w->opt);
+		mm->acts += (double)w->st.act_bytes_per_slot * w->st.n_slots + w->st.scratch_bytes;
+		mm->versions = MAX(mm->versions, w->n_versions);
+		mm->slots = MAX(mm->slots, w->st.n_slots);
+	}
+	/* the trainer's activations between stages, input and target tokens */
+	mm->exchange = 2.0 * (tr->S + 1) * act * sizeof(float) +
+		       2.0 * tr->B * tr->T * sizeof(int32_t);
+	mm->data = 2.0 * b->n_tokens * sizeof(uint32_t); /* ours and the loader's copy */
+}
+
+static void print_memory(const struct mem *mm, double rss_start, double rss_peak)
+{
+	double mb = 1e6, total = mm->weights + mm->grads + mm->optim + mm->acts + mm->exchange +
+				 mm->data;
+	printf("\nmemory: peak RSS %.1f MB (%.1f MB at start: program, libraries)\n",
+	       rss_peak * 1.048576, rss_start * 1.048576);
+	printf("  weights          %8.1f MB  (%d version%s)\n", mm->weights / mb, mm->versions,
+	       mm->versions == 1 ? "" : "s");
+	printf("  gradients        %8.1f MB  (2 accumulators, by step parity)\n", mm->grads / mb);
+	printf("  optimizer        %8.1f MB  (state + update scratch)\n", mm->optim / mb);
+	printf("  activations      %8.1f MB  (%d slot%s + backward scratch, logits)\n",
+	       mm->acts / mb, mm->slots, mm->slots == 1 ? "" : "s");
+	printf("  exchange         %8.1f MB  (between stages, tokens)\n", mm->exchange / mb);
+	printf("  synthetic data   %8.1f MB\n", mm->data / mb);
+	printf("  accounted        %8.1f MB  = %.0f%% of peak RSS above start\n", total / mb,
+	       rss_peak > rss_start ? 100.0 * total / ((rss_peak - rss_start) * 1048576.0) : 0);
+}
+
+/* ---- thread rows ---- */
+
+static double cpu_sec(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru))
+		return 0;
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Time `steps` steps: one call per step when steps are independent calls
+ * (schedule none), else one pipeline segment. *best gets the fastest step
+ * (the segment's mean for a pipeline). Returns the wall seconds. */
+static double timed_steps(struct trainer *tr, int steps, double *best, double *cpu, double *loss)
+{
+	double c0 = cpu_sec(), t0 = now_sec(), total;
+	*best = INFINITY;
+	if (tr->kind >= 0) {
+		if (run_steps(tr, steps, loss))
+			return -1;
+		total = now_sec() - t0;
+		*best = total / steps;
+	} else {
+		for (int i = 0; i < steps; i++) {
+			double ts = now_sec();
+			if (run_steps(tr, 1, loss))
+				return -1;
+			*best = MIN(*best, now_sec() - ts);
+		}
+		total = now_sec() - t0;
+	}
+	*cpu = cpu_sec() - c0;
+	return total;
+}
+
+static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, int steps,
+			 int warmup)
+{
+	const struct config *cfg = b->cfg;
+	const struct model_config *c = &b->m.cfg;
+	double fpt = model_flops_per_token(&b->m);
+	double tok_step = (double)cfg->pipeline_micro_batches * cfg->train_batch_size *
+			  cfg->model_seq_len;
+	double rss_start = peak_rss_mb(), rss_first = 0;
+	struct mem mm = {0};
+
+	printf("bench train: %s, L=%d d=%d H=%d T=%d V=%d (padded %d), %zu parameters, "
+	       "%.1f MFLOP per token (6N + 6LdT, N = %zu)\n",
+	       c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH, c->T, c->V, c->Vp,
+	       b->m.numel, fpt / 1e6, model_flops_params(&b->m));
+	printf("step: schedule %s, %ld stage(s), %ld micro-batch(es) of %ld x %ld tokens, "
+	       "optimizer %s, %s backend (OpenBLAS %s kernels); %d warm-up + %d timed steps\n",
+	       cfg->train_schedule, cfg->pipeline_stages, cfg->pipeline_micro_batches,
+	       cfg->train_batch_size, cfg->model_seq_len, cfg->optim_name, b->be->name,
+	       openblas_get_corename(), warmup, steps);
+	printf("\n%7s %9s %9s %9s %9s %8s %7s %8s %8s\n", "threads", "tokens/s", "ms/step",
+	       "best ms", "cpu ms", "GFLOP/s", "MFU", "peak", "loss");
+	for (int i = 0; i < nthreads; i++) {
+		int nt = threads[i] > 0 ? threads[i] : b->ncores;
+		struct trainer tr;
+		struct dataloader dl;
+		double loss = 0, best, cpu;
+		if (b->be->set_threads)
+			b->be->set_threads(nt);
+		if (make_trainer(b, &tr, &dl))
+			return -1;
+		if (run_steps(&tr, warmup, NULL)) {
+			drop_trainer(&tr, &dl);
+			return -1;
+		}
+		double dt = timed_steps(&tr, steps, &best, &cpu, &loss);
+		if (dt < 0) {
+			drop_trainer(&tr, &dl);
+			return -1;
+		}
+		double tps = tok_step * steps / dt, peak = device_peak_flops(b->be, nt);
+		printf("%7d %9.0f %9.1f %9.1f %9.1f %8.1f %6.2f%% %8.1f %8.4f\n", nt, tps,
+		       1e3 * dt / steps, 1e3 * best, 1e3 * cpu / steps, tps * fpt / 1e9,
+		       peak > 0 ? 100 * tps * fpt / peak : 0, peak / 1e9, loss);
+		fflush(stdout);
+		if (i == 0) {
+			account(&tr, b, &mm);
+			rss_first = peak_rss_mb();
+		}
+		drop_trainer(&tr, &dl);
+	}
+	printf("(best ms: fastest single step; cpu ms: process CPU time per step; peak: nominal\n"
+	       " GFLOP/s of the threads used; GFLOP/s and MFU from the mean step)\n");
+	print_memory(&mm, rss_start, rss_first);
+	return 0;
+}
+
+/* ---- the pipeline sweep ---- */
+
+struct seg {
+	double wall, busy[64], idle[64];
+};
+
+static void snap(const struct trainer *tr, double t, struct seg *s)
+{
+	s->wall = t;
+	for (int i = 0; i < tr->S && i < 64; i++) {
+		s->busy[i] = tr->w[i].busy_s;
+		s->idle[i] = tr->w[i].idle_s;
+	}
+}
+
+static int sweep_one(struct bench_ctx *b, const char *kind, int S, int M, int steps, int warmup,
+		     int per_stage_threads)
+{
+	struct config *cfg = b->cfg;
+	struct trainer tr;
+	struct dataloader dl;
+	struct seg s0, s1, s2;
+
+	if (config_set_key(cfg, "train", "schedule", kind, "bench") ||
+	    set_key(cfg, "pipeline", "stages", S) || set_key(cfg, "pipeline", "micro_batches", M))
+		return -1;
+	if (b->be->set_threads)
+		b->be->set_threads(per_stage_threads);
+	if (make_trainer(b, &tr, &dl))
+		return -1;
+	int rc = run_steps(&tr, warmup, NULL);
+	double t = now_sec();
+	snap(&tr, t, &s0);
+	rc = rc ? rc : run_steps(&tr, steps, NULL);
+	snap(&tr, now_sec(), &s1);
+	rc = rc ? rc : run_steps(&tr, 2 * steps, NULL);
+	snap(&tr, now_sec(), &s2);
+	drop_trainer(&tr, &dl);
+	if (rc)
+		return -1;
+
+	/* steady state: (2N-step segment) - (N-step segment) */
+	double wall = (s2.wall - s1.wall) - (s1.wall - s0.wall);
+	double bubble = 0, max_idle_share = 0;
+	char detail[512];
+	size_t pos = 0;
+	detail[0] = 0;
+	for (int s = 0; s < S; s++) {
+		double busy = (s2.busy[s] - s1.busy[s]) - (s1.busy[s] - s0.busy[s]);
+		double idle = (s2.idle[s] - s1.idle[s]) - (s1.idle[s] - s0.idle[s]);
+		if (idle < 0)
+			idle = 0;
+		bubble += busy + idle > 0 ? idle / (busy + idle) : 0;
+		double share = wall > 0 ? idle / wall : 0;
+		max_idle_share = MAX(max_idle_share, share);
+		if (pos < sizeof(detail))
+			pos += (size_t)snprintf(detail + pos, sizeof(detail) - pos, "%s%.0f/%.0f",
+						s ? " " : "", 1e3 * busy / steps, 1e3 * idle / steps);
+	}
+	bubble /= S;
+	double formula = sched_bubble_formula(S, M);
+	double tokens = (double)M * cfg->train_batch_size * cfg->model_seq_len;
+	if (wall <= 0) {
+		printf("%-5s %2d %3d  (no steady-state window: timings too noisy; raise --steps)\n",
+		       kind, S, M);
+		return 0;
+	}
+	printf("%-5s %2d %3d %8.3f %9.1f %9.0f %7.1f%% %7.1f%% %6.2f %7.1f%%  %s\n", kind, S, M,
+	       steps / wall, 1e3 * wall / steps, tokens * steps / wall, 100 * bubble,
+	       100 * formula, bubble / formula, 100 * max_idle_share, detail);
+	fflush(stdout);
+	return 0;
+}
+
+static int bench_sweep(struct bench_ctx *b, int steps, int warmup, int threads_given,
+		       int threads0)
+{
+	const struct model_config *c = &b->m.cfg;
+	static const int stages[] = {2, 4};
+	printf("pipeline sweep: %s, L=%d d=%d H=%d T=%d V=%d, micro-batches of %ld x %ld tokens, "
+	       "optimizer %s\n", c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH, c->T,
+	       c->V, b->cfg->train_batch_size, b->cfg->model_seq_len, b->cfg->optim_name);
+	printf("steady state = segment of %d steps minus segment of %d steps (after %d warm-up "
+	       "steps); %d cores\n", 2 * steps, steps, warmup, b->ncores);
+	printf("bubble = mean over stages of idle/(busy+idle); idle/step = largest stage idle "
+	       "share of step time\n\n");
+	printf("%-5s %2s %3s %8s %9s %9s %8s %8s %6s %8s  %s\n", "sched", "S", "M", "steps/s",
+	       "ms/step", "tokens/s", "bubble", "formula", "ratio", "idle/st", "per stage busy/idle ms per step");
+	for (size_t i = 0; i < ARRAY_SIZE(stages); i++) {
+		int S = stages[i];
+		if (c->L % S) {
+			printf("S=%d: skipped (n_layer %d is not a multiple of %d)\n", S, c->L, S);
+			continue;
+		}
+		int pt = threads_given ? (threads0 > 0 ? threads0 : b->ncores) : MAX(1, b->ncores / S);
+		printf("-- S=%d, %d thread%s per stage\n", S, pt, pt == 1 ? "" : "s");
+		for (int mult = 1; mult <= 4; mult *= 2) {
+			if (sweep_one(b, "1f1b", S, mult * S, steps, warmup, pt) ||
+			    sweep_one(b, "2bw", S, mult * S, steps, warmup, pt))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int bench_train(int argc, char **argv)
+{
+	const char *config_file = NULL, *threads_arg = NULL, *sweep = NULL;
+	struct opt_list sets = {0};
+	long steps = 0, warmup = -1;
+	const struct option options[] = {
+		OPT_STRING('c', "config", &config_file, "FILE", "read the configuration from an INI file"),
+		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
+		OPT_INT('n', "steps", &steps, "N",
+			"timed steps (default 10; the sweep times N and 2N steps per configuration, default 4)"),
+		OPT_INT('w', "warmup", &warmup, "N", "untimed steps first (default 2)"),
+		OPT_STRING('j', "threads", &threads_arg, "LIST",
+			   "CPU thread counts, one row each, e.g. 1,2 (0 = all cores; default 1,all); "
+			   "with --sweep, the first is the threads of each stage (default cores/S)"),
+		OPT_STRING(0, "sweep", &sweep, "pipeline",
+			   "instead: 1f1b against 2bw for S = 2, 4 and M = S, 2S, 4S"),
+		OPT_END(),
+	};
+	int npos = opts_parse(argc, argv, usage, options,
+			      "Time training steps of the model the configuration describes, on\n"
+			      "synthetic random tokens (model.vocab_size, GPT-2's 50257 when 0):\n"
+			      "tokens/s, ms/step, GFLOP/s and MFU per thread count, and the peak\n"
+			      "memory against weights, gradients, optimizer state and activations.");
+	if (npos)
+		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
+	if (sweep && strcmp(sweep, "pipeline"))
+		opts_usage_error(usage, options, "unknown sweep '%s' (pipeline)", sweep);
+	if (!steps)
+		steps = sweep ? 4 : 10;
+	if (warmup < 0)
+		warmup = 2;
+	if (steps < 1 || steps > 1000000 || warmup > 1000000)
+		opts_usage_error(usage, options, "--steps must be 1..1000000 and --warmup 0..1000000");
+	int threads[MAX_THREAD_ROWS], nthreads;
+	struct bench_ctx b = {.ncores = omp_get_num_procs()};
+	if (threads_arg) {
+		nthreads = parse_threads(threads_arg, threads, MAX_THREAD_ROWS);
+		if (nthreads <= 0)
+			opts_usage_error(usage, options,
+					 "--threads wants a comma-separated list of counts, e.g. 1,2");
+	} else {
+		threads[0] = 1;
+		threads[1] = b.ncores;
+		nthreads = b.ncores > 1 ? 2 : 1;
+	}
+
+	struct config cfg;
+	if (config_from_args(&cfg, config_file, sets.items, sets.n))
+		return EXIT_FAIL;
+	b.cfg = &cfg;
+	int rc = EXIT_FAIL;
+	if (!(b.be = backend_from_config(&cfg)))
+		goto out_cfg;
+	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))
+		goto out_cfg;
+	if (sweep) {
+		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
+		rc = bench_sweep(&b, (int)steps, (int)warmup, threads_arg != NULL, threads[0]) ? EXIT_FAIL
+											       : EXIT_OK;
+	} else {
+		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len,
+			    (int)MAX(1, cfg.pipeline_micro_batches));
+		rc = bench_threads(&b, threads, nthreads, (int)steps, (int)warmup) ? EXIT_FAIL : EXIT_OK;
+	}
+	free(b.tokens);
+	model_free(&b.m);
+out_cfg:
+	config_free(&cfg);
+	return rc;
+}
