@@ -1018,7 +1018,7 @@ static void run_suite(struct suite *s)
 	float *m = fnew(nw), *v = fnew(nw), *u = fnew(nw);
 	be->adamw_dir(u, R, m, v, nw, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f);
 	keep(s, "adamw_dir", u, nw);
-	be->lion_dir(u, x, m, nw, 1e-3f, 0.9f, 0.99f);
+	be->lion_dir(u, R, m, nw, 1e-3f, 0.9f, 0.99f);
 	keep(s, "lion_dir", u, nw);
 	be->momentum(u, R, m, nw, 0.95f, 1);
 	keep(s, "momentum", u, nw);
