@@ -27,6 +27,10 @@
  * mpi (one stage per process, nonblocking point-to-point messages tagged by
  * step). Both give each stage the same bytes, so the norm, the clip scale
  * and the updates are bit for bit those of the threaded run.
+ *
+ * A board serves one pipeline. Data-parallel replicas (replica.h) each have
+ * their own: by the time a stage posts, its gradients are already summed
+ * across the replicas, so every replica's board carries the same bytes.
  */
 #ifndef ASYNCPP_BOARD_H
 #define ASYNCPP_BOARD_H
@@ -59,10 +63,11 @@ struct board {
 struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 			  size_t tied_n);
 
-/* One stage per MPI process (rank = stage); NULL after error() when built
- * without MPI or when MPI is not running. Collective: every rank creates
- * its board at the same point. */
-struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+/* One stage per MPI process: this process runs stage s of a pipeline whose
+ * stage q is rank base + q (replica r's pipeline has base r*S); NULL after
+ * error() when built without MPI or when MPI is not running. Collective:
+ * every rank creates its board at the same point. */
+struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
 			size_t tied_n);
 
 #endif

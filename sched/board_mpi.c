@@ -10,6 +10,10 @@
  * own; MPI keeps messages with the same source and tag in order, and every
  * rank posts its steps in order, so tags may wrap.
  *
+ * Stage q of the board's pipeline is rank base + q: data-parallel replicas
+ * (replica.h) run one pipeline each on their own ranks, each with a board of
+ * its own; their messages never meet (different rank pairs).
+ *
  * Messages are small and rank count moderate (S-1 sums messages per rank
  * and step); a very deep pipeline would rather pass one running sum along
  * the stages, which gives the same bits, at the price of S hops.
@@ -20,7 +24,7 @@
 
 #ifndef ASYNCPP_MPI
 
-struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
 			size_t tied_n)
 {
 	error("this asyncpp was built without MPI");
@@ -47,7 +51,8 @@ struct entry {
 struct mpi_board {
 	struct board b;
 	const struct backend *be;
-	int rank, host;
+	int rank, host;           /* rank: this process's stage */
+	int base;                 /* world rank of stage 0 */
 	int *n_tensors;
 	size_t *offset;
 	size_t tied_n;
@@ -76,7 +81,10 @@ static int tag(const struct mpi_board *m, int index, int tied)
 	return (int)(2 * (index % m->tag_steps) + tied);
 }
 
-static int tied_peer(const struct mpi_board *m) { return m->rank == 0 ? m->b.S - 1 : 0; }
+static int tied_peer(const struct mpi_board *m)
+{
+	return m->base + (m->rank == 0 ? m->b.S - 1 : 0);
+}
 
 static void mb_begin(struct board *b, long first_step, int n_steps)
 {
@@ -156,10 +164,10 @@ static void mb_post(struct board *b, int s, long step, const double *sumsq)
 	for (int r = 0; r < S; r++) {
 		if (r == m->rank)
 			continue;
-		MPI_Irecv(e->sumsq + m->offset[r], m->n_tensors[r], MPI_DOUBLE, r, tag(m, i, 0),
-			  m->comm, &e->req[k]);
-		MPI_Isend(e->sumsq + m->offset[s], m->n_tensors[s], MPI_DOUBLE, r, tag(m, i, 0),
-			  m->comm, &e->req[S - 1 + k]);
+		MPI_Irecv(e->sumsq + m->offset[r], m->n_tensors[r], MPI_DOUBLE, m->base + r,
+			  tag(m, i, 0), m->comm, &e->req[k]);
+		MPI_Isend(e->sumsq + m->offset[s], m->n_tensors[s], MPI_DOUBLE, m->base + r,
+			  tag(m, i, 0), m->comm, &e->req[S - 1 + k]);
 		k++;
 	}
 	e->posted = 1;
@@ -235,7 +243,7 @@ static void mb_destroy(struct board *b)
 	free(m);
 }
 
-struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_tensors,
+struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
 			size_t tied_n)
 {
 	if (!dist_active()) {
@@ -248,7 +256,8 @@ struct board *board_mpi(const struct backend *be, int S, int rank, const int *n_
 	}
 	struct mpi_board *m = xcalloc(1, sizeof(*m));
 	m->be = be;
-	m->rank = rank;
+	m->rank = s;
+	m->base = base;
 	m->host = dist_backend_is_host(be);
 	m->tied_n = tied_n;
 	m->n_tensors = xcalloc((size_t)S, sizeof(int));

@@ -102,12 +102,12 @@ int dist_init(const struct config *cfg)
 	if (dist_env_read(&e))
 		return -1;
 	const char *tp = cfg->pipeline_transport;
+	long want = cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1);
 	if (e.world == 1) {
-		if (!strcmp(tp, "mpi") && cfg->pipeline_stages > 1)
+		if (!strcmp(tp, "mpi") && want > 1)
 			return error("pipeline.transport = mpi runs one stage per process: start %ld "
 				     "processes with 'mpirun -np %ld asyncpp train ...' or 'srun -n %ld "
-				     "asyncpp train ...'", cfg->pipeline_stages, cfg->pipeline_stages,
-				     cfg->pipeline_stages);
+				     "asyncpp train ...'", want, want, want);
 		return 0;
 	}
 	int r = e.rank, S = e.world;
@@ -118,15 +118,26 @@ int dist_init(const struct config *cfg)
 	if (!strcmp(cfg->train_schedule, "none"))
 		return CONFIG_ERROR(r, "%d processes were launched, but train.schedule = none "
 				    "trains on one process: choose a pipeline schedule (gpipe, 1f1b, "
-				    "2bw, pipedream) with pipeline.stages = %d", S, S);
-	if (cfg->pipeline_stages != S)
+				    "2bw, pipedream) with pipeline.stages (times pipeline.data_parallel) = "
+				    "%d", S, S);
+	long N = cfg->pipeline_data_parallel;
+	if (N < 1)
+		return CONFIG_ERROR(r, "pipeline.data_parallel = %ld: must be at least 1", N);
+	if (N == 1 && cfg->pipeline_stages != S)
 		return CONFIG_ERROR(r, "pipeline.stages = %ld, but %d processes were launched (%s): "
 				    "each process runs one stage; launch %ld processes or set "
 				    "pipeline.stages = %d", cfg->pipeline_stages, S, e.from,
 				    cfg->pipeline_stages, S);
-	if (cfg->pipeline_data_parallel != 1)
-		return CONFIG_ERROR(r, "pipeline.data_parallel = %ld: data-parallel replicas are not "
-				    "supported across processes yet", cfg->pipeline_data_parallel);
+	if (N > 1 && want != S)
+		return CONFIG_ERROR(r, "pipeline.stages = %ld and pipeline.data_parallel = %ld need "
+				    "%ld processes (one per stage of each replica: replica r's stage s "
+				    "is rank r*%ld+s), but %d were launched (%s)", cfg->pipeline_stages,
+				    N, want, cfg->pipeline_stages, S, e.from);
+	if (N > 1 && strcmp(cfg->train_schedule, "pipedream") &&
+	    cfg->pipeline_micro_batches % N)
+		return CONFIG_ERROR(r, "pipeline.micro_batches = %ld is not divisible by "
+				    "pipeline.data_parallel = %ld: each replica takes an equal share of "
+				    "every step's micro-batches", cfg->pipeline_micro_batches, N);
 	if (!strcmp(tp, "nccl"))
 		return CONFIG_ERROR(r, "pipeline.transport = nccl between processes is not supported "
 				    "yet; use mpi (the default under a launcher)");

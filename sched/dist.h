@@ -2,8 +2,11 @@
  * cmd/train.c calls so that S processes behave like one threaded run.
  *
  * `mpirun -np S asyncpp train ...` (or `srun -n S`) starts S processes;
- * process r runs pipeline stage r only. Before MPI is touched, the rank and
- * world size are read from the environment, in this order:
+ * process r runs pipeline stage r only. With pipeline.data_parallel = N
+ * replicas, S*N processes: rank r*S + s runs stage s of replica r, so the
+ * ranks of one replica are consecutive (on a node, with a by-slot mapping).
+ * Before MPI is touched, the rank and world size are read from the
+ * environment, in this order:
  *   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK   (Open MPI's mpirun)
  *   PMI_RANK / PMI_SIZE, MPI_LOCALRANKID          (MPICH's hydra)
  *   SLURM_PROCID / SLURM_STEP_NUM_TASKS (or SLURM_NTASKS) / SLURM_LOCALID,
@@ -12,7 +15,8 @@
  *   RANK / WORLD_SIZE / LOCAL_RANK                (torchrun style, generic)
  * With no variables (or a world of 1) the run is an ordinary one-process
  * run and MPI is never initialised. With a world of S > 1, dist_init()
- * checks the configuration (a pipeline schedule, pipeline.stages = S, the
+ * checks the configuration (a pipeline schedule, pipeline.stages times
+ * pipeline.data_parallel = S, micro-batches divisible by the replicas, the
  * mpi transport), initialises MPI (MPI_Init_thread, FUNNELED: only the
  * main thread, which runs the stage, calls MPI) and checks that MPI's
  * MPI_COMM_WORLD agrees with the environment. The rendezvous is MPI's own:
@@ -71,7 +75,9 @@ int dist_bcast(void *buf, size_t bytes, int root);
 int dist_backend_is_host(const struct backend *be);
 
 /* The mpi transport (sched/transport_mpi.c; belongs in transport.h): stage
- * s is rank s of S; messages of msg_floats floats. Collective (every rank
+ * s is rank s of S (for replicas, S is the world and transport_shift of
+ * replica.h maps a replica's stages to its ranks); messages of msg_floats
+ * floats. Collective (every rank
  * creates its transport at the same point); NULL after error() when MPI is
  * not running or not built in. */
 struct transport;
@@ -80,14 +86,16 @@ struct transport *transport_mpi(const struct backend *be, int S, int rank, size_
 /* ---- hooks for cmd/train.c (sched/executor.c) ----
  * In a one-process run each is the plain trainer call. */
 struct trainer;
-/* trainer_save, distributed: every rank sends its stage's weight versions
- * and optimizer state to rank 0, which writes the checkpoint in the global
- * layout (the same file a threaded run writes). Every rank gets rank 0's
- * result; the other ranks write nothing. */
+/* trainer_save, distributed: every rank of replica 0 sends its stage's
+ * weight versions and optimizer state to rank 0, which writes the
+ * checkpoint in the global layout (the same file a threaded run writes);
+ * the other replicas hold the same bits and send nothing. Every rank gets
+ * rank 0's result; the other ranks write nothing. */
 int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		  const char *extra_meta);
-/* trainer_eval, distributed: a pipelined forward through the ranks; every
- * rank gets the loss. */
+/* trainer_eval, distributed: a pipelined forward through the ranks (with
+ * replicas, replica r takes batches r, r+N, ...); every rank gets the loss,
+ * the per-batch losses added in batch order as trainer_eval does. */
 double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches);
 
 #endif

@@ -20,13 +20,22 @@
  * once, for both boards and both transports, so a run over MPI computes
  * the same bits as the same run in threads.
  *
- * Under MPI (dist_active(), see dist.h) process r runs stage r on its main
- * thread. Every process builds the whole trainer (same seed, same initial
- * weights); on its first use the executor frees the workers of the other
- * stages on every rank but 0. Rank 0 keeps them as the place a checkpoint
- * gathers into (pipeline_save) and for the per-stage statistics. After a
- * segment the last rank broadcasts the losses, so every rank returns the
- * same statistics and the same result.
+ * Data-parallel replicas (trainer.h, replica.h): N copies of the pipeline,
+ * each with its own transport and board, run the same action lists on
+ * their own share of every step's micro-batches. An OPTIM_STEP first sums
+ * the stage's gradients across the replicas (in replica order; it waits
+ * only for the same stage of the other replicas, which reach the same
+ * action at the same point of the same list), then posts as above; the
+ * completion stays lazy, so 2bw keeps its pipeline full.
+ *
+ * Under MPI (dist_active(), see dist.h) process rank = r*S + s runs stage s
+ * of replica r on its main thread. Every process builds the trainer (same
+ * seed, same initial weights: replica 0's stages and its own); on its first
+ * use the executor frees the workers of the other stages on every rank but
+ * 0. Rank 0 keeps replica 0's as the place a checkpoint gathers into
+ * (pipeline_save) and for the per-stage statistics, which are replica 0's.
+ * After a segment the last rank of each replica broadcasts its losses, so
+ * every rank returns the same statistics and the same result.
  */
 #include <math.h>
 #include <pthread.h>
@@ -37,32 +46,45 @@
 #include "../optim/optim.h"
 #include "board.h"
 #include "dist.h"
+#include "replica.h"
 #include "schedule.h"
 #include "trainer.h"
 #include "transport.h"
 
 struct pipeline {
 	struct trainer *tr;
-	struct schedule *sc;
-	struct transport *tp;
-	struct board *board;
+	struct schedule *sc;      /* every replica runs the same lists */
+	struct transport **tp;    /* [N] each replica's (under MPI only [r]) */
+	struct board **board;     /* [N] likewise */
+	struct replicas *rx;      /* the gradient sum across replicas; NULL for N = 1 */
 	long first_step;          /* optimizer steps done before the segment */
-	int mb_per_step;          /* M, or 1 for pipedream */
-	int reporter;             /* the stage that records norm and lr */
-	float *losses;            /* [n_mb], written by the last stage */
+	int mb_per_step;          /* all replicas: M, or N for pipedream */
+	int mb_r;                 /* one replica's: mb_per_step / N */
+	int rep_r, rep_s;         /* the stage that records norm and lr */
+	float *losses;            /* [n_steps * mb_per_step], by the last stages */
 	double *norm, *lr;        /* [n_steps] */
 	size_t act_n, tied_n;
 };
 
 struct stage_ctx {
 	struct pipeline *p;
-	int s;
+	int r, s;                 /* replica, stage */
 	long completed;           /* global steps whose update this stage applied */
 	long posted;
 	double busy, idle;
 };
 
 static long global_step(const struct pipeline *p, int seg_step) { return p->first_step + seg_step + 1; }
+
+/* Replica r's micro-batch j of the segment (its schedule's numbering: j /
+ * mb_r is the step) as an index of the segment's micro-batches of all
+ * replicas: step t's are [t*mb_per_step, (t+1)*mb_per_step), replica r's
+ * share the r-th block of mb_r. N = 1: j itself. */
+static long global_mb(const struct pipeline *p, int r, int j)
+{
+	long t = j / p->mb_r, k = j % p->mb_r;
+	return t * p->mb_per_step + (long)r * p->mb_r + k;
+}
 
 /* Does stage w hold a half of the tied embedding that the board joins? */
 static int tied_stage(const struct trainer *tr, const struct stage_worker *w)
@@ -75,10 +97,23 @@ static void post_step(struct stage_ctx *c, long gstep)
 {
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
-	struct stage_worker *w = &tr->w[c->s];
-	struct board *b = p->board;
+	struct stage_worker *w = trainer_worker(tr, c->r, c->s);
+	struct board *b = p->board[c->r];
 	float *g = worker_grads(w, gstep);
 	double t0 = now_sec();
+	if (p->rx) {
+		/* the replicas' sum first: everything below sees the step's
+		 * whole gradient (S = 1 keeps the tied head part apart) */
+		double waited, head_waited = 0.0;
+		p->rx->allreduce(p->rx, c->r, c->s, g, w->st.numel, &waited);
+		if (w->st.tied_head_grad)
+			p->rx->allreduce(p->rx, c->r, c->s, w->st.tied_head_grad, p->tied_n,
+					 &head_waited);
+		waited += head_waited;
+		c->idle += waited;
+		c->busy += now_sec() - t0 - waited;
+		t0 = now_sec();
+	}
 	if (tr->S == 1) {
 		stage_finish_grads(&w->st, g);
 	} else if (tied_stage(tr, w)) {
@@ -105,8 +140,8 @@ static void complete_step(struct stage_ctx *c, long gstep)
 {
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
-	struct stage_worker *w = &tr->w[c->s];
-	struct board *b = p->board;
+	struct stage_worker *w = trainer_worker(tr, c->r, c->s);
+	struct board *b = p->board[c->r];
 	double waited;
 	const double *sums = b->wait(b, c->s, gstep, &waited);
 	c->idle += waited;
@@ -130,7 +165,7 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	double lr = lr_at(tr->cfg, gstep);
 	worker_update(w, gstep, (float)lr, clip);
 	c->completed = gstep;
-	if (c->s == p->reporter) {
+	if (c->r == p->rep_r && c->s == p->rep_s) {
 		p->norm[gstep - p->first_step - 1] = norm;
 		p->lr[gstep - p->first_step - 1] = lr;
 	}
@@ -143,7 +178,7 @@ static void need_version(struct stage_ctx *c, long v)
 {
 	while (c->completed < v && c->completed < c->posted)
 		complete_step(c, c->completed + 1);
-	if (c->p->tr->w[c->s].newest < v && v > 0)
+	if (trainer_worker(c->p->tr, c->r, c->s)->newest < v && v > 0)
 		die("internal error: stage %d needs version %ld but only %ld steps were posted",
 		    c->s, v, c->posted);
 }
@@ -154,7 +189,9 @@ static void *stage_main(void *arg)
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
 	const struct backend *be = tr->be;
-	struct stage_worker *w = &tr->w[c->s];
+	struct stage_worker *w = trainer_worker(tr, c->r, c->s);
+	struct transport *tp = p->tp[c->r];
+	struct board *board = p->board[c->r];
 	int s = c->s, S = tr->S, last = s == S - 1;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
@@ -167,14 +204,15 @@ static void *stage_main(void *arg)
 	for (int i = 0; i < n; i++) {
 		double waited = 0.0, t0;
 		long gv = p->first_step + a[i].version;
-		long data_index = p->first_step * p->mb_per_step + a[i].mb;
+		long gmb = a[i].mb >= 0 ? global_mb(p, c->r, a[i].mb) : -1;
+		long data_index = p->first_step * p->mb_per_step + gmb;
 		switch (a[i].op) {
 		case SCHED_RECV_ACT:
-			x_in = p->tp->recv(p->tp, s, s - 1, MSG_ACT, a[i].mb, &waited);
+			x_in = tp->recv(tp, s, s - 1, MSG_ACT, a[i].mb, &waited);
 			c->idle += waited;
 			break;
 		case SCHED_RECV_GRAD:
-			dx_out = p->tp->recv(p->tp, s, s + 1, MSG_GRAD, a[i].mb, &waited);
+			dx_out = tp->recv(tp, s, s + 1, MSG_GRAD, a[i].mb, &waited);
 			c->idle += waited;
 			break;
 		case SCHED_FORWARD: {
@@ -185,22 +223,22 @@ static void *stage_main(void *arg)
 				be->to_device(dev_in, host_in, bt * sizeof(int32_t));
 				be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 			}
-			x_out = last ? NULL : p->tp->buffer(p->tp, s, p->act_n);
+			x_out = last ? NULL : tp->buffer(tp, s, p->act_n);
 			float loss = 0.0f;
 			long gstep = global_step(p, a[i].step);
 			stage_forward(&w->st, a[i].slot, worker_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
 				      last ? &loss : NULL, last ? worker_grads(w, gstep) : NULL, dloss);
 			if (x_in)
-				p->tp->release(p->tp, s, x_in);
+				tp->release(tp, s, x_in);
 			x_in = NULL;
 			if (last)
-				p->losses[a[i].mb] = loss;
+				p->losses[gmb] = loss;
 			c->busy += now_sec() - t0;
 			break;
 		}
 		case SCHED_SEND_ACT:
-			p->tp->send(p->tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
+			tp->send(tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
 			x_out = NULL;
 			break;
 		case SCHED_BACKWARD: {
@@ -209,17 +247,17 @@ static void *stage_main(void *arg)
 			while (c->completed < gstep - 2)
 				complete_step(c, c->completed + 1);
 			t0 = now_sec();
-			dx_in = s == 0 ? NULL : p->tp->buffer(p->tp, s, p->act_n);
+			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_n);
 			stage_backward(&w->st, a[i].slot, worker_weights(w, gv), worker_grads(w, gstep),
 				       dx_out, dx_in);
 			if (dx_out)
-				p->tp->release(p->tp, s, dx_out);
+				tp->release(tp, s, dx_out);
 			dx_out = NULL;
 			c->busy += now_sec() - t0;
 			break;
 		}
 		case SCHED_SEND_GRAD:
-			p->tp->send(p->tp, s, s - 1, MSG_GRAD, a[i].mb, dx_in);
+			tp->send(tp, s, s - 1, MSG_GRAD, a[i].mb, dx_in);
 			dx_in = NULL;
 			break;
 		case SCHED_OPTIM_STEP: {
@@ -233,8 +271,8 @@ static void *stage_main(void *arg)
 		default:
 			break;
 		}
-		if (p->board->poll)
-			p->board->poll(p->board);
+		if (board->poll)
+			board->poll(board);
 	}
 	while (c->completed < c->posted)
 		complete_step(c, c->completed + 1);
@@ -250,17 +288,21 @@ static void *stage_main(void *arg)
 /* Tags of the control channel (dist_send/dist_recv) between segments. */
 enum { TAG_STATS = 1, TAG_STATE = 2 };
 
-/* The process's MPI side: one trainer, its transport and board, kept from
- * segment to segment (creating them is collective and costs a round trip)
- * until dist_finalize. */
+/* The process's MPI side: one trainer, its transport, board and replica
+ * group, kept from segment to segment (creating them is collective and
+ * costs a round trip) until dist_finalize. */
 static struct {
 	const struct trainer *tr; /* the trainer attached, NULL before */
+	int r, s;                 /* this process's replica and stage */
 	struct transport *tp;
 	struct board *board;
+	struct replicas *rx;      /* NULL for N = 1 */
 } mp;
 
 static void mpi_detach(void)
 {
+	if (mp.rx)
+		mp.rx->destroy(mp.rx);
 	if (mp.board)
 		mp.board->destroy(mp.board);
 	if (mp.tp)
@@ -269,43 +311,66 @@ static void mpi_detach(void)
 }
 
 /* First use of tr under MPI (every rank reaches it at the same call): set
- * up the transport and the board, then free the other stages' workers
- * (rank 0 keeps them: checkpoints gather into them). */
+ * up the transport, the board and the replica group, then free the other
+ * stages' workers (rank 0 keeps replica 0's: checkpoints gather into them). */
 static void mpi_attach(struct trainer *tr)
 {
 	if (mp.tr == tr)
 		return;
 	if (mp.tr)
 		die("internal error: a second trainer in one MPI process");
-	int S = tr->S, r = dist_rank();
-	if (S != dist_world())
-		die("internal error: %d stages on %d processes", S, dist_world());
+	int S = tr->S, N = tr->N, rank = dist_rank();
+	if (S * N != dist_world())
+		die("internal error: %d stages x %d replicas on %d processes", S, N, dist_world());
+	mp.r = rank / S;
+	mp.s = rank % S;
 	int *n_tensors = xcalloc((size_t)S, sizeof(int));
 	for (int s = 0; s < S; s++)
 		n_tensors[s] = tr->w[s].opt.n;
 	size_t act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
-	mp.tp = transport_mpi(tr->be, S, r, act_n);
-	mp.board = mp.tp ? board_mpi(tr->be, S, r, n_tensors, tied_n) : NULL;
+	/* replica r's stage s is rank r*S + s: its messages go to the ranks
+	 * of its own replica */
+	mp.tp = transport_shift(transport_mpi(tr->be, S * N, rank, act_n), mp.r * S);
+	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n) : NULL;
 	free(n_tensors);
 	if (!mp.tp || !mp.board)
 		die("cannot set up the pipeline between processes");
+	if (N > 1 && !(mp.rx = replicas_mpi(tr->be, N, S, rank)))
+		die("cannot set up the data-parallel replicas between processes");
 	dist_at_finalize(mpi_detach);
-	if (!dist_is_root())
-		for (int s = 0; s < S; s++)
-			if (s != r)
-				worker_free(&tr->w[s]);
+	for (int i = dist_is_root() ? S : 0; i < N * S; i++)
+		if (i != rank)
+			worker_free(&tr->w[i]);
 	mp.tr = tr;
 }
 
-/* The last rank's losses to every rank; rank 0 collects each stage's busy
- * and idle seconds of the segment. */
-static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c)
+/* Every replica's losses to every rank (the last rank of each replica
+ * holds its own micro-batches'); rank 0 collects the busy and idle seconds
+ * of replica 0's stages. */
+static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
 {
 	struct trainer *tr = p->tr;
-	if (dist_bcast(p->losses, (size_t)p->sc->n_mb * sizeof(float), tr->S - 1))
-		die("cannot share the losses of the segment");
+	size_t n_mb = (size_t)n_steps * (size_t)p->mb_per_step;
+	float *got = tr->N > 1 ? xcalloc(n_mb, sizeof(float)) : p->losses;
+	for (int r = 0; r < tr->N; r++) {
+		int root = r * tr->S + tr->S - 1;
+		if (got != p->losses && dist_rank() == root)
+			memcpy(got, p->losses, n_mb * sizeof(float));
+		if (dist_bcast(got, n_mb * sizeof(float), root))
+			die("cannot share the losses of the segment");
+		if (got != p->losses)
+			for (int t = 0; t < n_steps; t++)
+				for (int k = 0; k < p->mb_r; k++) {
+					size_t i = (size_t)t * p->mb_per_step + (size_t)r * p->mb_r + k;
+					p->losses[i] = got[i];
+				}
+	}
+	if (got != p->losses)
+		free(got);
 	double t[2] = {c->busy, c->idle};
+	if (c->r > 0)
+		return;
 	if (!dist_is_root()) {
 		if (dist_send(t, sizeof(t), 0, TAG_STATS))
 			die("cannot send stage statistics");
@@ -326,58 +391,71 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	int mpi = dist_active();
 	if (mpi)
 		mpi_attach(tr);
-	/* the stages this process runs: [lo, hi) */
-	int lo = mpi ? dist_rank() : 0, hi = mpi ? lo + 1 : tr->S;
+	int N = tr->N, S = tr->S;
+	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
+	int lo = mpi ? dist_rank() : 0, hi = mpi ? lo + 1 : N * S;
 	int is_pd = tr->kind == SCHED_PIPEDREAM;
-	p.mb_per_step = is_pd ? 1 : tr->M;
-	p.reporter = lo;
-	p.sc = sched_build_at(tr->kind, tr->S, tr->M, n, tr->step, err, sizeof(err));
+	p.mb_per_step = tr->mb_per_step;
+	p.mb_r = tr->mb_per_replica;
+	p.rep_r = lo / S;
+	p.rep_s = lo % S;
+	p.sc = sched_build_at(tr->kind, S, is_pd ? tr->M : p.mb_r, n, tr->step, err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
-	for (int s = lo; s < hi; s++) {
-		const struct sched_stage *ss = sched_stage(p.sc, s);
-		if (ss->nslots > tr->w[s].st.n_slots || ss->nversions > tr->w[s].n_versions)
+	for (int i = lo; i < hi; i++) {
+		const struct sched_stage *ss = sched_stage(p.sc, i % S);
+		if (ss->nslots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
 			die("internal error: stage %d needs %d slots and %d versions, has %d and %d",
-			    s, ss->nslots, ss->nversions, tr->w[s].st.n_slots, tr->w[s].n_versions);
+			    i % S, ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
 	p.act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
+	p.tp = xcalloc((size_t)N, sizeof(*p.tp));
+	p.board = xcalloc((size_t)N, sizeof(*p.board));
 	if (mpi) {
-		p.tp = mp.tp;
-		p.board = mp.board;
+		p.tp[mp.r] = mp.tp;
+		p.board[mp.r] = mp.board;
+		p.rx = mp.rx;
 	} else {
-		int *nt = xcalloc((size_t)tr->S, sizeof(int));
-		for (int s = 0; s < tr->S; s++)
+		int *nt = xcalloc((size_t)S, sizeof(int));
+		for (int s = 0; s < S; s++)
 			nt[s] = tr->w[s].opt.n;
-		p.tp = transport_local(tr->be, tr->S, p.act_n);
-		p.board = board_local(tr->be, tr->S, nt, p.tied_n);
+		for (int r = 0; r < N; r++) {
+			p.tp[r] = transport_local(tr->be, S, p.act_n);
+			p.board[r] = board_local(tr->be, S, nt, p.tied_n);
+		}
 		free(nt);
+		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
 	}
-	p.board->begin(p.board, p.first_step, n);
-	p.losses = xcalloc((size_t)p.sc->n_mb, sizeof(float));
+	for (int r = 0; r < N; r++)
+		if (p.board[r])
+			p.board[r]->begin(p.board[r], p.first_step, n);
+	p.losses = xcalloc(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float));
 	p.norm = xcalloc((size_t)n, sizeof(double));
 	p.lr = xcalloc((size_t)n, sizeof(double));
-	struct stage_ctx *ctx = xcalloc((size_t)tr->S, sizeof(*ctx));
-	for (int s = lo; s < hi; s++)
-		ctx[s] = (struct stage_ctx){.p = &p, .s = s};
+	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
+	for (int i = lo; i < hi; i++)
+		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S};
 	if (mpi) {
 		stage_main(&ctx[lo]);
 	} else {
-		pthread_t *th = xcalloc((size_t)tr->S, sizeof(*th));
-		for (int s = 0; s < tr->S; s++)
-			if (pthread_create(&th[s], NULL, stage_main, &ctx[s]))
-				die("cannot start stage thread %d", s);
-		for (int s = 0; s < tr->S; s++)
-			pthread_join(th[s], NULL);
+		pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
+		for (int i = 0; i < N * S; i++)
+			if (pthread_create(&th[i], NULL, stage_main, &ctx[i]))
+				die("cannot start stage thread %d of replica %d", i % S, i / S);
+		for (int i = 0; i < N * S; i++)
+			pthread_join(th[i], NULL);
 		free(th);
 	}
-	p.board->end(p.board);
-	for (int s = lo; s < hi; s++) {
-		tr->w[s].busy_s += ctx[s].busy;
-		tr->w[s].idle_s += ctx[s].idle;
+	for (int r = 0; r < N; r++)
+		if (p.board[r])
+			p.board[r]->end(p.board[r]);
+	for (int i = lo; i < hi; i++) {
+		tr->w[i].busy_s += ctx[i].busy;
+		tr->w[i].idle_s += ctx[i].idle;
 	}
 	if (mpi)
-		mpi_segment_end(&p, &ctx[lo]);
+		mpi_segment_end(&p, &ctx[lo], n);
 	int rc = 0;
 	for (int i = 0; i < n; i++) {
 		struct step_stats st = {0};
@@ -403,9 +481,15 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	free(p.norm);
 	free(p.lr);
 	if (!mpi) {
-		p.board->destroy(p.board);
-		p.tp->destroy(p.tp);
+		for (int r = 0; r < N; r++) {
+			p.board[r]->destroy(p.board[r]);
+			p.tp[r]->destroy(p.tp[r]);
+		}
+		if (p.rx)
+			p.rx->destroy(p.rx);
 	}
+	free(p.board);
+	free(p.tp);
 	sched_free(p.sc);
 	return rc;
 }
@@ -418,17 +502,18 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 		return trainer_eval(tr, data, batches);
 	mpi_attach(tr);
 	const struct backend *be = tr->be;
-	int s = dist_rank(), S = tr->S, last = s == S - 1;
-	struct stage_worker *w = &tr->w[s];
+	int S = tr->S, N = tr->N, r = mp.r, s = mp.s, last = s == S - 1;
+	struct stage_worker *w = trainer_worker(tr, r, s);
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_n = bt * (size_t)tr->m->cfg.C;
 	struct transport *tp = mp.tp;
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
-	double sum = 0.0;
+	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
 	/* trainer_eval's forward_all, one stage per rank: the newest weights,
-	 * slot 0, the same loss scale, the losses added in order */
-	for (int i = 0; i < batches; i++) {
+	 * slot 0, the same loss scale; replica r takes batches r, r+N, ... (the
+	 * replicas hold the same weights) */
+	for (int i = r; i < batches; i += N) {
 		if (s == 0 || last) {
 			dataloader_batch(data, i, host_in, host_tg);
 			be->to_device(dev_in, host_in, bt * sizeof(int32_t));
@@ -444,14 +529,30 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 			tp->release(tp, s, x_in);
 		if (x_out)
 			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
-		sum += loss;
+		losses[i] = loss;
 	}
 	be->free(dev_in);
 	be->free(dev_tg);
 	free(host_in);
 	free(host_tg);
-	if (dist_bcast(&sum, sizeof(sum), S - 1))
-		die("cannot share the evaluation loss");
+	/* every replica's losses from its last rank, then added in order */
+	float *got = N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float)) : losses;
+	for (int q = 0; q < N; q++) {
+		int root = q * S + S - 1;
+		if (got != losses && dist_rank() == root)
+			memcpy(got, losses, (size_t)batches * sizeof(float));
+		if (dist_bcast(got, (size_t)batches * sizeof(float), root))
+			die("cannot share the evaluation loss");
+		if (got != losses)
+			for (int i = q; i < batches; i += N)
+				losses[i] = got[i];
+	}
+	if (got != losses)
+		free(got);
+	double sum = 0.0;
+	for (int i = 0; i < batches; i++)
+		sum += losses[i];
+	free(losses);
 	return batches ? sum / batches : 0.0;
 }
 
@@ -538,7 +639,9 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		return trainer_save(tr, path, config_text, extra_meta);
 	mpi_attach(tr);
 	int rc = 0;
-	if (!dist_is_root()) {
+	if (mp.r > 0) {
+		/* replica 0 holds the same bits */
+	} else if (!dist_is_root()) {
 		rc = send_state(tr, dist_rank());
 	} else {
 		for (int s = 1; s < tr->S && !rc; s++)

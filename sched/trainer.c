@@ -7,6 +7,8 @@
 
 #include "../io/util.h"
 #include "../optim/optim.h"
+#include "dist.h"
+#include "replica.h"
 #include "schedule.h"
 
 int trainer_stage_delay(const struct config *cfg, int s, int S)
@@ -40,10 +42,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	tr->M = (int)cfg->pipeline_micro_batches;
 	tr->B = (int)cfg->train_batch_size;
 	tr->T = (int)cfg->model_seq_len;
+	tr->N = (int)cfg->pipeline_data_parallel;
 	tr->data = data;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
-	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? 1 : tr->M;
 	if (tr->S < 1 || tr->S > m->cfg.L)
 		return error("pipeline.stages = %d: must be between 1 and model.n_layer (%d)",
 			     tr->S, m->cfg.L);
@@ -52,11 +54,22 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	if (!strcmp(cfg->pipeline_transport, "nccl"))
 		return error("pipeline.transport = nccl needs GPU stages (train.device = cuda), which "
 			     "this build cannot run yet; use local (threads) or mpi (processes)");
-	if (cfg->pipeline_data_parallel != 1)
-		return error("pipeline.data_parallel = %ld: data-parallel replicas are not supported "
-			     "yet; set it to 1", cfg->pipeline_data_parallel);
 	if (strcmp(cfg->train_schedule, "none") && tr->kind < 0)
 		return error("unknown schedule '%s'", cfg->train_schedule);
+	if (cfg->pipeline_data_parallel < 1 || cfg->pipeline_data_parallel > 4096)
+		return error("pipeline.data_parallel = %ld: must be between 1 and 4096",
+			     cfg->pipeline_data_parallel);
+	if (tr->kind != SCHED_PIPEDREAM && tr->M % tr->N)
+		return error("pipeline.micro_batches = %d is not divisible by pipeline.data_parallel = "
+			     "%d: each replica takes an equal share of every step's micro-batches",
+			     tr->M, tr->N);
+	/* pipedream's step is one micro-batch per pipeline: N per step */
+	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? tr->N : tr->M;
+	tr->mb_per_replica = tr->mb_per_step / tr->N;
+	if (tr->kind == SCHED_2BW && tr->N > 1 && tr->mb_per_replica < tr->S)
+		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
+			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
+			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
 	if (tr->kind >= 0 && cfg->train_delay)
 		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
 			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
@@ -65,15 +78,23 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	struct schedule *probe = NULL;
 	if (tr->kind >= 0) {
 		char err[256];
-		probe = sched_build(tr->kind, tr->S, tr->M, 4 * tr->S + 4, err, sizeof(err));
+		int sched_m = tr->kind == SCHED_PIPEDREAM ? tr->M : tr->mb_per_replica;
+		probe = sched_build(tr->kind, tr->S, sched_m, 4 * tr->S + 4, err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
 	}
-	tr->w = xcalloc((size_t)tr->S, sizeof(*tr->w));
-	for (int s = 0; s < tr->S; s++) {
+	/* under MPI a process runs one stage of one replica: it builds replica
+	 * 0 (rank 0 gathers checkpoints into it, the others free it on first
+	 * use) and its own worker, not N copies of the model */
+	int own = dist_active() && tr->N > 1 ? dist_rank() : -1;
+	tr->w = xcalloc(st_mult((size_t)tr->N, (size_t)tr->S), sizeof(*tr->w));
+	for (int i = 0; i < tr->N * tr->S; i++) {
+		int s = i % tr->S;
+		if (i >= tr->S && own >= 0 && i != own)
+			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_stage(probe, s)->nslots : 1;
-		if (worker_init(&tr->w[s], m, be, cfg, s, tr->S, tr->B, tr->T, slots, delay,
+		if (worker_init(&tr->w[i], m, be, cfg, s, tr->S, tr->B, tr->T, slots, delay,
 				params)) {
 			sched_free(probe);
 			return -1;
@@ -97,8 +118,8 @@ void trainer_free(struct trainer *tr)
 {
 	if (!tr->w)
 		return;
-	for (int s = 0; s < tr->S; s++)
-		worker_free(&tr->w[s]);
+	for (int i = 0; i < tr->N * tr->S; i++)
+		worker_free(&tr->w[i]);
 	for (int s = 0; s <= tr->S; s++) {
 		tr->be->free(tr->x[s]);
 		tr->be->free(tr->dx[s]);
@@ -123,38 +144,40 @@ static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
 	free(tg);
 }
 
-/* Forward one micro-batch through every stage in order (slot 0). With
- * grads, the last stage also back-propagates through its head. */
-static float forward_all(struct trainer *tr, long version_step, int with_grads, long step)
+/* Forward one micro-batch through every stage of replica r in order (slot
+ * 0). With grads, the last stage also back-propagates through its head. */
+static float forward_all(struct trainer *tr, int r, long version_step, int with_grads, long step)
 {
 	float loss = 0.0f;
 	for (int s = 0; s < tr->S; s++) {
-		struct stage_worker *w = &tr->w[s];
+		struct stage_worker *w = trainer_worker(tr, r, s);
 		long v = with_grads ? version_step - w->delay : w->newest;
 		int last = s == tr->S - 1;
 		stage_forward(&w->st, 0, worker_weights(w, v), s == 0 ? tr->inputs : NULL,
 			      s == 0 ? NULL : tr->x[s], last ? tr->targets : NULL,
 			      last ? NULL : tr->x[s + 1], last ? &loss : NULL,
 			      last && with_grads ? worker_grads(w, step) : NULL,
-			      1.0f / (float)tr->M);
+			      1.0f / (float)tr->mb_per_step);
 	}
 	return loss;
 }
 
-static void backward_all(struct trainer *tr, long version_step, long step)
+static void backward_all(struct trainer *tr, int r, long version_step, long step)
 {
 	for (int s = tr->S - 1; s >= 0; s--) {
-		struct stage_worker *w = &tr->w[s];
+		struct stage_worker *w = trainer_worker(tr, r, s);
 		stage_backward(&w->st, 0, worker_weights(w, version_step - w->delay),
 			       worker_grads(w, step), s == tr->S - 1 ? NULL : tr->dx[s + 1],
 			       s == 0 ? NULL : tr->dx[s]);
 	}
 }
 
-double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
+/* Steps 1-4 of trainer.h on replica r. */
+static double finish_replica(struct trainer *tr, int r, long step, double *lr_out)
 {
 	const struct model *m = tr->m;
-	struct stage_worker *first = &tr->w[0], *last = &tr->w[tr->S - 1];
+	struct stage_worker *first = trainer_worker(tr, r, 0);
+	struct stage_worker *last = trainer_worker(tr, r, tr->S - 1);
 	/* 1. tied embeddings: embedding part + head part */
 	if (m->cfg.tied) {
 		if (tr->S == 1) {
@@ -170,7 +193,7 @@ double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
 	/* 2. global norm, tensor by tensor in global order */
 	double total = 0.0;
 	for (int s = 0; s < tr->S; s++) {
-		struct stage_worker *w = &tr->w[s];
+		struct stage_worker *w = trainer_worker(tr, r, s);
 		optim_grad_sumsq(&w->opt, worker_grads(w, step), w->sumsq);
 		for (int k = 0; k < w->opt.n; k++)
 			total += w->sumsq[k];
@@ -184,9 +207,34 @@ double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
 	/* 4. update */
 	double lr = lr_at(tr->cfg, step);
 	for (int s = 0; s < tr->S; s++)
-		worker_update(&tr->w[s], step, (float)lr, clip);
+		worker_update(trainer_worker(tr, r, s), step, (float)lr, clip);
 	if (lr_out)
 		*lr_out = lr;
+	return norm;
+}
+
+double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
+{
+	if (tr->N > 1) {
+		/* the replicas' gradients summed in replica order, every buffer
+		 * the tied head part lives in included (S = 1 keeps it apart) */
+		float **g = xcalloc((size_t)tr->N, sizeof(float *));
+		for (int s = 0; s < tr->S; s++) {
+			for (int r = 0; r < tr->N; r++)
+				g[r] = worker_grads(trainer_worker(tr, r, s), step);
+			replicas_sum_serial(tr->be, g, tr->N, tr->w[s].st.numel);
+			if (tr->w[s].st.tied_head_grad) {
+				for (int r = 0; r < tr->N; r++)
+					g[r] = trainer_worker(tr, r, s)->st.tied_head_grad;
+				replicas_sum_serial(tr->be, g, tr->N,
+						    (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C);
+			}
+		}
+		free(g);
+	}
+	double norm = 0.0;
+	for (int r = 0; r < tr->N; r++)
+		norm = finish_replica(tr, r, step, r ? NULL : lr_out);
 	return norm;
 }
 
@@ -197,12 +245,15 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 	for (int i = 0; i < n; i++) {
 		long t = tr->step; /* 0-based index of this step */
 		double sum = 0.0;
-		for (int mb = 0; mb < tr->M; mb++) {
-			load_batch(tr, tr->data, t * tr->M + mb);
-			sum += forward_all(tr, t, 1, t + 1);
-			backward_all(tr, t, t + 1);
-		}
-		struct step_stats st = {.loss = sum / tr->M};
+		/* replica after replica: the micro-batches in ascending order */
+		for (int r = 0; r < tr->N; r++)
+			for (int k = 0; k < tr->mb_per_replica; k++) {
+				load_batch(tr, tr->data,
+					   t * tr->mb_per_step + (long)r * tr->mb_per_replica + k);
+				sum += forward_all(tr, r, t, 1, t + 1);
+				backward_all(tr, r, t, t + 1);
+			}
+		struct step_stats st = {.loss = sum / tr->mb_per_step};
 		if (!isfinite(st.loss)) {
 			st.nonfinite = 1;
 			tr->last = st;
@@ -230,7 +281,7 @@ double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++) {
 		load_batch(tr, data, i);
-		sum += forward_all(tr, 0, 0, 0);
+		sum += forward_all(tr, 0, 0, 0, 0);
 	}
 	return batches ? sum / batches : 0.0;
 }
@@ -255,8 +306,10 @@ int trainer_n_versions(const struct trainer *tr)
 void trainer_restore(struct trainer *tr, long step, float *const *versions, int n)
 {
 	tr->step = step;
-	for (int s = 0; s < tr->S; s++) {
-		struct stage_worker *w = &tr->w[s];
+	for (int i = 0; i < tr->N * tr->S; i++) {
+		struct stage_worker *w = &tr->w[i];
+		if (!worker_alive(w))
+			continue;
 		w->newest = step;
 		for (int back = w->delay; back >= 0; back--) {
 			long v = step - back;

@@ -14,6 +14,19 @@
  *      in global order into the global norm;
  *   3. clip scale = grad_clip / norm when norm > grad_clip;
  *   4. every stage's worker_update with lr_at(step).
+ *
+ * Data parallelism (pipeline.data_parallel = N, sched/replica.h): N replicas
+ * of the S-stage pipeline. Replica r takes micro-batches [r*M/N, (r+1)*M/N)
+ * of every step (the data indices of N = 1, so the global batch is the
+ * same; pipedream, whose step is one micro-batch per pipeline, takes N
+ * micro-batches per step, replica r the r-th). Each micro-batch's loss is
+ * scaled by 1/(micro-batches per step) as with N = 1; before step 1 the
+ * gradients of every stage are summed across the replicas in replica order
+ * (g_0 + g_1 + ... + g_(N-1)), then 1-4 run identically on every replica,
+ * which therefore keep bit-identical weights. The step's loss is the mean of
+ * all its micro-batches' losses, added in micro-batch order. Replicas run
+ * in sequence for train.schedule = none, as N x S threads for the pipeline
+ * schedules, or one stage per process under MPI (rank = r*S + s).
  */
 #ifndef ASYNCPP_TRAINER_H
 #define ASYNCPP_TRAINER_H
@@ -37,10 +50,16 @@ struct trainer {
 	const struct model *m;
 	const struct backend *be;
 	int S, M, B, T;
-	int mb_per_step;           /* micro-batches per optimizer step: M, or 1 for
-				    * pipedream, whose every micro-batch is a step */
+	int N;                     /* data-parallel replicas (pipeline.data_parallel) */
+	int mb_per_step;           /* micro-batches per optimizer step, all replicas
+				    * together: M, or N for pipedream, whose step
+				    * is one micro-batch per replica */
+	int mb_per_replica;        /* mb_per_step / N */
 	int kind;                  /* enum sched_kind, or -1 for none */
-	struct stage_worker *w;    /* [S] */
+	struct stage_worker *w;    /* [N*S]: stage s of replica r is w[r*S + s],
+				    * so w[0..S-1] is replica 0 (checkpoints, eval,
+				    * logs). Under MPI a process initialises only
+				    * replica 0's and its own (worker_alive). */
 	long step;                 /* optimizer steps done */
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
@@ -54,9 +73,9 @@ struct trainer {
 	const volatile int *stop;
 };
 
-/* Build S workers from the global host arena `params` (m->numel floats).
- * Delays follow train.delay / train.delay_mode for schedule none; 2bw uses 1
- * on every stage, pipedream S-1-s. */
+/* Build N x S workers from the global host arena `params` (m->numel
+ * floats). Delays follow train.delay / train.delay_mode for schedule none;
+ * 2bw uses 1 on every stage, pipedream S-1-s (the same on every replica). */
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data);
 void trainer_free(struct trainer *tr);
@@ -73,15 +92,25 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
  * (in order, no gradients). */
 double trainer_eval(struct trainer *tr, struct dataloader *data, int batches);
 
-/* The step_finish sequence for step `step` (1-based) when every stage has
- * accumulated its gradients; single-threaded form. Returns the norm. */
+/* The step_finish sequence for step `step` (1-based) when every stage of
+ * every replica has accumulated its gradients; single-threaded form: the
+ * sum across replicas, then 1-4 on each replica. Returns the norm. */
 double trainer_finish_step(struct trainer *tr, long step, double *lr_out);
 
-/* Global host arena of version `newest - back` (back 0 = newest); for
- * checkpoints, eval and export. */
+/* Stage s of replica r, and whether this process holds it (under MPI only
+ * replica 0's stages and the process's own are initialised). */
+static inline struct stage_worker *trainer_worker(struct trainer *tr, int r, int s)
+{
+	return &tr->w[r * tr->S + s];
+}
+static inline int worker_alive(const struct stage_worker *w) { return w->be != NULL; }
+
+/* Global host arena of version `newest - back` (back 0 = newest) of
+ * replica 0; for checkpoints, eval and export. */
 void trainer_gather_weights(struct trainer *tr, int back, float *global);
-/* Set step and every stage's versions from global arenas: versions[i] is
- * version step - i, for i < n (older missing versions repeat the oldest). */
+/* Set step and every stage's versions (every replica's) from global
+ * arenas: versions[i] is version step - i, for i < n (older missing
+ * versions repeat the oldest). */
 void trainer_restore(struct trainer *tr, long step, float *const *versions, int n);
 /* Versions a checkpoint must hold: max delay + 1. */
 int trainer_n_versions(const struct trainer *tr);
@@ -93,7 +122,9 @@ int trainer_n_versions(const struct trainer *tr);
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
 /* Checkpoints (sched/trainer_ckpt.c): every weight version the delay needs,
  * every optimizer state buffer, metadata (step, seed, data position, RNG
- * state) and the config text, in the model's global layout. */
+ * state) and the config text, in the model's global layout. A save writes
+ * replica 0 (every replica holds the same bits); a load sets every replica,
+ * so a checkpoint resumes with any pipeline.stages and data_parallel. */
 struct ckpt;
 int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 const char *extra_meta);

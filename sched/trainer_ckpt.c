@@ -8,6 +8,10 @@
  *   STATE/NAME        each optimizer state buffer (adam_m, muon_momentum,
  *                     ef_prev_update, ...) for the tensors that use it
  * The last stage's tied copy of wte is not stored: it equals wte.
+ *
+ * Data-parallel replicas hold the same bits: a save writes replica 0 (the
+ * first S workers), a load sets every replica this process holds. So the
+ * file does not depend on pipeline.data_parallel either.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -126,8 +130,17 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 					continue; /* a step-0 checkpoint may lack state */
 				rc = ckpt_read_named(k, name, host + off, pi->numel);
 			}
-			if (!rc)
-				tr->be->to_device(sb.data, host, sb.numel * sizeof(float));
+			/* the same state into stage s of every replica held here */
+			for (int r = 0; r < tr->N && !rc; r++) {
+				struct stage_worker *wr = trainer_worker(tr, r, s);
+				if (!worker_alive(wr))
+					continue;
+				struct optim_state_buf rb = optim_state(&wr->opt, i);
+				if (rb.numel != sb.numel)
+					die("internal error: replica %d stage %d state '%s' has %zu floats, "
+					    "replica 0 %zu", r, s, rb.name, rb.numel, sb.numel);
+				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));
+			}
 			free(host);
 		}
 	}
