@@ -12,6 +12,7 @@
  *   dk[j], dv[j] sum over the query heads of the group, then queries i >= j,
  * each in index order, so the thread count never changes a bit.
  */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -137,85 +138,89 @@ void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int 
 	}
 }
 
-/* dqkv[N,QKV] (overwritten) from dout[N,NH*HD], qkv, out[N,NH*HD], lse[B,NH,T] */
+/* Query rows per block of the backward: its score blocks are QB x T. */
+#define QB 128
+
+/* dqkv[N,QKV] (overwritten) from dout[N,NH*HD], qkv, out[N,NH*HD], lse[B,NH,T].
+ *
+ * One unit of work is (b, kv head): it owns dk and dv of that kv head and dq
+ * of the query heads of its group. For each query head h of the group (in
+ * order) and each block of QB queries i0..i1 (in order), with the keys
+ * j < i1 that the block can see:
+ *   S  = scale Q K^T, P = exp(S - lse) on j <= i, 0 above the diagonal
+ *   dP = dout V^T,    dS = P (dP - D), D_i = dout_i . out_i
+ *   dq = scale dS K,  dk += scale dS^T Q,  dv += P^T dout
+ * The five products are single-threaded sgemm calls on shapes that depend
+ * only on (T, HD, QB), and every sum runs in this fixed order inside one
+ * unit, so no bit depends on the thread count. Recomputing the scores with
+ * a product (instead of per-pair dot products) costs the masked half of
+ * each block but runs at matrix-product speed. */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
 			    const float *out, const float *lse, int B, int T, int NH,
 			    int NKV, int HD)
 {
 	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, group = NH / NKV;
-	long qunits = (long)B * NH * T, kunits = (long)B * NKV * T;
+	long units = (long)B * NKV;
 	float scale = 1.0f / sqrtf((float)HD);
-	/* D[B,NH,T] = dout_i . out_i, the softmax backward's row term */
-	float *Dv = xmalloc(st_mult((size_t)qunits, sizeof(float)));
-	int par = (size_t)qunits * T * HD >= 2 * CPU_PAR_MIN;
+	int par = units > 1 && (size_t)B * NH * T * T * HD >= 2 * CPU_PAR_MIN;
 
+	cpu_blas_init();
 #pragma omp parallel num_threads(cpu_threads()) if (par)
 	{
-		float *ds = xmalloc(st_mult((size_t)T, sizeof(float)));
+		int qb = T < QB ? T : QB;
+		float *P = xmalloc(st_mult(st_mult((size_t)qb, (size_t)T), sizeof(float)));
+		float *dS = xmalloc(st_mult(st_mult((size_t)qb, (size_t)T), sizeof(float)));
 
-#pragma omp for schedule(static)
-		for (long u = 0; u < qunits; u++) {
-			int i = (int)(u % T), h = (int)(u / T % NH), b = (int)(u / T / NH);
-			size_t r = ((size_t)b * T + i) * C + (size_t)h * HD;
-			Dv[u] = dot(dout + r, out + r, HD);
-		}
-		/* dq_i = scale * sum_{j<=i} ds_ij k_j,
-		 * ds_ij = p_ij (dout_i . v_j - D_i), p_ij = exp(scale q_i.k_j - lse_i) */
-#pragma omp for schedule(dynamic, 16)
-		for (long u = 0; u < qunits; u++) {
-			int i = (int)(u % T), h = (int)(u / T % NH), b = (int)(u / T / NH);
-			int kvh = h / group;
+#pragma omp for schedule(dynamic, 1)
+		for (long u = 0; u < units; u++) {
+			int kvh = (int)(u % NKV), b = (int)(u / NKV);
 			const float *base = qkv + (size_t)b * T * QKV;
-			const float *q = base + (size_t)i * QKV + (size_t)h * HD;
-			const float *k0 = base + (size_t)(NH + kvh) * HD;
-			const float *v0 = base + (size_t)(NH + NKV + kvh) * HD;
-			const float *g = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
-			float *dq = dqkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
-			float l = lse[u], D = Dv[u];
+			const float *K = base + (size_t)(NH + kvh) * HD;
+			const float *V = base + (size_t)(NH + NKV + kvh) * HD;
+			float *dK = dqkv + (size_t)b * T * QKV + (size_t)(NH + kvh) * HD;
+			float *dV = dK + (size_t)NKV * HD;
 
-			for (int j = 0; j <= i; j++) {
-				float p = cpu_expf(scale * dot(q, k0 + (size_t)j * QKV, HD) - l);
-				ds[j] = p * (dot(g, v0 + (size_t)j * QKV, HD) - D);
-			}
-			for (int d = 0; d < HD; d++)
-				dq[d] = 0.0f;
-			for (int j = 0; j <= i; j++) {
-				const float *k = k0 + (size_t)j * QKV;
-				float sj = scale * ds[j];
-#pragma omp simd
+			for (int t = 0; t < T; t++)
 				for (int d = 0; d < HD; d++)
-					dq[d] += sj * k[d];
-			}
-		}
-		/* dk_j = scale * sum_h sum_{i>=j} ds_ij q_i; dv_j = sum_h sum_{i>=j} p_ij dout_i */
-#pragma omp for schedule(dynamic, 16)
-		for (long u = 0; u < kunits; u++) {
-			int j = (int)(u % T), kvh = (int)(u / T % NKV), b = (int)(u / T / NKV);
-			const float *base = qkv + (size_t)b * T * QKV;
-			const float *k = base + (size_t)j * QKV + (size_t)(NH + kvh) * HD;
-			const float *v = base + (size_t)j * QKV + (size_t)(NH + NKV + kvh) * HD;
-			float *dk = dqkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-			float *dv = dk + (size_t)NKV * HD;
-
-			for (int d = 0; d < HD; d++)
-				dk[d] = dv[d] = 0.0f;
+					dK[(size_t)t * QKV + d] = dV[(size_t)t * QKV + d] = 0.0f;
 			for (int h = kvh * group; h < (kvh + 1) * group; h++) {
 				const float *lh = lse + ((size_t)b * NH + h) * T;
-				const float *Dh = Dv + ((size_t)b * NH + h) * T;
-				for (int i = j; i < T; i++) {
-					const float *q = base + (size_t)i * QKV + (size_t)h * HD;
-					const float *g = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
-					float p = cpu_expf(scale * dot(q, k, HD) - lh[i]);
-					float dsv = p * (dot(g, v, HD) - Dh[i]) * scale;
+				for (int i0 = 0; i0 < T; i0 += qb) {
+					int m = T - i0 < qb ? T - i0 : qb, nk = i0 + m;
+					size_t row = (size_t)b * T + i0;
+					const float *Q = qkv + row * QKV + (size_t)h * HD;
+					const float *G = dout + row * C + (size_t)h * HD;
+					const float *O = out + row * C + (size_t)h * HD;
+					float *dQ = dqkv + row * QKV + (size_t)h * HD;
+
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, HD, scale,
+						    Q, QKV, K, QKV, 0.0f, P, nk);
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, HD, 1.0f,
+						    G, C, V, QKV, 0.0f, dS, nk);
+					for (int r = 0; r < m; r++) {
+						int i = i0 + r;
+						float *p = P + (size_t)r * nk, *ds = dS + (size_t)r * nk;
+						float l = lh[i];
+						float D = dot(G + (size_t)r * C, O + (size_t)r * C, HD);
 #pragma omp simd
-					for (int d = 0; d < HD; d++) {
-						dk[d] += dsv * q[d];
-						dv[d] += p * g[d];
+						for (int j = 0; j <= i; j++) {
+							float e = cpu_expf(p[j] - l);
+							p[j] = e;
+							ds[j] = e * (ds[j] - D);
+						}
+						for (int j = i + 1; j < nk; j++)
+							p[j] = ds[j] = 0.0f;
 					}
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HD, nk,
+						    scale, dS, nk, K, QKV, 0.0f, dQ, QKV);
+					cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, m,
+						    scale, dS, nk, Q, QKV, 1.0f, dK, QKV);
+					cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, m,
+						    1.0f, P, nk, G, C, 1.0f, dV, QKV);
 				}
 			}
 		}
-		free(ds);
+		free(P);
+		free(dS);
 	}
-	free(Dv);
 }
