@@ -35,6 +35,10 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 	}
 	if (!rc)
 		rc = ckpt_meta_long(k, "step", &lm->step);
+	set_error_quiet(1); /* older checkpoints and imports lack it */
+	if (!rc && ckpt_meta_u64(k, "tokenizer_hash", &lm->tokenizer_hash))
+		lm->tokenizer_hash = 0;
+	set_error_quiet(0);
 	ckpt_close(k);
 	if (rc)
 		return -1;

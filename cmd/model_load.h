@@ -2,6 +2,8 @@
 #ifndef ASYNCPP_MODEL_LOAD_H
 #define ASYNCPP_MODEL_LOAD_H
 
+#include <stdint.h>
+
 #include "../io/config.h"
 #include "../model/model.h"
 
@@ -14,6 +16,7 @@ struct loaded_model {
 	float *params;           /* stage arena, backend memory */
 	float *host;             /* global arena, host memory */
 	long step;
+	uint64_t tokenizer_hash;   /* of the training data; 0 when unknown */
 	int B;
 };
 

@@ -93,8 +93,12 @@ int cmd_sample(int argc, char **argv)
 			      "Generate text from a checkpoint, continuing a prompt.");
 	if (npos != 1)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
-	if (max_tokens < 0 || temperature < 0 || top_p < 0 || top_p > 1 || top_k < 0)
-		opts_usage_error(usage, options, "bad sampling option (need N >= 0, T >= 0, 0 <= P <= 1, K >= 0)");
+	if (max_tokens < 0 || !(temperature >= 0) || !isfinite(temperature) || !(top_p >= 0) ||
+	    top_p > 1 || top_k < 0)
+		opts_usage_error(usage, options, "bad sampling option (need N >= 0, finite T >= 0, "
+				 "0 <= P <= 1, K >= 0)");
+	if (device && strcmp(device, "cpu") && strcmp(device, "cuda"))
+		opts_usage_error(usage, options, "unknown device '%s' (expected cpu or cuda)", device);
 	struct loaded_model lm;
 	if (loaded_model_open(&lm, argv[0], device, 1))
 		return EXIT_FAIL;
@@ -111,14 +115,24 @@ int cmd_sample(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	int T = lm.m.cfg.T, V = lm.m.cfg.V, Vp = lm.m.cfg.Vp;
-	if ((int)tokenizer_vocab_size(tok) > V) {
-		error("tokenizer '%s' has %u tokens, the model %d", tok_path, tokenizer_vocab_size(tok), V);
+	/* the tokenizer must be the one the model was trained with: the same
+	 * identity hash when the checkpoint records it, else the same size */
+	uint64_t want_hash = 0;
+	if (lm.tokenizer_hash)
+		want_hash = lm.tokenizer_hash;
+	if (want_hash ? tokenizer_hash(tok) != want_hash : (int)tokenizer_vocab_size(tok) != V) {
+		error("tokenizer '%s' (%u tokens) is not the one this model was trained with (%d "
+		      "tokens%s); give the run's tokenizer with --tokenizer FILE", tok_path,
+		      tokenizer_vocab_size(tok), V, want_hash ? ", another vocabulary" : "");
 		tokenizer_free(tok);
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
+	/* the ids buffer holds the prompt, then a sliding window of the last T
+	 * tokens: its size never depends on -n */
 	size_t plen = strlen(prompt);
-	uint32_t *ids = xmalloc((plen + 2 + (size_t)max_tokens) * sizeof(uint32_t));
+	size_t cap = st_add(plen + 2, (size_t)T);
+	uint32_t *ids = xmalloc(st_mult(cap, sizeof(uint32_t)));
 	size_t n = 0;
 	uint32_t eot = tokenizer_eot_id(tok);
 	if (eot != TOKENIZER_NO_ID)
@@ -146,6 +160,10 @@ int cmd_sample(int argc, char **argv)
 		int next = pick(logits, V, temperature, top_k, top_p, &rng, cands);
 		if ((uint32_t)next == eot)
 			break;
+		if (n == cap) { /* keep the last T tokens */
+			memmove(ids, ids + (n - (size_t)T), (size_t)T * sizeof(uint32_t));
+			n = (size_t)T;
+		}
 		ids[n++] = (uint32_t)next;
 		piece.len = 0;
 		uint32_t id = (uint32_t)next;

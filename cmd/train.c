@@ -17,6 +17,7 @@
 #include "../io/config.h"
 #include "../io/dataloader.h"
 #include "../io/metrics.h"
+#include "../io/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
 #include "../sched/dist.h"
@@ -34,7 +35,22 @@ static const char *const usage[] = {
 
 static volatile int stop_signal; /* the signal that asked to stop */
 
-static void on_signal(int sig) { stop_signal = sig; }
+/* The first SIGINT/SIGTERM asks the run to stop at the next step boundary
+ * and write a checkpoint; a second one ends the process at once. */
+static void on_signal(int sig)
+{
+	if (stop_signal) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	stop_signal = sig;
+}
+
+/* A pipeline segment ends with a drain, where the run can stop, log and
+ * save; segments are cut at this many steps so that a signal is served
+ * within seconds (a drain costs about (S-1)/(PIPELINE_SEGMENT*M) of the
+ * time). */
+#define PIPELINE_SEGMENT 20
 
 static char *path_in(const char *dir, const char *name)
 {
@@ -62,7 +78,11 @@ static int save_checkpoint(struct trainer *tr, const struct config *cfg, char **
 	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
 	char *path = path_in(cfg->train_out_dir, name);
 	char *text = config_to_string(cfg);
-	int rc = pipeline_save(tr, path, text, NULL); /* MPI: rank 0 writes */
+	char meta[64] = "";
+	if (tr->data && tr->data->tokenizer_hash)
+		snprintf(meta, sizeof(meta), "tokenizer_hash = 0x%016llx\n",
+			 (unsigned long long)tr->data->tokenizer_hash);
+	int rc = pipeline_save(tr, path, text, meta); /* MPI: rank 0 writes */
 	free(text);
 	if (rc) {
 		free(path);
@@ -105,14 +125,16 @@ static int setup_data(struct run *r)
 		free(dir);
 		if (rc)
 			return -1;
-		config_set_key(cfg, "data", "train", tr_path, "built-in");
-		if (!cfg->data_val[0])
-			config_set_key(cfg, "data", "val", val_path, "built-in");
-		if (!cfg->data_tokenizer[0])
-			config_set_key(cfg, "data", "tokenizer", tok, "built-in");
+		if (config_set_key(cfg, "data", "train", tr_path, "built-in") ||
+		    (!cfg->data_val[0] && config_set_key(cfg, "data", "val", val_path, "built-in")) ||
+		    (!cfg->data_tokenizer[0] &&
+		     config_set_key(cfg, "data", "tokenizer", tok, "built-in")))
+			rc = -1;
 		free(tok);
 		free(tr_path);
 		free(val_path);
+		if (rc)
+			return -1;
 	}
 	int B = (int)cfg->train_batch_size, T = (int)cfg->model_seq_len;
 	if (B < 1 || T < 1)
@@ -123,9 +145,22 @@ static int setup_data(struct run *r)
 		if (dataloader_open(&r->val, cfg->data_val, B, T, 0, 0))
 			return -1;
 		r->has_val = 1;
-		if (r->val.vocab != r->train.vocab)
-			return error("validation shards use a vocabulary of %u, training shards %u",
-				     r->val.vocab, r->train.vocab);
+		if (r->val.vocab != r->train.vocab ||
+		    (r->val.tokenizer_hash && r->train.tokenizer_hash &&
+		     r->val.tokenizer_hash != r->train.tokenizer_hash))
+			return error("validation shards '%s' and training shards '%s' were made with "
+				     "different tokenizers", cfg->data_val, cfg->data_train);
+	}
+	/* sample decodes with data.tokenizer: it must be the shards' tokenizer */
+	if (cfg->data_tokenizer[0] && r->train.tokenizer_hash) {
+		struct tokenizer *tok;
+		if (tokenizer_load(&tok, cfg->data_tokenizer))
+			return -1;
+		uint64_t h = tokenizer_hash(tok);
+		tokenizer_free(tok);
+		if (h != r->train.tokenizer_hash)
+			return error("data.tokenizer '%s' is not the tokenizer that encoded '%s'",
+				     cfg->data_tokenizer, cfg->data_train);
 	}
 	return 0;
 }
@@ -177,6 +212,8 @@ static int train_loop(struct run *r)
 			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
 		if (cfg->checkpoint_every > 0)
 			next = MIN(next, (tr->step / cfg->checkpoint_every + 1) * cfg->checkpoint_every);
+		if (tr->kind >= 0)
+			next = MIN(next, tr->step + PIPELINE_SEGMENT);
 		int n = (int)(next - tr->step);
 		long first = tr->step;
 		if (trainer_run(tr, n, stats)) {
@@ -259,6 +296,39 @@ static int train_loop(struct run *r)
 	return rc;
 }
 
+/* Keys a resumed run may not change: the model, and what decides which
+ * data each step reads (so resuming stays exact). Steps, learning rate,
+ * schedule and stages may change: checkpoints do not depend on them. */
+static int check_resume_config(const struct config *cfg, struct ckpt *ck)
+{
+	static const char *const fixed[] = {"train.batch_size", "train.seed", "pipeline.micro_batches",
+					    "pipeline.data_parallel"};
+	struct config saved;
+	config_defaults(&saved);
+	if (config_load_string(&saved, ckpt_config(ck), ckpt_path(ck)))
+		return -1;
+	int rc = 0;
+	for (int i = 0; i < config_key_count && !rc; i++) {
+		const struct config_key_info *k = &config_key_table[i];
+		char name[64];
+		snprintf(name, sizeof(name), "%s.%s", k->section, k->key);
+		int is_fixed = !strcmp(k->section, "model");
+		for (size_t j = 0; j < ARRAY_SIZE(fixed); j++)
+			is_fixed |= !strcmp(name, fixed[j]);
+		if (!is_fixed)
+			continue;
+		char *a = config_get_string(&saved, k->section, k->key);
+		char *b = config_get_string(cfg, k->section, k->key);
+		if (strcmp(a, b))
+			rc = error("%s is %s in '%s'; a resumed run cannot change it to %s (the model "
+				   "and the data order must stay the same)", name, a, ckpt_path(ck), b);
+		free(a);
+		free(b);
+	}
+	config_free(&saved);
+	return rc;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	const char *config_file = NULL, *resume = NULL;
@@ -290,9 +360,12 @@ int cmd_train(int argc, char **argv)
 		for (int i = 0; i < sets.n; i++)
 			if (config_set(&r.cfg, sets.items[i]))
 				return EXIT_FAIL;
+		if (check_resume_config(&r.cfg, ck))
+			return EXIT_FAIL;
 	} else if (config_from_args(&r.cfg, config_file, sets.items, sets.n)) {
 		return EXIT_FAIL;
 	}
+	free(sets.items);
 	if (print_config) {
 		config_print(stdout, &r.cfg);
 		return EXIT_OK;
@@ -309,6 +382,13 @@ int cmd_train(int argc, char **argv)
 		      cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
 		return EXIT_FAIL;
 	}
+	if (!strcmp(cfg->train_delay_mode, "per-stage") &&
+	    (cfg->train_delay || strcmp(cfg->train_schedule, "none"))) {
+		error("train.delay_mode = per-stage gives stage s the delay S-1-s by itself: it "
+		      "cannot be combined with train.delay = %ld or train.schedule = %s",
+		      cfg->train_delay, cfg->train_schedule);
+		return EXIT_FAIL;
+	}
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
 	char **old;
@@ -322,7 +402,9 @@ int cmd_train(int argc, char **argv)
 	for (int i = 0; i < n_old; i++) {
 		if (!resume && dist_is_root())
 			unlink(old[i]);
-		else if (resume && i == n_old - 1 && strcmp(old[i], ck_path) > 0)
+		else if (resume && i == n_old - 1 &&
+			 strcmp(strrchr(old[i], '/') + 1,
+				strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path) > 0)
 			warning("'%s' is newer than the checkpoint resumed; this run overwrites it "
 				"when it reaches that step, and --resume %s would pick it until then",
 				old[i], cfg->train_out_dir);
@@ -357,6 +439,9 @@ int cmd_train(int argc, char **argv)
 									 : "metrics.jsonl");
 	if (!resume && dist_is_root())
 		unlink(metrics_path);
+	/* resuming from an earlier checkpoint rewrites history from there */
+	if (resume && dist_is_root() && metrics_keep_until(metrics_path, r.tr.step))
+		return EXIT_FAIL;
 	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
 			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL))
 		return EXIT_FAIL;

@@ -158,11 +158,19 @@ static int parse_index(struct ckpt *k, const char *text, uint64_t n_expected)
 			return error("'%s': index line %d is too long", path, lineno);
 		memcpy(line, p, len);
 		line[len] = 0;
-		unsigned long long numel;
+		unsigned long long numel, rows, cols;
 		char extra;
-		if (sscanf(line, "%95s %llu %d %d %c", r->name, &numel, &r->rows, &r->cols, &extra) != 4)
+		/* %llu would take a sign; the digits are checked first */
+		if (strchr(line, '-') ||
+		    sscanf(line, "%95s %llu %llu %llu %c", r->name, &numel, &rows, &cols, &extra) != 4 ||
+		    rows > INT32_MAX || cols > INT32_MAX)
 			return error("'%s': index line %d is malformed", path, lineno);
 		r->numel = (size_t)numel;
+		r->rows = (int)rows;
+		r->cols = (int)cols;
+		for (int j = 0; j < k->n; j++)
+			if (!strcmp(k->rows[j].name, r->name))
+				return error("'%s': tensor '%s' is listed twice", path, r->name);
 		uint64_t chunk = (uint64_t)k->n + 2;
 		if (container_chunk_size(k->c, chunk) != (uint64_t)numel * sizeof(float))
 			return error("'%s': tensor '%s' has %llu bytes, the index says %llu floats",
@@ -268,24 +276,53 @@ int ckpt_read_named(struct ckpt *k, const char *name, float *out, size_t numel)
 	return ckpt_read(k, i, out);
 }
 
-int ckpt_meta_long(const struct ckpt *k, const char *key, long *out)
+/* The text after "KEY = " on KEY's metadata line, or NULL. */
+static const char *meta_value(const struct ckpt *k, const char *key, size_t *len)
 {
 	size_t klen = strlen(key);
 	for (const char *p = k->meta; p && *p;) {
 		const char *nl = strchr(p, '\n');
-		size_t len = nl ? (size_t)(nl - p) : strlen(p);
-		if (len > klen + 2 && !strncmp(p, key, klen) && !strncmp(p + klen, " = ", 3)) {
-			char *end;
-			errno = 0;
-			long v = strtol(p + klen + 3, &end, 10);
-			if (errno || end == p + klen + 3 || (*end && *end != '\n'))
-				return error("'%s': metadata '%s' is not an integer", ckpt_path(k), key);
-			*out = v;
-			return 0;
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		if (n > klen + 3 && !strncmp(p, key, klen) && !strncmp(p + klen, " = ", 3)) {
+			*len = n - klen - 3;
+			return p + klen + 3;
 		}
-		p = nl ? nl + 1 : p + len;
+		p = nl ? nl + 1 : p + n;
 	}
-	return error("'%s': metadata has no '%s'", ckpt_path(k), key);
+	return NULL;
+}
+
+static int meta_number(const struct ckpt *k, const char *key, int is_signed, long *sv,
+		       uint64_t *uv)
+{
+	size_t len;
+	const char *v = meta_value(k, key, &len);
+	if (!v)
+		return error("'%s': metadata has no '%s'", ckpt_path(k), key);
+	char tmp[32];
+	if (len == 0 || len >= sizeof(tmp))
+		return error("'%s': metadata '%s' is not a number", ckpt_path(k), key);
+	memcpy(tmp, v, len);
+	tmp[len] = 0;
+	char *end;
+	errno = 0;
+	if (is_signed)
+		*sv = strtol(tmp, &end, 10);
+	else
+		*uv = strtoull(tmp, &end, 0);
+	if (errno || *end || (!is_signed && tmp[0] == '-'))
+		return error("'%s': metadata '%s' is not a number", ckpt_path(k), key);
+	return 0;
+}
+
+int ckpt_meta_long(const struct ckpt *k, const char *key, long *out)
+{
+	return meta_number(k, key, 1, out, NULL);
+}
+
+int ckpt_meta_u64(const struct ckpt *k, const char *key, uint64_t *out)
+{
+	return meta_number(k, key, 0, NULL, out);
 }
 
 int ckpt_sniff(const char *path)
@@ -359,6 +396,7 @@ int checkpoint_inspect(const char *path, FILE *out, int verbose)
 struct diff_row {
 	const char *name;
 	double max_abs, rel;
+	int differs; /* some value's bits differ (-0.0 and 0.0 included) */
 };
 
 static int cmp_diff(const void *a, const void *b)
@@ -404,15 +442,27 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
 			rc = -1;
 		} else {
 			double d2 = 0, x2 = 0, mx = 0;
+			int differs = 0;
 			for (size_t e = 0; e < n_el; e++) {
+				/* NaN or inf on one side only is the largest difference
+				 * there is; equal bits (NaN included) are none */
+				if (!memcmp(&x[e], &y[e], sizeof(float)))
+					continue;
+				differs = 1;
 				double d = (double)x[e] - y[e];
+				if (!isfinite(d)) {
+					mx = d2 = INFINITY;
+					continue;
+				}
 				d2 += d * d;
-				x2 += (double)x[e] * x[e];
 				if (fabs(d) > mx)
 					mx = fabs(d);
 			}
-			rows[n++] = (struct diff_row){a->rows[i].name, mx,
-						      sqrt(d2) / (sqrt(x2) + 1e-30)};
+			for (size_t e = 0; e < n_el; e++)
+				if (isfinite(x[e]))
+					x2 += (double)x[e] * x[e];
+			double rel = isinf(d2) ? INFINITY : sqrt(d2) / (sqrt(x2) + 1e-30);
+			rows[n++] = (struct diff_row){a->rows[i].name, mx, rel, differs};
 		}
 		free(x);
 		free(y);
@@ -426,14 +476,14 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
 		qsort(rows, (size_t)n, sizeof(*rows), cmp_diff);
 		int identical = 0;
 		for (int i = 0; i < n; i++)
-			identical += rows[i].max_abs == 0;
+			identical += !rows[i].differs;
 		fprintf(out, "%d tensors compared, %d identical, %d not comparable\n", n, identical,
 			only);
-		if (n > identical) {
+		if (n > identical && top > 0) {
 			fprintf(out, "\n%-40s %14s %14s\n", "largest differences", "max |a-b|",
 				"|a-b|/|a|");
 			for (int i = 0; i < n && i < top; i++) {
-				if (rows[i].max_abs == 0)
+				if (!rows[i].differs)
 					break;
 				fprintf(out, "%-40s %14.6g %14.6g\n", rows[i].name, rows[i].max_abs,
 					rows[i].rel);

@@ -43,8 +43,10 @@ void ckpt_close(struct ckpt *c);
 const char *ckpt_path(const struct ckpt *c);
 const char *ckpt_config(const struct ckpt *c);
 const char *ckpt_meta(const struct ckpt *c);
-/* A metadata value as a long; -1 with error() when missing or malformed. */
+/* A metadata value as a long / an unsigned 64-bit number (decimal or 0x
+ * hex); -1 with error() when missing or malformed. */
 int ckpt_meta_long(const struct ckpt *c, const char *key, long *out);
+int ckpt_meta_u64(const struct ckpt *c, const char *key, uint64_t *out);
 int ckpt_count(const struct ckpt *c);
 const char *ckpt_name(const struct ckpt *c, int i);
 size_t ckpt_numel(const struct ckpt *c, int i);

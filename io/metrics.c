@@ -2,9 +2,11 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -41,20 +43,28 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 				       r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
 				       r->mfu, r->bubble};
 	if (mf->format == METRICS_CSV) {
+		/* a non-finite value is written as nan, inf or -inf */
 		for (int i = 0; i < N_COLUMNS; i++) {
 			if (i)
 				fputc(',', mf->fp);
-			if (has[i])
+			if (has[i] && isnan(val[i]))
+				fputs("nan", mf->fp);
+			else if (has[i])
 				fprintf(mf->fp, "%.9g", val[i]);
 		}
 		fputc('\n', mf->fp);
 	} else {
+		/* JSON has no NaN or infinity: such a value is null */
 		fputc('{', mf->fp);
 		int first = 1;
 		for (int i = 0; i < N_COLUMNS; i++) {
 			if (!has[i])
 				continue;
-			fprintf(mf->fp, "%s\"%s\": %.9g", first ? "" : ", ", columns[i], val[i]);
+			fprintf(mf->fp, "%s\"%s\": ", first ? "" : ", ", columns[i]);
+			if (isfinite(val[i]))
+				fprintf(mf->fp, "%.9g", val[i]);
+			else
+				fputs("null", mf->fp);
 			first = 0;
 		}
 		fputs("}\n", mf->fp);
@@ -145,6 +155,10 @@ static int read_jsonl_line(const char *path, int lineno, char *line, struct metr
 		while (*vend && *vend != ',' && *vend != '}')
 			vend++;
 		double v;
+		if (vend - p >= 4 && !strncmp(p, "null", 4)) {
+			p = vend; /* a non-finite value: absent */
+			continue;
+		}
 		if (parse_number(p, vend, &v))
 			return error("%s:%d: value of '%.*s' is not a number", path, lineno,
 				     (int)(q - key), key);
@@ -165,9 +179,13 @@ int metrics_read(const char *path, struct metrics_series *out)
 	if (read_file(path, &b))
 		return -1;
 	int map[64], ncols = 0, lineno = 0, rc = 0, jsonl = -1;
-	char *save = NULL;
-	for (char *line = strtok_r((char *)b.data, "\n", &save); line;
-	     line = strtok_r(NULL, "\n", &save)) {
+	char *next_line = (char *)b.data;
+	while (next_line && *next_line) {
+		char *line = next_line;
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = 0;
+		next_line = nl ? nl + 1 : NULL;
 		lineno++;
 		size_t len = strlen(line);
 		if (len && line[len - 1] == '\r')
@@ -233,6 +251,42 @@ int metrics_read(const char *path, struct metrics_series *out)
 	buf_free(&b);
 	if (rc)
 		metrics_series_free(out);
+	return rc;
+}
+
+int metrics_keep_until(const char *path, long step)
+{
+	struct buf in = {0}, out = {0};
+	if (access(path, F_OK))
+		return 0;
+	if (read_file(path, &in))
+		return -1;
+	int header = 1;
+	for (char *p = (char *)in.data; p && *p;) {
+		char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+		const char *s = p;
+		if (*s == '{') { /* JSONL: find "step": */
+			const char *k = strstr(s, "\"step\":");
+			s = k ? k + 7 : NULL;
+		} else if (header) {
+			buf_append(&out, p, len); /* the CSV header */
+			header = 0;
+			p += len;
+			continue;
+		}
+		/* step is the first CSV column */
+		if (s && strtol(s, NULL, 10) <= step)
+			buf_append(&out, p, len);
+		p += len;
+	}
+	struct atomic_file af;
+	int rc = atomic_open(&af, path);
+	if (!rc && (atomic_write(&af, out.data ? out.data : (unsigned char *)"", out.len) ||
+		    atomic_commit(&af)))
+		rc = -1;
+	buf_free(&in);
+	buf_free(&out);
 	return rc;
 }
 

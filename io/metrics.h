@@ -40,6 +40,9 @@ struct metrics_file {
 int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format);
 int metrics_write(struct metrics_file *mf, const struct metrics_row *row);
 void metrics_close(struct metrics_file *mf);
+/* Drop the rows of steps after `step` (a run resumed from an earlier
+ * checkpoint rewrites history from there); atomic. No file is fine. */
+int metrics_keep_until(const char *path, long step);
 
 /* Reading, for plot: every row of a CSV or JSONL metrics file. */
 struct metrics_series {

@@ -41,36 +41,45 @@ else
 	fail nan_stops_with_step "exit $rc: $(cat err.txt)"
 fi
 
-# 4. SIGTERM writes a checkpoint; resuming gives exactly the uninterrupted losses
-RUN=("${TINY[@]}" "${DATA[@]}" --set train.steps=400 --set log.every=1 --set train.delay=1
-     --set optim.correction=ef)
-$A train -q "${RUN[@]}" --set train.out_dir=full 2> err.txt || fail sigterm_resume "full run: $(cat err.txt)"
-$A train -q "${RUN[@]}" --set train.out_dir=killed 2> killed.err &
-pid=$!
-for _ in $(seq 1 200); do
-	[ -f killed/metrics.csv ] && [ "$(wc -l < killed/metrics.csv)" -gt 20 ] && break
-	sleep 0.05
-done
-kill -TERM $pid
-wait $pid
-rc=$?
-ck=$(ls killed/ckpt-*.ckpt 2> /dev/null | tail -n 1)
-if [ $rc -ne 143 ] || [ -z "$ck" ]; then
-	fail sigterm_writes_checkpoint "exit $rc, checkpoint '$ck': $(cat killed.err)"
-else
-	pass sigterm_writes_checkpoint
-	if $A train -q --resume killed 2> err.txt; then
-		# every step's loss of the resumed run equals the uninterrupted one
-		if diff <(cut -d, -f1,4 full/metrics.csv | grep -v ',$') \
-			<(cut -d, -f1,4 killed/metrics.csv | grep -v ',$' | sort -t, -k1,1n -u) > d.txt; then
-			pass sigterm_resume_is_exact
-		else
-			fail sigterm_resume_is_exact "$(head -n 4 d.txt | tr '\n' ' ')"
-		fi
-	else
-		fail sigterm_resume_is_exact "resume failed: $(cat err.txt)"
+# 4. SIGTERM writes a checkpoint; resuming gives exactly the uninterrupted
+# losses, one row per step (no duplicates), on one worker and on a 2BW pipeline
+sigterm_case() {
+	local name=$1; shift
+	local RUN=("${TINY[@]}" "${DATA[@]}" --set train.steps=300 --set log.every=1 "$@")
+	if ! $A train -q "${RUN[@]}" --set train.out_dir=full_$name 2> err.txt; then
+		fail "sigterm_$name" "full run: $(cat err.txt)"
+		return
 	fi
-fi
+	$A train -q "${RUN[@]}" --set train.out_dir=killed_$name 2> killed.err &
+	local pid=$!
+	for _ in $(seq 1 400); do
+		[ -f killed_$name/metrics.csv ] && [ "$(wc -l < killed_$name/metrics.csv)" -gt 20 ] && break
+		sleep 0.05
+	done
+	kill -TERM $pid
+	wait $pid
+	local rc=$?
+	local ck
+	ck=$(ls killed_$name/ckpt-*.ckpt 2> /dev/null | tail -n 1)
+	if [ $rc -ne 143 ] || [ -z "$ck" ]; then
+		fail "sigterm_${name}_writes_checkpoint" "exit $rc, checkpoint '$ck': $(cat killed.err)"
+		return
+	fi
+	pass "sigterm_${name}_writes_checkpoint"
+	if ! $A train -q --resume killed_$name 2> err.txt; then
+		fail "sigterm_${name}_resume_is_exact" "resume failed: $(cat err.txt)"
+		return
+	fi
+	# every step's loss of the resumed run equals the uninterrupted one
+	if diff <(cut -d, -f1,4 full_$name/metrics.csv | grep -v ',$') \
+		<(cut -d, -f1,4 killed_$name/metrics.csv | grep -v ',$') > d.txt; then
+		pass "sigterm_${name}_resume_is_exact"
+	else
+		fail "sigterm_${name}_resume_is_exact" "$(head -n 4 d.txt | tr '\n' ' ')"
+	fi
+}
+sigterm_case delay --set train.delay=1 --set optim.correction=ef
+sigterm_case 2bw --set train.schedule=2bw --set pipeline.stages=2 --set pipeline.micro_batches=2
 
 # 5. an earlier run's checkpoints are not overwritten by accident
 $A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=base --set train.steps=5 2> err.txt
@@ -96,8 +105,22 @@ for cmd in "inspect bad.ckpt" "eval bad.ckpt" "train --resume bad.ckpt"; do
 		fail "corrupt_checkpoint_rejected_by_${cmd%% *}" "exit $rc: $(cat err.txt)"
 	fi
 done
-if $A inspect --diff "$ck" full/$(ls full | grep ckpt | tail -n 1) > diff.txt 2> err.txt && grep -q "largest differences" diff.txt; then
+if $A inspect --diff "$ck" full_delay/$(ls full_delay | grep ckpt | tail -n 1) > diff.txt 2> err.txt && grep -q "largest differences" diff.txt; then
 	pass inspect_diff
 else
 	fail inspect_diff "$(cat err.txt diff.txt | head -c 300)"
 fi
+
+# 7. a resumed run cannot change the model or the data order
+$A train -q --resume base --set model.n_layer=1 > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "model.n_layer" err.txt; then pass resume_refuses_model_change; else fail resume_refuses_model_change "exit $rc: $(cat err.txt)"; fi
+$A train -q --resume base --set train.batch_size=3 > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "train.batch_size" err.txt; then pass resume_refuses_data_order_change; else fail resume_refuses_data_order_change "exit $rc: $(cat err.txt)"; fi
+
+# 8. sample refuses a tokenizer the model was not trained with
+$A tokenize train --vocab 300 -o other.tok "$ROOT"/testdata/corpus/sea.txt 2> /dev/null
+$A sample base --tokenizer other.tok -n 5 > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "not the one this model was trained with" err.txt; then pass sample_refuses_other_tokenizer; else fail sample_refuses_other_tokenizer "exit $rc: $(cat err.txt)"; fi
