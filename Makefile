@@ -93,7 +93,7 @@ $(BUILD)/gen/corpus.c: $(CORPUS) tools/embed_corpus.sh
 	sh tools/embed_corpus.sh $@ $(CORPUS)
 
 $(BUILD)/gen/corpus.o: $(BUILD)/gen/corpus.c
-	$(CC) $(ALL_CFLAGS) -O0 -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -I$(CURDIR) -O0 -c -o $@ $<
 
 # Objects depend on the flags they were built with: switching CUDA=, MPI=
 # or OPT= rebuilds them instead of linking stale ones.

@@ -17,10 +17,10 @@ static const char *const usage[] = {
 int cmd_eval(int argc, char **argv)
 {
 	const char *data = NULL, *device = NULL;
-	long batches = 0, batch_size = 0;
+	long batches = -1, batch_size = -1; /* -1: not given */
 	const struct option options[] = {
 		OPT_STRING('d', "data", &data, "SHARDS", "shards to evaluate on (default: the run's data.val, else data.train)"),
-		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate (default: all of the data, at most 1000)"),
+		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate, at most as many as the data holds (default: all, at most 1000)"),
 		OPT_INT('b', "batch-size", &batch_size, "B", "sequences per micro-batch (default: the run's train.batch_size)"),
 		OPT_STRING(0, "device", &device, "DEV", "cpu or cuda (default: the run's train.device)"),
 		OPT_END(),
@@ -31,11 +31,11 @@ int cmd_eval(int argc, char **argv)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
 	struct loaded_model lm;
 	/* the batch size must be known before the model's buffers are made */
-	int B = (int)batch_size;
-	if (B < 0)
-		opts_usage_error(usage, options, "--batch-size must be positive");
-	if (batches < 0)
-		opts_usage_error(usage, options, "--batches must be positive");
+	if (batch_size == 0 || batch_size < -1 || batch_size > 1 << 20)
+		opts_usage_error(usage, options, "--batch-size must be between 1 and 1048576");
+	if (batches == 0 || batches < -1)
+		opts_usage_error(usage, options, "--batches must be at least 1");
+	int B = batch_size > 0 ? (int)batch_size : 0;
 	if (loaded_model_open(&lm, argv[0], device, B ? B : 1))
 		return EXIT_FAIL;
 	if (!B && lm.cfg.train_batch_size != 1) {
@@ -73,7 +73,8 @@ int cmd_eval(int argc, char **argv)
 	long available = (long)(dl.n_windows / (size_t)B);
 	if (available < 1)
 		available = 1;
-	long n = batches ? batches : MIN(available, 1000);
+	/* never average the same windows twice: the data's windows at most */
+	long n = batches > 0 ? MIN(batches, available) : MIN(available, 1000);
 	size_t bt = (size_t)B * (size_t)T;
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *d_in = lm.be->alloc(bt * sizeof(int32_t)), *d_tg = lm.be->alloc(bt * sizeof(int32_t));

@@ -123,6 +123,19 @@ static int setup_data(struct run *r)
 		char *tok, *tr_path, *val_path;
 		int rc = builtin_prepare(dir, r->quiet, &tok, &tr_path, &val_path);
 		free(dir);
+		/* absolute, so eval and sample find them from any directory */
+		char *abs[3] = {realpath(tok, NULL), realpath(tr_path, NULL), realpath(val_path, NULL)};
+		if (!rc && abs[0] && abs[1] && abs[2]) {
+			free(tok);
+			free(tr_path);
+			free(val_path);
+			tok = abs[0];
+			tr_path = abs[1];
+			val_path = abs[2];
+		} else {
+			for (int i = 0; i < 3; i++)
+				free(abs[i]);
+		}
 		if (rc)
 			return -1;
 		if (config_set_key(cfg, "data", "train", tr_path, "built-in") ||
