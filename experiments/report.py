@@ -161,11 +161,46 @@ def find(runs, **kw):
     return out
 
 
+def neighbour(lr, direction):
+    """The next value of the 1-3-10 ladder below (-1) or above (+1) lr: 1e-3 -> 3e-4, 3e-3."""
+    m, e = lr.split('e')
+    e = int(e)
+    if m == '1':
+        return '3e%d' % (e - 1) if direction < 0 else '3e%d' % e
+    return '1e%d' % e if direction < 0 else '1e%d' % (e + 1)
+
+
+def base_runs(runs, opt, arm, lrs, seed=1):
+    return [r for r in runs if is_base(r) and r['optimizer'] == opt and r['arm'] == arm and
+            r['seed'] == seed and any(abs(r['lr'] - float(x)) < 1e-12 for x in lrs)]
+
+
+def extension(runs, opt):
+    """The grid grows by one value past an end where some arm's best lr sits, the same value
+    for every arm, once the whole base grid of the optimizer has finished. One step only."""
+    base = LRS[opt]
+    ext = []
+    bests = []
+    for arm in ARMS:
+        rs = base_runs(runs, opt, arm, base)
+        if len(rs) < len(base):
+            return []
+        bests.append(min(rs, key=val_key)['lr'])
+    if any(abs(b - float(base[0])) < 1e-12 for b in bests):
+        ext.append(neighbour(base[0], -1))
+    if any(abs(b - float(base[-1])) < 1e-12 for b in bests):
+        ext.append(neighbour(base[-1], +1))
+    return ext
+
+
+def grid(runs, opt):
+    """The learning rates of an optimizer, ascending: the base grid and its extension."""
+    return sorted(LRS[opt] + extension(runs, opt), key=float)
+
+
 def best_run(runs, opt, arm, seed=1):
     """The run of (opt, arm) with the lowest final val loss over the lr grid."""
-    cand = [r for r in runs if is_base(r) and r['optimizer'] == opt and r['arm'] == arm and
-            r['seed'] == seed]
-    cand = [r for r in cand if any(abs(r['lr'] - float(x)) < 1e-12 for x in LRS[opt])]
+    cand = base_runs(runs, opt, arm, grid(runs, opt), seed)
     if not cand:
         return None
     return min(cand, key=val_key)
@@ -173,16 +208,27 @@ def best_run(runs, opt, arm, seed=1):
 
 # ---------------------------------------------------------------- the plan
 
+def grid_runs(opt, lrs):
+    return [('%s-%s-lr%s-s1' % (opt, arm, lr), ['optim.name=' + opt, 'optim.lr=' + lr] +
+             ARM_SETS[arm]) for lr in lrs for arm in ARMS]
+
+
 def plan(phase, runs):
-    """(name, [key=value...]) for every run of a phase."""
+    """(name, [key=value...]) for every run of a phase. Each phase is planned when it
+    starts, from the results of the phases before it:
+      A  adamw, muon: 3 arms x the base lr grid
+      B  adamw, muon: the grid's extension (one lr past an end where an arm's best sits)
+      C  seed 2 of the headline cells; momentum; constant vs variable delay (8 layers);
+         lion, sgd: 3 arms x the base lr grid
+      D  the 2bw pipeline check; lion, sgd: the grid's extension"""
     out = []
-    if phase in ('A', 'C'):
-        for opt in (HEADLINE if phase == 'A' else ['lion', 'sgd']):
-            for lr in LRS[opt]:
-                for arm in ARMS:
-                    out.append(('%s-%s-lr%s-s1' % (opt, arm, lr),
-                                ['optim.name=' + opt, 'optim.lr=' + lr] + ARM_SETS[arm]))
+    if phase == 'A':
+        for opt in HEADLINE:
+            out += grid_runs(opt, LRS[opt])
     elif phase == 'B':
+        for opt in HEADLINE:
+            out += grid_runs(opt, extension(runs, opt))
+    elif phase == 'C':
         for opt in HEADLINE:  # a second seed of the headline cells, at each arm's best lr
             for arm in ARMS:
                 b = best_run(runs, opt, arm)
@@ -215,11 +261,15 @@ def plan(phase, runs):
                 out.append(('L8-%s-pipedream-S%d-lr%s-s1' % (opt, S, lr),
                             base + ['train.delay=0', 'train.delay_mode=per-stage',
                                     'pipeline.stages=%d' % S, 'pipeline.micro_batches=1']))
+        for opt in ['lion', 'sgd']:
+            out += grid_runs(opt, LRS[opt])
     elif phase == 'D':
         pipe = ['optim.name=adamw', 'optim.lr=3e-3', 'train.batch_size=4',
                 'pipeline.micro_batches=4']
         out.append(('check-delay1-M4', pipe + ['train.delay=1']))
         out.append(('check-2bw-S4-M4', pipe + ['train.schedule=2bw', 'pipeline.stages=4']))
+        for opt in ['lion', 'sgd']:
+            out += grid_runs(opt, extension(runs, opt))
     return out
 
 
@@ -303,7 +353,7 @@ def build_report(runs, exp, asyncpp, work):
     planned = full_plan(runs)
     have = {r['name'] for r in runs}
     missing = [(p, n) for p, n, _ in planned if n not in have]
-    failed_or_pending_B = not any(p == 'B' for p, _, _ in planned)
+    failed_or_pending_B = not any(p == 'C' and n.endswith('-s2') for p, n, _ in planned)
 
     base_cfg = None
     for r in runs:
@@ -330,7 +380,7 @@ def build_report(runs, exp, asyncpp, work):
         add('**The grid is not complete: %d of %d runs are missing** (listed under '
             '[Missing runs](#missing-runs)); `experiments/run.sh` runs them and rewrites '
             'this report.%s' % (len(missing), len(planned),
-                                ' Phase B (seeds, momentum, depth) is planned once '
+                                ' Phases B–D (grid extensions, seeds, momentum, depth) are planned once '
                                 'phase A has results.' if failed_or_pending_B else ''))
         add('')
 
@@ -379,16 +429,21 @@ def build_report(runs, exp, asyncpp, work):
         def lr_cell(r):
             if not r:
                 return '—'
-            grid = [float(x) for x in LRS[opt]]
-            edge = abs(r['lr'] - grid[0]) < 1e-12 or abs(r['lr'] - grid[-1]) < 1e-12
+            g = [float(x) for x in grid(runs, opt)]
+            edge = abs(r['lr'] - g[0]) < 1e-12 or abs(r['lr'] - g[-1]) < 1e-12
             return fmt_lr(r['lr']) + ('*' if edge else '')
         lrs = ' / '.join(lr_cell(b[x]) for x in ARMS)
         add('| %s | %s | %s | %s | %s | %s | %s | %s |' % (opt, f4(s), f4(a), f4(e), fsigned(gap),
                                                       fsigned(egap), pct(rec), lrs))
     add('')
-    add('A * marks a best lr at an end of the grid (%s): the optimum may lie beyond it, '
-        'for every arm alike since they share the grid.' % '; '.join(
-            '%s %s' % (o, ', '.join(LRS[o])) for o in OPTIMIZERS))
+    add('The grid of each optimizer is %s. Where an arm\'s best lr sat at an end of that '
+        'grid, the grid was extended by one value past that end for every arm of the '
+        'optimizer (the same rule for every optimizer: the same grid for all arms, one '
+        'step only; it was added once AdamW\'s async arm came out best at the low end): %s. A * marks a best lr still at an end of the (extended) grid: the optimum '
+        'may lie beyond it.' % ('; '.join('%s %s' % (o, ', '.join(LRS[o])) for o in OPTIMIZERS),
+                                '; '.join('%s + %s' % (o, ', '.join(extension(runs, o)))
+                                          for o in OPTIMIZERS if extension(runs, o)) or
+                                'none so far'))
     add('')
     add('The whole learning-rate grid (final val loss; *div.* = the loss became NaN or '
         'infinite and the run stopped):')
@@ -396,7 +451,7 @@ def build_report(runs, exp, asyncpp, work):
     add('| optimizer | lr | sync | async | async + EF | gap at this lr |')
     add('|---|---|---|---|---|---|')
     for opt in OPTIMIZERS:
-        for lr in LRS[opt]:
+        for lr in grid(runs, opt):
             cells = []
             vals = {}
             for arm in ARMS:
@@ -759,8 +814,9 @@ def build_report(runs, exp, asyncpp, work):
         add('None: every planned run has finished.')
     if failed_or_pending_B:
         add('')
-        add('Phase B (seeds, momentum, 8-layer depth) is planned from phase A\'s best learning '
-            'rates and is not listed until phase A has results.')
+        add('The runs that depend on the best learning rates (grid extensions, seed 2, '
+            'momentum, 8-layer depth) are planned from the results before them and are not '
+            'listed until those exist.')
     add('')
     add('## Files')
     add('')

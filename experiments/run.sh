@@ -23,16 +23,19 @@
 #      finished run), the SVG plots in plots/ (with asyncpp plot) and the
 #      report README.md.
 #
-# The grid (the same learning rates for every arm of an optimizer):
+# The grid (the same learning rates for every arm of an optimizer); each phase
+# is planned by report.py when it starts, from the results before it:
 #   A  adamw, muon  x  sync / async (train.delay=1) / async+EF  x  3 lrs
-#   B  2 more seeds' worth: the best lr of each of those 6 arms at seed 2;
-#      momentum: adamw beta1 and muon momentum in {0.9, 0.95, 0.98}, sync and
-#      async, at the optimizer's best sync lr;
-#      constant against variable delay, 8 layers: sync, delay 1 (2BW) and
-#      per-stage delay S-1-s (original PipeDream) for S = 2, 4, 8
-#   C  lion, sgd  x  sync / async / async+EF  x  3 lrs
-#   D  the equivalence check: a real 2bw pipeline (4 stages, 4 micro-batches)
-#      against train.delay=1 on one worker with the same micro-batching
+#   B  adamw, muon: one more lr past an end of the grid where an arm's best
+#      lr sits (for all three arms)
+#   C  seed 2 of those 6 headline cells at each arm's best lr; momentum:
+#      adamw beta1 and muon momentum in {0.9, 0.95, 0.98}, sync and async, at
+#      the best sync lr; constant against variable delay with 8 layers: sync,
+#      delay 1 (2BW) and per-stage delay S-1-s (original PipeDream) for
+#      S = 2, 4, 8; lion, sgd  x  3 arms  x  3 lrs
+#   D  the equivalence check, a real 2bw pipeline (4 stages, 4 micro-batches)
+#      against train.delay=1 on one worker with the same micro-batching; the
+#      lion and sgd grid extensions
 # Every run trains on the same number of tokens (STEPS x 16 x 128).
 #
 # Environment: ASYNCPP (binary, default ./asyncpp), JOBS (parallel runs,
@@ -190,7 +193,7 @@ phase() {
 }
 
 phase A # adamw, muon: sync / async / async+EF x 3 lrs
-phase B # seeds, momentum, constant against variable delay (from A's best lrs)
-phase C # lion, sgd: sync / async / async+EF x 3 lrs
-phase D # a real 2bw pipeline against train.delay=1
+phase B # adamw, muon: the lr grid's extension
+phase C # seeds, momentum, constant against variable delay; lion, sgd x 3 lrs
+phase D # a real 2bw pipeline against train.delay=1; lion, sgd: the extension
 log "done: $(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status | tail -n 1)"
