@@ -41,24 +41,30 @@
 enum key_kind { K_INT, K_FLOAT, K_STR, K_CHOICE };
 
 /* Per-type pieces of the X-macro expansion. */
-#define CFG_KIND_INT K_INT
-#define CFG_KIND_FLOAT K_FLOAT
+#define CFG_KIND_INT_IN(lo, hi) K_INT
+#define CFG_KIND_FLOAT_IN(lo, hi) K_FLOAT
 #define CFG_KIND_STR K_STR
 #define CFG_KIND_CHOICE(c) K_CHOICE
 #define CFG_KIND(type) CFG_KIND_##type
-#define CFG_TNAME_INT "int"
-#define CFG_TNAME_FLOAT "float"
+#define CFG_TNAME_INT_IN(lo, hi) "int"
+#define CFG_TNAME_FLOAT_IN(lo, hi) "float"
 #define CFG_TNAME_STR "string"
 #define CFG_TNAME_CHOICE(c) "choice"
 #define CFG_TNAME(type) CFG_TNAME_##type
-#define CFG_CHOICES_INT NULL
-#define CFG_CHOICES_FLOAT NULL
+#define CFG_CHOICES_INT_IN(lo, hi) NULL
+#define CFG_CHOICES_FLOAT_IN(lo, hi) NULL
 #define CFG_CHOICES_STR NULL
 #define CFG_CHOICES_CHOICE(c) c
 #define CFG_CHOICES(type) CFG_CHOICES_##type
+#define CFG_RANGE_INT_IN(lo, hi) (lo), (hi)
+#define CFG_RANGE_FLOAT_IN(lo, hi) (lo), (hi)
+#define CFG_RANGE_STR 0, 0
+#define CFG_RANGE_CHOICE(c) 0, 0
+#define CFG_RANGE(type) CFG_RANGE_##type
 
 const struct config_key_info config_key_table[] = {
-#define X(sec, key, type, def, help) {#sec, #key, CFG_TNAME(type), CFG_CHOICES(type), def, help},
+#define X(sec, key, type, def, help) \
+	{#sec, #key, CFG_TNAME(type), CFG_CHOICES(type), def, help, CFG_RANGE(type)},
 	CONFIG_KEYS(X)
 #undef X
 };
@@ -222,6 +228,21 @@ static const char *unprintable_reason(const char *key, const char *value)
 	return NULL;
 }
 
+void config_range_text(const struct config_key_info *k, char *out, size_t len)
+{
+	if (isinf(k->hi))
+		snprintf(out, len, "%g or more", k->lo);
+	else
+		snprintf(out, len, "%g..%g", k->lo, k->hi);
+}
+
+static int out_of_range(const char *origin, const struct config_key_info *k, const char *value)
+{
+	char range[64];
+	config_range_text(k, range, sizeof(range));
+	return error("%s: %s.%s: %s is out of range (%s)", origin, k->section, k->key, value, range);
+}
+
 int config_set_key(struct config *cfg, const char *section, const char *key, const char *value,
 		   const char *origin)
 {
@@ -242,6 +263,8 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 		if (parse_long(value, &v))
 			return error("%s: %s.%s: expected an integer, got '%s'", origin, section,
 				     key, value);
+		if ((double)v < k->lo || (double)v > k->hi)
+			return out_of_range(origin, k, value);
 		*int_field(cfg, i) = v;
 		return 0;
 	}
@@ -250,6 +273,8 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 		if (parse_double(value, &v))
 			return error("%s: %s.%s: expected a number, got '%s'", origin, section, key,
 				     value);
+		if (v < k->lo || v > k->hi)
+			return out_of_range(origin, k, value);
 		*float_field(cfg, i) = v;
 		return 0;
 	}

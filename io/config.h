@@ -8,8 +8,8 @@
 
 /* Field type per key type. CHOICE values are stored as strings that are
  * guaranteed to be one of the listed choices. */
-#define CFG_FIELD_INT long
-#define CFG_FIELD_FLOAT double
+#define CFG_FIELD_INT_IN(lo, hi) long
+#define CFG_FIELD_FLOAT_IN(lo, hi) double
 #define CFG_FIELD_STR char *
 #define CFG_FIELD_CHOICE(c) char *
 #define CFG_FIELD(type) CFG_FIELD_##type
@@ -26,10 +26,13 @@ struct config_key_info {
 	const char *type;    /* "int", "float", "string" or "choice" */
 	const char *choices; /* "a|b|c" for choice keys, else NULL */
 	const char *def, *help;
+	double lo, hi;       /* inclusive range of int and float keys */
 };
 extern const struct config_key_info config_key_table[];
 extern const int config_key_count;
 
+/* "lo..hi" or "lo or more": the range of an int or float key, for docs. */
+void config_range_text(const struct config_key_info *k, char *out, size_t len);
 /* Fill every key with its default. */
 void config_defaults(struct config *cfg);
 /* Parse an INI file over the current values. Errors name "FILE:LINE". */

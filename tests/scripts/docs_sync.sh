@@ -115,7 +115,7 @@ done
 keys_h=$ROOT/io/config_keys.h
 ini5=$MAN/asyncpp.ini.5
 # "section key type default" (tab-separated) from the X-macro table.
-sed -n 's/^[[:space:]]*X(\([a-z0-9_]*\), *\([a-z0-9_]*\), *\(INT\|FLOAT\|STR\|CHOICE("[^"]*")\), *"\([^"]*\)",.*/\1\t\2\t\3\t\4/p' \
+sed -n 's/^[[:space:]]*X(\([a-z0-9_]*\), *\([a-z0-9_]*\), *\(INT_IN([^)]*)\|FLOAT_IN([^)]*)\|STR\|CHOICE("[^"]*")\), *"\([^"]*\)",.*/\1\t\2\t\3\t\4/p' \
 	"$keys_h" > table.tsv
 n_keys=$(wc -l < table.tsv)
 n_decl=$(grep -c '^[[:space:]]*X(' "$keys_h")
@@ -128,7 +128,13 @@ fi
 # What the man page should say for each key: "section key (type; default D)".
 awk -F'\t' '{
 	t = $3
-	if (t == "INT") t = "int"; else if (t == "FLOAT") t = "float"; else if (t == "STR") t = "string";
+	if (t ~ /^(INT|FLOAT)_IN\(/) {
+		# INT_IN(lo, hi) -> "int, lo..hi" (or "int, lo or more")
+		kind = (t ~ /^INT/) ? "int" : "float"
+		sub(/^[A-Z]+_IN\(/, "", t); sub(/\)$/, "", t)
+		split(t, r, /, */)
+		t = kind ", " (r[2] == "INFINITY" ? sprintf("%g or more", r[1]) : sprintf("%g..%g", r[1], r[2]))
+	} else if (t == "STR") t = "string";
 	else { sub(/^CHOICE\("/, "", t); sub(/"\)$/, "", t); gsub(/\|/, ", ", t); t = "one of " t }
 	d = $4 == "" ? "empty" : $4
 	printf "%s %s (%s; default %s)\n", $1, $2, t, d
