@@ -145,8 +145,8 @@ static int load_run(struct run *r, int xc, int yc, int logx, int logy, double al
 	if (!with_y)
 		return error("'%s': no rows with a '%s' value", r->path, columns[yc].name);
 	if (dropped)
-		warning("'%s': %d rows with values <= 0 left out of the log scale", r->path,
-			dropped);
+		warning("'%s': %d row%s with values <= 0 left out of the log scale", r->path,
+			dropped, dropped == 1 ? "" : "s");
 	if (!r->n)
 		return error("'%s': no finite '%s' values to plot", r->path, columns[yc].name);
 	/* EMA: s = alpha*s + (1-alpha)*y, started at the first value */
@@ -478,7 +478,7 @@ int cmd_plot(int argc, char **argv)
 			ylo = ymin;
 		if (!isnan(ymax))
 			yhi = ymax;
-		if (!(ylo < yhi)) { /* a one-sided limit beyond every point */
+		if (fixed && !(ylo < yhi)) { /* a one-sided limit beyond every point */
 			if (!isnan(ymin))
 				yhi = logy ? ylo * 10 : ylo + 1;
 			else

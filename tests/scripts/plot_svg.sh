@@ -60,6 +60,13 @@ elif kind == 'even':      # path 0's three points are evenly spaced along AXIS (
 elif kind == 'ticks':     # the tick labels of an axis include the given ones
     got = texts(args[0] + '-labels')
     assert all(t in got for t in args[1:]), 'ticks %r lack some of %r' % (got, args[1:])
+elif kind == 'centred':   # path 0 is one point in the middle of the frame
+    f = [e for e in root.iter(NS + 'rect') if e.get('class') == 'frame'][0]
+    cx = float(f.get('x')) + float(f.get('width')) / 2
+    cy = float(f.get('y')) + float(f.get('height')) / 2
+    pts = points(paths[0])
+    assert len(pts) == 1, '%d points' % len(pts)
+    assert abs(pts[0][0] - cx) < 0.5 and abs(pts[0][1] - cy) < 0.5, 'at %r, centre %r' % (pts[0], (cx, cy))
 elif kind == 'title':
     assert root.find(NS + 'title').text == args[0], 'title %r' % root.find(NS + 'title').text
 print('ok')
@@ -120,6 +127,10 @@ $A plot -o logy.svg --logy g/metrics.csv && check logy_even logy.svg even y yes
 $A plot -o logx.svg --logx g/metrics.csv && check logx_even logx.svg even x yes
 check logx_decade_ticks logx.svg ticks x 1 10 100
 $A plot -o tok.svg --x tokens c/metrics.jsonl && check tokens_si_ticks tok.svg ticks x 2k 4k 10k
+
+# a single row: one point, in the middle
+mkdir -p one && printf 'step,loss\n5,3\n' > one/metrics.csv
+$A plot -o one.svg one/metrics.csv 2> err.txt && check single_point_centred one.svg centred
 
 # 7. bad input: exit 1, file (and line) named, an existing output untouched
 printf 'step,loss\n1,2.5\n2,abc\n' > bad.csv
