@@ -409,17 +409,21 @@ static void perturb(struct config *cfg)
 	for (int i = 0; i < config_key_count; i++) {
 		const struct config_key_info *k = &config_key_table[i];
 		char v[128];
+		/* numbers move within their key's range, so every set succeeds */
 		if (!strcmp(k->type, "int")) {
-			snprintf(v, sizeof(v), "%ld", strtol(k->def, NULL, 10) * 3 + 7 + i);
+			long x = strtol(k->def, NULL, 10) * 3 + 7 + i;
+			snprintf(v, sizeof(v), "%ld", x > k->hi ? (long)k->hi - (x % 2 && k->hi > k->lo) : x);
 		} else if (!strcmp(k->type, "float")) {
-			snprintf(v, sizeof(v), "%.17g", strtod(k->def, NULL) / 3.0 + 0.1 * i);
+			double x = strtod(k->def, NULL) / 3.0 + 0.1 * i;
+			snprintf(v, sizeof(v), "%.17g", x > k->hi ? k->lo + (k->hi - k->lo) / 3.0 : x);
 		} else if (!strcmp(k->type, "choice")) {
 			const char *last = strrchr(k->choices, '|');
 			snprintf(v, sizeof(v), "%s", last ? last + 1 : k->choices);
 		} else {
 			snprintf(v, sizeof(v), "some dir/%s_%d#x;y.zst", k->key, i);
 		}
-		config_set_key(cfg, k->section, k->key, v, "test");
+		if (config_set_key(cfg, k->section, k->key, v, "test"))
+			test_fail(__FILE__, __LINE__, "perturb: %s", last_error());
 	}
 }
 
@@ -476,7 +480,7 @@ TEST(round_trip_print_load)
 /* Awkward floats survive printing exactly. */
 TEST(round_trip_floats)
 {
-	const double vals[] = {0.1, 1.0 / 3.0, 1e-300, 5e-324, -2.5e300, 123456789.0, 3e-3};
+	const double vals[] = {0.1, 1.0 / 3.0, 1e-300, 5e-324, 2.5e300, 123456789.0, 3e-3};
 	for (size_t i = 0; i < ARRAY_SIZE(vals); i++) {
 		struct config a, b;
 		config_defaults(&a);
@@ -512,5 +516,25 @@ TEST(lookup_unknown)
 	CHECK(config_get_string(&cfg, "nope", "lr") == NULL);
 	const struct config_key_info *k = config_key_lookup("train", "schedule");
 	CHECK(k && !strcmp(k->type, "choice") && strstr(k->choices, "2bw"));
+	config_free(&cfg);
+}
+
+/* Numbers outside a key's range are refused where they are set. */
+TEST(out_of_range_values_name_file_and_line)
+{
+	struct config cfg;
+	config_defaults(&cfg);
+	set_error_quiet(1);
+	CHECK(config_load_string(&cfg, "[optim]\nlr = -1\n", "run.ini") != 0);
+	CHECK_MSG(strstr(last_error(), "run.ini:2: optim.lr: -1 is out of range (0 or more)"),
+		  "got: %s", last_error());
+	CHECK(config_set(&cfg, "model.tied=7") != 0);
+	CHECK_MSG(strstr(last_error(), "--set: model.tied: 7 is out of range (0..1)"), "got: %s",
+		  last_error());
+	CHECK(config_set(&cfg, "optim.beta1=1.5") != 0);
+	CHECK(config_set(&cfg, "train.delay=65") != 0);
+	CHECK(config_set(&cfg, "train.delay=64") == 0);   /* bounds are inclusive */
+	CHECK(config_set(&cfg, "optim.min_lr_ratio=1") == 0);
+	set_error_quiet(0);
 	config_free(&cfg);
 }
