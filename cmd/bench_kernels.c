@@ -22,8 +22,8 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench kernels [--device D] [--iters N] [--threads N] [--batch B] [--seq T] "
-	"[--channels C] [--heads H] [--kv-heads H] [--vocab V] [--only NAME]",
+	"asyncpp bench kernels [--device D] [--iters N] [--max-sec S] [--threads N] [--batch B] "
+	"[--seq T] [--channels C] [--heads H] [--kv-heads H] [--vocab V] [--only NAME]",
 	NULL,
 };
 

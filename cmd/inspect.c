@@ -94,7 +94,7 @@ int cmd_inspect(int argc, char **argv)
 	int verbose = 0, diff = 0;
 	long top = 10;
 	const struct option opts[] = {
-		OPT_FLAG('v', "verbose", &verbose, "show more (every tensor of a checkpoint)"),
+		OPT_FLAG('v', "verbose", &verbose, "show more (a checkpoint's configuration)"),
 		OPT_FLAG(0, "diff", &diff, "compare two checkpoints tensor by tensor"),
 		OPT_INT(0, "top", &top, "N", "with --diff, list the N most different tensors (10)"),
 		OPT_END(),
@@ -113,6 +113,8 @@ int cmd_inspect(int argc, char **argv)
 	}
 	if (n < 1)
 		opts_usage_error(inspect_usage, opts, "no file to inspect");
+	if (top != 10)
+		opts_usage_error(inspect_usage, opts, "--top only applies with --diff");
 	int failed = 0;
 	for (int i = 0; i < n; i++) {
 		if (i)

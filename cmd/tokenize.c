@@ -343,6 +343,11 @@ static int do_encode(int n, char **files)
 		fprintf(stderr, " (%.1f MB in %.2f s, %d threads)\n", e.bytes_done / 1e6, dt,
 			e.nthreads);
 	}
+	if (val_fraction > 0 && nval == 0)
+		warning("%s holds no tokens: none of the %" PRIu64 " documents was drawn for "
+			"validation at --val-fraction %g; split the text into more documents "
+			"(--docs blank-line) or raise --val-fraction", val_path, e.doc_index,
+			val_fraction);
 	rc = EXIT_OK;
 out:
 	shard_writer_abort(e.train);
