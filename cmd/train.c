@@ -214,10 +214,10 @@ static int train_loop(struct run *r)
 	struct step_stats *stats = xcalloc((size_t)MAX(log_every, 1), sizeof(*stats));
 	int rc = 0;
 	if (!r->quiet)
-		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s), schedule %s, "
-			"optimizer %s, %ld steps of %d x %d x %d tokens\n",
-			cfg->model_arch, r->m.numel, tr->S, cfg->train_schedule, cfg->optim_name,
-			total, tr->mb_per_step, tr->B, tr->T);
+		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s) x %ld "
+			"replica(s), schedule %s, optimizer %s, %ld steps of %d x %d x %d tokens\n",
+			cfg->model_arch, r->m.numel, tr->S, cfg->pipeline_data_parallel,
+			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
 		long next = MIN(total, (tr->step / log_every + 1) * log_every);
