@@ -141,7 +141,7 @@ asan:
 		OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined" \
 		EXTRA_LDLIBS="-fsanitize=address,undefined" test-bins
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		ASAN_CLI_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		ASYNCPP=build-asan/asyncpp BUILD=build-asan bash tests/run
 
 demo: deps

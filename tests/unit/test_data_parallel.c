@@ -493,12 +493,14 @@ TEST(replicated_checkpoint_resumes_exactly)
 	set(&bw, "pipeline", "data_parallel", "2");
 	set(&bw, "optim", "correction", "ef");
 	check_resume("2bw S=2 N=2", &bw, &bw, DATA_NOISY, 9);
+	config_free(&bw);
 	if (test_failed())
 		return;
 	base_config(&none, "gpt2", "adamw");
 	set(&none, "train", "delay", "1");
 	set(&none, "pipeline", "data_parallel", "2");
 	check_resume("delay=1 N=2", &none, &none, DATA_NOISY, 7);
+	config_free(&none);
 	if (test_failed())
 		return;
 	/* the file does not depend on the replicas: a run of 2 replicas of
@@ -516,6 +518,8 @@ TEST(replicated_checkpoint_resumes_exactly)
 	set(&dp, "pipeline", "stages", "2");
 	set(&dp, "pipeline", "data_parallel", "2");
 	check_resume("1f1b N=2 -> N=1", &dp, &one, DATA_NO_REPEAT, 8);
+	config_free(&one);
+	config_free(&dp);
 }
 
 TEST(bad_replica_configurations_are_refused)

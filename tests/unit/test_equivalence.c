@@ -258,8 +258,10 @@ TEST(delay_zero_equals_no_delay)
 	config_set_key(&d0, "train", "delay", "0", "test");
 	base_config(&ps, "llama", "adamw");
 	config_set_key(&ps, "train", "delay_mode", "per-stage", "test");
-	if (!same_run("delay=0", &plain, &d0) || !same_run("per-stage S=1", &plain, &ps))
-		return;
+	same_run("delay=0", &plain, &d0) && same_run("per-stage S=1", &plain, &ps);
+	config_free(&plain);
+	config_free(&d0);
+	config_free(&ps);
 }
 
 TEST(delay_changes_the_losses)
@@ -272,6 +274,8 @@ TEST(delay_changes_the_losses)
 	struct run_result a = {0}, b = {0};
 	CHECK(!train(&plain, STEPS, STEPS, NULL, NULL, &a));
 	CHECK(!train(&d1, STEPS, STEPS, NULL, NULL, &b));
+	config_free(&plain);
+	config_free(&d1);
 	CHECK(a.loss[0] == b.loss[0]);   /* step 1 sees version 0 either way */
 	CHECK(a.loss[STEPS - 1] != b.loss[STEPS - 1]);
 	free(a.weights);
@@ -288,7 +292,10 @@ TEST(ef_lambda_zero_equals_no_correction)
 		config_set_key(&ef0, "train", "delay", "1", "test");
 		config_set_key(&ef0, "optim", "correction", "ef", "test");
 		config_set_key(&ef0, "optim", "ef_lambda", "0", "test");
-		if (!same_run("ef lambda=0", &none, &ef0))
+		int ok = same_run("ef lambda=0", &none, &ef0);
+		config_free(&none);
+		config_free(&ef0);
+		if (!ok)
 			return;
 	}
 }
@@ -336,17 +343,20 @@ TEST(resume_is_exact_for_pipelines)
 	config_set_key(&bw, "pipeline", "stages", "2", "test");
 	config_set_key(&bw, "optim", "correction", "ef", "test");
 	check_resume("2bw S=2", &bw, &bw, 9);
+	config_free(&bw);
 	if (test_failed())
 		return;
 	base_config(&pd, "gpt2", "adamw");
 	config_set_key(&pd, "train", "schedule", "pipedream", "test");
 	config_set_key(&pd, "pipeline", "stages", "4", "test");
 	check_resume("pipedream S=4", &pd, &pd, 6);
+	config_free(&pd);
 	if (test_failed())
 		return;
 	base_config(&d2, "llama", "adamw");
 	config_set_key(&d2, "train", "delay", "3", "test");
 	check_resume("delay=3", &d2, &d2, 5);
+	config_free(&d2);
 }
 
 TEST(checkpoint_of_one_worker_resumes_as_a_pipeline)
@@ -360,4 +370,6 @@ TEST(checkpoint_of_one_worker_resumes_as_a_pipeline)
 	config_set_key(&bw, "train", "schedule", "2bw", "test");
 	config_set_key(&bw, "pipeline", "stages", "4", "test");
 	check_resume("delay=1 -> 2bw S=4", &one, &bw, 8);
+	config_free(&one);
+	config_free(&bw);
 }
