@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 A=${ASYNCPP:-./asyncpp}
 OUT=${DEMO_DIR:-runs/demo}
 mkdir -p "$OUT"
-step() { printf '\n== %s\n$ %s\n' "$1" "${*:2}"; "${@:2}"; }
+step() { printf '\n== %s\n$' "$1"; printf ' %q' "${@:2}"; printf '\n'; "${@:2}"; }
 
 step "1. tokenize the built-in corpus" \
 	"$A" tokenize train --vocab 512 -o "$OUT/demo.tok" testdata/corpus/*.txt
