@@ -538,7 +538,8 @@ def build_report(runs, exp, asyncpp, work):
     add('## 3. Momentum under the delay')
     add('')
     add('AdamW\'s β1 and Muon\'s momentum μ in {0.9, 0.95, 0.98}, sync and async, at the '
-        'optimizer\'s best sync lr (seed 1).')
+        'optimizer\'s best sync lr (seed 1); everything else stays (AdamW\'s β2 is 0.95, so '
+        'β1 = 0.98 exceeds it). The lr is not re-tuned per momentum.')
     add('')
     add('| optimizer | momentum | lr | sync | async | gap |')
     add('|---|---|---|---|---|---|')
@@ -785,7 +786,9 @@ def build_report(runs, exp, asyncpp, work):
         shrinks = all(b[1] < a[1] for a, b in zip(gs, gs[1:]))
         f4s.append((opt, shrinks, '%s: gap %s%s' % (
             opt, ', '.join('%+.4f (%s)' % (g, m) for m, g in gs),
-            ' — shrinks as momentum grows' if shrinks else ' — does not shrink steadily')))
+            ' — shrinks as momentum grows' if shrinks else
+            ' — grows with momentum, the opposite' if all(b[1] > a[1] for a, b in zip(gs, gs[1:]))
+            else ' — does not shrink steadily')))
     if f4s:
         n = sum(s for _, s, _ in f4s)
         add('4. *Higher momentum shrinks the gap*: **%s.** %s.' % (
