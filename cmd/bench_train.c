@@ -16,8 +16,11 @@
  *    (wall time, each stage's busy and idle seconds) is N steps of steady
  *    state, free of the fill and drain that every segment pays once. The
  *    measured bubble is a stage's idle / (busy + idle) over that window,
- *    averaged over stages, beside (S-1)/(M+S-1); for 2bw the idle share of
- *    step time is also shown per stage (the target is under 5%).
+ *    averaged over stages, beside (S-1)/(M+S-1), and the largest stage's
+ *    idle share of step time (2bw's target: under 5%). --repeat R measures
+ *    every configuration R times, the two schedules alternating so both see
+ *    the same load, and keeps the fastest. 2 seg(N) - seg(2N) estimates what
+ *    one segment pays once (fill, drain, set-up).
  *
  * Timings are not asserted by any test (HACKING.md); bench/NOTES.md keeps
  * measured figures with their commands.
