@@ -10,6 +10,7 @@
  * tokens the later rows replace the earlier ones from that x on; wall_s,
  * which restarts at 0 on resume, continues from the last value instead.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,10 +176,18 @@ static double tr(const struct axis *a, double v)
 	return a->log ? log10(v) : v;
 }
 
+/* hi - lo without overflow: halves first when the difference would not fit
+ * in a double (an axis from -1e308 to 1e308). */
+static double span(double lo, double hi)
+{
+	double d = hi - lo;
+	return isfinite(d) ? d : 2 * (hi / 2 - lo / 2);
+}
+
 /* 1, 2 or 5 times a power of ten, near range/target. */
 static double nice_step(double range, int target)
 {
-	double raw = range / target;
+	double raw = isfinite(range) ? range / target : DBL_MAX / target;
 	double mag = pow(10, floor(log10(raw)));
 	double f = raw / mag;
 	return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
@@ -186,7 +195,7 @@ static double nice_step(double range, int target)
 
 static void linear_ticks(struct axis *a)
 {
-	double step = nice_step(a->hi - a->lo, 5);
+	double step = nice_step(span(a->lo, a->hi), 5);
 	double first = ceil(a->lo / step - 1e-9);
 	a->nticks = 0;
 	a->step = step;
@@ -234,9 +243,10 @@ static void axis_setup(struct axis *a, double lo, double hi, double pad)
 			l0 -= 0.5;
 			l1 += 0.5;
 		}
+		/* padding stays inside the normal doubles (1e-307 .. 1e308) */
 		double p = (l1 - l0) * pad;
-		a->lo = pow(10, l0 - p);
-		a->hi = pow(10, l1 + p);
+		a->lo = pow(10, fmax(l0 - p, fmin(l0, -307)));
+		a->hi = pow(10, fmin(l1 + p, fmax(l1, 308)));
 		log_ticks(a);
 	} else {
 		if (hi - lo < 1e-12 * fmax(1, fabs(hi))) {
@@ -244,9 +254,9 @@ static void axis_setup(struct axis *a, double lo, double hi, double pad)
 			lo -= d;
 			hi += d;
 		}
-		double p = (hi - lo) * pad;
-		a->lo = lo - p;
-		a->hi = hi + p;
+		double p = (hi / 2 - lo / 2) * (2 * pad); /* no overflow */
+		a->lo = fmax(lo - p, -DBL_MAX);
+		a->hi = fmin(hi + p, DBL_MAX);
 		linear_ticks(a);
 	}
 }
@@ -266,7 +276,7 @@ static void tick_label(char *out, size_t n, double v, const struct axis *a)
 		return;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(si); i++) {
-		if (top >= 1e4 && av >= si[i].div) {
+		if (top >= 1e4 && top < 1e12 && av >= si[i].div) {
 			double step = a->step ? a->step / si[i].div : 0;
 			int dec = step > 0 && step < 1 ? (int)ceil(-log10(step) - 1e-9) : 0;
 			if (!a->step) /* log ticks: as many digits as the value needs */
@@ -276,7 +286,7 @@ static void tick_label(char *out, size_t n, double v, const struct axis *a)
 			return;
 		}
 	}
-	if (!a->step || av < 1e-3) {
+	if (!a->step || av < 1e-3 || top >= 1e12) { /* beyond G: 1e15, 5e307 */
 		snprintf(out, n, "%g", v);
 		/* 1e-05 -> 1e-5 */
 		char *e = strchr(out, 'e');
@@ -327,8 +337,10 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 	double x0 = left, x1 = left + pw, y0 = top + ph, y1 = top;
 	double tx0 = tr(ax, ax->lo), tx1 = tr(ax, ax->hi);
 	double ty0 = tr(ay, ay->lo), ty1 = tr(ay, ay->hi);
-#define PX(v) (x0 + (tr(ax, (v)) - tx0) / (tx1 - tx0) * (x1 - x0))
-#define PY(v) (y0 + (tr(ay, (v)) - ty0) / (ty1 - ty0) * (y1 - y0))
+	/* halved before subtracting, so that an axis spanning most of the doubles
+	 * does not overflow into inf/inf */
+#define PX(v) (x0 + (tr(ax, (v)) / 2 - tx0 / 2) / (tx1 / 2 - tx0 / 2) * (x1 - x0))
+#define PY(v) (y0 + (tr(ay, (v)) / 2 - ty0 / 2) / (ty1 / 2 - ty0 / 2) * (y1 - y0))
 
 	svg_printf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
 	svg_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "

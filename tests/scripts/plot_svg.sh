@@ -67,6 +67,14 @@ elif kind == 'centred':   # path 0 is one point in the middle of the frame
     pts = points(paths[0])
     assert len(pts) == 1, '%d points' % len(pts)
     assert abs(pts[0][0] - cx) < 0.5 and abs(pts[0][1] - cy) < 0.5, 'at %r, centre %r' % (pts[0], (cx, cy))
+elif kind == 'finite':    # every coordinate and tick position is a finite number in the canvas
+    w, h = float(root.get('width')), float(root.get('height'))
+    pts = [pt for p in paths for pt in points(p)]
+    pos = [float(e.get(k)) for e in root.iter() for k in ('x1', 'y1', 'x2', 'y2', 'x', 'y') if e.get(k)]
+    bad = [v for v in pos + [c for pt in pts for c in pt] if not (-1 <= v <= max(w, h) + 1)]
+    text = open(svg).read().lower()
+    assert 'nan' not in text and 'inf' not in text, 'nan or inf in the SVG'
+    assert len(pts) == int(args[0]) and not bad, '%d points, out of the canvas: %r' % (len(pts), bad[:5])
 elif kind == 'title':
     assert root.find(NS + 'title').text == args[0], 'title %r' % root.find(NS + 'title').text
 print('ok')
@@ -131,6 +139,13 @@ $A plot -o tok.svg --x tokens c/metrics.jsonl && check tokens_si_ticks tok.svg t
 # a single row: one point, in the middle
 mkdir -p one && printf 'step,loss\n5,3\n' > one/metrics.csv
 $A plot -o one.svg one/metrics.csv 2> err.txt && check single_point_centred one.svg centred
+
+# values spanning most of the doubles still give finite coordinates and labels
+mkdir -p huge && printf 'step,loss\n1,1e308\n2,-1e308\n3,1e-300\n' > huge/metrics.csv
+$A plot -o huge.svg huge/metrics.csv 2> err.txt && check huge_range_finite huge.svg finite 3
+mkdir -p hugelog && printf 'step,loss\n1,1e-300\n2,1e300\n' > hugelog/metrics.csv
+$A plot -o hugelog.svg --logy hugelog/metrics.csv 2> err.txt &&
+	check huge_log_range_finite hugelog.svg finite 2
 
 # 7. bad input: exit 1, file (and line) named, an existing output untouched
 printf 'step,loss\n1,2.5\n2,abc\n' > bad.csv
