@@ -261,10 +261,12 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 	       c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH, c->T, c->V, c->Vp,
 	       b->m.numel, fpt / 1e6, model_flops_params(&b->m));
 	printf("step: schedule %s, %ld stage(s), %ld micro-batch(es) of %ld x %ld tokens, "
-	       "optimizer %s, %s backend (OpenBLAS %s kernels); %d warm-up + %d timed steps\n",
+	       "optimizer %s, %s backend (OpenBLAS %s kernels, OpenMP wait policy %s); "
+	       "%d warm-up + %d timed steps\n",
 	       cfg->train_schedule, cfg->pipeline_stages, cfg->pipeline_micro_batches,
 	       cfg->train_batch_size, cfg->model_seq_len, cfg->optim_name, b->be->name,
-	       openblas_get_corename(), warmup, steps);
+	       openblas_get_corename(),
+	       getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default", warmup, steps);
 	printf("\n%7s %9s %9s %9s %9s %8s %7s %8s %8s\n", "threads", "tokens/s", "ms/step",
 	       "best ms", "cpu ms", "GFLOP/s", "MFU", "peak", "loss");
 	for (int i = 0; i < nthreads; i++) {
