@@ -20,7 +20,7 @@ CFLAGS ?= $(OPT) -g
 WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
 BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_DIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/openblas-pthread)
-ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp \
+ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp -fno-math-errno \
 	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
 # zstd, inih and OpenBLAS link statically when their archives exist.
 STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd) \
