@@ -188,7 +188,8 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 	/* the trainer's activations between stages, input and target tokens */
 	mm->exchange = 2.0 * (tr->S + 1) * act * sizeof(float) +
 		       2.0 * tr->B * tr->T * sizeof(int32_t);
-	mm->data = 2.0 * b->n_tokens * sizeof(uint32_t); /* ours and the loader's copy */
+	/* ours (u32) and the loader's copy (u16 when the vocabulary allows) */
+	mm->data = (double)b->n_tokens * (sizeof(uint32_t) + (tr->data->tokens16 ? 2 : 4));
 }
 
 static void print_memory(const struct mem *mm, double rss_start, double rss_peak)

@@ -60,9 +60,7 @@ int cmd_eval(int argc, char **argv)
 	}
 	/* llm.c shards do not record their vocabulary (GPT-2's is assumed):
 	 * what matters is that every token is one the model knows */
-	uint32_t max_token = 0;
-	for (size_t i = 0; i < dl.n; i++)
-		max_token = dl.tokens[i] > max_token ? dl.tokens[i] : max_token;
+	uint32_t max_token = dl.max_token;
 	if ((int)max_token >= lm.m.cfg.V) {
 		error("'%s' holds token %u, beyond the model's vocabulary of %d", data, max_token,
 		      lm.m.cfg.V);

@@ -7,6 +7,33 @@
 #include "shard.h"
 #include "util.h"
 
+static uint32_t token_at(const struct dataloader *dl, size_t i)
+{
+	return dl->tokens16 ? dl->tokens16[i] : dl->tokens32[i];
+}
+
+/* Room for n tokens in the width the vocabulary needs (u16 up to 65536). */
+static void alloc_tokens(struct dataloader *dl, size_t n)
+{
+	if (dl->vocab <= 65536)
+		dl->tokens16 = xmalloc(st_mult(n ? n : 1, sizeof(uint16_t)));
+	else
+		dl->tokens32 = xmalloc(st_mult(n ? n : 1, sizeof(uint32_t)));
+}
+
+/* Store tokens [at, at+n) from a u32 buffer; the caller checked them
+ * against the vocabulary, so they fit the width. */
+static void put_tokens(struct dataloader *dl, size_t at, const uint32_t *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (dl->tokens16)
+			dl->tokens16[at + i] = (uint16_t)src[i];
+		else
+			dl->tokens32[at + i] = src[i];
+		dl->max_token = src[i] > dl->max_token ? src[i] : dl->max_token;
+	}
+}
+
 static int finish_open(struct dataloader *dl, int B, int T, uint64_t seed, int shuffle)
 {
 	dl->B = B;
@@ -27,10 +54,14 @@ int dataloader_from_tokens(struct dataloader *dl, const uint32_t *tokens, size_t
 			   uint32_t vocab, int B, int T, uint64_t seed, int shuffle)
 {
 	memset(dl, 0, sizeof(*dl));
-	dl->tokens = xmalloc(st_mult(n ? n : 1, sizeof(uint32_t)));
-	memcpy(dl->tokens, tokens, n * sizeof(uint32_t));
-	dl->n = n;
+	uint32_t max = 0;
+	for (size_t i = 0; i < n; i++)
+		max = tokens[i] > max ? tokens[i] : max;
+	dl->vocab = max < 65536 ? 65536 : max + 1; /* the width the ids need */
+	alloc_tokens(dl, n);
+	put_tokens(dl, 0, tokens, n);
 	dl->vocab = vocab;
+	dl->n = n;
 	return finish_open(dl, B, T, seed, shuffle);
 }
 
@@ -45,33 +76,49 @@ int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, ui
 		return -1;
 	if (npaths == 0)
 		return error("no shards match '%s'", pattern);
+	/* open every shard first: the vocabularies must agree, and the total
+	 * sizes the one allocation */
+	struct shard **shards = xcalloc((size_t)npaths, sizeof(*shards));
 	int rc = 0;
+	size_t total = 0;
 	for (int i = 0; i < npaths && !rc; i++) {
-		struct shard *s;
-		if (shard_open(&s, paths[i])) {
+		if (shard_open(&shards[i], paths[i])) {
 			rc = -1;
 			break;
 		}
-		uint32_t vocab = shard_vocab_size(s);
+		uint32_t vocab = shard_vocab_size(shards[i]);
 		if (i == 0) {
 			dl->vocab = vocab;
-			dl->tokenizer_hash = shard_tokenizer_hash(s);
+			dl->tokenizer_hash = shard_tokenizer_hash(shards[i]);
 		} else if (vocab != dl->vocab) {
 			rc = error("'%s': vocabulary size %u differs from '%s' (%u); shards of "
 				   "one run must share a tokenizer", paths[i], vocab, paths[0],
 				   dl->vocab);
 		}
-		uint64_t nt = shard_ntokens(s);
-		if (!rc) {
-			dl->tokens = xrealloc(dl->tokens,
-					      st_mult(st_add(dl->n, nt), sizeof(uint32_t)));
-			if (shard_read(s, 0, nt, dl->tokens + dl->n))
-				rc = -1;
-			else
-				dl->n += nt;
-		}
-		shard_close(s);
+		total = st_add(total, shard_ntokens(shards[i]));
 	}
+	if (!rc) {
+		/* shard_read checks every token against the vocabulary */
+		alloc_tokens(dl, total);
+		enum { PIECE = 1 << 20 };
+		uint32_t *piece = xmalloc(PIECE * sizeof(uint32_t));
+		for (int i = 0; i < npaths && !rc; i++) {
+			uint64_t nt = shard_ntokens(shards[i]);
+			for (uint64_t at = 0; at < nt && !rc; at += PIECE) {
+				size_t k = (size_t)MIN((uint64_t)PIECE, nt - at);
+				if (shard_read(shards[i], at, k, piece))
+					rc = -1;
+				else
+					put_tokens(dl, dl->n + (size_t)at, piece, k);
+			}
+			if (!rc)
+				dl->n += (size_t)nt;
+		}
+		free(piece);
+	}
+	for (int i = 0; i < npaths; i++)
+		shard_close(shards[i]);
+	free(shards);
 	shard_glob_free(paths, npaths);
 	if (rc)
 		return -1;
@@ -105,10 +152,10 @@ void dataloader_batch(struct dataloader *dl, long index, int32_t *inputs, int32_
 				make_perm(dl, epoch);
 			w = dl->perm[w];
 		}
-		const uint32_t *src = dl->tokens + w * (size_t)dl->T;
+		size_t start = w * (size_t)dl->T;
 		for (int t = 0; t < dl->T; t++) {
-			inputs[b * dl->T + t] = (int32_t)src[t];
-			targets[b * dl->T + t] = (int32_t)src[t + 1];
+			inputs[b * dl->T + t] = (int32_t)token_at(dl, start + (size_t)t);
+			targets[b * dl->T + t] = (int32_t)token_at(dl, start + (size_t)t + 1);
 		}
 	}
 	pthread_mutex_unlock(&dl->lock);
@@ -116,7 +163,8 @@ void dataloader_batch(struct dataloader *dl, long index, int32_t *inputs, int32_
 
 void dataloader_close(struct dataloader *dl)
 {
-	free(dl->tokens);
+	free(dl->tokens16);
+	free(dl->tokens32);
 	free(dl->perm);
 	free(dl->pattern);
 	if (dl->perm)

@@ -20,8 +20,13 @@
 #include <stdint.h>
 
 struct dataloader {
-	uint32_t *tokens;   /* [n] all tokens of all shards */
+	/* [n] all tokens of all shards, in one of two widths: u16 when every id
+	 * fits (vocabularies of at most 65536, GPT-2's included), which halves
+	 * the memory; else u32. Exactly one is non-NULL. */
+	uint16_t *tokens16;
+	uint32_t *tokens32;
 	size_t n;
+	uint32_t max_token; /* largest id in the data */
 	uint32_t vocab;     /* vocabulary size recorded in the shards */
 	uint64_t tokenizer_hash;
 	int B, T, shuffle;

@@ -1,0 +1,197 @@
+/* test_dataloader.c - micro-batches from shards: windows and targets, the
+ * order of shards, both token widths in memory, every window once per epoch,
+ * batches that depend on (seed, index) alone, and clear errors. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../io/dataloader.h"
+#include "../../io/shard.h"
+#include "../../io/util.h"
+#include "../test.h"
+
+static char *tpath(const char *name)
+{
+	static char p[8][512];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
+	return p[k];
+}
+
+/* One shard of tokens[0..n) as a single document, small chunks so that
+ * windows straddle them. */
+static int write_shard(const char *path, uint32_t vocab, const uint32_t *tokens, size_t n)
+{
+	struct shard_writer *w;
+	if (shard_writer_open(&w, path, vocab, 0))
+		return -1;
+	if (shard_writer_set_chunk_tokens(w, 37) || shard_writer_add_doc(w, tokens, n)) {
+		shard_writer_abort(w);
+		return -1;
+	}
+	return shard_writer_close(w);
+}
+
+enum { N = 1000, B = 3, T = 16 };
+
+static void fill(uint32_t *v, size_t n, uint32_t vocab, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = (uint32_t)(rng_next(&seed) % vocab);
+}
+
+TEST(windows_in_order_without_shuffle)
+{
+	uint32_t tok[N];
+	fill(tok, N, 500, 1);
+	CHECK(write_shard(tpath("a.shard"), 500, tok, N) == 0);
+	struct dataloader dl;
+	CHECK(dataloader_open(&dl, tpath("a.shard"), B, T, 9, 0) == 0);
+	CHECK(dl.n == N && dl.n_windows == (N - 1) / T && dl.tokens16 && !dl.tokens32);
+	int32_t in[B * T], tg[B * T];
+	for (long index = 0; index < 30; index++) {
+		dataloader_batch(&dl, index, in, tg);
+		for (int b = 0; b < B; b++) {
+			size_t w = ((size_t)index * B + (size_t)b) % dl.n_windows;
+			for (int t = 0; t < T; t++) {
+				CHECK(in[b * T + t] == (int32_t)tok[w * T + (size_t)t]);
+				CHECK(tg[b * T + t] == (int32_t)tok[w * T + (size_t)t + 1]);
+			}
+		}
+	}
+	dataloader_close(&dl);
+}
+
+/* Shards concatenate in sorted file order, whatever order they were made in. */
+TEST(shards_concatenate_sorted)
+{
+	char *dir = tpath("multi");
+	CHECK(mkdir(dir, 0755) == 0);
+	uint32_t a[300], b[400];
+	fill(a, 300, 800, 2);
+	fill(b, 400, 800, 3);
+	char pb[600], pa[600];
+	snprintf(pb, sizeof(pb), "%s/b.shard", dir);
+	snprintf(pa, sizeof(pa), "%s/a.shard", dir);
+	CHECK(write_shard(pb, 800, b, 400) == 0);
+	CHECK(write_shard(pa, 800, a, 300) == 0);
+	struct dataloader dl;
+	CHECK(dataloader_open(&dl, dir, 1, T, 0, 0) == 0);
+	CHECK(dl.n == 700);
+	int32_t in[T], tg[T];
+	/* window 18 covers tokens 288..304: the seam between a and b */
+	dataloader_batch(&dl, 18, in, tg);
+	for (int t = 0; t < T; t++) {
+		size_t i = 18 * T + (size_t)t + 1;
+		CHECK(tg[t] == (int32_t)(i < 300 ? a[i] : b[i - 300]));
+	}
+	dataloader_close(&dl);
+}
+
+/* The in-memory width follows the vocabulary (u16 up to 65536, else u32);
+ * the batches are the same either way, and the largest ids survive. */
+TEST(token_widths_give_the_same_batches)
+{
+	uint32_t tok[N];
+	fill(tok, N, 65536, 4);
+	tok[5] = 65535;
+	CHECK(write_shard(tpath("w16.shard"), 65536, tok, N) == 0);
+	CHECK(write_shard(tpath("w32.shard"), 70000, tok, N) == 0);
+	struct dataloader d16, d32;
+	CHECK(dataloader_open(&d16, tpath("w16.shard"), B, T, 5, 1) == 0);
+	CHECK(dataloader_open(&d32, tpath("w32.shard"), B, T, 5, 1) == 0);
+	CHECK(d16.tokens16 && d32.tokens32);
+	CHECK(d16.max_token == 65535 && d32.max_token == 65535);
+	int32_t i16[B * T], t16[B * T], i32[B * T], t32[B * T];
+	for (long index = 0; index < 50; index++) {
+		dataloader_batch(&d16, index, i16, t16);
+		dataloader_batch(&d32, index, i32, t32);
+		CHECK(!memcmp(i16, i32, sizeof(i16)) && !memcmp(t16, t32, sizeof(t16)));
+	}
+	dataloader_close(&d16);
+	dataloader_close(&d32);
+
+	uint32_t big[N];
+	fill(big, N, 70000, 5);
+	big[7] = 69999;
+	CHECK(write_shard(tpath("big.shard"), 70000, big, N) == 0);
+	CHECK(dataloader_open(&d32, tpath("big.shard"), 1, T, 0, 0) == 0);
+	CHECK(d32.max_token == 69999);
+	int32_t in[T], tg[T];
+	dataloader_batch(&d32, 0, in, tg);
+	CHECK(in[7] == 69999 && tg[6] == 69999);
+	dataloader_close(&d32);
+}
+
+/* Shuffled: each epoch visits every window exactly once, epochs differ,
+ * and a batch depends on (seed, index) alone, not on what was read before. */
+TEST(shuffle_is_a_permutation_per_epoch_and_stateless)
+{
+	uint32_t tok[N];
+	for (size_t i = 0; i < N; i++)
+		tok[i] = (uint32_t)i; /* a window's first token names it */
+	struct dataloader dl, fresh;
+	CHECK(dataloader_from_tokens(&dl, tok, N, N, 1, T, 11, 1) == 0);
+	size_t W = dl.n_windows;
+	int *seen = xcalloc(W, sizeof(int));
+	int32_t in[T], tg[T], in2[T], tg2[T];
+	int differs = 0;
+	for (long index = 0; index < 2 * (long)W; index++) {
+		dataloader_batch(&dl, index, in, tg);
+		CHECK(in[0] % T == 0);
+		size_t w = (size_t)in[0] / T;
+		CHECK(w < W);
+		seen[w] += 1;
+		if (index >= (long)W) {
+			dataloader_batch(&dl, index - (long)W, in2, tg2);
+			differs |= in2[0] != in[0];
+		}
+		if (index == (long)W - 1) {
+			for (size_t k = 0; k < W; k++)
+				CHECK(seen[k] == 1);
+		}
+	}
+	CHECK(differs);
+	/* out of order, from a fresh loader: the same batch for the same index */
+	CHECK(dataloader_from_tokens(&fresh, tok, N, N, 1, T, 11, 1) == 0);
+	for (long index = 3 * (long)W; index >= 0; index -= 7) {
+		dataloader_batch(&fresh, index, in, tg);
+		dataloader_batch(&dl, index, in2, tg2);
+		CHECK(!memcmp(in, in2, sizeof(in)) && !memcmp(tg, tg2, sizeof(tg)));
+	}
+	free(seen);
+	dataloader_close(&dl);
+	dataloader_close(&fresh);
+	/* another seed, another order */
+	CHECK(dataloader_from_tokens(&dl, tok, N, N, 1, T, 12, 1) == 0);
+	CHECK(dataloader_from_tokens(&fresh, tok, N, N, 1, T, 11, 1) == 0);
+	differs = 0;
+	for (long index = 0; index < 10; index++) {
+		dataloader_batch(&dl, index, in, tg);
+		dataloader_batch(&fresh, index, in2, tg2);
+		differs |= in[0] != in2[0];
+	}
+	CHECK(differs);
+	dataloader_close(&dl);
+	dataloader_close(&fresh);
+}
+
+TEST(errors_name_the_data)
+{
+	uint32_t tok[N];
+	fill(tok, N, 500, 6);
+	CHECK(write_shard(tpath("v500.shard"), 500, tok, N) == 0);
+	CHECK(write_shard(tpath("v600.shard"), 600, tok, N) == 0);
+	struct dataloader dl;
+	/* shards of two vocabularies */
+	CHECK(dataloader_open(&dl, tpath("v[56]00.shard"), B, T, 0, 0) == -1);
+	dataloader_close(&dl);
+	/* nothing matches */
+	CHECK(dataloader_open(&dl, tpath("none-*.shard"), B, T, 0, 0) == -1);
+	dataloader_close(&dl);
+	/* fewer than T + 1 tokens */
+	CHECK(write_shard(tpath("tiny.shard"), 500, tok, T) == 0);
+	CHECK(dataloader_open(&dl, tpath("tiny.shard"), B, T, 0, 0) == -1);
+	dataloader_close(&dl);
+}
