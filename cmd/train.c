@@ -47,9 +47,12 @@ static void on_signal(int sig)
 }
 
 /* A pipeline segment ends with a drain, where the run can stop, log and
- * save; segments are cut at this many steps so that a signal is served
- * within seconds (a drain costs about (S-1)/(PIPELINE_SEGMENT*M) of the
- * time). */
+ * save. A drain leaves about (S-1) micro-batch slots idle, so segments are
+ * not cut at every log interval (at log.every = 1 that would be 1F1B's
+ * bubble again): they run up to this many steps, or to the next evaluation
+ * or checkpoint, and their steps are logged when they end. The cap keeps a
+ * signal served within seconds; a drain then costs about
+ * (S-1)/(PIPELINE_SEGMENT*M+S-1) of the time. */
 #define PIPELINE_SEGMENT 20
 
 static char *path_in(const char *dir, const char *name)
@@ -211,7 +214,8 @@ static int train_loop(struct run *r)
 	double t_start = now_sec(), t_last = t_start;
 	long step_last = tr->step;
 	double busy_last = 0, idle_last = 0;
-	struct step_stats *stats = xcalloc((size_t)MAX(log_every, 1), sizeof(*stats));
+	struct step_stats *stats =
+		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT), sizeof(*stats));
 	int rc = 0;
 	if (!r->quiet)
 		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s) x %ld "
@@ -220,7 +224,11 @@ static int train_loop(struct run *r)
 			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
-		long next = MIN(total, (tr->step / log_every + 1) * log_every);
+		long next_log = (tr->step / log_every + 1) * log_every;
+		long next = MIN(total, next_log);
+		if (tr->kind >= 0) /* a pipeline: see PIPELINE_SEGMENT */
+			next = MIN(total, log_every >= PIPELINE_SEGMENT ? next_log
+									: tr->step + PIPELINE_SEGMENT);
 		if (cfg->eval_every > 0)
 			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
 		if (cfg->checkpoint_every > 0)
@@ -240,6 +248,8 @@ static int train_loop(struct run *r)
 				     bad);
 		}
 		n = (int)(tr->step - first); /* fewer when a signal stopped the run */
+		/* a progress line when the segment reached or passed a log step */
+		int log_due = tr->step / log_every > first / log_every;
 		double now = now_sec();
 		double dt = now - t_last;
 		double tokens = (double)(tr->step - step_last) * tr->mb_per_step * tr->B * tr->T;
@@ -265,7 +275,7 @@ static int train_loop(struct run *r)
 						  .val_loss = val, .has_val_loss = 1};
 			metrics_write(&r->metrics, &row);
 		}
-		if (!r->quiet && (tr->step % log_every == 0 || tr->step == total || !isnan(val))) {
+		if (!r->quiet && (log_due || tr->step == total || !isnan(val))) {
 			char eta[32];
 			fmt_duration(eta, sizeof(eta), dt / MAX(1, tr->step - step_last) * (double)(total - tr->step));
 			char valbuf[32] = "";

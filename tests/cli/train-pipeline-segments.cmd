@@ -1,0 +1,2 @@
+# A pipeline run logs every step but drains only every 20 steps (not at each log step): progress lines at the segment ends, a metrics row per step; on one worker, a line per log step.
+$ASYNCPP train --set train.schedule=2bw --set pipeline.stages=2 --set pipeline.micro_batches=2 --set log.every=1 --set train.steps=25 --set eval.every=0 --set train.out_dir=p 2>&1 | grep -o '^step *[0-9]*/25'; cut -d, -f1 p/metrics.csv | grep -c '^[0-9]'; $ASYNCPP train --set log.every=10 --set train.steps=25 --set eval.every=0 --set train.out_dir=o 2>&1 | grep -o '^step *[0-9]*/25'
