@@ -54,7 +54,7 @@ int cmd_eval(int argc, char **argv)
 	}
 	int T = lm.m.cfg.T;
 	struct dataloader dl;
-	if (dataloader_open(&dl, data, B, T, 0, 0)) {
+	if (dataloader_open_load(&dl, data, B, T, 0, 0, data_load_parse(lm.cfg.data_load))) {
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
@@ -62,8 +62,13 @@ int cmd_eval(int argc, char **argv)
 	 * what matters is that every token is one the model knows */
 	uint32_t max_token = dl.max_token;
 	if ((int)max_token >= lm.m.cfg.V) {
-		error("'%s' holds token %u, beyond the model's vocabulary of %d", data, max_token,
-		      lm.m.cfg.V);
+		if (dataloader_streaming(&dl)) /* the ids were not read: the vocabulary bounds them */
+			error("'%s' has a vocabulary of %u, larger than the model's %d (streamed, so "
+			      "its ids were not checked; data.load=memory checks them)", data,
+			      dl.vocab, lm.m.cfg.V);
+		else
+			error("'%s' holds token %u, beyond the model's vocabulary of %d", data,
+			      max_token, lm.m.cfg.V);
 		loaded_model_close(&lm);
 		dataloader_close(&dl);
 		return EXIT_FAIL;
@@ -77,7 +82,7 @@ int cmd_eval(int argc, char **argv)
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *d_in = lm.be->alloc(bt * sizeof(int32_t)), *d_tg = lm.be->alloc(bt * sizeof(int32_t));
 	double sum = 0, t0 = now_sec();
-	for (long i = 0; i < n; i++) {
+	for (long i = 0; i < n && !dl.failed; i++) {
 		dataloader_batch(&dl, i, in, tg);
 		lm.be->to_device(d_in, in, bt * sizeof(int32_t));
 		lm.be->to_device(d_tg, tg, bt * sizeof(int32_t));
@@ -86,6 +91,15 @@ int cmd_eval(int argc, char **argv)
 		sum += loss;
 	}
 	double dt = now_sec() - t0, mean = sum / (double)n;
+	if (dl.failed) { /* error() named the shard */
+		free(in);
+		free(tg);
+		lm.be->free(d_in);
+		lm.be->free(d_tg);
+		dataloader_close(&dl);
+		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
 	printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
 	printf("data        %s (%zu tokens)\n", data, dl.n);
 	printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,

@@ -23,7 +23,7 @@
 static const char *const usage[] = {
 	"asyncpp tokenize train [--vocab N] -o TOK FILE...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
-	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--docs MODE] [-j N] FILE...|-",
+	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--docs MODE] [--chunk-tokens N] [-j N] FILE...|-",
 	"asyncpp tokenize encode -t TOK --ids [--docs MODE] [-j N] FILE...|-",
 	"asyncpp tokenize decode -t TOK [-o FILE] [--show-eot] SHARD...",
 	NULL,
@@ -33,7 +33,7 @@ static const char *description =
 	"Train a byte-level BPE tokenizer, import GPT-2's, encode text into token shards\n"
 	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text.";
 
-static long vocab = 8192, seed = 1, threads = 0;
+static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS;
 static double val_fraction = 0.01;
 static const char *tok_path, *output, *docs_mode = "file";
 static int show_eot, quiet, print_ids;
@@ -49,6 +49,8 @@ static const struct option options[] = {
 	OPT_INT(0, "seed", &seed, "S", "seed of the train/val split (encode; 1)"),
 	OPT_STRING(0, "docs", &docs_mode, "MODE",
 		   "a document is a 'file' or a 'blank-line'-separated block (encode; file)"),
+	OPT_INT(0, "chunk-tokens", &chunk_tokens, "N",
+		"tokens per compressed chunk: the unit a streaming reader decompresses (encode; 65536)"),
 	OPT_INT('j', "threads", &threads, "N", "encoding threads (encode; all cores)"),
 	OPT_FLAG(0, "ids", &print_ids,
 		 "print token ids, one document a line, instead of writing shards (encode)"),
@@ -293,6 +295,8 @@ static int do_encode(int n, char **files)
 		opts_usage_error(usage, options, "--val-fraction must be in [0, 1]");
 	if (threads < 0 || threads > 4096)
 		opts_usage_error(usage, options, "--threads must be in 0..4096");
+	if (chunk_tokens < 1 || chunk_tokens > (1L << 26))
+		opts_usage_error(usage, options, "--chunk-tokens must be in 1..67108864");
 	struct encoder e = {0};
 	struct tokenizer *tok;
 	if (tokenizer_load(&tok, tok_path))
@@ -318,9 +322,11 @@ static int do_encode(int n, char **files)
 		rc = EXIT_OK;
 		goto out;
 	}
-	if (shard_writer_open(&e.train, train_path, V, h))
+	if (shard_writer_open(&e.train, train_path, V, h) ||
+	    shard_writer_set_chunk_tokens(e.train, (uint32_t)chunk_tokens))
 		goto out;
-	if (val_fraction > 0 && shard_writer_open(&e.val, val_path, V, h))
+	if (val_fraction > 0 && (shard_writer_open(&e.val, val_path, V, h) ||
+				 shard_writer_set_chunk_tokens(e.val, (uint32_t)chunk_tokens)))
 		goto out;
 	for (int i = 0; i < n; i++)
 		if (encode_file(&e, files[i]))

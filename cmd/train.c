@@ -155,10 +155,12 @@ static int setup_data(struct run *r)
 	int B = (int)cfg->train_batch_size, T = (int)cfg->model_seq_len;
 	if (B < 1 || T < 1)
 		return error("train.batch_size and model.seq_len must be positive");
-	if (dataloader_open(&r->train, cfg->data_train, B, T, (uint64_t)cfg->train_seed, 1))
+	enum data_load load = data_load_parse(cfg->data_load);
+	if (dataloader_open_load(&r->train, cfg->data_train, B, T, (uint64_t)cfg->train_seed, 1,
+				 load))
 		return -1;
 	if (cfg->data_val[0]) {
-		if (dataloader_open(&r->val, cfg->data_val, B, T, 0, 0))
+		if (dataloader_open_load(&r->val, cfg->data_val, B, T, 0, 0, load))
 			return -1;
 		r->has_val = 1;
 		if (r->val.vocab != r->train.vocab ||
@@ -205,6 +207,20 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 	metrics_write(&r->metrics, &row);
 }
 
+/* A streamed shard that failed to read (error() named it) fed zeros to
+ * the steps since `first`: stop before they are logged or saved. The ranks
+ * agree, so that all of them stop. */
+static int data_failed(struct run *r, long first)
+{
+	if (!dist_max_int(r->train.failed || r->val.failed))
+		return 0;
+	error("reading the data failed (above): the steps after step %ld were not kept; "
+	      "checkpoints already in '%s' are intact. Replace or re-encode the shard "
+	      "('asyncpp inspect SHARD' verifies one), then run again (--resume continues from "
+	      "a checkpoint)", first, r->cfg.train_out_dir);
+	return 1;
+}
+
 static int train_loop(struct run *r)
 {
 	struct config *cfg = &r->cfg;
@@ -247,6 +263,10 @@ static int train_loop(struct run *r)
 				     "train.grad_clip > 0)", isnan(tr->last.loss) ? "NaN" : "infinite",
 				     bad);
 		}
+		if (data_failed(r, first)) {
+			rc = -1;
+			break;
+		}
 		n = (int)(tr->step - first); /* fewer when a signal stopped the run */
 		/* a progress line when the segment reached or passed a log step */
 		int log_due = tr->step / log_every > first / log_every;
@@ -270,6 +290,10 @@ static int train_loop(struct run *r)
 		if (r->has_val && cfg->eval_every > 0 &&
 		    (tr->step % cfg->eval_every == 0 || tr->step == total)) {
 			val = pipeline_eval(tr, &r->val, (int)cfg->eval_batches);
+			if (data_failed(r, tr->step)) {
+				rc = -1;
+				break;
+			}
 			struct metrics_row row = {.step = tr->step, .wall_s = now_sec() - t_start,
 						  .tokens = (double)tr->step * tr->mb_per_step * tr->B * tr->T,
 						  .val_loss = val, .has_val_loss = 1};

@@ -24,6 +24,7 @@
 	X(data, train, STR, "", "training shards: a file, a directory or a glob; empty uses the built-in corpus") \
 	X(data, val, STR, "", "validation shards, same forms as data.train")                           \
 	X(data, tokenizer, STR, "", "tokenizer file used by sample and by the built-in corpus")        \
+	X(data, load, CHOICE("auto|memory|stream"), "auto", "memory reads every token at start; stream reads windows from the shards as needed; auto streams above 4 GiB of tokens") \
 	X(train, steps, INT_IN(0, INFINITY), "300", "optimizer steps to run")                                          \
 	X(train, batch_size, INT_IN(1, 1048576), "8", "sequences per micro-batch (B)")                                \
 	X(train, seed, INT_IN(0, INFINITY), "1337", "seed for initialisation and data order")                          \

@@ -1,6 +1,7 @@
 /* dataloader.c - deterministic micro-batches from shards (see dataloader.h). */
 #include "dataloader.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,69 @@ int dataloader_from_tokens(struct dataloader *dl, const uint32_t *tokens, size_t
 int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, uint64_t seed,
 		    int shuffle)
 {
+	return dataloader_open_load(dl, pattern, B, T, seed, shuffle, DATA_LOAD_AUTO);
+}
+
+enum data_load data_load_parse(const char *name)
+{
+	return !strcmp(name, "memory") ? DATA_LOAD_MEMORY
+	       : !strcmp(name, "stream") ? DATA_LOAD_STREAM
+					 : DATA_LOAD_AUTO;
+}
+
+int dataloader_streaming(const struct dataloader *dl)
+{
+	return dl->shards != NULL;
+}
+
+/* Read every shard into memory, in order. */
+static int read_all(struct dataloader *dl, struct shard **shards, int nshards, size_t total)
+{
+	alloc_tokens(dl, total);
+	enum { PIECE = 1 << 20 };
+	uint32_t *piece = xmalloc(PIECE * sizeof(uint32_t));
+	int rc = 0;
+	for (int i = 0; i < nshards && !rc; i++) {
+		uint64_t nt = shard_ntokens(shards[i]);
+		/* shard_read checks every token against the vocabulary */
+		for (uint64_t at = 0; at < nt && !rc; at += PIECE) {
+			size_t k = (size_t)MIN((uint64_t)PIECE, nt - at);
+			if (shard_read(shards[i], at, k, piece))
+				rc = -1;
+			else
+				put_tokens(dl, dl->n + (size_t)at, piece, k);
+		}
+		if (!rc)
+			dl->n += (size_t)nt;
+	}
+	free(piece);
+	return rc;
+}
+
+/* Keep the shards open and read windows from them as they are needed. */
+static void start_streaming(struct dataloader *dl, struct shard **shards, int nshards,
+			    size_t total, int B, int T)
+{
+	dl->shards = shards;
+	dl->nshards = nshards;
+	dl->shard_first = xmalloc(((size_t)nshards + 1) * sizeof(uint64_t));
+	dl->shard_first[0] = 0;
+	for (int i = 0; i < nshards; i++)
+		dl->shard_first[i + 1] = dl->shard_first[i] + shard_ntokens(shards[i]);
+	dl->n = total;
+	dl->max_token = dl->vocab ? dl->vocab - 1 : 0;
+	dl->window = xmalloc(((size_t)T + 1) * sizeof(uint32_t));
+	size_t bt = st_mult((size_t)B, (size_t)T);
+	for (int r = 0; r < DATA_RECENT; r++) {
+		dl->recent[r].index = -1;
+		dl->recent[r].inputs = xmalloc(st_mult(bt, sizeof(int32_t)));
+		dl->recent[r].targets = xmalloc(st_mult(bt, sizeof(int32_t)));
+	}
+}
+
+int dataloader_open_load(struct dataloader *dl, const char *pattern, int B, int T,
+			 uint64_t seed, int shuffle, enum data_load load)
+{
 	memset(dl, 0, sizeof(*dl));
 	dl->pattern = xstrdup(pattern);
 	char **paths = NULL;
@@ -77,7 +141,7 @@ int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, ui
 	if (npaths == 0)
 		return error("no shards match '%s'", pattern);
 	/* open every shard first: the vocabularies must agree, and the total
-	 * sizes the one allocation */
+	 * sizes the one allocation (or decides to stream) */
 	struct shard **shards = xcalloc((size_t)npaths, sizeof(*shards));
 	int rc = 0;
 	size_t total = 0;
@@ -97,26 +161,16 @@ int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, ui
 		}
 		total = st_add(total, shard_ntokens(shards[i]));
 	}
-	if (!rc) {
-		/* shard_read checks every token against the vocabulary */
-		alloc_tokens(dl, total);
-		enum { PIECE = 1 << 20 };
-		uint32_t *piece = xmalloc(PIECE * sizeof(uint32_t));
-		for (int i = 0; i < npaths && !rc; i++) {
-			uint64_t nt = shard_ntokens(shards[i]);
-			for (uint64_t at = 0; at < nt && !rc; at += PIECE) {
-				size_t k = (size_t)MIN((uint64_t)PIECE, nt - at);
-				if (shard_read(shards[i], at, k, piece))
-					rc = -1;
-				else
-					put_tokens(dl, dl->n + (size_t)at, piece, k);
-			}
-			if (!rc)
-				dl->n += (size_t)nt;
-		}
-		free(piece);
+	size_t width = dl->vocab <= 65536 ? 2 : 4;
+	int stream = load == DATA_LOAD_STREAM ||
+		     (load == DATA_LOAD_AUTO && (double)total * width > (double)DATA_MEMORY_LIMIT);
+	if (!rc && stream && total >= (size_t)T + 1) {
+		start_streaming(dl, shards, npaths, total, B, T);
+		shards = NULL; /* the loader owns them now */
+	} else if (!rc) {
+		rc = read_all(dl, shards, npaths, total);
 	}
-	for (int i = 0; i < npaths; i++)
+	for (int i = 0; shards && i < npaths; i++)
 		shard_close(shards[i]);
 	free(shards);
 	shard_glob_free(paths, npaths);
@@ -140,10 +194,68 @@ static void make_perm(struct dataloader *dl, long epoch)
 	dl->perm_epoch = epoch;
 }
 
+/* Tokens [g, g+n) of the concatenated shards, through their seek tables. */
+static int read_stream(struct dataloader *dl, uint64_t g, size_t n, uint32_t *out)
+{
+	while (n) {
+		/* the last shard starting at or before g (empty shards are skipped,
+		 * as the next one starts at the same token) */
+		int lo = 0, hi = dl->nshards - 1;
+		while (lo < hi) {
+			int mid = lo + (hi - lo + 1) / 2;
+			if (dl->shard_first[mid] <= g)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+		size_t k = (size_t)MIN((uint64_t)n, dl->shard_first[lo + 1] - g);
+		if (k == 0) /* g past the last token: a bug, not the data */
+			return error("%s: token %" PRIu64 " is past the end of the data (%zu tokens)",
+				     dl->pattern, g, dl->n);
+		if (shard_read(dl->shards[lo], g - dl->shard_first[lo], k, out))
+			return -1;
+		g += k;
+		out += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Window w (T+1 tokens) into row b of the batch. */
+static int load_window(struct dataloader *dl, size_t w, int b, int32_t *inputs,
+		       int32_t *targets)
+{
+	size_t start = w * (size_t)dl->T;
+	int32_t *in = inputs + (size_t)b * dl->T, *tg = targets + (size_t)b * dl->T;
+	if (dl->shards) {
+		if (dl->failed || read_stream(dl, start, (size_t)dl->T + 1, dl->window))
+			return -1;
+		for (int t = 0; t < dl->T; t++) {
+			in[t] = (int32_t)dl->window[t];
+			tg[t] = (int32_t)dl->window[t + 1];
+		}
+		return 0;
+	}
+	for (int t = 0; t < dl->T; t++) {
+		in[t] = (int32_t)token_at(dl, start + (size_t)t);
+		tg[t] = (int32_t)token_at(dl, start + (size_t)t + 1);
+	}
+	return 0;
+}
+
 void dataloader_batch(struct dataloader *dl, long index, int32_t *inputs, int32_t *targets)
 {
+	size_t bt = (size_t)dl->B * (size_t)dl->T;
 	pthread_mutex_lock(&dl->lock);
-	for (int b = 0; b < dl->B; b++) {
+	for (int r = 0; dl->shards && r < DATA_RECENT; r++)
+		if (dl->recent[r].index == index) {
+			memcpy(inputs, dl->recent[r].inputs, bt * sizeof(int32_t));
+			memcpy(targets, dl->recent[r].targets, bt * sizeof(int32_t));
+			pthread_mutex_unlock(&dl->lock);
+			return;
+		}
+	int ok = 1;
+	for (int b = 0; b < dl->B && ok; b++) {
 		uint64_t q = (uint64_t)index * (uint64_t)dl->B + (uint64_t)b;
 		long epoch = (long)(q / dl->n_windows);
 		size_t w = (size_t)(q % dl->n_windows);
@@ -152,11 +264,18 @@ void dataloader_batch(struct dataloader *dl, long index, int32_t *inputs, int32_
 				make_perm(dl, epoch);
 			w = dl->perm[w];
 		}
-		size_t start = w * (size_t)dl->T;
-		for (int t = 0; t < dl->T; t++) {
-			inputs[b * dl->T + t] = (int32_t)token_at(dl, start + (size_t)t);
-			targets[b * dl->T + t] = (int32_t)token_at(dl, start + (size_t)t + 1);
-		}
+		ok = !load_window(dl, w, b, inputs, targets);
+	}
+	if (!ok) { /* streaming failed: error() named the shard; the caller stops */
+		dl->failed = 1;
+		memset(inputs, 0, bt * sizeof(int32_t));
+		memset(targets, 0, bt * sizeof(int32_t));
+	} else if (dl->shards) {
+		int r = dl->recent_next;
+		dl->recent_next = (r + 1) % DATA_RECENT;
+		dl->recent[r].index = index;
+		memcpy(dl->recent[r].inputs, inputs, bt * sizeof(int32_t));
+		memcpy(dl->recent[r].targets, targets, bt * sizeof(int32_t));
 	}
 	pthread_mutex_unlock(&dl->lock);
 }
@@ -165,6 +284,15 @@ void dataloader_close(struct dataloader *dl)
 {
 	free(dl->tokens16);
 	free(dl->tokens32);
+	for (int r = 0; dl->shards && r < DATA_RECENT; r++) {
+		free(dl->recent[r].inputs);
+		free(dl->recent[r].targets);
+	}
+	for (int i = 0; i < dl->nshards; i++)
+		shard_close(dl->shards[i]);
+	free(dl->shards);
+	free(dl->shard_first);
+	free(dl->window);
 	free(dl->perm);
 	free(dl->pattern);
 	if (dl->perm)

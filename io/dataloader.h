@@ -11,6 +11,14 @@
  * exactly the batches an uninterrupted run would have seen, and a pipeline
  * stage can fetch the batch of any micro-batch independently.
  * With shuffle off (validation) window q mod W is used in order.
+ *
+ * The tokens are either read into memory at open, or streamed: the shards
+ * stay open and each window is read through their seek tables (one chunk
+ * decompressed and checksummed per window), so data far larger than memory
+ * trains with the same batches. A read that fails while streaming (a shard
+ * changed or damaged after open) is reported with error(), sets `failed`
+ * and yields a batch of zeros; the caller must check `failed` and stop
+ * before keeping anything computed from such a batch.
  */
 #ifndef ASYNCPP_DATALOADER_H
 #define ASYNCPP_DATALOADER_H
@@ -19,6 +27,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct shard;
+
+enum data_load {
+	DATA_LOAD_AUTO,   /* in memory up to DATA_MEMORY_LIMIT bytes of tokens, else streamed */
+	DATA_LOAD_MEMORY, /* every token in memory */
+	DATA_LOAD_STREAM, /* read through the shards' seek tables as needed */
+};
+#define DATA_MEMORY_LIMIT (4ull << 30)
+
+/* Streaming: a few recent batches, since the first and the last pipeline
+ * stage each ask for every micro-batch (one for inputs, one for targets). */
+#define DATA_RECENT 16
+
 struct dataloader {
 	/* [n] all tokens of all shards, in one of two widths: u16 when every id
 	 * fits (vocabularies of at most 65536, GPT-2's included), which halves
@@ -26,7 +47,18 @@ struct dataloader {
 	uint16_t *tokens16;
 	uint32_t *tokens32;
 	size_t n;
-	uint32_t max_token; /* largest id in the data */
+	uint32_t max_token; /* largest id in the data; when streaming, vocab - 1 (not read) */
+	/* streaming: shard i holds tokens [shard_first[i], shard_first[i+1]) */
+	struct shard **shards;
+	uint64_t *shard_first; /* [nshards + 1] */
+	int nshards;
+	uint32_t *window;      /* [T+1] scratch */
+	struct {
+		long index; /* -1: empty */
+		int32_t *inputs, *targets; /* [B*T] */
+	} recent[DATA_RECENT];
+	int recent_next;
+	int failed;            /* a streamed read failed (error() said where) */
 	uint32_t vocab;     /* vocabulary size recorded in the shards */
 	uint64_t tokenizer_hash;
 	int B, T, shuffle;
@@ -43,6 +75,12 @@ struct dataloader {
  * vocabulary, or there are fewer than T+1 tokens. */
 int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, uint64_t seed,
 		    int shuffle);
+/* The same, choosing memory or streaming (dataloader_open is AUTO). */
+int dataloader_open_load(struct dataloader *dl, const char *pattern, int B, int T,
+			 uint64_t seed, int shuffle, enum data_load load);
+/* "auto", "memory" or "stream" (data.load) as an enum data_load. */
+enum data_load data_load_parse(const char *name);
+int dataloader_streaming(const struct dataloader *dl);
 /* From tokens already in memory (tests, the built-in corpus). Copies them. */
 int dataloader_from_tokens(struct dataloader *dl, const uint32_t *tokens, size_t n,
 			   uint32_t vocab, int B, int T, uint64_t seed, int shuffle);

@@ -195,3 +195,106 @@ TEST(errors_name_the_data)
 	CHECK(dataloader_open(&dl, tpath("tiny.shard"), B, T, 0, 0) == -1);
 	dataloader_close(&dl);
 }
+
+/* Streaming reads windows through the shards' seek tables: the batches are
+ * those of the tokens in memory, across chunks, shards (an empty one
+ * included) and epochs, in and out of order, and for both widths. */
+static void check_stream_equals_memory(uint32_t vocab)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/stream-%u", test_tmpdir(), vocab);
+	CHECK(mkdir(dir, 0755) == 0);
+	static const size_t sizes[] = {300, 0, 517, 17, 400};
+	uint64_t seed = vocab;
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		uint32_t v[600];
+		fill(v, sizes[i], vocab, ++seed);
+		char p[700];
+		snprintf(p, sizeof(p), "%s/part%zu.shard", dir, i);
+		CHECK(write_shard(p, vocab, v, sizes[i]) == 0);
+	}
+	for (int shuffle = 0; shuffle <= 1; shuffle++) {
+		struct dataloader mem, str;
+		CHECK(dataloader_open_load(&mem, dir, B, T, 21, shuffle, DATA_LOAD_MEMORY) == 0);
+		CHECK(dataloader_open_load(&str, dir, B, T, 21, shuffle, DATA_LOAD_STREAM) == 0);
+		CHECK(!dataloader_streaming(&mem) && dataloader_streaming(&str));
+		CHECK(mem.n == 1234 && str.n == 1234 && mem.n_windows == str.n_windows);
+		int32_t im[B * T], tm[B * T], is[B * T], ts[B * T];
+		/* forwards over three epochs, then every index again backwards
+		 * (past the recent-batch cache), then repeats (from it) */
+		long W = (long)str.n_windows, order[600];
+		int k = 0;
+		for (long i = 0; i < 3 * W / B + 2; i++)
+			order[k++] = i;
+		for (long i = 3 * W / B + 1; i >= 0 && k < 590; i -= 3)
+			order[k++] = i;
+		order[k++] = 5;
+		order[k++] = 5;
+		for (int j = 0; j < k; j++) {
+			dataloader_batch(&mem, order[j], im, tm);
+			dataloader_batch(&str, order[j], is, ts);
+			CHECK_MSG(!memcmp(im, is, sizeof(im)) && !memcmp(tm, ts, sizeof(tm)),
+				  "batch %ld differs (shuffle %d)", order[j], shuffle);
+		}
+		CHECK(!str.failed);
+		dataloader_close(&mem);
+		dataloader_close(&str);
+	}
+}
+
+TEST(stream_equals_memory_u16) { check_stream_equals_memory(1000); }
+TEST(stream_equals_memory_u32) { check_stream_equals_memory(70000); }
+
+/* A chunk damaged after the loader opened the shard: the batch that needs
+ * it comes back as zeros with `failed` set, and error() names the file. */
+TEST(stream_read_failure_is_reported)
+{
+	uint32_t tok[N];
+	fill(tok, N, 500, 8);
+	char *path = tpath("damaged.shard");
+	CHECK(write_shard(path, 500, tok, N) == 0);
+	struct dataloader dl;
+	CHECK(dataloader_open_load(&dl, path, B, T, 0, 0, DATA_LOAD_STREAM) == 0);
+	int32_t in[B * T], tg[B * T];
+	dataloader_batch(&dl, 0, in, tg);
+	CHECK(!dl.failed && in[1] == (int32_t)tok[1]);
+	/* flip one byte in every chunk frame but the first: the header frame
+	 * and seek table stay intact, so only reading the data can tell */
+	struct stat st;
+	CHECK(stat(path, &st) == 0);
+	FILE *fp = fopen(path, "r+b");
+	CHECK(fp != NULL);
+	unsigned char *bytes = xmalloc((size_t)st.st_size);
+	CHECK(fread(bytes, 1, (size_t)st.st_size, fp) == (size_t)st.st_size);
+	for (long at = st.st_size / 2; at < st.st_size * 3 / 4; at += 7)
+		bytes[at] ^= 0x5a;
+	CHECK(fseek(fp, 0, SEEK_SET) == 0);
+	CHECK(fwrite(bytes, 1, (size_t)st.st_size, fp) == (size_t)st.st_size);
+	CHECK(fclose(fp) == 0);
+	free(bytes);
+	set_error_quiet(1);
+	for (long index = 1; index < (long)dl.n_windows / B && !dl.failed; index++)
+		dataloader_batch(&dl, index, in, tg);
+	set_error_quiet(0);
+	CHECK(dl.failed);
+	CHECK_MSG(strstr(last_error(), "damaged.shard") != NULL, "error: %s", last_error());
+	int zeros = 1;
+	for (int i = 0; i < B * T; i++)
+		zeros &= in[i] == 0 && tg[i] == 0;
+	CHECK(zeros);
+	dataloader_close(&dl);
+}
+
+/* auto reads small data into memory */
+TEST(auto_reads_small_data_into_memory)
+{
+	uint32_t tok[N];
+	fill(tok, N, 500, 9);
+	CHECK(write_shard(tpath("auto.shard"), 500, tok, N) == 0);
+	struct dataloader dl;
+	CHECK(dataloader_open_load(&dl, tpath("auto.shard"), B, T, 0, 0, DATA_LOAD_AUTO) == 0);
+	CHECK(!dataloader_streaming(&dl) && dl.tokens16);
+	dataloader_close(&dl);
+	CHECK(data_load_parse("stream") == DATA_LOAD_STREAM &&
+	      data_load_parse("memory") == DATA_LOAD_MEMORY && data_load_parse("auto") == DATA_LOAD_AUTO);
+}
