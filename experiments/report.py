@@ -851,6 +851,20 @@ def build_report(runs, exp, asyncpp, work):
             'momentum, 8-layer depth) are planned from the results before them and are not '
             'listed until those exist.')
     add('')
+    add('## Reproducing these numbers')
+    add('')
+    add('The runs above were made by one binary (`experiments/work/asyncpp-grid`, built from '
+        'the code of commit 38800b5, before 5d57662 reordered the sums of the CPU attention '
+        'backward). Floating-point sums in a new order change the last bits, and 300 steps '
+        'of training carry those differences forward, so a rerun with later code gives '
+        'nearby but not identical losses. Measured by rerunning two cells from their saved '
+        '`config.ini` with the code of commit a11d48b: adamw sync lr 3e-3 ends at val loss '
+        '4.24978 against 4.25009 here (3.1e-4), lion sync lr 3e-4 at 4.74906 against '
+        '4.74907 (1.3e-5); the largest seed spread above is 0.0142. Any one binary is '
+        'deterministic: the same run gives the same bits for any thread count, and '
+        '`run.sh` never reruns a finished cell, so a grid is only comparable within '
+        'the binary that made it (delete `work/runs/` to remake all of it).')
+    add('')
     add('## Files')
     add('')
     add('- `run.sh`: the whole pipeline (data, grid, report); `report.py`: the plan of the '
