@@ -254,13 +254,21 @@ static int train_loop(struct run *r)
 		int n = (int)(next - tr->step);
 		long first = tr->step;
 		if (trainer_run(tr, n, stats)) {
+			long bad_i = tr->step - first; /* trainer_run left tr->step at the failed step */
+			if (bad_i < 0 || bad_i >= n || !stats[bad_i].nonfinite) {
+				free(stats); /* not the loss: error() said what failed */
+				return -1;
+			}
+			int is_nan = isnan(stats[bad_i].loss);
 			long bad = tr->step + 1;
 			/* keep the finite steps before the failure in the metrics */
 			for (long i = 0; i < bad - 1 - first; i++)
 				log_step(r, first + i + 1, &stats[i], 0, 0, 0, now_sec() - t_start, 0);
 			free(stats);
+			if (!dist_is_root()) /* every rank stops at this step; the root says so */
+				return -1;
 			return error("loss is %s at step %ld; stopping (try a lower optim.lr or "
-				     "train.grad_clip > 0)", isnan(tr->last.loss) ? "NaN" : "infinite",
+				     "train.grad_clip > 0)", is_nan ? "NaN" : "infinite",
 				     bad);
 		}
 		if (data_failed(r, first)) {

@@ -4,7 +4,8 @@
 # model on the built-in corpus give the same metrics (step, loss, val_loss,
 # lr, grad_norm at %.9g) and byte-identical checkpoints; an MPI run resumed
 # from its step-10 checkpoint ends on the same bytes; a wrong process count
-# is rejected with a message naming the fix; man/asyncpp-distributed.7
+# is rejected with a message naming the fix; a non-finite loss stops every
+# rank with one message; man/asyncpp-distributed.7
 # renders. Both runs of a pair use the same train.out_dir (moved away
 # afterwards), so the configuration stored in the checkpoints is the same.
 . "$ROOT/tests/lib.sh"
@@ -131,4 +132,17 @@ elif [ -f "$page" ] && out=$(groff -man -ww -z "$page" 2>&1) && [ -z "$out" ]; t
 	pass mpi_man_page_renders
 else
 	fail mpi_man_page_renders "${out:-missing $page}"
+fi
+
+# a non-finite loss stops every rank at the same step, and only the root says so
+"${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw \
+	--set pipeline.stages=2 --set pipeline.micro_batches=2 --set train.steps=30 --set eval.every=0 \
+	--set optim.lr=1e8 --set train.grad_clip=0 --set optim.warmup=0 --set train.out_dir=nan \
+	> mpi.out 2> err.txt
+rc=$?
+said=$(grep -cE 'loss is (NaN|infinite) at step [0-9]+' err.txt)
+if [ $rc -ne 0 ] && [ "$said" = 1 ]; then
+	pass mpi_nonfinite_said_once
+else
+	fail mpi_nonfinite_said_once "exit $rc, said $said times: $(head -c 400 err.txt)"
 fi
