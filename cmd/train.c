@@ -156,6 +156,12 @@ static int setup_data(struct run *r)
 	if (B < 1 || T < 1)
 		return error("train.batch_size and model.seq_len must be positive");
 	enum data_load load = data_load_parse(cfg->data_load);
+	/* Under MPI a rank that runs neither the first stage (inputs) nor the
+	 * last (targets) never reads a token: it opens the shards for their
+	 * sizes only, instead of holding a copy of the data. */
+	int S = (int)cfg->pipeline_stages, s = dist_rank() % MAX(S, 1);
+	if (dist_active() && strcmp(cfg->train_schedule, "none") && s != 0 && s != S - 1)
+		load = DATA_LOAD_STREAM;
 	if (dataloader_open_load(&r->train, cfg->data_train, B, T, (uint64_t)cfg->train_seed, 1,
 				 load))
 		return -1;

@@ -5,8 +5,8 @@
 # lr, grad_norm at %.9g) and byte-identical checkpoints; an MPI run resumed
 # from its step-10 checkpoint ends on the same bytes; a wrong process count
 # is rejected with a message naming the fix; a non-finite loss stops every
-# rank with one message; man/asyncpp-distributed.7
-# renders. Both runs of a pair use the same train.out_dir (moved away
+# rank with one message; three stages (a middle rank that reads no data)
+# match threads too; man/asyncpp-distributed.7 renders. Both runs of a pair use the same train.out_dir (moved away
 # afterwards), so the configuration stored in the checkpoints is the same.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
@@ -132,6 +132,27 @@ elif [ -f "$page" ] && out=$(groff -man -ww -z "$page" 2>&1) && [ -z "$out" ]; t
 	pass mpi_man_page_renders
 else
 	fail mpi_man_page_renders "${out:-missing $page}"
+fi
+
+# three stages: the middle rank opens the data without reading it, and the
+# run is still the threaded one (the metrics and the final checkpoint)
+RUN3=(--set model.n_layer=3 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set train.batch_size=4 --set log.every=5 --set train.threads=1 "${DATA[@]}"
+      --set train.schedule=2bw --set pipeline.stages=3 --set pipeline.micro_batches=3
+      --set train.steps=10 --set eval.every=5 --set eval.batches=2)
+rm -rf run
+if $A train -q "${RUN3[@]}" --set train.out_dir=run 2> err.txt; then
+	mv run threads_s3
+	MPIRUN3=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 3)
+	if "${MPIRUN3[@]}" $A train -q "${RUN3[@]}" --set train.out_dir=run > /dev/null 2> err.txt &&
+	   diff <(cols threads_s3/metrics.csv) <(cols run/metrics.csv) > d.txt &&
+	   cmp -s threads_s3/ckpt-00000010.ckpt run/ckpt-00000010.ckpt; then
+		pass mpi_three_stages_equal_threads
+	else
+		fail mpi_three_stages_equal_threads "$(head -c 400 err.txt) $(head -n 4 d.txt | tr '\n' ' ')"
+	fi
+else
+	fail mpi_three_stages_equal_threads "threaded run: $(cat err.txt)"
 fi
 
 # a non-finite loss stops every rank at the same step, and only the root says so
