@@ -233,9 +233,10 @@ static void log_ticks(struct axis *a)
 		linear_ticks(a); /* a narrow range: plain ticks, placed on the log scale */
 }
 
-/* Set the range from [lo, hi] (pad: fraction added on each side in the
- * axis's own scale) and choose the ticks. */
-static void axis_setup(struct axis *a, double lo, double hi, double pad)
+/* Set the range from [lo, hi] (pad_lo, pad_hi: fractions of the range added
+ * below and above, in the axis's own scale; 0 where the user fixed that end)
+ * and choose the ticks. */
+static void axis_setup(struct axis *a, double lo, double hi, double pad_lo, double pad_hi)
 {
 	if (a->log) {
 		double l0 = log10(lo), l1 = log10(hi);
@@ -244,9 +245,9 @@ static void axis_setup(struct axis *a, double lo, double hi, double pad)
 			l1 += 0.5;
 		}
 		/* padding stays inside the normal doubles (1e-307 .. 1e308) */
-		double p = (l1 - l0) * pad;
-		a->lo = pow(10, fmax(l0 - p, fmin(l0, -307)));
-		a->hi = pow(10, fmin(l1 + p, fmax(l1, 308)));
+		double r = l1 - l0;
+		a->lo = pow(10, fmax(l0 - r * pad_lo, fmin(l0, -307)));
+		a->hi = pow(10, fmin(l1 + r * pad_hi, fmax(l1, 308)));
 		log_ticks(a);
 	} else {
 		if (hi - lo < 1e-12 * fmax(1, fabs(hi))) {
@@ -254,9 +255,9 @@ static void axis_setup(struct axis *a, double lo, double hi, double pad)
 			lo -= d;
 			hi += d;
 		}
-		double p = (hi / 2 - lo / 2) * (2 * pad); /* no overflow */
-		a->lo = fmax(lo - p, -DBL_MAX);
-		a->hi = fmin(hi + p, DBL_MAX);
+		double half = hi / 2 - lo / 2; /* half the range: no overflow */
+		a->lo = fmax(lo - half * (2 * pad_lo), -DBL_MAX);
+		a->hi = fmin(hi + half * (2 * pad_hi), DBL_MAX);
 		linear_ticks(a);
 	}
 }
@@ -484,7 +485,7 @@ int cmd_plot(int argc, char **argv)
 	}
 	if (rc == EXIT_OK) {
 		struct axis ax = {.log = logx}, ay = {.log = logy};
-		axis_setup(&ax, xlo, xhi, 0);
+		axis_setup(&ax, xlo, xhi, 0, 0);
 		int fixed = !isnan(ymin) || !isnan(ymax);
 		if (!isnan(ymin))
 			ylo = ymin;
@@ -496,7 +497,8 @@ int cmd_plot(int argc, char **argv)
 			else
 				ylo = logy ? yhi / 10 : yhi - 1;
 		}
-		axis_setup(&ay, ylo, yhi, fixed ? 0 : 0.04);
+		/* a margin at each end the data decides, none at an end the user set */
+		axis_setup(&ay, ylo, yhi, isnan(ymin) ? 0.04 : 0, isnan(ymax) ? 0.04 : 0);
 		char ylabel[160], deftitle[160];
 		if (alpha > 0)
 			snprintf(ylabel, sizeof(ylabel), "%s (EMA %g)", columns[yc].axis, alpha);

@@ -75,6 +75,11 @@ elif kind == 'finite':    # every coordinate and tick position is a finite numbe
     text = open(svg).read().lower()
     assert 'nan' not in text and 'inf' not in text, 'nan or inf in the SVG'
     assert len(pts) == int(args[0]) and not bad, '%d points, out of the canvas: %r' % (len(pts), bad[:5])
+elif kind == 'margin':    # the lowest point of every path sits above the frame's bottom edge
+    f = [e for e in root.iter(NS + 'rect') if e.get('class') == 'frame'][0]
+    bottom = float(f.get('y')) + float(f.get('height'))
+    low = max(y for p in paths for _, y in points(p))
+    assert low < bottom - 2, 'lowest point at y=%.1f, frame bottom %.1f' % (low, bottom)
 elif kind == 'title':
     assert root.find(NS + 'title').text == args[0], 'title %r' % root.find(NS + 'title').text
 print('ok')
@@ -139,6 +144,9 @@ $A plot -o tok.svg --x tokens c/metrics.jsonl && check tokens_si_ticks tok.svg t
 # a single row: one point, in the middle
 mkdir -p one && printf 'step,loss\n5,3\n' > one/metrics.csv
 $A plot -o one.svg one/metrics.csv 2> err.txt && check single_point_centred one.svg centred
+
+# --ymax fixes the top only: the data still get a margin at the bottom
+$A plot -o ymax.svg --ymax 7 a/metrics.csv 2> err.txt && check ymax_keeps_bottom_margin ymax.svg margin
 
 # values spanning most of the doubles still give finite coordinates and labels
 mkdir -p huge && printf 'step,loss\n1,1e308\n2,-1e308\n3,1e-300\n' > huge/metrics.csv
