@@ -1,6 +1,7 @@
 /* test_dataloader.c - micro-batches from shards: windows and targets, the
  * order of shards, both token widths in memory, every window once per epoch,
- * batches that depend on (seed, index) alone, and clear errors. */
+ * batches that depend on (seed, index) alone, clear errors, and streaming
+ * (asyncpp and llm.c shards) that gives the batches memory gives. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -297,4 +298,40 @@ TEST(auto_reads_small_data_into_memory)
 	dataloader_close(&dl);
 	CHECK(data_load_parse("stream") == DATA_LOAD_STREAM &&
 	      data_load_parse("memory") == DATA_LOAD_MEMORY && data_load_parse("auto") == DATA_LOAD_AUTO);
+}
+
+/* llm.c .bin shards (uncompressed u16 after a 1024-byte header) stream too */
+TEST(stream_llmc_shards_equals_memory)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/llmc", test_tmpdir());
+	CHECK(mkdir(dir, 0755) == 0);
+	for (int f = 0; f < 2; f++) {
+		int32_t n = f ? 700 : 450;
+		unsigned char *b = xcalloc(1024 + 2 * (size_t)n, 1);
+		put_le32(b, LLMC_SHARD_MAGIC);
+		put_le32(b + 4, 1);
+		put_le32(b + 8, (uint32_t)n);
+		uint64_t seed = 40 + (uint64_t)f;
+		for (int32_t i = 0; i < n; i++)
+			put_le16(b + 1024 + 2 * i, (uint16_t)(rng_next(&seed) % LLMC_SHARD_VOCAB));
+		char p[700];
+		snprintf(p, sizeof(p), "%s/fineweb_%d.bin", dir, f);
+		FILE *fp = fopen(p, "wb");
+		CHECK(fp && fwrite(b, 1, 1024 + 2 * (size_t)n, fp) == 1024 + 2 * (size_t)n);
+		CHECK(fclose(fp) == 0);
+		free(b);
+	}
+	struct dataloader mem, str;
+	CHECK(dataloader_open_load(&mem, dir, B, T, 3, 1, DATA_LOAD_MEMORY) == 0);
+	CHECK(dataloader_open_load(&str, dir, B, T, 3, 1, DATA_LOAD_STREAM) == 0);
+	CHECK(mem.n == 1150 && str.n == 1150 && str.vocab == LLMC_SHARD_VOCAB);
+	int32_t im[B * T], tm[B * T], is[B * T], ts[B * T];
+	for (long index = 0; index < 60; index++) {
+		dataloader_batch(&mem, index, im, tm);
+		dataloader_batch(&str, index, is, ts);
+		CHECK(!memcmp(im, is, sizeof(im)) && !memcmp(tm, ts, sizeof(tm)));
+	}
+	dataloader_close(&mem);
+	dataloader_close(&str);
 }
