@@ -45,6 +45,10 @@ static int finish_open(struct dataloader *dl, int B, int T, uint64_t seed, int s
 		return error("%s: %zu tokens is too few for sequences of %d tokens",
 			     dl->pattern ? dl->pattern : "data", dl->n, T);
 	dl->n_windows = (dl->n - 1) / (size_t)T;
+	if (dl->n_windows > UINT32_MAX) /* the permutation holds u32 window numbers */
+		return error("%s: %zu windows of %d tokens is more than this loader indexes "
+			     "(2^32); use longer sequences or fewer shards", dl->pattern ? dl->pattern
+			     : "data", dl->n_windows, T);
 	dl->perm = xmalloc(st_mult(dl->n_windows, sizeof(uint32_t)));
 	dl->perm_epoch = -1;
 	pthread_mutex_init(&dl->lock, NULL);
