@@ -147,7 +147,7 @@ static int run_steps(struct trainer *tr, int n, double *loss)
 
 struct mem {
 	double weights, grads, optim, acts, exchange, data;
-	int versions, slots;
+	int versions, slots, n_grads;
 };
 
 static size_t optim_bytes(const struct optimizer *o)
@@ -179,7 +179,8 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 		const struct stage_worker *w = &tr->w[s];
 		double bytes = (double)w->st.numel * sizeof(float);
 		mm->weights += bytes * w->n_versions;
-		mm->grads += 2 * bytes;
+		mm->n_grads = w->grads[1] != w->grads[0] ? 2 : 1;
+		mm->grads += mm->n_grads * bytes;
 		mm->optim += (double)optim_bytes(&w->opt);
 		mm->acts += (double)w->st.act_bytes_per_slot * w->st.n_slots + w->st.scratch_bytes;
 		mm->versions = MAX(mm->versions, w->n_versions);
@@ -200,7 +201,8 @@ static void print_memory(const struct mem *mm, double rss_start, double rss_peak
 	       rss_peak * 1.048576, rss_start * 1.048576);
 	printf("  weights          %8.1f MB  (%d version%s)\n", mm->weights / mb, mm->versions,
 	       mm->versions == 1 ? "" : "s");
-	printf("  gradients        %8.1f MB  (2 accumulators, by step parity)\n", mm->grads / mb);
+	printf("  gradients        %8.1f MB  (%s)\n", mm->grads / mb,
+	       mm->n_grads == 2 ? "2 accumulators, by step parity" : "1 accumulator");
 	printf("  optimizer        %8.1f MB  (state + update scratch)\n", mm->optim / mb);
 	printf("  activations      %8.1f MB  (%d slot%s + backward scratch, logits)\n",
 	       mm->acts / mb, mm->slots, mm->slots == 1 ? "" : "s");

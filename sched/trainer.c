@@ -95,7 +95,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_stage(probe, s)->nslots : 1;
 		if (worker_init(&tr->w[i], m, be, cfg, s, tr->S, tr->B, tr->T, slots, delay,
-				params)) {
+				tr->kind >= 0, params)) {
 			sched_free(probe);
 			return -1;
 		}

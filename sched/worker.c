@@ -8,7 +8,7 @@
 
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
 		const struct config *cfg, int s, int S, int B, int T, int n_slots, int delay,
-		const float *params)
+		int overlapped, const float *params)
 {
 	memset(w, 0, sizeof(*w));
 	if (delay < 0 || delay + 1 > WORKER_MAX_VERSIONS)
@@ -28,8 +28,8 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 		be->to_device(w->ver[v], host, bytes);
 	}
 	free(host);
-	for (int i = 0; i < 2; i++)
-		w->grads[i] = be->alloc(bytes);
+	w->grads[0] = be->alloc(bytes);
+	w->grads[1] = overlapped ? be->alloc(bytes) : w->grads[0];
 	if (optim_init(&w->opt, be, cfg, m, w->st.params, w->st.n_params, w->st.numel))
 		return -1;
 	w->sumsq = xcalloc((size_t)w->opt.n + 1, sizeof(double));
@@ -48,8 +48,9 @@ void worker_free(struct stage_worker *w)
 		return;
 	for (int v = 0; v < w->n_versions; v++)
 		w->be->free(w->ver[v]);
-	for (int i = 0; i < 2; i++)
-		w->be->free(w->grads[i]);
+	if (w->grads[1] != w->grads[0])
+		w->be->free(w->grads[1]);
+	w->be->free(w->grads[0]);
 	optim_free(&w->opt);
 	stage_free(&w->st);
 	free(w->sumsq);

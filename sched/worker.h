@@ -12,7 +12,9 @@
  * PipeDream-2BW, d = S-1-s is the original PipeDream's stage s.
  *
  * Gradients accumulate into grads[step % 2], so a pipeline may start the
- * backward passes of step t+1 before step t's update has been applied.
+ * backward passes of step t+1 before step t's update has been applied. A
+ * worker that runs steps one after another (schedule none) needs only one
+ * accumulator: grads[1] is then grads[0].
  */
 #ifndef ASYNCPP_WORKER_H
 #define ASYNCPP_WORKER_H
@@ -32,7 +34,7 @@ struct stage_worker {
 	int n_versions;                     /* delay + 1 */
 	float *ver[WORKER_MAX_VERSIONS];    /* stage arenas; ver[v % n] = version v */
 	long newest;                        /* newest version = updates applied */
-	float *grads[2];                    /* [st.numel] each, by step parity */
+	float *grads[2];                    /* [st.numel] each, by step parity (may alias) */
 	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq */
 	int wte_param;                      /* index in st.params of wte or its tied copy, -1 */
 	/* accounting for logs: seconds computing and waiting */
@@ -41,10 +43,11 @@ struct stage_worker {
 
 /* Build stage s of S with the given delay, n_slots activation slots for
  * B x T micro-batches, its optimizer from cfg, and version 0 copied from the
- * global host arena `params` (m->numel floats). */
+ * global host arena `params` (m->numel floats). overlapped: steps overlap
+ * (a pipeline), so two gradient accumulators; else one. */
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
 		const struct config *cfg, int s, int S, int B, int T, int n_slots, int delay,
-		const float *params);
+		int overlapped, const float *params);
 void worker_free(struct stage_worker *w);
 
 /* The weights of version v (v < 0 means version 0). The version must be
