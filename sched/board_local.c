@@ -2,7 +2,8 @@
  *
  * One entry per step of the segment under one mutex: the sums of squares in
  * global order, how many stages posted and finished, and the two raw tied
- * parts (backend copies, freed when every stage is done with the step).
+ * parts (backend copies, returned to a small pool when every stage is done
+ * with the step, so that a segment allocates them only for its first steps).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -17,8 +18,13 @@ struct entry {
 	float *part[2];           /* stage 0's embedding part, the last stage's head part */
 };
 
+/* tied parts kept for reuse: two steps in flight, two parts each */
+#define TIED_POOL 4
+
 struct local_board {
 	struct board b;
+	float *pool[TIED_POOL];   /* free tied parts, [tied_n] each */
+	int npool;
 	const struct backend *be;
 	int *n_tensors;
 	size_t *offset;           /* [S] first sum of stage s in sumsq */
@@ -52,10 +58,30 @@ static void lb_begin(struct board *b, long first_step, int n_steps)
 /* part index of stage s: 0 for stage 0, 1 for the last stage */
 static int part_of(const struct board *b, int s) { return s == 0 ? 0 : 1; }
 
+/* A tied part from the pool, or a new one. */
+static float *take_part(struct local_board *l)
+{
+	float *p = NULL;
+	pthread_mutex_lock(&l->mu);
+	if (l->npool)
+		p = l->pool[--l->npool];
+	pthread_mutex_unlock(&l->mu);
+	return p ? p : l->be->alloc(l->tied_n * sizeof(float));
+}
+
+/* Back to the pool, or freed when it is full. Called with l->mu held. */
+static void give_part(struct local_board *l, float *p)
+{
+	if (l->npool < TIED_POOL)
+		l->pool[l->npool++] = p;
+	else
+		l->be->free(p);
+}
+
 static void lb_tied_post(struct board *b, int s, long step, const float *part)
 {
 	struct local_board *l = (struct local_board *)b;
-	float *copy = l->be->alloc(l->tied_n * sizeof(float));
+	float *copy = take_part(l);
 	l->be->copy(copy, part, l->tied_n * sizeof(float));
 	pthread_mutex_lock(&l->mu);
 	entry(l, step)->part[part_of(b, s)] = copy;
@@ -110,7 +136,7 @@ static void lb_done(struct board *b, int s, long step)
 	if (++e->consumed == b->S) {
 		for (int i = 0; i < 2; i++) {
 			if (e->part[i])
-				l->be->free(e->part[i]);
+				give_part(l, e->part[i]);
 			e->part[i] = NULL;
 		}
 	}
@@ -136,6 +162,8 @@ static void lb_destroy(struct board *b)
 	struct local_board *l = (struct local_board *)b;
 	if (l->e)
 		lb_end(b);
+	for (int i = 0; i < l->npool; i++)
+		l->be->free(l->pool[i]);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l->n_tensors);
