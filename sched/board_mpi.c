@@ -58,6 +58,11 @@ struct mpi_board {
 	size_t tied_n;
 	MPI_Comm comm;
 	long tag_steps;           /* steps before the tags wrap */
+	/* tied buffers of finished steps, reused (two steps in flight, two host
+	 * buffers and one backend copy each): no allocation per step */
+	void *pool[4];
+	float *dev_pool[2];
+	int npool, ndev_pool;
 	struct entry *e;
 	long first_step;
 	int n_steps;
@@ -103,6 +108,8 @@ static void mb_begin(struct board *b, long first_step, int n_steps)
 
 static void *tied_buffer(struct mpi_board *m)
 {
+	if (m->npool)
+		return m->pool[--m->npool];
 	size_t bytes = m->tied_n * sizeof(float);
 	return m->host ? m->be->alloc(bytes) : xmalloc(bytes);
 }
@@ -111,10 +118,29 @@ static void tied_free(struct mpi_board *m, void *p)
 {
 	if (!p)
 		return;
-	if (m->host)
+	if (m->npool < (int)ARRAY_SIZE(m->pool))
+		m->pool[m->npool++] = p;
+	else if (m->host)
 		m->be->free(p);
 	else
 		free(p);
+}
+
+static float *tied_dev_buffer(struct mpi_board *m)
+{
+	if (m->ndev_pool)
+		return m->dev_pool[--m->ndev_pool];
+	return m->be->alloc(m->tied_n * sizeof(float));
+}
+
+static void tied_dev_free(struct mpi_board *m, float *p)
+{
+	if (!p)
+		return;
+	if (m->ndev_pool < (int)ARRAY_SIZE(m->dev_pool))
+		m->dev_pool[m->ndev_pool++] = p;
+	else
+		m->be->free(p);
 }
 
 static void mb_tied_post(struct board *b, int s, long step, const float *part)
@@ -148,7 +174,7 @@ static const float *mb_tied_wait(struct board *b, int s, long step, double *wait
 	if (m->host)
 		return e->tied_in;
 	if (!e->tied_dev) {
-		e->tied_dev = m->be->alloc(m->tied_n * sizeof(float));
+		e->tied_dev = tied_dev_buffer(m);
 		m->be->to_device(e->tied_dev, e->tied_in, m->tied_n * sizeof(float));
 	}
 	return e->tied_dev;
@@ -196,8 +222,7 @@ static void mb_done(struct board *b, int s, long step)
 	MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
 	tied_free(m, e->tied_out);
 	tied_free(m, e->tied_in);
-	if (e->tied_dev)
-		m->be->free(e->tied_dev);
+	tied_dev_free(m, e->tied_dev);
 	e->tied_out = e->tied_in = NULL;
 	e->tied_dev = NULL;
 	e->done = 1;
@@ -222,8 +247,7 @@ static void mb_end(struct board *b)
 		MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
 		tied_free(m, e->tied_out);
 		tied_free(m, e->tied_in);
-		if (e->tied_dev)
-			m->be->free(e->tied_dev);
+		tied_dev_free(m, e->tied_dev);
 		free(e->sumsq);
 		free(e->req);
 	}
@@ -237,6 +261,14 @@ static void mb_destroy(struct board *b)
 	struct mpi_board *m = (struct mpi_board *)b;
 	if (m->e)
 		mb_end(b);
+	for (int i = 0; i < m->npool; i++) {
+		if (m->host)
+			m->be->free(m->pool[i]);
+		else
+			free(m->pool[i]);
+	}
+	for (int i = 0; i < m->ndev_pool; i++)
+		m->be->free(m->dev_pool[i]);
 	MPI_Comm_free(&m->comm);
 	free(m->n_tensors);
 	free(m->offset);
