@@ -12,7 +12,7 @@ Python 3 standard library only. experiments/run.sh calls it:
 
 A run lives in WORK/runs/NAME: config.ini (the effective configuration, as
 asyncpp train --print-config writes it), metrics.csv, log.txt, and 'done'
-(status, wall_s, cpu_s) once it has finished.
+(status, wall_s, cpu_s, code) once it has finished.
 """
 import argparse
 import configparser
@@ -47,7 +47,7 @@ ARM_NAMES = {'sync': 'sync', 'async': 'async', 'async-ef': 'async + EF'}
 COLUMNS = ['name', 'optimizer', 'arm', 'schedule', 'delay', 'delay_mode', 'correction',
            'lr', 'beta1', 'momentum', 'stages', 'micro_batches', 'batch_size', 'n_layer',
            'd_model', 'seed', 'steps', 'status', 'final_train_loss', 'final_val_loss',
-           'tokens', 'wall_s', 'cpu_s']
+           'tokens', 'wall_s', 'cpu_s', 'code']
 
 
 def fmt_lr(x):
@@ -122,6 +122,9 @@ def load_runs(work):
             'status': info.get('status', '?'),
             'wall_s': float(info.get('wall_s', 'nan')),
             'cpu_s': float(info.get('cpu_s', 'nan')),
+            # the code that made the run (git describe), recorded since
+            # run.sh learnt to; empty for the runs made before
+            'code': info.get('code', ''),
             'dir': d,
         }
         r['arm'] = arm_of(r)
@@ -872,7 +875,8 @@ def build_report(runs, exp, asyncpp, work):
     add('- `results.csv`: one row per finished run: optimizer, arm, schedule, delay, '
         'delay_mode, correction, lr, beta1, momentum, stages, micro-batches, layers, seed, '
         'steps, status (ok or diverged), final train loss (mean of the last 10 steps), final '
-        'val loss, tokens, wall and CPU seconds.')
+        'val loss, tokens, wall and CPU seconds, and the code that made it (`git describe` of '
+        'the checkout run.sh ran in; empty for runs made before run.sh recorded it).')
     add('- `plots/*.svg`: drawn by `asyncpp plot` from the runs\' metrics.csv.')
     add('')
     tmp = os.path.join(exp, 'README.md.tmp')

@@ -158,12 +158,17 @@ run_one() {
 		fi
 	fi
 	rm -f "$dir"/ckpt-*.ckpt # only the metrics are needed; ~15 MB each
-	printf 'status=%s\nwall_s=%s\ncpu_s=%s\n' "$status" \
+	printf 'status=%s\nwall_s=%s\ncpu_s=%s\ncode=%s\n' "$status" \
 		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
-		"$(awk '{ s = $1 + $2 } END { printf "%.1f", s }' "$dir/cpu.txt")" > "$dir/done.tmp"
+		"$(awk '{ s = $1 + $2 } END { printf "%.1f", s }' "$dir/cpu.txt")" \
+		"$CODE" > "$dir/done.tmp"
 	mv "$dir/done.tmp" "$dir/done"
 	log "$name $status ($(sed -n 's/^wall_s=//p' "$dir/done") s)"
 }
+
+# which code makes the runs (recorded in each run's done file): results are
+# comparable bit for bit only within one binary
+CODE=$(git -C "$ROOT" describe --always --dirty 2> /dev/null || echo unknown)
 
 running=0
 # launch NAME KEY=VALUE...: run in the background unless finished; at most JOBS at once
