@@ -122,7 +122,7 @@ def load_runs(work):
             'status': info.get('status', '?'),
             'wall_s': float(info.get('wall_s', 'nan')),
             'cpu_s': float(info.get('cpu_s', 'nan')),
-            # the code that made the run (git describe), recorded since
+            # the code that made the run (commit, -dirty), recorded since
             # run.sh learnt to; empty for the runs made before
             'code': info.get('code', ''),
             'dir': d,
@@ -875,8 +875,9 @@ def build_report(runs, exp, asyncpp, work):
     add('- `results.csv`: one row per finished run: optimizer, arm, schedule, delay, '
         'delay_mode, correction, lr, beta1, momentum, stages, micro-batches, layers, seed, '
         'steps, status (ok or diverged), final train loss (mean of the last 10 steps), final '
-        'val loss, tokens, wall and CPU seconds, and the code that made it (`git describe` of '
-        'the checkout run.sh ran in; empty for runs made before run.sh recorded it).')
+        'val loss, tokens, wall and CPU seconds, and the code that made it (the commit of '
+        'the checkout run.sh ran in, -dirty when code outside experiments/ had uncommitted '
+        'changes; empty for runs made before run.sh recorded it).')
     add('- `plots/*.svg`: drawn by `asyncpp plot` from the runs\' metrics.csv.')
     add('')
     tmp = os.path.join(exp, 'README.md.tmp')

@@ -167,8 +167,13 @@ run_one() {
 }
 
 # which code makes the runs (recorded in each run's done file): results are
-# comparable bit for bit only within one binary
-CODE=$(git -C "$ROOT" describe --always --dirty 2> /dev/null || echo unknown)
+# comparable bit for bit only within one binary. -dirty: changes outside
+# experiments/ (whose files this script rewrites) were not committed.
+CODE=$(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo unknown)
+if [ "$CODE" != unknown ] &&
+   ! git -C "$ROOT" diff --quiet HEAD -- . ':(exclude)experiments' 2> /dev/null; then
+	CODE=$CODE-dirty
+fi
 
 running=0
 # launch NAME KEY=VALUE...: run in the background unless finished; at most JOBS at once
