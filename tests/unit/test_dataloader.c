@@ -42,6 +42,15 @@ static void fill(uint32_t *v, size_t n, uint32_t vocab, uint64_t seed)
 		v[i] = (uint32_t)(rng_next(&seed) % vocab);
 }
 
+/* Do loaders a and b give the same micro-batch `index`? */
+static int same_batch(struct dataloader *a, struct dataloader *b, long index)
+{
+	int32_t ia[B * T], ta[B * T], ib[B * T], tb[B * T];
+	dataloader_batch(a, index, ia, ta);
+	dataloader_batch(b, index, ib, tb);
+	return !memcmp(ia, ib, sizeof(ia)) && !memcmp(ta, tb, sizeof(ta));
+}
+
 TEST(windows_in_order_without_shuffle)
 {
 	uint32_t tok[N];
@@ -104,12 +113,8 @@ TEST(token_widths_give_the_same_batches)
 	CHECK(dataloader_open(&d32, tpath("w32.shard"), B, T, 5, 1) == 0);
 	CHECK(d16.tokens16 && d32.tokens32);
 	CHECK(d16.max_token == 65535 && d32.max_token == 65535);
-	int32_t i16[B * T], t16[B * T], i32[B * T], t32[B * T];
-	for (long index = 0; index < 50; index++) {
-		dataloader_batch(&d16, index, i16, t16);
-		dataloader_batch(&d32, index, i32, t32);
-		CHECK(!memcmp(i16, i32, sizeof(i16)) && !memcmp(t16, t32, sizeof(t16)));
-	}
+	for (long index = 0; index < 50; index++)
+		CHECK(same_batch(&d16, &d32, index));
 	dataloader_close(&d16);
 	dataloader_close(&d32);
 
@@ -220,7 +225,6 @@ static void check_stream_equals_memory(uint32_t vocab)
 		CHECK(dataloader_open_load(&str, dir, B, T, 21, shuffle, DATA_LOAD_STREAM) == 0);
 		CHECK(!dataloader_streaming(&mem) && dataloader_streaming(&str));
 		CHECK(mem.n == 1234 && str.n == 1234 && mem.n_windows == str.n_windows);
-		int32_t im[B * T], tm[B * T], is[B * T], ts[B * T];
 		/* forwards over three epochs, then every index again backwards
 		 * (past the recent-batch cache), then repeats (from it) */
 		long W = (long)str.n_windows, order[600];
@@ -231,12 +235,9 @@ static void check_stream_equals_memory(uint32_t vocab)
 			order[k++] = i;
 		order[k++] = 5;
 		order[k++] = 5;
-		for (int j = 0; j < k; j++) {
-			dataloader_batch(&mem, order[j], im, tm);
-			dataloader_batch(&str, order[j], is, ts);
-			CHECK_MSG(!memcmp(im, is, sizeof(im)) && !memcmp(tm, ts, sizeof(tm)),
-				  "batch %ld differs (shuffle %d)", order[j], shuffle);
-		}
+		for (int j = 0; j < k; j++)
+			CHECK_MSG(same_batch(&mem, &str, order[j]), "batch %ld differs (shuffle %d)",
+				  order[j], shuffle);
 		CHECK(!str.failed);
 		dataloader_close(&mem);
 		dataloader_close(&str);
@@ -326,12 +327,8 @@ TEST(stream_llmc_shards_equals_memory)
 	CHECK(dataloader_open_load(&mem, dir, B, T, 3, 1, DATA_LOAD_MEMORY) == 0);
 	CHECK(dataloader_open_load(&str, dir, B, T, 3, 1, DATA_LOAD_STREAM) == 0);
 	CHECK(mem.n == 1150 && str.n == 1150 && str.vocab == LLMC_SHARD_VOCAB);
-	int32_t im[B * T], tm[B * T], is[B * T], ts[B * T];
-	for (long index = 0; index < 60; index++) {
-		dataloader_batch(&mem, index, im, tm);
-		dataloader_batch(&str, index, is, ts);
-		CHECK(!memcmp(im, is, sizeof(im)) && !memcmp(tm, ts, sizeof(tm)));
-	}
+	for (long index = 0; index < 60; index++)
+		CHECK(same_batch(&mem, &str, index));
 	dataloader_close(&mem);
 	dataloader_close(&str);
 }
