@@ -331,6 +331,13 @@ static int train_loop(struct run *r)
 				for (int s = 0; s < tr->S; s++) {
 					struct stage_worker *w = &tr->w[s];
 					double tot = w->busy_s + w->idle_s;
+					if (!worker_alive(w)) { /* under MPI: rank s holds it */
+						fprintf(stderr, "  stage %d: busy %.2fs idle %.2fs "
+							"bubble %.1f%%  (rank %d)\n", s, w->busy_s,
+							w->idle_s, tot > 0 ? 100 * w->idle_s / tot : 0,
+							s);
+						continue;
+					}
 					size_t state = 0;
 					for (int i = 0; i < optim_state_count(&w->opt); i++)
 						state += optim_state(&w->opt, i).numel;

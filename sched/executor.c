@@ -311,8 +311,9 @@ static void mpi_detach(void)
 }
 
 /* First use of tr under MPI (every rank reaches it at the same call): set
- * up the transport, the board and the replica group, then free the other
- * stages' workers (rank 0 keeps replica 0's: checkpoints gather into them). */
+ * up the transport, the board (which needs every stage's tensor count, so
+ * the workers are freed only after) and the replica group, then free the
+ * workers of the stages other ranks run. */
 static void mpi_attach(struct trainer *tr)
 {
 	if (mp.tr == tr)
@@ -339,7 +340,9 @@ static void mpi_attach(struct trainer *tr)
 	if (N > 1 && !(mp.rx = replicas_mpi(tr->be, N, S, rank)))
 		die("cannot set up the data-parallel replicas between processes");
 	dist_at_finalize(mpi_detach);
-	for (int i = dist_is_root() ? S : 0; i < N * S; i++)
+	/* each rank keeps its own stage only (rank 0's checkpoints are written
+	 * from what the others send: pipeline_save) */
+	for (int i = 0; i < N * S; i++)
 		if (i != rank)
 			worker_free(&tr->w[i]);
 	mp.tr = tr;
@@ -557,78 +560,122 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 }
 
 /* What a rank sends rank 0 of its stage before a checkpoint. */
-struct state_head {
-	long newest;
-	int n_versions, n_state;
-	size_t numel;
+/* Checkpoints under MPI. Rank 0 writes the file from its own stage and
+ * from what the other ranks of replica 0 send, in checkpoint order, so no
+ * rank ever holds more than its own stage. Rank s > 0 sends, for each
+ * weight version (back = 0, 1, ...): a weights_head and its own parameters'
+ * floats, which are contiguous in the global arena from base_off; then each
+ * optimizer-state tensor as a tensor_head and its floats, and an end
+ * header. Rank 0 receives the versions stage after stage and the states
+ * stage after stage: MPI keeps each sender's messages in order. */
+struct weights_head {
+	size_t base_off, count;
 };
+
+struct tensor_head {
+	char name[128];
+	size_t numel;
+	int rows, cols, end;
+};
+
+/* Where this stage's own parameters (not the tied copy) sit in the global
+ * arena: [base_off, base_off + count), the first count floats of the stage. */
+static struct weights_head stage_range(const struct stage *st)
+{
+	struct weights_head h = {0, 0};
+	for (int i = 0; i < st->n_params; i++) {
+		if (st->params[i].tied_copy)
+			continue;
+		const struct param_info *p = &st->m->params[st->params[i].global];
+		h.base_off = p->offset - st->params[i].offset;
+		h.count = MAX(h.count, st->params[i].offset + p->numel);
+	}
+	return h;
+}
+
+static int send_tensor(void *ctx, const char *name, const float *data, size_t numel, int rows,
+		       int cols)
+{
+	struct tensor_head h = {.numel = numel, .rows = rows, .cols = cols};
+	snprintf(h.name, sizeof(h.name), "%s", name);
+	if (dist_send(&h, sizeof(h), 0, TAG_STATE))
+		return -1;
+	return dist_send(data, numel * sizeof(float), 0, TAG_STATE);
+}
 
 static int send_state(struct trainer *tr, int s)
 {
 	struct stage_worker *w = &tr->w[s];
-	struct state_head h = {w->newest, w->n_versions, optim_state_count(&w->opt), w->st.numel};
-	if (dist_send(&h, sizeof(h), 0, TAG_STATE))
-		return -1;
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
-	float *host = xmalloc(bytes);
-	int rc = 0;
-	/* the whole ring of versions: the same buffers as the threaded run */
-	for (int v = 0; v < w->n_versions && !rc; v++) {
-		tr->be->to_host(host, w->ver[v], bytes);
-		rc = dist_send(host, bytes, 0, TAG_STATE);
+	struct weights_head h = stage_range(&w->st);
+	float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
+	int rc = 0, nv = trainer_n_versions(tr);
+	for (int back = 0; back < nv && !rc; back++) {
+		/* what trainer_gather_weights takes from this stage */
+		long v = w->newest - MIN(back, w->delay);
+		tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
+		rc = dist_send(&h, sizeof(h), 0, TAG_STATE);
+		if (!rc)
+			rc = dist_send(host, h.count * sizeof(float), 0, TAG_STATE);
 	}
 	free(host);
-	for (int i = 0; i < h.n_state && !rc; i++) {
-		struct optim_state_buf sb = optim_state(&w->opt, i);
-		float *buf = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
-		tr->be->to_host(buf, sb.data, sb.numel * sizeof(float));
-		rc = dist_send(&sb.numel, sizeof(sb.numel), 0, TAG_STATE);
-		if (!rc)
-			rc = dist_send(buf, sb.numel * sizeof(float), 0, TAG_STATE);
-		free(buf);
-	}
+	if (!rc)
+		rc = worker_state_tensors(tr, w, send_tensor, NULL);
+	struct tensor_head end = {.end = 1};
+	if (!rc)
+		rc = dist_send(&end, sizeof(end), 0, TAG_STATE);
 	return rc;
 }
 
-static int recv_state(struct trainer *tr, int s)
+/* Rank 0's sources for trainer_save_from: its own stage 0, the rest received. */
+static int recv_weights(void *ctx, int back, float *global)
 {
-	struct stage_worker *w = &tr->w[s];
-	struct state_head h;
-	if (dist_recv(&h, sizeof(h), s, TAG_STATE))
-		return -1;
-	/* every rank built the same trainer: a mismatch is a bug, and stopping
-	 * here (the job ends) beats leaving rank s blocked in its sends */
-	if (h.n_versions != w->n_versions || h.numel != w->st.numel ||
-	    h.n_state != optim_state_count(&w->opt))
-		die("internal error: rank %d's stage holds %d versions of %zu floats and %d state "
-		    "buffers; rank 0 expects %d, %zu and %d", s, h.n_versions, h.numel, h.n_state,
-		    w->n_versions, w->st.numel, optim_state_count(&w->opt));
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
-	float *host = xmalloc(bytes);
+	struct trainer *tr = ctx;
+	struct stage_worker *w0 = &tr->w[0];
+	worker_save_version(w0, w0->newest - MIN(back, w0->delay), global);
+	for (int s = 1; s < tr->S; s++) {
+		struct weights_head h;
+		if (dist_recv(&h, sizeof(h), s, TAG_STATE))
+			return -1;
+		if (h.base_off > tr->m->numel || h.count > tr->m->numel - h.base_off)
+			die("internal error: rank %d sent weights [%zu, %zu + %zu) outside the "
+			    "model's %zu floats", s, h.base_off, h.base_off, h.count, tr->m->numel);
+		if (dist_recv(global + h.base_off, h.count * sizeof(float), s, TAG_STATE))
+			return -1;
+	}
+	return 0;
+}
+
+static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
+{
+	struct trainer *tr = ctx;
+	if (s == 0)
+		return worker_state_tensors(tr, &tr->w[0], sink, sink_ctx);
+	float *buf = NULL;
+	size_t cap = 0;
 	int rc = 0;
-	for (int v = 0; v < w->n_versions && !rc; v++) {
-		rc = dist_recv(host, bytes, s, TAG_STATE);
-		if (!rc)
-			tr->be->to_device(w->ver[v], host, bytes);
-	}
-	free(host);
-	w->newest = h.newest;
-	w->opt.last_step = h.newest;
-	for (int i = 0; i < h.n_state && !rc; i++) {
-		struct optim_state_buf sb = optim_state(&w->opt, i);
-		size_t numel;
-		rc = dist_recv(&numel, sizeof(numel), s, TAG_STATE);
-		if (!rc && numel != sb.numel)
-			die("internal error: rank %d's optimizer state '%s' has %zu floats; rank 0 "
-			    "expects %zu", s, sb.name, numel, sb.numel);
-		if (rc)
+	for (;;) {
+		struct tensor_head h;
+		if (dist_recv(&h, sizeof(h), s, TAG_STATE)) {
+			rc = -1;
 			break;
-		float *buf = xmalloc(st_mult(numel ? numel : 1, sizeof(float)));
-		rc = dist_recv(buf, numel * sizeof(float), s, TAG_STATE);
-		if (!rc)
-			tr->be->to_device(sb.data, buf, numel * sizeof(float));
-		free(buf);
+		}
+		if (h.end)
+			break;
+		h.name[sizeof(h.name) - 1] = '\0';
+		if (h.numel > tr->m->numel)
+			die("internal error: rank %d sent a state tensor of %zu floats, more than the "
+			    "model's %zu", s, h.numel, tr->m->numel);
+		if (h.numel > cap) {
+			cap = h.numel;
+			buf = xrealloc(buf, st_mult(cap, sizeof(float)));
+		}
+		if (dist_recv(buf, h.numel * sizeof(float), s, TAG_STATE)) {
+			rc = -1;
+			break;
+		}
+		rc |= sink(sink_ctx, h.name, buf, h.numel, h.rows, h.cols);
 	}
+	free(buf);
 	return rc;
 }
 
@@ -644,10 +691,8 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 	} else if (!dist_is_root()) {
 		rc = send_state(tr, dist_rank());
 	} else {
-		for (int s = 1; s < tr->S && !rc; s++)
-			rc = recv_state(tr, s);
-		if (!rc)
-			rc = trainer_save(tr, path, config_text, extra_meta);
+		struct ckpt_source src = {.weights = recv_weights, .states = recv_states, .ctx = tr};
+		rc = trainer_save_from(tr, &src, path, config_text, extra_meta);
 	}
 	/* a failed send or receive ends the job (MPI's errors are fatal), so
 	 * every rank gets here and learns whether rank 0 wrote the file */

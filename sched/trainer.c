@@ -84,8 +84,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 			return error("%s", err);
 	}
 	/* under MPI a process runs one stage of one replica: it builds replica
-	 * 0 (rank 0 gathers checkpoints into it, the others free it on first
-	 * use) and its own worker, not N copies of the model */
+	 * 0 (a checkpoint being resumed is loaded into it) and its own worker,
+	 * not N copies of the model, and keeps only its own once the pipeline
+	 * starts (mpi_attach; rank 0 writes checkpoints from what the other
+	 * ranks send) */
 	int own = dist_active() && tr->N > 1 ? dist_rank() : -1;
 	tr->w = xcalloc(st_mult((size_t)tr->N, (size_t)tr->S), sizeof(*tr->w));
 	for (int i = 0; i < tr->N * tr->S; i++) {
@@ -297,9 +299,10 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 
 int trainer_n_versions(const struct trainer *tr)
 {
+	/* from the configuration: under MPI this process holds one stage */
 	int n = 1;
 	for (int s = 0; s < tr->S; s++)
-		n = MAX(n, tr->w[s].delay + 1);
+		n = MAX(n, trainer_stage_delay(tr->cfg, s, tr->S) + 1);
 	return n;
 }
 

@@ -59,7 +59,8 @@ struct trainer {
 	struct stage_worker *w;    /* [N*S]: stage s of replica r is w[r*S + s],
 				    * so w[0..S-1] is replica 0 (checkpoints, eval,
 				    * logs). Under MPI a process initialises only
-				    * replica 0's and its own (worker_alive). */
+				    * replica 0's and its own, and keeps only its
+				    * own once the pipeline starts (worker_alive). */
 	long step;                 /* optimizer steps done */
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
@@ -129,6 +130,22 @@ struct ckpt;
 int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 const char *extra_meta);
 int trainer_load(struct trainer *tr, struct ckpt *k);
+/* The parts of a save, for a writer that gathers them from elsewhere (rank
+ * 0 under MPI receives them from the other ranks): a sink takes tensors in
+ * checkpoint order; a source fills the global arena of a weight version and
+ * feeds stage s's optimizer-state tensors to a sink. */
+typedef int (*tensor_sink)(void *ctx, const char *name, const float *data, size_t numel,
+			   int rows, int cols);
+struct ckpt_source {
+	int (*weights)(void *ctx, int back, float *global); /* [m->numel] */
+	int (*states)(void *ctx, int s, tensor_sink sink, void *sink_ctx);
+	void *ctx;
+};
+int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const char *path,
+		      const char *config_text, const char *extra_meta);
+/* A worker's optimizer-state tensors, in checkpoint order, to sink. */
+int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk,
+			 tensor_sink sink, void *ctx);
 /* Weights K = back steps before the newest, into a global host arena. */
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back);
 

@@ -25,8 +25,60 @@ static void tensor_name(char *out, size_t len, const char *set, const struct par
 	snprintf(out, len, "%s/%s", set, pi->name);
 }
 
-int trainer_save(struct trainer *tr, const char *path, const char *config_text,
-		 const char *extra_meta)
+int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk,
+			 tensor_sink sink, void *ctx)
+{
+	const struct model *m = tr->m;
+	char name[128];
+	int rc = 0;
+	for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
+		struct optim_state_buf sb = optim_state(&wk->opt, i);
+		float *host = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
+		tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
+		for (int k = 0; k < wk->opt.n && !rc; k++) {
+			size_t off;
+			if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &off))
+				continue;
+			const struct param_info *pi = &m->params[wk->st.params[k].global];
+			tensor_name(name, sizeof(name), sb.name, pi);
+			rc = sink(ctx, name, host + off, pi->numel, pi->rows, pi->cols);
+		}
+		free(host);
+	}
+	return rc;
+}
+
+/* The sink of a save: adds to the file until an add fails, then only
+ * drains, since under MPI the other ranks are still sending. */
+struct save_sink {
+	struct ckpt_writer *w; /* NULL when the file could not be created */
+	int rc;
+};
+
+static int add_to_ckpt(void *ctx, const char *name, const float *data, size_t numel, int rows,
+		       int cols)
+{
+	struct save_sink *ss = ctx;
+	if (!ss->rc)
+		ss->rc = ckpt_add(ss->w, name, data, numel, rows, cols);
+	return 0;
+}
+
+/* The sources of a one-process save: this trainer's own workers. */
+static int local_weights(void *ctx, int back, float *global)
+{
+	trainer_gather_weights(ctx, back, global);
+	return 0;
+}
+
+static int local_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
+{
+	struct trainer *tr = ctx;
+	return worker_state_tensors(tr, &tr->w[s], sink, sink_ctx);
+}
+
+int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const char *path,
+		      const char *config_text, const char *extra_meta)
 {
 	const struct model *m = tr->m;
 	int nv = trainer_n_versions(tr);
@@ -38,44 +90,39 @@ int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 tr->step * (long)tr->mb_per_step,
 		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
 		 extra_meta ? extra_meta : "");
-	struct ckpt_writer *w;
-	if (ckpt_create(&w, path, config_text, meta))
-		return -1;
+	/* every source is consumed even after a failure (see save_sink) */
+	struct save_sink ss = {0};
+	ss.rc = ckpt_create(&ss.w, path, config_text, meta);
+	if (ss.rc)
+		ss.w = NULL;
 	float *global = xmalloc(st_mult(m->numel, sizeof(float)));
-	int rc = 0;
+	int src_rc = 0;
 	char name[128], set[32];
-	for (int back = 0; back < nv && !rc; back++) {
-		trainer_gather_weights(tr, back, global);
+	for (int back = 0; back < nv; back++) {
+		src_rc |= src->weights(src->ctx, back, global);
 		snprintf(set, sizeof(set), "weights.v%d", back);
-		for (int k = 0; k < m->n_params && !rc; k++) {
+		for (int k = 0; k < m->n_params; k++) {
 			const struct param_info *pi = &m->params[k];
 			tensor_name(name, sizeof(name), set, pi);
-			rc = ckpt_add(w, name, global + pi->offset, pi->numel, pi->rows, pi->cols);
+			add_to_ckpt(&ss, name, global + pi->offset, pi->numel, pi->rows, pi->cols);
 		}
 	}
 	free(global);
-	for (int s = 0; s < tr->S && !rc; s++) {
-		struct stage_worker *wk = &tr->w[s];
-		for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
-			struct optim_state_buf sb = optim_state(&wk->opt, i);
-			float *host = xmalloc(st_mult(sb.numel, sizeof(float)));
-			tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
-			for (int k = 0; k < wk->opt.n && !rc; k++) {
-				size_t off;
-				if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &off))
-					continue;
-				const struct param_info *pi = &m->params[wk->st.params[k].global];
-				tensor_name(name, sizeof(name), sb.name, pi);
-				rc = ckpt_add(w, name, host + off, pi->numel, pi->rows, pi->cols);
-			}
-			free(host);
-		}
-	}
-	if (rc) {
-		ckpt_abort(w);
+	for (int s = 0; s < tr->S; s++)
+		src_rc |= src->states(src->ctx, s, add_to_ckpt, &ss);
+	if (ss.rc || src_rc) {
+		if (ss.w)
+			ckpt_abort(ss.w);
 		return -1;
 	}
-	return ckpt_commit(w);
+	return ckpt_commit(ss.w);
+}
+
+int trainer_save(struct trainer *tr, const char *path, const char *config_text,
+		 const char *extra_meta)
+{
+	struct ckpt_source src = {.weights = local_weights, .states = local_states, .ctx = tr};
+	return trainer_save_from(tr, &src, path, config_text, extra_meta);
 }
 
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back)
