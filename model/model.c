@@ -402,11 +402,40 @@ static void scratch_view(const struct stage *st, float *base, struct scratch_vie
 	v->total = pos;
 }
 
+/* Layers [*begin, *end) of stage s of S: L/S each, the first L%S one more. */
+static void stage_layers(int L, int s, int S, int *begin, int *end)
+{
+	int per = L / S, rem = L % S;
+	*begin = s * per + MIN(s, rem);
+	*end = *begin + per + (s < rem);
+}
+
+/* Does a stage of layers [begin, end) hold parameter p? The embeddings go
+ * with the first stage, the final norm and head with the last. */
+static int stage_holds(const struct param_info *p, int begin, int end, int has_embed,
+		       int has_head)
+{
+	if (p->layer >= 0)
+		return p->layer >= begin && p->layer < end;
+	if (!strcmp(p->name, "wte") || !strcmp(p->name, "wpe"))
+		return has_embed;
+	return has_head; /* lnfw, lnfb, head */
+}
+
+int stage_param_count(const struct model *m, int s, int S)
+{
+	int begin, end, n = 0;
+	stage_layers(m->cfg.L, s, S, &begin, &end);
+	for (int i = 0; i < m->n_params; i++)
+		n += stage_holds(&m->params[i], begin, end, s == 0, s == S - 1);
+	return n + (m->cfg.tied && s == S - 1 && s != 0); /* the tied copy of wte */
+}
+
 int stage_init(struct stage *st, const struct model *m, const struct backend *be, int s, int S,
 	       int B, int T, int n_slots)
 {
 	const struct model_config *c = &m->cfg;
-	int L = c->L, per, rem, nl, cap;
+	int L = c->L, nl, cap;
 	size_t base_off, end_off, *off;
 	struct slot_view sv;
 	struct scratch_view xv;
@@ -426,10 +455,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	st->be = be;
 	st->s = s;
 	st->S = S;
-	per = L / S;
-	rem = L % S;
-	st->layer_begin = s * per + MIN(s, rem);
-	st->layer_end = st->layer_begin + per + (s < rem);
+	stage_layers(L, s, S, &st->layer_begin, &st->layer_end);
 	st->has_embed = s == 0;
 	st->has_head = s == S - 1;
 	st->B = B;
@@ -444,14 +470,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	st->params = xcalloc(cap, sizeof(*st->params));
 	for (int i = 0; i < m->n_params; i++) {
 		const struct param_info *p = &m->params[i];
-		int mine;
-		if (p->layer >= 0)
-			mine = p->layer >= st->layer_begin && p->layer < st->layer_end;
-		else if (!strcmp(p->name, "wte") || !strcmp(p->name, "wpe"))
-			mine = st->has_embed;
-		else
-			mine = st->has_head; /* lnfw, lnfb, head */
-		if (!mine)
+		if (!stage_holds(p, st->layer_begin, st->layer_end, st->has_embed, st->has_head))
 			continue;
 		if (base_off == NONE)
 			base_off = p->offset;

@@ -124,6 +124,9 @@ struct stage {
 int stage_init(struct stage *st, const struct model *m, const struct backend *be,
 	       int s, int S, int B, int T, int n_slots);
 void stage_free(struct stage *st);
+/* How many tensors stage s of S holds (its st.n_params, the tied copy of wte
+ * included), without building it. */
+int stage_param_count(const struct model *m, int s, int S);
 /* Copy this stage's tensors out of / into a global (host) arena. The tied
  * copy of wte is filled by stage_gather but skipped by stage_scatter (stage 0
  * owns wte). */

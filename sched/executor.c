@@ -311,9 +311,8 @@ static void mpi_detach(void)
 }
 
 /* First use of tr under MPI (every rank reaches it at the same call): set
- * up the transport, the board (which needs every stage's tensor count, so
- * the workers are freed only after) and the replica group, then free the
- * workers of the stages other ranks run. */
+ * up the transport, the board and the replica group. The process holds
+ * only its own stage's worker (trainer_init). */
 static void mpi_attach(struct trainer *tr)
 {
 	if (mp.tr == tr)
@@ -325,9 +324,13 @@ static void mpi_attach(struct trainer *tr)
 		die("internal error: %d stages x %d replicas on %d processes", S, N, dist_world());
 	mp.r = rank / S;
 	mp.s = rank % S;
+	/* the board needs every stage's tensor count; this rank holds one stage */
 	int *n_tensors = xcalloc((size_t)S, sizeof(int));
 	for (int s = 0; s < S; s++)
-		n_tensors[s] = tr->w[s].opt.n;
+		n_tensors[s] = stage_param_count(tr->m, s, S);
+	if (n_tensors[mp.s] != tr->w[rank].opt.n)
+		die("internal error: stage %d holds %d tensors, stage_param_count says %d", mp.s,
+		    tr->w[rank].opt.n, n_tensors[mp.s]);
 	size_t act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*S + s: its messages go to the ranks
@@ -340,11 +343,6 @@ static void mpi_attach(struct trainer *tr)
 	if (N > 1 && !(mp.rx = replicas_mpi(tr->be, N, S, rank)))
 		die("cannot set up the data-parallel replicas between processes");
 	dist_at_finalize(mpi_detach);
-	/* each rank keeps its own stage only (rank 0's checkpoints are written
-	 * from what the others send: pipeline_save) */
-	for (int i = 0; i < N * S; i++)
-		if (i != rank)
-			worker_free(&tr->w[i]);
 	mp.tr = tr;
 }
 

@@ -83,16 +83,14 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		if (!probe)
 			return error("%s", err);
 	}
-	/* under MPI a process runs one stage of one replica: it builds replica
-	 * 0 (a checkpoint being resumed is loaded into it) and its own worker,
-	 * not N copies of the model, and keeps only its own once the pipeline
-	 * starts (mpi_attach; rank 0 writes checkpoints from what the other
-	 * ranks send) */
-	int own = dist_active() && tr->N > 1 ? dist_rank() : -1;
+	/* under MPI a process runs one stage of one replica and builds only
+	 * that worker (rank 0 writes checkpoints from what the other ranks
+	 * send: pipeline_save) */
+	int own = dist_active() ? dist_rank() : -1;
 	tr->w = xcalloc(st_mult((size_t)tr->N, (size_t)tr->S), sizeof(*tr->w));
 	for (int i = 0; i < tr->N * tr->S; i++) {
 		int s = i % tr->S;
-		if (i >= tr->S && own >= 0 && i != own)
+		if (own >= 0 && i != own)
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_stage(probe, s)->nslots : 1;

@@ -59,8 +59,7 @@ struct trainer {
 	struct stage_worker *w;    /* [N*S]: stage s of replica r is w[r*S + s],
 				    * so w[0..S-1] is replica 0 (checkpoints, eval,
 				    * logs). Under MPI a process initialises only
-				    * replica 0's and its own, and keeps only its
-				    * own once the pipeline starts (worker_alive). */
+				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
@@ -99,7 +98,7 @@ double trainer_eval(struct trainer *tr, struct dataloader *data, int batches);
 double trainer_finish_step(struct trainer *tr, long step, double *lr_out);
 
 /* Stage s of replica r, and whether this process holds it (under MPI only
- * replica 0's stages and the process's own are initialised). */
+ * the process's own stage is initialised). */
 static inline struct stage_worker *trainer_worker(struct trainer *tr, int r, int s)
 {
 	return &tr->w[r * tr->S + s];

@@ -163,7 +163,14 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	free(versions);
 	char name[128];
 	for (int s = 0; s < tr->S && !rc; s++) {
-		struct stage_worker *wk = &tr->w[s];
+		/* stage s's layout from any replica held here (under MPI, one
+		 * process holds one stage of one replica) */
+		struct stage_worker *wk = NULL;
+		for (int r = 0; r < tr->N && !wk; r++)
+			if (worker_alive(trainer_worker(tr, r, s)))
+				wk = trainer_worker(tr, r, s);
+		if (!wk)
+			continue;
 		for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
 			struct optim_state_buf sb = optim_state(&wk->opt, i);
 			float *host = xcalloc(sb.numel ? sb.numel : 1, sizeof(float));
@@ -185,7 +192,7 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 				struct optim_state_buf rb = optim_state(&wr->opt, i);
 				if (rb.numel != sb.numel)
 					die("internal error: replica %d stage %d state '%s' has %zu floats, "
-					    "replica 0 %zu", r, s, rb.name, rb.numel, sb.numel);
+					    "another replica %zu", r, s, rb.name, rb.numel, sb.numel);
 				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));
 			}
 			free(host);

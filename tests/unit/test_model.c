@@ -239,6 +239,8 @@ TEST(init_deterministic_and_split_independent)
 				struct stage st;
 				float *sa;
 				CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
+				/* what MPI ranks count for the stages they do not build */
+				CHECK(stage_param_count(&m, s, S) == st.n_params);
 				sa = xmalloc(st.numel * sizeof(float));
 				stage_gather(&st, sa, a);
 				for (int i = 0; i < st.n_params; i++) {
@@ -314,6 +316,32 @@ static float run_grad(struct run *r)
 	stage_backward(&r->st, 1, r->params, r->grads, NULL, NULL);
 	stage_finish_grads(&r->st, r->grads);
 	return loss;
+}
+
+/* stage_param_count (what an MPI rank knows of the stages it does not
+ * build) equals what stage_init builds, for both architectures, tied and
+ * untied, and uneven splits. */
+TEST(stage_param_count_matches_stage_init)
+{
+	if (!be()->alloc)
+		SKIP("no backend");
+	for (int arch = 0; arch < 2; arch++)
+		for (int tied = 0; tied <= 1; tied++) {
+			struct model_config c = tiny(arch ? ARCH_GPT2 : ARCH_LLAMA, tied);
+			c.L = 5;
+			struct model m;
+			CHECK(model_init(&m, &c) == 0);
+			for (int S = 1; S <= 5; S++)
+				for (int s = 0; s < S; s++) {
+					struct stage st;
+					CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
+					CHECK_MSG(stage_param_count(&m, s, S) == st.n_params,
+						  "arch %d tied %d stage %d of %d: %d, built %d", arch,
+						  tied, s, S, stage_param_count(&m, s, S), st.n_params);
+					stage_free(&st);
+				}
+			model_free(&m);
+		}
 }
 
 TEST(loss_at_init_is_log_vocab)
