@@ -557,7 +557,6 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 	return batches ? sum / batches : 0.0;
 }
 
-/* What a rank sends rank 0 of its stage before a checkpoint. */
 /* Checkpoints under MPI. Rank 0 writes the file from its own stage and
  * from what the other ranks of replica 0 send, in checkpoint order, so no
  * rank ever holds more than its own stage. Rank s > 0 sends, for each
