@@ -488,7 +488,12 @@ int cmd_train(int argc, char **argv)
 	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
 	config_set_key(cfg, "model", "vocab_size", vocab, "data");
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
-	model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
+	if (dist_active()) /* one stage per process: the rest of the arena stays untouched */
+		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed,
+					 dist_rank() % (int)cfg->pipeline_stages,
+					 (int)cfg->pipeline_stages);
+	else
+		model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
 	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))
 		return EXIT_FAIL;
 	free(params);

@@ -214,32 +214,68 @@ static const char *base_name(const struct param_info *p)
 	return s;
 }
 
-void model_init_weights(const struct model *m, float *params, uint64_t seed)
+/* Layers [*begin, *end) of stage s of S: L/S each, the first L%S one more. */
+static void stage_layers(int L, int s, int S, int *begin, int *end)
+{
+	int per = L / S, rem = L % S;
+	*begin = s * per + MIN(s, rem);
+	*end = *begin + per + (s < rem);
+}
+
+/* Does a stage of layers [begin, end) hold parameter p? The embeddings go
+ * with the first stage, the final norm and head with the last. */
+static int stage_holds(const struct param_info *p, int begin, int end, int has_embed,
+		       int has_head)
+{
+	if (p->layer >= 0)
+		return p->layer >= begin && p->layer < end;
+	if (!strcmp(p->name, "wte") || !strcmp(p->name, "wpe"))
+		return has_embed;
+	return has_head; /* lnfw, lnfb, head */
+}
+
+/* Tensor i of the model, initialised from (seed, i) alone. */
+static void init_tensor(const struct model *m, float *params, uint64_t seed, int i)
 {
 	const struct model_config *c = &m->cfg;
-	float resid = 1.0f / sqrtf(2.0f * c->L);
+	const struct param_info *p = &m->params[i];
+	const char *b = base_name(p);
+	float *w = params + p->offset;
+	uint64_t rs = rng_mix(seed, (uint64_t)i);
+	float std = c->init_std;
 
+	if (p->cols == 0) {
+		/* norms' weights 1, biases 0 */
+		float v = strchr(b, 'w') && strncmp(b, "ln", 2) == 0 ? 1.0f : 0.0f;
+		for (size_t j = 0; j < p->numel; j++)
+			w[j] = v;
+		return;
+	}
+	if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw"))
+		std *= 1.0f / sqrtf(2.0f * c->L);
+	for (size_t j = 0; j < p->numel; j++)
+		w[j] = std * rng_normal(&rs);
+	if (!strcmp(b, "wte") || !strcmp(b, "head"))
+		for (size_t r = c->V; r < (size_t)c->Vp; r++)
+			memset(w + r * c->C, 0, sizeof(float) * c->C);
+}
+
+void model_init_weights(const struct model *m, float *params, uint64_t seed)
+{
+	for (int i = 0; i < m->n_params; i++)
+		init_tensor(m, params, seed, i);
+}
+
+void model_init_weights_stage(const struct model *m, float *params, uint64_t seed, int s,
+			      int S)
+{
+	int begin, end;
+	stage_layers(m->cfg.L, s, S, &begin, &end);
 	for (int i = 0; i < m->n_params; i++) {
 		const struct param_info *p = &m->params[i];
-		const char *b = base_name(p);
-		float *w = params + p->offset;
-		uint64_t rs = rng_mix(seed, (uint64_t)i);
-		float std = c->init_std;
-
-		if (p->cols == 0) {
-			/* norms' weights 1, biases 0 */
-			float v = strchr(b, 'w') && strncmp(b, "ln", 2) == 0 ? 1.0f : 0.0f;
-			for (size_t j = 0; j < p->numel; j++)
-				w[j] = v;
-			continue;
-		}
-		if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw"))
-			std *= resid;
-		for (size_t j = 0; j < p->numel; j++)
-			w[j] = std * rng_normal(&rs);
-		if (!strcmp(b, "wte") || !strcmp(b, "head"))
-			for (size_t r = c->V; r < (size_t)c->Vp; r++)
-				memset(w + r * c->C, 0, sizeof(float) * c->C);
+		int tied_copy = m->cfg.tied && s == S - 1 && !strcmp(p->name, "wte");
+		if (tied_copy || stage_holds(p, begin, end, s == 0, s == S - 1))
+			init_tensor(m, params, seed, i);
 	}
 }
 
@@ -400,26 +436,6 @@ static void scratch_view(const struct stage *st, float *base, struct scratch_vie
 		v->dlnf = take(base, &pos, N * C);
 	}
 	v->total = pos;
-}
-
-/* Layers [*begin, *end) of stage s of S: L/S each, the first L%S one more. */
-static void stage_layers(int L, int s, int S, int *begin, int *end)
-{
-	int per = L / S, rem = L % S;
-	*begin = s * per + MIN(s, rem);
-	*end = *begin + per + (s < rem);
-}
-
-/* Does a stage of layers [begin, end) hold parameter p? The embeddings go
- * with the first stage, the final norm and head with the last. */
-static int stage_holds(const struct param_info *p, int begin, int end, int has_embed,
-		       int has_head)
-{
-	if (p->layer >= 0)
-		return p->layer >= begin && p->layer < end;
-	if (!strcmp(p->name, "wte") || !strcmp(p->name, "wpe"))
-		return has_embed;
-	return has_head; /* lnfw, lnfb, head */
 }
 
 int stage_param_count(const struct model *m, int s, int S)

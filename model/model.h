@@ -80,6 +80,12 @@ void model_free(struct model *m);
  * from seed: normal(0, init_std) for matrices and embeddings, residual
  * projections scaled by 1/sqrt(2L), norms' weights 1, biases 0. */
 void model_init_weights(const struct model *m, float *params, uint64_t seed);
+/* The same for only the tensors stage s of S reads (its own, and wte for a
+ * last stage's tied copy): each tensor gets exactly the values above, and
+ * the rest of the arena is not touched (so, freshly allocated, it takes no
+ * memory). For a process that runs one stage. */
+void model_init_weights_stage(const struct model *m, float *params, uint64_t seed, int s,
+			      int S);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
  * is the head matrix and does count). llm.c counts every parameter

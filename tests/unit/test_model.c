@@ -344,6 +344,49 @@ TEST(stage_param_count_matches_stage_init)
 		}
 }
 
+/* model_init_weights_stage gives a stage's tensors (and wte for a tied last
+ * stage) exactly model_init_weights's values and touches nothing else. */
+TEST(init_weights_stage_matches_whole_model)
+{
+	if (!be()->alloc)
+		SKIP("no backend");
+	for (int arch = 0; arch < 2; arch++)
+		for (int tied = 0; tied <= 1; tied++) {
+			struct model_config c = tiny(arch ? ARCH_GPT2 : ARCH_LLAMA, tied);
+			c.L = 5;
+			struct model m;
+			CHECK(model_init(&m, &c) == 0);
+			float *all = xmalloc(m.numel * sizeof(float));
+			float *part = xmalloc(m.numel * sizeof(float));
+			model_init_weights(&m, all, 7);
+			for (int S = 1; S <= 5; S += 2)
+				for (int s = 0; s < S; s++) {
+					for (size_t j = 0; j < m.numel; j++)
+						part[j] = 12345.0f; /* untouched marker */
+					model_init_weights_stage(&m, part, 7, s, S);
+					struct stage st;
+					CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
+					float *a = xmalloc(st.numel * sizeof(float));
+					float *b = xmalloc(st.numel * sizeof(float));
+					stage_gather(&st, a, all);
+					stage_gather(&st, b, part);
+					CHECK_MSG(!memcmp(a, b, st.numel * sizeof(float)),
+						  "arch %d tied %d stage %d of %d", arch, tied, s, S);
+					size_t touched = 0;
+					for (size_t j = 0; j < m.numel; j++)
+						touched += part[j] != 12345.0f;
+					/* no more than the stage's own floats (the tied copy is wte) */
+					CHECK(touched <= st.numel);
+					free(a);
+					free(b);
+					stage_free(&st);
+				}
+			free(all);
+			free(part);
+			model_free(&m);
+		}
+}
+
 TEST(loss_at_init_is_log_vocab)
 {
 	for (int arch = 0; arch < 2; arch++) {
