@@ -91,27 +91,21 @@ int cmd_eval(int argc, char **argv)
 		sum += loss;
 	}
 	double dt = now_sec() - t0, mean = sum / (double)n;
-	if (dl.failed) { /* error() named the shard */
-		free(in);
-		free(tg);
-		lm.be->free(d_in);
-		lm.be->free(d_tg);
-		dataloader_close(&dl);
-		loaded_model_close(&lm);
-		return EXIT_FAIL;
+	if (!dl.failed) { /* else error() named the shard that could not be read */
+		printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
+		printf("data        %s (%zu tokens)\n", data, dl.n);
+		printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,
+		       (size_t)(n * B) > dl.n_windows ? " (the data repeats)" : "");
+		printf("loss        %.4f\n", mean);
+		printf("perplexity  %.3f\n", exp(mean));
+		printf("tokens/s    %.0f\n", dt > 0 ? (double)n * (double)bt / dt : 0.0);
 	}
-	printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
-	printf("data        %s (%zu tokens)\n", data, dl.n);
-	printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,
-	       (size_t)(n * B) > dl.n_windows ? " (the data repeats)" : "");
-	printf("loss        %.4f\n", mean);
-	printf("perplexity  %.3f\n", exp(mean));
-	printf("tokens/s    %.0f\n", dt > 0 ? (double)n * (double)bt / dt : 0.0);
+	int failed = dl.failed;
 	free(in);
 	free(tg);
 	lm.be->free(d_in);
 	lm.be->free(d_tg);
 	dataloader_close(&dl);
 	loaded_model_close(&lm);
-	return isfinite(mean) ? EXIT_OK : EXIT_FAIL;
+	return !failed && isfinite(mean) ? EXIT_OK : EXIT_FAIL;
 }
