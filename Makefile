@@ -18,14 +18,23 @@ BIN ?= asyncpp
 OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+# DEPS_PREFIX=DIR takes zstd, inih and OpenBLAS from the folder that
+# tools/gpu-deps unpacks (DIR/include, DIR/lib), for machines without them.
+DEPS_PREFIX ?=
+ifneq ($(DEPS_PREFIX),)
+BLAS_INC := -I$(DEPS_PREFIX)/include -I$(DEPS_PREFIX)/include/openblas
+STATIC_LIBS = $(addprefix $(DEPS_PREFIX)/lib/,libzstd.a libinih.a libopenblas.a libgfortran.a \
+	libquadmath.a)
+else
 BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_DIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/openblas-pthread)
-ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp -fno-math-errno \
-	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
 # zstd, inih and OpenBLAS link statically when their archives exist.
 STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd) \
 	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a) -linih) \
 	$(firstword $(wildcard $(BLAS_DIR)/libopenblas.a) -lopenblas) -lgfortran
+endif
+ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp -fno-math-errno \
+	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS = $(STATIC_LIBS) -lpthread -lm -ldl -fopenmp $(EXTRA_LDLIBS)
 
 # ---- CUDA (optional) ----
@@ -36,8 +45,8 @@ else
 CUDA ?= 1
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCC_FLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
-	-gencode=arch=compute_80,code=sm_80 --expt-relaxed-constexpr
+NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80
+NVCC_FLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) --expt-relaxed-constexpr
 CU_SRC = $(wildcard kernels/cuda/*.cu)
 ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
@@ -99,7 +108,7 @@ $(BUILD)/gen/corpus.o: $(BUILD)/gen/corpus.c
 # or OPT= rebuilds them instead of linking stale ones.
 $(BUILD)/.flags: FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' > $@
+	@echo '$(CC) $(ALL_CFLAGS) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS) $(NVCC_FLAGS)' > $@
 FORCE:
 .PHONY: FORCE
 
@@ -107,9 +116,9 @@ $(BUILD)/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -I. -c -o $@ $<
+	$(NVCC) $(NVCC_FLAGS) -I. -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)

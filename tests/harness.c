@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../io/util.h"
+#include "../kernels/backend.h"
 #include "test.h"
 
 struct test_entry {
@@ -62,6 +64,20 @@ const char *test_data(const char *name)
 	const char *dir = getenv("TESTDATA");
 	snprintf(path, sizeof(path), "%s/%s", dir ? dir : "testdata", name);
 	return path;
+}
+
+const struct backend *test_backend(void)
+{
+	static const struct backend *be;
+	if (!be) {
+		const char *name = getenv("ASYNCPP_TEST_DEVICE");
+		be = backend_by_name(name && *name ? name : "cpu");
+		if (!be) {
+			printf("FAIL ASYNCPP_TEST_DEVICE=%s: %s\n", name, last_error());
+			exit(1);
+		}
+	}
+	return be;
 }
 
 static void cleanup(void)

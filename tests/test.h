@@ -23,6 +23,12 @@ int test_failed(void);
 const char *test_tmpdir(void);
 /* Path of a file in testdata/. */
 const char *test_data(const char *name);
+/* The backend the device-independent tests run on: ASYNCPP_TEST_DEVICE
+ * (cpu when unset; cuda on a GPU machine, see tools/gpu-check). A device
+ * that cannot be served ends the binary with a FAIL line, never a pass on
+ * the CPU in its place. */
+struct backend;
+const struct backend *test_backend(void);
 
 #define TEST(name)                                                          \
 	static void name(void);                                             \

@@ -9,7 +9,9 @@
  *   delay = 0                               == no delay
  *   ef with lambda = 0                      == no correction
  *   train N                                 == train K, checkpoint, resume, N - K
- * for both architectures and for AdamW and Muon, over 20 steps.
+ * for both architectures and for AdamW and Muon, over 20 steps, on the
+ * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
+ * them on cuda).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +93,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
 	struct trainer tr;
-	if (trainer_init(&tr, cfg, &m, &backend_cpu, params, &dl))
+	if (trainer_init(&tr, cfg, &m, test_backend(), params, &dl))
 		return -1;
 	if (resume_from) {
 		struct ckpt *k;
