@@ -15,7 +15,14 @@ PREFIX ?= /usr/local
 CC ?= cc
 BUILD ?= build
 BIN ?= asyncpp
+# -march=native tunes for this machine's CPU; a build made for another
+# machine (DEPS_PREFIX, below: the GPU kit) targets x86-64-v3 (AVX2, FMA)
+# instead, which every GPU server of the last decade has.
+ifeq ($(DEPS_PREFIX),)
 OPT ?= -O3 -march=native
+else
+OPT ?= -O3 -march=x86-64-v3
+endif
 CFLAGS ?= $(OPT) -g
 WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
 # DEPS_PREFIX=DIR takes zstd, inih and OpenBLAS from the folder that

@@ -193,12 +193,17 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 	mm->data = (double)b->n_tokens * (sizeof(uint32_t) + (tr->data->tokens16 ? 2 : 4));
 }
 
-static void print_memory(const struct mem *mm, double rss_start, double rss_peak)
+/* dev_peak: the device's peak bytes (backend memory_peak), 0 for host
+ * memory; the accounting is then compared with it instead of the RSS. */
+static void print_memory(const struct mem *mm, double rss_start, double rss_peak,
+			 double dev_peak)
 {
 	double mb = 1e6, total = mm->weights + mm->grads + mm->optim + mm->acts + mm->exchange +
 				 mm->data;
 	printf("\nmemory: peak RSS %.1f MB (%.1f MB at start: program, libraries)\n",
 	       rss_peak * 1.048576, rss_start * 1.048576);
+	if (dev_peak > 0)
+		printf("device memory: peak %.1f MB (allocations and scratch pool)\n", dev_peak / mb);
 	printf("  weights          %8.1f MB  (%d version%s)\n", mm->weights / mb, mm->versions,
 	       mm->versions == 1 ? "" : "s");
 	printf("  gradients        %8.1f MB  (%s)\n", mm->grads / mb,
@@ -208,8 +213,13 @@ static void print_memory(const struct mem *mm, double rss_start, double rss_peak
 	       mm->acts / mb, mm->slots, mm->slots == 1 ? "" : "s");
 	printf("  exchange         %8.1f MB  (between stages, tokens)\n", mm->exchange / mb);
 	printf("  synthetic data   %8.1f MB\n", mm->data / mb);
-	printf("  accounted        %8.1f MB  = %.0f%% of peak RSS above start\n", total / mb,
-	       rss_peak > rss_start ? 100.0 * total / ((rss_peak - rss_start) * 1048576.0) : 0);
+	if (dev_peak > 0)
+		printf("  accounted        %8.1f MB  = %.0f%% of the device peak\n", total / mb,
+		       100.0 * total / dev_peak);
+	else
+		printf("  accounted        %8.1f MB  = %.0f%% of peak RSS above start\n", total / mb,
+		       rss_peak > rss_start ? 100.0 * total / ((rss_peak - rss_start) * 1048576.0)
+					    : 0);
 }
 
 /* ---- thread rows ---- */
@@ -256,8 +266,10 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 	double fpt = model_flops_per_token(&b->m);
 	double tok_step = (double)cfg->pipeline_micro_batches * cfg->train_batch_size *
 			  cfg->model_seq_len;
-	double rss_start = peak_rss_mb(), rss_first = 0;
+	double rss_start = peak_rss_mb(), rss_first = 0, dev_first = 0;
 	struct mem mm = {0};
+	if (b->be->memory_peak)
+		nthreads = 1; /* a device backend: CPU threads do not change its rate */
 
 	printf("bench train: %s, L=%d d=%d H=%d T=%d V=%d (padded %d), %zu parameters, "
 	       "%.1f MFLOP per token (6N + 6LdT, N = %zu)\n",
@@ -300,12 +312,13 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 		if (i == 0) {
 			account(&tr, b, &mm);
 			rss_first = peak_rss_mb();
+			dev_first = b->be->memory_peak ? (double)b->be->memory_peak() : 0;
 		}
 		drop_trainer(&tr, &dl);
 	}
 	printf("(best ms: fastest single step; cpu ms: process CPU time per step; peak: nominal\n"
 	       " GFLOP/s of the threads used; GFLOP/s and MFU from the mean step)\n");
-	print_memory(&mm, rss_start, rss_first);
+	print_memory(&mm, rss_start, rss_first, dev_first);
 	return 0;
 }
 

@@ -155,6 +155,16 @@ static void choice_list(const char *choices, char *out, size_t n)
 	out[len] = '\0';
 }
 
+/* A choice written "name:N" accepts name: followed by 1 to 4 digits
+ * (train.device = cuda:1). */
+static int is_indexed_choice(const char *p, size_t len, const char *value)
+{
+	if (len < 3 || strncmp(p + len - 2, ":N", 2) || strncmp(p, value, len - 1))
+		return 0;
+	size_t digits = strspn(value + len - 1, "0123456789");
+	return digits >= 1 && digits <= 4 && value[len - 1 + digits] == '\0';
+}
+
 static int is_choice(const char *choices, const char *value)
 {
 	size_t n = strlen(value);
@@ -162,7 +172,7 @@ static int is_choice(const char *choices, const char *value)
 	while (*p) {
 		const char *bar = strchr(p, '|');
 		size_t len = bar ? (size_t)(bar - p) : strlen(p);
-		if (len == n && !strncmp(p, value, n))
+		if ((len == n && !strncmp(p, value, n)) || is_indexed_choice(p, len, value))
 			return 1;
 		if (!bar)
 			break;

@@ -28,7 +28,7 @@
 	X(train, steps, INT_IN(0, INFINITY), "300", "optimizer steps to run")                                          \
 	X(train, batch_size, INT_IN(1, 1048576), "8", "sequences per micro-batch (B)")                                \
 	X(train, seed, INT_IN(0, INFINITY), "1337", "seed for initialisation and data order")                          \
-	X(train, device, CHOICE("cpu|cuda"), "cpu", "backend that runs the model")                     \
+	X(train, device, CHOICE("cpu|cuda|cuda:N"), "cpu", "backend that runs the model: cpu, cuda (the GPU of the local rank) or cuda:N")                     \
 	X(train, threads, INT_IN(0, 4096), "0", "CPU threads; 0 uses every core")                                  \
 	X(train, schedule, CHOICE("none|gpipe|1f1b|2bw|pipedream"), "none", "pipeline schedule; none runs the stages in order on one worker") \
 	X(train, delay, INT_IN(0, 64), "0", "emulated gradient delay in steps (one device)")                     \

@@ -1,5 +1,6 @@
 /* backend.c - choosing a backend by name. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/util.h"
@@ -12,24 +13,41 @@ int cuda_available(char *why, size_t why_len)
 	snprintf(why, why_len, "this asyncpp was built without CUDA (rebuild with nvcc on PATH)");
 	return 0;
 }
+int cuda_select_device(int index, char *why, size_t why_len)
+{
+	(void)index;
+	return cuda_available(why, why_len);
+}
 #endif
+
+int device_index_from_name(const char *name)
+{
+	if (!strcmp(name, "cuda"))
+		return -1;
+	if (strncmp(name, "cuda:", 5))
+		return -2;
+	size_t digits = strspn(name + 5, "0123456789");
+	if (digits < 1 || digits > 4 || name[5 + digits])
+		return -2;
+	return atoi(name + 5);
+}
 
 const struct backend *backend_by_name(const char *name)
 {
 	if (!strcmp(name, "cpu"))
 		return &backend_cpu;
-	if (!strcmp(name, "cuda")) {
-		char why[256];
-		if (!backend_cuda() || !cuda_available(why, sizeof(why))) {
-			if (!backend_cuda())
-				cuda_available(why, sizeof(why));
-			error("device 'cuda' cannot be served: %s; use --device cpu", why);
-			return NULL;
-		}
-		return backend_cuda();
+	int index = device_index_from_name(name);
+	if (index == -2) {
+		error("unknown device '%s' (expected cpu, cuda or cuda:N)", name);
+		return NULL;
 	}
-	error("unknown device '%s' (expected cpu or cuda)", name);
-	return NULL;
+	char why[256];
+	if (!backend_cuda() || !cuda_select_device(index, why, sizeof(why)) ||
+	    !cuda_available(why, sizeof(why))) {
+		error("device '%s' cannot be served: %s; use --device cpu", name, why);
+		return NULL;
+	}
+	return backend_cuda();
 }
 
 size_t newton_schulz_scratch(int rows, int cols)

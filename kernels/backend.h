@@ -35,6 +35,9 @@ struct backend {
 	void (*zero)(void *p, size_t bytes);
 	void (*synchronize)(void);
 	void (*set_threads)(int n); /* 0 = all cores */
+	/* Most bytes of device memory held at once so far (allocations plus the
+	 * backend's scratch pool); NULL where memory is the host's. */
+	size_t (*memory_peak)(void);
 
 	/* ---- embeddings ---- */
 	/* out[N,C] = wte[tokens[n],:] + (wpe ? wpe[n % T,:] : 0) */
@@ -142,7 +145,18 @@ extern const struct backend backend_cpu;
  * writes the reason to why (e.g. "no CUDA driver found"). */
 const struct backend *backend_cuda(void);
 int cuda_available(char *why, size_t why_len);
-/* "cpu" or "cuda" -> backend; NULL with error() when it cannot be served. */
+/* Which GPU the CUDA backend uses, chosen once per process before its first
+ * operation: index >= 0 is that device (an error naming the count when there
+ * is none), -1 the process's local rank (LOCAL_RANK, then
+ * OMPI_COMM_WORLD_LOCAL_RANK, then SLURM_LOCALID) modulo the device count, 0
+ * without one. Every thread that calls the backend is bound to it. Returns 1,
+ * or 0 with the reason in why (also when a different device is already in
+ * use). */
+int cuda_select_device(int index, char *why, size_t why_len);
+/* "cuda" -> -1, "cuda:N" -> N, anything else -> -2. */
+int device_index_from_name(const char *name);
+/* "cpu", "cuda" or "cuda:N" -> backend; NULL with error() when it cannot be
+ * served. */
 const struct backend *backend_by_name(const char *name);
 
 #endif

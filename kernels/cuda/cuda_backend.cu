@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mutex>
+#include <unordered_map>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,17 +43,74 @@ void cuda_fatal(const char *file, int line, const char *fmt, ...)
 
 static std::once_flag init_once;
 static cudaStream_t stream;
+static std::mutex select_mutex;
+static int device = -1;      /* chosen by cuda_select_device, -1 until then */
+static bool device_in_use;   /* set once the stream exists */
+static thread_local bool thread_bound;
+
+/* The local rank a launcher gave this process, or -1. */
+static int local_rank(void)
+{
+	const char *vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v && strspn(v, "0123456789") == strlen(v) && strlen(v) < 6)
+			return atoi(v);
+	}
+	return -1;
+}
+
+extern "C" int cuda_select_device(int index, char *why, size_t len)
+{
+	int count = 0;
+	cudaError_t err = cudaGetDeviceCount(&count);
+	if (err != cudaSuccess || count == 0)
+		return cuda_available(why, len); /* says why */
+	int want = index;
+	if (want < 0) {
+		int r = local_rank();
+		want = r < 0 ? 0 : r % count;
+	}
+	if (want >= count) {
+		snprintf(why, len, "there is no CUDA device %d: %d visible (numbered from 0%s)", want,
+			 count, getenv("CUDA_VISIBLE_DEVICES") ? ", after CUDA_VISIBLE_DEVICES" : "");
+		return 0;
+	}
+	std::lock_guard<std::mutex> lock(select_mutex);
+	if (device_in_use && want != device) {
+		snprintf(why, len, "this process already uses CUDA device %d; it cannot switch to %d",
+			 device, want);
+		return 0;
+	}
+	device = want;
+	return 1;
+}
+
+/* The chosen device (selecting the default on first use). */
+static int chosen_device(void)
+{
+	if (device < 0) {
+		char why[256];
+		if (!cuda_select_device(-1, why, sizeof(why)))
+			cuda_fatal(__FILE__, __LINE__, "%s", why);
+	}
+	return device;
+}
 
 static void cuda_init(void)
 {
-	int count = 0, dev = 0;
+	int count = 0, dev = chosen_device();
 	cudaError_t err = cudaGetDeviceCount(&count);
 	if (err != cudaSuccess)
 		cuda_fatal(__FILE__, __LINE__, "no usable CUDA device: %s",
 			   cudaGetErrorString(err));
 	if (count == 0)
 		cuda_fatal(__FILE__, __LINE__, "no CUDA device found");
-	CUDA_CHECK(cudaGetDevice(&dev));
+	CUDA_CHECK(cudaSetDevice(dev));
+	{
+		std::lock_guard<std::mutex> lock(select_mutex);
+		device_in_use = true;
+	}
 	CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 	/* Keep freed scratch in the pool instead of returning it to the driver
 	 * at every synchronisation. */
@@ -65,6 +123,13 @@ static void cuda_init(void)
 cudaStream_t cuda_stream(void)
 {
 	std::call_once(init_once, cuda_init);
+	/* The current device is per thread: a stage's worker thread would
+	 * otherwise allocate on device 0 and launch into another device's
+	 * stream. */
+	if (!thread_bound) {
+		CUDA_CHECK(cudaSetDevice(device));
+		thread_bound = true;
+	}
 	return stream;
 }
 
@@ -109,8 +174,12 @@ extern "C" int cuda_available(char *why, size_t len)
 		return 0;
 	}
 	cudaDeviceProp prop;
-	if ((err = cudaGetDevice(&dev)) != cudaSuccess ||
-	    (err = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+	dev = device >= 0 ? device : 0;
+	if (dev >= count) {
+		snprintf(why, len, "there is no CUDA device %d: %d visible", dev, count);
+		return 0;
+	}
+	if ((err = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
 		snprintf(why, len, "cannot query CUDA device (%s)", cudaGetErrorString(err));
 		return 0;
 	}
@@ -129,13 +198,28 @@ extern "C" int cuda_available(char *why, size_t len)
 	}
 	if (cuda_blaslt_load(why, len) < 0)
 		return 0;
-	snprintf(why, len, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
-		 prop.totalGlobalMem / 1073741824.0);
+	snprintf(why, len, "%s (device %d, sm_%d%d, %.1f GiB)", prop.name, dev, prop.major,
+		 prop.minor, prop.totalGlobalMem / 1073741824.0);
 	return 1;
 }
 
 /* ------------------------------------------------------------------ */
 /* memory                                                               */
+
+/* Bytes held through alloc, for memory_peak (scratch is the pool's). */
+static std::mutex held_mutex;
+static std::unordered_map<void *, size_t> held;
+static size_t held_bytes, held_peak;
+
+static size_t cu_memory_peak(void)
+{
+	cudaMemPool_t pool;
+	uint64_t pool_high = 0;
+	CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, chosen_device()));
+	CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &pool_high));
+	std::lock_guard<std::mutex> lock(held_mutex);
+	return held_peak + (size_t)pool_high;
+}
 
 static void *cu_alloc(size_t bytes)
 {
@@ -152,6 +236,10 @@ static void *cu_alloc(size_t bytes)
 	CUDA_CHECK(err);
 	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
 	CUDA_CHECK(cudaStreamSynchronize(stream));
+	std::lock_guard<std::mutex> lock(held_mutex);
+	held[p] = bytes;
+	held_bytes += bytes;
+	held_peak = held_bytes > held_peak ? held_bytes : held_peak;
 	return p;
 }
 
@@ -161,6 +249,12 @@ static void cu_free(void *p)
 		return;
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	CUDA_CHECK(cudaFree(p));
+	std::lock_guard<std::mutex> lock(held_mutex);
+	auto it = held.find(p);
+	if (it != held.end()) {
+		held_bytes -= it->second;
+		held.erase(it);
+	}
 }
 
 static void cu_to_device(void *dst, const void *src, size_t bytes)
@@ -949,6 +1043,7 @@ static void fill_table(void)
 	t.zero = cu_zero;
 	t.synchronize = cu_synchronize;
 	t.set_threads = cu_set_threads;
+	t.memory_peak = cu_memory_peak;
 	t.embed_forward = cu_embed_forward;
 	t.embed_backward = cu_embed_backward;
 	t.layernorm_forward = cu_layernorm_forward;

@@ -122,10 +122,20 @@ static void lt_ready_locked(void)
 
 /* ------------------------------------------------------------------ */
 /* plans: descriptors + the heuristic's algorithm, cached per shape     */
+/*
+ * The key is the shape, the transposes, the bias epilogue and the output
+ * type: never the pointers' alignment. cuBLASLt picks its algorithm from
+ * the alignment it is promised, and two algorithms round differently, so a
+ * key with alignment in it would give a pipeline stage (whose buffers sit at
+ * other offsets) other bits than one device. Every plan is made for
+ * PLAN_ALIGN-byte pointers, and gemm() stages a pointer that is not so
+ * aligned through aligned scratch: same algorithm, same bits, whatever the
+ * offsets. */
+
+#define PLAN_ALIGN 16
 
 struct plan_key {
 	int M, N, K, ta, tb, bias, out_bf16;
-	unsigned align[4]; /* A, B, C, D pointer alignment, capped at 256 */
 };
 
 struct plan {
@@ -190,15 +200,13 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 	uint64_t ws = LT_WORKSPACE_BYTES;
 	LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
 		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-	/* lt's A is our B: swap the first two alignments */
-	uint32_t al[4] = {k->align[1], k->align[0], k->align[2], k->align[3]};
 	cublasLtMatmulPreferenceAttributes_t which[4] = {
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
 	};
+	uint32_t al = PLAN_ALIGN;
 	for (int i = 0; i < 4; i++)
-		LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i],
-								 sizeof(al[i])));
+		LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al, sizeof(al)));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->la, p->lb,
@@ -214,6 +222,13 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 	return p;
 }
 
+static void *aligned_copy(const void *src, size_t bytes)
+{
+	void *dst = cuda_scratch(bytes); /* pool allocations are 256-byte aligned */
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	return dst;
+}
+
 static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
 {
@@ -225,42 +240,46 @@ static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloa
 	memset(&k, 0, sizeof(k));
 	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias != NULL;
 	k.out_bf16 = out_bf16;
-	k.align[0] = ptr_align(A), k.align[1] = ptr_align(B);
-	k.align[2] = k.align[3] = ptr_align(D);
 	struct plan *p = plan_get_locked(&k);
+
+	/* misaligned pointers go through aligned scratch (see plan_key) */
+	size_t esz = out_bf16 ? 2 : 4, dbytes = (size_t)M * N * esz;
+	const void *a = A, *b = B;
+	void *d = D;
+	if (ptr_align(A) < PLAN_ALIGN)
+		a = aligned_copy(A, (size_t)M * K * sizeof(__nv_bfloat16));
+	if (ptr_align(B) < PLAN_ALIGN)
+		b = aligned_copy(B, (size_t)K * N * sizeof(__nv_bfloat16));
+	const float *bias_in = bias;
+	if (bias && ptr_align(bias) < PLAN_ALIGN)
+		bias = (const float *)aligned_copy(bias, (size_t)N * sizeof(float));
+	if (ptr_align(D) < PLAN_ALIGN)
+		d = beta != 0.0f ? aligned_copy(D, dbytes) : cuda_scratch(dbytes);
 	if (bias)
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 							   &bias, sizeof(bias)));
-	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, D,
-				   p->lc, D, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
+	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, d,
+				   p->lc, d, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
 				   cuda_stream()));
-}
-
-__global__ static void add_bias_kernel(float *D, const float *bias, int M, int N)
-{
-	size_t total = (size_t)M * N;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x)
-		D[i] += bias[i % N];
-}
-
-static void cuda_add_bias(float *D, const float *bias, int M, int N)
-{
-	add_bias_kernel<<<cuda_blocks((size_t)M * N, 256), 256, 0, cuda_stream()>>>(D, bias, M, N);
-	CUDA_LAUNCHED();
+	if (d != D) {
+		CUDA_CHECK(cudaMemcpyAsync(D, d, dbytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+		cuda_scratch_free(d);
+	}
+	if (a != A)
+		cuda_scratch_free((void *)a);
+	if (b != B)
+		cuda_scratch_free((void *)b);
+	if (bias != bias_in)
+		cuda_scratch_free((void *)bias);
 }
 
 void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		    const float *bias, int M, int N, int K, int ta, int tb,
 		    float alpha, float beta)
 {
-	/* the bias epilogue reads the vector with wide loads: keep it for
-	 * 16-byte aligned vectors and add a misaligned one separately */
-	int fuse = bias && ptr_align(bias) >= 16;
-	gemm(D, 0, A, B, fuse ? bias : NULL, M, N, K, ta, tb, alpha, beta);
-	if (bias && !fuse) {
-		cuda_add_bias(D, bias, M, N);
-	}
+	/* the bias always goes through the epilogue (a misaligned vector is
+	 * staged by gemm), so where it sits never changes the arithmetic */
+	gemm(D, 0, A, B, bias, M, N, K, ta, tb, alpha, beta);
 }
 
 void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,

@@ -1,9 +1,11 @@
 /* test_cuda_build.c - what a CUDA build promises on any machine, GPU or not:
  * the backend table exists and is complete, and asking for a device never
  * crashes but answers with a reason. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../io/util.h"
+#include "../../io/config.h"
 #include "../../kernels/backend.h"
 #include "../test.h"
 
@@ -33,7 +35,7 @@ TEST(cuda_table_complete)
 	SLOT(attention_backward); SLOT(gelu_forward); SLOT(gelu_backward);
 	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent);
 	SLOT(adamw_dir); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
-	SLOT(apply_update); SLOT(sumsq); SLOT(scale);
+	SLOT(apply_update); SLOT(sumsq); SLOT(scale); SLOT(memory_peak);
 #undef SLOT
 }
 
@@ -74,3 +76,53 @@ TEST(cuda_nccl_loads_or_says_why)
 	CHECK_MSG(v >= 20000, "NCCL version %d", v);
 }
 #endif
+
+/* Device names: "cuda" is the local rank's GPU, "cuda:N" GPU N; the
+ * configuration takes the same forms and nothing else. */
+TEST(cuda_device_names)
+{
+	CHECK(device_index_from_name("cuda") == -1);
+	CHECK(device_index_from_name("cuda:0") == 0);
+	CHECK(device_index_from_name("cuda:12") == 12);
+	const char *bad[] = {"cuda:", "cuda:x", "cuda:1x", "cuda:-1", "cuda:12345", "gpu", "cuda0"};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		CHECK_MSG(device_index_from_name(bad[i]) == -2, "%s accepted", bad[i]);
+	struct config cfg;
+	config_defaults(&cfg);
+	set_error_quiet(1);
+	CHECK(config_set_key(&cfg, "train", "device", "cuda:3", "test") == 0);
+	CHECK(!strcmp(cfg.train_device, "cuda:3"));
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		CHECK_MSG(config_set_key(&cfg, "train", "device", bad[i], "test") != 0,
+			  "config took train.device = %s", bad[i]);
+	CHECK(backend_by_name("cuda:x") == NULL);
+	CHECK(strstr(last_error(), "unknown device 'cuda:x'") != NULL);
+	set_error_quiet(0);
+	config_free(&cfg);
+}
+
+/* With a GPU: a device that does not exist is refused naming the count, the
+ * local rank picks the device, and the process keeps the one it uses. */
+TEST(cuda_device_selection)
+{
+	char why[256] = "";
+	if (!backend_cuda() || !cuda_available(why, sizeof(why)))
+		SKIP(why);
+	CHECK(cuda_select_device(9999, why, sizeof(why)) == 0);
+	CHECK_MSG(strstr(why, "no CUDA device 9999") && strstr(why, "visible"), "%s", why);
+	set_error_quiet(1);
+	CHECK(backend_by_name("cuda:9999") == NULL);
+	set_error_quiet(0);
+	CHECK(strstr(last_error(), "cuda:9999") != NULL);
+	setenv("LOCAL_RANK", "0", 1);
+	CHECK_MSG(cuda_select_device(-1, why, sizeof(why)) == 1, "%s", why);
+	unsetenv("LOCAL_RANK");
+	/* once in use, the device stays: device 0 again is fine */
+	const struct backend *b = backend_by_name("cuda:0");
+	CHECK(b != NULL);
+	void *p = b->alloc(1024);
+	CHECK(p != NULL);
+	CHECK(b->memory_peak() >= 1024);
+	b->free(p);
+	CHECK_MSG(cuda_select_device(0, why, sizeof(why)) == 1, "%s", why);
+}
