@@ -116,6 +116,7 @@ struct run {
 	struct metrics_file metrics;
 	double flops_per_token, peak;
 	int quiet, tty;
+	long skips_in_row; /* steps skipped in a row (count_skips) */
 };
 
 static int setup_data(struct run *r)
@@ -199,6 +200,7 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 		.loss = st->loss, .has_loss = 1,
 		.lr = st->lr, .has_lr = 1,
 		.grad_norm = st->grad_norm, .has_grad_norm = 1,
+		.skipped = st->skipped, .has_skipped = 1,
 	};
 	if (with_rate) {
 		row.tokens_per_s = tps;
@@ -225,6 +227,50 @@ static int data_failed(struct run *r, long first)
 	      "('asyncpp inspect SHARD' verifies one), then run again (--resume continues from "
 	      "a checkpoint)", first, r->cfg.train_out_dir);
 	return 1;
+}
+
+/* Steps whose gradient norm was not finite were skipped by every stage (no
+ * NaN reached the weights); each is reported, and train.max_skipped of
+ * them in a row stop the run before anything more is written. The ranks
+ * see the same norms, so under MPI they stop together; the root speaks. */
+static int count_skips(struct run *r, long first, const struct step_stats *stats, int n)
+{
+	const struct config *cfg = &r->cfg;
+	for (int i = 0; i < n; i++) {
+		long step = first + i + 1;
+		if (!stats[i].skipped) {
+			r->skips_in_row = 0;
+			continue;
+		}
+		r->skips_in_row++;
+		if (dist_is_root())
+			fprintf(stderr, "%sasyncpp: step %ld: gradient norm is %s (loss %.4g); update "
+				"skipped (%ld of train.max_skipped = %ld in a row)\n",
+				r->tty ? "\n" : "", step, isnan(stats[i].grad_norm) ? "NaN" : "infinite",
+				stats[i].loss, r->skips_in_row, cfg->train_max_skipped);
+		if (r->skips_in_row < cfg->train_max_skipped)
+			continue;
+		if (!dist_is_root())
+			return -1;
+		char **paths = NULL;
+		int np = list_checkpoints(cfg->train_out_dir, &paths);
+		char where[1200];
+		if (np > 0)
+			snprintf(where, sizeof(where), "the newest checkpoint, %s, holds finite weights; "
+				 "resume from it with a lower optim.lr (asyncpp train --resume %s "
+				 "--set optim.lr=...)", paths[np - 1], paths[np - 1]);
+		else
+			snprintf(where, sizeof(where), "no checkpoint was written yet; start again with "
+				 "a lower optim.lr");
+		for (int k = 0; k < np; k++)
+			free(paths[k]);
+		free(paths);
+		return error("training diverged: the gradient norm was not finite for %ld steps in "
+			     "a row (steps %ld to %ld); no update was applied in them and nothing "
+			     "more is written; %s", r->skips_in_row, step - r->skips_in_row + 1, step,
+			     where);
+	}
+	return 0;
 }
 
 static int train_loop(struct run *r)
@@ -260,22 +306,8 @@ static int train_loop(struct run *r)
 		int n = (int)(next - tr->step);
 		long first = tr->step;
 		if (trainer_run(tr, n, stats)) {
-			long bad_i = tr->step - first; /* trainer_run left tr->step at the failed step */
-			if (bad_i < 0 || bad_i >= n || !stats[bad_i].nonfinite) {
-				free(stats); /* not the loss: error() said what failed */
-				return -1;
-			}
-			int is_nan = isnan(stats[bad_i].loss);
-			long bad = tr->step + 1;
-			/* keep the finite steps before the failure in the metrics */
-			for (long i = 0; i < bad - 1 - first; i++)
-				log_step(r, first + i + 1, &stats[i], 0, 0, 0, now_sec() - t_start, 0);
-			free(stats);
-			if (!dist_is_root()) /* every rank stops at this step; the root says so */
-				return -1;
-			return error("loss is %s at step %ld; stopping (try a lower optim.lr or "
-				     "train.grad_clip > 0)", is_nan ? "NaN" : "infinite",
-				     bad);
+			free(stats); /* error() said what failed */
+			return -1;
 		}
 		if (data_failed(r, first)) {
 			rc = -1;
@@ -299,6 +331,10 @@ static int train_loop(struct run *r)
 		for (int i = 0; i < n; i++)
 			log_step(r, first + i + 1, &stats[i], tps, mfu, bubble, now - t_start,
 				 i == n - 1);
+		if (count_skips(r, first, stats, n)) {
+			rc = -1;
+			break;
+		}
 		const struct step_stats *last = &stats[n - 1];
 		double val = NAN;
 		if (r->has_val && cfg->eval_every > 0 &&
@@ -325,7 +361,8 @@ static int train_loop(struct run *r)
 			fprintf(stderr, "%sstep %*ld/%ld  loss %.4f%s  lr %.2e  norm %.3f  %.0f tok/s  "
 				"mfu %.1f%%%s  eta %s%s",
 				r->tty ? "\r" : "", (int)snprintf(NULL, 0, "%ld", total), tr->step,
-				total, last->loss, valbuf, last->lr, last->grad_norm, tps, 100 * mfu, bub,
+				total, last->loss, valbuf, last->lr,
+				isnan(last->grad_norm) ? NAN : last->grad_norm, tps, 100 * mfu, bub,
 				eta, r->tty && isnan(val) && tr->step != total ? "  \033[K" : "\n");
 			if (!r->tty && tr->S > 1) {
 				for (int s = 0; s < tr->S; s++) {
@@ -354,8 +391,11 @@ static int train_loop(struct run *r)
 		step_last = tr->step;
 		busy_last = busy;
 		idle_last = idle;
+		/* not in a run of skipped steps: nothing changed since the last
+		 * update, and a run about to stop must not rotate out the
+		 * checkpoints written before it diverged */
 		if (cfg->checkpoint_every > 0 && tr->step % cfg->checkpoint_every == 0 &&
-		    tr->step < total && save_checkpoint(tr, cfg, NULL)) {
+		    tr->step < total && r->skips_in_row == 0 && save_checkpoint(tr, cfg, NULL)) {
 			rc = -1;
 			break;
 		}

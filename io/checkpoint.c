@@ -336,13 +336,15 @@ int ckpt_sniff(const char *path)
 
 struct tensor_stats {
 	double norm, min, max;
+	size_t nonfinite; /* NaN and infinite values */
 };
 
 static struct tensor_stats stats_of(const float *x, size_t n)
 {
-	struct tensor_stats s = {0, n ? x[0] : 0, n ? x[0] : 0};
+	struct tensor_stats s = {0, n ? x[0] : 0, n ? x[0] : 0, 0};
 	double ss = 0;
 	for (size_t i = 0; i < n; i++) {
+		s.nonfinite += !isfinite(x[i]);
 		ss += (double)x[i] * x[i];
 		if (x[i] < s.min)
 			s.min = x[i];
@@ -365,8 +367,8 @@ int checkpoint_inspect(const char *path, FILE *out, int verbose)
 		fprintf(out, "\n[config]\n%s", k->config);
 	fprintf(out, "\n%-40s %-14s %-5s %12s %12s %12s\n", "tensor", "shape", "dtype", "norm",
 		"min", "max");
-	int rc = 0;
-	size_t total = 0;
+	int rc = 0, bad_tensors = 0;
+	size_t total = 0, bad_values = 0;
 	for (int i = 0; i < k->n; i++) {
 		float *x = xmalloc(st_mult(k->rows[i].numel ? k->rows[i].numel : 1, sizeof(float)));
 		if (ckpt_read(k, i, x)) {
@@ -380,8 +382,13 @@ int checkpoint_inspect(const char *path, FILE *out, int verbose)
 			snprintf(shape, sizeof(shape), "%dx%d", k->rows[i].rows, k->rows[i].cols);
 		else
 			snprintf(shape, sizeof(shape), "%d", k->rows[i].rows);
-		fprintf(out, "%-40s %-14s %-5s %12.6g %12.6g %12.6g\n", k->rows[i].name, shape, "f32",
+		fprintf(out, "%-40s %-14s %-5s %12.6g %12.6g %12.6g", k->rows[i].name, shape, "f32",
 			s.norm, s.min, s.max);
+		if (s.nonfinite)
+			fprintf(out, "  %zu NON-FINITE", s.nonfinite);
+		fputc('\n', out);
+		bad_tensors += s.nonfinite > 0;
+		bad_values += s.nonfinite;
 		total += k->rows[i].numel;
 		free(x);
 	}
@@ -389,6 +396,10 @@ int checkpoint_inspect(const char *path, FILE *out, int verbose)
 		rc = -1;
 	if (!rc)
 		fprintf(out, "\n%zu values; every checksum verified\n", total);
+	if (!rc && bad_tensors)
+		rc = error("'%s': %zu values in %d tensors are NaN or infinite; this checkpoint "
+			   "cannot be trained or evaluated from (resume from an earlier one)", path,
+			   bad_values, bad_tensors);
 	ckpt_close(k);
 	return rc;
 }

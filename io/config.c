@@ -240,8 +240,13 @@ static const char *unprintable_reason(const char *key, const char *value)
 
 void config_range_text(const struct config_key_info *k, char *out, size_t len)
 {
-	if (isinf(k->hi))
+	int is_int = strcmp(k->type, "int") == 0; /* whole numbers, never 1.04858e+06 */
+	if (isinf(k->hi) && is_int)
+		snprintf(out, len, "%.0f or more", k->lo);
+	else if (isinf(k->hi))
 		snprintf(out, len, "%g or more", k->lo);
+	else if (is_int)
+		snprintf(out, len, "%.0f..%.0f", k->lo, k->hi);
 	else
 		snprintf(out, len, "%g..%g", k->lo, k->hi);
 }

@@ -34,6 +34,7 @@
 	X(train, delay, INT_IN(0, 64), "0", "emulated gradient delay in steps (one device)")                     \
 	X(train, delay_mode, CHOICE("uniform|per-stage"), "uniform", "uniform: every layer sees train.delay; per-stage: layers of stage s see S-1-s (original PipeDream)") \
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \
+	X(train, max_skipped, INT_IN(1, 1000000), "5", "stop after this many steps in a row whose update was skipped (gradient norm NaN or infinite)") \
 	X(train, out_dir, STR, "runs/default", "directory for checkpoints and metrics")                \
 	X(optim, name, CHOICE("adamw|muon|lion|sgd"), "adamw", "optimizer")                            \
 	X(optim, lr, FLOAT_IN(0, INFINITY), "3e-3", "peak learning rate")                                              \

@@ -11,14 +11,42 @@
 #include "util.h"
 
 static const char *const columns[] = {"step", "tokens", "wall_s", "loss", "val_loss", "lr",
-				      "grad_norm", "tokens_per_s", "mfu", "bubble"};
-enum { N_COLUMNS = 10 };
+				      "grad_norm", "tokens_per_s", "mfu", "bubble", "skipped"};
+enum { N_COLUMNS = 11 };
+
+/* A CSV written before the skipped column existed gets it added to its
+ * header (atomically), so that a resumed run's rows line up with it. */
+static int upgrade_header(const char *path)
+{
+	static const char old[] =
+		"step,tokens,wall_s,loss,val_loss,lr,grad_norm,tokens_per_s,mfu,bubble\n";
+	struct buf text = {0};
+	if (read_file(path, &text))
+		return -1;
+	int rc = 0;
+	if (text.len >= sizeof(old) - 1 && !memcmp(text.data, old, sizeof(old) - 1)) {
+		size_t hl = sizeof(old) - 2; /* the header without its newline */
+		struct atomic_file af;
+		rc = atomic_open(&af, path);
+		if (!rc && (atomic_write(&af, text.data, hl) || atomic_write(&af, ",skipped", 8) ||
+			    atomic_write(&af, text.data + hl, text.len - hl))) {
+			atomic_abort(&af);
+			rc = -1;
+		} else if (!rc) {
+			rc = atomic_commit(&af);
+		}
+	}
+	buf_free(&text);
+	return rc;
+}
 
 int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format)
 {
 	memset(mf, 0, sizeof(*mf));
 	struct stat sb;
 	int is_new = stat(path, &sb) || sb.st_size == 0;
+	if (!is_new && format == METRICS_CSV && upgrade_header(path))
+		return -1;
 	mf->fp = fopen(path, "a");
 	if (!mf->fp)
 		return error("cannot open metrics file '%s': %s", path, strerror(errno));
@@ -38,10 +66,11 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 	if (!mf->fp)
 		return 0;
 	const int has[N_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
-				    r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble};
+				    r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble,
+				    r->has_skipped};
 	const double val[N_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
 				       r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
-				       r->mfu, r->bubble};
+				       r->mfu, r->bubble, r->skipped};
 	if (mf->format == METRICS_CSV) {
 		/* a non-finite value is written as nan, inf or -inf */
 		for (int i = 0; i < N_COLUMNS; i++) {
@@ -103,6 +132,7 @@ static void set_field(struct metrics_row *r, int col, double v)
 	case 7: r->tokens_per_s = v; r->has_tps = 1; break;
 	case 8: r->mfu = v; r->has_mfu = 1; break;
 	case 9: r->bubble = v; r->has_bubble = 1; break;
+	case 10: r->skipped = v; r->has_skipped = 1; break;
 	}
 }
 

@@ -12,6 +12,8 @@
  *   tokens_per_s  throughput over the last logging interval
  *   mfu         model FLOPs utilisation (0..1) against the device peak
  *   bubble      idle fraction of the pipeline stages over the interval
+ *   skipped     1 when the step's update was skipped (its gradient norm was
+ *               not finite), else 0
  * asyncpp plot reads these files; the CSV header names the columns, so
  * readers find columns by name.
  */
@@ -24,9 +26,10 @@ enum metrics_format { METRICS_CSV, METRICS_JSONL };
 
 struct metrics_row {
 	long step;
-	double tokens, wall_s, loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble;
+	double tokens, wall_s, loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, skipped;
 	/* which optional fields are set */
-	int has_loss, has_val_loss, has_lr, has_grad_norm, has_tps, has_mfu, has_bubble;
+	int has_loss, has_val_loss, has_lr, has_grad_norm, has_tps, has_mfu, has_bubble,
+		has_skipped;
 };
 
 struct metrics_file {

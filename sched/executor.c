@@ -158,12 +158,8 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	for (size_t k = 0; k < b->total; k++)
 		total += sums[k];
 	double norm = sqrt(total);
-	float clip = 1.0f;
-	double max_norm = tr->cfg->train_grad_clip;
-	if (max_norm > 0 && norm > max_norm)
-		clip = (float)(max_norm / (norm + 1e-6));
 	double lr = lr_at(tr->cfg, gstep);
-	worker_update(w, gstep, (float)lr, clip);
+	worker_finish(w, gstep, norm, tr->cfg->train_grad_clip, (float)lr);
 	c->completed = gstep;
 	if (c->r == p->rep_r && c->s == p->rep_s) {
 		p->norm[gstep - p->first_step - 1] = norm;
@@ -467,16 +463,12 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		st.grad_norm = p.norm[i];
 		st.lr = p.lr[i];
 		st.nonfinite = !isfinite(st.loss);
+		st.skipped = !isfinite(st.grad_norm);
 		if (stats)
 			stats[i] = st;
 		tr->last = st;
-		if (st.nonfinite && !rc) {
-			rc = -1;
-			tr->step = p.first_step + i; /* the step that failed */
-		}
 	}
-	if (!rc)
-		tr->step = p.first_step + n;
+	tr->step = p.first_step + n;
 	free(ctx);
 	free(p.losses);
 	free(p.norm);

@@ -199,15 +199,11 @@ static double finish_replica(struct trainer *tr, int r, long step, double *lr_ou
 			total += w->sumsq[k];
 	}
 	double norm = sqrt(total);
-	/* 3. clipping */
-	float clip = 1.0f;
-	double max_norm = tr->cfg->train_grad_clip;
-	if (max_norm > 0 && norm > max_norm)
-		clip = (float)(max_norm / (norm + 1e-6));
-	/* 4. update */
+	/* 3-4. clip and update, or skip when the norm is not finite */
 	double lr = lr_at(tr->cfg, step);
 	for (int s = 0; s < tr->S; s++)
-		worker_update(trainer_worker(tr, r, s), step, (float)lr, clip);
+		worker_finish(trainer_worker(tr, r, s), step, norm, tr->cfg->train_grad_clip,
+			      (float)lr);
 	if (lr_out)
 		*lr_out = lr;
 	return norm;
@@ -254,14 +250,9 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 				backward_all(tr, r, t, t + 1);
 			}
 		struct step_stats st = {.loss = sum / tr->mb_per_step};
-		if (!isfinite(st.loss)) {
-			st.nonfinite = 1;
-			tr->last = st;
-			if (stats)
-				stats[i] = st;
-			return -1;
-		}
+		st.nonfinite = !isfinite(st.loss);
 		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
+		st.skipped = !isfinite(st.grad_norm);
 		tr->step = t + 1;
 		tr->last = st;
 		if (stats)

@@ -13,7 +13,11 @@
  *   2. per-tensor sums of squares (optim_grad_sumsq), added tensor by tensor
  *      in global order into the global norm;
  *   3. clip scale = grad_clip / norm when norm > grad_clip;
- *   4. every stage's worker_update with lr_at(step).
+ *   4. every stage's worker_update with lr_at(step) (worker_finish) — or,
+ *      when the norm is NaN or infinite, every stage skips the step
+ *      (worker_skip: the weights and optimizer state stay; the step counts).
+ *      The norm is global, so all stages and replicas skip together and the
+ *      schedules' equivalences hold through a skipped step.
  *
  * Data parallelism (pipeline.data_parallel = N, sched/replica.h): N replicas
  * of the S-stage pipeline. Replica r takes micro-batches [r*M/N, (r+1)*M/N)
@@ -43,6 +47,7 @@ struct step_stats {
 	double grad_norm;     /* before clipping */
 	double lr;
 	int nonfinite;        /* the loss was NaN or inf */
+	int skipped;          /* the gradient norm was not finite: no update */
 };
 
 struct trainer {
@@ -84,8 +89,9 @@ int trainer_stage_delay(const struct config *cfg, int s, int S);
 
 /* Run up to n optimizer steps; stats[i] receives step i's statistics (may
  * be NULL). tr->step tells how many were done (fewer than n when tr->stop
- * was set). Returns 0, or -1 if a step's loss was not finite (then tr->step
- * is the number of steps before the one that failed). */
+ * was set). A step whose gradient norm is not finite is skipped (stats
+ * .skipped) and the run goes on: stopping is the caller's decision. Returns
+ * 0, or -1 after error() (MPI failures). */
 int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
 
 /* Mean loss of the newest weights over `batches` micro-batches of `data`

@@ -13,6 +13,7 @@
  * first S workers), a load sets every replica this process holds. So the
  * file does not depend on pipeline.data_parallel either.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,13 +53,21 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
  * drains, since under MPI the other ranks are still sending. */
 struct save_sink {
 	struct ckpt_writer *w; /* NULL when the file could not be created */
+	const char *path;
 	int rc;
 };
 
+/* Nothing non-finite is ever written: a checkpoint is what a run falls back
+ * to, and one holding NaN would replace the last good one. The values pass
+ * through host memory on their way to the file anyway. */
 static int add_to_ckpt(void *ctx, const char *name, const float *data, size_t numel, int rows,
 		       int cols)
 {
 	struct save_sink *ss = ctx;
+	for (size_t i = 0; i < numel && !ss->rc; i++)
+		if (!isfinite(data[i]))
+			ss->rc = error("not writing checkpoint '%s': %s[%zu] is %g; the checkpoints "
+				       "already written are kept", ss->path, name, i, (double)data[i]);
 	if (!ss->rc)
 		ss->rc = ckpt_add(ss->w, name, data, numel, rows, cols);
 	return 0;
@@ -91,7 +100,7 @@ int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const c
 		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
 		 extra_meta ? extra_meta : "");
 	/* every source is consumed even after a failure (see save_sink) */
-	struct save_sink ss = {0};
+	struct save_sink ss = {.path = path};
 	ss.rc = ckpt_create(&ss.w, path, config_text, meta);
 	if (ss.rc)
 		ss.w = NULL;

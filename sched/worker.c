@@ -1,6 +1,7 @@
 /* worker.c - a stage's weight versions, gradients and optimizer. */
 #include "worker.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,32 @@ void worker_update(struct stage_worker *w, long step, float lr, float clip_scale
 	optim_step(&w->opt, dst, g, lr, step);
 	w->be->zero(g, n * sizeof(float));
 	w->newest++;
+}
+
+void worker_skip(struct stage_worker *w, long step)
+{
+	if (step != w->newest + 1)
+		die("internal error: stage %d skips step %ld on version %ld", w->s, step,
+		    w->newest);
+	float *src = w->ver[w->newest % w->n_versions];
+	float *dst = w->ver[(w->newest + 1) % w->n_versions];
+	if (dst != src)
+		w->be->copy(dst, src, w->st.numel * sizeof(float));
+	w->be->zero(worker_grads(w, step), w->st.numel * sizeof(float));
+	w->newest++;
+}
+
+int worker_finish(struct stage_worker *w, long step, double norm, double max_norm, float lr)
+{
+	if (!isfinite(norm)) {
+		worker_skip(w, step);
+		return 1;
+	}
+	float clip = 1.0f;
+	if (max_norm > 0 && norm > max_norm)
+		clip = (float)(max_norm / (norm + 1e-6));
+	worker_update(w, step, lr, clip);
+	return 0;
 }
 
 void worker_save_version(struct stage_worker *w, long v, float *global)

@@ -59,6 +59,16 @@ float *worker_grads(struct stage_worker *w, long step);
  * step is made from version step - 1 with the gradient of that step scaled
  * by clip_scale; then the gradient buffer is zeroed for step + 2. */
 void worker_update(struct stage_worker *w, long step, float lr, float clip_scale);
+/* Skip optimizer step `step`: version step is a copy of version step - 1,
+ * the optimizer state (and the error-feedback memory) stay as they are, and
+ * the gradient buffer is zeroed as after an update. */
+void worker_skip(struct stage_worker *w, long step);
+/* Step 3-4 of trainer.h for one stage from the global gradient norm: a norm
+ * that is not finite skips the step (worker_skip), so no NaN or infinity
+ * reaches the weights; otherwise clip to max_norm (> 0) and update. Every
+ * stage sees the same norm, so every stage decides the same. Returns 1 when
+ * the step was skipped. */
+int worker_finish(struct stage_worker *w, long step, double norm, double max_norm, float lr);
 
 /* Copy this stage's slices of version v out to / in from a global host
  * arena (checkpoints). */

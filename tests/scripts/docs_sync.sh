@@ -133,7 +133,8 @@ awk -F'\t' '{
 		kind = (t ~ /^INT/) ? "int" : "float"
 		sub(/^[A-Z]+_IN\(/, "", t); sub(/\)$/, "", t)
 		split(t, r, /, */)
-		t = kind ", " (r[2] == "INFINITY" ? sprintf("%g or more", r[1]) : sprintf("%g..%g", r[1], r[2]))
+		f = (kind == "int") ? "%d" : "%g"
+		t = kind ", " (r[2] == "INFINITY" ? sprintf(f " or more", r[1]) : sprintf(f ".." f, r[1], r[2]))
 	} else if (t == "STR") t = "string";
 	else { sub(/^CHOICE\("/, "", t); sub(/"\)$/, "", t); gsub(/\|/, ", ", t); t = "one of " t }
 	d = $4 == "" ? "empty" : $4

@@ -31,14 +31,36 @@ else
 	fail sample_is_deterministic_per_seed "$(cat err.txt)"
 fi
 
-# 3. a non-finite loss stops the run and names the step
+# 3. a diverging run skips the steps whose gradient norm is not finite, stops
+# after train.max_skipped of them in a row naming the steps, never writes a
+# checkpoint with NaN in it, and never deletes the newest good one (issue
+# 12's case: lr 30, a checkpoint every step, keep 1)
 $A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=nan --set train.steps=50 \
-	--set optim.lr=1e8 --set train.grad_clip=0 --set optim.warmup=0 2> err.txt
+	--set optim.lr=30 --set optim.warmup=0 --set checkpoint.every=1 --set checkpoint.keep=1 \
+	--set train.max_skipped=3 2> err.txt
 rc=$?
-if [ $rc -eq 1 ] && grep -Eq "loss is (NaN|infinite) at step [0-9]+" err.txt; then
-	pass nan_stops_with_step
+if [ $rc -eq 1 ] && grep -Eq "update skipped \(1 of train.max_skipped = 3" err.txt &&
+	grep -Eq "training diverged: .* for 3 steps in a row \(steps [0-9]+ to [0-9]+\)" err.txt; then
+	pass nan_steps_skipped_then_stop
 else
-	fail nan_stops_with_step "exit $rc: $(cat err.txt)"
+	fail nan_steps_skipped_then_stop "exit $rc: $(cat err.txt)"
+fi
+# the skipped column marks every skipped step, the last three in a row
+skips=$(awk -F, 'NR > 1 {print $11}' nan/metrics.csv | tr -d '\n')
+if [[ "$skips" == *111 ]] && [ "$(tr -cd 1 <<< "$skips" | wc -c)" -eq "$(grep -c 'update skipped' err.txt)" ]; then
+	pass skipped_column_marks_them
+else
+	fail skipped_column_marks_them "skipped column '$skips'"
+fi
+# the one checkpoint kept is the last step before the final run of skips,
+# clean, and eval reads it
+last_ok=$(awk -F, 'NR > 1 && $11 == 0 {s = $1} END {print s}' nan/metrics.csv)
+ck=$(ls nan/ckpt-*.ckpt 2> /dev/null)
+if [ "$ck" = "$(printf 'nan/ckpt-%08d.ckpt' "$last_ok")" ] && $A inspect $ck > insp.txt 2> err.txt &&
+	! grep -q NON-FINITE insp.txt && $A eval $ck > ev.txt 2> err.txt; then
+	pass newest_good_checkpoint_kept
+else
+	fail newest_good_checkpoint_kept "checkpoints '$ck', last update at step $last_ok: $(cat err.txt)"
 fi
 
 # 4. SIGTERM writes a checkpoint; resuming gives exactly the uninterrupted

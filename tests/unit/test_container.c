@@ -1,10 +1,13 @@
 /* test_container.c - the zstd container: round trips, streaming chunks,
  * zstd compatibility, atomic writes and rejected corruption. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../io/checkpoint.h"
 #include "../../io/container.h"
 #include "../../io/util.h"
 #include "../test.h"
@@ -368,4 +371,31 @@ TEST(corruption_messages_name_the_file_and_problem)
 	CHECK(strstr(last_error(), "truncated"));
 	set_error_quiet(0);
 	buf_free(&b);
+}
+
+/* inspect names the tensors that hold NaN or infinity and fails, while
+ * still reading the file (the checksums are fine: the values are not). */
+TEST(inspect_reports_nonfinite_tensors)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nan.ckpt", test_tmpdir());
+	float good[4] = {1, 2, 3, 4}, bad[6] = {0, 1, NAN, 3, INFINITY, 5};
+	struct ckpt_writer *w;
+	CHECK(ckpt_create(&w, path, "", "step = 1\n") == 0);
+	CHECK(ckpt_add(w, "weights.v0/a", good, 4, 4, 0) == 0);
+	CHECK(ckpt_add(w, "weights.v0/b", bad, 6, 2, 3) == 0);
+	CHECK(ckpt_commit(w) == 0);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	set_error_quiet(1);
+	int rc = checkpoint_inspect(path, out, 0);
+	set_error_quiet(0);
+	fclose(out);
+	CHECK(rc != 0);
+	CHECK_MSG(strstr(last_error(), "2 values in 1 tensors are NaN or infinite"), "%s",
+		  last_error());
+	CHECK_MSG(strstr(text, "weights.v0/b") && strstr(text, "2 NON-FINITE"), "%s", text);
+	CHECK(strstr(strstr(text, "weights.v0/a"), "\n") < strstr(text, "NON-FINITE"));
+	free(text);
 }

@@ -13,8 +13,10 @@
  * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
  * them on cuda).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../io/checkpoint.h"
 #include "../../io/config.h"
@@ -29,6 +31,7 @@
 
 struct run_result {
 	double loss[STEPS];
+	int skipped; /* steps whose update was skipped (norm not finite) */
 	float *weights; /* final newest weights, global arena */
 	size_t numel;
 };
@@ -107,8 +110,10 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		int n = MIN(chunk, steps - done);
 		if (trainer_run(&tr, n, st))
 			return -1;
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			r->loss[first + done + i] = st[i].loss;
+			r->skipped += st[i].skipped;
+		}
 		done += n;
 	}
 	r->numel = m.numel;
@@ -375,4 +380,93 @@ TEST(checkpoint_of_one_worker_resumes_as_a_pipeline)
 	check_resume("delay=1 -> 2bw S=4", &one, &bw, 8);
 	config_free(&one);
 	config_free(&bw);
+}
+
+/* A step whose gradient norm is not finite is skipped by every stage
+ * alike: a diverging run gives the same losses, the same skipped steps and
+ * the same (finite) weights one device and as a pipeline, sync and 2bw. */
+TEST(skipped_steps_are_the_same_on_every_schedule)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe, one_d, twobw;
+		base_config(&one, arch, opt);
+		base_config(&pipe, arch, opt);
+		base_config(&one_d, arch, opt);
+		base_config(&twobw, arch, opt);
+		struct config *all[] = {&one, &pipe, &one_d, &twobw};
+		for (int i = 0; i < 4; i++) {
+			config_set_key(all[i], "optim", "lr", "1e4", "test");
+			config_set_key(all[i], "optim", "warmup", "0", "test");
+			config_set_key(all[i], "train", "grad_clip", "0", "test");
+		}
+		config_set_key(&pipe, "train", "schedule", "1f1b", "test");
+		config_set_key(&pipe, "pipeline", "stages", "2", "test");
+		config_set_key(&one_d, "train", "delay", "1", "test");
+		config_set_key(&twobw, "train", "schedule", "2bw", "test");
+		config_set_key(&twobw, "pipeline", "stages", "2", "test");
+		struct run_result r[4];
+		memset(r, 0, sizeof(r));
+		for (int i = 0; i < 4; i++)
+			CHECK_MSG(!train(all[i], STEPS, 5, NULL, NULL, &r[i]), "%s %s run %d: %s",
+				  arch, opt, i, last_error());
+		CHECK_MSG(r[0].skipped > 0 && r[2].skipped > 0,
+			  "%s %s: lr 1e4 skipped no step (%d, %d): the test needs divergence", arch,
+			  opt, r[0].skipped, r[2].skipped);
+		for (int pair = 0; pair < 4; pair += 2) {
+			struct run_result *a = &r[pair], *b = &r[pair + 1];
+			CHECK_MSG(a->skipped == b->skipped, "%s %s: %d vs %d skipped steps", arch, opt,
+				  a->skipped, b->skipped);
+			CHECK_MSG(!memcmp(a->loss, b->loss, sizeof(a->loss)),
+				  "%s %s: the losses differ (pair %d)", arch, opt, pair / 2);
+			CHECK_MSG(!memcmp(a->weights, b->weights, a->numel * sizeof(float)),
+				  "%s %s: the weights differ (pair %d)", arch, opt, pair / 2);
+			for (size_t j = 0; j < a->numel; j++)
+				CHECK_MSG(isfinite(a->weights[j]), "%s %s: weight %zu is %g", arch, opt, j,
+					  (double)a->weights[j]);
+		}
+		for (int i = 0; i < 4; i++) {
+			free(r[i].weights);
+			config_free(all[i]);
+		}
+	}
+}
+
+/* A checkpoint never holds a non-finite value: the write is refused, no
+ * file appears, and the checkpoint written before is untouched. */
+TEST(checkpoint_with_nan_is_refused)
+{
+	struct config cfg;
+	base_config(&cfg, "llama", "adamw");
+	char good[512], bad[512];
+	snprintf(good, sizeof(good), "%s/good.ckpt", test_tmpdir());
+	snprintf(bad, sizeof(bad), "%s/bad.ckpt", test_tmpdir());
+	struct run_result r = {0};
+	CHECK(train(&cfg, 3, 3, NULL, good, &r) == 0);
+	struct model m;
+	CHECK(model_for(&m, &cfg) == 0);
+	static uint32_t tok[20000];
+	tokens_for_test(tok, ARRAY_SIZE(tok));
+	struct dataloader dl;
+	CHECK(dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, 2, 16, 7, 1) == 0);
+	float *params = xmalloc(m.numel * sizeof(float));
+	memcpy(params, r.weights, m.numel * sizeof(float));
+	params[m.numel / 2] = NAN;
+	struct trainer tr;
+	CHECK(trainer_init(&tr, &cfg, &m, test_backend(), params, &dl) == 0);
+	set_error_quiet(1);
+	int rc = trainer_save(&tr, bad, "", NULL);
+	set_error_quiet(0);
+	CHECK(rc != 0);
+	CHECK_MSG(strstr(last_error(), "not writing checkpoint") && strstr(last_error(), "nan"),
+		  "%s", last_error());
+	CHECK(access(bad, F_OK) != 0);
+	struct ckpt *k;
+	CHECK(ckpt_open(&k, good) == 0 && ckpt_verify(k) == 0);
+	ckpt_close(k);
+	trainer_free(&tr);
+	dataloader_close(&dl);
+	model_free(&m);
+	free(params);
+	free(r.weights);
+	config_free(&cfg);
 }
