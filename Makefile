@@ -93,7 +93,7 @@ TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all deps test check demo asan bench install clean test-cuda fuzz
+.PHONY: all deps test check demo asan bench install clean test-cuda test-faults fuzz
 all: $(BIN)
 
 $(BIN): $(BUILD)/asyncpp.o $(BUILD)/libasyncpp.a
@@ -171,6 +171,12 @@ bench: all
 
 test-cuda: all
 	bash tests/run --cuda
+
+# the fault-injection script with more rounds than make test's 4 (kill -9
+# and SIGTERM each FAULT_ROUNDS times at random steps)
+FAULT_ROUNDS ?= 15
+test-faults: all
+	FAULT_ROUNDS=$(FAULT_ROUNDS) bash tests/run faults
 
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

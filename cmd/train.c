@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../io/checkpoint.h"
@@ -26,6 +27,7 @@
 #include "cmd.h"
 #include "opts.h"
 #include "run_common.h"
+#include "train_dir.h"
 
 static const char *const usage[] = {
 	"asyncpp train [-c FILE] [--set SECTION.KEY=VALUE]... [--resume PATH] [--overwrite] [-q]",
@@ -117,6 +119,8 @@ struct run {
 	double flops_per_token, peak;
 	int quiet, tty;
 	long skips_in_row; /* steps skipped in a row (count_skips) */
+	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */
+	int lock_fd;       /* holds train.out_dir's lock (root only; else -1) */
 };
 
 static int setup_data(struct run *r)
@@ -437,6 +441,110 @@ static int check_resume_config(const struct config *cfg, struct ckpt *ck)
 	return rc;
 }
 
+/* --resume PATH: the checkpoint file, or the newest readable checkpoint of
+ * a directory. A directory's newest checkpoint that fails to open or to
+ * verify (cut short by a full disk, damaged since) is named, and the one
+ * before it is taken. */
+static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
+{
+	struct stat sb;
+	if (stat(resume, &sb) || !S_ISDIR(sb.st_mode))
+		return !(*ck_path = find_checkpoint(resume)) || ckpt_open(ck, *ck_path) ? -1 : 0;
+	char **paths = NULL;
+	int n = list_checkpoints(resume, &paths);
+	int rc = n ? -1 : error("'%s' holds no checkpoint (ckpt-*.ckpt)", resume);
+	for (int i = n - 1; i >= 0 && rc; i--) {
+		if (!ckpt_open(ck, paths[i]) && !ckpt_verify(*ck)) {
+			*ck_path = xstrdup(paths[i]);
+			rc = 0;
+		} else {
+			if (*ck)
+				ckpt_close(*ck);
+			*ck = NULL;
+			if (i > 0)
+				warning("cannot resume from '%s' (above); taking the checkpoint before "
+					"it, '%s'", paths[i], paths[i - 1]);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+	return rc;
+}
+
+static void remove_checkpoints(char **paths, int n, const char *keep)
+{
+	for (int i = 0; i < n; i++)
+		if (!keep || strcmp(paths[i], keep))
+			unlink(paths[i]);
+}
+
+/* Make train.out_dir this run's (cmd/train_dir.h): lock it, clear orphaned
+ * temporaries, and refuse to write over another run's checkpoints or
+ * metrics unless --overwrite, which removes them. Sets r->run_id. Only the
+ * root calls it: it alone writes there. */
+static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, int overwrite,
+			 const char *metrics_path)
+{
+	const char *dir = r->cfg.train_out_dir;
+	if (train_dir_lock(dir, &r->lock_fd))
+		return -1;
+	if (!metrics_is_metrics_file(metrics_path))
+		return error("log.metrics = '%s' is a file that is not a metrics file; this run "
+			     "would replace it: choose another path", metrics_path);
+	train_dir_remove_temporaries(dir, overwrite, r->quiet);
+	char **old = NULL;
+	int n_old = list_checkpoints(dir, &old);
+	struct stat sb;
+	int has_metrics = !stat(metrics_path, &sb) && sb.st_size > 0;
+	uint64_t dir_id = train_dir_run_id(dir);
+	uint64_t ck_id = ck ? train_dir_run_id_of(ck_path) : 0;
+	/* a resumed run continues the directory's run when the ids agree (or,
+	 * for checkpoints older than run ids, when it lies in the directory) */
+	int same = ck && (!(n_old || has_metrics) ||
+			  (dir_id && ck_id ? dir_id == ck_id : train_dir_holds(dir, ck_path)));
+	int rc = 0;
+	if (!ck && n_old && !overwrite)
+		rc = error("'%s' holds checkpoints of an earlier run (newest '%s'); continue it with "
+			   "--resume %s, start afresh with --overwrite (which deletes them), or set "
+			   "train.out_dir", dir, old[n_old - 1], dir);
+	else if (!ck && has_metrics && !overwrite)
+		rc = error("'%s' holds the metrics of an earlier run; start afresh with --overwrite "
+			   "(which replaces them), or set %s", metrics_path,
+			   r->cfg.log_metrics[0] ? "log.metrics" : "train.out_dir");
+	else if (ck && !same && !overwrite)
+		rc = error("'%s' holds another run (run 0x%016llx, %s) than the checkpoint '%s' "
+			   "(run 0x%016llx); resuming into it would append to its metrics and let "
+			   "checkpoint.keep delete its checkpoints: set train.out_dir to another "
+			   "directory, or pass --overwrite to replace that run", dir,
+			   (unsigned long long)dir_id,
+			   n_old ? "with checkpoints" : "with metrics", ck_path,
+			   (unsigned long long)ck_id);
+	int removed = 0;
+	if (!rc && (!ck || !same) && (n_old || has_metrics)) { /* --overwrite */
+		remove_checkpoints(old, n_old, ck_path);
+		removed = 1;
+		if (has_metrics)
+			unlink(metrics_path);
+		if (!r->quiet)
+			fprintf(stderr, "asyncpp: --overwrite: removed %d checkpoint%s%s of the "
+				"earlier run in '%s'\n", n_old, n_old == 1 ? "" : "s",
+				has_metrics ? " and its metrics" : "", dir);
+	}
+	const char *ck_name = ck_path && strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path;
+	if (!rc && !removed && ck && n_old && strcmp(strrchr(old[n_old - 1], '/') + 1, ck_name) > 0)
+		warning("'%s' is newer than the checkpoint resumed; this run overwrites it when it "
+			"reaches that step, and --resume %s would pick it until then",
+			old[n_old - 1], dir);
+	for (int i = 0; i < n_old; i++)
+		free(old[i]);
+	free(old);
+	if (rc)
+		return rc;
+	r->run_id = ck && ck_id ? ck_id : ck && same && dir_id ? dir_id : train_dir_new_run_id();
+	return train_dir_set_run_id(dir, r->run_id);
+}
+
 int cmd_train(int argc, char **argv)
 {
 	const char *config_file = NULL, *resume = NULL;
@@ -459,7 +567,7 @@ int cmd_train(int argc, char **argv)
 	struct ckpt *ck = NULL;
 	char *ck_path = NULL;
 	if (resume) {
-		if (!(ck_path = find_checkpoint(resume)) || ckpt_open(&ck, ck_path))
+		if (open_resume(resume, &ck, &ck_path))
 			return EXIT_FAIL;
 		config_defaults(&r.cfg);
 		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path) ||
@@ -499,26 +607,15 @@ int cmd_train(int argc, char **argv)
 	}
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
-	char **old;
-	int n_old = list_checkpoints(cfg->train_out_dir, &old);
-	if (n_old && !resume && !overwrite) {
-		error("'%s' holds checkpoints of an earlier run (newest '%s'); continue it with "
-		      "--resume %s, start afresh with --overwrite, or set train.out_dir",
-		      cfg->train_out_dir, old[n_old - 1], cfg->train_out_dir);
+	char *metrics_path = cfg->log_metrics[0]
+				     ? xstrdup(cfg->log_metrics)
+				     : path_in(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
+									 ? "metrics.csv"
+									 : "metrics.jsonl");
+	r.lock_fd = -1;
+	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path) : 0;
+	if (dist_max_int(claimed != 0)) /* every rank stops when the root could not */
 		return EXIT_FAIL;
-	}
-	for (int i = 0; i < n_old; i++) {
-		if (!resume && dist_is_root())
-			unlink(old[i]);
-		else if (resume && i == n_old - 1 &&
-			 strcmp(strrchr(old[i], '/') + 1,
-				strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path) > 0)
-			warning("'%s' is newer than the checkpoint resumed; this run overwrites it "
-				"when it reaches that step, and --resume %s would pick it until then",
-				old[i], cfg->train_out_dir);
-		free(old[i]);
-	}
-	free(old);
 	if (!(r.be = backend_from_config(cfg)) || setup_data(&r))
 		return EXIT_FAIL;
 	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
@@ -545,13 +642,6 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
 	}
 	free(ck_path);
-	char *metrics_path = cfg->log_metrics[0]
-				     ? xstrdup(cfg->log_metrics)
-				     : path_in(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
-									 ? "metrics.csv"
-									 : "metrics.jsonl");
-	if (!resume && dist_is_root())
-		unlink(metrics_path);
 	/* resuming from an earlier checkpoint rewrites history from there */
 	if (resume && dist_is_root() && metrics_keep_until(metrics_path, r.tr.step))
 		return EXIT_FAIL;

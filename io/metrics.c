@@ -320,6 +320,18 @@ int metrics_keep_until(const char *path, long step)
 	return rc;
 }
 
+int metrics_is_metrics_file(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return errno == ENOENT;
+	char head[16] = "";
+	size_t n = fread(head, 1, sizeof(head) - 1, fp);
+	fclose(fp);
+	head[n] = 0;
+	return n == 0 || !strncmp(head, "step,", 5) || !strncmp(head, "{\"step\"", 7);
+}
+
 void metrics_series_free(struct metrics_series *s)
 {
 	free(s->rows);

@@ -46,6 +46,11 @@ void metrics_close(struct metrics_file *mf);
 /* Drop the rows of steps after `step` (a run resumed from an earlier
  * checkpoint rewrites history from there); atomic. No file is fine. */
 int metrics_keep_until(const char *path, long step);
+/* Whether path may be taken as a metrics file: it is absent or empty, or
+ * its first line is a metrics CSV header ("step,...") or a JSONL row
+ * ({"step": ...}). Anything else (a mistyped log.metrics = run.ini) is
+ * not ours to truncate or replace. */
+int metrics_is_metrics_file(const char *path);
 
 /* Reading, for plot: every row of a CSV or JSONL metrics file. */
 struct metrics_series {

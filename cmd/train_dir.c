@@ -1,0 +1,189 @@
+/* train_dir.c - the run directory's lock, run id and orphaned temporaries.
+ * See train_dir.h. */
+#include "train_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../io/util.h"
+
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = xmalloc(n);
+	snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+int train_dir_lock(const char *dir, int *fd)
+{
+	char *path = join(dir, "train.lock");
+	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (*fd < 0) {
+		int rc = error("cannot create '%s': %s (train.out_dir must be writable)", path,
+			       strerror(errno));
+		free(path);
+		return rc;
+	}
+	if (flock(*fd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+		char buf[32] = "";
+		ssize_t n = pread(*fd, buf, sizeof(buf) - 1, 0);
+		buf[n > 0 ? n : 0] = 0;
+		long pid = strtol(buf, NULL, 10);
+		close(*fd);
+		*fd = -1;
+		int rc;
+		if (e == EWOULDBLOCK && pid > 0)
+			rc = error("'%s' is in use by another trainer (pid %ld holds '%s'); wait for "
+				   "it to end, or set train.out_dir to another directory", dir, pid,
+				   path);
+		else if (e == EWOULDBLOCK)
+			rc = error("'%s' is in use by another trainer (it holds '%s'); wait for it to "
+				   "end, or set train.out_dir to another directory", dir, path);
+		else
+			rc = error("cannot lock '%s': %s", path, strerror(e));
+		free(path);
+		return rc;
+	}
+	/* the pid is for the message above; the lock itself is the flock */
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (ftruncate(*fd, 0) || pwrite(*fd, buf, (size_t)n, 0) != n)
+		warning("cannot write the pid into '%s': %s", path, strerror(errno));
+	free(path);
+	return 0;
+}
+
+uint64_t train_dir_run_id(const char *dir)
+{
+	char *path = join(dir, "run-id");
+	FILE *fp = fopen(path, "r");
+	free(path);
+	uint64_t id = 0;
+	if (fp) {
+		char buf[64] = "";
+		if (fgets(buf, sizeof(buf), fp))
+			id = strtoull(buf, NULL, 0);
+		fclose(fp);
+	}
+	return id;
+}
+
+uint64_t train_dir_run_id_of(const char *ckpt_path)
+{
+	char *dir = xstrdup(ckpt_path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = 0;
+	uint64_t id = train_dir_run_id(slash ? dir : ".");
+	free(dir);
+	return id;
+}
+
+int train_dir_set_run_id(const char *dir, uint64_t id)
+{
+	char *path = join(dir, "run-id");
+	struct atomic_file af;
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "0x%016" PRIx64 "\n", id);
+	int rc = atomic_open(&af, path);
+	if (!rc && (atomic_write(&af, buf, (size_t)n) || atomic_commit(&af)))
+		rc = -1;
+	free(path);
+	return rc;
+}
+
+uint64_t train_dir_new_run_id(void)
+{
+	uint64_t id = 0;
+	FILE *fp = fopen("/dev/urandom", "rb");
+	if (fp) {
+		if (fread(&id, sizeof(id), 1, fp) != 1)
+			id = 0;
+		fclose(fp);
+	}
+	if (!id) { /* no random source: time and pid, mixed (splitmix64) */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t z = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
+			     (uint64_t)getpid() << 32;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		id = z ^ (z >> 31);
+	}
+	return id ? id : 1;
+}
+
+/* The writer's pid of "NAME.tmp.PID", or 0 when name is not such a file. */
+static long temporary_pid(const char *name)
+{
+	const char *t = strstr(name, ".tmp.");
+	if (!t || t == name)
+		return 0;
+	const char *digits = t + 5;
+	while (strstr(digits, ".tmp.")) /* the last one */
+		digits = strstr(digits, ".tmp.") + 5;
+	if (!*digits)
+		return 0;
+	char *end;
+	long pid = strtol(digits, &end, 10);
+	return *end || pid <= 0 ? 0 : pid;
+}
+
+int train_dir_remove_temporaries(const char *dir, int all, int quiet)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int removed = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		long pid = temporary_pid(e->d_name);
+		if (!pid || pid == (long)getpid())
+			continue;
+		/* kill(pid, 0) fails with ESRCH once the writer is gone (a live
+		 * process that reused the pid keeps its file: the safe side) */
+		int gone = kill((pid_t)pid, 0) && errno == ESRCH;
+		if (!gone && !all)
+			continue;
+		char *path = join(dir, e->d_name);
+		struct stat sb;
+		if (!lstat(path, &sb) && S_ISREG(sb.st_mode) && !unlink(path)) {
+			removed++;
+			if (!quiet)
+				fprintf(stderr, "asyncpp: removed '%s' (%.1f MB), a temporary file %s\n",
+					path, (double)sb.st_size / 1e6,
+					gone ? "whose writer is gone" : "(--overwrite)");
+		}
+		free(path);
+	}
+	closedir(d);
+	return removed;
+}
+
+int train_dir_holds(const char *dir, const char *path)
+{
+	char *copy = xstrdup(path);
+	char *slash = strrchr(copy, '/');
+	const char *parent = ".";
+	if (slash) {
+		*(slash == copy ? slash + 1 : slash) = 0;
+		parent = copy;
+	}
+	char a[PATH_MAX], b[PATH_MAX];
+	int same = realpath(dir, a) && realpath(parent, b) && !strcmp(a, b);
+	free(copy);
+	return same;
+}

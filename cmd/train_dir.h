@@ -1,0 +1,51 @@
+/* train_dir.h - what train does to train.out_dir before it writes there, so
+ * that no run is lost to another:
+ *
+ *   one trainer at a time  DIR/train.lock, held with flock(2) for the whole
+ *                          run and holding the owner's pid; a second
+ *                          trainer on DIR fails naming that pid. The lock
+ *                          goes with the process (kill -9 included).
+ *   one run per directory  DIR/run-id holds the run's id (0x + 16 hex
+ *                          digits). A fresh run draws a new id; a resumed
+ *                          run keeps the id of the directory its checkpoint
+ *                          lies in. Writing into a directory that holds
+ *                          another run's checkpoints or metrics is refused
+ *                          unless the user passes --overwrite. (The id is
+ *                          not in the checkpoints, so that equivalent runs
+ *                          still write byte-identical files.)
+ *   no orphans             temporaries "NAME.tmp.PID" (io/util.h's atomic
+ *                          writer) whose writer is gone are removed at the
+ *                          start, and said so; --overwrite removes them all.
+ *
+ * Under MPI only the root calls these (it alone writes in DIR).
+ */
+#ifndef ASYNCPP_TRAIN_DIR_H
+#define ASYNCPP_TRAIN_DIR_H
+
+#include <stdint.h>
+
+/* Take DIR's lock (creating DIR/train.lock); *fd stays open for the run.
+ * Returns 0, or -1 after error() naming the pid of the trainer that holds
+ * it. */
+int train_dir_lock(const char *dir, int *fd);
+
+/* DIR's run id from DIR/run-id; 0 when it has none (a directory written
+ * before run ids, or not a run directory). */
+uint64_t train_dir_run_id(const char *dir);
+/* The run id of the directory a checkpoint file lies in (0: none). */
+uint64_t train_dir_run_id_of(const char *ckpt_path);
+/* Write DIR/run-id atomically. */
+int train_dir_set_run_id(const char *dir, uint64_t id);
+/* A fresh, non-zero run id (from the kernel's random source). */
+uint64_t train_dir_new_run_id(void);
+
+/* Remove DIR's temporaries "*.tmp.PID": those whose process is gone, or
+ * every one but this process's when all is set. Each removal is reported
+ * on stderr unless quiet. Returns how many were removed. */
+int train_dir_remove_temporaries(const char *dir, int all, int quiet);
+
+/* Whether the checkpoint file at path lies in directory dir (same directory
+ * after resolving links). */
+int train_dir_holds(const char *dir, const char *path);
+
+#endif

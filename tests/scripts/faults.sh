@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# faults.sh - faults on purpose (issue 12), each case asserting what
+# survives: kill -9 and SIGTERM at random points, a full disk, a damaged
+# newest checkpoint, two trainers on one directory, a resume into another
+# run's directory, orphaned temporaries, a metrics path that is not a
+# metrics file. Every run that is killed is resumed to the end and its
+# losses must equal the uninterrupted run's, step for step: no data lost.
+# The closing table (faults injected, runs surviving, data lost) is printed
+# as "# " lines. FAULT_ROUNDS (default 4) sets the kill -9 and SIGTERM counts.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+ROUNDS=${FAULT_ROUNDS:-4}
+SEED=${FAULT_SEED:-$$}
+RANDOM=$SEED
+TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set train.batch_size=4 --set log.every=1 --set eval.every=0 --set train.threads=1)
+injected=0 survived=0 lost=0
+# tally NAME OK LOST: one fault's outcome for the table
+tally() { injected=$((injected + 1)); [ "$2" = 1 ] && survived=$((survived + 1)); lost=$((lost + $3)); }
+
+$A train -q "${TINY[@]}" --set train.out_dir=base --set train.steps=1 2> err.txt ||
+	{ fail faults_setup "$(cat err.txt)"; exit 0; }
+DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/builtin_val.shard
+      --set data.tokenizer=base/data/builtin.tok)
+LONG=("${TINY[@]}" "${DATA[@]}" --set train.steps=1500 --set checkpoint.every=25 --set checkpoint.keep=2)
+if ! $A train -q "${LONG[@]}" --set train.out_dir=full 2> err.txt; then
+	fail faults_reference_run "$(cat err.txt)"
+	exit 0
+fi
+losses() { cut -d, -f1,4 "$1/metrics.csv"; }
+
+# wait until DIR's metrics have more than N rows (or 10 s)
+wait_rows() {
+	for _ in $(seq 1 200); do
+		[ -f "$1/metrics.csv" ] && [ "$(wc -l < "$1/metrics.csv")" -gt "$2" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# 1. kill -9 (or SIGTERM) at a random step; resume until the run completes;
+# the losses then equal the uninterrupted run's and no temporary is left
+kill_case() {
+	local sig=$1 i=$2 dir=$1_$2 at=$((RANDOM % 1200 + 20))
+	rm -rf "$dir"
+	$A train -q "${LONG[@]}" --set train.out_dir="$dir" 2> run.err &
+	local pid=$!
+	wait_rows "$dir" "$at"
+	kill -"$sig" $pid 2> /dev/null
+	wait $pid
+	local rc=$? tries=0
+	# a kill before the first checkpoint leaves nothing to resume: start again
+	while [ "$tries" -lt 3 ]; do
+		tries=$((tries + 1))
+		if ls "$dir"/ckpt-*.ckpt > /dev/null 2>&1; then
+			$A train -q --resume "$dir" 2> resume.err && break
+		else
+			$A train -q "${LONG[@]}" --set train.out_dir="$dir" --overwrite 2> resume.err && break
+		fi
+	done
+	local n_tmp
+	n_tmp=$(ls "$dir" | grep -c '\.tmp\.')
+	if [ -f "$dir/ckpt-00001500.ckpt" ] && diff <(losses full) <(losses "$dir") > d.txt &&
+	   [ "$n_tmp" = 0 ]; then
+		pass "${sig}_${i}_at_step_${at}_resumes_exactly"
+		tally "$sig" 1 0
+	else
+		fail "${sig}_${i}_at_step_${at}_resumes_exactly" "exit $rc, $n_tmp temporaries left, $(head -n 3 d.txt | tr '\n' ' ') $(head -c 300 resume.err)"
+		tally "$sig" 0 1
+	fi
+}
+for i in $(seq 1 "$ROUNDS"); do kill_case KILL "$i"; done
+for i in $(seq 1 "$ROUNDS"); do kill_case TERM "$i"; done
+
+# 2. orphaned temporaries: a start removes those whose writer is gone (and
+# says so), keeps a live process's, and --overwrite removes them all
+mkdir -p orph && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=orph 2> err.txt
+printf 'partial' > orph/ckpt-00000009.ckpt.tmp.2147483646 # no such pid (above pid_max)
+printf 'partial' > orph/ckpt-00000008.ckpt.tmp.$$         # this shell: alive
+$A train --resume orph --set train.steps=10 > /dev/null 2> err.txt
+if [ ! -e orph/ckpt-00000009.ckpt.tmp.2147483646 ] && [ -e orph/ckpt-00000008.ckpt.tmp.$$ ] &&
+   grep -q "removed 'orph/ckpt-00000009.ckpt.tmp.2147483646'.*writer is gone" err.txt; then
+	pass orphaned_temporaries_removed
+	tally orphan 1 0
+else
+	fail orphaned_temporaries_removed "$(ls orph | tr '\n' ' ') $(cat err.txt)"
+	tally orphan 0 0
+fi
+if $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=orph --overwrite 2> err.txt &&
+   [ "$(ls orph | grep -c '\.tmp\.')" = 0 ]; then
+	pass overwrite_removes_every_temporary
+else
+	fail overwrite_removes_every_temporary "$(ls orph | tr '\n' ' ') $(cat err.txt)"
+fi
+
+# 3. a damaged newest checkpoint: --resume DIR says so, takes the one
+# before it, and the run still ends with the uninterrupted losses
+rm -rf dmg && $A train -q "${LONG[@]}" --set train.out_dir=dmg --set checkpoint.keep=3 2> err.txt
+rm dmg/ckpt-00001500.ckpt # as if killed before the end; then damage the newest left
+newest=$(ls dmg/ckpt-*.ckpt | tail -n 1)
+prev=$(ls dmg/ckpt-*.ckpt | tail -n 2 | head -n 1)
+size=$(stat -c %s "$newest")
+printf '\x5a' | dd of="$newest" bs=1 seek=$((size / 2)) conv=notrunc status=none
+if $A train -q --resume dmg 2> err.txt && grep -q "cannot resume from '$newest'.*taking the checkpoint before it, '$prev'" err.txt &&
+   diff <(losses full) <(losses dmg) > d.txt; then
+	pass damaged_newest_checkpoint_falls_back
+	tally damaged 1 0
+else
+	fail damaged_newest_checkpoint_falls_back "$(head -c 400 err.txt) $(head -n 3 d.txt | tr '\n' ' ')"
+	tally damaged 0 1
+fi
+
+# 4. a full disk (file size limit): the checkpoint write fails with a clear
+# error, leaves no temporary, and checkpoint.keep = 1 keeps the last good one
+rm -rf full_disk && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=10 \
+	--set checkpoint.every=5 --set checkpoint.keep=1 --set train.out_dir=full_disk 2> err.txt
+good=$(ls full_disk/ckpt-*.ckpt)
+ck_kb=$(( $(stat -c %s "$good") / 1024 ))
+(ulimit -f $((ck_kb / 2)); trap '' XFSZ; exec $A train -q --resume full_disk --set train.steps=20 \
+	--set checkpoint.every=5 --set checkpoint.keep=1) 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot write 'full_disk/ckpt-00000015.ckpt'" err.txt &&
+   [ "$(ls full_disk | grep -c '\.tmp\.')" = 0 ] && [ "$(ls full_disk/ckpt-*.ckpt)" = "$good" ] &&
+   $A inspect "$good" > /dev/null 2>&1; then
+	pass full_disk_keeps_last_good_checkpoint
+	tally full_disk 1 0
+else
+	fail full_disk_keeps_last_good_checkpoint "exit $rc: $(head -c 300 err.txt) $(ls full_disk | tr '\n' ' ')"
+	tally full_disk 0 1
+fi
+
+# 5. a read-only out_dir is refused up front, naming it (root ignores modes)
+if [ "$(id -u)" = 0 ]; then
+	skip read_only_out_dir "running as root, whom file modes do not stop"
+else
+	mkdir -p ro && chmod 555 ro
+	$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=ro 2> err.txt
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "'ro/train.lock'" err.txt; then pass read_only_out_dir; tally read_only 1 0
+	else fail read_only_out_dir "exit $rc: $(cat err.txt)"; tally read_only 0 0; fi
+	chmod 755 ro
+fi
+
+# 6. two trainers on one out_dir: the second fails naming the first's pid,
+# and the first runs to its end untouched
+rm -rf busy
+$A train -q "${LONG[@]}" --set train.out_dir=busy 2> first.err &
+pid=$!
+wait_rows busy 5
+$A train -q "${LONG[@]}" --set train.out_dir=busy --overwrite 2> err.txt
+rc=$?
+wait $pid
+rc1=$?
+if [ $rc -eq 1 ] && grep -q "'busy' is in use by another trainer (pid $pid" err.txt && [ $rc1 -eq 0 ] &&
+   diff <(losses full) <(losses busy) > /dev/null; then
+	pass second_trainer_refused_with_pid
+	tally second_trainer 1 0
+else
+	fail second_trainer_refused_with_pid "exit $rc (first: $rc1): $(cat err.txt)"
+	tally second_trainer 0 1
+fi
+
+# 7. --resume of one run into another's directory is refused naming both,
+# and the other run is untouched; --overwrite replaces it
+rm -rf runx runy
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=10 --set checkpoint.every=5 --set train.out_dir=runx 2> err.txt
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=10 --set checkpoint.every=5 --set train.out_dir=runy --set train.seed=7 2> err.txt
+before=$(cat runx/ckpt-*.ckpt runx/metrics.csv | md5sum)
+$A train -q --resume runy/ckpt-00000010.ckpt --set train.steps=20 --set train.out_dir=runx 2> err.txt
+rc=$?
+after=$(cat runx/ckpt-*.ckpt runx/metrics.csv | md5sum)
+if [ $rc -eq 1 ] && grep -q "'runx' holds another run (run 0x$(cut -c3- runx/run-id)" err.txt &&
+   grep -q "'runy/ckpt-00000010.ckpt' (run 0x$(cut -c3- runy/run-id))" err.txt && [ "$before" = "$after" ]; then
+	pass resume_into_other_run_refused
+	tally other_run 1 0
+else
+	fail resume_into_other_run_refused "exit $rc: $(cat err.txt)"
+	tally other_run 0 1
+fi
+if $A train -q --resume runy/ckpt-00000010.ckpt --set train.steps=20 --set train.out_dir=runx --overwrite 2> err.txt &&
+   [ "$(ls runx/ckpt-*.ckpt | tr '\n' ' ')" = "runx/ckpt-00000015.ckpt runx/ckpt-00000020.ckpt " ] &&
+   [ "$(cat runx/run-id)" = "$(cat runy/run-id)" ] && [ "$(sed -n 2p runx/metrics.csv | cut -d, -f1)" = 11 ]; then
+	pass overwrite_replaces_other_run
+else
+	fail overwrite_replaces_other_run "$(cat err.txt) $(ls runx | tr '\n' ' ')"
+fi
+# resuming a run in its own directory (and a fork's continuation) still works
+if $A train -q --resume runy --set train.steps=15 2> err.txt; then pass resume_own_run; else fail resume_own_run "$(cat err.txt)"; fi
+
+# 8. a fresh run where an earlier one left metrics (but no checkpoint) is
+# refused; a log.metrics path that is not a metrics file is never touched
+rm -rf early && mkdir early && printf 'step,tokens\n1,128\n' > early/metrics.csv
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=early 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "holds the metrics of an earlier run" err.txt && [ "$(wc -l < early/metrics.csv)" = 2 ]; then
+	pass earlier_metrics_not_replaced
+else
+	fail earlier_metrics_not_replaced "exit $rc: $(cat err.txt)"
+fi
+printf '[train]\nsteps = 5\n' > run.ini
+cp run.ini run.ini.orig
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=mistyped \
+	--set log.metrics=run.ini --overwrite 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "log.metrics = 'run.ini' is a file that is not a metrics file" err.txt &&
+   cmp -s run.ini run.ini.orig; then
+	pass mistyped_log_metrics_untouched
+	tally mistyped_metrics 1 0
+else
+	fail mistyped_log_metrics_untouched "exit $rc: $(cat err.txt)"
+	tally mistyped_metrics 0 1
+fi
+
+echo "# fault injection (seed $SEED, FAULT_ROUNDS=$ROUNDS)"
+echo "# | faults injected | runs surviving | data lost |"
+echo "# | $injected | $survived | $lost |"
