@@ -1,6 +1,7 @@
 /* bench_schedule.c - `asyncpp bench schedule`: build a pipeline schedule,
  * simulate it with given op times, print its timeline, bubble and what each
  * stage needs, and optionally draw it as SVG. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,7 @@ static void print_delay(char *out, size_t n, const struct sched_stage *st)
 int bench_schedule(int argc, char **argv)
 {
 	const char *kind_name = NULL, *svg = NULL;
-	long S = 0, M = 0, steps = 0;
+	long S = LONG_MIN, M = LONG_MIN, steps = 0; /* LONG_MIN: not given */
 	double fwd = 1, bwd = 2, comm = 0, optim = 0;
 	int no_timeline = 0;
 	const struct option opts[] = {
@@ -65,11 +66,12 @@ int bench_schedule(int argc, char **argv)
 	if (kind < 0)
 		opts_usage_error(usage, opts, "unknown schedule kind '%s' (gpipe, 1f1b, 2bw, pipedream)",
 				 kind_name);
-	if (!S || !M)
-		opts_usage_error(usage, opts, "missing --%s", !S ? "stages" : "micro");
-	if (S < 1 || S > 100000 || M < 1 || M > 10000000)
-		opts_usage_error(usage, opts, "--stages and --micro must be positive (got %ld, %ld)",
-				 S, M);
+	if (S == LONG_MIN || M == LONG_MIN)
+		opts_usage_error(usage, opts, "missing --%s", S == LONG_MIN ? "stages" : "micro");
+	if (S < 1 || S > 100000)
+		opts_usage_error(usage, opts, "--stages must be between 1 and 100000, not %ld", S);
+	if (M < 1 || M > 10000000)
+		opts_usage_error(usage, opts, "--micro must be between 1 and 10000000, not %ld", M);
 	if (!steps)
 		steps = kind == SCHED_2BW ? 4 : kind == SCHED_PIPEDREAM ? 4 * MAX(M, S) : 1;
 	if (steps < 1 || steps > 100000000)

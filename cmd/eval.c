@@ -1,4 +1,5 @@
 /* eval.c - `asyncpp eval CKPT`: loss and perplexity on shards. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,19 +11,21 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp eval [--data SHARDS] [--batches N] [--batch-size B] [--device DEV] CKPT",
+	"asyncpp eval [--data SHARDS] [--batches N] [--batch-size B] [--device DEV] [--force] CKPT",
 	NULL,
 };
 
 int cmd_eval(int argc, char **argv)
 {
 	const char *data = NULL, *device = NULL;
-	long batches = -1, batch_size = -1; /* -1: not given */
+	long batches = LONG_MIN, batch_size = LONG_MIN; /* LONG_MIN: not given */
+	int force = 0;
 	const struct option options[] = {
 		OPT_STRING('d', "data", &data, "SHARDS", "shards to evaluate on (default: the run's data.val, else data.train)"),
 		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate, at most as many as the data holds (default: all, at most 1000)"),
 		OPT_INT('b', "batch-size", &batch_size, "B", "sequences per micro-batch (default: the run's train.batch_size)"),
 		OPT_STRING(0, "device", &device, "DEV", "cpu or cuda (default: the run's train.device)"),
+		OPT_FLAG(0, "force", &force, "evaluate on shards made with another tokenizer than the model's"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, options,
@@ -31,10 +34,11 @@ int cmd_eval(int argc, char **argv)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
 	struct loaded_model lm;
 	/* the batch size must be known before the model's buffers are made */
-	if (batch_size == 0 || batch_size < -1 || batch_size > 1 << 20)
-		opts_usage_error(usage, options, "--batch-size must be between 1 and 1048576");
-	if (batches == 0 || batches < -1)
-		opts_usage_error(usage, options, "--batches must be at least 1");
+	if (batch_size != LONG_MIN && (batch_size < 1 || batch_size > 1 << 20))
+		opts_usage_error(usage, options, "--batch-size must be between 1 and 1048576, not %ld",
+				 batch_size);
+	if (batches != LONG_MIN && batches < 1)
+		opts_usage_error(usage, options, "--batches must be at least 1, not %ld", batches);
 	int B = batch_size > 0 ? (int)batch_size : 0;
 	if (loaded_model_open(&lm, argv[0], device, B ? B : 1))
 		return EXIT_FAIL;
@@ -56,6 +60,20 @@ int cmd_eval(int argc, char **argv)
 	struct dataloader dl;
 	if (dataloader_open_load(&dl, data, B, T, 0, 0, data_load_parse(lm.cfg.data_load))) {
 		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
+	/* ids of another tokenizer are valid ids with other meanings: a loss
+	 * that looks like an answer. Shards and checkpoints both carry the
+	 * tokenizer's hash (llm.c shards and imported models may not) */
+	if (dl.tokenizer_hash && lm.tokenizer_hash && dl.tokenizer_hash != lm.tokenizer_hash &&
+	    !force) {
+		error("'%s' was made with tokenizer 0x%016llx, but '%s' was trained with tokenizer "
+		      "0x%016llx: its loss would mean nothing; encode the text with the model's "
+		      "tokenizer (asyncpp tokenize encode -t ...), or pass --force", data,
+		      (unsigned long long)dl.tokenizer_hash, lm.path,
+		      (unsigned long long)lm.tokenizer_hash);
+		loaded_model_close(&lm);
+		dataloader_close(&dl);
 		return EXIT_FAIL;
 	}
 	/* llm.c shards do not record their vocabulary (GPT-2's is assumed):

@@ -23,15 +23,19 @@ int cmd_import_llmc(int argc, char **argv)
 {
 	const char *out = "imported.ckpt";
 	struct opt_list sets = {0};
+	int force = 0;
 	const struct option options[] = {
 		OPT_STRING('o', "output", &out, "OUT.ckpt", "checkpoint to write (default imported.ckpt)"),
 		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set a config key stored with the weights, e.g. data.tokenizer"),
+		OPT_FLAG(0, "force", &force, "replace OUT.ckpt if it exists (it is kept otherwise)"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, options,
 			      "Convert an llm.c GPT-2 checkpoint (magic 20240326, version 3 fp32 or 5 bf16).");
 	if (npos != 1)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no llm.c checkpoint given");
+	if (opts_output_is_new(out, force))
+		return EXIT_FAIL;
 	struct model_config mc;
 	float *llmc_params;
 	if (llmc_load(argv[0], &mc, &llmc_params))

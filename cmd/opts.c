@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../io/util.h"
 #include "opts.h"
@@ -157,4 +158,12 @@ int opts_parse(int argc, char **argv, const char *const *usage,
 	}
 	argv[npos] = NULL;
 	return npos;
+}
+
+int opts_output_is_new(const char *path, int force)
+{
+	struct stat sb;
+	if (force || stat(path, &sb))
+		return 0;
+	return error("'%s' exists; pass --force to replace it, or choose another output", path);
 }

@@ -53,4 +53,9 @@ void opts_usage(FILE *fp, const char *const *usage, const struct option *opts,
 void opts_usage_error(const char *const *usage, const struct option *opts,
 		      const char *fmt, ...);
 
+/* Outputs are never replaced without asking: returns -1 after error() when
+ * path exists and force is 0, naming it and the --force option. Commands
+ * call it before any long work. */
+int opts_output_is_new(const char *path, int force);
+
 #endif

@@ -428,7 +428,7 @@ int cmd_plot(int argc, char **argv)
 {
 	const char *out = NULL, *xname = "step", *yname = "loss", *title = NULL;
 	double alpha = 0, ymin = NAN, ymax = NAN;
-	int logx = 0, logy = 0;
+	int logx = 0, logy = 0, force = 0;
 	struct opt_list labels = {0};
 	const struct option options[] = {
 		OPT_STRING('o', "output", &out, "OUT.svg", "write the chart here (atomically; default: standard output)"),
@@ -440,6 +440,7 @@ int cmd_plot(int argc, char **argv)
 		OPT_DOUBLE(0, "ymin", &ymin, "Y", "lower end of the y axis (default: from the data)"),
 		OPT_DOUBLE(0, "ymax", &ymax, "Y", "upper end of the y axis (default: from the data)"),
 		OPT_STRING(0, "title", &title, "T", "chart title (default: 'Y against X')"),
+		OPT_FLAG(0, "force", &force, "replace OUT.svg if it exists (it is kept otherwise)"),
 		OPT_LIST(0, "label", &labels, "NAME", "legend label of the next file, in order (default: the file's directory name)"),
 		OPT_END(),
 	};
@@ -459,6 +460,8 @@ int cmd_plot(int argc, char **argv)
 		opts_usage_error(usage, options, "%d labels for %d files", labels.n, n);
 	if (!isnan(ymin) && !isnan(ymax) && !(ymin < ymax))
 		opts_usage_error(usage, options, "--ymin must be below --ymax");
+	if (out && strcmp(out, "-") && opts_output_is_new(out, force))
+		return EXIT_FAIL;
 	if (logy && ((!isnan(ymin) && ymin <= 0) || (!isnan(ymax) && ymax <= 0)))
 		opts_usage_error(usage, options, "--ymin and --ymax must be positive with --logy");
 	if (!isfinite(ymin) && !isnan(ymin))

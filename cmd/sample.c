@@ -93,12 +93,15 @@ int cmd_sample(int argc, char **argv)
 			      "Generate text from a checkpoint, continuing a prompt.");
 	if (npos != 1)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
-	if (max_tokens < 0 || !(temperature >= 0) || !isfinite(temperature) || !(top_p >= 0) ||
-	    top_p > 1 || top_k < 0)
-		opts_usage_error(usage, options, "bad sampling option (need N >= 0, finite T >= 0, "
-				 "0 <= P <= 1, K >= 0)");
-	if (device && strcmp(device, "cpu") && strcmp(device, "cuda"))
-		opts_usage_error(usage, options, "unknown device '%s' (expected cpu or cuda)", device);
+	if (max_tokens < 0)
+		opts_usage_error(usage, options, "-n must be 0 or more, not %ld", max_tokens);
+	if (!(temperature >= 0) || !isfinite(temperature))
+		opts_usage_error(usage, options, "--temperature must be a finite number >= 0, not %g",
+				 temperature);
+	if (top_k < 0)
+		opts_usage_error(usage, options, "--top-k must be 0 (all) or more, not %ld", top_k);
+	if (!(top_p >= 0 && top_p <= 1))
+		opts_usage_error(usage, options, "--top-p must be between 0 and 1, not %g", top_p);
 	struct loaded_model lm;
 	if (loaded_model_open(&lm, argv[0], device, 1))
 		return EXIT_FAIL;

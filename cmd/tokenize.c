@@ -36,7 +36,7 @@ static const char *description =
 static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS;
 static double val_fraction = 0.01;
 static const char *tok_path, *output, *docs_mode = "file";
-static int show_eot, quiet, print_ids;
+static int show_eot, quiet, print_ids, force;
 
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
@@ -55,6 +55,7 @@ static const struct option options[] = {
 	OPT_FLAG(0, "ids", &print_ids,
 		 "print token ids, one document a line, instead of writing shards (encode)"),
 	OPT_FLAG(0, "show-eot", &show_eot, "print <|endoftext|> between documents (decode)"),
+	OPT_FLAG(0, "force", &force, "replace output files that exist (they are kept otherwise)"),
 	OPT_FLAG('q', "quiet", &quiet, "no progress or summary on stderr"),
 	OPT_END(),
 };
@@ -67,6 +68,8 @@ static int do_train(int n, char **files)
 		opts_usage_error(usage, options, "train needs text files");
 	if (!output)
 		opts_usage_error(usage, options, "train needs -o TOK");
+	if (opts_output_is_new(output, force))
+		return EXIT_FAIL;
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
 	double t0 = now_sec();
@@ -109,6 +112,8 @@ static int do_import(int n, char **args)
 		opts_usage_error(usage, options, "import-gpt2 needs ENCODER_JSON and VOCAB_BPE");
 	if (!output)
 		opts_usage_error(usage, options, "import-gpt2 needs -o TOK");
+	if (opts_output_is_new(output, force))
+		return EXIT_FAIL;
 	struct tokenizer *tok;
 	if (gpt2_import(&tok, args[0], args[1]))
 		return EXIT_FAIL;
@@ -322,6 +327,9 @@ static int do_encode(int n, char **files)
 		rc = EXIT_OK;
 		goto out;
 	}
+	if (opts_output_is_new(train_path, force) ||
+	    (val_fraction > 0 && opts_output_is_new(val_path, force)))
+		goto out;
 	if (shard_writer_open(&e.train, train_path, V, h) ||
 	    shard_writer_set_chunk_tokens(e.train, (uint32_t)chunk_tokens))
 		goto out;
@@ -432,7 +440,7 @@ static int do_decode(int n, char **files)
 	struct atomic_file af;
 	int use_af = output && strcmp(output, "-");
 	int rc = 0;
-	if (use_af && atomic_open(&af, output)) {
+	if (use_af && (opts_output_is_new(output, force) || atomic_open(&af, output))) {
 		tokenizer_free(tok);
 		return EXIT_FAIL;
 	}

@@ -216,6 +216,8 @@ static int parse_double(const char *s, double *out)
 	double v = strtod(s, &end);
 	if (*end || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0))
 		return -1;
+	if (errno == ERANGE && v == 0) /* underflow: 1e-400 would silently become 0 */
+		return -2;
 	*out = v;
 	return 0;
 }
@@ -285,7 +287,12 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 	}
 	case K_FLOAT: {
 		double v;
-		if (parse_double(value, &v))
+		int bad = parse_double(value, &v);
+		if (bad == -2)
+			return error("%s: %s.%s: %s is too small for a double and would become 0; "
+				     "write 0, or a number of at least 5e-324", origin, section, key,
+				     value);
+		if (bad)
 			return error("%s: %s.%s: expected a number, got '%s'", origin, section, key,
 				     value);
 		if (v < k->lo || v > k->hi)

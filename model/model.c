@@ -539,15 +539,16 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	for (int i = 0; i < n_slots; i++) {
 		st->slot_acts[i] = be->alloc(st->act_bytes_per_slot);
 		if (!st->slot_acts[i]) {
+			size_t bytes = st->act_bytes_per_slot; /* stage_free clears st */
 			stage_free(st);
-			return error("stage %d: cannot allocate %zu bytes of activations", s,
-				     st->act_bytes_per_slot);
+			return error("stage %d: cannot allocate %zu bytes of activations", s, bytes);
 		}
 	}
 	st->scratch = be->alloc(st->scratch_bytes);
 	if (!st->scratch) {
+		size_t bytes = st->scratch_bytes; /* stage_free clears st */
 		stage_free(st);
-		return error("stage %d: cannot allocate %zu bytes of scratch", s, st->scratch_bytes);
+		return error("stage %d: cannot allocate %zu bytes of scratch", s, bytes);
 	}
 	if (c->tied && S == 1) {
 		st->tied_head_grad = be->alloc(st_mult((size_t)c->Vp * c->C, sizeof(float)));

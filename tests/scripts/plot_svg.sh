@@ -158,7 +158,7 @@ $A plot -o hugelog.svg --logy hugelog/metrics.csv 2> err.txt &&
 # 7. bad input: exit 1, file (and line) named, an existing output untouched
 printf 'step,loss\n1,2.5\n2,abc\n' > bad.csv
 echo keep > keep.svg
-expect_exit 1 bad_number_fails -- $A plot -o keep.svg a/metrics.csv bad.csv
+expect_exit 1 bad_number_fails -- $A plot --force -o keep.svg a/metrics.csv bad.csv
 if grep -q "bad.csv:3:" err.txt; then pass bad_number_names_file_line; else
 	fail bad_number_names_file_line "$(cat err.txt)"; fi
 if [ "$(cat keep.svg)" = keep ] && [ -z "$(ls | grep '\.tmp\.')" ]; then

@@ -146,3 +146,17 @@ $A tokenize train --vocab 300 -o other.tok "$ROOT"/testdata/corpus/sea.txt 2> /d
 $A sample base --tokenizer other.tok -n 5 > /dev/null 2> err.txt
 rc=$?
 if [ $rc -eq 1 ] && grep -q "not the one this model was trained with" err.txt; then pass sample_refuses_other_tokenizer; else fail sample_refuses_other_tokenizer "exit $rc: $(cat err.txt)"; fi
+
+# 9. eval refuses shards made with another tokenizer (the ids would mean
+# other words: a loss that looks like an answer), naming both; --force
+# evaluates anyway
+$A tokenize encode -q -t other.tok -o other --val-fraction 0 --chunk-tokens 1024 \
+	"$ROOT"/testdata/corpus/sea.txt 2> err.txt
+$A eval base --data other_train.shard > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "'other_train.shard' was made with tokenizer 0x[0-9a-f]\{16\}, but '.*' was trained with tokenizer 0x[0-9a-f]\{16\}.*--force" err.txt &&
+   $A eval base --data other_train.shard --force > ev.txt 2> err.txt && grep -q '^loss' ev.txt; then
+	pass eval_refuses_other_tokenizer
+else
+	fail eval_refuses_other_tokenizer "exit $rc: $(cat err.txt)"
+fi

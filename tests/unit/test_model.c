@@ -163,6 +163,33 @@ TEST(bad_shapes_rejected)
 	model_free(&m);
 }
 
+/* A backend out of memory: stage_init fails and its message names the
+ * bytes it asked for (once reported as 0: the size was read after the
+ * stage was cleared). */
+static void *alloc_fails(size_t bytes)
+{
+	(void)bytes;
+	return NULL;
+}
+
+TEST(failed_allocation_names_its_size)
+{
+	struct model_config c = tiny(ARCH_LLAMA, 1);
+	struct model m;
+	struct stage st;
+	CHECK(model_init(&m, &c) == 0);
+	struct backend oom = *be();
+	oom.alloc = alloc_fails;
+	set_error_quiet(1);
+	CHECK(stage_init(&st, &m, &oom, 0, 1, 2, 8, 1) == -1);
+	set_error_quiet(0);
+	unsigned long long bytes = 0;
+	const char *at = strstr(last_error(), "cannot allocate ");
+	CHECK(at && sscanf(at, "cannot allocate %llu bytes of activations", &bytes) == 1);
+	CHECK(bytes > 0);
+	model_free(&m);
+}
+
 /* ---- initialisation ---- */
 
 TEST(init_deterministic_and_split_independent)

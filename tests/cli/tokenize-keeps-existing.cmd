@@ -1,0 +1,1 @@
+printf 'a b c a b\n' > t.txt && echo keep > my.tok && $ASYNCPP tokenize train -q --vocab 260 -o my.tok t.txt; rc=$?; cat my.tok; $ASYNCPP tokenize train -q --force --vocab 260 -o my.tok t.txt && $ASYNCPP tokenize encode -q -t my.tok -o d --val-fraction 0 t.txt && $ASYNCPP tokenize encode -q -t my.tok -o d --val-fraction 0 t.txt; echo $?; exit $rc
