@@ -93,8 +93,45 @@ int dist_is_root(void) { return g.rank == 0; }
 
 int dist_backend_is_host(const struct backend *be) { return !strcmp(be->name, "cpu"); }
 
-/* The configuration errors every rank finds alike: print them once. */
-#define CONFIG_ERROR(rank, ...) ((rank) == 0 ? error(__VA_ARGS__) : -1)
+#ifdef ASYNCPP_MPI
+/* What is wrong with cfg for a world of e->world processes, into msg;
+ * 0 when nothing is. Every rank finds the same. */
+static int config_problem(const struct config *cfg, const struct dist_env *e, char *msg,
+			  size_t len)
+{
+	int S = e->world;
+	long want = cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1);
+	long N = cfg->pipeline_data_parallel;
+	if (!strcmp(cfg->train_schedule, "none"))
+		snprintf(msg, len, "%d processes were launched, but train.schedule = none "
+			 "trains on one process: choose a pipeline schedule (gpipe, 1f1b, "
+			 "2bw, pipedream) with pipeline.stages (times pipeline.data_parallel) = "
+			 "%d", S, S);
+	else if (N < 1)
+		snprintf(msg, len, "pipeline.data_parallel = %ld: must be at least 1", N);
+	else if (N == 1 && cfg->pipeline_stages != S)
+		snprintf(msg, len, "pipeline.stages = %ld, but %d processes were launched (%s): "
+			 "each process runs one stage; launch %ld processes or set "
+			 "pipeline.stages = %d", cfg->pipeline_stages, S, e->from,
+			 cfg->pipeline_stages, S);
+	else if (N > 1 && want != S)
+		snprintf(msg, len, "pipeline.stages = %ld and pipeline.data_parallel = %ld need "
+			 "%ld processes (one per stage of each replica: replica r's stage s "
+			 "is rank r*%ld+s), but %d were launched (%s)", cfg->pipeline_stages,
+			 N, want, cfg->pipeline_stages, S, e->from);
+	else if (N > 1 && strcmp(cfg->train_schedule, "pipedream") &&
+		 cfg->pipeline_micro_batches % N)
+		snprintf(msg, len, "pipeline.micro_batches = %ld is not divisible by "
+			 "pipeline.data_parallel = %ld: each replica takes an equal share of "
+			 "every step's micro-batches", cfg->pipeline_micro_batches, N);
+	else if (!strcmp(cfg->pipeline_transport, "nccl"))
+		snprintf(msg, len, "pipeline.transport = nccl between processes is not supported "
+			 "yet; use mpi (the default under a launcher)");
+	else
+		return 0;
+	return 1;
+}
+#endif
 
 int dist_init(const struct config *cfg)
 {
@@ -112,38 +149,28 @@ int dist_init(const struct config *cfg)
 	}
 	int r = e.rank, S = e.world;
 #ifndef ASYNCPP_MPI
-	return CONFIG_ERROR(r, "launched as rank %d of %d (%s), but this asyncpp was built "
-			    "without MPI: install libopenmpi-dev and rebuild", r, S, e.from);
+	/* every rank finds it; the root says it */
+	return r == 0 ? error("launched as rank %d of %d (%s), but this asyncpp was built "
+			      "without MPI: install libopenmpi-dev and rebuild", r, S, e.from)
+		      : -1;
 #else
-	if (!strcmp(cfg->train_schedule, "none"))
-		return CONFIG_ERROR(r, "%d processes were launched, but train.schedule = none "
-				    "trains on one process: choose a pipeline schedule (gpipe, 1f1b, "
-				    "2bw, pipedream) with pipeline.stages (times pipeline.data_parallel) = "
-				    "%d", S, S);
-	long N = cfg->pipeline_data_parallel;
-	if (N < 1)
-		return CONFIG_ERROR(r, "pipeline.data_parallel = %ld: must be at least 1", N);
-	if (N == 1 && cfg->pipeline_stages != S)
-		return CONFIG_ERROR(r, "pipeline.stages = %ld, but %d processes were launched (%s): "
-				    "each process runs one stage; launch %ld processes or set "
-				    "pipeline.stages = %d", cfg->pipeline_stages, S, e.from,
-				    cfg->pipeline_stages, S);
-	if (N > 1 && want != S)
-		return CONFIG_ERROR(r, "pipeline.stages = %ld and pipeline.data_parallel = %ld need "
-				    "%ld processes (one per stage of each replica: replica r's stage s "
-				    "is rank r*%ld+s), but %d were launched (%s)", cfg->pipeline_stages,
-				    N, want, cfg->pipeline_stages, S, e.from);
-	if (N > 1 && strcmp(cfg->train_schedule, "pipedream") &&
-	    cfg->pipeline_micro_batches % N)
-		return CONFIG_ERROR(r, "pipeline.micro_batches = %ld is not divisible by "
-				    "pipeline.data_parallel = %ld: each replica takes an equal share of "
-				    "every step's micro-batches", cfg->pipeline_micro_batches, N);
-	if (!strcmp(tp, "nccl"))
-		return CONFIG_ERROR(r, "pipeline.transport = nccl between processes is not supported "
-				    "yet; use mpi (the default under a launcher)");
+	char problem[600];
+	int bad = config_problem(cfg, &e, problem, sizeof(problem));
 	int provided;
 	if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-		return error("rank %d: MPI_Init_thread failed", r);
+		return bad ? error("%s", problem) : error("rank %d: MPI_Init_thread failed", r);
+	if (bad) {
+		/* the root says it once, and no rank leaves before it has: a rank
+		 * that exited at once could have the launcher kill the root
+		 * before its message was out */
+		if (r == 0) {
+			error("%s", problem);
+			fflush(stderr);
+		}
+		MPI_Barrier(MPI_COMM_WORLD);
+		MPI_Finalize();
+		return -1;
+	}
 	int mr, ms;
 	MPI_Comm_rank(MPI_COMM_WORLD, &mr);
 	MPI_Comm_size(MPI_COMM_WORLD, &ms);

@@ -493,6 +493,7 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 {
 	if (!dist_active())
 		return trainer_eval(tr, data, batches);
+	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
 	mpi_attach(tr);
 	const struct backend *be = tr->be;
 	int S = tr->S, N = tr->N, r = mp.r, s = mp.s, last = s == S - 1;

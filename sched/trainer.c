@@ -263,12 +263,16 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 	return 0;
 }
 
-double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
+int trainer_eval_batches(const struct trainer *tr, const struct dataloader *data, int batches)
 {
 	/* never average the same windows twice */
 	long available = (long)(data->n_windows / (size_t)tr->B);
-	if (batches > available)
-		batches = (int)MAX(available, 1);
+	return batches > available ? (int)MAX(available, 1) : batches;
+}
+
+double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
+{
+	batches = trainer_eval_batches(tr, data, batches);
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++) {
 		load_batch(tr, data, i);

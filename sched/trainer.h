@@ -95,7 +95,9 @@ int trainer_stage_delay(const struct config *cfg, int s, int S);
 int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
 
 /* Mean loss of the newest weights over `batches` micro-batches of `data`
- * (in order, no gradients). */
+ * (in order, no gradients); at most as many as the data holds windows for
+ * (trainer_eval_batches), so no window counts twice. */
+int trainer_eval_batches(const struct trainer *tr, const struct dataloader *data, int batches);
 double trainer_eval(struct trainer *tr, struct dataloader *data, int batches);
 
 /* The step_finish sequence for step `step` (1-based) when every stage of

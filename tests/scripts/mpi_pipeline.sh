@@ -155,6 +155,20 @@ else
 	fail mpi_three_stages_equal_threads "threaded run: $(cat err.txt)"
 fi
 
+# eval.batches beyond what the val shard holds: both transports evaluate
+# the same windows (each at most once), so the val losses agree bit for bit
+EVAL=("${TINY[@]}" "${DATA[@]}" --set train.schedule=1f1b --set pipeline.stages=2
+      --set pipeline.micro_batches=2 --set train.steps=4 --set eval.every=2 --set eval.batches=100000)
+rm -rf ev_threads ev_mpi
+if $A train -q "${EVAL[@]}" --set train.out_dir=ev_threads 2> err.txt &&
+   "${MPIRUN[@]}" $A train -q "${EVAL[@]}" --set train.out_dir=ev_mpi > /dev/null 2>> err.txt &&
+   [ -n "$(cut -d, -f5 ev_mpi/metrics.csv | grep -v '^$' | sed 1d)" ] &&
+   diff <(cut -d, -f1,5 ev_threads/metrics.csv) <(cut -d, -f1,5 ev_mpi/metrics.csv) > d.txt; then
+	pass mpi_eval_beyond_val_shard_equals_threads
+else
+	fail mpi_eval_beyond_val_shard_equals_threads "$(head -c 300 err.txt) $(head -n 4 d.txt | tr '\n' ' ')"
+fi
+
 # diverging steps are skipped on every rank alike; after train.max_skipped
 # of them every rank stops at the same step, and only the root says so
 "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw \
