@@ -31,7 +31,10 @@ struct backend {
 	void (*free)(void *p);
 	void (*to_device)(void *dst, const void *src, size_t bytes);
 	void (*to_host)(void *dst, const void *src, size_t bytes);
-	void (*copy)(void *dst, const void *src, size_t bytes); /* within backend */
+	/* Within the backend. dst == src is a no-op on every backend (no call
+	 * is made: memcpy onto itself is undefined in C, and cudaMemcpy does
+	 * not promise memmove semantics); other overlaps are not allowed. */
+	void (*copy)(void *dst, const void *src, size_t bytes);
 	void (*zero)(void *p, size_t bytes);
 	void (*synchronize)(void);
 	void (*set_threads)(int n); /* 0 = all cores */
@@ -48,7 +51,9 @@ struct backend {
 			       const int32_t *tokens, int B, int T, int C);
 
 	/* ---- normalisation (over the last dimension C of inp[N,C]) ---- */
-	/* out[N,C], mean[N], rstd[N]; w[C], b[C] */
+	/* out[N,C], mean[N], rstd[N]; w[C], b[C]. A NULL w means weight 1, a
+	 * NULL b bias 0. The backward reads w the same way and skips dw or db
+	 * when that pointer is NULL (the other is still accumulated). */
 	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
 				  const float *w, const float *b, int N, int C, float eps);
 	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
@@ -102,7 +107,14 @@ struct backend {
 	/* ---- loss ---- */
 	/* losses[N] = -log softmax(logits[n,:V])[targets[n]]. If dlogits is
 	 * non-NULL it receives (softmax - onehot) * dloss over the first V
-	 * columns and 0 over the padding; dlogits may alias logits. */
+	 * columns and 0 over the padding; dlogits may alias logits.
+	 * A target outside [0, V) reads no logit: target < 0 means "ignore",
+	 * loss 0 and a zero gradient row; target >= V is a bad input, loss NaN
+	 * (so it shows in the mean) and a zero gradient row. dloss is per row:
+	 * stage_forward passes dloss/N and reports the mean over all N = B*T
+	 * rows, ignored rows counted as 0 (not a mean over the kept ones, as
+	 * PyTorch's ignore_index would give); nothing produces a negative
+	 * target today. */
 	void (*softmax_xent)(float *losses, float *dlogits, const float *logits,
 			     const int32_t *targets, int N, int V, int Vp, float dloss);
 

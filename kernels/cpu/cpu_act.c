@@ -112,10 +112,21 @@ static double exp_store_sum(float *d, const float *x, int V, float m)
 	return sum;
 }
 
+/* A target outside [0, V) (see backend.h): < 0 is ignored, loss 0; >= V is
+ * a bad input, loss NaN so it shows. The gradient row is 0 either way, and
+ * no logit is read (t may lie outside the row). */
+static void xent_bad_target(float *loss, float *drow, int t, int Vp)
+{
+	*loss = t < 0 ? 0.0f : NAN;
+	if (drow)
+		for (int c = 0; c < Vp; c++)
+			drow[c] = 0.0f;
+}
+
 /* losses[N] = logsumexp(logits[n,:V]) - logits[n,targets[n]];
  * dlogits[N,Vp] (may alias logits, may be NULL) = (softmax - onehot) * dloss
  * over the first V columns, 0 over the padding. The exponentials are summed
- * in a fixed order (exp_sum). */
+ * in a fixed order (exp_sum). Targets outside [0, V): xent_bad_target. */
 void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		      const int32_t *targets, int N, int V, int Vp, float dloss)
 {
@@ -124,6 +135,10 @@ void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		const float *x = logits + (size_t)n * Vp;
 		float *d = dlogits ? dlogits + (size_t)n * Vp : NULL;
 		int t = targets[n];
+		if (t < 0 || t >= V) {
+			xent_bad_target(losses + n, d, t, Vp);
+			continue;
+		}
 		float xt = x[t], m = -INFINITY;
 		double sum = 0.0;
 #pragma omp simd reduction(max : m)

@@ -89,7 +89,19 @@ void cpu_colsum_acc(float *dst, const float *x, int N, int C)
 	}
 }
 
-/* out[N,C], mean[N], rstd[N] from inp[N,C]; w[C], b[C] */
+/* The LayerNorm weight and bias of column c: NULL means 1 and 0 (backend.h).
+ * The test sits outside the hot loops once the compiler unswitches them. */
+static inline float ln_w(const float *w, int c)
+{
+	return w ? w[c] : 1.0f;
+}
+
+static inline float ln_b(const float *b, int c)
+{
+	return b ? b[c] : 0.0f;
+}
+
+/* out[N,C], mean[N], rstd[N] from inp[N,C]; w[C], b[C] (each may be NULL) */
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 			   const float *w, const float *b, int N, int C, float eps)
 {
@@ -109,13 +121,14 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 		}
 		float r = 1.0f / sqrtf(v / C + eps);
 		for (int c = 0; c < C; c++)
-			o[c] = (x[c] - m) * r * w[c] + b[c];
+			o[c] = (x[c] - m) * r * ln_w(w, c) + ln_b(b, c);
 		mean[n] = m;
 		rstd[n] = r;
 	}
 }
 
-/* dinp[N,C] (overwritten), dw[C] += , db[C] += ; dout, inp [N,C]; mean, rstd [N] */
+/* dinp[N,C] (overwritten), dw[C] += , db[C] += (each skipped when NULL);
+ * dout, inp [N,C]; w[C] (NULL: 1); mean, rstd [N] */
 void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 			    const float *inp, const float *w, const float *mean,
 			    const float *rstd, int N, int C)
@@ -131,7 +144,7 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 			float m = mean[n], r = rstd[n], s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
 			for (int c = 0; c < C; c++) {
-				float dn = g[c] * w[c];
+				float dn = g[c] * ln_w(w, c);
 				s1 += dn;
 				s2 += dn * (x[c] - m) * r;
 			}
@@ -139,11 +152,11 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 			s2 /= C;
 			for (int c = 0; c < C; c++) {
 				float xn = (x[c] - m) * r;
-				dx[c] = (g[c] * w[c] - s1 - xn * s2) * r;
+				dx[c] = (g[c] * ln_w(w, c) - s1 - xn * s2) * r;
 			}
 		}
 #pragma omp for schedule(static)
-		for (int blk = 0; blk < nb; blk++) {
+		for (int blk = 0; blk < (dw || db ? nb : 0); blk++) {
 			int c0 = blk * CB, wd = c0 + CB < C ? CB : C - c0;
 			float aw[CB] = {0}, ab[CB] = {0};
 			for (int n = 0; n < N; n++) {
@@ -156,8 +169,10 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 				}
 			}
 			for (int c = 0; c < wd; c++) {
-				dw[c0 + c] += aw[c];
-				db[c0 + c] += ab[c];
+				if (dw)
+					dw[c0 + c] += aw[c];
+				if (db)
+					db[c0 + c] += ab[c];
 			}
 		}
 	}

@@ -269,8 +269,12 @@ static void cu_to_host(void *dst, const void *src, size_t bytes)
 	CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+/* dst == src is a no-op (backend.h): no copy is queued, since
+ * cudaMemcpyAsync does not promise memmove semantics for overlaps. */
 static void cu_copy(void *dst, const void *src, size_t bytes)
 {
+	if (dst == src || !bytes)
+		return;
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
 }
 
@@ -571,8 +575,8 @@ static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
 /* ------------------------------------------------------------------ */
 /* normalisation: one warp per row                                      */
 
-/* LayerNorm when b_or_ln is set (mean subtracted, bias optional), RMSNorm
- * otherwise (mean NULL). */
+/* LayerNorm when is_ln is set (mean subtracted), RMSNorm otherwise (mean
+ * NULL). w NULL means weight 1, b NULL bias 0 (backend.h). */
 __global__ static void norm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
 					   const float *w, const float *b, int N, int C, float eps,
 					   int is_ln)
@@ -597,7 +601,7 @@ __global__ static void norm_forward_kernel(float *out, float *mean, float *rstd,
 	float rs = rsqrtf(warp_sum(v) / C + eps);
 	float *o = out + (size_t)row * C;
 	for (int c = lane; c < C; c += 32) {
-		float y = (x[c] - m) * rs * w[c];
+		float y = (x[c] - m) * rs * (w ? w[c] : 1.0f);
 		if (b)
 			y += b[c];
 		o[c] = y;
@@ -611,7 +615,8 @@ __global__ static void norm_forward_kernel(float *out, float *mean, float *rstd,
 }
 
 /* dinp = rstd * (dnorm - [mean(dnorm)] - xhat * mean(dnorm * xhat)),
- * dnorm = dout * w; the bracketed term only for LayerNorm (mean non-NULL). */
+ * dnorm = dout * w (w NULL: 1); the bracketed term only for LayerNorm (mean
+ * non-NULL). */
 __global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, const float *inp,
 					       const float *w, const float *mean,
 					       const float *rstd, int N, int C)
@@ -624,7 +629,7 @@ __global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, c
 	float m = mean ? mean[row] : 0.0f, rs = rstd[row];
 	float s1 = 0, s2 = 0;
 	for (int c = lane; c < C; c += 32) {
-		float dn = dy[c] * w[c];
+		float dn = dy[c] * (w ? w[c] : 1.0f);
 		s1 += dn;
 		s2 += dn * ((x[c] - m) * rs);
 	}
@@ -632,7 +637,7 @@ __global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, c
 	s2 = warp_sum(s2) / C;
 	float *dx = dinp + (size_t)row * C;
 	for (int c = lane; c < C; c += 32) {
-		float dn = dy[c] * w[c];
+		float dn = dy[c] * (w ? w[c] : 1.0f);
 		float xh = (x[c] - m) * rs;
 		dx[c] = (dn - s1 - xh * s2) * rs;
 	}
@@ -878,7 +883,10 @@ __global__ static void softmax_xent_kernel(float *losses, float *dlogits, const 
 			lse_merge(mm, ss, shm[w], shs[w]);
 		float lse = mm + logf(ss);
 		sh_lse = lse;
-		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : 0.0f;
+		/* a target outside [0, V) (backend.h): t < 0 is ignored (0),
+		 * t >= V a bad input (NaN); its gradient row is 0 below */
+		float bad = t < 0 ? 0.0f : __int_as_float(0x7fc00000);
+		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : bad;
 	}
 	__syncthreads();
 	if (!dlogits)

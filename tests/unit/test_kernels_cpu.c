@@ -664,6 +664,108 @@ TEST(softmax_xent_padded)
 	free(logits), free(losses), free(d), free(l2), free(G.x), free(G.out);
 }
 
+/* ---- contracts of backend.h where the backends once differed ---- */
+
+/* A target < 0 is ignored (loss 0, zero gradient row); a target >= V is a
+ * bad input made visible (NaN loss, zero gradient row). Other rows are as
+ * with valid targets, and nothing outside the logits is read or written. */
+TEST(softmax_xent_target_out_of_range)
+{
+	int N = 6, V = 23, Vp = 32;
+	size_t nl = (size_t)N * Vp;
+	int32_t tg[6] = {3, -1, 23, 7, -7, 100000}, ok[6] = {3, 0, 0, 7, 0, 0};
+	int bad[6] = {0, 1, 2, 0, 1, 2}; /* 0 valid, 1 ignored, 2 >= V */
+	float *logits = fnew(nl), *d = fnew(nl), *dref = fnew(nl), *alias = fnew(nl);
+	float *losses = fnew(N), *lref = fnew(N), *l2 = fnew(N);
+	float dloss = 1.0f / N;
+
+	frand(logits, nl, 91, 3);
+	be->softmax_xent(lref, dref, logits, ok, N, V, Vp, dloss);
+	garbage(d, nl);
+	be->softmax_xent(losses, d, logits, tg, N, V, Vp, dloss);
+	memcpy(alias, logits, nl * 4);
+	be->softmax_xent(l2, alias, alias, tg, N, V, Vp, dloss); /* dlogits aliases logits */
+	for (int n = 0; n < N; n++) {
+		const float *row = d + (size_t)n * Vp, *arow = alias + (size_t)n * Vp;
+		if (bad[n] == 0) {
+			CHECK_MSG(losses[n] == lref[n] && l2[n] == lref[n], "row %d: loss changed", n);
+			CHECK(!memcmp(row, dref + (size_t)n * Vp, Vp * 4));
+			CHECK(!memcmp(arow, row, Vp * 4));
+			continue;
+		}
+		if (bad[n] == 1)
+			CHECK_MSG(losses[n] == 0.0f && l2[n] == 0.0f, "row %d: ignored target, loss %g",
+				  n, losses[n]);
+		else
+			CHECK_MSG(isnan(losses[n]) && isnan(l2[n]), "row %d: target %d >= V, loss %g",
+				  n, tg[n], losses[n]);
+		for (int c = 0; c < Vp; c++)
+			CHECK_MSG(row[c] == 0.0f && arow[c] == 0.0f,
+				  "row %d (target %d): dlogits[%d] = %g, want 0", n, tg[n], c, row[c]);
+	}
+	be->softmax_xent(l2, NULL, logits, tg, N, V, Vp, dloss); /* loss only */
+	CHECK(l2[0] == lref[0] && l2[1] == 0.0f && isnan(l2[2]) && isnan(l2[5]));
+	free(logits), free(d), free(dref), free(alias), free(losses), free(lref), free(l2);
+}
+
+/* copy with dst == src is a no-op (memcpy onto itself would be UB in C). */
+TEST(copy_onto_itself)
+{
+	float x[7] = {1, -2, 3.5f, 1e-30f, -0.0f, 7, 8}, y[7];
+	memcpy(y, x, sizeof(x));
+	be->copy(x, x, sizeof(x));
+	CHECK(!memcmp(x, y, sizeof(x)));
+	be->copy(x, x, 0);
+	be->copy(x + 2, x + 2, 3 * sizeof(float));
+	CHECK(!memcmp(x, y, sizeof(x)));
+}
+
+/* layernorm: NULL weight means 1, NULL bias 0; the backward skips dw or db
+ * when that one is NULL and reads w = NULL as 1 too. Compared with the same
+ * backend given explicit ones and zeros. */
+TEST(layernorm_null_weight_bias)
+{
+	int N = 9, C = 131;
+	size_t no = (size_t)N * C;
+	float *x = fnew(no), *dy = fnew(no), *one = fnew(C), *zero = fnew(C);
+	float *out0 = fnew(no), *out = fnew(no), *mean = fnew(N), *rstd = fnew(N);
+	float *dx0 = fnew(no), *dx = fnew(no), *dw0 = fnew(C), *db0 = fnew(C);
+	float *dw = fnew(C), *db = fnew(C);
+
+	frand(x, no, 95, 2);
+	frand(dy, no, 96, 1);
+	for (int c = 0; c < C; c++)
+		one[c] = 1.0f;
+	be->layernorm_forward(out0, mean, rstd, x, one, zero, N, C, 1e-5f);
+	be->layernorm_backward(dx0, dw0, db0, dy, x, one, mean, rstd, N, C);
+	for (int k = 1; k < 4; k++) { /* bit 0: weight NULL, bit 1: bias NULL */
+		garbage(out, no);
+		be->layernorm_forward(out, mean, rstd, x, k & 1 ? NULL : one, k & 2 ? NULL : zero,
+				      N, C, 1e-5f);
+		for (size_t i = 0; i < no; i++)
+			CHECK_MSG(fabsf(out[i] - out0[i]) <= 1e-6f * (fabsf(out0[i]) + 1),
+				  "out[%zu] = %g, want %g (case %d)", i, out[i], out0[i], k);
+	}
+	/* dw only, db only, neither (a NULL one stays 0); w NULL each time */
+	for (int k = 0; k < 3; k++) {
+		memset(dw, 0, C * 4), memset(db, 0, C * 4);
+		garbage(dx, no);
+		int no_dw = k != 0, no_db = k != 1;
+		be->layernorm_backward(dx, no_dw ? NULL : dw, no_db ? NULL : db, dy, x, NULL, mean,
+				       rstd, N, C);
+		for (size_t i = 0; i < no; i++)
+			CHECK_MSG(fabsf(dx[i] - dx0[i]) <= 1e-6f * (fabsf(dx0[i]) + 1),
+				  "dinp[%zu] = %g, want %g (case %d)", i, dx[i], dx0[i], k);
+		for (int c = 0; c < C; c++) {
+			float ww = no_dw ? 0.0f : dw0[c], wb = no_db ? 0.0f : db0[c];
+			CHECK(fabsf(dw[c] - ww) <= 1e-6f * (fabsf(ww) + 1));
+			CHECK(fabsf(db[c] - wb) <= 1e-6f * (fabsf(wb) + 1));
+		}
+	}
+	free(x), free(dy), free(one), free(zero), free(out0), free(out), free(mean), free(rstd);
+	free(dx0), free(dx), free(dw0), free(db0), free(dw), free(db);
+}
+
 /* ---- the vectorised exp behind softmax, GELU and SiLU ---- */
 
 #include "../../kernels/cpu/cpu_math.h"
