@@ -169,6 +169,46 @@ else
 	fail mpi_eval_beyond_val_shard_equals_threads "$(head -c 300 err.txt) $(head -n 4 d.txt | tr '\n' ' ')"
 fi
 
+# a rank killed with -9 mid-run: the job ends within 30 s naming the dead
+# rank, the newest checkpoint is complete, and resuming from it under
+# mpirun ends with the uninterrupted run's losses; SIGTERM to the launcher
+# (what Slurm sends before the time limit) writes one checkpoint of one
+# step for every stage, and the resumed run is exact as well
+FAULT=("${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw --set pipeline.stages=2
+       --set pipeline.micro_batches=2 --set train.steps=1500 --set eval.every=0 --set log.every=1
+       --set checkpoint.every=50)
+rm -rf f_threads
+$A train -q "${FAULT[@]}" --set train.out_dir=f_threads 2> err.txt
+for sig in KILL TERM; do
+	rm -rf f_$sig
+	"${MPIRUN[@]}" $A train -q "${FAULT[@]}" --set train.out_dir=f_$sig > /dev/null 2> err.txt &
+	launcher=$!
+	for _ in $(seq 1 200); do
+		[ -f f_$sig/metrics.csv ] && [ "$(wc -l < f_$sig/metrics.csv)" -gt 120 ] && break
+		sleep 0.05
+	done
+	t0=$(date +%s)
+	if [ $sig = KILL ]; then
+		kill -9 "$(pgrep -f "asyncpp train.*f_$sig" | grep -v "^$launcher$" | sort -n | tail -n 1)"
+	else
+		kill -TERM $launcher
+	fi
+	wait $launcher
+	rc=$? took=$(( $(date +%s) - t0 ))
+	said=1
+	[ $sig = KILL ] && ! grep -q "rank 1 .*exited on signal 9" err.txt && said=0
+	[ $sig = TERM ] && ! grep -q "terminated: wrote f_TERM/ckpt-" err.txt && said=0
+	newest=$(ls f_$sig/ckpt-*.ckpt 2> /dev/null | tail -n 1)
+	if [ $rc -ne 0 ] && [ $took -le 30 ] && [ $said = 1 ] && [ -n "$newest" ] &&
+	   $A inspect "$newest" > /dev/null 2>&1 &&
+	   "${MPIRUN[@]}" $A train -q --resume f_$sig > /dev/null 2> err2.txt &&
+	   diff <(cut -d, -f1,4 f_threads/metrics.csv) <(cut -d, -f1,4 f_$sig/metrics.csv) > d.txt; then
+		pass "mpi_${sig,,}_mid_run_resumes_exactly (ended in ${took} s)"
+	else
+		fail "mpi_${sig,,}_mid_run_resumes_exactly" "exit $rc after ${took} s, newest '$newest': $(head -c 300 err.txt) $(head -c 300 err2.txt 2> /dev/null) $(head -n 3 d.txt 2> /dev/null | tr '\n' ' ')"
+	fi
+done
+
 # diverging steps are skipped on every rank alike; after train.max_skipped
 # of them every rank stops at the same step, and only the root says so
 "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw \
