@@ -131,7 +131,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasync
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
 
-$(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libasyncpp.a
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz_file.h $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libasyncpp.a $(LDLIBS)
 

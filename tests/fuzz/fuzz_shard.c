@@ -9,21 +9,13 @@
 
 #include "../../io/shard.h"
 #include "../../io/util.h"
+#include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char path[512];
-	const char *tmp = getenv("TMPDIR");
-	snprintf(path, sizeof(path), "%s/fuzz_shard.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	int fd = mkstemp(path);
-	if (fd < 0)
+	if (fuzz_file(data, size, "fuzz_shard", path))
 		return 0;
-	if (write(fd, data, size) != (ssize_t)size) {
-		close(fd);
-		unlink(path);
-		return 0;
-	}
-	close(fd);
 	set_error_quiet(1);
 	struct shard *s;
 	if (!shard_open(&s, path)) {
