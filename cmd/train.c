@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../io/checkpoint.h"
@@ -545,8 +546,83 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 	return train_dir_set_run_id(dir, r->run_id);
 }
 
+/* The command line, shell-quoted where a word needs it (malloc'ed). */
+static char *command_line(int argc, char **argv)
+{
+	struct buf b = {0};
+	buf_append(&b, "asyncpp", 7);
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		int plain = *a != 0;
+		for (const char *c = a; *c; c++)
+			if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+				    "-_./=:,+@%", *c))
+				plain = 0;
+		buf_append(&b, " ", 1);
+		if (plain) {
+			buf_append(&b, a, strlen(a));
+			continue;
+		}
+		buf_append(&b, "'", 1);
+		for (const char *c = a; *c; c++)
+			if (*c == '\'')
+				buf_append(&b, "'\\''", 4);
+			else
+				buf_append(&b, c, 1);
+		buf_append(&b, "'", 1);
+	}
+	buf_append(&b, "", 1);
+	return (char *)b.data;
+}
+
+/* OUT_DIR/config.ini: the run's whole configuration, resolved (the data the
+ * built-in corpus gave, the vocabulary), so `asyncpp train -c
+ * OUT_DIR/config.ini` reruns it; the command line and build in comments. */
+static int write_run_config(const struct config *cfg, const char *cmdline)
+{
+	char *path = path_in(cfg->train_out_dir, "config.ini");
+	char *text = config_to_string(cfg);
+	struct atomic_file af;
+	int rc = atomic_open(&af, path);
+	if (!rc) {
+		char head[160];
+		time_t now = time(NULL);
+		struct tm tm;
+		gmtime_r(&now, &tm);
+		int n = snprintf(head, sizeof(head), "# written by asyncpp %s at %04d-%02d-%02dT%02d:%02d:%02dZ for:\n# ",
+				 ASYNCPP_VERSION, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+				 tm.tm_hour, tm.tm_min, tm.tm_sec);
+		/* comment lines short enough for the INI reader (and a newline in
+		 * an argument must not end the comment): wrapped at blanks, a
+		 * trailing backslash continues, as in a shell */
+		struct buf line = {0};
+		size_t col = 0;
+		for (const char *c = cmdline; *c; c++) {
+			if (*c == '\n' || (col >= 100 && *c == ' ') || col >= 150) {
+				buf_append(&line, *c == ' ' ? " \\\n# " : "\\\n# ", *c == ' ' ? 5 : 4);
+				col = 0;
+				if (*c == ' ' || *c == '\n')
+					continue;
+			}
+			buf_append(&line, c, 1);
+			col++;
+		}
+		static const char rerun[] =
+			"\n# rerun: asyncpp train -c THIS_FILE --set train.out_dir=NEW_DIR\n\n";
+		if (atomic_write(&af, head, (size_t)n) || atomic_write(&af, line.data, line.len) ||
+		    atomic_write(&af, rerun, sizeof(rerun) - 1) ||
+		    atomic_write(&af, text, strlen(text)) || atomic_commit(&af))
+			rc = -1;
+		buf_free(&line);
+	}
+	free(text);
+	free(path);
+	return rc;
+}
+
 int cmd_train(int argc, char **argv)
 {
+	char *cmdline = command_line(argc, argv); /* "train ...", before opts_parse moves argv */
 	const char *config_file = NULL, *resume = NULL;
 	struct opt_list sets = {0};
 	int print_config = 0, quiet = 0, overwrite = 0;
@@ -624,6 +700,10 @@ int cmd_train(int argc, char **argv)
 	char vocab[32];
 	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
 	config_set_key(cfg, "model", "vocab_size", vocab, "data");
+	int wrote = dist_is_root() ? write_run_config(cfg, cmdline) : 0;
+	free(cmdline);
+	if (wrote)
+		return EXIT_FAIL;
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
 	if (dist_active()) /* one stage per process: the rest of the arena stays untouched */
 		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed,

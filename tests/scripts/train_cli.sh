@@ -160,3 +160,16 @@ if [ $rc -eq 1 ] && grep -q "'other_train.shard' was made with tokenizer 0x[0-9a
 else
 	fail eval_refuses_other_tokenizer "exit $rc: $(cat err.txt)"
 fi
+
+# 10. OUT_DIR/config.ini reruns the run: the same losses step for step; its
+# comment holds the command line
+$A train -q "${TINY[@]}" --set train.out_dir=cfg1 --set train.steps=15 --set log.every=1 \
+	--set optim.lr='2e-3' 2> err.txt
+if grep -q "^# asyncpp train -q " cfg1/config.ini && grep -q "^#.*--set optim.lr=2e-3" cfg1/config.ini &&
+   $A train -q -c cfg1/config.ini --set train.out_dir=cfg2 2> err.txt &&
+   diff <(cut -d, -f1,2,4,6,7 cfg1/metrics.csv) <(cut -d, -f1,2,4,6,7 cfg2/metrics.csv) > d.txt &&
+   [ "$(wc -l < cfg2/metrics.csv)" = 16 ]; then
+	pass config_ini_reruns_the_run
+else
+	fail config_ini_reruns_the_run "$(cat err.txt) $(head -n 3 d.txt | tr '\n' ' ') $(head -n 3 cfg1/config.ini)"
+fi
