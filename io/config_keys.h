@@ -56,6 +56,7 @@
 	X(pipeline, stages, INT_IN(1, 4096), "1", "pipeline stages S")                                             \
 	X(pipeline, micro_batches, INT_IN(1, 1048576), "1", "micro-batches per optimizer step M (gradient accumulation)") \
 	X(pipeline, transport, CHOICE("local|mpi|nccl"), "local", "how stages exchange tensors")       \
+	X(pipeline, timeout, FLOAT_IN(0, INFINITY), "600", "seconds a stage process waits for a tensor before it names it and aborts the job (mpi; 0 waits forever)") \
 	X(pipeline, data_parallel, INT_IN(1, 4096), "1", "data-parallel replicas of the pipeline")                 \
 	X(eval, every, INT_IN(0, INFINITY), "100", "validation every N steps; 0 disables")                             \
 	X(eval, batches, INT_IN(1, 1048576), "8", "validation micro-batches per evaluation")                          \

@@ -66,8 +66,10 @@ struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 /* One stage per MPI process: this process runs stage s of a pipeline whose
  * stage q is rank base + q (replica r's pipeline has base r*S); NULL after
  * error() when built without MPI or when MPI is not running. Collective:
- * every rank creates its board at the same point. */
+ * every rank creates its board at the same point. A wait longer than
+ * timeout seconds (pipeline.timeout; 0 = forever) names what it waits for
+ * and aborts the job (mpi_wait.h). */
 struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
-			size_t tied_n);
+			size_t tied_n, double timeout);
 
 #endif

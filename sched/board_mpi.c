@@ -25,7 +25,7 @@
 #ifndef ASYNCPP_MPI
 
 struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
-			size_t tied_n)
+			size_t tied_n, double timeout)
 {
 	error("this asyncpp was built without MPI");
 	return NULL;
@@ -39,6 +39,7 @@ struct board *board_mpi(const struct backend *be, int S, int s, int base, const 
 #include <string.h>
 
 #include "dist.h"
+#include "mpi_wait.h"
 
 struct entry {
 	double *sumsq;            /* [total], global order */
@@ -53,6 +54,7 @@ struct mpi_board {
 	const struct backend *be;
 	int rank, host;           /* rank: this process's stage */
 	int base;                 /* world rank of stage 0 */
+	double timeout;           /* seconds a wait may take (pipeline.timeout) */
 	int *n_tensors;
 	size_t *offset;
 	size_t tied_n;
@@ -169,7 +171,8 @@ static const float *mb_tied_wait(struct board *b, int s, long step, double *wait
 		die("internal error: stage %d waits for a tied part of step %ld it did not post", s,
 		    step);
 	double t0 = now_sec();
-	MPI_Wait(&e->req[nreq(m) - 1], MPI_STATUS_IGNORE);
+	mpi_wait_all(1, &e->req[nreq(m) - 1], MPI_STATUSES_IGNORE, m->timeout, s,
+		     "the tied embedding's gradient of step %ld from rank %d", step, tied_peer(m));
 	*waited = now_sec() - t0;
 	if (m->host)
 		return e->tied_in;
@@ -208,7 +211,9 @@ static const double *mb_wait(struct board *b, int s, long step, double *waited)
 	if (!e->posted)
 		die("internal error: stage %d waits for step %ld before posting it", s, step);
 	double t0 = now_sec();
-	MPI_Waitall(b->S - 1, e->req, MPI_STATUSES_IGNORE);
+	mpi_wait_all(b->S - 1, e->req, MPI_STATUSES_IGNORE, m->timeout, s,
+		     "the gradient norms of step %ld from the other stages (ranks %d to %d)", step,
+		     m->base, m->base + b->S - 1);
 	*waited = now_sec() - t0;
 	return e->sumsq;
 }
@@ -276,7 +281,7 @@ static void mb_destroy(struct board *b)
 }
 
 struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
-			size_t tied_n)
+			size_t tied_n, double timeout)
 {
 	if (!dist_active()) {
 		error("internal error: the mpi board needs a running MPI (dist_init)");
@@ -290,6 +295,7 @@ struct board *board_mpi(const struct backend *be, int S, int s, int base, const 
 	m->be = be;
 	m->rank = s;
 	m->base = base;
+	m->timeout = timeout;
 	m->host = dist_backend_is_host(be);
 	m->tied_n = tied_n;
 	m->n_tensors = xcalloc((size_t)S, sizeof(int));

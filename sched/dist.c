@@ -16,6 +16,8 @@
 
 #ifdef ASYNCPP_MPI
 #include <mpi.h>
+
+#include "mpi_wait.h"
 #endif
 
 static struct {
@@ -23,6 +25,8 @@ static struct {
 	int active;         /* MPI initialised by dist_init with world > 1 */
 	void (*at_end[4])(void);
 	int n_at_end;
+	double timeout;     /* pipeline.timeout: the longest wait on another rank */
+	int stages;         /* pipeline.stages: rank % stages is the stage */
 #ifdef ASYNCPP_MPI
 	MPI_Comm ctl;
 #endif
@@ -190,6 +194,8 @@ int dist_init(const struct config *cfg)
 	g.rank = r;
 	g.world = S;
 	g.local_rank = e.local_rank;
+	g.timeout = cfg->pipeline_timeout;
+	g.stages = (int)MAX(cfg->pipeline_stages, 1);
 	g.active = 1;
 	return 0;
 #endif
@@ -220,7 +226,10 @@ int dist_max_int(int v)
 #ifdef ASYNCPP_MPI
 	if (g.active) {
 		int out;
-		MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, g.ctl);
+		MPI_Request req;
+		MPI_Iallreduce(&v, &out, 1, MPI_INT, MPI_MAX, g.ctl, &req);
+		mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
+			     "the other ranks at a step boundary (every rank joins there)");
 		return out;
 	}
 #endif
@@ -237,8 +246,11 @@ int dist_send(const void *buf, size_t bytes, int to, int tag)
 		const char *p = buf;
 		do {
 			size_t n = MIN(bytes, PIECE);
-			if (MPI_Send(p, (int)n, MPI_BYTE, to, tag, g.ctl) != MPI_SUCCESS)
+			MPI_Request req;
+			if (MPI_Isend(p, (int)n, MPI_BYTE, to, tag, g.ctl, &req) != MPI_SUCCESS)
 				return error("rank %d: MPI_Send to rank %d failed", g.rank, to);
+			mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
+				     "rank %d to take %zu bytes (a checkpoint part)", to, n);
 			p += n;
 			bytes -= n;
 		} while (bytes);
@@ -257,8 +269,11 @@ int dist_recv(void *buf, size_t bytes, int from, int tag)
 			size_t n = MIN(bytes, PIECE);
 			MPI_Status st;
 			int got;
-			if (MPI_Recv(p, (int)n, MPI_BYTE, from, tag, g.ctl, &st) != MPI_SUCCESS)
+			MPI_Request req;
+			if (MPI_Irecv(p, (int)n, MPI_BYTE, from, tag, g.ctl, &req) != MPI_SUCCESS)
 				return error("rank %d: MPI_Recv from rank %d failed", g.rank, from);
+			mpi_wait_all(1, &req, &st, g.timeout, g.rank % g.stages,
+				     "%zu bytes (a checkpoint part) from rank %d", n, from);
 			MPI_Get_count(&st, MPI_BYTE, &got);
 			if ((size_t)got != n)
 				return error("rank %d: got %d bytes from rank %d, expected %zu", g.rank,
@@ -279,8 +294,11 @@ int dist_bcast(void *buf, size_t bytes, int root)
 		char *p = buf;
 		do {
 			size_t n = MIN(bytes, PIECE);
-			if (MPI_Bcast(p, (int)n, MPI_BYTE, root, g.ctl) != MPI_SUCCESS)
+			MPI_Request req;
+			if (MPI_Ibcast(p, (int)n, MPI_BYTE, root, g.ctl, &req) != MPI_SUCCESS)
 				return error("rank %d: MPI_Bcast from rank %d failed", g.rank, root);
+			mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
+				     "a broadcast of %zu bytes from rank %d", n, root);
 			p += n;
 			bytes -= n;
 		} while (bytes);

@@ -331,8 +331,10 @@ static void mpi_attach(struct trainer *tr)
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*S + s: its messages go to the ranks
 	 * of its own replica */
-	mp.tp = transport_shift(transport_mpi(tr->be, S * N, rank, act_n), mp.r * S);
-	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n) : NULL;
+	mp.tp = transport_shift(transport_mpi(tr->be, S * N, rank, act_n, S,
+						   tr->cfg->pipeline_timeout), mp.r * S);
+	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n,
+						    tr->cfg->pipeline_timeout) : NULL;
 	free(n_tensors);
 	if (!mp.tp || !mp.board)
 		die("cannot set up the pipeline between processes");

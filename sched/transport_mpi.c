@@ -4,8 +4,11 @@
  * below MPI_TAG_UB: between two ranks the messages of one kind go in
  * ascending mb, and MPI keeps messages with the same source and tag in
  * order); its buffer stays out of the pool until the request completes, so
- * a send never blocks. A receive is a blocking MPI_Recv by (source, tag);
- * the seconds it blocks are the stage's waiting time.
+ * a send never blocks. A receive waits for its message by (source, tag);
+ * the seconds it waits are the stage's waiting time. A receive still
+ * waiting after the timeout (pipeline.timeout) names the rank, the stage,
+ * the micro-batch and the tensor it waits for, and aborts the job: a rank
+ * that is stuck (or stopped) shows up as a message, not as a hang.
  *
  * With a host backend (cpu) MPI reads and writes the backend buffers
  * themselves; otherwise messages are staged through host buffers (no
@@ -20,7 +23,8 @@
 
 #ifndef ASYNCPP_MPI
 
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats)
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats,
+				int stages, double timeout)
 {
 	error("this asyncpp was built without MPI");
 	return NULL;
@@ -33,6 +37,7 @@ struct transport *transport_mpi(const struct backend *be, int S, int rank, size_
 #include <stdlib.h>
 
 #include "dist.h"
+#include "mpi_wait.h"
 
 struct pending {
 	MPI_Request req;
@@ -54,6 +59,8 @@ struct mpi_tp {
 	size_t n;
 	MPI_Comm comm;
 	int tag_mb;               /* micro-batches before the tags wrap */
+	int stages;               /* pipeline stages (ranks are replica*stages + stage) */
+	double timeout;           /* seconds a receive may wait; 0 = forever */
 	struct pool dev, stage;   /* backend buffers, host staging buffers */
 	struct pending *pend;
 	int n_pend, cap_pend;
@@ -147,8 +154,12 @@ static float *mpi_recv(struct transport *t, int to, int from, int kind, int mb, 
 	void *dev = pool_get(m, &m->dev, 0);
 	void *wire = m->host ? dev : pool_get(m, &m->stage, 1);
 	MPI_Status st;
+	MPI_Request req;
 	double t0 = now_sec();
-	MPI_Recv(wire, (int)m->n, MPI_FLOAT, from, tag_of(m, kind, mb), m->comm, &st);
+	MPI_Irecv(wire, (int)m->n, MPI_FLOAT, from, tag_of(m, kind, mb), m->comm, &req);
+	mpi_wait_all(1, &req, &st, m->timeout, m->rank % m->stages,
+		     "the %s of micro-batch %d from rank %d (stage %d)",
+		     kind == MSG_ACT ? "activation" : "gradient", mb, from, from % m->stages);
 	if (waited)
 		*waited = now_sec() - t0;
 	int got;
@@ -181,7 +192,8 @@ static void mpi_destroy(struct transport *t)
 	free(m);
 }
 
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats)
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats,
+				int stages, double timeout)
 {
 	if (!dist_active()) {
 		error("internal error: the mpi transport needs a running MPI (dist_init)");
@@ -198,6 +210,8 @@ struct transport *transport_mpi(const struct backend *be, int S, int rank, size_
 	m->rank = rank;
 	m->host = dist_backend_is_host(be);
 	m->n = msg_floats;
+	m->stages = stages;
+	m->timeout = timeout;
 	MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
 	int *ub, flag;
 	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);

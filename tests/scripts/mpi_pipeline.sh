@@ -209,6 +209,31 @@ for sig in KILL TERM; do
 	fi
 done
 
+# a stopped rank (SIGSTOP: alive, silent) makes the other name what it
+# waits for once pipeline.timeout passes, and the job ends instead of hanging
+rm -rf stall
+"${MPIRUN[@]}" $A train -q "${FAULT[@]}" --set pipeline.timeout=2 --set train.out_dir=stall \
+	> /dev/null 2> err.txt &
+launcher=$!
+for _ in $(seq 1 200); do
+	[ -f stall/metrics.csv ] && [ "$(wc -l < stall/metrics.csv)" -gt 50 ] && break
+	sleep 0.05
+done
+victim=$(pgrep -f "asyncpp train.*out_dir=stall" | grep -v "^$launcher$" | sort -n | tail -n 1)
+t0=$(date +%s)
+kill -STOP "$victim"
+for _ in $(seq 1 300); do kill -0 $launcher 2> /dev/null || break; sleep 0.1; done
+kill -0 $launcher 2> /dev/null && { kill -KILL "$victim" $launcher; sleep 1; }
+wait $launcher
+rc=$? took=$(( $(date +%s) - t0 ))
+if [ $rc -ne 0 ] && [ $took -le 20 ] &&
+   grep -Eq "rank 0 \(stage 0\) waited [0-9]+ s for .*rank.*, which never came" err.txt; then
+	pass "mpi_stopped_rank_named_after_timeout (ended in ${took} s)"
+else
+	fail mpi_stopped_rank_named_after_timeout "exit $rc after ${took} s: $(head -c 400 err.txt)"
+fi
+kill -KILL "$victim" 2> /dev/null
+
 # diverging steps are skipped on every rank alike; after train.max_skipped
 # of them every rank stops at the same step, and only the root says so
 "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw \

@@ -1,0 +1,19 @@
+/* mpi_wait.h - waiting on MPI requests with a deadline (pipeline.timeout).
+ * Past it the wait says what never came, naming this rank and stage, and
+ * aborts the job: a rank that is stuck, stopped or gone ends the run with
+ * a message instead of a hang. For the MPI files (they include <mpi.h>). */
+#ifndef ASYNCPP_MPI_WAIT_H
+#define ASYNCPP_MPI_WAIT_H
+
+#include <mpi.h>
+
+#include "../io/util.h"
+
+/* MPI_Waitall(n, req, st) (st may be MPI_STATUSES_IGNORE) that gives up
+ * after timeout seconds (0: waits forever): it then prints "rank R (stage
+ * s) waited T s for WHAT, which never came: ..." with WHAT from fmt, and
+ * calls MPI_Abort. */
+void mpi_wait_all(int n, MPI_Request *req, MPI_Status *st, double timeout, int stage,
+		  const char *fmt, ...) PRINTF_LIKE(6, 7);
+
+#endif
