@@ -41,13 +41,13 @@ const struct backend *backend_by_name(const char *name)
 		error("unknown device '%s' (expected cpu, cuda or cuda:N)", name);
 		return NULL;
 	}
-	char why[256];
-	if (!backend_cuda() || !cuda_select_device(index, why, sizeof(why)) ||
-	    !cuda_available(why, sizeof(why))) {
-		error("device '%s' cannot be served: %s; use --device cpu", name, why);
-		return NULL;
-	}
-	return backend_cuda();
+	char why[256] = "";
+	if (!backend_cuda())
+		cuda_available(why, sizeof(why)); /* says why: built without CUDA */
+	else if (cuda_select_device(index, why, sizeof(why)) && cuda_available(why, sizeof(why)))
+		return backend_cuda();
+	error("device '%s' cannot be served: %s; use --device cpu", name, why);
+	return NULL;
 }
 
 size_t newton_schulz_scratch(int rows, int cols)
