@@ -146,6 +146,11 @@ static int read_llama(const struct cfgr *c, struct model_config *mc)
 	double eps = 0, theta = 0;
 	int tied = 0;
 	const char *act = cfg_str(c, "hidden_act", "silu");
+	/* what we cannot honour first: the message names it */
+	if (cfg_must(c, "rope_scaling", JSON_NULL, "plain RoPE") ||
+	    cfg_must(c, "attention_bias", JSON_FALSE, "no biases") ||
+	    cfg_must(c, "mlp_bias", JSON_FALSE, "no biases"))
+		return -1;
 	if (cfg_arch(c, "LlamaForCausalLM") || cfg_int(c, "vocab_size", 1, 0, 1, 1 << 24, &V) ||
 	    cfg_int(c, "hidden_size", 1, 0, 1, 65536, &C) ||
 	    cfg_int(c, "intermediate_size", 1, 0, 1, 1 << 20, &F) ||
@@ -170,10 +175,6 @@ static int read_llama(const struct cfgr *c, struct model_config *mc)
 			     "num_key_value_heads %ld", c->path, NH, NKV);
 	if (tp != 1)
 		return error("%s: 'pretraining_tp' is %ld; asyncpp implements only 1", c->path, tp);
-	if (cfg_must(c, "rope_scaling", JSON_NULL, "plain RoPE") ||
-	    cfg_must(c, "attention_bias", JSON_FALSE, "no biases") ||
-	    cfg_must(c, "mlp_bias", JSON_FALSE, "no biases"))
-		return -1;
 	/* transformers 5 keeps RoPE settings in rope_parameters */
 	const struct json *rp = json_get(c->root, "rope_parameters");
 	if (rp && rp->type != JSON_NULL) {
