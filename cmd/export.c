@@ -17,7 +17,7 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp export [--format safetensors] [-o OUT] CKPT",
+	"asyncpp export [--format safetensors] [-o OUT] [--force] CKPT",
 	"asyncpp export --format hf [-o DIR] [--dtype f32|bf16|f16] [--tokenizer FILE | --no-tokenizer] [--force] CKPT",
 	NULL,
 };
@@ -44,7 +44,8 @@ static int prepare_dir(const char *dir, int force)
 		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
 	closedir(d);
 	if (!empty && !force)
-		return error("'%s' is not empty (give --force to write into it)", dir);
+		return error("'%s' is not empty; pass --force to write into it, or choose another "
+			     "output", dir);
 	return 0;
 }
 
@@ -72,7 +73,7 @@ static int load_tokenizer(struct tokenizer **tok, const struct loaded_model *lm,
 }
 
 static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
-		     const char *tok_path, int no_tok, int force)
+		     const char *tok_path, int no_tok)
 {
 	struct tokenizer *tok = NULL;
 	if (!no_tok && load_tokenizer(&tok, lm, tok_path))
@@ -80,9 +81,7 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	long eos = -1;
 	if (tok && tokenizer_eot_id(tok) != TOKENIZER_NO_ID)
 		eos = tokenizer_eot_id(tok);
-	int rc = prepare_dir(dir, force);
-	if (!rc)
-		rc = hf_write_model(dir, &lm->m, lm->host, (enum st_dtype)dtype, eos);
+	int rc = hf_write_model(dir, &lm->m, lm->host, (enum st_dtype)dtype, eos);
 	if (!rc && tok)
 		rc = hf_tokenizer_write(tok, dir, lm->m.cfg.arch == ARCH_GPT2, lm->m.cfg.T);
 	if (!rc)
@@ -104,7 +103,7 @@ int cmd_export(int argc, char **argv)
 		OPT_STRING(0, "dtype", &dtype_s, "TYPE", "hf: f32 (default), bf16 or f16"),
 		OPT_STRING(0, "tokenizer", &tok_path, "FILE", "hf: tokenizer to write (default: the run's data.tokenizer)"),
 		OPT_FLAG(0, "no-tokenizer", &no_tok, "hf: write the model alone"),
-		OPT_FLAG(0, "force", &force, "hf: write into a folder that is not empty"),
+		OPT_FLAG(0, "force", &force, "replace OUT if it exists; hf: write into a folder that is not empty"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, options,
@@ -119,19 +118,21 @@ int cmd_export(int argc, char **argv)
 	if (dtype < 0)
 		opts_usage_error(usage, options, "unknown --dtype '%s' (expected f32, bf16 or f16)",
 				 dtype_s);
-	if (!hf && (dtype != ST_F32 || tok_path || no_tok || force))
+	if (!hf && (dtype != ST_F32 || tok_path || no_tok))
 		opts_usage_error(usage, options,
-				 "--dtype, --tokenizer, --no-tokenizer and --force need --format hf");
+				 "--dtype, --tokenizer and --no-tokenizer need --format hf");
 	if (no_tok && tok_path)
 		opts_usage_error(usage, options, "--tokenizer and --no-tokenizer exclude each other");
 	if (!out)
 		out = hf ? "hf" : "model.safetensors";
+	if (hf ? prepare_dir(out, force) : opts_output_is_new(out, force))
+		return EXIT_FAIL;
 	struct loaded_model lm;
 	if (loaded_model_open(&lm, argv[0], "cpu", 1))
 		return EXIT_FAIL;
 	int rc;
 	if (hf) {
-		rc = export_hf(&lm, out, dtype, tok_path, no_tok, force);
+		rc = export_hf(&lm, out, dtype, tok_path, no_tok);
 	} else {
 		char meta[256];
 		snprintf(meta, sizeof(meta), "\"asyncpp_step\": \"%ld\"", lm.step);

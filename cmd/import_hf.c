@@ -16,7 +16,7 @@
 #include "run_common.h"
 
 static const char *const usage[] = {
-	"asyncpp import-hf [-o OUT.ckpt] [--tokenizer-out FILE | --no-tokenizer] [--set SECTION.KEY=VALUE]... DIR",
+	"asyncpp import-hf [-o OUT.ckpt] [--tokenizer-out FILE | --no-tokenizer] [--force] [--set SECTION.KEY=VALUE]... DIR",
 	NULL,
 };
 
@@ -111,12 +111,13 @@ static int write_ckpt(const char *out, const struct config *cfg, const struct mo
 int cmd_import_hf(int argc, char **argv)
 {
 	const char *out = "imported.ckpt", *tok_out = NULL;
-	int no_tok = 0;
+	int no_tok = 0, force = 0;
 	struct opt_list sets = {0};
 	const struct option options[] = {
 		OPT_STRING('o', "output", &out, "OUT.ckpt", "checkpoint to write (default imported.ckpt)"),
 		OPT_STRING(0, "tokenizer-out", &tok_out, "FILE", "tokenizer file to write (default OUT.tok)"),
 		OPT_FLAG(0, "no-tokenizer", &no_tok, "import the weights alone"),
+		OPT_FLAG(0, "force", &force, "replace OUT.ckpt and the tokenizer file if they exist (they are kept otherwise)"),
 		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set a config key stored with the weights, e.g. data.val"),
 		OPT_END(),
 	};
@@ -128,14 +129,18 @@ int cmd_import_hf(int argc, char **argv)
 	if (no_tok && tok_out)
 		opts_usage_error(usage, options, "--tokenizer-out and --no-tokenizer exclude each other");
 	const char *dir = argv[0];
+	char *tok_path = no_tok ? NULL : tok_out ? xstrdup(tok_out) : default_tok_path(out);
+	if (opts_output_is_new(out, force) || (tok_path && opts_output_is_new(tok_path, force))) {
+		free(tok_path);
+		return EXIT_FAIL;
+	}
 	struct model_config mc;
 	long eos;
-	if (hf_read_config(dir, &mc, &eos))
-		return EXIT_FAIL;
 	struct tokenizer *tok = NULL;
-	if (!no_tok && read_tokenizer(&tok, dir, eos, mc.V))
+	if (hf_read_config(dir, &mc, &eos) || (!no_tok && read_tokenizer(&tok, dir, eos, mc.V))) {
+		free(tok_path);
 		return EXIT_FAIL;
-	char *tok_path = tok ? (tok_out ? xstrdup(tok_out) : default_tok_path(out)) : NULL;
+	}
 
 	struct config cfg;
 	config_defaults(&cfg);

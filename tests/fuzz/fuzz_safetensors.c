@@ -7,22 +7,14 @@
 
 #include "../../io/safetensors.h"
 #include "../../io/util.h"
+#include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char path[512];
-	const char *tmp = getenv("TMPDIR");
-	snprintf(path, sizeof(path), "%s/fuzz_st.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	int fd = mkstemp(path);
-	if (fd < 0)
+	if (fuzz_file(data, size, "fuzz_st", path))
 		return 0;
-	if (write(fd, data, size) != (ssize_t)size) {
-		close(fd);
-		unlink(path);
-		return 0;
-	}
-	close(fd);
 	set_error_quiet(1);
 	struct st_file *f;
 	if (!st_open(&f, path)) {

@@ -78,7 +78,7 @@ if [ ! -e llama-f32/vocab.json ]; then pass llama_export_has_no_gpt2_vocab_files
 	fail llama_export_has_no_gpt2_vocab_files "llama-f32/vocab.json written"; fi
 
 expect_exit 1 export_refuses_non_empty_folder -- "$ASYNCPP" export --format hf -o gpt2-f32 gpt2.ckpt
-if grep -q "'gpt2-f32' is not empty (give --force" err.txt; then pass export_refusal_says_why; else
+if grep -q "'gpt2-f32' is not empty; pass --force" err.txt; then pass export_refusal_says_why; else
 	fail export_refusal_says_why "$(cat err.txt)"; fi
 expect_exit 0 export_force_overwrites -- "$ASYNCPP" export --format hf --force -o gpt2-f32 gpt2.ckpt
 
