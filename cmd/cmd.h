@@ -19,6 +19,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_import_llmc(int argc, char **argv);
+int cmd_import_hf(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 
 /* For commands that a later issue fills in: says so and returns 1. */

@@ -1,43 +1,146 @@
-/* export.c - `asyncpp export CKPT -o OUT.safetensors`: a checkpoint's newest
- * weights for PyTorch users (names and layout: io/safetensors.h,
- * asyncpp-export(1)). */
+/* export.c - `asyncpp export CKPT -o OUT`: a checkpoint's newest weights for
+ * PyTorch users, as one safetensors file with our names (io/safetensors.h)
+ * or as a Hugging Face model folder (io/hf_model.h, asyncpp-export(1)). */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "../io/hf_model.h"
 #include "../io/safetensors.h"
+#include "../io/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "model_load.h"
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp export [--format safetensors] [-o OUT] CKPT",
+	"asyncpp export [--format safetensors] [-o OUT] [--force] CKPT",
+	"asyncpp export --format hf [-o DIR] [--dtype f32|bf16|f16] [--tokenizer FILE | --no-tokenizer] [--force] CKPT",
 	NULL,
 };
 
+/* DIR absent (made), or an empty folder, or anything with force. */
+static int prepare_dir(const char *dir, int force)
+{
+	struct stat st;
+	if (stat(dir, &st)) {
+		if (errno != ENOENT)
+			return error("cannot stat '%s': %s", dir, strerror(errno));
+		if (mkdir(dir, 0777))
+			return error("cannot create '%s': %s", dir, strerror(errno));
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return error("'%s' exists and is not a folder", dir);
+	DIR *d = opendir(dir);
+	if (!d)
+		return error("cannot open '%s': %s", dir, strerror(errno));
+	struct dirent *e;
+	int empty = 1;
+	while (empty && (e = readdir(d)))
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	closedir(d);
+	if (!empty && !force)
+		return error("'%s' is not empty; pass --force to write into it, or choose another "
+			     "output", dir);
+	return 0;
+}
+
+/* The run's tokenizer (or FILE), checked against the checkpoint. */
+static int load_tokenizer(struct tokenizer **tok, const struct loaded_model *lm,
+			  const char *path)
+{
+	if (!path || !*path)
+		path = lm->cfg.data_tokenizer;
+	if (!path || !*path)
+		return error("%s names no tokenizer; give --tokenizer FILE or --no-tokenizer",
+			     lm->path);
+	if (tokenizer_load(tok, path))
+		return -1;
+	uint32_t V = tokenizer_vocab_size(*tok);
+	if ((lm->tokenizer_hash && tokenizer_hash(*tok) != lm->tokenizer_hash) ||
+	    V > (uint32_t)lm->m.cfg.V) {
+		error("tokenizer '%s' (%u tokens) is not the one %s was trained with (%d tokens); "
+		      "give --tokenizer FILE", path, V, lm->path, lm->m.cfg.V);
+		tokenizer_free(*tok);
+		*tok = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
+		     const char *tok_path, int no_tok)
+{
+	struct tokenizer *tok = NULL;
+	if (!no_tok && load_tokenizer(&tok, lm, tok_path))
+		return -1;
+	long eos = -1;
+	if (tok && tokenizer_eot_id(tok) != TOKENIZER_NO_ID)
+		eos = tokenizer_eot_id(tok);
+	int rc = hf_write_model(dir, &lm->m, lm->host, (enum st_dtype)dtype, eos);
+	if (!rc && tok)
+		rc = hf_tokenizer_write(tok, dir, lm->m.cfg.arch == ARCH_GPT2, lm->m.cfg.T);
+	if (!rc)
+		printf("wrote %s: %s, %s, %zu parameters (step %ld of %s)%s\n", dir,
+		       lm->m.cfg.arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+		       st_dtype_name((enum st_dtype)dtype), lm->m.numel, lm->step, lm->path,
+		       tok ? ", with its tokenizer" : "");
+	tokenizer_free(tok);
+	return rc;
+}
+
 int cmd_export(int argc, char **argv)
 {
-	const char *format = "safetensors", *out = "model.safetensors";
+	const char *format = "safetensors", *out = NULL, *dtype_s = "f32", *tok_path = NULL;
+	int force = 0, no_tok = 0;
 	const struct option options[] = {
-		OPT_STRING(0, "format", &format, "FMT", "output format: safetensors (the only one)"),
-		OPT_STRING('o', "output", &out, "OUT", "file to write (default model.safetensors)"),
+		OPT_STRING(0, "format", &format, "FMT", "safetensors (our names, f32) or hf (a Hugging Face folder)"),
+		OPT_STRING('o', "output", &out, "OUT", "file or folder to write (default model.safetensors, or hf)"),
+		OPT_STRING(0, "dtype", &dtype_s, "TYPE", "hf: f32 (default), bf16 or f16"),
+		OPT_STRING(0, "tokenizer", &tok_path, "FILE", "hf: tokenizer to write (default: the run's data.tokenizer)"),
+		OPT_FLAG(0, "no-tokenizer", &no_tok, "hf: write the model alone"),
+		OPT_FLAG(0, "force", &force, "replace OUT if it exists; hf: write into a folder that is not empty"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, options,
 			      "Write a checkpoint's newest weights in a format other tools load.");
 	if (npos != 1)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no checkpoint given");
-	if (strcmp(format, "safetensors"))
-		opts_usage_error(usage, options, "unknown format '%s' (expected safetensors)", format);
+	int hf = !strcmp(format, "hf");
+	if (!hf && strcmp(format, "safetensors"))
+		opts_usage_error(usage, options, "unknown format '%s' (expected safetensors or hf)",
+				 format);
+	int dtype = st_dtype_parse(dtype_s);
+	if (dtype < 0)
+		opts_usage_error(usage, options, "unknown --dtype '%s' (expected f32, bf16 or f16)",
+				 dtype_s);
+	if (!hf && (dtype != ST_F32 || tok_path || no_tok))
+		opts_usage_error(usage, options,
+				 "--dtype, --tokenizer and --no-tokenizer need --format hf");
+	if (no_tok && tok_path)
+		opts_usage_error(usage, options, "--tokenizer and --no-tokenizer exclude each other");
+	if (!out)
+		out = hf ? "hf" : "model.safetensors";
+	if (hf ? prepare_dir(out, force) : opts_output_is_new(out, force))
+		return EXIT_FAIL;
 	struct loaded_model lm;
 	if (loaded_model_open(&lm, argv[0], "cpu", 1))
 		return EXIT_FAIL;
-	char meta[256];
-	snprintf(meta, sizeof(meta), "\"asyncpp_step\": \"%ld\"", lm.step);
-	int rc = safetensors_write(out, &lm.m, lm.host, meta);
-	if (!rc)
-		printf("wrote %s: %d tensors, %zu parameters (step %ld of %s)\n", out, lm.m.n_params,
-		       lm.m.numel, lm.step, lm.path);
+	int rc;
+	if (hf) {
+		rc = export_hf(&lm, out, dtype, tok_path, no_tok);
+	} else {
+		char meta[256];
+		snprintf(meta, sizeof(meta), "\"asyncpp_step\": \"%ld\"", lm.step);
+		rc = safetensors_write(out, &lm.m, lm.host, meta);
+		if (!rc)
+			printf("wrote %s: %d tensors, %zu parameters (step %ld of %s)\n", out,
+			       lm.m.n_params, lm.m.numel, lm.step, lm.path);
+	}
 	loaded_model_close(&lm);
 	return rc ? EXIT_FAIL : EXIT_OK;
 }

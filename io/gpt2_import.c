@@ -12,7 +12,7 @@
 #include "tokenizer.h"
 
 /* codepoint -> byte for the bytes_to_unicode alphabet, -1 elsewhere */
-static int byte_of_cp(uint32_t cp)
+int gpt2_byte_of_cp(uint32_t cp)
 {
 	static int table[324];
 	static int ready;
@@ -28,6 +28,17 @@ static int byte_of_cp(uint32_t cp)
 		ready = 1;
 	}
 	return cp < 324 ? table[cp] : -1;
+}
+
+uint32_t gpt2_cp_of_byte(unsigned char b)
+{
+	int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+	if (printable)
+		return b;
+	uint32_t n = 0; /* non-printable bytes below b */
+	for (int i = 0; i < b; i++)
+		n += !((i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
+	return 256 + n;
 }
 
 static size_t put_utf8(unsigned char *o, uint32_t cp)
@@ -311,7 +322,7 @@ int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vo
 				else
 					cp = UINT32_MAX;
 			}
-			int b = cp == UINT32_MAX ? -1 : byte_of_cp(cp);
+			int b = cp == UINT32_MAX ? -1 : gpt2_byte_of_cp(cp);
 			if (b < 0) {
 				error("%s: token %u is not spelled in GPT-2's byte alphabet",
 				      encoder_json, id);

@@ -1,4 +1,4 @@
-/* safetensors.h - export a model's weights in the safetensors format.
+/* safetensors.h - read and write the safetensors format.
  *
  * File: 8-byte little-endian header length n, n bytes of JSON (padded with
  * spaces to a multiple of 8), then the tensors' raw little-endian data back
@@ -47,6 +47,9 @@
 #ifndef ASYNCPP_SAFETENSORS_H
 #define ASYNCPP_SAFETENSORS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "../model/model.h"
 
 /* Write params (a host arena laid out by m) to path, atomically.
@@ -56,5 +59,50 @@
  * safetensors requires; it is checked). Returns 0, or -1 with error(). */
 int safetensors_write(const char *path, const struct model *m, const float *params,
 		      const char *metadata_json_pairs);
+
+/* ---- any tensors, in F32, F16 or BF16 ---- */
+
+enum st_dtype { ST_F32, ST_F16, ST_BF16 };
+/* "F32", "F16", "BF16" */
+const char *st_dtype_name(enum st_dtype d);
+/* "f32", "f16", "bf16" (the --dtype spelling) -> dtype; -1 when unknown */
+int st_dtype_parse(const char *s);
+
+#define ST_MAX_DIMS 8
+
+/* One tensor to write: data holds numel float32 values in row-major order
+ * of shape[0..ndim); they are rounded to the file's dtype (half.h). */
+struct st_tensor {
+	const char *name;
+	int ndim;
+	int64_t shape[ST_MAX_DIMS];
+	const float *data;
+};
+/* Write n tensors, in the order given, atomically. metadata_json_pairs as
+ * for safetensors_write (without the "format" pair, which is always
+ * written first). Returns 0, or -1 with error(). */
+int st_write(const char *path, const struct st_tensor *t, int n, enum st_dtype dtype,
+	     const char *metadata_json_pairs);
+
+/* Reading. st_open checks the whole header: JSON, every entry's dtype (F32,
+ * F16 or BF16; others are refused naming the tensor), shape and offsets
+ * (the data of all tensors tiles the data area exactly, no overlap, no gap,
+ * sizes match shapes), __metadata__ string pairs, unique names, and that
+ * the file is as long as the header says. Errors name the file and tensor. */
+struct st_file;
+int st_open(struct st_file **f, const char *path);
+void st_close(struct st_file *f);
+const char *st_path(const struct st_file *f);
+int st_count(const struct st_file *f);
+const char *st_name(const struct st_file *f, int i);
+enum st_dtype st_dtype(const struct st_file *f, int i);
+int st_ndim(const struct st_file *f, int i);
+const int64_t *st_shape(const struct st_file *f, int i);
+size_t st_numel(const struct st_file *f, int i);
+int st_find(const struct st_file *f, const char *name); /* -1 if absent */
+/* A __metadata__ value, or NULL. */
+const char *st_meta(const struct st_file *f, const char *key);
+/* Read tensor i into out[st_numel] as float32 (widened exactly). */
+int st_read(struct st_file *f, int i, float *out);
 
 #endif

@@ -344,6 +344,10 @@ out:
 uint32_t tokenizer_vocab_size(const struct tokenizer *t) { return t->vocab; }
 uint32_t tokenizer_eot_id(const struct tokenizer *t) { return t->eot; }
 uint32_t tokenizer_nmerges(const struct tokenizer *t) { return t->nmerges; }
+void tokenizer_merge(const struct tokenizer *t, uint32_t r, uint32_t out[3])
+{
+	memcpy(out, t->merges[r], sizeof(t->merges[r]));
+}
 uint64_t tokenizer_hash(const struct tokenizer *t) { return t->hash; }
 int tokenizer_is_special(const struct tokenizer *t, uint32_t id)
 {

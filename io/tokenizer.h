@@ -47,6 +47,8 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
 uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */
 uint32_t tokenizer_nmerges(const struct tokenizer *tok);
+/* Merge of rank r < nmerges: (left, right, result) ids. */
+void tokenizer_merge(const struct tokenizer *tok, uint32_t r, uint32_t out[3]);
 /* 64-bit identity of the vocabulary and merges (FNV-1a, see the format). */
 uint64_t tokenizer_hash(const struct tokenizer *tok);
 /* Bytes of token id (id < vocab size). */
@@ -93,5 +95,26 @@ int bpe_train(struct tokenizer **tok, struct bpe_counter *c, const struct bpe_tr
 
 /* GPT-2 import (io/gpt2_import.c): encoder.json + vocab.bpe. */
 int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vocab_bpe);
+/* GPT-2's bytes_to_unicode alphabet, in which byte-level BPE vocabularies
+ * (encoder.json, tokenizer.json) spell token bytes: the code point of a
+ * byte, and the byte of a code point (-1 when it spells none). */
+uint32_t gpt2_cp_of_byte(unsigned char b);
+int gpt2_byte_of_cp(uint32_t cp);
+
+/* Hugging Face tokenizer.json (io/hf_tokenizer.c): a byte-level BPE (model
+ * BPE, ByteLevel pre-tokenizer with the GPT-2 regex and no prefix space,
+ * ByteLevel decoder, no normalizer; a Sequence holding only that
+ * pre-tokenizer). Anything else (another model type, normalizer,
+ * pre-tokenizer such as Digits or Split, post-processor that adds tokens,
+ * dropout, byte fallback, an added token that is not special) is refused by
+ * name. Special added tokens become special tokens; the end-of-text id is
+ * <|endoftext|>'s, else eos_hint when that is a special token (-1: none). */
+int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
+/* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
+ * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
+ * DIR/merges.txt; each file atomically. Refused when two tokens have the
+ * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
+int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
+		       int max_length);
 
 #endif

@@ -1,0 +1,527 @@
+/* hf_tokenizer.c - Hugging Face tokenizer.json <-> our tokenizer (see
+ * tokenizer.h). Only what our encoder does exactly is accepted: byte-level
+ * BPE with GPT-2's pre-tokenizer regex. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "tokenizer.h"
+
+/* ---- a map from token strings to ids ---- */
+
+struct smap {
+	const char **s;
+	size_t *len;
+	uint32_t *slot; /* id + 1, 0 empty */
+	size_t mask;
+};
+
+static void smap_init(struct smap *m, uint32_t n, const char **s, size_t *len)
+{
+	m->s = s;
+	m->len = len;
+	m->mask = 1;
+	while (m->mask < 2 * (size_t)n + 1)
+		m->mask = m->mask * 2 + 1;
+	m->slot = xcalloc(m->mask + 1, sizeof(*m->slot));
+}
+
+static long smap_find(const struct smap *m, const char *s, size_t n)
+{
+	for (size_t i = fnv1a64(FNV1A64_INIT, s, n) & m->mask; m->slot[i]; i = (i + 1) & m->mask) {
+		uint32_t id = m->slot[i] - 1;
+		if (m->len[id] == n && !memcmp(m->s[id], s, n))
+			return id;
+	}
+	return -1;
+}
+
+/* add id (its string already in s/len); returns the id already there, or -1 */
+static long smap_add(struct smap *m, uint32_t id)
+{
+	long old = smap_find(m, m->s[id], m->len[id]);
+	if (old >= 0)
+		return old;
+	size_t i = fnv1a64(FNV1A64_INIT, m->s[id], m->len[id]) & m->mask;
+	while (m->slot[i])
+		i = (i + 1) & m->mask;
+	m->slot[i] = id + 1;
+	return -1;
+}
+
+/* ---- reading ---- */
+
+static const char *type_of(const struct json *j)
+{
+	const struct json *t = json_get(j, "type");
+	return t && t->type == JSON_STRING ? t->str : "?";
+}
+
+static int is_true(const struct json *obj, const char *key)
+{
+	const struct json *j = json_get(obj, key);
+	return j && j->type == JSON_TRUE;
+}
+
+/* null or absent, or (when empty_ok) "" */
+static int unset(const struct json *obj, const char *key, int empty_ok)
+{
+	const struct json *j = json_get(obj, key);
+	return !j || j->type == JSON_NULL || (empty_ok && j->type == JSON_STRING && !j->len);
+}
+
+static int check_bytelevel(const char *path, const struct json *p, const char *what)
+{
+	if (is_true(p, "add_prefix_space"))
+		return error("%s:%d: %s ByteLevel with add_prefix_space true is not implemented "
+			     "(asyncpp adds no space)", path, p->line, what);
+	const struct json *re = json_get(p, "use_regex");
+	if (re && re->type != JSON_TRUE)
+		return error("%s:%d: %s ByteLevel with use_regex false is not implemented "
+			     "(asyncpp always splits with GPT-2's regex)", path, p->line, what);
+	return 0;
+}
+
+static int check_pipeline(const char *path, const struct json *root)
+{
+	const struct json *j = json_get(root, "normalizer");
+	if (j && j->type != JSON_NULL)
+		return error("%s:%d: normalizer '%s' is not implemented (asyncpp normalizes nothing)",
+			     path, j->line, type_of(j));
+	j = json_get(root, "pre_tokenizer");
+	if (!j || j->type == JSON_NULL)
+		return error("%s: no pre_tokenizer: asyncpp implements only ByteLevel", path);
+	if (!strcmp(type_of(j), "Sequence")) {
+		const struct json *list = json_get(j, "pretokenizers");
+		if (!list || list->type != JSON_ARRAY || list->len != 1 ||
+		    strcmp(type_of(&list->kids[0]), "ByteLevel")) {
+			for (size_t i = 0; list && list->type == JSON_ARRAY && i < list->len; i++)
+				if (strcmp(type_of(&list->kids[i]), "ByteLevel"))
+					return error("%s:%d: pre-tokenizer '%s' is not implemented "
+						     "(asyncpp implements only ByteLevel)", path,
+						     list->kids[i].line, type_of(&list->kids[i]));
+			return error("%s:%d: pre-tokenizer Sequence must hold one ByteLevel", path,
+				     j->line);
+		}
+		j = &list->kids[0];
+	}
+	if (strcmp(type_of(j), "ByteLevel"))
+		return error("%s:%d: pre-tokenizer '%s' is not implemented (asyncpp implements only "
+			     "ByteLevel)", path, j->line, type_of(j));
+	if (check_bytelevel(path, j, "pre-tokenizer"))
+		return -1;
+	j = json_get(root, "decoder");
+	if (!j || j->type == JSON_NULL || strcmp(type_of(j), "ByteLevel"))
+		return error("%s: decoder '%s' is not implemented (asyncpp implements only ByteLevel)",
+			     path, j && j->type != JSON_NULL ? type_of(j) : "null");
+	j = json_get(root, "post_processor");
+	if (j && j->type != JSON_NULL && strcmp(type_of(j), "ByteLevel"))
+		return error("%s:%d: post-processor '%s' is not implemented (asyncpp adds no tokens "
+			     "to an encoding)", path, j->line, type_of(j));
+	const struct json *m = json_get(root, "model");
+	if (!m || m->type != JSON_OBJECT)
+		return error("%s: no 'model' object", path);
+	if (strcmp(type_of(m), "BPE"))
+		return error("%s:%d: model type '%s' is not implemented (asyncpp implements only "
+			     "BPE)", path, m->line, type_of(m));
+	if (!unset(m, "dropout", 0))
+		return error("%s: BPE dropout is not implemented", path);
+	if (!unset(m, "continuing_subword_prefix", 1) || !unset(m, "end_of_word_suffix", 1))
+		return error("%s: BPE continuing_subword_prefix / end_of_word_suffix are not "
+			     "implemented", path);
+	if (is_true(m, "byte_fallback"))
+		return error("%s: BPE byte_fallback is not implemented", path);
+	if (is_true(m, "ignore_merges"))
+		return error("%s: BPE ignore_merges is not implemented (asyncpp always applies the "
+			     "merges)", path);
+	return 0;
+}
+
+struct vocab {
+	uint32_t V;
+	const char **s;       /* by id: the UTF-8 string (JSON-owned) */
+	size_t *len;
+	unsigned char *special;
+};
+
+static int read_vocab(const char *path, const struct json *root, struct vocab *v)
+{
+	const struct json *vocab = json_get(json_get(root, "model"), "vocab");
+	const struct json *added = json_get(root, "added_tokens");
+	if (!vocab || vocab->type != JSON_OBJECT)
+		return error("%s: model.vocab is not an object", path);
+	if (added && added->type != JSON_ARRAY && added->type != JSON_NULL)
+		return error("%s: added_tokens is not an array", path);
+	size_t nadded = added && added->type == JSON_ARRAY ? added->len : 0;
+	int64_t max = -1;
+	for (size_t i = 0; i < vocab->len; i++) {
+		const struct json *k = &vocab->kids[i];
+		if (k->type != JSON_NUMBER || !k->is_int || k->i < 0 || k->i >= TOKENIZER_MAX_VOCAB)
+			return error("%s:%d: token '%s' has no valid id", path, k->line, k->key);
+		max = MAX(max, k->i);
+	}
+	for (size_t i = 0; i < nadded; i++) {
+		const struct json *a = &added->kids[i], *id = json_get(a, "id"),
+				  *c = json_get(a, "content");
+		if (!id || id->type != JSON_NUMBER || !id->is_int || id->i < 0 ||
+		    id->i >= TOKENIZER_MAX_VOCAB || !c || c->type != JSON_STRING || !c->len)
+			return error("%s:%d: added token needs an id and a non-empty content", path,
+				     a->line);
+		max = MAX(max, id->i);
+	}
+	v->V = (uint32_t)(max + 1);
+	v->s = xcalloc(v->V + 1, sizeof(*v->s));
+	v->len = xcalloc(v->V + 1, sizeof(*v->len));
+	v->special = xcalloc(v->V + 1, 1);
+	for (size_t i = 0; i < vocab->len; i++) {
+		const struct json *k = &vocab->kids[i];
+		if (v->s[k->i])
+			return error("%s:%d: id %lld is given to '%s' and '%s'", path, k->line,
+				     (long long)k->i, v->s[k->i], k->key);
+		v->s[k->i] = k->key;
+		v->len[k->i] = k->key_len;
+	}
+	for (size_t i = 0; i < nadded; i++) {
+		const struct json *a = &added->kids[i], *c = json_get(a, "content");
+		int64_t id = json_get(a, "id")->i;
+		if (!is_true(a, "special"))
+			return error("%s:%d: added token '%s' (id %lld) is not special; asyncpp cannot "
+				     "split text on it", path, a->line, c->str, (long long)id);
+		if (v->special[id])
+			return error("%s:%d: id %lld is added twice", path, a->line, (long long)id);
+		if (v->s[id] && (v->len[id] != c->len || memcmp(v->s[id], c->str, c->len)))
+			return error("%s:%d: added token '%s' has id %lld, which the vocabulary gives "
+				     "to '%s'", path, a->line, c->str, (long long)id, v->s[id]);
+		v->s[id] = c->str;
+		v->len[id] = c->len;
+		v->special[id] = 1;
+	}
+	for (uint32_t id = 0; id < v->V; id++)
+		if (!v->s[id])
+			return error("%s: no token has id %u (ids must run from 0 without gaps)", path,
+				     id);
+	return 0;
+}
+
+/* A merge entry: "a b" or ["a", "b"]. */
+static int merge_parts(const struct json *e, const char **a, size_t *na, const char **b,
+		       size_t *nb)
+{
+	if (e->type == JSON_STRING) {
+		const char *sp = memchr(e->str, ' ', e->len);
+		if (!sp || memchr(sp + 1, ' ', e->len - (size_t)(sp + 1 - e->str)))
+			return -1;
+		*a = e->str;
+		*na = (size_t)(sp - e->str);
+		*b = sp + 1;
+		*nb = e->len - *na - 1;
+		return 0;
+	}
+	if (e->type != JSON_ARRAY || e->len != 2 || e->kids[0].type != JSON_STRING ||
+	    e->kids[1].type != JSON_STRING)
+		return -1;
+	*a = e->kids[0].str;
+	*na = e->kids[0].len;
+	*b = e->kids[1].str;
+	*nb = e->kids[1].len;
+	return 0;
+}
+
+int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
+{
+	struct json *root;
+	struct vocab v = {0};
+	struct smap map = {0};
+	struct buf bytes = {0}, cat = {0};
+	uint32_t *lens = NULL, (*merges)[3] = NULL, *special = NULL, nspecial = 0;
+	unsigned char *made = NULL;
+	int rc = -1;
+	*tok = NULL;
+	if (json_parse_file(&root, path))
+		return -1;
+	if (root->type != JSON_OBJECT) {
+		error("%s: not a JSON object", path);
+		goto out;
+	}
+	if (check_pipeline(path, root) || read_vocab(path, root, &v))
+		goto out;
+	const struct json *ml = json_get(json_get(root, "model"), "merges");
+	if (!ml || ml->type != JSON_ARRAY) {
+		error("%s: model.merges is not an array", path);
+		goto out;
+	}
+	smap_init(&map, v.V, v.s, v.len);
+	lens = xcalloc(v.V, sizeof(*lens));
+	special = xcalloc(v.V, sizeof(*special));
+	made = xcalloc(v.V, 1);
+	uint32_t eot = TOKENIZER_NO_ID;
+	for (uint32_t id = 0; id < v.V; id++) {
+		long dup = v.special[id] ? -1 : smap_add(&map, id);
+		if (dup >= 0) {
+			error("%s: tokens %ld and %u are both '%s'", path, dup, id, v.s[id]);
+			goto out;
+		}
+		size_t start = bytes.len;
+		if (v.special[id]) {
+			special[nspecial++] = id;
+			buf_append(&bytes, v.s[id], v.len[id]);
+			if (v.len[id] == strlen(TOKENIZER_EOT) && !memcmp(v.s[id], TOKENIZER_EOT, v.len[id]))
+				eot = id;
+		} else {
+			const unsigned char *s = (const unsigned char *)v.s[id];
+			for (size_t i = 0; i < v.len[id];) {
+				uint32_t cp = s[i];
+				size_t l = 1;
+				if (cp >= 0x80 && (cp & 0xE0) == 0xC0 && i + 1 < v.len[id])
+					cp = (cp & 0x1F) << 6 | (s[i + 1] & 0x3F), l = 2;
+				else if (cp >= 0x80)
+					cp = UINT32_MAX;
+				int b = cp == UINT32_MAX ? -1 : gpt2_byte_of_cp(cp);
+				if (b < 0) {
+					error("%s: token '%s' (id %u) is not spelled in the byte-level "
+					      "alphabet", path, v.s[id], id);
+					goto out;
+				}
+				unsigned char ch = (unsigned char)b;
+				buf_append(&bytes, &ch, 1);
+				i += l;
+			}
+			made[id] = bytes.len - start == 1;
+		}
+		lens[id] = (uint32_t)(bytes.len - start);
+	}
+	if (eot == TOKENIZER_NO_ID && eos_hint >= 0 && (uint64_t)eos_hint < v.V &&
+	    v.special[eos_hint])
+		eot = (uint32_t)eos_hint;
+	merges = xmalloc(st_mult(ml->len + 1, sizeof(*merges)));
+	for (size_t r = 0; r < ml->len; r++) {
+		const char *a, *b;
+		size_t na, nb;
+		if (merge_parts(&ml->kids[r], &a, &na, &b, &nb)) {
+			error("%s:%d: merge %zu is not \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"]", path,
+			      ml->kids[r].line, r);
+			goto out;
+		}
+		cat.len = 0;
+		buf_append(&cat, a, na);
+		buf_append(&cat, b, nb);
+		long ia = smap_find(&map, a, na), ib = smap_find(&map, b, nb),
+		     ic = smap_find(&map, (const char *)cat.data, cat.len);
+		if (ia < 0 || ib < 0 || ic < 0) {
+			error("%s:%d: merge %zu ('%.*s' '%.*s') uses or makes a token not in the "
+			      "vocabulary", path, ml->kids[r].line, r, (int)na, a, (int)nb, b);
+			goto out;
+		}
+		if (made[ic]) {
+			error("%s:%d: merge %zu makes '%s', which a byte or an earlier merge already "
+			      "makes; asyncpp needs one merge per token", path, ml->kids[r].line, r,
+			      v.s[ic]);
+			goto out;
+		}
+		made[ic] = 1;
+		merges[r][0] = (uint32_t)ia;
+		merges[r][1] = (uint32_t)ib;
+		merges[r][2] = (uint32_t)ic;
+	}
+	for (uint32_t id = 0; id < v.V; id++)
+		if (!made[id] && !v.special[id]) {
+			error("%s: token '%s' (id %u) is neither a byte, a merge's result nor special; "
+			      "asyncpp cannot hold it", path, v.s[id], id);
+			goto out;
+		}
+	rc = tokenizer_build(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
+			     (const uint32_t(*)[3])merges, nspecial, special, eot);
+	if (rc)
+		error("%s: not a consistent byte-level BPE tokenizer", path);
+out:
+	json_free(root);
+	free(v.s);
+	free(v.len);
+	free(v.special);
+	free(map.slot);
+	buf_free(&bytes);
+	buf_free(&cat);
+	free(lens);
+	free(merges);
+	free(special);
+	free(made);
+	return rc;
+}
+
+/* ---- writing ---- */
+
+static void put_cp(struct buf *b, uint32_t cp)
+{
+	unsigned char o[2];
+	if (cp < 0x80) {
+		o[0] = (unsigned char)cp;
+		buf_append(b, o, 1);
+	} else {
+		o[0] = (unsigned char)(0xC0 | cp >> 6);
+		o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+		buf_append(b, o, 2);
+	}
+}
+
+static int write_file(const char *dir, const char *name, const struct buf *b)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *path = xmalloc(n);
+	snprintf(path, n, "%s/%s", dir, name);
+	struct atomic_file af;
+	int rc = atomic_open(&af, path);
+	if (!rc && atomic_write(&af, b->data, b->len)) {
+		atomic_abort(&af);
+		rc = -1;
+	} else if (!rc) {
+		rc = atomic_commit(&af);
+	}
+	free(path);
+	return rc;
+}
+
+static void put_s(struct buf *b, const char *s)
+{
+	buf_append(b, s, strlen(s));
+}
+
+/* "LEFT RIGHT" of merge mg as a JSON string */
+static void cat_pair(struct buf *b, const char **s, const size_t *len, const uint32_t mg[3])
+{
+	struct buf t = {0};
+	buf_append(&t, s[mg[0]], len[mg[0]]);
+	buf_append(&t, " ", 1);
+	buf_append(&t, s[mg[1]], len[mg[1]]);
+	json_put_string(b, (const char *)t.data, t.len);
+	buf_free(&t);
+}
+
+int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
+		       int max_length)
+{
+	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
+	uint32_t eot = tokenizer_eot_id(tok);
+	struct buf spelled = {0}, j = {0}, vj = {0}, mt = {0};
+	size_t *off = xmalloc(st_mult(V + 1, sizeof(*off))), *len = xcalloc(V + 1, sizeof(*len));
+	const char **s = xcalloc(V + 1, sizeof(*s));
+	struct smap map;
+	int rc = -1;
+	/* every token as its HF string */
+	for (uint32_t id = 0; id < V; id++) {
+		size_t n;
+		const unsigned char *t = tokenizer_token(tok, id, &n);
+		off[id] = spelled.len;
+		if (tokenizer_is_special(tok, id)) {
+			if (!json_utf8_valid(t, n)) {
+				error("%s: special token %u is not UTF-8; tokenizer.json cannot hold it",
+				      dir, id);
+				goto out;
+			}
+			buf_append(&spelled, t, n);
+		} else {
+			for (size_t i = 0; i < n; i++)
+				put_cp(&spelled, gpt2_cp_of_byte(t[i]));
+		}
+		len[id] = spelled.len - off[id];
+	}
+	for (uint32_t id = 0; id < V; id++)
+		s[id] = (const char *)spelled.data + off[id];
+	smap_init(&map, V, s, len);
+	for (uint32_t id = 0; id < V; id++) {
+		long dup = smap_add(&map, id);
+		if (dup >= 0) {
+			error("%s: tokens %ld and %u have the same bytes; a Hugging Face vocabulary "
+			      "maps each string to one id", dir, dup, id);
+			free(map.slot);
+			goto out;
+		}
+	}
+	free(map.slot);
+
+	put_s(&j, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+		  "  \"added_tokens\": [");
+	int first = 1;
+	for (uint32_t id = 0; id < V; id++) {
+		if (!tokenizer_is_special(tok, id))
+			continue;
+		char head[64];
+		snprintf(head, sizeof(head), "%s\n    {\"id\": %u, \"content\": ", first ? "" : ",",
+			 id);
+		put_s(&j, head);
+		json_put_string(&j, s[id], len[id]);
+		put_s(&j, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+			  "\"normalized\": false, \"special\": true}");
+		first = 0;
+	}
+	put_s(&j, "\n  ],\n  \"normalizer\": null,\n"
+		  "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+		  "\"trim_offsets\": true, \"use_regex\": true},\n"
+		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+		  "\"trim_offsets\": false, \"use_regex\": true},\n"
+		  "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+		  "\"trim_offsets\": true, \"use_regex\": true},\n"
+		  "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
+		  "    \"unk_token\": null,\n    \"continuing_subword_prefix\": \"\",\n"
+		  "    \"end_of_word_suffix\": \"\",\n    \"fuse_unk\": false,\n"
+		  "    \"byte_fallback\": false,\n    \"vocab\": {");
+	/* vocab.json: the same map */
+	put_s(&vj, "{");
+	for (uint32_t id = 0; id < V; id++) {
+		char num[32];
+		put_s(&j, id ? ",\n      " : "\n      ");
+		json_put_string(&j, s[id], len[id]);
+		snprintf(num, sizeof(num), ": %u", id);
+		put_s(&j, num);
+		if (id)
+			put_s(&vj, ", ");
+		json_put_string(&vj, s[id], len[id]);
+		put_s(&vj, num);
+	}
+	put_s(&vj, "}\n");
+	put_s(&j, "\n    },\n    \"merges\": [");
+	put_s(&mt, "#version: 0.2\n");
+	for (uint32_t r = 0; r < M; r++) {
+		uint32_t mg[3];
+		tokenizer_merge(tok, r, mg);
+		put_s(&j, r ? ",\n      " : "\n      ");
+		cat_pair(&j, s, len, mg);
+		buf_append(&mt, s[mg[0]], len[mg[0]]);
+		buf_append(&mt, " ", 1);
+		buf_append(&mt, s[mg[1]], len[mg[1]]);
+		buf_append(&mt, "\n", 1);
+	}
+	put_s(&j, "\n    ]\n  }\n}\n");
+	struct buf tc = {0};
+	char line[256];
+	put_s(&tc, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n");
+	if (eot != TOKENIZER_NO_ID) {
+		const char *keys[] = {"bos_token", "eos_token", "unk_token"};
+		for (int k = 0; k < 3; k++) {
+			snprintf(line, sizeof(line), "  \"%s\": ", keys[k]);
+			put_s(&tc, line);
+			json_put_string(&tc, s[eot], len[eot]);
+			put_s(&tc, ",\n");
+		}
+	}
+	snprintf(line, sizeof(line), "  \"model_max_length\": %d,\n  \"add_prefix_space\": false,\n"
+		 "  \"clean_up_tokenization_spaces\": false\n}\n", max_length);
+	put_s(&tc, line);
+	rc = write_file(dir, "tokenizer.json", &j);
+	if (!rc)
+		rc = write_file(dir, "tokenizer_config.json", &tc);
+	if (!rc && gpt2_files)
+		rc = write_file(dir, "vocab.json", &vj);
+	if (!rc && gpt2_files)
+		rc = write_file(dir, "merges.txt", &mt);
+	buf_free(&tc);
+out:
+	buf_free(&spelled);
+	buf_free(&j);
+	buf_free(&vj);
+	buf_free(&mt);
+	free(off);
+	free(len);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,55 @@
+/* json.h - a small JSON reader (RFC 8259) into a tree, and helpers to
+ * write JSON strings.
+ *
+ * For the Hugging Face files (config.json, tokenizer.json, safetensors
+ * headers). Strict: no comments, no trailing commas, no NaN; strings must be
+ * valid UTF-8 and are decoded (escapes, surrogate pairs) into UTF-8 with a
+ * terminating NUL (len excludes it; "\u0000" gives an embedded NUL). Nesting
+ * deeper than JSON_MAX_DEPTH is refused. Duplicate object keys are kept in
+ * order; callers that care check them. Errors name the file and line.
+ */
+#ifndef ASYNCPP_JSON_H
+#define ASYNCPP_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define JSON_MAX_DEPTH 64
+
+enum json_type { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY,
+		 JSON_OBJECT };
+
+struct json {
+	enum json_type type;
+	char *key;          /* member name when the parent is an object */
+	size_t key_len;
+	char *str;          /* JSON_STRING: decoded UTF-8, NUL-terminated */
+	size_t len;         /* string length; array/object: number of kids */
+	double num;         /* JSON_NUMBER */
+	int is_int;         /* a number without fraction or exponent that fits int64 */
+	int64_t i;          /* its value when is_int */
+	int line;           /* where the value starts, for messages */
+	struct json *kids;  /* array elements or object members, len of them */
+};
+
+/* Parse text[0..len) (name is for messages). Returns 0 and a tree to free
+ * with json_free, or -1 after error("NAME:LINE: ..."). */
+int json_parse(struct json **out, const char *text, size_t len, const char *name);
+/* Read and parse a whole file. */
+int json_parse_file(struct json **out, const char *path);
+void json_free(struct json *j);
+
+/* The first member named key of an object, or NULL (also when j is not an
+ * object). */
+const struct json *json_get(const struct json *j, const char *key);
+const char *json_type_name(enum json_type t);
+
+/* Append s[0..n) as a JSON string literal (quotes, escapes; bytes >= 0x80
+ * copied as they are: the caller passes UTF-8). */
+void json_put_string(struct buf *b, const char *s, size_t n);
+/* Is s[0..n) valid UTF-8 (no surrogates, no overlong forms)? */
+int json_utf8_valid(const unsigned char *s, size_t n);
+
+#endif
