@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <ini.h>
 
@@ -207,6 +208,19 @@ static int parse_long(const char *s, long *out)
 	return 0;
 }
 
+/* true/false, yes/no, on/off (any case) for the 0..1 keys; -1 otherwise */
+static int parse_bool(const char *s, long *out)
+{
+	static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+	for (int i = 0; i < 3; i++) {
+		if (!strcasecmp(s, yes[i]))
+			return *out = 1, 0;
+		if (!strcasecmp(s, no[i]))
+			return *out = 0, 0;
+	}
+	return -1;
+}
+
 static int parse_double(const char *s, double *out)
 {
 	char *end;
@@ -277,9 +291,13 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 	switch (key_slot[i].kind) {
 	case K_INT: {
 		long v;
-		if (parse_long(value, &v))
-			return error("%s: %s.%s: expected an integer, got '%s'", origin, section,
-				     key, value);
+		int flag = k->lo == 0 && k->hi == 1; /* a yes/no key: true and false read too */
+		if (flag && parse_bool(value, &v) == 0)
+			;
+		else if (parse_long(value, &v))
+			return error(flag ? "%s: %s.%s: expected 0, 1, true or false, got '%s'"
+					  : "%s: %s.%s: expected an integer, got '%s'",
+				     origin, section, key, value);
 		if ((double)v < k->lo || (double)v > k->hi)
 			return out_of_range(origin, k, value);
 		*int_field(cfg, i) = v;

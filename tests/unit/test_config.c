@@ -172,6 +172,26 @@ TEST(error_bad_values)
 			 "run.ini:2: optim.lr: expected a number, got '1e999'"));
 }
 
+/* The yes/no keys (0..1) read true/false, yes/no, on/off in any case;
+ * they print as 0 and 1, so a printed config reads back the same. */
+TEST(booleans_read_as_words)
+{
+	struct config c;
+	config_defaults(&c);
+	CHECK(config_load_string(&c, "[model]\ntied = False\n[optim]\nnesterov = yes\n", "b.ini") == 0);
+	CHECK(c.model_tied == 0 && c.optim_nesterov == 1);
+	CHECK(config_set(&c, "model.tied=ON") == 0 && c.model_tied == 1);
+	char *s = config_to_string(&c);
+	CHECK(strstr(s, "tied = 1\n") != NULL);
+	free(s);
+	config_free(&c);
+	CHECK(fails_with("[model]\ntied = maybe\n",
+			 "run.ini:2: model.tied: expected 0, 1, true or false, got 'maybe'"));
+	/* not for the other integer keys */
+	CHECK(fails_with("[model]\nn_layer = true\n",
+			 "run.ini:2: model.n_layer: expected an integer, got 'true'"));
+}
+
 TEST(error_bad_choice)
 {
 	CHECK(fails_with("[train]\nschedule = zerobubble\n",
