@@ -87,7 +87,8 @@ endif
 
 LIB_SRC = $(wildcard io/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c cmd/*.c)
 CORPUS = $(sort $(wildcard testdata/corpus/*.txt))
-LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(CU_OBJ)
+MANPAGES = $(sort $(wildcard man/*.1 man/*.5 man/*.7))
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(BUILD)/gen/manpages.o $(CU_OBJ)
 TEST_SRC = $(wildcard tests/unit/*.c)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
@@ -104,11 +105,16 @@ $(BUILD)/libasyncpp.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # the built-in corpus, compiled into the binary
-$(BUILD)/gen/corpus.c: $(CORPUS) tools/embed_corpus.sh
+$(BUILD)/gen/corpus.c: $(CORPUS) tools/embed_files.sh
 	@mkdir -p $(dir $@)
-	sh tools/embed_corpus.sh $@ $(CORPUS)
+	sh tools/embed_files.sh $@ builtin_corpus $(CORPUS)
 
-$(BUILD)/gen/corpus.o: $(BUILD)/gen/corpus.c
+# the man pages, compiled in for `asyncpp help COMMAND` before installing
+$(BUILD)/gen/manpages.c: $(MANPAGES) tools/embed_files.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed_files.sh $@ builtin_manpages $(MANPAGES)
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(ALL_CFLAGS) -I$(CURDIR) -O0 -c -o $@ $<
 
 # Objects depend on the flags they were built with: switching CUDA=, MPI=

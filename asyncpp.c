@@ -57,7 +57,8 @@ static void print_help(FILE *fp)
 	fprintf(fp, "commands:\n");
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
 		fprintf(fp, "    %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(fp, "\n'asyncpp COMMAND -h' shows a command's options; 'man asyncpp' the manual.\n");
+	fprintf(fp, "\n'asyncpp COMMAND -h' shows a command's options; 'asyncpp help COMMAND' its\n"
+		    "manual page (also: help asyncpp, help ini, help formats, help distributed).\n");
 	fprintf(fp, "'asyncpp train' with no arguments trains a tiny model on the built-in corpus.\n");
 }
 
@@ -111,14 +112,8 @@ int main(int argc, char **argv)
 		return finish(EXIT_OK);
 	}
 	if (!strcmp(name, "help") || !strcmp(name, "--help") || !strcmp(name, "-h")) {
-		if (argc > 2) {
-			char *sub[] = {argv[2], "-h", NULL};
-			for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-				if (!strcmp(commands[i].name, argv[2]))
-					return finish(commands[i].fn(2, sub));
-			fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", argv[2]);
-			return EXIT_USAGE;
-		}
+		if (argc > 2) /* the manual page, compiled in (cmd/help.c) */
+			return finish(cmd_help_topic(argv[2]));
 		print_help(stdout);
 		return finish(EXIT_OK);
 	}

@@ -12,6 +12,9 @@ struct builtin_doc {
 };
 extern const struct builtin_doc builtin_corpus[];
 extern const int builtin_corpus_count;
+/* the man pages (man/NAME.1, .5, .7), for `asyncpp help` (cmd/help.c) */
+extern const struct builtin_doc builtin_manpages[];
+extern const int builtin_manpages_count;
 
 /* Vocabulary of the tokenizer trained on the built-in corpus. */
 #define BUILTIN_VOCAB 512

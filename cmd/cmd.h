@@ -21,6 +21,9 @@ int cmd_plot(int argc, char **argv);
 int cmd_import_llmc(int argc, char **argv);
 int cmd_import_hf(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+/* `asyncpp help TOPIC`: the compiled-in man page of a command or topic
+ * (cmd/help.c); EXIT_USAGE for an unknown topic. */
+int cmd_help_topic(const char *topic);
 
 /* For commands that a later issue fills in: says so and returns 1. */
 int cmd_not_implemented(const char *name);

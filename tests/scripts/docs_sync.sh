@@ -7,7 +7,8 @@
 #   - man/asyncpp-CMD.1 exists, its SYNOPSIS (between .nf and .fi) equals the
 #     usage lines of -h ("usage: " and "   or: " removed), and it mentions
 #     every long option that -h prints;
-#   - 'asyncpp help CMD' prints the same as 'asyncpp CMD -h';
+#   - 'asyncpp help CMD' prints the man page (compiled in): its NAME line,
+#     and no roff left over (requests, font or character escapes);
 #   - asyncpp(1) lists the command.
 # For the configuration:
 #   - every key of io/config_keys.h is documented in man/asyncpp.ini.5 under
@@ -76,10 +77,12 @@ for cmd in $commands; do
 	fi
 
 	"$ASYNCPP" help "$cmd" > help_cmd.out 2>&1
-	if cmp -s h.out help_cmd.out; then
-		pass "help $cmd = $cmd -h"
+	leftover=$(grep -nE '^ *\.[A-Z][A-Za-z]?( |$)|\\f[BIRP]|\\\(|\\-' help_cmd.out | head -n 3)
+	if grep -q "^       asyncpp-$cmd - " help_cmd.out && [ -z "$leftover" ] &&
+	   [ "$(wc -l < help_cmd.out)" -gt 20 ]; then
+		pass "help $cmd shows the man page"
 	else
-		fail "help $cmd = $cmd -h" "outputs differ"
+		fail "help $cmd shows the man page" "$(head -n 3 help_cmd.out | tr '\n' ' ') $leftover"
 	fi
 
 	page=$MAN/asyncpp-$cmd.1
