@@ -191,6 +191,9 @@ install: $(BIN)
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 tools/asyncpp-completion.bash \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/asyncpp
 
 clean:
 	rm -rf build build-asan asyncpp

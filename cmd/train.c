@@ -631,7 +631,7 @@ int cmd_train(int argc, char **argv)
 		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
 		OPT_FLAG(0, "print-config", &print_config, "print the effective configuration and exit"),
 		OPT_STRING(0, "resume", &resume, "PATH", "continue from a checkpoint file or the newest in a directory"),
-		OPT_FLAG(0, "overwrite", &overwrite, "start afresh even if train.out_dir holds checkpoints (they are deleted)"),
+		OPT_FLAG(0, "overwrite", &overwrite, "start afresh over an earlier run's checkpoints and metrics in train.out_dir (they are deleted)"),
 		OPT_FLAG('q', "quiet", &quiet, "print errors only"),
 		OPT_END(),
 	};

@@ -28,6 +28,11 @@ for src in "$ROOT"/man/*.[157]; do
 	dst=$p/share/man/man${name##*.}/$name
 	if cmp -s "$src" "$dst"; then pass "installed $name"; else fail "installed $name" "$dst missing or different"; fi
 done
+if cmp -s "$ROOT/tools/asyncpp-completion.bash" "$p/share/bash-completion/completions/asyncpp"; then
+	pass "installed bash completion"
+else
+	fail "installed bash completion" "$p/share/bash-completion/completions/asyncpp missing or different"
+fi
 for must in man1/asyncpp.1 man5/asyncpp.ini.5 man5/asyncpp-formats.5; do
 	[ -f "$p/share/man/$must" ] || fail "installed $must" "missing"
 done
