@@ -19,6 +19,7 @@
 #include "../io/config.h"
 #include "../io/dataloader.h"
 #include "../io/metrics.h"
+#include "../io/tensorboard.h"
 #include "../io/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
@@ -117,6 +118,7 @@ struct run {
 	int has_val;
 	struct trainer tr;
 	struct metrics_file metrics;
+	struct tb_writer tb; /* log.tensorboard; closed when not asked for */
 	double flops_per_token, peak;
 	int quiet, tty;
 	long skips_in_row; /* steps skipped in a row (count_skips) */
@@ -195,6 +197,38 @@ static int setup_data(struct run *r)
 	return 0;
 }
 
+/* One metrics row, to the metrics file and (log.tensorboard) as scalars. */
+static void log_row(struct run *r, const struct metrics_row *row)
+{
+	metrics_write(&r->metrics, row);
+	if (!r->tb.fp)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	const struct {
+		int has;
+		const char *tag;
+		double v;
+	} scalars[] = {
+		{row->has_loss, "train/loss", row->loss},
+		{row->has_val_loss, "eval/val_loss", row->val_loss},
+		{row->has_lr, "train/lr", row->lr},
+		{row->has_grad_norm, "train/grad_norm", row->grad_norm},
+		{row->has_skipped, "train/skipped", row->skipped},
+		{row->has_tps, "perf/tokens_per_s", row->tokens_per_s},
+		{row->has_mfu, "perf/mfu", row->mfu},
+		{row->has_bubble, "perf/bubble", row->bubble},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(scalars); i++)
+		if (scalars[i].has && tb_scalar(&r->tb, scalars[i].tag, row->step, now,
+						(float)scalars[i].v)) {
+			warning("TensorBoard events stop here; the metrics file goes on");
+			tb_close(&r->tb);
+			return;
+		}
+}
+
 static void log_step(struct run *r, long step, const struct step_stats *st, double tps,
 		     double mfu, double bubble, double wall, int with_rate)
 {
@@ -217,7 +251,7 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 			row.has_bubble = 1;
 		}
 	}
-	metrics_write(&r->metrics, &row);
+	log_row(r, &row);
 }
 
 /* A streamed shard that failed to read (error() named it) fed zeros to
@@ -352,7 +386,7 @@ static int train_loop(struct run *r)
 			struct metrics_row row = {.step = tr->step, .wall_s = now_sec() - t_start,
 						  .tokens = (double)tr->step * tr->mb_per_step * tr->B * tr->T,
 						  .val_loss = val, .has_val_loss = 1};
-			metrics_write(&r->metrics, &row);
+			log_row(r, &row);
 		}
 		if (!r->quiet && (log_due || tr->step == total || !isnan(val))) {
 			char eta[32];
@@ -728,6 +762,8 @@ int cmd_train(int argc, char **argv)
 	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
 			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL))
 		return EXIT_FAIL;
+	if (dist_is_root() && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
+		return EXIT_FAIL;
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
 	r.tr.stop = &stop_signal;
@@ -750,6 +786,7 @@ int cmd_train(int argc, char **argv)
 			"  sample:    asyncpp sample %s --prompt \"The\"\n",
 			saved, metrics_path, saved, saved);
 	metrics_close(&r.metrics);
+	tb_close(&r.tb);
 	free(metrics_path);
 	free(saved);
 	trainer_free(&r.tr);

@@ -63,5 +63,6 @@
 	X(log, every, INT_IN(1, INFINITY), "10", "log every N steps")                                                  \
 	X(log, metrics, STR, "", "metrics file; empty means OUT_DIR/metrics.csv (or metrics.jsonl with log.format = jsonl)")                      \
 	X(log, format, CHOICE("csv|jsonl"), "csv", "metrics file format")                              \
+	X(log, tensorboard, STR, "", "directory for TensorBoard event files (the metrics as scalars); empty: none") \
 	X(checkpoint, every, INT_IN(0, INFINITY), "0", "checkpoint every N steps; 0 only at the end")                  \
 	X(checkpoint, keep, INT_IN(1, 1048576), "3", "checkpoints to keep")

@@ -6,29 +6,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util.h"
 
 static const char *const columns[] = {"step", "tokens", "wall_s", "loss", "val_loss", "lr",
-				      "grad_norm", "tokens_per_s", "mfu", "bubble", "skipped"};
-enum { N_COLUMNS = 11 };
+				      "grad_norm", "tokens_per_s", "mfu", "bubble", "skipped",
+				      "time"};
+enum { N_COLUMNS = 12, C_TIME = 11 };
 
-/* A CSV written before the skipped column existed gets it added to its
- * header (atomically), so that a resumed run's rows line up with it. */
+/* A CSV written by an earlier version has a header that is a prefix of
+ * today's (columns are only ever added at the end): it gets the missing
+ * names (atomically), so that a resumed run's rows line up with it. Its old
+ * rows keep fewer fields; readers find columns by name. */
 static int upgrade_header(const char *path)
 {
-	static const char old[] =
-		"step,tokens,wall_s,loss,val_loss,lr,grad_norm,tokens_per_s,mfu,bubble\n";
+	char want[256];
+	size_t wl = 0;
+	for (int i = 0; i < N_COLUMNS; i++)
+		wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "%s%s", i ? "," : "", columns[i]);
 	struct buf text = {0};
 	if (read_file(path, &text))
 		return -1;
 	int rc = 0;
-	if (text.len >= sizeof(old) - 1 && !memcmp(text.data, old, sizeof(old) - 1)) {
-		size_t hl = sizeof(old) - 2; /* the header without its newline */
+	const char *nl = memchr(text.data, '\n', text.len);
+	size_t hl = nl ? (size_t)(nl - (const char *)text.data) : text.len;
+	/* an older header: a proper prefix of today's, ending at a column */
+	if (hl < wl && !memcmp(text.data, want, hl) && want[hl] == ',') {
 		struct atomic_file af;
 		rc = atomic_open(&af, path);
-		if (!rc && (atomic_write(&af, text.data, hl) || atomic_write(&af, ",skipped", 8) ||
+		if (!rc && (atomic_write(&af, want, wl) ||
 			    atomic_write(&af, text.data + hl, text.len - hl))) {
 			atomic_abort(&af);
 			rc = -1;
@@ -65,12 +73,15 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 {
 	if (!mf->fp)
 		return 0;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
 	const int has[N_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
 				    r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble,
-				    r->has_skipped};
+				    r->has_skipped, 1};
 	const double val[N_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
 				       r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
-				       r->mfu, r->bubble, r->skipped};
+				       r->mfu, r->bubble, r->skipped,
+				       (double)now.tv_sec + now.tv_nsec * 1e-9};
 	if (mf->format == METRICS_CSV) {
 		/* a non-finite value is written as nan, inf or -inf */
 		for (int i = 0; i < N_COLUMNS; i++) {
@@ -79,7 +90,7 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 			if (has[i] && isnan(val[i]))
 				fputs("nan", mf->fp);
 			else if (has[i])
-				fprintf(mf->fp, "%.9g", val[i]);
+				fprintf(mf->fp, i == C_TIME ? "%.3f" : "%.9g", val[i]);
 		}
 		fputc('\n', mf->fp);
 	} else {
@@ -91,7 +102,7 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 				continue;
 			fprintf(mf->fp, "%s\"%s\": ", first ? "" : ", ", columns[i]);
 			if (isfinite(val[i]))
-				fprintf(mf->fp, "%.9g", val[i]);
+				fprintf(mf->fp, i == C_TIME ? "%.3f" : "%.9g", val[i]);
 			else
 				fputs("null", mf->fp);
 			first = 0;

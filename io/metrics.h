@@ -14,6 +14,7 @@
  *   bubble      idle fraction of the pipeline stages over the interval
  *   skipped     1 when the step's update was skipped (its gradient norm was
  *               not finite), else 0
+ *   time        when the row was written: Unix seconds (UTC), milliseconds
  * asyncpp plot reads these files; the CSV header names the columns, so
  * readers find columns by name.
  */

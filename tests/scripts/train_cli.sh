@@ -173,3 +173,33 @@ if grep -q "^# asyncpp train -q " cfg1/config.ini && grep -q "^#.*--set optim.lr
 else
 	fail config_ini_reruns_the_run "$(cat err.txt) $(head -n 3 d.txt | tr '\n' ' ') $(head -n 3 cfg1/config.ini)"
 fi
+
+# 11. log.tensorboard: an event file a reader written from the format's
+# definition (tests/scripts/tb_events.py) accepts, checksums and all, whose
+# scalars are the metrics file's values
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=tb --set train.steps=12 --set log.every=4 \
+	--set eval.every=6 --set eval.batches=1 --set log.tensorboard=tb/events 2> err.txt
+ev=$(ls tb/events/events.out.tfevents.* 2> /dev/null | head -n 1)
+if ! command -v python3 > /dev/null; then
+	skip tensorboard_events_match_metrics "no python3"
+elif [ -n "$ev" ] && out=$(python3 "$ROOT/tests/scripts/tb_events.py" "$ev" tb/metrics.csv) &&
+     [[ $out == "ok "* ]]; then
+	pass "tensorboard_events_match_metrics ($out)"
+else
+	fail tensorboard_events_match_metrics "${out:-no event file}: $(cat err.txt)"
+fi
+
+# 12. a metrics file of an earlier version (ten columns) gets today's header
+# when a resumed run appends to it; old rows keep their fields, new rows
+# have all twelve
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=old --set train.steps=10 --set log.every=1 2> err.txt
+cut -d, -f1-10 old/metrics.csv > m && mv m old/metrics.csv
+if $A train -q --resume old --set train.steps=12 2> err.txt &&
+   [ "$(head -n 1 old/metrics.csv)" = "step,tokens,wall_s,loss,val_loss,lr,grad_norm,tokens_per_s,mfu,bubble,skipped,time" ] &&
+   [ "$(sed -n 2p old/metrics.csv | awk -F, '{print NF}')" = 10 ] &&
+   [ "$(grep '^12,' old/metrics.csv | head -n 1 | awk -F, '{print NF}')" = 12 ] &&
+   $A plot old/metrics.csv > /dev/null 2>> err.txt; then
+	pass old_metrics_header_upgraded
+else
+	fail old_metrics_header_upgraded "$(head -n 2 old/metrics.csv | tr '\n' ' ') $(cat err.txt)"
+fi
