@@ -123,6 +123,7 @@ struct run {
 	int quiet, tty;
 	long skips_in_row; /* steps skipped in a row (count_skips) */
 	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */
+	double last_save;  /* now_sec() of the last checkpoint (or the start) */
 	int lock_fd;       /* holds train.out_dir's lock (root only; else -1) */
 };
 
@@ -433,10 +434,17 @@ static int train_loop(struct run *r)
 		/* not in a run of skipped steps: nothing changed since the last
 		 * update, and a run about to stop must not rotate out the
 		 * checkpoints written before it diverged */
-		if (cfg->checkpoint_every > 0 && tr->step % cfg->checkpoint_every == 0 &&
-		    tr->step < total && r->skips_in_row == 0 && save_checkpoint(tr, cfg, NULL)) {
-			rc = -1;
-			break;
+		int by_steps = cfg->checkpoint_every > 0 && tr->step % cfg->checkpoint_every == 0;
+		/* by the clock: the root's clock decides, so that every rank agrees */
+		int by_time = cfg->checkpoint_every_minutes > 0 &&
+			      dist_max_int(dist_is_root() && now_sec() - r->last_save >=
+								    60 * cfg->checkpoint_every_minutes);
+		if ((by_steps || by_time) && tr->step < total && r->skips_in_row == 0) {
+			if (save_checkpoint(tr, cfg, NULL)) {
+				rc = -1;
+				break;
+			}
+			r->last_save = now_sec();
 		}
 	}
 	free(stats);
@@ -772,6 +780,7 @@ int cmd_train(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 
+	r.last_save = now_sec();
 	int rc = train_loop(&r);
 	char *saved = NULL;
 	if (!rc && save_checkpoint(&r.tr, cfg, &saved))

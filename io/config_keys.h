@@ -65,4 +65,5 @@
 	X(log, format, CHOICE("csv|jsonl"), "csv", "metrics file format")                              \
 	X(log, tensorboard, STR, "", "directory for TensorBoard event files (the metrics as scalars); empty: none") \
 	X(checkpoint, every, INT_IN(0, INFINITY), "0", "checkpoint every N steps; 0 only at the end")                  \
+	X(checkpoint, every_minutes, FLOAT_IN(0, INFINITY), "30", "also checkpoint when this many minutes passed since the last checkpoint; 0: only checkpoint.every") \
 	X(checkpoint, keep, INT_IN(1, 1048576), "3", "checkpoints to keep")

@@ -203,3 +203,13 @@ if $A train -q --resume old --set train.steps=12 2> err.txt &&
 else
 	fail old_metrics_header_upgraded "$(head -n 2 old/metrics.csv | tr '\n' ' ') $(cat err.txt)"
 fi
+
+# 13. checkpoint.every_minutes checkpoints by the clock with checkpoint.every 0
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=clock --set train.steps=200 --set log.every=5 \
+	--set checkpoint.every=0 --set checkpoint.every_minutes=0.00002 --set checkpoint.keep=1000 2> err.txt
+n=$(ls clock/ckpt-*.ckpt 2> /dev/null | wc -l)
+if [ "$n" -gt 2 ] && [ -f clock/ckpt-00000200.ckpt ]; then
+	pass "checkpoints_by_the_clock ($n)"
+else
+	fail checkpoints_by_the_clock "$n checkpoints: $(cat err.txt)"
+fi
