@@ -137,6 +137,73 @@ static int config_problem(const struct config *cfg, const struct dist_env *e, ch
 }
 #endif
 
+#ifdef ASYNCPP_MPI
+/* The first line where two configuration texts differ (a of rank rank_a,
+ * b of rank 0), as "KEY = A on rank R, but KEY = B on rank 0" in msg; the texts are config_to_string's, one key a line. */
+static void first_difference(const char *a, const char *b, int rank_a, char *msg, size_t len)
+{
+	const char *section = "";
+	char sec[64] = "";
+	while (*a && *b) {
+		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+		if (*a == '[' && la < sizeof(sec)) {
+			snprintf(sec, sizeof(sec), "%.*s.", (int)(la - 2), a + 1);
+			section = sec;
+		}
+		if (la != lb || memcmp(a, b, la)) {
+			snprintf(msg, len, "%s%.*s on rank %d, but %s%.*s on rank 0", section, (int)la,
+				 a, rank_a, section, (int)lb, b);
+			return;
+		}
+		a += la + (a[la] != 0);
+		b += lb + (b[lb] != 0);
+	}
+	snprintf(msg, len, "their lengths differ");
+}
+
+/* Every rank must run the same configuration (the same model, stages,
+ * micro-batches, optimizer...): a rank started with other flags or another
+ * file would compute another run. Compare hashes of the printed
+ * configuration; a rank that differs sends its text to rank 0, which names
+ * the first key that differs. Returns 0, or -1 on every rank after rank 0
+ * said which. Collective. */
+static int same_config_everywhere(const struct config *cfg)
+{
+	char *text = config_to_string(cfg);
+	uint64_t mine = fnv1a64(FNV1A64_INIT, text, strlen(text));
+	uint64_t *all = xcalloc((size_t)g.world, sizeof(uint64_t));
+	MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, g.ctl);
+	int odd = -1;
+	for (int q = 1; q < g.world && odd < 0; q++)
+		if (all[q] != all[0])
+			odd = q;
+	free(all);
+	if (odd < 0) {
+		free(text);
+		return 0;
+	}
+	if (g.rank == odd) {
+		unsigned long long n = strlen(text) + 1;
+		MPI_Send(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, 7, g.ctl);
+		MPI_Send(text, (int)n, MPI_CHAR, 0, 8, g.ctl);
+	} else if (g.rank == 0) {
+		unsigned long long n;
+		MPI_Recv(&n, 1, MPI_UNSIGNED_LONG_LONG, odd, 7, g.ctl, MPI_STATUS_IGNORE);
+		char *theirs = xmalloc(n);
+		MPI_Recv(theirs, (int)n, MPI_CHAR, odd, 8, g.ctl, MPI_STATUS_IGNORE);
+		char what[600];
+		first_difference(theirs, text, odd, what, sizeof(what));
+		error("rank %d runs another configuration than rank 0 (%s): every rank must be "
+		      "started with the same -c file and --set options", odd, what);
+		fflush(stderr);
+		free(theirs);
+	}
+	free(text);
+	MPI_Barrier(g.ctl); /* no rank leaves before rank 0 has said it */
+	return -1;
+}
+#endif
+
 int dist_init(const struct config *cfg)
 {
 	struct dist_env e;
@@ -197,6 +264,11 @@ int dist_init(const struct config *cfg)
 	g.timeout = cfg->pipeline_timeout;
 	g.stages = (int)MAX(cfg->pipeline_stages, 1);
 	g.active = 1;
+	if (same_config_everywhere(cfg)) {
+		MPI_Finalize();
+		g.active = 0;
+		return -1;
+	}
 	return 0;
 #endif
 }

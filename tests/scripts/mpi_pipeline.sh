@@ -234,6 +234,20 @@ else
 fi
 kill -KILL "$victim" 2> /dev/null
 
+# ranks started with different options are refused at the start, naming
+# the first key that differs
+rm -rf mism
+"${MPIRUN[@]}" bash -c "exec $A train -q ${TINY[*]} ${DATA[*]} --set train.schedule=1f1b \
+	--set pipeline.stages=2 --set pipeline.micro_batches=2 --set train.steps=5 --set eval.every=0 \
+	--set train.out_dir=mism --set optim.lr=\$((OMPI_COMM_WORLD_RANK + 1))e-3" > /dev/null 2> err.txt
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c 'rank 1 runs another configuration than rank 0 (optim.lr = 0.002 on rank 1, but optim.lr = 0.001 on rank 0)' err.txt)" = 1 ] &&
+   ! ls mism/ckpt-* > /dev/null 2>&1; then
+	pass mpi_config_mismatch_named
+else
+	fail mpi_config_mismatch_named "exit $rc: $(head -c 300 err.txt)"
+fi
+
 # diverging steps are skipped on every rank alike; after train.max_skipped
 # of them every rank stops at the same step, and only the root says so
 "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw \
