@@ -112,8 +112,9 @@ int cmd_eval(int argc, char **argv)
 	if (!dl.failed) { /* else error() named the shard that could not be read */
 		printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
 		printf("data        %s (%zu tokens)\n", data, dl.n);
-		printf("evaluated   %ld x %d x %d = %ld tokens%s\n", n, B, T, n * (long)bt,
-		       (size_t)(n * B) > dl.n_windows ? " (the data repeats)" : "");
+		printf("evaluated   %ld x %d x %d = %ld tokens%s: batches 0 to %ld of %ld\n", n, B, T,
+		       n * (long)bt, (size_t)(n * B) > dl.n_windows ? " (the data repeats)" : "",
+		       n - 1, available);
 		printf("loss        %.4f\n", mean);
 		printf("perplexity  %.3f\n", exp(mean));
 		printf("tokens/s    %.0f\n", dt > 0 ? (double)n * (double)bt / dt : 0.0);

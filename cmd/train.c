@@ -330,6 +330,13 @@ static int train_loop(struct run *r)
 			"replica(s), schedule %s, optimizer %s, %ld steps of %d x %d x %d tokens\n",
 			cfg->model_arch, r->m.numel, tr->S, cfg->pipeline_data_parallel,
 			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
+	if (!r->quiet && r->has_val && cfg->eval_every > 0) {
+		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
+		/* what `asyncpp eval CKPT --batches N` repeats */
+		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d x "
+			"%d tokens of %s (asyncpp eval CKPT --batches %d evaluates the same)\n",
+			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, nb);
+	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
 		long next_log = (tr->step / log_every + 1) * log_every;

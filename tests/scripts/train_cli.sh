@@ -213,3 +213,16 @@ if [ "$n" -gt 2 ] && [ -f clock/ckpt-00000200.ckpt ]; then
 else
 	fail checkpoints_by_the_clock "$n checkpoints: $(cat err.txt)"
 fi
+
+# 14. the run line says which batches validation uses, and eval with that
+# --batches gives the logged val_loss
+$A train "${TINY[@]}" "${DATA[@]}" --set train.out_dir=val --set train.steps=10 --set eval.every=10 \
+	--set eval.batches=3 > /dev/null 2> err.txt
+logged=$(grep '^10,' val/metrics.csv | cut -d, -f5 | grep . | head -n 1)
+if grep -q "validation every 10 steps on the first 3 batches" err.txt &&
+   $A eval val --batches 3 > ev.txt 2>> err.txt &&
+   [ "$(awk '/^loss/ {print $2}' ev.txt)" = "$(printf '%.4f' "$logged")" ]; then
+	pass eval_repeats_training_validation
+else
+	fail eval_repeats_training_validation "logged $logged, eval $(grep '^loss' ev.txt): $(head -c 300 err.txt)"
+fi
