@@ -7,6 +7,7 @@
 #include "../io/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
+#include "generate.h"
 #include "model_load.h"
 #include "opts.h"
 
@@ -15,62 +16,11 @@ static const char *const usage[] = {
 	NULL,
 };
 
-struct cand {
-	float p;
-	int id;
-};
-
-static int cmp_cand(const void *a, const void *b)
+static void to_stdout(const void *text, size_t len, void *ctx)
 {
-	const struct cand *x = a, *y = b;
-	if (x->p != y->p)
-		return x->p < y->p ? 1 : -1;
-	return x->id - y->id;
-}
-
-/* Draw a token from logits[V]: temperature, then top-k, then top-p. */
-static int pick(const float *logits, int V, double temperature, long top_k, double top_p,
-		uint64_t *rng, struct cand *c)
-{
-	if (temperature <= 0) { /* greedy */
-		int best = 0;
-		for (int i = 1; i < V; i++)
-			if (logits[i] > logits[best])
-				best = i;
-		return best;
-	}
-	float mx = logits[0];
-	for (int i = 1; i < V; i++)
-		mx = logits[i] > mx ? logits[i] : mx;
-	for (int i = 0; i < V; i++)
-		c[i] = (struct cand){expf((float)((logits[i] - mx) / temperature)), i};
-	qsort(c, (size_t)V, sizeof(*c), cmp_cand);
-	int n = V;
-	if (top_k > 0 && top_k < n)
-		n = (int)top_k;
-	double total = 0;
-	for (int i = 0; i < n; i++)
-		total += c[i].p;
-	if (top_p > 0 && top_p < 1) {
-		double acc = 0;
-		for (int i = 0; i < n; i++) {
-			acc += c[i].p / total;
-			if (acc >= top_p) {
-				n = i + 1;
-				break;
-			}
-		}
-		total = 0;
-		for (int i = 0; i < n; i++)
-			total += c[i].p;
-	}
-	double r = rng_uniform(rng) * total, acc = 0;
-	for (int i = 0; i < n; i++) {
-		acc += c[i].p;
-		if (r < acc)
-			return c[i].id;
-	}
-	return c[n - 1].id;
+	(void)ctx;
+	fwrite(text, 1, len, stdout);
+	fflush(stdout);
 }
 
 int cmd_sample(int argc, char **argv)
@@ -117,7 +67,7 @@ int cmd_sample(int argc, char **argv)
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
-	int T = lm.m.cfg.T, V = lm.m.cfg.V, Vp = lm.m.cfg.Vp;
+	int V = lm.m.cfg.V;
 	/* the tokenizer must be the one the model was trained with: the same
 	 * identity hash when the checkpoint records it, else the same size */
 	uint64_t want_hash = 0;
@@ -131,57 +81,12 @@ int cmd_sample(int argc, char **argv)
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
-	/* the ids buffer holds the prompt, then a sliding window of the last T
-	 * tokens: its size never depends on -n */
-	size_t plen = strlen(prompt);
-	size_t cap = st_add(plen + 2, (size_t)T);
-	uint32_t *ids = xmalloc(st_mult(cap, sizeof(uint32_t)));
-	size_t n = 0;
-	uint32_t eot = tokenizer_eot_id(tok);
-	if (eot != TOKENIZER_NO_ID)
-		ids[n++] = eot; /* documents start after a separator in training */
-	n += tokenizer_encode(tok, prompt, plen, ids + n);
-	int32_t *window = xcalloc((size_t)T, sizeof(int32_t));
-	int32_t *dev_window = lm.be->alloc((size_t)T * sizeof(int32_t));
-	float *logits = xmalloc((size_t)Vp * sizeof(float));
-	float *dev_logits = lm.be->alloc((size_t)Vp * sizeof(float));
-	struct cand *cands = xmalloc((size_t)V * sizeof(*cands));
-	uint64_t rng = rng_mix((uint64_t)seed, 0x5a3b1e);
-	fwrite(prompt, 1, plen, stdout);
+	struct gen_opts go = {.max_tokens = max_tokens, .temperature = temperature,
+			      .top_k = top_k, .top_p = top_p, .seed = (uint64_t)seed};
+	fputs(prompt, stdout);
 	fflush(stdout);
-	struct buf piece = {0};
-	for (long g = 0; g < max_tokens; g++) {
-		/* the last T tokens are the context; attention is causal, so the
-		 * rest of the window does not matter */
-		size_t start = n > (size_t)T ? n - (size_t)T : 0;
-		int len = (int)(n - start);
-		for (int i = 0; i < T; i++)
-			window[i] = i < len ? (int32_t)ids[start + (size_t)i] : 0;
-		lm.be->to_device(dev_window, window, (size_t)T * sizeof(int32_t));
-		model_logits_at(&lm.st, lm.params, dev_window, len - 1, dev_logits);
-		lm.be->to_host(logits, dev_logits, (size_t)Vp * sizeof(float));
-		int next = pick(logits, V, temperature, top_k, top_p, &rng, cands);
-		if ((uint32_t)next == eot)
-			break;
-		if (n == cap) { /* keep the last T tokens */
-			memmove(ids, ids + (n - (size_t)T), (size_t)T * sizeof(uint32_t));
-			n = (size_t)T;
-		}
-		ids[n++] = (uint32_t)next;
-		piece.len = 0;
-		uint32_t id = (uint32_t)next;
-		if (!tokenizer_decode(tok, &id, 1, 0, &piece))
-			fwrite(piece.data, 1, piece.len, stdout);
-		fflush(stdout);
-	}
+	generate(&lm.st, lm.params, tok, prompt, &go, to_stdout, NULL);
 	putchar('\n');
-	buf_free(&piece);
-	free(cands);
-	free(logits);
-	free(window);
-	free(ids);
-	lm.be->free(dev_window);
-	lm.be->free(dev_logits);
 	tokenizer_free(tok);
 	loaded_model_close(&lm);
 	return EXIT_OK;
