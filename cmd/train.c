@@ -26,6 +26,7 @@
 #include "../sched/dist.h"
 #include "../sched/trainer.h"
 #include "builtin.h"
+#include "generate.h"
 #include "cmd.h"
 #include "opts.h"
 #include "run_common.h"
@@ -119,9 +120,11 @@ struct run {
 	struct trainer tr;
 	struct metrics_file metrics;
 	struct tb_writer tb; /* log.tensorboard; closed when not asked for */
+	struct sampler *sampler; /* sample.every; NULL until the first sample */
 	double flops_per_token, peak;
 	int quiet, tty;
 	long skips_in_row; /* steps skipped in a row (count_skips) */
+	long sample_every; /* sample.every, 0 where it cannot run (under MPI) */
 	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */
 	double last_save;  /* now_sec() of the last checkpoint (or the start) */
 	int lock_fd;       /* holds train.out_dir's lock (root only; else -1) */
@@ -255,6 +258,79 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 	log_row(r, &row);
 }
 
+/* sample.every: the newest weights, gathered into a one-stage copy of the
+ * model (batch 1) on the run's backend, continue sample.prompt; the text
+ * goes to OUT_DIR/samples.txt and, unless quiet, to the log. Greedy, so
+ * that samples at different steps compare; it reads the weights only, so
+ * the run is the same with or without it. */
+struct sampler {
+	struct stage st;
+	float *global, *arena; /* host: the global and the one-stage arena */
+	float *params;         /* the arena on the backend */
+	struct tokenizer *tok;
+	FILE *fp;
+};
+
+static void emit_text(const void *text, size_t len, void *ctx)
+{
+	buf_append(ctx, text, len);
+}
+
+static void sampler_free(struct sampler *sp)
+{
+	if (!sp)
+		return;
+	if (sp->params)
+		sp->st.be->free(sp->params);
+	if (sp->st.m)
+		stage_free(&sp->st);
+	free(sp->global);
+	free(sp->arena);
+	if (sp->tok)
+		tokenizer_free(sp->tok);
+	if (sp->fp)
+		fclose(sp->fp);
+	free(sp);
+}
+
+static int sample_now(struct run *r)
+{
+	const struct config *cfg = &r->cfg;
+	struct sampler *sp = r->sampler;
+	if (!sp) {
+		sp = r->sampler = xcalloc(1, sizeof(*sp));
+		char *path = path_in(cfg->train_out_dir, "samples.txt");
+		sp->fp = fopen(path, "a");
+		int bad = !sp->fp ? error("cannot open '%s': %s", path, strerror(errno)) : 0;
+		free(path);
+		if (bad || tokenizer_load(&sp->tok, cfg->data_tokenizer) ||
+		    stage_init(&sp->st, &r->m, r->be, 0, 1, 1, r->m.cfg.T, 1))
+			return -1;
+		sp->global = xmalloc(st_mult(r->m.numel, sizeof(float)));
+		sp->arena = xmalloc(st_mult(sp->st.numel, sizeof(float)));
+		if (!(sp->params = r->be->alloc(st_mult(sp->st.numel, sizeof(float)))))
+			return -1;
+	}
+	trainer_gather_weights(&r->tr, 0, sp->global);
+	stage_gather(&sp->st, sp->arena, sp->global);
+	r->be->to_device(sp->params, sp->arena, sp->st.numel * sizeof(float));
+	struct gen_opts go = {.max_tokens = cfg->sample_tokens, .temperature = 0};
+	struct buf text = {0};
+	buf_append(&text, cfg->sample_prompt, strlen(cfg->sample_prompt));
+	generate(&sp->st, sp->params, sp->tok, cfg->sample_prompt, &go, emit_text, &text);
+	/* one line per sample: the text's newlines shown as \n */
+	fprintf(sp->fp, "step %ld: ", r->tr.step);
+	for (size_t i = 0; i < text.len; i++)
+		fputs(text.data[i] == '\n' ? "\\n" : (char[]){(char)text.data[i], 0}, sp->fp);
+	fputc('\n', sp->fp);
+	fflush(sp->fp);
+	if (!r->quiet)
+		fprintf(stderr, "%ssample at step %ld: %.*s\n", r->tty ? "\r\033[K" : "", r->tr.step,
+			(int)text.len, (const char *)text.data);
+	buf_free(&text);
+	return 0;
+}
+
 /* A streamed shard that failed to read (error() named it) fed zeros to
  * the steps since `first`: stop before they are logged or saved. The ranks
  * agree, so that all of them stop. */
@@ -346,6 +422,8 @@ static int train_loop(struct run *r)
 									: tr->step + PIPELINE_SEGMENT);
 		if (cfg->eval_every > 0)
 			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
+		if (r->sample_every > 0)
+			next = MIN(next, (tr->step / r->sample_every + 1) * r->sample_every);
 		if (cfg->checkpoint_every > 0)
 			next = MIN(next, (tr->step / cfg->checkpoint_every + 1) * cfg->checkpoint_every);
 		if (tr->kind >= 0)
@@ -381,6 +459,10 @@ static int train_loop(struct run *r)
 		if (count_skips(r, first, stats, n)) {
 			rc = -1;
 			break;
+		}
+		if (r->sample_every > 0 && tr->step % r->sample_every == 0 && sample_now(r)) {
+			warning("no more samples in this run (above); training goes on");
+			r->sample_every = 0;
 		}
 		const struct step_stats *last = &stats[n - 1];
 		double val = NAN;
@@ -788,6 +870,15 @@ int cmd_train(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 
 	r.last_save = now_sec();
+	r.sample_every = dist_is_root() ? cfg->sample_every : 0;
+	if (r.sample_every && dist_active()) {
+		warning("sample.every needs the whole model in one process; under MPI there are no "
+			"samples during training (asyncpp sample reads any checkpoint)");
+		r.sample_every = 0;
+	} else if (r.sample_every && !cfg->data_tokenizer[0]) {
+		warning("sample.every needs data.tokenizer to write text; no samples in this run");
+		r.sample_every = 0;
+	}
 	int rc = train_loop(&r);
 	char *saved = NULL;
 	if (!rc && save_checkpoint(&r.tr, cfg, &saved))
@@ -803,6 +894,7 @@ int cmd_train(int argc, char **argv)
 			saved, metrics_path, saved, saved);
 	metrics_close(&r.metrics);
 	tb_close(&r.tb);
+	sampler_free(r.sampler);
 	free(metrics_path);
 	free(saved);
 	trainer_free(&r.tr);

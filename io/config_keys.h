@@ -60,6 +60,9 @@
 	X(pipeline, data_parallel, INT_IN(1, 4096), "1", "data-parallel replicas of the pipeline")                 \
 	X(eval, every, INT_IN(0, INFINITY), "100", "validation every N steps; 0 disables")                             \
 	X(eval, batches, INT_IN(1, 1048576), "8", "validation micro-batches per evaluation")                          \
+	X(sample, every, INT_IN(0, INFINITY), "0", "write a sample of the model's text every N steps to OUT_DIR/samples.txt; 0: never") \
+	X(sample, prompt, STR, "The", "the text each sample continues")                                      \
+	X(sample, tokens, INT_IN(1, 4096), "48", "tokens per sample (fewer when the model ends the text)")          \
 	X(log, every, INT_IN(1, INFINITY), "10", "log every N steps")                                                  \
 	X(log, metrics, STR, "", "metrics file; empty means OUT_DIR/metrics.csv (or metrics.jsonl with log.format = jsonl)")                      \
 	X(log, format, CHOICE("csv|jsonl"), "csv", "metrics file format")                              \

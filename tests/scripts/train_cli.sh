@@ -226,3 +226,19 @@ if grep -q "validation every 10 steps on the first 3 batches" err.txt &&
 else
 	fail eval_repeats_training_validation "logged $logged, eval $(grep '^loss' ev.txt): $(head -c 300 err.txt)"
 fi
+
+# 15. sample.every: the text logged at a step is what `asyncpp sample`
+# (greedy) writes from that step's checkpoint, and sampling changes nothing
+# in the run (the final checkpoint is byte-identical without it)
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=smp --set train.steps=20 \
+	--set sample.every=10 --set sample.tokens=12 --set sample.prompt=Once 2> err.txt
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.out_dir=nosmp --set train.steps=20 2>> err.txt
+want=$($A sample smp/ckpt-00000020.ckpt --prompt Once -n 12 --temperature 0 2>> err.txt | sed -z 's/\n$//; s/\n/\\n/g')
+got=$(grep '^step 20: ' smp/samples.txt | sed 's/^step 20: //')
+if [ "$(grep -c '^step ' smp/samples.txt)" = 2 ] && [ -n "$got" ] && [ "$got" = "$want" ] &&
+   $A inspect --diff smp/ckpt-00000020.ckpt nosmp/ckpt-00000020.ckpt > d.txt 2>> err.txt &&
+   grep -Eq "^([0-9]+) tensors compared, \1 identical" d.txt; then
+	pass sample_during_training_matches_sample
+else
+	fail sample_during_training_matches_sample "got '$got', sample gives '$want': $(head -c 300 err.txt) $(head -c 200 d.txt)"
+fi
