@@ -15,6 +15,7 @@ static const struct {
 	{"train", bench_train, "tokens/s and MFU of training steps"},
 	{"schedule", bench_schedule, "print a pipeline schedule's timeline, bubble and simulation"},
 	{"tokenizer", bench_tokenizer, "BPE training and encoding speed"},
+	{"plan", bench_plan, "predict 1F1B against 2BW tokens/s at S stages x DP replicas"},
 };
 
 static void usage(FILE *fp)

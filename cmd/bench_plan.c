@@ -1,0 +1,220 @@
+/* bench_plan.c - `asyncpp bench plan`: predicted tokens/s and idle of sync
+ * 1F1B against PipeDream-2BW at scales beyond the machines at hand, from a
+ * model shape, a compute rate (measured: bench train --device cuda) and link
+ * figures, by simulating the real schedules (sched/simulate.c).
+ *
+ * The model of one training step, per pipeline replica:
+ *   layer forward  B*T*(24*C^2 + 4*T*C) FLOPs at the compute rate (the
+ *                  per-token FLOPs of bench train's formula, a third of it);
+ *                  backward twice that. The last stage also runs the head,
+ *                  2*B*T*C*V forward FLOPs (and twice that backward).
+ *   layers         L split evenly; the first L mod S stages take one more.
+ *   hand-off       B*T*C activations of act_bytes each, over NVLink inside
+ *                  a node (stages of a replica sit on consecutive GPUs) and
+ *                  InfiniBand across nodes, plus a latency per message.
+ *   optimizer      16 bytes of state traffic per parameter of the stage at
+ *                  the memory bandwidth (AdamW: weights, gradient, moments).
+ *   data parallel  a ring all-reduce of each stage's fp32 gradients over the
+ *                  DP replicas, across nodes (InfiniBand): 2(N-1)/N x bytes
+ *                  / bandwidth + 2(N-1) latencies. Sync 1F1B waits for it
+ *                  after its flush; 2BW overlaps it with the next step (its
+ *                  point), so only the part longer than a step shows.
+ * A step's time is the simulated makespan per step (2BW: the steady-state
+ * window's), tokens/s = DP x M x B x T / step time, idle = the simulated
+ * bubble (plus, for 1F1B, the all-reduce wait).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+#include "../sched/schedule.h"
+#include "bench.h"
+#include "opts.h"
+
+static const char *const usage[] = {
+	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--stages LIST] [--dp LIST]",
+	NULL,
+};
+
+struct plan {
+	long L, C, V, T, B, K;               /* model, micro-batch, M = K*S */
+	double tflops;                       /* achieved compute per GPU */
+	double nvlink, ib, hbm;              /* GB/s */
+	double latency;                      /* seconds per message */
+	long gpus_per_node;
+	double act_bytes;
+};
+
+struct prediction {
+	double tokens_per_s, idle, step_s;
+};
+
+static double layer_fwd_s(const struct plan *p)
+{
+	double bt = (double)p->B * (double)p->T, C = (double)p->C;
+	return bt * (24 * C * C + 4 * (double)p->T * C) / (p->tflops * 1e12);
+}
+
+/* One stage layout and schedule kind at S stages and N replicas. */
+static int predict(const struct plan *p, int kind, int S, int N, struct prediction *out)
+{
+	int M = (int)p->K * S;
+	double C = (double)p->C, bt = (double)p->B * (double)p->T;
+	double lf = layer_fwd_s(p), head_f = 2 * bt * C * (double)p->V / (p->tflops * 1e12);
+	double hop_bytes = bt * C * p->act_bytes;
+	struct sim_times *t = xcalloc((size_t)S, sizeof(*t));
+	double max_stage_params = 0;
+	for (int s = 0; s < S; s++) {
+		long layers = p->L / S + (s < p->L % S);
+		double f = (double)layers * lf + (s == S - 1 ? head_f : 0);
+		double params = (double)layers * 12 * C * C + (s == S - 1 || s == 0 ? C * (double)p->V : 0);
+		max_stage_params = MAX(max_stage_params, params);
+		int crosses = (s + 1) % p->gpus_per_node == 0; /* s -> s+1 leaves the node */
+		double bw = (crosses ? p->ib : p->nvlink) * 1e9;
+		t[s] = (struct sim_times){.fwd = f, .bwd = 2 * f,
+					  .comm = p->latency + hop_bytes / bw,
+					  .optim = params * 16 / (p->hbm * 1e9)};
+	}
+	int steps = kind == SCHED_2BW ? 6 : 1;
+	char err[256];
+	struct schedule *sc = sched_build(kind, S, M, steps, err, sizeof(err));
+	if (!sc) {
+		free(t);
+		return error("%s", err);
+	}
+	struct sim_result r;
+	int rc = sched_simulate_stages(sc, t, &r);
+	free(t);
+	if (rc) {
+		sched_free(sc);
+		return -1;
+	}
+	double step = r.makespan, idle = r.bubble;
+	if (kind == SCHED_2BW && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
+		step = (r.steady_t1 - r.steady_t0) / (r.steady_hi - r.steady_lo);
+		idle = r.steady_bubble;
+	}
+	double ar = 0;
+	if (N > 1) /* the largest stage's gradients, fp32, ring over the replicas */
+		ar = 2.0 * (N - 1) / N * max_stage_params * 4 / (p->ib * 1e9) +
+		     2.0 * (N - 1) * p->latency;
+	if (kind == SCHED_2BW) { /* overlapped with the next step */
+		if (ar > step) {
+			idle = 1 - (1 - idle) * step / ar;
+			step = ar;
+		}
+	} else {
+		idle = 1 - (1 - idle) * step / (step + ar);
+		step += ar;
+	}
+	out->step_s = step;
+	out->idle = idle;
+	out->tokens_per_s = (double)N * M * bt / step;
+	sim_result_free(&r);
+	sched_free(sc);
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	long L, C, V;
+} presets[] = {
+	{"gpt2-124m", 12, 768, 50257},
+	{"gpt2-1.5b", 48, 1600, 50257},
+	{"llama-8b", 32, 4096, 128256},
+	{"gpt3-175b", 96, 12288, 50257},
+};
+
+int bench_plan(int argc, char **argv)
+{
+	const char *model = "gpt3-175b";
+	long L = 0, C = 0, V = -1, T = 2048, B = 1, K = 2, gpn = 8;
+	double tflops = 400, nvlink = 450, ib = 50, hbm = 3000, latency_us = 10, act_bytes = 2;
+	const char *stages_list = "4,8,16,32,64", *dp_list = "1,8,64,1024";
+	const struct option opts[] = {
+		OPT_GROUP("Model:"),
+		OPT_STRING(0, "model", &model, "NAME",
+			   "gpt2-124m, gpt2-1.5b, llama-8b or gpt3-175b (default gpt3-175b)"),
+		OPT_INT(0, "layers", &L, "L", "layers (overrides the model's)"),
+		OPT_INT(0, "d-model", &C, "C", "width (overrides the model's)"),
+		OPT_INT(0, "vocab", &V, "V", "vocabulary, for the head on the last stage; 0: no head"),
+		OPT_INT(0, "seq", &T, "T", "sequence length (default 2048)"),
+		OPT_INT(0, "batch", &B, "B", "sequences per micro-batch (default 1)"),
+		OPT_INT(0, "micro-per-stage", &K, "K", "micro-batches per step M = K x S (default 2)"),
+		OPT_GROUP("Machine (per GPU):"),
+		OPT_DOUBLE(0, "tflops", &tflops, "F",
+			   "achieved TFLOP/s of the layers (measure it: bench train --device cuda; default 400)"),
+		OPT_DOUBLE(0, "nvlink", &nvlink, "GB/s", "one direction inside a node (default 450)"),
+		OPT_DOUBLE(0, "ib", &ib, "GB/s", "one direction across nodes, per GPU (default 50: 400 Gb/s)"),
+		OPT_DOUBLE(0, "hbm", &hbm, "GB/s", "memory bandwidth for the optimizer step (default 3000)"),
+		OPT_DOUBLE(0, "latency", &latency_us, "US", "per message, microseconds (default 10)"),
+		OPT_INT(0, "gpus-per-node", &gpn, "G", "GPUs in a node (default 8)"),
+		OPT_DOUBLE(0, "act-bytes", &act_bytes, "N", "bytes per activation value (default 2: bf16)"),
+		OPT_GROUP("Grid:"),
+		OPT_STRING(0, "stages", &stages_list, "LIST", "pipeline stages S (default 4,8,16,32,64)"),
+		OPT_STRING(0, "dp", &dp_list, "LIST", "data-parallel replicas (default 1,8,64,1024)"),
+		OPT_END(),
+	};
+	int npos = opts_parse(argc, argv, usage, opts,
+			      "Predict tokens/s and idle of sync 1F1B against PipeDream-2BW for a model on\n"
+			      "S stages x DP replicas, by simulating the schedules with per-stage times from\n"
+			      "a compute rate and link figures (see asyncpp-bench(1) for the cost model).");
+	if (npos)
+		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
+	int found = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(presets); i++)
+		if (!strcmp(model, presets[i].name)) {
+			L = L ? L : presets[i].L;
+			C = C ? C : presets[i].C;
+			V = V >= 0 ? V : presets[i].V;
+			found = 1;
+		}
+	if (!found)
+		opts_usage_error(usage, opts, "unknown --model '%s' (gpt2-124m, gpt2-1.5b, llama-8b, "
+				 "gpt3-175b)", model);
+	if (L < 1 || C < 1 || V < 0 || T < 1 || B < 1 || K < 1 || gpn < 1)
+		opts_usage_error(usage, opts, "--layers, --d-model, --seq, --batch, --micro-per-stage "
+				 "and --gpus-per-node must be at least 1, --vocab at least 0");
+	if (!(tflops > 0 && nvlink > 0 && ib > 0 && hbm > 0 && latency_us >= 0 && act_bytes > 0))
+		opts_usage_error(usage, opts, "rates must be positive and the latency >= 0");
+	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes};
+	printf("model: %ld layers, width %ld, vocabulary %ld, T %ld, micro-batch %ld x %ld tokens, "
+	       "M = %ld x S\n", L, C, V, T, B, T, K);
+	printf("machine: %g TFLOP/s, NVLink %g GB/s, InfiniBand %g GB/s, HBM %g GB/s, %g us a "
+	       "message, %ld GPUs a node\n", tflops, nvlink, ib, hbm, latency_us, gpn);
+	printf("layer forward %.3f ms per micro-batch\n\n", layer_fwd_s(&p) * 1e3);
+	printf("%6s %6s %6s %16s %8s %16s %8s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s", "idle",
+	       "2bw tokens/s", "idle", "2bw/1f1b");
+	int rc = EXIT_OK;
+	char *sl = xstrdup(stages_list);
+	for (char *save1, *a = strtok_r(sl, ",", &save1); a; a = strtok_r(NULL, ",", &save1)) {
+		char *end;
+		long S = strtol(a, &end, 10);
+		if (*end || S < 1 || S > 1024)
+			opts_usage_error(usage, opts, "--stages: '%s' is not a count of 1..1024", a);
+		if (S > L) {
+			printf("%6ld %6s %6s   (more stages than %ld layers)\n", S, "-", "-", L);
+			continue;
+		}
+		char *dl = xstrdup(dp_list);
+		for (char *save2, *b = strtok_r(dl, ",", &save2); b; b = strtok_r(NULL, ",", &save2)) {
+			long N = strtol(b, &end, 10);
+			if (*end || N < 1 || N > 1 << 20)
+				opts_usage_error(usage, opts, "--dp: '%s' is not a count of 1..1048576", b);
+			struct prediction sync = {0}, async = {0};
+			if (predict(&p, SCHED_1F1B, (int)S, (int)N, &sync) ||
+			    predict(&p, SCHED_2BW, (int)S, (int)N, &async)) {
+				rc = EXIT_FAIL;
+				break;
+			}
+			printf("%6ld %6ld %6ld %16.4g %8.4f %16.4g %8.4f %8.3f\n", S, N, S * N,
+			       sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
+			       async.tokens_per_s / sync.tokens_per_s);
+		}
+		free(dl);
+	}
+	free(sl);
+	return rc;
+}
