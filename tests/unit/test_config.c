@@ -145,7 +145,7 @@ TEST(error_unknown_section)
 {
 	CHECK(fails_with("[model]\nn_layer = 2\n[optimizer]\nlr = 1\n",
 			 "run.ini:3: unknown section [optimizer]; sections are model, data, train, "
-			 "optim, pipeline, eval, log, checkpoint"));
+			 "optim, pipeline, eval, sample, log, checkpoint"));
 }
 
 TEST(error_unknown_key)
