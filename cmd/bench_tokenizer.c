@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../io/pretok.h"
-#include "../io/tokenizer.h"
+#include "../io/text/pretok.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "bench.h"
 #include "cmd.h"

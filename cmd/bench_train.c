@@ -33,8 +33,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "../io/config.h"
-#include "../io/dataloader.h"
+#include "../io/config/config.h"
+#include "../io/data/dataloader.h"
 #include "../io/util.h"
 #include "../model/model.h"
 #include "../sched/schedule.h"

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../io/shard.h"
-#include "../io/tokenizer.h"
+#include "../io/formats/shard.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 
 static char *join(const char *dir, const char *name)

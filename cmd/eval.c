@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../io/dataloader.h"
+#include "../io/data/dataloader.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "model_load.h"

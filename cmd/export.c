@@ -1,6 +1,6 @@
 /* export.c - `asyncpp export CKPT -o OUT`: a checkpoint's newest weights for
- * PyTorch users, as one safetensors file with our names (io/safetensors.h)
- * or as a Hugging Face model folder (io/hf_model.h, asyncpp-export(1)). */
+ * PyTorch users, as one safetensors file with our names (io/formats/safetensors.h)
+ * or as a Hugging Face model folder (io/formats/hf_model.h, asyncpp-export(1)). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../io/hf_model.h"
-#include "../io/safetensors.h"
-#include "../io/tokenizer.h"
+#include "../io/formats/hf_model.h"
+#include "../io/formats/safetensors.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "model_load.h"

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../io/tokenizer.h"
+#include "../io/text/tokenizer.h"
 #include "../model/model.h"
 
 struct gen_opts {

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/checkpoint.h"
-#include "../io/config.h"
-#include "../io/hf_model.h"
-#include "../io/tokenizer.h"
+#include "../io/formats/checkpoint.h"
+#include "../io/config/config.h"
+#include "../io/formats/hf_model.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../model/model.h"
 #include "cmd.h"

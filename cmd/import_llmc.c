@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/checkpoint.h"
-#include "../io/config.h"
-#include "../io/llmc.h"
+#include "../io/formats/checkpoint.h"
+#include "../io/config/config.h"
+#include "../io/formats/llmc.h"
 #include "../io/util.h"
 #include "../model/model.h"
 #include "cmd.h"

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../io/checkpoint.h"
-#include "../io/container.h"
-#include "../io/shard.h"
-#include "../io/tokenizer.h"
+#include "../io/formats/checkpoint.h"
+#include "../io/formats/container.h"
+#include "../io/formats/shard.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "opts.h"

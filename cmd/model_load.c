@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/checkpoint.h"
+#include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 #include "../sched/trainer.h"
 #include "run_common.h"

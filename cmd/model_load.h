@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "../io/config.h"
+#include "../io/config/config.h"
 #include "../model/model.h"
 
 struct loaded_model {

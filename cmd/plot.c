@@ -1,6 +1,6 @@
 /* plot.c - `asyncpp plot METRICS...`: metrics files as an SVG line chart.
  *
- * Each metrics file (CSV or JSON lines, io/metrics.h) becomes one run: one
+ * Each metrics file (CSV or JSON lines, io/report/metrics.h) becomes one run: one
  * <path> of the chosen y column against the chosen x column, in the legend
  * under its label (by default the name of the file's directory, which for
  * asyncpp train is the run's out_dir). Rows without the y column are
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/metrics.h"
-#include "../io/svg.h"
+#include "../io/report/metrics.h"
+#include "../io/report/svg.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "opts.h"
@@ -28,7 +28,7 @@ static const char *const usage[] = {
 	NULL,
 };
 
-/* The columns of io/metrics.h, in order, and how an axis names them. */
+/* The columns of io/report/metrics.h, in order, and how an axis names them. */
 enum col { C_STEP, C_TOKENS, C_WALL, C_LOSS, C_VAL, C_LR, C_GNORM, C_TPS, C_MFU, C_BUBBLE, N_COL };
 static const struct {
 	const char *name, *axis;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../io/checkpoint.h"
+#include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 
 int model_from_config(struct model *m, const struct config *cfg, int vocab)

@@ -3,7 +3,7 @@
 #ifndef ASYNCPP_RUN_COMMON_H
 #define ASYNCPP_RUN_COMMON_H
 
-#include "../io/config.h"
+#include "../io/config/config.h"
 #include "../kernels/backend.h"
 #include "../model/model.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/tokenizer.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "generate.h"

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/pretok.h"
-#include "../io/shard.h"
-#include "../io/tokenizer.h"
+#include "../io/text/pretok.h"
+#include "../io/formats/shard.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
 #include "opts.h"

@@ -15,12 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../io/checkpoint.h"
-#include "../io/config.h"
-#include "../io/dataloader.h"
-#include "../io/metrics.h"
-#include "../io/tensorboard.h"
-#include "../io/tokenizer.h"
+#include "../io/formats/checkpoint.h"
+#include "../io/config/config.h"
+#include "../io/data/dataloader.h"
+#include "../io/report/metrics.h"
+#include "../io/report/tensorboard.h"
+#include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
 #include "../sched/dist.h"

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "model.h"
-#include "../io/config.h"
+#include "../io/config/config.h"
 #include "../io/util.h"
 
 /* Per-layer tensor kinds, in table order. */

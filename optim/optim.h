@@ -47,7 +47,7 @@
 
 #include <stddef.h>
 
-#include "../io/config.h"
+#include "../io/config/config.h"
 #include "../kernels/backend.h"
 #include "../model/model.h"
 

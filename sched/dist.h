@@ -30,8 +30,8 @@
 
 #include <stddef.h>
 
-#include "../io/config.h"
-#include "../io/dataloader.h"
+#include "../io/config/config.h"
+#include "../io/data/dataloader.h"
 #include "../kernels/backend.h"
 
 struct dist_env {

@@ -37,8 +37,8 @@
 
 #include <pthread.h>
 
-#include "../io/config.h"
-#include "../io/dataloader.h"
+#include "../io/config/config.h"
+#include "../io/data/dataloader.h"
 #include "../model/model.h"
 #include "worker.h"
 

@@ -1,4 +1,4 @@
-/* trainer_ckpt.c - save and restore a trainer through io/checkpoint.h.
+/* trainer_ckpt.c - save and restore a trainer through io/formats/checkpoint.h.
  *
  * Everything is stored in the model's global layout, tensor by tensor, so a
  * checkpoint does not depend on how the model was cut into stages: a run
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/checkpoint.h"
+#include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 #include "trainer.h"
 

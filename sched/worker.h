@@ -19,7 +19,7 @@
 #ifndef ASYNCPP_WORKER_H
 #define ASYNCPP_WORKER_H
 
-#include "../io/config.h"
+#include "../io/config/config.h"
 #include "../model/model.h"
 #include "../optim/optim.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/checkpoint.h"
+#include "../../io/formats/checkpoint.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 

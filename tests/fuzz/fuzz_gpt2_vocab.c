@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/tokenizer.h"
+#include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 

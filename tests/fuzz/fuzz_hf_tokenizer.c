@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../io/tokenizer.h"
+#include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

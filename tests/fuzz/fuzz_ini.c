@@ -3,14 +3,14 @@
  * as it was. A load that succeeds must print back to text that loads again
  * to the same configuration.
  *
- *   clang -fsanitize=fuzzer,address -I. tests/fuzz/fuzz_ini.c io/config.c \
+ *   clang -fsanitize=fuzzer,address -I. tests/fuzz/fuzz_ini.c io/config/config.c \
  *         io/util.c -linih -lm
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/config.h"
+#include "../../io/config/config.h"
 #include "../../io/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

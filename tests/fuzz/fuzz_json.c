@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/json.h"
+#include "../../io/text/json.h"
 #include "../../io/util.h"
 
 static void walk(const struct json *j)

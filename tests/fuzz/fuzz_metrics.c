@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../../io/metrics.h"
+#include "../../io/report/metrics.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 

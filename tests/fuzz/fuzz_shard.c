@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/shard.h"
+#include "../../io/formats/shard.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/tokenizer.h"
+#include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 
 static void check_round_trip(const struct tokenizer *tok, const uint8_t *data, size_t size)

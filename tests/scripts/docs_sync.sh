@@ -11,7 +11,7 @@
 #     and no roff left over (requests, font or character escapes);
 #   - asyncpp(1) lists the command.
 # For the configuration:
-#   - every key of io/config_keys.h is documented in man/asyncpp.ini.5 under
+#   - every key of io/config/config_keys.h is documented in man/asyncpp.ini.5 under
 #     its [section], with its type and default, and nothing else is;
 #   - 'asyncpp train --print-config' (when train implements it) prints exactly
 #     the keys of the table.
@@ -115,7 +115,7 @@ for cmd in $commands; do
 done
 
 # ---- configuration keys ----
-keys_h=$ROOT/io/config_keys.h
+keys_h=$ROOT/io/config/config_keys.h
 ini5=$MAN/asyncpp.ini.5
 # "section key type default" (tab-separated) from the X-macro table.
 sed -n 's/^[[:space:]]*X(\([a-z0-9_]*\), *\([a-z0-9_]*\), *\(INT_IN([^)]*)\|FLOAT_IN([^)]*)\|STR\|CHOICE("[^"]*")\), *"\([^"]*\)",.*/\1\t\2\t\3\t\4/p' \

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/config.h"
+#include "../../io/config/config.h"
 #include "../../io/util.h"
 #include "../test.h"
 

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../io/checkpoint.h"
-#include "../../io/container.h"
+#include "../../io/formats/checkpoint.h"
+#include "../../io/formats/container.h"
 #include "../../io/util.h"
 #include "../test.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../../io/util.h"
-#include "../../io/config.h"
+#include "../../io/config/config.h"
 #include "../../kernels/backend.h"
 #include "../test.h"
 

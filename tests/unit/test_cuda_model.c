@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/config.h"
-#include "../../io/dataloader.h"
+#include "../../io/config/config.h"
+#include "../../io/data/dataloader.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "../../sched/trainer.h"

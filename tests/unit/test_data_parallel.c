@@ -38,9 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/checkpoint.h"
-#include "../../io/config.h"
-#include "../../io/dataloader.h"
+#include "../../io/formats/checkpoint.h"
+#include "../../io/config/config.h"
+#include "../../io/data/dataloader.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "../../sched/trainer.h"

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../../io/dataloader.h"
-#include "../../io/shard.h"
+#include "../../io/data/dataloader.h"
+#include "../../io/formats/shard.h"
 #include "../../io/util.h"
 #include "../test.h"
 

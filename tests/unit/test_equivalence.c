@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/checkpoint.h"
-#include "../../io/config.h"
-#include "../../io/dataloader.h"
+#include "../../io/formats/checkpoint.h"
+#include "../../io/config/config.h"
+#include "../../io/data/dataloader.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "../../sched/trainer.h"

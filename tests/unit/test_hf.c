@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../io/half.h"
-#include "../../io/hf_model.h"
-#include "../../io/safetensors.h"
-#include "../../io/tokenizer.h"
+#include "../../io/formats/half.h"
+#include "../../io/formats/hf_model.h"
+#include "../../io/formats/safetensors.h"
+#include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 #include "../../kernels/backend.h"
 #include "../../model/model.h"

@@ -26,7 +26,7 @@ static const struct backend *const be = &OPTIM_TEST_BACKEND;
 
 /* ---- fixtures ---- */
 
-/* [optim] keys set by hand (the config defaults, without io/config.c). */
+/* [optim] keys set by hand (the config defaults, without io/config/config.c). */
 static void test_config(struct config *cfg, const char *name)
 {
 	memset(cfg, 0, sizeof(*cfg));

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../../io/container.h"
-#include "../../io/shard.h"
+#include "../../io/formats/container.h"
+#include "../../io/formats/shard.h"
 #include "../../io/util.h"
 #include "../test.h"
 

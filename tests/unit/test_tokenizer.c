@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/pretok.h"
-#include "../../io/tokenizer.h"
+#include "../../io/text/pretok.h"
+#include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 #include "../test.h"
 

@@ -3,7 +3,7 @@
  * Tokens are byte strings; ids run from 0 to vocab_size-1. Every tokenizer
  * has the 256 single-byte tokens (so any bytes encode losslessly), one token
  * per merge, and special tokens such as <|endoftext|> that plain text never
- * produces. Text is pre-tokenized as GPT-2 does (io/pretok.h), then merges
+ * produces. Text is pre-tokenized as GPT-2 does (io/text/pretok.h), then merges
  * are applied within each piece in rank order.
  *
  * The file format (magic "ASYNCTOK", version 1, crc32c) is documented byte by
@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "util.h"
+#include "../util.h"
 
 #define TOKENIZER_MAGIC "ASYNCTOK"
 #define TOKENIZER_VERSION 1
@@ -79,7 +79,7 @@ int tokenizer_decode(const struct tokenizer *tok, const uint32_t *ids, size_t n,
  * unreadable or corrupt (the reason goes through error()). */
 int tokenizer_inspect(const char *path, FILE *out);
 
-/* BPE training (io/bpe_train.c): learn vocab-257 merges from text, the
+/* BPE training (io/text/bpe_train.c): learn vocab-257 merges from text, the
  * pre-tokenized words of all texts, then add <|endoftext|>. Deterministic:
  * the most frequent pair wins, ties go to the smallest (left, right) ids.
  * Returns 0, or -1 after error(). */
@@ -93,7 +93,7 @@ void bpe_counter_add(struct bpe_counter *c, const void *text, size_t len);
 void bpe_counter_free(struct bpe_counter *c);
 int bpe_train(struct tokenizer **tok, struct bpe_counter *c, const struct bpe_train_opts *o);
 
-/* GPT-2 import (io/gpt2_import.c): encoder.json + vocab.bpe. */
+/* GPT-2 import (io/text/gpt2_import.c): encoder.json + vocab.bpe. */
 int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vocab_bpe);
 /* GPT-2's bytes_to_unicode alphabet, in which byte-level BPE vocabularies
  * (encoder.json, tokenizer.json) spell token bytes: the code point of a
@@ -101,7 +101,7 @@ int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vo
 uint32_t gpt2_cp_of_byte(unsigned char b);
 int gpt2_byte_of_cp(uint32_t cp);
 
-/* Hugging Face tokenizer.json (io/hf_tokenizer.c): a byte-level BPE (model
+/* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
  * BPE, ByteLevel pre-tokenizer with the GPT-2 regex and no prefix space,
  * ByteLevel decoder, no normalizer; a Sequence holding only that
  * pre-tokenizer). Anything else (another model type, normalizer,

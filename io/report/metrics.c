@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "../util.h"
 
 static const char *const columns[] = {"step", "tokens", "wall_s", "loss", "val_loss", "lr",
 				      "grad_norm", "tokens_per_s", "mfu", "bubble", "skipped",

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "container.h"
-#include "util.h"
+#include "../util.h"
 
 /* Header blob of format version 1 (all little-endian):
  *   0 u32 token bytes (2 or 4)   4 u32 vocabulary size

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "hf_model.h"
-#include "json.h"
-#include "util.h"
+#include "../text/json.h"
+#include "../util.h"
 
 char *hf_path(const char *dir, const char *name)
 {

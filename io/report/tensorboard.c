@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "../util.h"
 
 /* protocol buffer wire format: varints, fixed 64/32-bit, length-delimited */
 static void pb_varint(struct buf *b, uint64_t v)

@@ -33,7 +33,7 @@
 #include <ini.h>
 
 #include "config.h"
-#include "util.h"
+#include "../util.h"
 
 /* inih reads lines into a 200-byte buffer that must hold '\r', '\n', '\0'. */
 #define CONFIG_MAX_LINE 197

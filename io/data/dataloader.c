@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard.h"
-#include "util.h"
+#include "../formats/shard.h"
+#include "../util.h"
 
 static uint32_t token_at(const struct dataloader *dl, size_t i)
 {

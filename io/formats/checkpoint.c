@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "container.h"
-#include "util.h"
+#include "../util.h"
 
 #define HEADER_TAG "ASPCKPT1"
 #define NAME_MAX_LEN 95

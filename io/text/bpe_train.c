@@ -1,6 +1,6 @@
 /* bpe_train.c - a fast byte-level BPE trainer.
  *
- * 1. Pre-tokenize the text (io/pretok.h) and count unique pieces ("words").
+ * 1. Pre-tokenize the text (io/text/pretok.h) and count unique pieces ("words").
  * 2. Count adjacent pairs over the words, weighted by word count; keep for
  *    each pair the list of words that contain it.
  * 3. Repeatedly take the most frequent pair from a max-heap with lazy

@@ -1,5 +1,5 @@
 /* checkpoint.h - checkpoint files: named float tensors, the config and
- * run metadata in a container (io/container.h).
+ * run metadata in a container (io/formats/container.h).
  *
  * Layout (container magic "ASPCKPT\0", format version 1):
  *   chunk 0        the effective configuration, as INI text

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "util.h"
+#include "../util.h"
 
 #define HEADER_FRAME_MAGIC 0x184D2A5Au
 #define SEEK_FRAME_MAGIC 0x184D2A5Bu

@@ -7,9 +7,9 @@
 #include <sys/types.h>
 
 #include "half.h"
-#include "json.h"
+#include "../text/json.h"
 #include "safetensors.h"
-#include "util.h"
+#include "../util.h"
 
 static void put_str(struct buf *b, const char *s)
 {

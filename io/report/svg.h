@@ -7,7 +7,7 @@
 #ifndef ASYNCPP_SVG_H
 #define ASYNCPP_SVG_H
 
-#include "util.h"
+#include "../util.h"
 
 /* printf into the buffer (dies on out-of-memory like every x* helper). */
 void svg_printf(struct buf *b, const char *fmt, ...) PRINTF_LIKE(2, 3);

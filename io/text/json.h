@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "../util.h"
 
 #define JSON_MAX_DEPTH 64
 
