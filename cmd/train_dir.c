@@ -95,12 +95,9 @@ uint64_t train_dir_run_id_of(const char *ckpt_path)
 int train_dir_set_run_id(const char *dir, uint64_t id)
 {
 	char *path = join(dir, "run-id");
-	struct atomic_file af;
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "0x%016" PRIx64 "\n", id);
-	int rc = atomic_open(&af, path);
-	if (!rc && (atomic_write(&af, buf, (size_t)n) || atomic_commit(&af)))
-		rc = -1;
+	int rc = atomic_write_file(path, buf, (size_t)n);
 	free(path);
 	return rc;
 }

@@ -246,6 +246,18 @@ int atomic_commit(struct atomic_file *af)
 	return 0;
 }
 
+int atomic_write_file(const char *path, const void *p, size_t n)
+{
+	struct atomic_file af;
+	if (atomic_open(&af, path))
+		return -1;
+	if (atomic_write(&af, p, n)) {
+		atomic_abort(&af);
+		return -1;
+	}
+	return atomic_commit(&af);
+}
+
 /* crc32c, slicing-by-8: eight table lookups per 8 input bytes. */
 static uint32_t crc32c_table[8][256];
 static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;

@@ -73,6 +73,8 @@ struct atomic_file {
 int atomic_open(struct atomic_file *af, const char *path);
 int atomic_write(struct atomic_file *af, const void *p, size_t n);
 int atomic_commit(struct atomic_file *af); /* fsync+rename; closes */
+/* The whole of p[0..n) as the file path, atomically (the three above). */
+int atomic_write_file(const char *path, const void *p, size_t n);
 void atomic_abort(struct atomic_file *af); /* remove temp; closes */
 
 /* Checksums. crc32c (Castagnoli) for frames; 64-bit FNV-1a for identities

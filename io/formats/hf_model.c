@@ -590,14 +590,7 @@ static void put(struct buf *b, const char *fmt, ...)
 static int write_text(const char *dir, const char *name, const struct buf *b)
 {
 	char *path = hf_path(dir, name);
-	struct atomic_file af;
-	int rc = atomic_open(&af, path);
-	if (!rc && atomic_write(&af, b->data, b->len)) {
-		atomic_abort(&af);
-		rc = -1;
-	} else if (!rc) {
-		rc = atomic_commit(&af);
-	}
+	int rc = atomic_write_file(path, b->data, b->len);
 	free(path);
 	return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "tokenizer.h"
 
 /* codepoint -> byte for the bytes_to_unicode alphabet, -1 elsewhere */
@@ -41,30 +42,6 @@ uint32_t gpt2_cp_of_byte(unsigned char b)
 	return 256 + n;
 }
 
-static size_t put_utf8(unsigned char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (unsigned char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (unsigned char)(0xC0 | cp >> 6);
-		o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (unsigned char)(0xE0 | cp >> 12);
-		o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (unsigned char)(0xF0 | cp >> 18);
-	o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
 /* ---- a string -> id map over the UTF-8 token names ---- */
 
 struct names {
@@ -91,177 +68,45 @@ static int names_find(const struct names *nm, const void *p, size_t n)
 	return -1;
 }
 
-/* ---- encoder.json ---- */
-
-struct jp {
-	const char *path;
-	const unsigned char *s;
-	size_t n, i;
-};
-
-static int jp_error(struct jp *p, const char *what)
-{
-	int line = 1;
-	for (size_t k = 0; k < p->i && k < p->n; k++)
-		line += p->s[k] == '\n';
-	return error("%s:%d: %s", p->path, line, what);
-}
-
-static void jp_ws(struct jp *p)
-{
-	while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\n' || p->s[p->i] == '\r' ||
-			       p->s[p->i] == '\t'))
-		p->i++;
-}
-
-static int jp_hex4(struct jp *p, uint32_t *v)
-{
-	*v = 0;
-	if (p->n - p->i < 4)
-		return -1;
-	for (int k = 0; k < 4; k++) {
-		int c = p->s[p->i++], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			d = c - 'A' + 10;
-		else
-			return -1;
-		*v = *v << 4 | (uint32_t)d;
-	}
-	return 0;
-}
-
-/* A JSON string at p->i into out (UTF-8). */
-static int jp_string(struct jp *p, struct buf *out)
-{
-	out->len = 0;
-	if (p->i >= p->n || p->s[p->i] != '"')
-		return jp_error(p, "expected a string");
-	p->i++;
-	for (;;) {
-		if (p->i >= p->n)
-			return jp_error(p, "unterminated string");
-		unsigned c = p->s[p->i++];
-		if (c == '"')
-			return 0;
-		if (c < 0x20)
-			return jp_error(p, "control character in string");
-		if (c != '\\') {
-			unsigned char ch = (unsigned char)c;
-			buf_append(out, &ch, 1);
-			continue;
-		}
-		if (p->i >= p->n)
-			return jp_error(p, "unterminated escape");
-		c = p->s[p->i++];
-		const char *simple = strchr("\"\\/bfnrt", (int)c);
-		if (c && simple) {
-			static const char map[] = "\"\\/\b\f\n\r\t";
-			buf_append(out, &map[simple - "\"\\/bfnrt"], 1);
-			continue;
-		}
-		if (c != 'u')
-			return jp_error(p, "bad escape in string");
-		uint32_t cp, lo;
-		if (jp_hex4(p, &cp))
-			return jp_error(p, "bad \\u escape");
-		if (cp >= 0xD800 && cp < 0xDC00) {
-			if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
-				return jp_error(p, "lone surrogate in \\u escape");
-			p->i += 2;
-			if (jp_hex4(p, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-				return jp_error(p, "bad surrogate pair");
-			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-		} else if (cp >= 0xDC00 && cp < 0xE000) {
-			return jp_error(p, "lone surrogate in \\u escape");
-		}
-		unsigned char u[4];
-		buf_append(out, u, put_utf8(u, cp));
-	}
-}
+/* ---- encoder.json: {"token": id, ...}, ids 0..n-1 each once ---- */
 
 static int read_encoder(const char *path, struct names *nm)
 {
-	struct buf f = {0}, key = {0};
-	if (read_file(path, &f))
+	struct json *root;
+	if (json_parse_file(&root, path))
 		return -1;
-	struct jp p = {path, f.data, f.len, 0};
 	int rc = -1;
-	size_t count = 0;
-	nm->cap = 1024;
-	nm->off = xcalloc(nm->cap, sizeof(*nm->off));
-	nm->len = xcalloc(nm->cap, sizeof(*nm->len));
-	unsigned char *seen = xcalloc(nm->cap, 1);
-	jp_ws(&p);
-	if (p.i >= p.n || p.s[p.i++] != '{') {
-		jp_error(&p, "expected '{'");
+	unsigned char *seen = NULL;
+	if (root->type != JSON_OBJECT) {
+		error("%s:%d: expected an object of token strings to ids", path, root->line);
 		goto out;
 	}
-	jp_ws(&p);
-	if (p.i < p.n && p.s[p.i] == '}')
-		p.i++;
-	else
-		for (;;) {
-			jp_ws(&p);
-			if (jp_string(&p, &key))
-				goto out;
-			jp_ws(&p);
-			if (p.i >= p.n || p.s[p.i++] != ':') {
-				jp_error(&p, "expected ':'");
-				goto out;
-			}
-			jp_ws(&p);
-			uint64_t id = 0;
-			size_t d = 0;
-			while (p.i < p.n && p.s[p.i] >= '0' && p.s[p.i] <= '9' && d < 9) {
-				id = id * 10 + (p.s[p.i++] - '0');
-				d++;
-			}
-			if (!d || id >= TOKENIZER_MAX_VOCAB ||
-			    (p.i < p.n && p.s[p.i] >= '0' && p.s[p.i] <= '9')) {
-				jp_error(&p, "expected a token id (0..16777215)");
-				goto out;
-			}
-			if (id >= nm->cap) {
-				uint32_t ncap = nm->cap;
-				while (ncap <= id)
-					ncap *= 2;
-				nm->off = xrealloc(nm->off, st_mult(ncap, sizeof(*nm->off)));
-				nm->len = xrealloc(nm->len, st_mult(ncap, sizeof(*nm->len)));
-				seen = xrealloc(seen, ncap);
-				memset(seen + nm->cap, 0, ncap - nm->cap);
-				nm->cap = ncap;
-			}
-			if (seen[id]) {
-				jp_error(&p, "token id listed twice");
-				goto out;
-			}
-			seen[id] = 1;
-			nm->off[id] = (uint32_t)nm->text.len;
-			nm->len[id] = (uint32_t)key.len;
-			buf_append(&nm->text, key.data, key.len);
-			if (id + 1 > nm->nids)
-				nm->nids = (uint32_t)id + 1;
-			count++;
-			jp_ws(&p);
-			if (p.i < p.n && p.s[p.i] == ',') {
-				p.i++;
-				continue;
-			}
-			if (p.i < p.n && p.s[p.i] == '}') {
-				p.i++;
-				break;
-			}
-			jp_error(&p, "expected ',' or '}'");
+	size_t count = root->len;
+	for (size_t k = 0; k < count; k++) {
+		const struct json *v = &root->kids[k];
+		if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 ||
+		    v->i >= TOKENIZER_MAX_VOCAB) {
+			error("%s:%d: expected a token id (0..16777215)", path, v->line);
 			goto out;
 		}
-	jp_ws(&p);
-	if (p.i != p.n) {
-		jp_error(&p, "trailing characters after the object");
-		goto out;
+		if ((uint32_t)v->i + 1 > nm->nids)
+			nm->nids = (uint32_t)v->i + 1;
+	}
+	nm->cap = nm->nids ? nm->nids : 1;
+	nm->off = xcalloc(nm->cap, sizeof(*nm->off));
+	nm->len = xcalloc(nm->cap, sizeof(*nm->len));
+	seen = xcalloc(nm->cap, 1);
+	for (size_t k = 0; k < count; k++) {
+		const struct json *v = &root->kids[k];
+		uint32_t id = (uint32_t)v->i;
+		if (seen[id]) {
+			error("%s:%d: token id %u listed twice", path, v->line, id);
+			goto out;
+		}
+		seen[id] = 1;
+		nm->off[id] = (uint32_t)nm->text.len;
+		nm->len[id] = (uint32_t)v->key_len;
+		buf_append(&nm->text, v->key, v->key_len);
 	}
 	if (count != nm->nids) {
 		error("%s: token ids are not 0..%u without gaps", path, nm->nids ? nm->nids - 1 : 0);
@@ -285,8 +130,7 @@ static int read_encoder(const char *path, struct names *nm)
 	rc = 0;
 out:
 	free(seen);
-	buf_free(&f);
-	buf_free(&key);
+	json_free(root);
 	return rc;
 }
 

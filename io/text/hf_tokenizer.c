@@ -369,14 +369,7 @@ static int write_file(const char *dir, const char *name, const struct buf *b)
 	size_t n = strlen(dir) + strlen(name) + 2;
 	char *path = xmalloc(n);
 	snprintf(path, n, "%s/%s", dir, name);
-	struct atomic_file af;
-	int rc = atomic_open(&af, path);
-	if (!rc && atomic_write(&af, b->data, b->len)) {
-		atomic_abort(&af);
-		rc = -1;
-	} else if (!rc) {
-		rc = atomic_commit(&af);
-	}
+	int rc = atomic_write_file(path, b->data, b->len);
 	free(path);
 	return rc;
 }
