@@ -222,7 +222,7 @@ static void *stage_main(void *arg)
 			x_out = last ? NULL : tp->buffer(tp, s, p->act_n);
 			float loss = 0.0f;
 			long gstep = global_step(p, a[i].step);
-			stage_forward(&w->st, a[i].slot, worker_weights(w, gv), s == 0 ? dev_in : NULL,
+			stage_forward(&w->st, a[i].slot, worker_grad_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
 				      last ? &loss : NULL, last ? worker_grads(w, gstep) : NULL, dloss);
 			if (x_in)
@@ -244,7 +244,7 @@ static void *stage_main(void *arg)
 				complete_step(c, c->completed + 1);
 			t0 = now_sec();
 			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_n);
-			stage_backward(&w->st, a[i].slot, worker_weights(w, gv), worker_grads(w, gstep),
+			stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv), worker_grads(w, gstep),
 				       dx_out, dx_in);
 			if (dx_out)
 				tp->release(tp, s, dx_out);
@@ -603,7 +603,7 @@ static int send_state(struct trainer *tr, int s)
 	int rc = 0, nv = trainer_n_versions(tr);
 	for (int back = 0; back < nv && !rc; back++) {
 		/* what trainer_gather_weights takes from this stage */
-		long v = w->newest - MIN(back, w->delay);
+		long v = w->newest - MIN(back, w->n_versions - 1);
 		tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
 		rc = dist_send(&h, sizeof(h), 0, TAG_STATE);
 		if (!rc)
@@ -623,7 +623,7 @@ static int recv_weights(void *ctx, int back, float *global)
 {
 	struct trainer *tr = ctx;
 	struct stage_worker *w0 = &tr->w[0];
-	worker_save_version(w0, w0->newest - MIN(back, w0->delay), global);
+	worker_save_version(w0, w0->newest - MIN(back, w0->n_versions - 1), global);
 	for (int s = 1; s < tr->S; s++) {
 		struct weights_head h;
 		if (dist_recv(&h, sizeof(h), s, TAG_STATE))

@@ -153,7 +153,8 @@ static float forward_all(struct trainer *tr, int r, long version_step, int with_
 		struct stage_worker *w = trainer_worker(tr, r, s);
 		long v = with_grads ? version_step - w->delay : w->newest;
 		int last = s == tr->S - 1;
-		stage_forward(&w->st, 0, worker_weights(w, v), s == 0 ? tr->inputs : NULL,
+		stage_forward(&w->st, 0, with_grads ? worker_grad_weights(w, v) : worker_weights(w, v),
+			      s == 0 ? tr->inputs : NULL,
 			      s == 0 ? NULL : tr->x[s], last ? tr->targets : NULL,
 			      last ? NULL : tr->x[s + 1], last ? &loss : NULL,
 			      last && with_grads ? worker_grads(w, step) : NULL,
@@ -166,7 +167,7 @@ static void backward_all(struct trainer *tr, int r, long version_step, long step
 {
 	for (int s = tr->S - 1; s >= 0; s--) {
 		struct stage_worker *w = trainer_worker(tr, r, s);
-		stage_backward(&w->st, 0, worker_weights(w, version_step - w->delay),
+		stage_backward(&w->st, 0, worker_grad_weights(w, version_step - w->delay),
 			       worker_grads(w, step), s == tr->S - 1 ? NULL : tr->dx[s + 1],
 			       s == 0 ? NULL : tr->dx[s]);
 	}
@@ -285,7 +286,7 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 {
 	for (int s = 0; s < tr->S; s++) {
 		struct stage_worker *w = &tr->w[s];
-		long v = w->newest - MIN(back, w->delay);
+		long v = w->newest - MIN(back, w->n_versions - 1);
 		worker_save_version(w, v, global);
 	}
 }
@@ -293,9 +294,11 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 int trainer_n_versions(const struct trainer *tr)
 {
 	/* from the configuration: under MPI this process holds one stage */
-	int n = 1;
-	for (int s = 0; s < tr->S; s++)
-		n = MAX(n, trainer_stage_delay(tr->cfg, s, tr->S) + 1);
+	int n = 1, predict = !strcmp(tr->cfg->optim_correction, "predict");
+	for (int s = 0; s < tr->S; s++) {
+		int d = trainer_stage_delay(tr->cfg, s, tr->S);
+		n = MAX(n, d + 1 + (predict && d > 0)); /* worker.h: one more to predict */
+	}
 	return n;
 }
 
@@ -307,13 +310,14 @@ void trainer_restore(struct trainer *tr, long step, float *const *versions, int 
 		if (!worker_alive(w))
 			continue;
 		w->newest = step;
-		for (int back = w->delay; back >= 0; back--) {
+		for (int back = w->n_versions - 1; back >= 0; back--) {
 			long v = step - back;
 			if (v < 0)
 				continue;
 			w->newest = step; /* worker_load_version writes ver[v % n] */
 			worker_load_version(w, v, versions[MIN(back, n - 1)]);
 		}
+		worker_predict_held(w);
 		w->opt.last_step = step;
 	}
 }

@@ -18,7 +18,12 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	w->s = s;
 	w->S = S;
 	w->delay = delay;
-	w->n_versions = delay + 1;
+	w->predict = delay > 0 && cfg->optim_correction &&
+		     !strcmp(cfg->optim_correction, "predict");
+	w->n_versions = delay + 1 + w->predict;
+	if (w->n_versions > WORKER_MAX_VERSIONS)
+		return error("delay %d with weight prediction needs %d versions (at most %d)", delay,
+			     w->n_versions, WORKER_MAX_VERSIONS);
 	if (stage_init(&w->st, m, be, s, S, B, T, n_slots))
 		return -1;
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
@@ -27,6 +32,10 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	for (int v = 0; v < w->n_versions; v++) {
 		w->ver[v] = be->alloc(bytes);
 		be->to_device(w->ver[v], host, bytes);
+		if (w->predict) { /* p[0] = w[0]: no update made it */
+			w->pred[v] = be->alloc(bytes);
+			be->to_device(w->pred[v], host, bytes);
+		}
 	}
 	free(host);
 	w->grads[0] = be->alloc(bytes);
@@ -47,8 +56,11 @@ void worker_free(struct stage_worker *w)
 {
 	if (!w->be)
 		return;
-	for (int v = 0; v < w->n_versions; v++)
+	for (int v = 0; v < w->n_versions; v++) {
 		w->be->free(w->ver[v]);
+		if (w->pred[v])
+			w->be->free(w->pred[v]);
+	}
 	if (w->grads[1] != w->grads[0])
 		w->be->free(w->grads[1]);
 	w->be->free(w->grads[0]);
@@ -62,10 +74,44 @@ float *worker_weights(struct stage_worker *w, long v)
 {
 	if (v < 0)
 		v = 0;
-	if (v > w->newest || v < w->newest - w->delay)
-		die("internal error: stage %d asked for weight version %ld, alive are %ld..%ld",
-		    w->s, v, MAX(0, w->newest - w->delay), w->newest);
+	if (v > w->newest || v < w->newest - (w->n_versions - 1))
+		die("internal error: stage %d asked for weight version %ld, held are %ld..%ld",
+		    w->s, v, MAX(0, w->newest - (w->n_versions - 1)), w->newest);
 	return w->ver[v % w->n_versions];
+}
+
+float *worker_grad_weights(struct stage_worker *w, long v)
+{
+	float *real = worker_weights(w, v); /* checks v */
+	return w->predict ? w->pred[MAX(v, 0) % w->n_versions] : real;
+}
+
+/* p[v] = (1+d) w[v] - d w[v-1], in this order of operations everywhere
+ * (update, skip, resume), so that all of them give the same bits; p[0] =
+ * w[0]. */
+static void predict_version(struct stage_worker *w, long v)
+{
+	size_t n = w->st.numel;
+	float *p = w->pred[v % w->n_versions], *cur = w->ver[v % w->n_versions];
+	if (v <= 0) {
+		w->be->copy(p, cur, n * sizeof(float));
+		return;
+	}
+	float d = (float)w->delay;
+	w->be->copy(p, w->ver[(v - 1) % w->n_versions], n * sizeof(float));
+	w->be->scale(p, -d / (1 + d), n);
+	w->be->add(p, p, cur, n);
+	w->be->scale(p, 1 + d, n);
+}
+
+void worker_predict_held(struct stage_worker *w)
+{
+	if (!w->predict)
+		return;
+	/* the oldest version held lacks its predecessor; it is never computed
+	 * on again (that is why the ring holds one more) */
+	for (long v = MAX(0, w->newest - (w->n_versions - 2)); v <= w->newest; v++)
+		predict_version(w, v);
 }
 
 float *worker_grads(struct stage_worker *w, long step) { return w->grads[step % 2]; }
@@ -86,6 +132,8 @@ void worker_update(struct stage_worker *w, long step, float lr, float clip_scale
 	optim_step(&w->opt, dst, g, lr, step);
 	w->be->zero(g, n * sizeof(float));
 	w->newest++;
+	if (w->predict)
+		predict_version(w, w->newest);
 }
 
 void worker_skip(struct stage_worker *w, long step)
@@ -99,6 +147,8 @@ void worker_skip(struct stage_worker *w, long step)
 		w->be->copy(dst, src, w->st.numel * sizeof(float));
 	w->be->zero(worker_grads(w, step), w->st.numel * sizeof(float));
 	w->newest++;
+	if (w->predict)
+		predict_version(w, w->newest);
 }
 
 int worker_finish(struct stage_worker *w, long step, double norm, double max_norm, float lr)

@@ -11,6 +11,16 @@
  * d = 0 is ordinary training (one buffer, updated in place), d = 1 is
  * PipeDream-2BW, d = S-1-s is the original PipeDream's stage s.
  *
+ * Weight prediction (optim.correction = predict, a delay d > 0): the
+ * forward and backward of a micro-batch run on its version extrapolated by
+ * the delay with the update that made it,
+ *     p[v] = w[v] + d (w[v] - w[v-1]) = (1+d) w[v] - d w[v-1]
+ * (SpecTrain/XPipe's idea: the gradient lands d updates later), and the
+ * update still applies to w. p[v] is made when version v is (update, skip
+ * or resume), by one function, so every schedule computes it alike. The
+ * ring then holds d + 2 versions, so that a resumed run can remake p of
+ * every version it will use (checkpoints hold one version more).
+ *
  * Gradients accumulate into grads[step % 2], so a pipeline may start the
  * backward passes of step t+1 before step t's update has been applied. A
  * worker that runs steps one after another (schedule none) needs only one
@@ -31,8 +41,10 @@ struct stage_worker {
 	const struct backend *be;
 	int s, S;
 	int delay;                          /* steps of gradient delay */
-	int n_versions;                     /* delay + 1 */
+	int predict;                        /* weight prediction (delay > 0) */
+	int n_versions;                     /* delay + 1 (+ 1 with predict) */
 	float *ver[WORKER_MAX_VERSIONS];    /* stage arenas; ver[v % n] = version v */
+	float *pred[WORKER_MAX_VERSIONS];   /* with predict: pred[v % n] = p[v] */
 	long newest;                        /* newest version = updates applied */
 	float *grads[2];                    /* [st.numel] each, by step parity (may alias) */
 	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq */
@@ -51,8 +63,13 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 void worker_free(struct stage_worker *w);
 
 /* The weights of version v (v < 0 means version 0). The version must be
- * alive: newest - delay <= v <= newest. */
+ * held: newest - (n_versions - 1) <= v <= newest. */
 float *worker_weights(struct stage_worker *w, long v);
+/* The weights a micro-batch computed on version v runs its forward and
+ * backward with: worker_weights, or p[v] under weight prediction. */
+float *worker_grad_weights(struct stage_worker *w, long v);
+/* Remake p[v] for the versions held, after worker_load_version (resume). */
+void worker_predict_held(struct stage_worker *w);
 /* Gradient accumulator of 1-based optimizer step `step`. */
 float *worker_grads(struct stage_worker *w, long step);
 /* Apply optimizer step `step` (1-based; newest must be step - 1): version

@@ -50,7 +50,7 @@
 	X(optim, nesterov, INT_IN(0, 1), "1", "1 uses Nesterov momentum (Muon, SGD)")                           \
 	X(optim, ns_steps, INT_IN(0, 100), "5", "Muon Newton-Schulz iterations")                                  \
 	X(optim, muon_scale, CHOICE("rms|shape"), "rms", "Muon update scale: rms = 0.2*sqrt(max(rows,cols)), shape = sqrt(max(1,rows/cols))") \
-	X(optim, correction, CHOICE("none|ef"), "none", "delay correction: ef is error feedback on the update") \
+	X(optim, correction, CHOICE("none|ef|predict"), "none", "delay correction: ef is error feedback on the update, predict runs the gradient on weights extrapolated by the delay") \
 	X(optim, ef_lambda, FLOAT_IN(-10, 10), "1.0", "error-feedback strength; 0 is no correction")               \
 	X(optim, ef_groups, CHOICE("all|muon|adamw"), "all", "parameter groups the correction acts on") \
 	X(pipeline, stages, INT_IN(1, 4096), "1", "pipeline stages S")                                             \

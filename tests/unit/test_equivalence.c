@@ -8,6 +8,7 @@
  *   2bw + error feedback                    == delay = 1 + error feedback
  *   delay = 0                               == no delay
  *   ef with lambda = 0                      == no correction
+ *   2bw / pipedream + weight prediction     == delay 1 / per-stage + prediction
  *   train N                                 == train K, checkpoint, resume, N - K
  * for both architectures and for AdamW and Muon, over 20 steps, on the
  * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
@@ -255,6 +256,111 @@ TEST(twobw_with_error_feedback_equals_delay_one_with_error_feedback)
 	}
 }
 
+TEST(twobw_with_prediction_equals_delay_one_with_prediction)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		config_set_key(&one, "train", "delay", "1", "test");
+		config_set_key(&one, "optim", "correction", "predict", "test");
+		base_config(&pipe, arch, opt);
+		config_set_key(&pipe, "train", "schedule", "2bw", "test");
+		config_set_key(&pipe, "pipeline", "stages", "4", "test");
+		config_set_key(&pipe, "optim", "correction", "predict", "test");
+		char what[96];
+		snprintf(what, sizeof(what), "2bw+predict S=4 %s %s", arch, opt);
+		if (!same_run(what, &one, &pipe))
+			return;
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+TEST(pipedream_with_prediction_equals_per_stage_with_prediction)
+{
+	struct config one, pipe;
+	base_config(&one, "llama", "muon");
+	config_set_key(&one, "train", "delay_mode", "per-stage", "test");
+	config_set_key(&one, "pipeline", "stages", "4", "test");
+	config_set_key(&one, "pipeline", "micro_batches", "1", "test");
+	config_set_key(&one, "optim", "correction", "predict", "test");
+	base_config(&pipe, "llama", "muon");
+	config_set_key(&pipe, "train", "schedule", "pipedream", "test");
+	config_set_key(&pipe, "pipeline", "stages", "4", "test");
+	config_set_key(&pipe, "optim", "correction", "predict", "test");
+	same_run("pipedream+predict S=4", &one, &pipe);
+	config_free(&one);
+	config_free(&pipe);
+}
+
+/* Prediction is a real change under a delay (the gradients run on other
+ * weights), and none without one (nothing to extrapolate over). */
+TEST(prediction_acts_only_under_a_delay)
+{
+	struct config none, pred;
+	base_config(&none, "gpt2", "adamw");
+	base_config(&pred, "gpt2", "adamw");
+	config_set_key(&pred, "optim", "correction", "predict", "test");
+	same_run("predict without delay", &none, &pred);
+	config_set_key(&none, "train", "delay", "2", "test");
+	config_set_key(&pred, "train", "delay", "2", "test");
+	struct run_result a = {0}, b = {0};
+	CHECK(!train(&none, STEPS, 5, NULL, NULL, &a) && !train(&pred, STEPS, 5, NULL, NULL, &b));
+	CHECK(!memcmp(&a.loss[0], &b.loss[0], sizeof(double))); /* step 1: nothing to predict */
+	CHECK(memcmp(&a.loss[STEPS - 1], &b.loss[STEPS - 1], sizeof(double)) != 0);
+	free(a.weights);
+	free(b.weights);
+	config_free(&none);
+	config_free(&pred);
+}
+
+/* The predicted weights are the extrapolation p = (1+d) w[v] - d w[v-1],
+ * checked against the two versions the worker holds, in double. */
+TEST(prediction_extrapolates_the_last_update)
+{
+	struct config cfg;
+	base_config(&cfg, "llama", "adamw");
+	config_set_key(&cfg, "train", "delay", "2", "test");
+	config_set_key(&cfg, "optim", "correction", "predict", "test");
+	static uint32_t tok[4000];
+	tokens_for_test(tok, ARRAY_SIZE(tok));
+	struct dataloader dl;
+	struct model m;
+	CHECK(!dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, 2, 16, 7, 1));
+	CHECK(!model_for(&m, &cfg));
+	float *params = xmalloc(m.numel * sizeof(float));
+	model_init_weights(&m, params, 1234);
+	struct trainer tr;
+	CHECK(!trainer_init(&tr, &cfg, &m, test_backend(), params, &dl));
+	struct step_stats st[4];
+	CHECK(!trainer_run(&tr, 4, st));
+	struct stage_worker *w = trainer_worker(&tr, 0, 0);
+	CHECK(w->predict && w->n_versions == 4);
+	size_t n = w->st.numel;
+	float *cur = xmalloc(n * sizeof(float)), *prev = xmalloc(n * sizeof(float));
+	float *p = xmalloc(n * sizeof(float));
+	long v = w->newest;
+	tr.be->to_host(cur, worker_weights(w, v), n * sizeof(float));
+	tr.be->to_host(prev, worker_weights(w, v - 1), n * sizeof(float));
+	tr.be->to_host(p, worker_grad_weights(w, v), n * sizeof(float));
+	double worst = 0, moved = 0;
+	for (size_t i = 0; i < n; i++) {
+		double want = 3.0 * cur[i] - 2.0 * prev[i];
+		worst = fmax(worst, fabs(p[i] - want) / (fabs(cur[i]) + 1e-3));
+		moved = fmax(moved, fabs((double)cur[i] - prev[i]));
+	}
+	CHECK_MSG(worst < 1e-5, "prediction off by %g (relative)", worst);
+	CHECK(moved > 0); /* the update was not zero: the check is not vacuous */
+	free(cur);
+	free(prev);
+	free(p);
+	free(params);
+	trainer_free(&tr);
+	model_free(&m);
+	dataloader_close(&dl);
+	config_free(&cfg);
+}
+
 TEST(delay_zero_equals_no_delay)
 {
 	/* an explicit delay of 0 through the delay machinery (uniform and
@@ -364,6 +470,35 @@ TEST(resume_is_exact_for_pipelines)
 	base_config(&d2, "llama", "adamw");
 	config_set_key(&d2, "train", "delay", "3", "test");
 	check_resume("delay=3", &d2, &d2, 5);
+	config_free(&d2);
+}
+
+/* Weight prediction resumes exactly: the checkpoint holds one version
+ * more, from which the predictions of every version still used are made
+ * again (pipedream uses its oldest one right after a resume). */
+TEST(resume_is_exact_with_prediction)
+{
+	struct config bw, pd, d2;
+	base_config(&bw, "llama", "muon");
+	config_set_key(&bw, "train", "schedule", "2bw", "test");
+	config_set_key(&bw, "pipeline", "stages", "2", "test");
+	config_set_key(&bw, "optim", "correction", "predict", "test");
+	check_resume("2bw+predict S=2", &bw, &bw, 9);
+	config_free(&bw);
+	if (test_failed())
+		return;
+	base_config(&pd, "gpt2", "adamw");
+	config_set_key(&pd, "train", "schedule", "pipedream", "test");
+	config_set_key(&pd, "pipeline", "stages", "4", "test");
+	config_set_key(&pd, "optim", "correction", "predict", "test");
+	check_resume("pipedream+predict S=4", &pd, &pd, 6);
+	config_free(&pd);
+	if (test_failed())
+		return;
+	base_config(&d2, "llama", "adamw");
+	config_set_key(&d2, "train", "delay", "2", "test");
+	config_set_key(&d2, "optim", "correction", "predict", "test");
+	check_resume("delay=2+predict", &d2, &d2, 5);
 	config_free(&d2);
 }
 
