@@ -22,6 +22,14 @@
  *    the same load, and keeps the fastest. 2 seg(N) - seg(2N) estimates what
  *    one segment pays once (fill, drain, set-up).
  *
+ *  - --sweep overhead: every optimizer (the optim.name choices) x {sync 1f1b,
+ *    2bw, 2bw + error feedback, 2bw + weight prediction} at the configured
+ *    S (2 when 1) and M = max(M, S): per stage (the largest), the bytes of
+ *    the weights, the extra weight versions, the optimizer state and the
+ *    correction's state, and ms per step; each configuration runs in a
+ *    child process, whose peak RSS above its start is printed beside the
+ *    bytes accounted for it (all stages, activations and gradients too).
+ *
  * Timings are not asserted by any test (HACKING.md); bench/NOTES.md keeps
  * measured figures with their commands.
  */
@@ -32,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../io/config/config.h"
 #include "../io/data/dataloader.h"
@@ -46,7 +56,7 @@
 
 static const char *const usage[] = {
 	"asyncpp bench train [-c FILE] [--set SECTION.KEY=VALUE]... [--steps N] [--warmup N] "
-	"[--threads LIST] [--sweep pipeline [--repeat R]]",
+	"[--threads LIST] [--sweep pipeline [--repeat R]] [--sweep overhead]",
 	NULL,
 };
 
@@ -178,7 +188,7 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 	for (int s = 0; s < tr->S; s++) {
 		const struct stage_worker *w = &tr->w[s];
 		double bytes = (double)w->st.numel * sizeof(float);
-		mm->weights += bytes * w->n_versions;
+		mm->weights += bytes * w->n_versions * (1 + w->predict); /* + predicted copies */
 		mm->n_grads = w->grads[1] != w->grads[0] ? 2 : 1;
 		mm->grads += mm->n_grads * bytes;
 		mm->optim += (double)optim_bytes(&w->opt);
@@ -456,6 +466,103 @@ static int bench_sweep(struct bench_ctx *b, int steps, int warmup, int repeat, i
 	return 0;
 }
 
+/* ---- --sweep overhead ---- */
+
+/* VmRSS or VmHWM of this process from /proc (MB), 0 when unknown. */
+static double proc_status_mb(const char *field)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	char line[256];
+	double kb = 0;
+	size_t n = strlen(field);
+	while (fp && fgets(line, sizeof(line), fp))
+		if (!strncmp(line, field, n) && line[n] == ':')
+			kb = atof(line + n + 1);
+	if (fp)
+		fclose(fp);
+	return kb / 1024.0 * 1.048576;
+}
+
+/* One configuration, in this (child) process: its row. */
+static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int steps, int warmup)
+{
+	static const char *const modes[] = {"sync", "2bw", "2bw+ef", "2bw+predict"};
+	struct config *cfg = b->cfg;
+	double rss0 = proc_status_mb("VmRSS");
+	if (config_set_key(cfg, "optim", "name", optim, "bench") ||
+	    config_set_key(cfg, "train", "schedule", mode ? "2bw" : "1f1b", "bench") ||
+	    config_set_key(cfg, "optim", "correction",
+			   mode == 2 ? "ef" : mode == 3 ? "predict" : "none", "bench"))
+		return -1;
+	struct trainer tr;
+	struct dataloader dl;
+	double best, cpu;
+	if (make_trainer(b, &tr, &dl) || run_steps(&tr, warmup, NULL))
+		return -1;
+	double dt = timed_steps(&tr, steps, &best, &cpu, NULL);
+	double w = 0, vers = 0, opt = 0, corr = 0, mb = 1e6;
+	for (int s = 0; s < tr.S; s++) { /* the largest stage */
+		const struct stage_worker *wk = &tr.w[s];
+		double bytes = (double)wk->st.numel * sizeof(float), o = 0, c = 0;
+		for (int i = 0; i < optim_state_count(&wk->opt); i++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, i);
+			*(strcmp(sb.name, "ef_prev_update") ? &o : &c) += (double)sb.numel * sizeof(float);
+		}
+		c += wk->predict ? bytes * wk->n_versions : 0;
+		if (bytes + o + c > w + opt + corr) {
+			w = bytes;
+			vers = bytes * (wk->n_versions - 1);
+			opt = o;
+			corr = c;
+		}
+	}
+	struct mem mm;
+	account(&tr, b, &mm);
+	double total = mm.weights + mm.grads + mm.optim + mm.acts + mm.exchange + mm.data;
+	double rss = proc_status_mb("VmHWM") - rss0;
+	printf("%-10s %-12s %9.2f %9.2f %9.2f %9.2f %9.1f %10.1f %9.1f %5.0f%%\n", optim,
+	       modes[mode], w / mb, vers / mb, opt / mb, corr / mb, 1e3 * dt / steps, total / mb,
+	       rss, rss > 0 ? 100.0 * total / mb / rss : 0);
+	fflush(stdout);
+	drop_trainer(&tr, &dl);
+	return 0;
+}
+
+static int bench_overhead(struct bench_ctx *b, int steps, int warmup)
+{
+	struct config *cfg = b->cfg;
+	long S = MAX(2, cfg->pipeline_stages);
+	if (set_key(cfg, "pipeline", "stages", S) ||
+	    set_key(cfg, "pipeline", "micro_batches", MAX(S, cfg->pipeline_micro_batches)))
+		return -1;
+	const struct config_key_info *k = config_key_lookup("optim", "name");
+	char *names = xstrdup(k->choices);
+	printf("bench train --sweep overhead: %zu parameters, S = %ld, M = %ld, %d timed steps; "
+	       "MB per stage (the largest), one child process per row\n\n", b->m.numel, S,
+	       cfg->pipeline_micro_batches, steps);
+	printf("%-10s %-12s %9s %9s %9s %9s %9s %10s %9s %6s\n", "optimizer", "mode", "weights",
+	       "versions", "optim", "correct", "ms/step", "accounted", "peak RSS", "");
+	fflush(stdout);
+	int rc = 0;
+	for (char *save, *name = strtok_r(names, "|", &save); name && !rc;
+	     name = strtok_r(NULL, "|", &save))
+		for (int mode = 0; mode < 4 && !rc; mode++) {
+			pid_t pid = fork();
+			if (pid == 0) /* a fresh peak RSS, and nothing left for the next row */
+				_exit(overhead_row(b, name, mode, steps, warmup) ? 1 : 0);
+			int status;
+			if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+			    WEXITSTATUS(status))
+				rc = error("the %s %d row failed (above)", name, mode);
+		}
+	free(names);
+	printf("\n(weights: one version; versions: the extra ones the delay keeps; correct: the\n"
+	       " error-feedback buffer or the predicted weights; accounted: every stage's\n"
+	       " weights, gradients, optimizer, activations and data, against the child's\n"
+	       " peak RSS above its start)\n");
+	return rc;
+}
+
 int bench_train(int argc, char **argv)
 {
 	const char *config_file = NULL, *threads_arg = NULL, *sweep = NULL;
@@ -470,8 +577,9 @@ int bench_train(int argc, char **argv)
 		OPT_STRING('j', "threads", &threads_arg, "LIST",
 			   "CPU thread counts, one row each, e.g. 1,2 (0 = all cores; default 1,all); "
 			   "with --sweep, the first is the threads of each stage (default cores/S)"),
-		OPT_STRING(0, "sweep", &sweep, "pipeline",
-			   "instead: 1f1b against 2bw for S = 2, 4 and M = S, 2S, 4S"),
+		OPT_STRING(0, "sweep", &sweep, "pipeline|overhead",
+			   "instead: pipeline, 1f1b against 2bw for S = 2, 4 and M = S, 2S, 4S; "
+			   "overhead, memory and time of every optimizer x {sync, 2bw, 2bw+ef, 2bw+predict}"),
 		OPT_INT('r', "repeat", &repeat, "R",
 			"sweep: measure each configuration R times, keep the fastest (default 1)"),
 		OPT_END(),
@@ -483,8 +591,8 @@ int bench_train(int argc, char **argv)
 			      "memory against weights, gradients, optimizer state and activations.");
 	if (npos)
 		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
-	if (sweep && strcmp(sweep, "pipeline"))
-		opts_usage_error(usage, options, "unknown sweep '%s' (pipeline)", sweep);
+	if (sweep && strcmp(sweep, "pipeline") && strcmp(sweep, "overhead"))
+		opts_usage_error(usage, options, "unknown sweep '%s' (pipeline or overhead)", sweep);
 	if (!steps)
 		steps = sweep ? 4 : 10;
 	if (warmup < 0)
@@ -514,7 +622,10 @@ int bench_train(int argc, char **argv)
 		goto out_cfg;
 	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))
 		goto out_cfg;
-	if (sweep) {
+	if (sweep && !strcmp(sweep, "overhead")) {
+		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
+		rc = bench_overhead(&b, (int)steps, (int)warmup) ? EXIT_FAIL : EXIT_OK;
+	} else if (sweep) {
 		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
 		rc = bench_sweep(&b, (int)steps, (int)warmup, (int)repeat, threads_arg != NULL,
 				 threads[0]) ? EXIT_FAIL : EXIT_OK;

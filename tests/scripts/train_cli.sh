@@ -242,3 +242,21 @@ if [ "$(grep -c '^step ' smp/samples.txt)" = 2 ] && [ -n "$got" ] && [ "$got" = 
 else
 	fail sample_during_training_matches_sample "got '$got', sample gives '$want': $(head -c 300 err.txt) $(head -c 200 d.txt)"
 fi
+
+# 16. bench train --sweep overhead: a row for every optimizer x {sync, 2bw,
+# 2bw+ef, 2bw+predict}; 2bw keeps one extra version, ef one buffer, predict
+# one more version and a predicted copy of each; the bytes accounted explain
+# most of each child's peak RSS
+n_opt=$($A train --print-config | grep -o 'one of [a-z|, ]*; default adamw' | head -n 1 | tr ',' '\n' | grep -c .)
+$A bench train --sweep overhead --set model.n_layer=4 --set model.d_model=128 --set model.n_head=4 \
+	--set model.seq_len=64 --set train.batch_size=4 --set model.vocab_size=2048 --steps 1 \
+	--warmup 0 --threads 1 > ov.txt 2> err.txt
+rows=$(grep -cE '^[a-z]+ +(sync|2bw|2bw\+ef|2bw\+predict) ' ov.txt)
+bad=$(awk '$2 ~ /^(sync|2bw)/ { r = $10; sub(/%/, "", r); if (r + 0 < 50 || r + 0 > 120) print }' ov.txt)
+shape=$(awk '$1 == "adamw" { printf "%s %.0f %.0f;", $2, $4 / $3, $6 / $3 }' ov.txt)
+if [ "$rows" -eq $((4 * n_opt)) ] && [ -z "$bad" ] &&
+   [ "$shape" = "sync 0 0;2bw 1 0;2bw+ef 1 1;2bw+predict 2 3;" ]; then
+	pass "bench_overhead_table ($rows rows)"
+else
+	fail bench_overhead_table "$rows rows for $n_opt optimizers, shape '$shape', out of range: $bad $(cat err.txt)"
+fi
