@@ -149,6 +149,8 @@ int cmd_import_hf(int argc, char **argv)
 		rc = config_set_key(&cfg, "data", "tokenizer", tok_path, dir);
 	for (int i = 0; i < sets.n && !rc; i++)
 		rc = config_set(&cfg, sets.items[i]);
+	if (!rc)
+		rc = config_finish(&cfg);
 	struct model m = {0};
 	float *params = NULL;
 	if (!rc)

@@ -59,6 +59,8 @@ int cmd_import_llmc(int argc, char **argv)
 #undef SETI
 	for (int i = 0; i < sets.n && !rc; i++)
 		rc = config_set(&cfg, sets.items[i]);
+	if (!rc)
+		rc = config_finish(&cfg);
 	struct model llmc_m, m;
 	if (rc || model_init(&llmc_m, &mc) || model_from_config(&m, &cfg, mc.V)) {
 		free(llmc_params);

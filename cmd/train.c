@@ -783,7 +783,7 @@ int cmd_train(int argc, char **argv)
 		for (int i = 0; i < sets.n; i++)
 			if (config_set(&r.cfg, sets.items[i]))
 				return EXIT_FAIL;
-		if (check_resume_config(&r.cfg, ck))
+		if (config_finish(&r.cfg) || check_resume_config(&r.cfg, ck))
 			return EXIT_FAIL;
 	} else if (config_from_args(&r.cfg, config_file, sets.items, sets.n)) {
 		return EXIT_FAIL;

@@ -124,6 +124,13 @@ struct backend {
 	/* AdamW: m,v updated; u = -lr * (m/bc1) / (sqrt(v/bc2) + eps) */
 	void (*adamw_dir)(float *u, const float *g, float *m, float *v, size_t n, float lr,
 			  float beta1, float beta2, float eps, float bc1, float bc2);
+	/* Adan (Xie et al. 2022): with d = g - gprev (0 when first), m = b1 m +
+	 * (1-b1) g, v = b2 v + (1-b2) d, nacc = b3 nacc + (1-b3) (g + b2 d)^2,
+	 * u = -lr (m/bc1 + b2 v/bc2) / (sqrt(nacc)/sqrt(bc3) + eps); gprev = g.
+	 * Elementwise (no reduction), so any order gives the same bits. */
+	void (*adan_dir)(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
+			 size_t n, float lr, float beta1, float beta2, float beta3, float eps,
+			 float bc1, float bc2, float bc3, int first);
 	/* Lion: u = -lr * sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g */
 	void (*lion_dir)(float *u, const float *g, float *m, size_t n, float lr,
 			 float beta1, float beta2);

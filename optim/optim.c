@@ -7,7 +7,7 @@
 #include "../io/util.h"
 #include "optim.h"
 
-static const char *rule_name[] = { "adamw", "muon", "lion", "sgd" };
+static const char *rule_name[] = { "adamw", "muon", "lion", "sgd", "adan" };
 
 static int check_unit(const char *key, double x)
 {
@@ -29,11 +29,14 @@ static int read_config(struct optimizer *o, const struct config *cfg)
 		o->kind = OPTIM_LION;
 	else if (!strcmp(name, "sgd"))
 		o->kind = OPTIM_SGD;
+	else if (!strcmp(name, "adan"))
+		o->kind = OPTIM_ADAN;
 	else
-		return error("optim.name: unknown optimizer '%s' (expected adamw, muon, lion or sgd)",
-			     name);
+		return error("optim.name: unknown optimizer '%s' (expected adamw, muon, lion, sgd "
+			     "or adan)", name);
 	o->beta1 = (float)cfg->optim_beta1;
 	o->beta2 = (float)cfg->optim_beta2;
+	o->beta3 = (float)cfg->optim_beta3;
 	o->eps = (float)cfg->optim_eps;
 	o->wd = (float)cfg->optim_weight_decay;
 	o->momentum = (float)cfg->optim_momentum;
@@ -47,7 +50,11 @@ static int read_config(struct optimizer *o, const struct config *cfg)
 		if (check_unit("beta1", cfg->optim_beta1) || check_unit("beta2", cfg->optim_beta2))
 			return -1;
 	}
-	if (o->kind == OPTIM_ADAMW || o->kind == OPTIM_MUON) {
+	if (o->kind == OPTIM_ADAN && (check_unit("beta1", cfg->optim_beta1) ||
+				      check_unit("beta2", cfg->optim_beta2) ||
+				      check_unit("beta3", cfg->optim_beta3)))
+		return -1;
+	if (o->kind == OPTIM_ADAMW || o->kind == OPTIM_MUON || o->kind == OPTIM_ADAN) {
 		if (!(cfg->optim_eps > 0.0))
 			return error("optim.eps = %g must be positive", cfg->optim_eps);
 	}
@@ -151,6 +158,9 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 		case OPTIM_SGD:
 			t->rule = RULE_SGD;
 			break;
+		case OPTIM_ADAN:
+			t->rule = RULE_ADAN;
+			break;
 		case OPTIM_MUON:
 			t->rule = pi->group == GROUP_MATRIX && pi->rows > 0 && pi->cols > 0 ?
 					  RULE_MUON : RULE_ADAMW;
@@ -170,6 +180,10 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 			t->state_off = o->n_lion;
 			o->n_lion = st_add(o->n_lion, pi->numel);
 			break;
+		case RULE_ADAN:
+			t->state_off = o->n_adan;
+			o->n_adan = st_add(o->n_adan, pi->numel);
+			break;
 		}
 		if (t->rule == RULE_MUON) {
 			size_t ns = newton_schulz_scratch(pi->rows, pi->cols);
@@ -186,6 +200,7 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 
 	if ((o->n_adam && need_op(be, (const void *)be->adamw_dir, "adamw_dir")) ||
 	    (o->n_lion && need_op(be, (const void *)be->lion_dir, "lion_dir")) ||
+	    (o->n_adan && need_op(be, (const void *)be->adan_dir, "adan_dir")) ||
 	    (o->n_mom && need_op(be, (const void *)be->momentum, "momentum")) ||
 	    (o->n_mom && need_op(be, (const void *)be->scale, "scale")) ||
 	    (max_mat && need_op(be, (const void *)be->newton_schulz, "newton_schulz")))
@@ -196,12 +211,17 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 	o->lion_m = alloc_floats(be, o->n_lion);
 	o->mom = alloc_floats(be, o->n_mom);
 	o->ef_prev = alloc_floats(be, o->n_ef);
+	o->adan_m = alloc_floats(be, o->n_adan);
+	o->adan_v = alloc_floats(be, o->n_adan);
+	o->adan_n = alloc_floats(be, o->n_adan);
+	o->adan_gprev = alloc_floats(be, o->n_adan);
 	o->u = alloc_floats(be, max_numel);
 	o->mom_out = alloc_floats(be, max_mat);
 	o->ns_scratch = alloc_floats(be, max_ns);
 	if ((o->n_adam && (!o->adam_m || !o->adam_v)) || (o->n_lion && !o->lion_m) ||
 	    (o->n_mom && !o->mom) || (o->n_ef && !o->ef_prev) || (max_numel && !o->u) ||
-	    (max_mat && !o->mom_out) || (max_ns && !o->ns_scratch)) {
+	    (max_mat && !o->mom_out) || (max_ns && !o->ns_scratch) ||
+	    (o->n_adan && (!o->adan_m || !o->adan_v || !o->adan_n || !o->adan_gprev))) {
 		error("optimizer: cannot allocate state on backend '%s'", be->name);
 		goto fail;
 	}
@@ -210,6 +230,10 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 	add_state(o, "adam_v", o->adam_v, o->n_adam);
 	add_state(o, o->kind == OPTIM_MUON ? "muon_momentum" : "sgd_momentum", o->mom, o->n_mom);
 	add_state(o, "lion_m", o->lion_m, o->n_lion);
+	add_state(o, "adan_m", o->adan_m, o->n_adan);
+	add_state(o, "adan_v", o->adan_v, o->n_adan);
+	add_state(o, "adan_n", o->adan_n, o->n_adan);
+	add_state(o, "adan_prev_grad", o->adan_gprev, o->n_adan);
 	add_state(o, "ef_prev_update", o->ef_prev, o->n_ef);
 	return 0;
 fail:
@@ -221,7 +245,8 @@ void optim_free(struct optimizer *o)
 {
 	const struct backend *be = o->be;
 	float *bufs[] = { o->adam_m, o->adam_v, o->mom, o->lion_m, o->ef_prev,
-			  o->u, o->mom_out, o->ns_scratch };
+			  o->u, o->mom_out, o->ns_scratch, o->adan_m, o->adan_v, o->adan_n,
+			  o->adan_gprev };
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(bufs); i++)
@@ -257,6 +282,16 @@ static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, 
 	case RULE_LION:
 		be->lion_dir(o->u, g, o->lion_m + so, n, lr, o->beta1, o->beta2);
 		break;
+	case RULE_ADAN: {
+		float bc[3];
+		const float b[3] = {o->beta1, o->beta2, o->beta3};
+		for (int i = 0; i < 3; i++)
+			bc[i] = (float)(1.0 - pow((double)b[i], (double)step));
+		be->adan_dir(o->u, g, o->adan_m + so, o->adan_v + so, o->adan_n + so,
+			     o->adan_gprev + so, n, lr, o->beta1, o->beta2, o->beta3, o->eps, bc[0],
+			     bc[1], bc[2], step == 1);
+		break;
+	}
 	case RULE_SGD:
 		be->momentum(o->u, g, o->mom + so, n, o->momentum, o->nesterov);
 		be->scale(o->u, -lr, n);
@@ -339,6 +374,11 @@ int optim_state_tensor(const struct optimizer *o, int i, int k, size_t *offset)
 		off = t->state_off;
 	} else if (data == o->lion_m) {
 		if (t->rule != RULE_LION)
+			return 0;
+		off = t->state_off;
+	} else if (data == o->adan_m || data == o->adan_v || data == o->adan_n ||
+		   data == o->adan_gprev) {
+		if (t->rule != RULE_ADAN)
 			return 0;
 		off = t->state_off;
 	} else {

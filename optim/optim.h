@@ -28,6 +28,13 @@
  *          bc1 = 1 - beta1^step, bc2 = 1 - beta2^step.
  *   lion   u = -lr * sign(beta1*m + (1-beta1)*g); m = beta2*m + (1-beta2)*g.
  *   sgd    m = mu*m + g; out = nesterov ? g + mu*m : m; u = -lr * out.
+ *   adan   every tensor (Xie et al. 2022, the reference implementation's
+ *          form): d = g - g_prev (0 on step 1), m = b1 m + (1-b1) g,
+ *          v = b2 v + (1-b2) d, n = b3 n + (1-b3) (g + b2 d)^2,
+ *          u = -lr (m/bc1 + b2 v/bc2) / (sqrt(n/bc3) + eps), bc_i = 1 - b_i^step
+ *          (eps added after the bias correction, as the reference does);
+ *          g_prev is state: under a delay it is the previous delayed
+ *          gradient, the one this optimizer last saw.
  *   muon   GROUP_MATRIX tensors (2-D hidden matrices [rows, cols]): the SGD
  *          momentum output (optim.momentum, optim.nesterov), orthogonalised
  *          by newton_schulz (optim.ns_steps), times -lr * s with
@@ -51,9 +58,9 @@
 #include "../kernels/backend.h"
 #include "../model/model.h"
 
-enum optim_kind { OPTIM_ADAMW = 0, OPTIM_MUON, OPTIM_LION, OPTIM_SGD };
+enum optim_kind { OPTIM_ADAMW = 0, OPTIM_MUON, OPTIM_LION, OPTIM_SGD, OPTIM_ADAN };
 /* The update rule one tensor follows (muon splits tensors between two). */
-enum optim_rule { RULE_ADAMW = 0, RULE_MUON, RULE_LION, RULE_SGD };
+enum optim_rule { RULE_ADAMW = 0, RULE_MUON, RULE_LION, RULE_SGD, RULE_ADAN };
 
 struct optim_tensor {
 	struct param_info info; /* copy of the model's row (name, shape, ...) */
@@ -73,12 +80,12 @@ struct optim_state_buf {
 	size_t numel;
 };
 
-#define OPTIM_MAX_STATE 4
+#define OPTIM_MAX_STATE 8
 
 struct optimizer {
 	const struct backend *be;
 	int kind;                      /* enum optim_kind */
-	float beta1, beta2, eps, wd, momentum, ef_lambda;
+	float beta1, beta2, beta3, eps, wd, momentum, ef_lambda;
 	int nesterov, ns_steps, muon_scale_rms, correction;
 	struct optim_tensor *t;
 	int n;
@@ -86,7 +93,8 @@ struct optimizer {
 	/* state, compact: each buffer holds the tensors that use it,
 	 * concatenated in tensor order (see optim_state_tensor) */
 	float *adam_m, *adam_v, *mom, *lion_m, *ef_prev;
-	size_t n_adam, n_mom, n_lion, n_ef;
+	float *adan_m, *adan_v, *adan_n, *adan_gprev; /* [n_adan] each */
+	size_t n_adam, n_mom, n_lion, n_ef, n_adan;
 	struct optim_state_buf state[OPTIM_MAX_STATE];
 	int n_state;
 	/* scratch, allocated once: u (largest tensor), the momentum output and
@@ -113,7 +121,8 @@ const char *optim_rule_name(int rule);
 
 /* Checkpointable state: optim_state(o, i) for i < optim_state_count(o).
  * Names are stable and unique within an optimizer: "adam_m", "adam_v",
- * "muon_momentum", "lion_m", "sgd_momentum", "ef_prev_update". Buffers of no
+ * "muon_momentum", "lion_m", "sgd_momentum", "adan_m", "adan_v", "adan_n",
+ * "adan_prev_grad", "ef_prev_update". Buffers of no
  * floats are not listed. There is no scalar state: the step count belongs to
  * the caller (see above). */
 int optim_state_count(const struct optimizer *o);

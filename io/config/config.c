@@ -301,6 +301,7 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 		if ((double)v < k->lo || (double)v > k->hi)
 			return out_of_range(origin, k, value);
 		*int_field(cfg, i) = v;
+		cfg->given[i] = 1;
 		return 0;
 	}
 	case K_FLOAT: {
@@ -316,6 +317,7 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 		if (v < k->lo || v > k->hi)
 			return out_of_range(origin, k, value);
 		*float_field(cfg, i) = v;
+		cfg->given[i] = 1;
 		return 0;
 	}
 	case K_CHOICE:
@@ -337,6 +339,7 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 	char **f = str_field(cfg, i);
 	free(*f);
 	*f = xstrdup(value);
+	cfg->given[i] = 1;
 	return 0;
 }
 
@@ -350,6 +353,30 @@ void config_defaults(struct config *cfg)
 		/* A bad default is a bug in config_keys.h; test_config catches it. */
 		config_set_key(cfg, k->section, k->key, k->def, "config_keys.h");
 	}
+	memset(cfg->given, 0, sizeof(cfg->given));
+}
+
+int config_finish(struct config *cfg)
+{
+	static const struct {
+		const char *optim;
+		int key;
+		const char *value;
+	} follow[] = {
+#define Y(optim, sec, key, value) {optim, CONFIG_KEY_##sec##_##key, value},
+		CONFIG_OPTIM_DEFAULTS(Y)
+#undef Y
+	};
+	for (size_t j = 0; j < ARRAY_SIZE(follow); j++) {
+		const struct config_key_info *k = &config_key_table[follow[j].key];
+		if (strcmp(cfg->optim_name, follow[j].optim) || cfg->given[follow[j].key])
+			continue;
+		/* a bad value is a bug in config_keys.h; test_config catches it */
+		if (config_set_key(cfg, k->section, k->key, follow[j].value, "config_keys.h"))
+			return -1;
+		cfg->given[follow[j].key] = 0;
+	}
+	return 0;
 }
 
 void config_free(struct config *cfg)
@@ -727,6 +754,8 @@ int config_from_args(struct config *cfg, const char *config_file, const char *co
 	for (int i = 0; i < n_sets; i++)
 		if (config_set(cfg, sets[i]))
 			goto fail;
+	if (config_finish(cfg))
+		goto fail;
 	return 0;
 fail:
 	config_free(cfg);

@@ -14,10 +14,20 @@
 #define CFG_FIELD_CHOICE(c) char *
 #define CFG_FIELD(type) CFG_FIELD_##type
 
+enum {
+#define X(sec, key, type, def, help) CONFIG_KEY_##sec##_##key,
+	CONFIG_KEYS(X)
+#undef X
+	CONFIG_KEY_COUNT
+};
+
 struct config {
 #define X(sec, key, type, def, help) CFG_FIELD(type) sec##_##key;
 	CONFIG_KEYS(X)
 #undef X
+	/* given[i]: key i was set by a file, --set or a checkpoint (not a
+	 * default); config_finish fills only the keys not given */
+	unsigned char given[CONFIG_KEY_COUNT];
 };
 
 /* One row of the key table, for printing and documentation checks. */
@@ -44,6 +54,10 @@ int config_set(struct config *cfg, const char *assignment);
 /* Set one key; origin (e.g. "run.ini:12" or "--set") prefixes errors. */
 int config_set_key(struct config *cfg, const char *section, const char *key,
 		   const char *value, const char *origin);
+/* After every file and --set: the defaults that follow another key's value
+ * (CONFIG_OPTIM_DEFAULTS in config_keys.h) for the keys not given; -1 only
+ * for a bad value in that table. */
+int config_finish(struct config *cfg);
 /* Print the effective configuration as INI that config_load_file reads back. */
 void config_print(FILE *fp, const struct config *cfg);
 /* Serialise to a malloc'ed INI string (stored in checkpoints). */

@@ -36,15 +36,16 @@
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \
 	X(train, max_skipped, INT_IN(1, 1000000), "5", "stop after this many steps in a row whose update was skipped (gradient norm NaN or infinite)") \
 	X(train, out_dir, STR, "runs/default", "directory for checkpoints and metrics")                \
-	X(optim, name, CHOICE("adamw|muon|lion|sgd"), "adamw", "optimizer")                            \
+	X(optim, name, CHOICE("adamw|muon|lion|sgd|adan"), "adamw", "optimizer; its paper's values become the defaults of the betas and weight_decay (asyncpp-train(1))") \
 	X(optim, lr, FLOAT_IN(0, INFINITY), "3e-3", "peak learning rate")                                              \
 	X(optim, min_lr_ratio, FLOAT_IN(0, 1), "0.1", "final learning rate as a fraction of optim.lr")         \
 	X(optim, warmup, INT_IN(0, INFINITY), "20", "linear warmup steps")                                             \
 	X(optim, decay, CHOICE("cosine|linear|wsd|constant"), "cosine", "learning-rate decay after warmup") \
 	X(optim, wsd_decay_frac, FLOAT_IN(0, 1), "0.2", "WSD: fraction of steps spent decaying at the end")    \
-	X(optim, weight_decay, FLOAT_IN(0, INFINITY), "0.1", "decoupled weight decay, applied to 2-D weights")         \
-	X(optim, beta1, FLOAT_IN(0, 1), "0.9", "AdamW/Lion first-moment coefficient")                           \
-	X(optim, beta2, FLOAT_IN(0, 1), "0.95", "AdamW/Lion second coefficient")                                \
+	X(optim, weight_decay, FLOAT_IN(0, INFINITY), "0.1", "decoupled weight decay, applied to 2-D weights; the default follows optim.name")         \
+	X(optim, beta1, FLOAT_IN(0, 1), "0.9", "first-moment coefficient (AdamW, Lion, Adan, ...); the default follows optim.name")                           \
+	X(optim, beta2, FLOAT_IN(0, 1), "0.95", "second coefficient (AdamW, Lion, Adan, ...); the default follows optim.name")                                \
+	X(optim, beta3, FLOAT_IN(0, 1), "0.99", "third coefficient (Adan's squared-gradient average); the default follows optim.name") \
 	X(optim, eps, FLOAT_IN(0, 1), "1e-8", "AdamW epsilon")                                                  \
 	X(optim, momentum, FLOAT_IN(0, 1), "0.95", "Muon and SGD momentum")                                     \
 	X(optim, nesterov, INT_IN(0, 1), "1", "1 uses Nesterov momentum (Muon, SGD)")                           \
@@ -70,3 +71,13 @@
 	X(checkpoint, every, INT_IN(0, INFINITY), "0", "checkpoint every N steps; 0 only at the end")                  \
 	X(checkpoint, every_minutes, FLOAT_IN(0, INFINITY), "30", "also checkpoint when this many minutes passed since the last checkpoint; 0: only checkpoint.every") \
 	X(checkpoint, keep, INT_IN(1, 1048576), "3", "checkpoints to keep")
+
+/* Defaults that follow optim.name: Y(optimizer, section, key, value) gives
+ * section.key the optimizer's published default when neither a file, --set
+ * nor a checkpoint set the key (config_finish applies them; a checkpoint's
+ * configuration sets every key, so a resume keeps what the run used). */
+#define CONFIG_OPTIM_DEFAULTS(Y)                  \
+	Y("adan", optim, beta1, "0.98")           \
+	Y("adan", optim, beta2, "0.92")           \
+	Y("adan", optim, beta3, "0.99")           \
+	Y("adan", optim, weight_decay, "0.02")

@@ -81,6 +81,9 @@ void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		      const int32_t *targets, int N, int V, int Vp, float dloss);
 
 /* optimizer pieces (cpu_optim.c) */
+void cpu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
+		  size_t n, float lr, float beta1, float beta2, float beta3, float eps, float bc1,
+		  float bc2, float bc3, int first);
 void cpu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float lr,
 		   float beta1, float beta2, float eps, float bc1, float bc2);
 void cpu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,

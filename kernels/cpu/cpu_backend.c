@@ -40,6 +40,7 @@ const struct backend backend_cpu = {
 	.softmax_xent = cpu_softmax_xent,
 
 	.adamw_dir = cpu_adamw_dir,
+	.adan_dir = cpu_adan_dir,
 	.lion_dir = cpu_lion_dir,
 	.momentum = cpu_momentum,
 	.newton_schulz = cpu_newton_schulz,

@@ -27,6 +27,27 @@ void cpu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float
 	}
 }
 
+/* Adan: see backend.h; every array [n] */
+void cpu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
+		  size_t n, float lr, float beta1, float beta2, float beta3, float eps, float bc1,
+		  float bc2, float bc3, int first)
+{
+	float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2, isb3 = 1.0f / sqrtf(bc3);
+
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i], d = first ? 0.0f : gi - gprev[i], z = gi + beta2 * d;
+		float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+		float vi = beta2 * v[i] + (1.0f - beta2) * d;
+		float ni = beta3 * nacc[i] + (1.0f - beta3) * z * z;
+		m[i] = mi;
+		v[i] = vi;
+		nacc[i] = ni;
+		gprev[i] = gi;
+		u[i] = -lr * (mi * ib1 + beta2 * vi * ib2) / (sqrtf(ni) * isb3 + eps);
+	}
+}
+
 /* u[n] = -lr * sign(b1*m + (1-b1)*g); m[n] = b2*m + (1-b2)*g */
 void cpu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,
 		  float beta2)

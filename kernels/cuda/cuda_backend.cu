@@ -943,6 +943,35 @@ static void cu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n,
 	CUDA_LAUNCHED();
 }
 
+/* Adan, the CPU's formula element by element (backend.h) */
+__global__ static void adan_kernel(float *u, const float *g, float *m, float *v, float *nacc,
+				   float *gprev, size_t n, float lr, float b1, float b2, float b3,
+				   float eps, float ib1, float ib2, float isb3, int first)
+{
+	GRID_STRIDE(i, n)
+	{
+		float gi = g[i], d = first ? 0.0f : gi - gprev[i], z = gi + b2 * d;
+		float mi = b1 * m[i] + (1.0f - b1) * gi;
+		float vi = b2 * v[i] + (1.0f - b2) * d;
+		float ni = b3 * nacc[i] + (1.0f - b3) * z * z;
+		m[i] = mi;
+		v[i] = vi;
+		nacc[i] = ni;
+		gprev[i] = gi;
+		u[i] = -lr * (mi * ib1 + b2 * vi * ib2) / (sqrtf(ni) * isb3 + eps);
+	}
+}
+
+static void cu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
+			size_t n, float lr, float beta1, float beta2, float beta3, float eps,
+			float bc1, float bc2, float bc3, int first)
+{
+	adan_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
+		u, g, m, v, nacc, gprev, n, lr, beta1, beta2, beta3, eps, 1.0f / bc1, 1.0f / bc2,
+		1.0f / sqrtf(bc3), first);
+	CUDA_LAUNCHED();
+}
+
 __device__ static inline void lion_elem(float *u, const float *g, float *m, size_t i, float lr,
 					float b1, float b2)
 {
@@ -1071,6 +1100,7 @@ static void fill_table(void)
 	t.add = cu_add;
 	t.softmax_xent = cu_softmax_xent;
 	t.adamw_dir = cu_adamw_dir;
+	t.adan_dir = cu_adan_dir;
 	t.lion_dir = cu_lion_dir;
 	t.momentum = cu_momentum;
 	t.newton_schulz = cuda_newton_schulz;

@@ -165,6 +165,9 @@ static int same_run(const char *what, const struct config *a, const struct confi
 	return ok;
 }
 
+static void check_resume(const char *what, const struct config *cfg_a, const struct config *cfg_b,
+			 int k);
+
 static const char *const archs[] = {"llama", "gpt2"};
 static const char *const optims[] = {"adamw", "muon"};
 
@@ -359,6 +362,40 @@ TEST(prediction_extrapolates_the_last_update)
 	model_free(&m);
 	dataloader_close(&dl);
 	config_free(&cfg);
+}
+
+/* The optimizers beyond AdamW and Muon under the schedules: 2bw (with and
+ * without error feedback or prediction) equals its emulation, and a resume
+ * restores every state buffer (Adan's previous gradient included). */
+TEST(other_optimizers_under_2bw_and_resume)
+{
+	static const char *const names[] = {"adan", "lion", "sgd"};
+	static const char *const corrections[] = {"none", "ef", "predict"};
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		for (size_t c = 0; c < ARRAY_SIZE(corrections); c++) {
+			struct config one, pipe;
+			base_config(&one, "llama", names[i]);
+			config_set_key(&one, "train", "delay", "1", "test");
+			config_set_key(&one, "optim", "correction", corrections[c], "test");
+			base_config(&pipe, "llama", names[i]);
+			config_set_key(&pipe, "train", "schedule", "2bw", "test");
+			config_set_key(&pipe, "pipeline", "stages", "2", "test");
+			config_set_key(&pipe, "optim", "correction", corrections[c], "test");
+			if (strcmp(names[i], "adan")) /* lion and sgd want a smaller step */
+				config_set_key(&one, "optim", "lr", "1e-3", "test"),
+					config_set_key(&pipe, "optim", "lr", "1e-3", "test");
+			char what[96];
+			snprintf(what, sizeof(what), "2bw+%s %s", corrections[c], names[i]);
+			int ok = same_run(what, &one, &pipe);
+			if (ok && c == 0) {
+				snprintf(what, sizeof(what), "resume 2bw %s", names[i]);
+				check_resume(what, &pipe, &pipe, 7);
+			}
+			config_free(&one);
+			config_free(&pipe);
+			if (!ok || test_failed())
+				return;
+		}
 }
 
 TEST(delay_zero_equals_no_delay)

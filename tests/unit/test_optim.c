@@ -8,6 +8,7 @@
 #include "../../io/util.h"
 #include "../../optim/optim.h"
 #include "../test.h"
+#include "fixtures/optim_reference.h"
 
 #ifndef OPTIM_TEST_BACKEND
 #define OPTIM_TEST_BACKEND backend_cpu
@@ -228,6 +229,30 @@ TEST(adamw_matches_reference)
 					  r[i].w);
 			}
 		}
+	}
+}
+
+/* Adan against tests/optim_reference.py's double-precision weights over six
+ * steps: the previous gradient enters from step 2 on (a version that
+ * ignored it fails from step 2). */
+TEST(adan_matches_reference_fixture)
+{
+	struct config cfg;
+	struct fixture fx;
+	float w[16];
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	test_config(&cfg, "adan");
+	cfg.optim_beta1 = 0.98;
+	cfg.optim_beta2 = 0.92;
+	cfg.optim_beta3 = 0.99;
+	cfg.optim_weight_decay = 0.02;
+	for (int t = 1; t <= 6; t++) {
+		CHECK(run_steps(&cfg, &fx, t, 0.01f, w) == 0);
+		for (size_t i = 0; i < fx.numel; i++)
+			CHECK_MSG(close_rel(w[i], adan_reference[t - 1][i], 2e-6),
+				  "step %d elem %zu: %.9g vs %.9g", t, i, w[i], adan_reference[t - 1][i]);
 	}
 }
 
