@@ -219,7 +219,11 @@ for _ in $(seq 1 200); do
 	[ -f stall/metrics.csv ] && [ "$(wc -l < stall/metrics.csv)" -gt 50 ] && break
 	sleep 0.05
 done
-victim=$(pgrep -f "asyncpp train.*out_dir=stall" | grep -v "^$launcher$" | sort -n | tail -n 1)
+# the victim is rank 1 (its environment says so; pids need not follow ranks)
+victim=
+for p in $(pgrep -f "asyncpp train.*out_dir=stall"); do
+	tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
 t0=$(date +%s)
 kill -STOP "$victim"
 for _ in $(seq 1 300); do kill -0 $launcher 2> /dev/null || break; sleep 0.1; done
