@@ -836,11 +836,14 @@ int cmd_train(int argc, char **argv)
 	if (wrote)
 		return EXIT_FAIL;
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
-	if (dist_active()) /* one stage per process: the rest of the arena stays untouched */
-		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed,
-					 dist_rank() % (int)cfg->pipeline_stages,
-					 (int)cfg->pipeline_stages);
-	else
+	if (dist_active()) { /* one stage per process: the rest of the arena stays untouched */
+		struct stage_cut cut; /* the trainer's: both come from cut_from_config */
+		if (cut_from_config(&cut, cfg, &r.m))
+			return EXIT_FAIL;
+		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
+					 dist_rank() % cut.S);
+		cut_free(&cut);
+	} else
 		model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
 	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))
 		return EXIT_FAIL;
