@@ -182,17 +182,19 @@ static int cut_listed(struct stage_cut *c, const struct config *cfg, int L, int 
 		return error("pipeline.split = layers needs pipeline.layers: one layer count per "
 			     "stage, e.g. pipeline.layers = %d%s", L, S > 1 ? ",... (as many as "
 			     "pipeline.stages)" : "");
-	int *counts = xmalloc(st_mult((size_t)S + 1, sizeof(int)));
+	int items = 1;
+	for (const char *p = list; *p; p++)
+		items += *p == ',';
+	int *counts = xmalloc(st_mult((size_t)items, sizeof(int)));
 	char why[160];
-	int n = cut_parse_list(list, counts, S + 1, why, sizeof(why));
+	int n = cut_parse_list(list, counts, items, why, sizeof(why));
 	int rc = -1;
 	if (n < 0) {
 		error("pipeline.layers = %s: %s; write one count per stage, e.g. 3,4,4,2", list,
 		      why);
 	} else if (n != S) {
-		error("pipeline.layers = %s lists %s%d stage%s, but pipeline.stages = %d; give one "
-		      "layer count per stage", list, n > S ? "more than " : "", n > S ? S : n,
-		      n == 1 ? "" : "s", S);
+		error("pipeline.layers = %s lists %d stage%s, but pipeline.stages = %d; give one "
+		      "layer count per stage", list, n, n == 1 ? "" : "s", S);
 	} else {
 		long sum = 0;
 		for (int s = 0; s < S; s++)
