@@ -401,11 +401,19 @@ static int train_loop(struct run *r)
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT), sizeof(*stats));
 	int rc = 0;
-	if (!r->quiet)
-		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s) x %ld "
+	if (!r->quiet) {
+		/* with stages, the cut: "4 stage(s) of 4,4,4,0 layers (balanced)" */
+		char cut[96] = "";
+		if (tr->S > 1) {
+			char list[64];
+			cut_format(&tr->cut, list, sizeof(list));
+			snprintf(cut, sizeof(cut), " of %s layers (%s)", list, cfg->pipeline_split);
+		}
+		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s)%s x %ld "
 			"replica(s), schedule %s, optimizer %s, %ld steps of %d x %d x %d tokens\n",
-			cfg->model_arch, r->m.numel, tr->S, cfg->pipeline_data_parallel,
+			cfg->model_arch, r->m.numel, tr->S, cut, cfg->pipeline_data_parallel,
 			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
+	}
 	if (!r->quiet && r->has_val && cfg->eval_every > 0) {
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
 		/* what `asyncpp eval CKPT --batches N` repeats */
