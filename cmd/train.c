@@ -304,7 +304,7 @@ static int sample_now(struct run *r)
 		int bad = !sp->fp ? error("cannot open '%s': %s", path, strerror(errno)) : 0;
 		free(path);
 		if (bad || tokenizer_load(&sp->tok, cfg->data_tokenizer) ||
-		    stage_init(&sp->st, &r->m, r->be, 0, 1, 1, r->m.cfg.T, 1))
+		    stage_init(&sp->st, &r->m, r->be, NULL, 0, 1, r->m.cfg.T, 1))
 			return -1;
 		sp->global = xmalloc(st_mult(r->m.numel, sizeof(float)));
 		sp->arena = xmalloc(st_mult(sp->st.numel, sizeof(float)));
