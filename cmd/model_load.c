@@ -43,7 +43,7 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 	if (rc)
 		return -1;
 	lm->B = B;
-	if (stage_init(&lm->st, &lm->m, lm->be, 0, 1, B, lm->m.cfg.T, 1))
+	if (stage_init(&lm->st, &lm->m, lm->be, NULL, 0, B, lm->m.cfg.T, 1))
 		return -1;
 	lm->params = lm->be->alloc(lm->st.numel * sizeof(float));
 	float *arena = xmalloc(st_mult(lm->st.numel, sizeof(float)));

@@ -304,7 +304,7 @@ static int sample_now(struct run *r)
 		int bad = !sp->fp ? error("cannot open '%s': %s", path, strerror(errno)) : 0;
 		free(path);
 		if (bad || tokenizer_load(&sp->tok, cfg->data_tokenizer) ||
-		    stage_init(&sp->st, &r->m, r->be, 0, 1, 1, r->m.cfg.T, 1))
+		    stage_init(&sp->st, &r->m, r->be, NULL, 0, 1, r->m.cfg.T, 1))
 			return -1;
 		sp->global = xmalloc(st_mult(r->m.numel, sizeof(float)));
 		sp->arena = xmalloc(st_mult(sp->st.numel, sizeof(float)));
@@ -401,11 +401,19 @@ static int train_loop(struct run *r)
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT), sizeof(*stats));
 	int rc = 0;
-	if (!r->quiet)
-		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s) x %ld "
+	if (!r->quiet) {
+		/* with stages, the cut: "4 stage(s) of 4,4,4,0 layers (balanced)" */
+		char cut[96] = "";
+		if (tr->S > 1) {
+			char list[64];
+			cut_format(&tr->cut, list, sizeof(list));
+			snprintf(cut, sizeof(cut), " of %s layers (%s)", list, cfg->pipeline_split);
+		}
+		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s)%s x %ld "
 			"replica(s), schedule %s, optimizer %s, %ld steps of %d x %d x %d tokens\n",
-			cfg->model_arch, r->m.numel, tr->S, cfg->pipeline_data_parallel,
+			cfg->model_arch, r->m.numel, tr->S, cut, cfg->pipeline_data_parallel,
 			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
+	}
 	if (!r->quiet && r->has_val && cfg->eval_every > 0) {
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
 		/* what `asyncpp eval CKPT --batches N` repeats */
@@ -836,11 +844,14 @@ int cmd_train(int argc, char **argv)
 	if (wrote)
 		return EXIT_FAIL;
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
-	if (dist_active()) /* one stage per process: the rest of the arena stays untouched */
-		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed,
-					 dist_rank() % (int)cfg->pipeline_stages,
-					 (int)cfg->pipeline_stages);
-	else
+	if (dist_active()) { /* one stage per process: the rest of the arena stays untouched */
+		struct stage_cut cut; /* the trainer's: both come from cut_from_config */
+		if (cut_from_config(&cut, cfg, &r.m))
+			return EXIT_FAIL;
+		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
+					 dist_rank() % cut.S);
+		cut_free(&cut);
+	} else
 		model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
 	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))
 		return EXIT_FAIL;

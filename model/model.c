@@ -214,12 +214,19 @@ static const char *base_name(const struct param_info *p)
 	return s;
 }
 
-/* Layers [*begin, *end) of stage s of S: L/S each, the first L%S one more. */
-static void stage_layers(int L, int s, int S, int *begin, int *end)
+/* Layers [*begin, *end) of stage s under cut (NULL: one stage holding
+ * every layer), and the number of stages. */
+static int stage_layers(const struct model *m, const struct stage_cut *cut, int s, int *begin,
+			int *end)
 {
-	int per = L / S, rem = L % S;
-	*begin = s * per + MIN(s, rem);
-	*end = *begin + per + (s < rem);
+	if (!cut) {
+		*begin = 0;
+		*end = m->cfg.L;
+		return 1;
+	}
+	*begin = cut->first[s];
+	*end = cut->first[s + 1];
+	return cut->S;
 }
 
 /* Does a stage of layers [begin, end) hold parameter p? The embeddings go
@@ -266,11 +273,10 @@ void model_init_weights(const struct model *m, float *params, uint64_t seed)
 		init_tensor(m, params, seed, i);
 }
 
-void model_init_weights_stage(const struct model *m, float *params, uint64_t seed, int s,
-			      int S)
+void model_init_weights_stage(const struct model *m, float *params, uint64_t seed,
+			      const struct stage_cut *cut, int s)
 {
-	int begin, end;
-	stage_layers(m->cfg.L, s, S, &begin, &end);
+	int begin, end, S = stage_layers(m, cut, s, &begin, &end);
 	for (int i = 0; i < m->n_params; i++) {
 		const struct param_info *p = &m->params[i];
 		int tied_copy = m->cfg.tied && s == S - 1 && !strcmp(p->name, "wte");
@@ -438,20 +444,19 @@ static void scratch_view(const struct stage *st, float *base, struct scratch_vie
 	v->total = pos;
 }
 
-int stage_param_count(const struct model *m, int s, int S)
+int stage_param_count(const struct model *m, const struct stage_cut *cut, int s)
 {
-	int begin, end, n = 0;
-	stage_layers(m->cfg.L, s, S, &begin, &end);
+	int begin, end, n = 0, S = stage_layers(m, cut, s, &begin, &end);
 	for (int i = 0; i < m->n_params; i++)
 		n += stage_holds(&m->params[i], begin, end, s == 0, s == S - 1);
 	return n + (m->cfg.tied && s == S - 1 && s != 0); /* the tied copy of wte */
 }
 
-int stage_init(struct stage *st, const struct model *m, const struct backend *be, int s, int S,
-	       int B, int T, int n_slots)
+int stage_init(struct stage *st, const struct model *m, const struct backend *be,
+	       const struct stage_cut *cut, int s, int B, int T, int n_slots)
 {
 	const struct model_config *c = &m->cfg;
-	int L = c->L, nl, cap;
+	int S = cut ? cut->S : 1, nl, cap;
 	size_t base_off, end_off, *off;
 	struct slot_view sv;
 	struct scratch_view xv;
@@ -459,8 +464,8 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	memset(st, 0, sizeof(*st));
 	if (S < 1 || s < 0 || s >= S)
 		return error("stage: stage %d of %d is out of range", s, S);
-	if (S > L)
-		return error("stage: %d stages for %d layers (each stage needs a layer)", S, L);
+	if (cut && cut->L != c->L)
+		return error("stage: a cut of %d layers for a model of %d", cut->L, c->L);
 	if (B <= 0 || T <= 0 || T > c->T)
 		return error("stage: micro-batch %dx%d invalid (seq_len %d)", B, T, c->T);
 	if (n_slots <= 0)
@@ -471,7 +476,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	st->be = be;
 	st->s = s;
 	st->S = S;
-	stage_layers(L, s, S, &st->layer_begin, &st->layer_end);
+	stage_layers(m, cut, s, &st->layer_begin, &st->layer_end);
 	st->has_embed = s == 0;
 	st->has_head = s == S - 1;
 	st->B = B;
@@ -494,6 +499,10 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		st->params[st->n_params].offset = p->offset - base_off;
 		st->n_params++;
 		end_off = p->offset + p->numel;
+	}
+	if (!st->n_params) { /* a middle stage without layers: cut_from_counts refuses it */
+		stage_free(st);
+		return error("stage %d of %d holds no tensor", s, S);
 	}
 	st->numel = end_off - base_off;
 	if (c->tied && st->has_head && !st->has_embed) {

@@ -13,9 +13,9 @@
  * allocation, checkpoints, stage partitioning, inspect and import/export
  * all walk the same table.
  *
- * Stages: stage s of S owns layers [layer_begin, layer_end) (split as evenly
- * as possible, earlier stages take the remainder), stage 0 also the
- * embeddings, the last stage lnf and the head. A stage's tensors are a
+ * Stages: stage s of a cut (model/cut.h) owns layers [layer_begin,
+ * layer_end), stage 0 also the embeddings, the last stage lnf and the head
+ * (the first and the last stage may own no layer). A stage's tensors are a
  * contiguous range of the global arena, except a tied head on a last stage
  * that is not stage 0: that stage keeps its own copy of wte ("tied copy"),
  * whose gradient the caller sums with stage 0's in a fixed order
@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "../kernels/backend.h"
+#include "cut.h"
 
 enum arch { ARCH_LLAMA = 0, ARCH_GPT2 = 1 };
 
@@ -80,12 +81,12 @@ void model_free(struct model *m);
  * from seed: normal(0, init_std) for matrices and embeddings, residual
  * projections scaled by 1/sqrt(2L), norms' weights 1, biases 0. */
 void model_init_weights(const struct model *m, float *params, uint64_t seed);
-/* The same for only the tensors stage s of S reads (its own, and wte for a
- * last stage's tied copy): each tensor gets exactly the values above, and
+/* The same for only the tensors stage s of cut reads (its own, and wte for
+ * a last stage's tied copy): each tensor gets exactly the values above, and
  * the rest of the arena is not touched (so, freshly allocated, it takes no
  * memory). For a process that runs one stage. */
-void model_init_weights_stage(const struct model *m, float *params, uint64_t seed, int s,
-			      int S);
+void model_init_weights_stage(const struct model *m, float *params, uint64_t seed,
+			      const struct stage_cut *cut, int s);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
  * is the head matrix and does count). llm.c counts every parameter
@@ -125,14 +126,15 @@ struct stage {
 	float *losses_host_;
 };
 
-/* Build stage s of S for micro-batches of B x T with n_slots activation
- * slots. Buffers come from the stage's backend. */
+/* Build stage s of cut (NULL: the whole model as one stage, s = 0) for
+ * micro-batches of B x T with n_slots activation slots. Buffers come from
+ * the stage's backend. */
 int stage_init(struct stage *st, const struct model *m, const struct backend *be,
-	       int s, int S, int B, int T, int n_slots);
+	       const struct stage_cut *cut, int s, int B, int T, int n_slots);
 void stage_free(struct stage *st);
-/* How many tensors stage s of S holds (its st.n_params, the tied copy of wte
- * included), without building it. */
-int stage_param_count(const struct model *m, int s, int S);
+/* How many tensors stage s of cut holds (its st.n_params, the tied copy of
+ * wte included), without building it. */
+int stage_param_count(const struct model *m, const struct stage_cut *cut, int s);
 /* Copy this stage's tensors out of / into a global (host) arena. The tied
  * copy of wte is filled by stage_gather but skipped by stage_scatter (stage 0
  * owns wte). */

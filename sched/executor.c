@@ -323,7 +323,7 @@ static void mpi_attach(struct trainer *tr)
 	/* the board needs every stage's tensor count; this rank holds one stage */
 	int *n_tensors = xcalloc((size_t)S, sizeof(int));
 	for (int s = 0; s < S; s++)
-		n_tensors[s] = stage_param_count(tr->m, s, S);
+		n_tensors[s] = stage_param_count(tr->m, &tr->cut, s);
 	if (n_tensors[mp.s] != tr->w[rank].opt.n)
 		die("internal error: stage %d holds %d tensors, stage_param_count says %d", mp.s,
 		    tr->w[rank].opt.n, n_tensors[mp.s]);

@@ -46,9 +46,6 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	tr->data = data;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
-	if (tr->S < 1 || tr->S > m->cfg.L)
-		return error("pipeline.stages = %d: must be between 1 and model.n_layer (%d)",
-			     tr->S, m->cfg.L);
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
 	if (!strcmp(cfg->pipeline_transport, "nccl"))
@@ -83,6 +80,12 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		if (!probe)
 			return error("%s", err);
 	}
+	/* the one place a run's cut is made (train.c builds the same one for
+	 * the weights an MPI rank initialises) */
+	if (cut_from_config(&tr->cut, cfg, m)) {
+		sched_free(probe);
+		return -1;
+	}
 	/* under MPI a process runs one stage of one replica and builds only
 	 * that worker (rank 0 writes checkpoints from what the other ranks
 	 * send: pipeline_save) */
@@ -94,7 +97,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_stage(probe, s)->nslots : 1;
-		if (worker_init(&tr->w[i], m, be, cfg, s, tr->S, tr->B, tr->T, slots, delay,
+		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, tr->B, tr->T, slots, delay,
 				tr->kind >= 0, params)) {
 			sched_free(probe);
 			return -1;
@@ -116,6 +119,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 
 void trainer_free(struct trainer *tr)
 {
+	cut_free(&tr->cut);
 	if (!tr->w)
 		return;
 	for (int i = 0; i < tr->N * tr->S; i++)

@@ -55,6 +55,7 @@ struct trainer {
 	const struct model *m;
 	const struct backend *be;
 	int S, M, B, T;
+	struct stage_cut cut;      /* the layers of each stage (cut_from_config) */
 	int N;                     /* data-parallel replicas (pipeline.data_parallel) */
 	int mb_per_step;           /* micro-batches per optimizer step, all replicas
 				    * together: M, or N for pipedream, whose step

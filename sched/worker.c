@@ -8,15 +8,15 @@
 #include "../io/util.h"
 
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
-		const struct config *cfg, int s, int S, int B, int T, int n_slots, int delay,
-		int overlapped, const float *params)
+		const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
+		int n_slots, int delay, int overlapped, const float *params)
 {
 	memset(w, 0, sizeof(*w));
 	if (delay < 0 || delay + 1 > WORKER_MAX_VERSIONS)
 		return error("delay %d out of range (0..%d)", delay, WORKER_MAX_VERSIONS - 1);
 	w->be = be;
 	w->s = s;
-	w->S = S;
+	w->S = cut ? cut->S : 1;
 	w->delay = delay;
 	w->predict = delay > 0 && cfg->optim_correction &&
 		     !strcmp(cfg->optim_correction, "predict");
@@ -24,7 +24,7 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	if (w->n_versions > WORKER_MAX_VERSIONS)
 		return error("delay %d with weight prediction needs %d versions (at most %d)", delay,
 			     w->n_versions, WORKER_MAX_VERSIONS);
-	if (stage_init(&w->st, m, be, s, S, B, T, n_slots))
+	if (stage_init(&w->st, m, be, cut, s, B, T, n_slots))
 		return -1;
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);

@@ -65,7 +65,7 @@ static int loss_and_grads(const struct backend *be, const struct model *m,
 			  float *grads_host)
 {
 	struct stage st;
-	if (stage_init(&st, m, be, 0, 1, B, T, 1))
+	if (stage_init(&st, m, be, NULL, 0, B, T, 1))
 		return -1;
 	size_t pbytes = st.numel * sizeof(float), tbytes = (size_t)B * T * sizeof(int32_t);
 	float *arena = xmalloc(pbytes);

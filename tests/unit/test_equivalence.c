@@ -11,6 +11,8 @@
  *   2bw / pipedream + weight prediction     == delay 1 / per-stage + prediction
  *   train N                                 == train K, checkpoint, resume, N - K
  * for both architectures and for AdamW and Muon, over 20 steps, on the
+ * even cut and on uneven ones (pipeline.layers = 3,1 / 1,3 / 0,3,1 /
+ * 1,2,1,0: stages without a layer at either end), on the
  * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
  * them on cuda).
  */
@@ -52,6 +54,23 @@ static void base_config(struct config *cfg, const char *arch, const char *optim)
 	config_set_key(cfg, "optim", "warmup", "3", "test");
 	config_set_key(cfg, "pipeline", "micro_batches", "4", "test");
 }
+
+/* pipeline.split = layers with pipeline.layers = list, and as many stages
+ * as it lists. */
+static void set_cut(struct config *cfg, const char *list)
+{
+	char n[16];
+	int stages = 1;
+	for (const char *p = list; *p; p++)
+		stages += *p == ',';
+	snprintf(n, sizeof(n), "%d", stages);
+	config_set_key(cfg, "pipeline", "split", "layers", "test");
+	config_set_key(cfg, "pipeline", "layers", list, "test");
+	config_set_key(cfg, "pipeline", "stages", n, "test");
+}
+
+/* Uneven cuts of the 4 layers of base_config. */
+static const char *const uneven[] = {"3,1", "1,3", "0,3,1", "1,2,1,0"};
 
 static void tokens_for_test(uint32_t *tok, size_t n)
 {
@@ -198,6 +217,41 @@ TEST(sync_pipeline_equals_one_worker)
 	}
 }
 
+/* The same over uneven cuts, and the balanced one. Each architecture and
+ * optimizer takes two of the cuts (every cut meets both schedules), so the
+ * suite stays quick. */
+#define N_UNEVEN ((int)ARRAY_SIZE(uneven))
+TEST(sync_pipeline_equals_one_worker_uneven)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		const char *kinds[] = {"gpipe", "1f1b"};
+		int i = 2 * ia + io;
+		for (int k = 0; k < 2; k++)
+			for (int c = 0; c <= N_UNEVEN; c++) {
+				/* cut i for gpipe, i + 1 for 1f1b; balanced on the first */
+				if (c < N_UNEVEN ? c != (i + k) % N_UNEVEN : i + k != 0)
+					continue;
+				base_config(&pipe, arch, opt);
+				config_set_key(&pipe, "train", "schedule", kinds[k], "test");
+				if (c < (int)ARRAY_SIZE(uneven)) {
+					set_cut(&pipe, uneven[c]);
+				} else {
+					config_set_key(&pipe, "pipeline", "split", "balanced", "test");
+					config_set_key(&pipe, "pipeline", "stages", "3", "test");
+				}
+				char what[96];
+				snprintf(what, sizeof(what), "%s layers %s %s %s", kinds[k],
+					 c < (int)ARRAY_SIZE(uneven) ? uneven[c] : "balanced", arch, opt);
+				if (!same_run(what, &one, &pipe))
+					return;
+				config_free(&pipe);
+			}
+		config_free(&one);
+	}
+}
+
 TEST(twobw_equals_delay_one)
 {
 	FOR_EACH_ARCH_OPTIM(arch, opt) {
@@ -214,6 +268,40 @@ TEST(twobw_equals_delay_one)
 			if (!same_run(what, &one, &pipe))
 				return;
 			config_free(&pipe);
+		}
+		config_free(&one);
+	}
+}
+
+TEST(twobw_equals_delay_one_uneven)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		struct config one, pipe;
+		base_config(&one, arch, opt);
+		config_set_key(&one, "train", "delay", "1", "test");
+		for (int c = 0; c < N_UNEVEN; c++) {
+			if (c != 2 * ia + io && c != (2 * ia + io + 2) % N_UNEVEN)
+				continue;
+			base_config(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", "2bw", "test");
+			set_cut(&pipe, uneven[c]);
+			if (c == 0) /* and error feedback once */
+				config_set_key(&pipe, "optim", "correction", "ef", "test");
+			struct config *ref = &one, ef;
+			if (c == 0) {
+				config_copy(&ef, &one);
+				config_set_key(&ef, "optim", "correction", "ef", "test");
+				ref = &ef;
+			}
+			char what[96];
+			snprintf(what, sizeof(what), "2bw%s layers %s %s %s", c ? "" : "+ef", uneven[c],
+				 arch, opt);
+			int ok = same_run(what, ref, &pipe);
+			if (ref != &one)
+				config_free(&ef);
+			config_free(&pipe);
+			if (!ok)
+				return;
 		}
 		config_free(&one);
 	}
@@ -237,6 +325,55 @@ TEST(pipedream_equals_per_stage_delay)
 		config_free(&one);
 		config_free(&pipe);
 	}
+}
+
+/* Per-stage delays follow the cut: the one-worker emulation and pipedream
+ * take the same pipeline.layers. */
+TEST(pipedream_equals_per_stage_delay_uneven)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		for (int c = 0; c < N_UNEVEN; c++) {
+			if (c != 2 * ia + io && c != (2 * ia + io + 1) % N_UNEVEN)
+				continue;
+			struct config one, pipe;
+			base_config(&one, arch, opt);
+			config_set_key(&one, "train", "delay_mode", "per-stage", "test");
+			config_set_key(&one, "pipeline", "micro_batches", "1", "test");
+			set_cut(&one, uneven[c]);
+			base_config(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", "pipedream", "test");
+			set_cut(&pipe, uneven[c]);
+			char what[96];
+			snprintf(what, sizeof(what), "pipedream layers %s %s %s", uneven[c], arch, opt);
+			int ok = same_run(what, &one, &pipe);
+			config_free(&one);
+			config_free(&pipe);
+			if (!ok)
+				return;
+		}
+	}
+}
+
+/* Guards the test above: under per-stage delays the cut decides which
+ * layers see which delay, so 3,1 and 1,3 must train differently. */
+TEST(per_stage_delay_depends_on_the_cut)
+{
+	struct config a, b;
+	base_config(&a, "llama", "adamw");
+	base_config(&b, "llama", "adamw");
+	config_set_key(&a, "train", "delay_mode", "per-stage", "test");
+	config_set_key(&b, "train", "delay_mode", "per-stage", "test");
+	set_cut(&a, "3,1");
+	set_cut(&b, "1,3");
+	struct run_result ra = {0}, rb = {0};
+	CHECK(!train(&a, STEPS, STEPS, NULL, NULL, &ra));
+	CHECK(!train(&b, STEPS, STEPS, NULL, NULL, &rb));
+	CHECK(ra.loss[0] == rb.loss[0]);
+	CHECK(ra.loss[STEPS - 1] != rb.loss[STEPS - 1]);
+	free(ra.weights);
+	free(rb.weights);
+	config_free(&a);
+	config_free(&b);
 }
 
 TEST(twobw_with_error_feedback_equals_delay_one_with_error_feedback)
@@ -537,6 +674,60 @@ TEST(resume_is_exact_with_prediction)
 	config_set_key(&d2, "optim", "correction", "predict", "test");
 	check_resume("delay=2+predict", &d2, &d2, 5);
 	config_free(&d2);
+}
+
+TEST(resume_is_exact_for_uneven_pipelines)
+{
+	struct config bw, pd;
+	base_config(&bw, "gpt2", "muon");
+	config_set_key(&bw, "train", "schedule", "2bw", "test");
+	set_cut(&bw, "1,3");
+	config_set_key(&bw, "optim", "correction", "ef", "test");
+	check_resume("2bw layers 1,3", &bw, &bw, 9);
+	config_free(&bw);
+	if (test_failed())
+		return;
+	base_config(&pd, "llama", "adamw");
+	config_set_key(&pd, "train", "schedule", "pipedream", "test");
+	set_cut(&pd, "0,3,1");
+	check_resume("pipedream layers 0,3,1", &pd, &pd, 6);
+	config_free(&pd);
+}
+
+/* Checkpoints hold the global arena, so a run resumes under another cut:
+ * 2bw on 3,1 for K steps, then on 1,2,1,0 (or balanced), equals 2bw all
+ * along; the same for 1f1b from an even cut to 0,3,1. */
+TEST(resume_under_another_cut_is_exact)
+{
+	struct config a, b;
+	base_config(&a, "llama", "muon");
+	config_set_key(&a, "train", "schedule", "2bw", "test");
+	set_cut(&a, "3,1");
+	base_config(&b, "llama", "muon");
+	config_set_key(&b, "train", "schedule", "2bw", "test");
+	set_cut(&b, "1,2,1,0");
+	check_resume("2bw 3,1 -> 1,2,1,0", &a, &b, 8);
+	config_free(&b);
+	if (test_failed())
+		return;
+	base_config(&b, "llama", "muon");
+	config_set_key(&b, "train", "schedule", "2bw", "test");
+	config_set_key(&b, "pipeline", "split", "balanced", "test");
+	config_set_key(&b, "pipeline", "stages", "3", "test");
+	check_resume("2bw 3,1 -> balanced S=3", &a, &b, 11);
+	config_free(&a);
+	config_free(&b);
+	if (test_failed())
+		return;
+	base_config(&a, "gpt2", "adamw");
+	config_set_key(&a, "train", "schedule", "1f1b", "test");
+	config_set_key(&a, "pipeline", "stages", "2", "test");
+	base_config(&b, "gpt2", "adamw");
+	config_set_key(&b, "train", "schedule", "1f1b", "test");
+	set_cut(&b, "0,3,1");
+	check_resume("1f1b even S=2 -> 0,3,1", &a, &b, 5);
+	config_free(&a);
+	config_free(&b);
 }
 
 TEST(checkpoint_of_one_worker_resumes_as_a_pipeline)

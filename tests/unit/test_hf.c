@@ -70,7 +70,7 @@ static void check_logits(const char *name)
 	}
 	const struct backend *be = test_backend();
 	struct stage st;
-	CHECK(stage_init(&st, &m, be, 0, 1, 1, T, 1) == 0);
+	CHECK(stage_init(&st, &m, be, NULL, 0, 1, T, 1) == 0);
 	float *arena = xmalloc(st.numel * sizeof(float));
 	stage_gather(&st, arena, params);
 	float *dparams = be->alloc(st.numel * sizeof(float));

@@ -157,8 +157,13 @@ TEST(bad_shapes_rejected)
 	CHECK(model_init(&m, &c) == -1);
 	c = tiny(ARCH_GPT2, 1);
 	CHECK(model_init(&m, &c) == 0);
-	CHECK(stage_init(&st, &m, be(), 0, 3, 2, 8, 1) == -1); /* 3 stages, 2 layers */
-	CHECK(stage_init(&st, &m, be(), 0, 1, 2, 9, 1) == -1); /* T > seq_len */
+	{
+		struct stage_cut cut;
+		static const int holey[3] = {1, 0, 1};
+		CHECK(cut_even(&cut, 2, 3) == -1); /* 3 stages, 2 layers */
+		CHECK(cut_from_counts(&cut, 2, holey, 3) == -1); /* a middle stage of none */
+	}
+	CHECK(stage_init(&st, &m, be(), NULL, 0, 2, 9, 1) == -1); /* T > seq_len */
 	set_error_quiet(0);
 	model_free(&m);
 }
@@ -181,7 +186,7 @@ TEST(failed_allocation_names_its_size)
 	struct backend oom = *be();
 	oom.alloc = alloc_fails;
 	set_error_quiet(1);
-	CHECK(stage_init(&st, &m, &oom, 0, 1, 2, 8, 1) == -1);
+	CHECK(stage_init(&st, &m, &oom, NULL, 0, 2, 8, 1) == -1);
 	set_error_quiet(0);
 	unsigned long long bytes = 0;
 	const char *at = strstr(last_error(), "cannot allocate ");
@@ -262,12 +267,14 @@ TEST(init_deterministic_and_split_independent)
 	 * tied copy equal to wte. */
 	if (be()->alloc)
 		for (int S = 2; S <= 4; S++) {
+			struct stage_cut cut;
+			CHECK(cut_even(&cut, m.cfg.L, S) == 0);
 			for (int s = 0; s < S; s++) {
 				struct stage st;
 				float *sa;
-				CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
+				CHECK(stage_init(&st, &m, be(), &cut, s, 1, 8, 1) == 0);
 				/* what MPI ranks count for the stages they do not build */
-				CHECK(stage_param_count(&m, s, S) == st.n_params);
+				CHECK(stage_param_count(&m, &cut, s) == st.n_params);
 				sa = xmalloc(st.numel * sizeof(float));
 				stage_gather(&st, sa, a);
 				for (int i = 0; i < st.n_params; i++) {
@@ -285,6 +292,7 @@ TEST(init_deterministic_and_split_independent)
 				free(sa);
 				stage_free(&st);
 			}
+			cut_free(&cut);
 		}
 	free(a);
 	free(b);
@@ -304,7 +312,7 @@ struct run {
 static int run_open(struct run *r, const struct model_config *c, int B, int T, uint64_t seed)
 {
 	memset(r, 0, sizeof(*r));
-	if (model_init(&r->m, c) || stage_init(&r->st, &r->m, be(), 0, 1, B, T, 2))
+	if (model_init(&r->m, c) || stage_init(&r->st, &r->m, be(), NULL, 0, B, T, 2))
 		return -1;
 	r->B = B;
 	r->T = T;
@@ -345,8 +353,62 @@ static float run_grad(struct run *r)
 	return loss;
 }
 
+/* Cut number k of L layers over S stages, k counting every vector of
+ * counts 0..L (the last stage's implied); 1 when it is a valid cut (the
+ * first and the last stage may have no layer, the others need one), 0 when
+ * not, -1 when k is past the last. */
+static int nth_cut(struct stage_cut *cut, int L, int S, long k)
+{
+	int counts[8], sum = 0;
+	for (int s = 0; s < S - 1; s++) {
+		counts[s] = (int)(k % (L + 1));
+		k /= L + 1;
+		sum += counts[s];
+	}
+	if (k)
+		return -1;
+	counts[S - 1] = L - sum;
+	if (counts[S - 1] < 0)
+		return 0;
+	set_error_quiet(1);
+	int ok = cut_from_counts(cut, L, counts, S) == 0;
+	set_error_quiet(0);
+	return ok;
+}
+
+/* Stage s of cut as an MPI rank sees it (stage_param_count,
+ * model_init_weights_stage) against the stage stage_init builds. */
+static void check_rank_view(const struct model *m, const struct stage_cut *cut, int s,
+			    const float *all, float *part, char *reads)
+{
+	struct stage st;
+	char what[64];
+	snprintf(what, sizeof(what), "arch %d tied %d stage %d of %d (%d layers)", m->cfg.arch,
+		 m->cfg.tied, s, cut->S, cut_layers(cut, s));
+	CHECK(stage_init(&st, m, be(), cut, s, 1, 8, 1) == 0);
+	CHECK_MSG(stage_param_count(m, cut, s) == st.n_params, "%s: %d, built %d", what,
+		  stage_param_count(m, cut, s), st.n_params);
+	for (size_t j = 0; j < m->numel; j++)
+		part[j] = 12345.0f; /* untouched marker */
+	model_init_weights_stage(m, part, 7, cut, s);
+	memset(reads, 0, (size_t)m->n_params);
+	for (int k = 0; k < st.n_params; k++)
+		reads[st.params[k].global] = 1;
+	for (int k = 0; k < m->n_params; k++) {
+		const struct param_info *p = &m->params[k];
+		int same = !memcmp(part + p->offset, all + p->offset, p->numel * sizeof(float));
+		int untouched = 1;
+		for (size_t j = 0; j < p->numel; j++)
+			untouched &= part[p->offset + j] == 12345.0f;
+		CHECK_MSG(reads[k] ? same : untouched, "%s: %s %s", what, p->name,
+			  reads[k] ? "differs" : "was written");
+	}
+	stage_free(&st);
+}
+
 /* What an MPI rank computes for a stage without the whole model agrees with
- * stage_init, for both architectures, tied and untied, and uneven splits:
+ * stage_init, for both architectures, tied and untied, and every cut of 5
+ * layers over 1 to 4 stages (empty first and last stages included):
  * stage_param_count is its n_params, and model_init_weights_stage writes
  * exactly the tensors the stage reads (its own, wte for a tied copy), with
  * model_init_weights's values, and leaves every other tensor untouched. */
@@ -364,37 +426,27 @@ TEST(stage_counts_and_init_match_stage_init)
 			float *part = xmalloc(m.numel * sizeof(float));
 			char *reads = xmalloc((size_t)m.n_params);
 			model_init_weights(&m, all, 7);
-			for (int S = 1; S <= 5; S++)
-				for (int s = 0; s < S; s++) {
-					struct stage st;
-					CHECK(stage_init(&st, &m, be(), s, S, 1, 8, 1) == 0);
-					CHECK_MSG(stage_param_count(&m, s, S) == st.n_params,
-						  "arch %d tied %d stage %d of %d: %d, built %d", arch,
-						  tied, s, S, stage_param_count(&m, s, S), st.n_params);
-					for (size_t j = 0; j < m.numel; j++)
-						part[j] = 12345.0f; /* untouched marker */
-					model_init_weights_stage(&m, part, 7, s, S);
-					memset(reads, 0, (size_t)m.n_params);
-					for (int k = 0; k < st.n_params; k++)
-						reads[st.params[k].global] = 1;
-					for (int k = 0; k < m.n_params; k++) {
-						const struct param_info *p = &m.params[k];
-						int same = !memcmp(part + p->offset, all + p->offset,
-								   p->numel * sizeof(float));
-						int untouched = 1;
-						for (size_t j = 0; j < p->numel; j++)
-							untouched &= part[p->offset + j] == 12345.0f;
-						CHECK_MSG(reads[k] ? same : untouched,
-							  "arch %d tied %d stage %d of %d: %s %s", arch,
-							  tied, s, S, p->name,
-							  reads[k] ? "differs" : "was written");
-					}
-					stage_free(&st);
+			int cuts = 0;
+			for (int S = 1; S <= 4; S++) {
+				struct stage_cut cut;
+				int r;
+				for (long k = 0; (r = nth_cut(&cut, c.L, S, k)) >= 0; k++) {
+					if (!r)
+						continue;
+					for (int s = 0; s < S; s++)
+						check_rank_view(&m, &cut, s, all, part, reads);
+					cut_free(&cut);
+					cuts++;
 				}
+			}
+			/* S stages: the compositions of 5 - (S - 2) into S parts >= 0 */
+			CHECK_MSG(cuts == 1 + 6 + 15 + 20, "%d cuts", cuts);
 			free(all);
 			free(part);
 			free(reads);
 			model_free(&m);
+			if (test_failed())
+				return;
 		}
 }
 
@@ -499,9 +551,11 @@ TEST(grad_check_llama_untied)
  * GPipe order (all forwards, then all backwards, one slot each), each stage
  * on its own arena; the result is scattered into a global gradient arena
  * with the tied copies summed as documented in model.h. */
-static int split_run(const struct model *m, const float *params, int S, int B, int T, int M,
-		     const int32_t *tok, const int32_t *tgt, float *grads_out, float *losses)
+static int split_run(const struct model *m, const float *params, const struct stage_cut *cut,
+		     int B, int T, int M, const int32_t *tok, const int32_t *tgt, float *grads_out,
+		     float *losses)
 {
+	int S = cut->S;
 	struct stage *st = xcalloc(S, sizeof(*st));
 	float **p = xcalloc(S, sizeof(float *)), **g = xcalloc(S, sizeof(float *));
 	size_t NC = (size_t)B * T * m->cfg.C, N = (size_t)B * T;
@@ -509,7 +563,7 @@ static int split_run(const struct model *m, const float *params, int S, int B, i
 	int ok = 0;
 
 	for (int s = 0; s < S; s++) {
-		if (stage_init(&st[s], m, be(), s, S, B, T, M))
+		if (stage_init(&st[s], m, be(), cut, s, B, T, M))
 			return -1;
 		p[s] = xmalloc(st[s].numel * 4);
 		g[s] = xcalloc(st[s].numel, 4);
@@ -562,7 +616,7 @@ static void single_run(const struct model *m, const float *params, int B, int T,
 {
 	struct stage st;
 	size_t N = (size_t)B * T;
-	if (stage_init(&st, m, be(), 0, 1, B, T, 1))
+	if (stage_init(&st, m, be(), NULL, 0, B, T, 1))
 		return;
 	for (int mb = 0; mb < M; mb++) {
 		stage_forward(&st, 0, params, tok + mb * N, NULL, tgt + mb * N, NULL, &losses[mb],
@@ -591,17 +645,32 @@ static void split_equivalence(int arch, int tied)
 	fill_tokens(tok, B * T * M, c.V, 5);
 	fill_tokens(tgt, B * T * M, c.V, 6);
 	single_run(&m, params, B, T, M, tok, tgt, g1, l1);
-	for (int S = 2; S <= 4; S++) {
+	/* even cuts over 2..4 stages, then uneven ones, empty ends included */
+	static const char *const lists[] = {"1,3", "3,1", "0,4", "4,0", "0,3,1", "1,2,1,0",
+					    "0,2,2,0"};
+	for (int k = 0; k < 3 + (int)ARRAY_SIZE(lists); k++) {
+		struct stage_cut cut;
+		int counts[4], S = k + 2;
+		char what[32];
+		if (k < 3) {
+			CHECK(cut_even(&cut, c.L, S) == 0);
+		} else {
+			char err[64];
+			S = cut_parse_list(lists[k - 3], counts, 4, err, sizeof(err));
+			CHECK(cut_from_counts(&cut, c.L, counts, S) == 0);
+		}
+		cut_format(&cut, what, sizeof(what));
 		memset(gs, 0xff, m.numel * 4); /* every entry must be written */
-		CHECK(split_run(&m, params, S, B, T, M, tok, tgt, gs, ls) == 0);
+		CHECK(split_run(&m, params, &cut, B, T, M, tok, tgt, gs, ls) == 0);
 		for (int mb = 0; mb < M; mb++)
-			CHECK_MSG(memcmp(&l1[mb], &ls[mb], 4) == 0, "S=%d mb %d loss %.9g vs %.9g",
-				  S, mb, l1[mb], ls[mb]);
+			CHECK_MSG(memcmp(&l1[mb], &ls[mb], 4) == 0, "cut %s mb %d loss %.9g vs %.9g",
+				  what, mb, l1[mb], ls[mb]);
 		for (int i = 0; i < m.n_params; i++) {
 			const struct param_info *p = &m.params[i];
 			CHECK_MSG(memcmp(g1 + p->offset, gs + p->offset, p->numel * 4) == 0,
-				  "S=%d: gradient of %s differs", S, p->name);
+				  "cut %s: gradient of %s differs", what, p->name);
 		}
+		cut_free(&cut);
 	}
 	/* the gradients are not trivially zero */
 	CHECK(be()->sumsq(g1, m.numel) > 1e-6);
@@ -642,10 +711,12 @@ TEST(stage_layout)
 		SKIP("the cpu backend's table is not filled in yet");
 	/* 5 layers on 3 stages: 2, 2, 1; arenas cover the model exactly once
 	 * plus the tied copy */
+	struct stage_cut cut;
+	CHECK(cut_even(&cut, c.L, 3) == 0);
 	for (int s = 0; s < 3; s++) {
 		struct stage st;
 		static const int want[3][2] = {{0, 2}, {2, 4}, {4, 5}};
-		CHECK(stage_init(&st, &m, be(), s, 3, 2, 4, 2) == 0);
+		CHECK(stage_init(&st, &m, be(), &cut, s, 2, 4, 2) == 0);
 		CHECK(st.layer_begin == want[s][0] && st.layer_end == want[s][1]);
 		CHECK(st.has_embed == (s == 0) && st.has_head == (s == 2));
 		CHECK(st.act_bytes_per_slot > 0 && st.scratch_bytes > 0);
@@ -657,6 +728,7 @@ TEST(stage_layout)
 		stage_free(&st);
 	}
 	CHECK(total == m.numel + (size_t)m.cfg.Vp * c.C);
+	cut_free(&cut);
 	model_free(&m);
 }
 
