@@ -223,8 +223,11 @@ static void mb_done(struct board *b, int s, long step)
 	struct mpi_board *m = (struct mpi_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
-	/* the receivers have posted their receives by now: these finish */
-	MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
+	/* the receivers have posted their receives by now, so these finish,
+	 * unless a peer is stopped or gone: then the timeout names it */
+	mpi_wait_all(nreq(m), e->req, MPI_STATUSES_IGNORE, m->timeout, s,
+		     "the other stages to take the gradient norms of step %ld (ranks %d to %d)",
+		     step, m->base, m->base + b->S - 1);
 	tied_free(m, e->tied_out);
 	tied_free(m, e->tied_in);
 	tied_dev_free(m, e->tied_dev);
@@ -249,7 +252,9 @@ static void mb_end(struct board *b)
 	struct mpi_board *m = (struct mpi_board *)b;
 	for (int i = 0; i < m->n_steps; i++) {
 		struct entry *e = &m->e[i];
-		MPI_Waitall(nreq(m), e->req, MPI_STATUSES_IGNORE);
+		mpi_wait_all(nreq(m), e->req, MPI_STATUSES_IGNORE, m->timeout, dist_rank() - m->base,
+			     "the other stages to take the last gradient norms (ranks %d to %d)",
+			     m->base, m->base + b->S - 1);
 		tied_free(m, e->tied_out);
 		tied_free(m, e->tied_in);
 		tied_dev_free(m, e->tied_dev);

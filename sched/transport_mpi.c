@@ -184,7 +184,8 @@ static void mpi_destroy(struct transport *t)
 {
 	struct mpi_tp *m = (struct mpi_tp *)t;
 	for (int i = 0; i < m->n_pend; i++)
-		MPI_Wait(&m->pend[i].req, MPI_STATUS_IGNORE);
+		mpi_wait_all(1, &m->pend[i].req, MPI_STATUSES_IGNORE, m->timeout,
+			     m->rank % m->stages, "the next stage to take the last activations");
 	free(m->pend);
 	pool_free(m, &m->dev, 0);
 	pool_free(m, &m->stage, 1);
