@@ -131,6 +131,27 @@ struct backend {
 	void (*adan_dir)(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
 			 size_t n, float lr, float beta1, float beta2, float beta3, float eps,
 			 float bc1, float bc2, float bc3, int first);
+	/* AdEMAMix (Pagliardini et al. 2024): m1 = b1 m1 + (1-b1) g, m2 = b3 m2 +
+	 * (1-b3) g, nu = b2 nu + (1-b2) g^2, u = -lr (m1/bc1 + alpha m2) /
+	 * (sqrt(nu)/sqrt(bc2) + eps). Elementwise. */
+	void (*ademamix_dir)(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
+			     float lr, float beta1, float beta2, float beta3, float alpha,
+			     float eps, float bc1, float bc2);
+	/* MARS's corrected gradient: c = g + coef (g - gprev); gprev = g. */
+	void (*mars_correct)(float *c, const float *g, float *gprev, size_t n, float coef);
+	/* x = beta x + (1-beta) g (SOAP's first moment) */
+	void (*ema)(float *x, const float *g, size_t n, float beta);
+	/* SOAP's Adam in the rotated basis: v = b2 v + (1-b2) gr^2, out = mr /
+	 * (sqrt(v) + eps); out may alias mr. Elementwise. */
+	void (*soap_adam)(float *out, const float *mr, const float *gr, float *v, size_t n,
+			  float beta2, float eps);
+	/* NorMuon, per row r of o[rows, cols]: v[r] = b2 v[r] + (1-b2) mean_c
+	 * o[r,c]^2 (summed in double, in order), o[r,:] /= sqrt(v[r]) + eps. */
+	void (*row_normalize)(float *o, float *v, int rows, int cols, float beta2, float eps);
+	/* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, op = the
+	 * transpose when ta/tb; the same bits for any thread count (SOAP) */
+	void (*gemm)(float *c, const float *a, const float *b, int M, int N, int K, int ta,
+		     int tb, float alpha, float beta);
 	/* Lion: u = -lr * sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g */
 	void (*lion_dir)(float *u, const float *g, float *m, size_t n, float lr,
 			 float beta1, float beta2);

@@ -6,8 +6,41 @@
 
 #include "../io/util.h"
 #include "optim.h"
+#include "soap.h"
 
-static const char *rule_name[] = { "adamw", "muon", "lion", "sgd", "adan" };
+/* The shape of a state part, from its tensor's [rows, cols]. */
+enum part_shape { P_NUMEL, P_ROWS, P_ROWS_SQ, P_COLS_SQ };
+
+/* Each rule's state buffers, in the order tensor_direction uses them. The
+ * buffer names are what checkpoints store ("adam_m/wte"); never rename. */
+static const struct optim_rule_def {
+	const char *name;
+	int n_parts;
+	struct {
+		const char *buf;
+		enum part_shape shape;
+	} part[6];
+} rule_def[RULE_COUNT] = {
+	[RULE_ADAMW] = {"adamw", 2, {{"adam_m", P_NUMEL}, {"adam_v", P_NUMEL}}},
+	[RULE_MUON] = {"muon", 1, {{"muon_momentum", P_NUMEL}}},
+	[RULE_LION] = {"lion", 1, {{"lion_m", P_NUMEL}}},
+	[RULE_SGD] = {"sgd", 1, {{"sgd_momentum", P_NUMEL}}},
+	[RULE_ADAN] = {"adan", 4,
+		       {{"adan_m", P_NUMEL}, {"adan_v", P_NUMEL}, {"adan_n", P_NUMEL},
+			{"adan_prev_grad", P_NUMEL}}},
+	[RULE_MARS] = {"mars", 3,
+		       {{"mars_m", P_NUMEL}, {"mars_v", P_NUMEL}, {"mars_prev_grad", P_NUMEL}}},
+	[RULE_ADEMAMIX] = {"ademamix", 3,
+			   {{"ademamix_m1", P_NUMEL}, {"ademamix_m2", P_NUMEL},
+			    {"ademamix_nu", P_NUMEL}}},
+	[RULE_SOAP] = {"soap", 6,
+		       {{"soap_m", P_NUMEL}, {"soap_v", P_NUMEL}, {"soap_l", P_ROWS_SQ},
+			{"soap_r", P_COLS_SQ}, {"soap_ql", P_ROWS_SQ}, {"soap_qr", P_COLS_SQ}}},
+	[RULE_NORMUON] = {"normuon", 2, {{"normuon_momentum", P_NUMEL}, {"normuon_v", P_ROWS}}},
+};
+
+static const char *const kind_name[] = {"adamw", "muon",     "lion", "sgd",    "adan",
+					"mars",  "ademamix", "soap", "normuon"};
 
 static int check_unit(const char *key, double x)
 {
@@ -16,24 +49,24 @@ static int check_unit(const char *key, double x)
 	return 0;
 }
 
+static int is_matrix_kind(int kind)
+{
+	return kind == OPTIM_MUON || kind == OPTIM_NORMUON || kind == OPTIM_SOAP ||
+	       kind == OPTIM_MARS;
+}
+
 /* Resolve the [optim] keys into o; -1 on a bad value. */
 static int read_config(struct optimizer *o, const struct config *cfg)
 {
 	const char *name = cfg->optim_name ? cfg->optim_name : "adamw";
 
-	if (!strcmp(name, "adamw"))
-		o->kind = OPTIM_ADAMW;
-	else if (!strcmp(name, "muon"))
-		o->kind = OPTIM_MUON;
-	else if (!strcmp(name, "lion"))
-		o->kind = OPTIM_LION;
-	else if (!strcmp(name, "sgd"))
-		o->kind = OPTIM_SGD;
-	else if (!strcmp(name, "adan"))
-		o->kind = OPTIM_ADAN;
-	else
-		return error("optim.name: unknown optimizer '%s' (expected adamw, muon, lion, sgd "
-			     "or adan)", name);
+	o->kind = -1;
+	for (size_t i = 0; i < ARRAY_SIZE(kind_name); i++)
+		if (!strcmp(name, kind_name[i]))
+			o->kind = (int)i;
+	if (o->kind < 0)
+		return error("optim.name: unknown optimizer '%s' (expected adamw, muon, lion, sgd, "
+			     "adan, mars, ademamix, soap or normuon)", name);
 	o->beta1 = (float)cfg->optim_beta1;
 	o->beta2 = (float)cfg->optim_beta2;
 	o->beta3 = (float)cfg->optim_beta3;
@@ -45,24 +78,27 @@ static int read_config(struct optimizer *o, const struct config *cfg)
 	o->muon_scale_rms = !cfg->optim_muon_scale || strcmp(cfg->optim_muon_scale, "shape");
 	o->correction = cfg->optim_correction && !strcmp(cfg->optim_correction, "ef");
 	o->ef_lambda = (float)cfg->optim_ef_lambda;
+	o->mars_gamma = (float)cfg->optim_mars_gamma;
+	o->ademamix_alpha = (float)cfg->optim_ademamix_alpha;
+	o->ademamix_warmup =
+		cfg->optim_ademamix_warmup > 0 ? cfg->optim_ademamix_warmup : cfg->train_steps;
+	o->soap_every = cfg->optim_soap_every;
 
-	if (o->kind == OPTIM_ADAMW || o->kind == OPTIM_MUON || o->kind == OPTIM_LION) {
-		if (check_unit("beta1", cfg->optim_beta1) || check_unit("beta2", cfg->optim_beta2))
-			return -1;
-	}
-	if (o->kind == OPTIM_ADAN && (check_unit("beta1", cfg->optim_beta1) ||
-				      check_unit("beta2", cfg->optim_beta2) ||
-				      check_unit("beta3", cfg->optim_beta3)))
+	/* every optimizer but sgd and the momentum of muon/normuon reads the
+	 * betas (the matrix optimizers through their AdamW tensors) */
+	if (o->kind != OPTIM_SGD &&
+	    (check_unit("beta1", cfg->optim_beta1) || check_unit("beta2", cfg->optim_beta2)))
 		return -1;
-	if (o->kind == OPTIM_ADAMW || o->kind == OPTIM_MUON || o->kind == OPTIM_ADAN) {
-		if (!(cfg->optim_eps > 0.0))
-			return error("optim.eps = %g must be positive", cfg->optim_eps);
-	}
-	if (o->kind == OPTIM_MUON || o->kind == OPTIM_SGD) {
-		if (check_unit("momentum", cfg->optim_momentum))
-			return -1;
-	}
-	if (o->kind == OPTIM_MUON && (cfg->optim_ns_steps < 1 || cfg->optim_ns_steps > 100))
+	if ((o->kind == OPTIM_ADAN || o->kind == OPTIM_ADEMAMIX) &&
+	    check_unit("beta3", cfg->optim_beta3))
+		return -1;
+	if (o->kind != OPTIM_LION && o->kind != OPTIM_SGD && !(cfg->optim_eps > 0.0))
+		return error("optim.eps = %g must be positive", cfg->optim_eps);
+	if ((o->kind == OPTIM_MUON || o->kind == OPTIM_NORMUON || o->kind == OPTIM_SGD) &&
+	    check_unit("momentum", cfg->optim_momentum))
+		return -1;
+	if ((o->kind == OPTIM_MUON || o->kind == OPTIM_NORMUON) &&
+	    (cfg->optim_ns_steps < 1 || cfg->optim_ns_steps > 100))
 		return error("optim.ns_steps = %ld is outside [1, 100]", cfg->optim_ns_steps);
 	if (!(cfg->optim_weight_decay >= 0.0 && isfinite(cfg->optim_weight_decay)))
 		return error("optim.weight_decay = %g must be a finite number >= 0",
@@ -91,29 +127,129 @@ static int need_op(const struct backend *be, const void *slot, const char *op)
 	return 0;
 }
 
-static float *alloc_floats(const struct backend *be, size_t n)
+/* The rule of a tensor under optimizer kind. */
+static int tensor_rule(int kind, const struct param_info *pi)
 {
-	if (!n)
-		return NULL;
-	return be->alloc(st_mult(n, sizeof(float)));
+	static const int whole[] = {
+		[OPTIM_ADAMW] = RULE_ADAMW, [OPTIM_LION] = RULE_LION, [OPTIM_SGD] = RULE_SGD,
+		[OPTIM_ADAN] = RULE_ADAN, [OPTIM_ADEMAMIX] = RULE_ADEMAMIX,
+	};
+	static const int matrix[] = {
+		[OPTIM_MUON] = RULE_MUON, [OPTIM_NORMUON] = RULE_NORMUON,
+		[OPTIM_SOAP] = RULE_SOAP, [OPTIM_MARS] = RULE_MARS,
+	};
+	if (!is_matrix_kind(kind))
+		return whole[kind];
+	return pi->group == GROUP_MATRIX && pi->rows > 0 && pi->cols > 0 ? matrix[kind] : RULE_ADAMW;
 }
 
-static void add_state(struct optimizer *o, const char *name, float *data, size_t numel)
+/* Index of the state buffer called name, added when new. */
+static int state_buf(struct optimizer *o, const char *name)
 {
+	for (int i = 0; i < o->n_state; i++)
+		if (!strcmp(o->state[i].name, name))
+			return i;
+	if (o->n_state == OPTIM_MAX_STATE)
+		die("internal error: more than %d optimizer state buffers", OPTIM_MAX_STATE);
+	o->state[o->n_state].name = name;
+	return o->n_state++;
+}
+
+/* Give tensor t a part of numel floats shaped [rows, cols] in buffer name;
+ * a part of no floats is recorded with buf -1 (its data stays NULL). */
+static void add_part(struct optimizer *o, struct optim_tensor *t, const char *name, size_t numel,
+		     int rows, int cols)
+{
+	struct optim_part *p = &t->part[t->n_part++];
+	p->rows = rows;
+	p->cols = cols;
+	p->numel = numel;
+	p->buf = -1;
 	if (!numel)
 		return;
-	o->state[o->n_state].name = name;
-	o->state[o->n_state].data = data;
-	o->state[o->n_state].numel = numel;
-	o->n_state++;
+	p->buf = state_buf(o, name);
+	p->off = o->state[p->buf].numel;
+	o->state[p->buf].numel = st_add(o->state[p->buf].numel, numel);
+}
+
+static void add_rule_parts(struct optimizer *o, struct optim_tensor *t)
+{
+	const struct optim_rule_def *d = &rule_def[t->rule];
+	int rows = t->info.rows, cols = t->info.cols;
+	size_t rr = rows <= SOAP_MAX_DIM ? st_mult((size_t)rows, (size_t)rows) : 0;
+	size_t cc = cols <= SOAP_MAX_DIM ? st_mult((size_t)cols, (size_t)cols) : 0;
+	for (int j = 0; j < d->n_parts; j++) {
+		const char *name = d->part[j].buf;
+		switch (d->part[j].shape) {
+		case P_NUMEL:
+			add_part(o, t, name, t->info.numel, rows, cols);
+			break;
+		case P_ROWS:
+			add_part(o, t, name, (size_t)rows, rows, 0);
+			break;
+		case P_ROWS_SQ: /* a side past SOAP_MAX_DIM is not preconditioned */
+			add_part(o, t, name, rr, rows, rows);
+			break;
+		case P_COLS_SQ:
+			add_part(o, t, name, cc, cols, cols);
+			break;
+		}
+	}
+}
+
+/* Floats of o->work the tensor's rule needs. */
+static size_t work_floats(const struct optim_tensor *t)
+{
+	size_t n = t->info.numel;
+	switch (t->rule) {
+	case RULE_MUON:
+	case RULE_NORMUON:
+		return st_add(n, newton_schulz_scratch(t->info.rows, t->info.cols));
+	case RULE_MARS:
+		return n;
+	case RULE_SOAP:
+		return soap_work_floats(t->info.rows, t->info.cols);
+	default:
+		return 0;
+	}
+}
+
+/* The backend operations each rule calls. */
+static int check_ops(const struct backend *be, int rule)
+{
+#define NEED(op) need_op(be, (const void *)be->op, #op)
+	switch (rule) {
+	case RULE_ADAMW:
+		return NEED(adamw_dir);
+	case RULE_LION:
+		return NEED(lion_dir);
+	case RULE_ADAN:
+		return NEED(adan_dir);
+	case RULE_SGD:
+		return NEED(momentum) || NEED(scale);
+	case RULE_MUON:
+		return NEED(momentum) || NEED(scale) || NEED(newton_schulz);
+	case RULE_NORMUON:
+		return NEED(momentum) || NEED(scale) || NEED(newton_schulz) ||
+		       NEED(row_normalize);
+	case RULE_MARS:
+		return NEED(mars_correct) || NEED(adamw_dir) || NEED(scale);
+	case RULE_ADEMAMIX:
+		return NEED(ademamix_dir);
+	case RULE_SOAP:
+		return NEED(gemm) || NEED(ema) || NEED(soap_adam) || NEED(scale) ||
+		       NEED(to_host) || NEED(to_device) || NEED(zero);
+	}
+#undef NEED
+	return 0;
 }
 
 int optim_init(struct optimizer *o, const struct backend *be, const struct config *cfg,
 	       const struct model *m, const struct stage_param *params, int n_params,
 	       size_t numel)
 {
-	size_t max_numel = 0, max_mat = 0, max_ns = 0;
-	int k;
+	size_t max_numel = 0, max_work = 0;
+	int used[RULE_COUNT] = {0};
 
 	memset(o, 0, sizeof(*o));
 	o->be = be;
@@ -130,16 +266,14 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 
 	o->t = xcalloc(n_params ? n_params : 1, sizeof(*o->t));
 	o->n = n_params;
-	for (k = 0; k < n_params; k++) {
+	for (int k = 0; k < n_params; k++) {
 		struct optim_tensor *t = &o->t[k];
-		const struct param_info *pi;
-
 		if (params[k].global < 0 || params[k].global >= m->n_params) {
 			error("optimizer: tensor %d refers to parameter %d of %d", k,
 			      params[k].global, m->n_params);
 			goto fail;
 		}
-		pi = &m->params[params[k].global];
+		const struct param_info *pi = &m->params[params[k].global];
 		t->info = *pi;
 		t->offset = params[k].offset;
 		t->tied_copy = params[k].tied_copy;
@@ -148,93 +282,41 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 			      pi->name, pi->numel, t->offset, numel);
 			goto fail;
 		}
-		switch (o->kind) {
-		case OPTIM_ADAMW:
-			t->rule = RULE_ADAMW;
-			break;
-		case OPTIM_LION:
-			t->rule = RULE_LION;
-			break;
-		case OPTIM_SGD:
-			t->rule = RULE_SGD;
-			break;
-		case OPTIM_ADAN:
-			t->rule = RULE_ADAN;
-			break;
-		case OPTIM_MUON:
-			t->rule = pi->group == GROUP_MATRIX && pi->rows > 0 && pi->cols > 0 ?
-					  RULE_MUON : RULE_ADAMW;
-			break;
-		}
-		switch (t->rule) {
-		case RULE_ADAMW:
-			t->state_off = o->n_adam;
-			o->n_adam = st_add(o->n_adam, pi->numel);
-			break;
-		case RULE_MUON:
-		case RULE_SGD:
-			t->state_off = o->n_mom;
-			o->n_mom = st_add(o->n_mom, pi->numel);
-			break;
-		case RULE_LION:
-			t->state_off = o->n_lion;
-			o->n_lion = st_add(o->n_lion, pi->numel);
-			break;
-		case RULE_ADAN:
-			t->state_off = o->n_adan;
-			o->n_adan = st_add(o->n_adan, pi->numel);
-			break;
-		}
-		if (t->rule == RULE_MUON) {
-			size_t ns = newton_schulz_scratch(pi->rows, pi->cols);
-			max_mat = MAX(max_mat, pi->numel);
-			max_ns = MAX(max_ns, ns);
-		}
-		t->ef = o->correction && ef_selects(cfg, pi->group);
-		if (t->ef) {
-			t->ef_off = o->n_ef;
-			o->n_ef = st_add(o->n_ef, pi->numel);
-		}
+		t->rule = tensor_rule(o->kind, pi);
+		used[t->rule] = 1;
+		add_rule_parts(o, t);
+		max_work = MAX(max_work, work_floats(t));
 		max_numel = MAX(max_numel, pi->numel);
 	}
+	/* the correction's buffer comes last, after every rule's */
+	for (int k = 0; k < n_params; k++) {
+		struct optim_tensor *t = &o->t[k];
+		t->ef = o->correction && ef_selects(cfg, t->info.group);
+		if (t->ef)
+			add_part(o, t, "ef_prev_update", t->info.numel, t->info.rows, t->info.cols);
+	}
+	for (int r = 0; r < RULE_COUNT; r++)
+		if (used[r] && check_ops(be, r))
+			goto fail;
 
-	if ((o->n_adam && need_op(be, (const void *)be->adamw_dir, "adamw_dir")) ||
-	    (o->n_lion && need_op(be, (const void *)be->lion_dir, "lion_dir")) ||
-	    (o->n_adan && need_op(be, (const void *)be->adan_dir, "adan_dir")) ||
-	    (o->n_mom && need_op(be, (const void *)be->momentum, "momentum")) ||
-	    (o->n_mom && need_op(be, (const void *)be->scale, "scale")) ||
-	    (max_mat && need_op(be, (const void *)be->newton_schulz, "newton_schulz")))
-		goto fail;
-
-	o->adam_m = alloc_floats(be, o->n_adam);
-	o->adam_v = alloc_floats(be, o->n_adam);
-	o->lion_m = alloc_floats(be, o->n_lion);
-	o->mom = alloc_floats(be, o->n_mom);
-	o->ef_prev = alloc_floats(be, o->n_ef);
-	o->adan_m = alloc_floats(be, o->n_adan);
-	o->adan_v = alloc_floats(be, o->n_adan);
-	o->adan_n = alloc_floats(be, o->n_adan);
-	o->adan_gprev = alloc_floats(be, o->n_adan);
-	o->u = alloc_floats(be, max_numel);
-	o->mom_out = alloc_floats(be, max_mat);
-	o->ns_scratch = alloc_floats(be, max_ns);
-	if ((o->n_adam && (!o->adam_m || !o->adam_v)) || (o->n_lion && !o->lion_m) ||
-	    (o->n_mom && !o->mom) || (o->n_ef && !o->ef_prev) || (max_numel && !o->u) ||
-	    (max_mat && !o->mom_out) || (max_ns && !o->ns_scratch) ||
-	    (o->n_adan && (!o->adan_m || !o->adan_v || !o->adan_n || !o->adan_gprev))) {
-		error("optimizer: cannot allocate state on backend '%s'", be->name);
+	/* be->alloc returns zeroed memory; the state starts at zero */
+	for (int i = 0; i < o->n_state; i++)
+		if (!(o->state[i].data = be->alloc(st_mult(o->state[i].numel, sizeof(float))))) {
+			error("optimizer: cannot allocate state '%s' (%zu floats) on backend '%s'",
+			      o->state[i].name, o->state[i].numel, be->name);
+			goto fail;
+		}
+	o->u = max_numel ? be->alloc(st_mult(max_numel, sizeof(float))) : NULL;
+	o->work = max_work ? be->alloc(st_mult(max_work, sizeof(float))) : NULL;
+	if ((max_numel && !o->u) || (max_work && !o->work)) {
+		error("optimizer: cannot allocate scratch on backend '%s'", be->name);
 		goto fail;
 	}
-	/* be->alloc returns zeroed memory; the state starts at zero */
-	add_state(o, "adam_m", o->adam_m, o->n_adam);
-	add_state(o, "adam_v", o->adam_v, o->n_adam);
-	add_state(o, o->kind == OPTIM_MUON ? "muon_momentum" : "sgd_momentum", o->mom, o->n_mom);
-	add_state(o, "lion_m", o->lion_m, o->n_lion);
-	add_state(o, "adan_m", o->adan_m, o->n_adan);
-	add_state(o, "adan_v", o->adan_v, o->n_adan);
-	add_state(o, "adan_n", o->adan_n, o->n_adan);
-	add_state(o, "adan_prev_grad", o->adan_gprev, o->n_adan);
-	add_state(o, "ef_prev_update", o->ef_prev, o->n_ef);
+	for (int k = 0; k < n_params; k++)
+		for (int j = 0; j < o->t[k].n_part; j++) {
+			struct optim_part *p = &o->t[k].part[j];
+			p->data = p->buf >= 0 ? o->state[p->buf].data + p->off : NULL;
+		}
 	return 0;
 fail:
 	optim_free(o);
@@ -244,14 +326,13 @@ fail:
 void optim_free(struct optimizer *o)
 {
 	const struct backend *be = o->be;
-	float *bufs[] = { o->adam_m, o->adam_v, o->mom, o->lion_m, o->ef_prev,
-			  o->u, o->mom_out, o->ns_scratch, o->adan_m, o->adan_v, o->adan_n,
-			  o->adan_gprev };
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(bufs); i++)
-		if (bufs[i] && be && be->free)
-			be->free(bufs[i]);
+	for (int i = 0; i < o->n_state; i++)
+		if (o->state[i].data && be && be->free)
+			be->free(o->state[i].data);
+	if (o->u && be && be->free)
+		be->free(o->u);
+	if (o->work && be && be->free)
+		be->free(o->work);
 	free(o->t);
 	memset(o, 0, sizeof(*o));
 }
@@ -264,63 +345,130 @@ static float muon_scale(const struct optimizer *o, int rows, int cols)
 	return (float)sqrt(MAX(1.0, (double)rows / (double)cols));
 }
 
+static float bias_correction(float beta, long step)
+{
+	return (float)(1.0 - pow((double)beta, (double)step));
+}
+
+/* AdEMAMix's warm-ups at step t of T (Pagliardini et al. 2024, eq. for
+ * alpha and beta3 schedulers): alpha rises linearly; beta3 moves from beta1
+ * to beta3 so that the half-life of its average grows linearly. */
+static void ademamix_schedule(const struct optimizer *o, long t, float *alpha, float *beta3)
+{
+	double T = (double)o->ademamix_warmup, a = o->ademamix_alpha, b3 = o->beta3;
+	double b1 = o->beta1;
+	if (T <= 0 || t >= T) {
+		*alpha = (float)a;
+		*beta3 = (float)b3;
+		return;
+	}
+	double f = (double)t / T;
+	*alpha = (float)(f * a);
+	double lb1 = log(b1), lb3 = log(b3);
+	/* beta1 = 0 has no logarithm: its half-life is 0, and so the start */
+	double b = b1 > 0.0 && b3 > 0.0 ? exp(lb1 * lb3 / ((1.0 - f) * lb3 + f * lb1)) : b3 * f;
+	*beta3 = (float)MIN(b, b3);
+}
+
+/* NorMuon's row normalisation of the orthogonalised O[rows, cols] (in
+ * place) with its per-row second moment v[rows], then the scale. */
+static void normuon_rows(struct optimizer *o, float *O, float *v, int rows, int cols, float lr)
+{
+	const struct backend *be = o->be;
+	size_t n = (size_t)rows * cols;
+	double before = sqrt(be->sumsq(O, n));
+	be->row_normalize(O, v, rows, cols, o->beta2, 1e-10f);
+	double after = sqrt(be->sumsq(O, n)) + 1e-10;
+	double s = o->muon_scale_rms ? 0.2 * sqrt((double)n) / after
+				     : before / after * sqrt(MAX(1.0, (double)rows / cols));
+	be->scale(O, (float)(-lr * s), n);
+}
+
 /* u = the direction of tensor t (times -lr), advancing its state. */
 static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, const float *g,
 			     float lr, long step)
 {
 	const struct backend *be = o->be;
-	size_t n = t->info.numel, so = t->state_off;
+	size_t n = t->info.numel;
+	int rows = t->info.rows, cols = t->info.cols;
+	float *s[OPTIM_MAX_PARTS]; /* the rule's state, in rule_def's order */
+	for (int j = 0; j < t->n_part; j++)
+		s[j] = t->part[j].data;
 
 	switch (t->rule) {
-	case RULE_ADAMW: {
-		float bc1 = (float)(1.0 - pow((double)o->beta1, (double)step));
-		float bc2 = (float)(1.0 - pow((double)o->beta2, (double)step));
-		be->adamw_dir(o->u, g, o->adam_m + so, o->adam_v + so, n, lr, o->beta1,
-			      o->beta2, o->eps, bc1, bc2);
+	case RULE_ADAMW:
+		be->adamw_dir(o->u, g, s[0], s[1], n, lr, o->beta1, o->beta2, o->eps,
+			      bias_correction(o->beta1, step), bias_correction(o->beta2, step));
+		break;
+	case RULE_LION:
+		be->lion_dir(o->u, g, s[0], n, lr, o->beta1, o->beta2);
+		break;
+	case RULE_ADAN:
+		be->adan_dir(o->u, g, s[0], s[1], s[2], s[3], n, lr, o->beta1, o->beta2, o->beta3,
+			     o->eps, bias_correction(o->beta1, step), bias_correction(o->beta2, step),
+			     bias_correction(o->beta3, step), step == 1);
+		break;
+	case RULE_ADEMAMIX: {
+		float alpha, beta3;
+		ademamix_schedule(o, step, &alpha, &beta3);
+		be->ademamix_dir(o->u, g, s[0], s[1], s[2], n, lr, o->beta1, o->beta2, beta3, alpha,
+				 o->eps, bias_correction(o->beta1, step),
+				 bias_correction(o->beta2, step));
 		break;
 	}
-	case RULE_LION:
-		be->lion_dir(o->u, g, o->lion_m + so, n, lr, o->beta1, o->beta2);
-		break;
-	case RULE_ADAN: {
-		float bc[3];
-		const float b[3] = {o->beta1, o->beta2, o->beta3};
-		for (int i = 0; i < 3; i++)
-			bc[i] = (float)(1.0 - pow((double)b[i], (double)step));
-		be->adan_dir(o->u, g, o->adan_m + so, o->adan_v + so, o->adan_n + so,
-			     o->adan_gprev + so, n, lr, o->beta1, o->beta2, o->beta3, o->eps, bc[0],
-			     bc[1], bc[2], step == 1);
+	case RULE_MARS: {
+		/* the corrected gradient c in work, clipped to norm 1, then AdamW */
+		float *c = o->work;
+		float coef = o->mars_gamma * o->beta1 / (1.0f - o->beta1);
+		be->mars_correct(c, g, s[2], n, coef);
+		double norm = sqrt(be->sumsq(c, n));
+		if (norm > 1.0)
+			be->scale(c, (float)(1.0 / norm), n);
+		be->adamw_dir(o->u, c, s[0], s[1], n, lr, o->beta1, o->beta2, o->eps,
+			      bias_correction(o->beta1, step), bias_correction(o->beta2, step));
 		break;
 	}
 	case RULE_SGD:
-		be->momentum(o->u, g, o->mom + so, n, o->momentum, o->nesterov);
+		be->momentum(o->u, g, s[0], n, o->momentum, o->nesterov);
 		be->scale(o->u, -lr, n);
 		break;
 	case RULE_MUON:
-		be->momentum(o->mom_out, g, o->mom + so, n, o->momentum, o->nesterov);
-		be->newton_schulz(o->u, o->mom_out, t->info.rows, t->info.cols, o->ns_steps,
-				  o->ns_scratch);
-		be->scale(o->u, -lr * muon_scale(o, t->info.rows, t->info.cols), n);
+		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
+		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps, o->work + n);
+		be->scale(o->u, -lr * muon_scale(o, rows, cols), n);
 		break;
+	case RULE_NORMUON:
+		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
+		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps, o->work + n);
+		normuon_rows(o, o->u, s[1], rows, cols, lr);
+		break;
+	case RULE_SOAP: {
+		struct soap_state st = {s[0], s[1], s[2], s[3], s[4], s[5]};
+		soap_direction(be, &st, o->u, g, o->work, rows, cols, lr, step, o->beta1,
+			       o->beta2, o->eps, o->soap_every);
+		break;
+	}
 	}
 }
 
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step)
 {
 	const struct backend *be = o->be;
-	int k;
 
 	if (step < 1)
 		step = 1;
-	for (k = 0; k < o->n; k++) {
+	for (int k = 0; k < o->n; k++) {
 		const struct optim_tensor *t = &o->t[k];
 		size_t n = t->info.numel;
 		float *w = weights + t->offset;
 		float decay = t->info.decay ? lr * o->wd : 0.0f;
+		float *u_prev = t->ef ? t->part[t->n_part - 1].data : NULL;
 
 		if (!n)
 			continue;
 		tensor_direction(o, t, grads + t->offset, lr, step);
+		if (t->rule == RULE_SOAP && step == 1)
+			decay = 0.0f; /* SOAP's first step only builds its bases (u = 0) */
 		if (!t->ef) {
 			be->apply_update(w, o->u, NULL, n, decay, 0.0f);
 		} else if (step == 1 || o->ef_lambda == 0.0f) {
@@ -328,9 +476,9 @@ void optim_step(struct optimizer *o, float *weights, const float *grads, float l
 			 * leaves the term out so it matches correction = none bit for
 			 * bit. Either way u_prev records this update. */
 			be->apply_update(w, o->u, NULL, n, decay, 0.0f);
-			be->copy(o->ef_prev + t->ef_off, o->u, n * sizeof(float));
+			be->copy(u_prev, o->u, n * sizeof(float));
 		} else {
-			be->apply_update(w, o->u, o->ef_prev + t->ef_off, n, decay, o->ef_lambda);
+			be->apply_update(w, o->u, u_prev, n, decay, o->ef_lambda);
 		}
 	}
 	o->last_step = step;
@@ -350,43 +498,18 @@ struct optim_state_buf optim_state(const struct optimizer *o, int i)
 	return o->state[i];
 }
 
-int optim_state_tensor(const struct optimizer *o, int i, int k, size_t *offset)
+int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_part *part)
 {
-	const struct optim_tensor *t;
-	const float *data;
-	size_t off;
-
 	if (i < 0 || i >= o->n_state || k < 0 || k >= o->n)
 		return 0;
-	t = &o->t[k];
-	data = o->state[i].data;
-	if (data == o->ef_prev) {
-		if (!t->ef)
-			return 0;
-		off = t->ef_off;
-	} else if (data == o->adam_m || data == o->adam_v) {
-		if (t->rule != RULE_ADAMW)
-			return 0;
-		off = t->state_off;
-	} else if (data == o->mom) {
-		if (t->rule != RULE_MUON && t->rule != RULE_SGD)
-			return 0;
-		off = t->state_off;
-	} else if (data == o->lion_m) {
-		if (t->rule != RULE_LION)
-			return 0;
-		off = t->state_off;
-	} else if (data == o->adan_m || data == o->adan_v || data == o->adan_n ||
-		   data == o->adan_gprev) {
-		if (t->rule != RULE_ADAN)
-			return 0;
-		off = t->state_off;
-	} else {
-		return 0;
-	}
-	if (offset)
-		*offset = off;
-	return 1;
+	const struct optim_tensor *t = &o->t[k];
+	for (int j = 0; j < t->n_part; j++)
+		if (t->part[j].buf == i) {
+			if (part)
+				*part = t->part[j];
+			return 1;
+		}
+	return 0;
 }
 
 void optim_grad_sumsq(const struct optimizer *o, const float *grads, double *per_tensor)
@@ -412,5 +535,5 @@ float optim_clip_scale(double sumsq, double max_norm)
 
 const char *optim_rule_name(int rule)
 {
-	return rule >= 0 && rule < (int)ARRAY_SIZE(rule_name) ? rule_name[rule] : "?";
+	return rule >= 0 && rule < RULE_COUNT ? rule_def[rule].name : "?";
 }

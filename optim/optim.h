@@ -23,26 +23,48 @@
  * is left out entirely (u_prev is still recorded), so ef with lambda 0 is
  * bit-identical to correction = none.
  *
- * Optimizers (optim.name):
- *   adamw  every tensor: m, v; u = -lr * (m/bc1) / (sqrt(v/bc2) + eps),
- *          bc1 = 1 - beta1^step, bc2 = 1 - beta2^step.
- *   lion   u = -lr * sign(beta1*m + (1-beta1)*g); m = beta2*m + (1-beta2)*g.
- *   sgd    m = mu*m + g; out = nesterov ? g + mu*m : m; u = -lr * out.
- *   adan   every tensor (Xie et al. 2022, the reference implementation's
- *          form): d = g - g_prev (0 on step 1), m = b1 m + (1-b1) g,
- *          v = b2 v + (1-b2) d, n = b3 n + (1-b3) (g + b2 d)^2,
- *          u = -lr (m/bc1 + b2 v/bc2) / (sqrt(n/bc3) + eps), bc_i = 1 - b_i^step
- *          (eps added after the bias correction, as the reference does);
- *          g_prev is state: under a delay it is the previous delayed
- *          gradient, the one this optimizer last saw.
- *   muon   GROUP_MATRIX tensors (2-D hidden matrices [rows, cols]): the SGD
- *          momentum output (optim.momentum, optim.nesterov), orthogonalised
- *          by newton_schulz (optim.ns_steps), times -lr * s with
- *          s = sqrt(max(1, rows/cols)) (muon_scale = shape) or
- *          0.2*sqrt(max(rows, cols)) (muon_scale = rms, whose update has an
- *          RMS of about 0.2*lr whatever the shape, like AdamW's, so one lr
- *          serves both groups). Every other tensor (embeddings, head, norms,
- *          biases) takes AdamW with the same lr.
+ * Optimizers (optim.name); formulas, defaults and references are in
+ * man/asyncpp-train.1 (Optimizers). bc_i = 1 - beta_i^step throughout.
+ *   adamw     every tensor: m, v; u = -lr * (m/bc1) / (sqrt(v/bc2) + eps).
+ *   lion      u = -lr * sign(beta1*m + (1-beta1)*g); m = beta2*m + (1-beta2)*g.
+ *   sgd       m = mu*m + g; out = nesterov ? g + mu*m : m; u = -lr * out.
+ *   adan      every tensor (Xie et al. 2022, the reference implementation's
+ *             form): d = g - g_prev (0 on step 1), m = b1 m + (1-b1) g,
+ *             v = b2 v + (1-b2) d, n = b3 n + (1-b3) (g + b2 d)^2,
+ *             u = -lr (m/bc1 + b2 v/bc2) / (sqrt(n/bc3) + eps);
+ *             g_prev is state: under a delay it is the previous delayed
+ *             gradient, the one this optimizer last saw.
+ *   ademamix  every tensor (Pagliardini et al. 2024): m1 = b1 m1 + (1-b1) g,
+ *             m2 = b3(t) m2 + (1-b3(t)) g, nu = b2 nu + (1-b2) g^2,
+ *             u = -lr (m1/bc1 + alpha(t) m2) / (sqrt(nu)/sqrt(bc2) + eps),
+ *             alpha and b3 warmed up over optim.ademamix_warmup steps.
+ *   The matrix optimizers below act on GROUP_MATRIX tensors (2-D hidden
+ *   matrices [rows, cols]); every other tensor (embeddings, head, norms,
+ *   biases) takes AdamW with the same lr, betas and eps (the paper's hybrid).
+ *   muon      the SGD momentum output (optim.momentum, optim.nesterov),
+ *             orthogonalised by newton_schulz (optim.ns_steps), times -lr * s
+ *             with s = sqrt(max(1, rows/cols)) (muon_scale = shape) or
+ *             0.2*sqrt(max(rows, cols)) (muon_scale = rms, whose update has an
+ *             RMS of about 0.2*lr whatever the shape, like AdamW's).
+ *   normuon   Muon's orthogonalised O, then per row (output neuron)
+ *             v = b2 v + (1-b2) mean(O_row^2), O_row /= sqrt(v) + 1e-10
+ *             (Li et al. 2025); then O times |O_before|_F / |O|_F *
+ *             sqrt(max(1, rows/cols)) (shape: the reference's) or
+ *             0.2*sqrt(rows*cols) / |O|_F (rms), times -lr.
+ *   mars      MARS-AdamW, approximate form (Yuan et al. 2024):
+ *             c = g + gamma*b1/(1-b1) * (g - g_prev) (g_prev = 0 before the
+ *             first step, as the reference), c /= |c|_F when |c|_F > 1, then
+ *             AdamW's m, v on c.
+ *   soap      (Vyas et al. 2024; optim/soap.c) Adam in the eigenbasis of
+ *             Shampoo's factors L = b2 L + (1-b2) G G^T, R = b2 R + (1-b2) G^T G,
+ *             refreshed every optim.soap_every steps; step 1 only builds
+ *             L, R and their eigenbases (no update, no weight decay).
+ *
+ * State: each optimizer keeps named buffers (the names of struct
+ * optim_rule_def); a buffer holds one part per tensor that uses it,
+ * concatenated in tensor order. Most parts are the tensor's numel floats;
+ * NorMuon's v is [rows], SOAP's factors and bases [rows, rows] and
+ * [cols, cols]. optim_state_tensor says where each part lies.
  *
  * Step count: the caller owns it. `step` is the 1-based count of optimizer
  * steps applied so far including this one; bias correction and the first-step
@@ -58,9 +80,29 @@
 #include "../kernels/backend.h"
 #include "../model/model.h"
 
-enum optim_kind { OPTIM_ADAMW = 0, OPTIM_MUON, OPTIM_LION, OPTIM_SGD, OPTIM_ADAN };
-/* The update rule one tensor follows (muon splits tensors between two). */
-enum optim_rule { RULE_ADAMW = 0, RULE_MUON, RULE_LION, RULE_SGD, RULE_ADAN };
+enum optim_kind {
+	OPTIM_ADAMW = 0, OPTIM_MUON, OPTIM_LION, OPTIM_SGD, OPTIM_ADAN, OPTIM_MARS,
+	OPTIM_ADEMAMIX, OPTIM_SOAP, OPTIM_NORMUON
+};
+/* The update rule one tensor follows (the matrix optimizers split tensors
+ * between their rule and AdamW). */
+enum optim_rule {
+	RULE_ADAMW = 0, RULE_MUON, RULE_LION, RULE_SGD, RULE_ADAN, RULE_MARS, RULE_ADEMAMIX,
+	RULE_SOAP, RULE_NORMUON, RULE_COUNT
+};
+
+#define OPTIM_MAX_PARTS 7 /* state parts of one tensor: SOAP's six, ef */
+#define OPTIM_MAX_STATE 12 /* named buffers of one optimizer */
+
+/* One tensor's part of a state buffer: numel floats at off, shaped
+ * [rows, cols] (cols 0: a vector of rows). */
+struct optim_part {
+	int buf;     /* index in optimizer.state */
+	size_t off;  /* floats into the buffer */
+	size_t numel;
+	int rows, cols;
+	float *data; /* = state[buf].data + off, once allocated */
+};
 
 struct optim_tensor {
 	struct param_info info; /* copy of the model's row (name, shape, ...) */
@@ -68,8 +110,11 @@ struct optim_tensor {
 	int tied_copy;          /* last stage's copy of the tied wte */
 	int rule;               /* enum optim_rule */
 	int ef;                 /* the correction acts on this tensor */
-	size_t state_off;       /* offset in its rule's state buffers */
-	size_t ef_off;          /* offset in ef_prev_update (when ef) */
+	int n_part;
+	/* the rule's parts in the order of its optim_rule_def (SOAP's sides
+	 * past SOAP_MAX_DIM have data NULL: not preconditioned), then the
+	 * ef part (ef_prev_update) when ef */
+	struct optim_part part[OPTIM_MAX_PARTS];
 };
 
 /* One named state buffer, for checkpoints and inspect. data is backend
@@ -80,26 +125,22 @@ struct optim_state_buf {
 	size_t numel;
 };
 
-#define OPTIM_MAX_STATE 8
-
 struct optimizer {
 	const struct backend *be;
 	int kind;                      /* enum optim_kind */
 	float beta1, beta2, beta3, eps, wd, momentum, ef_lambda;
+	float mars_gamma, ademamix_alpha;
+	long ademamix_warmup, soap_every;
 	int nesterov, ns_steps, muon_scale_rms, correction;
 	struct optim_tensor *t;
 	int n;
 	size_t numel;                  /* floats in the stage arena */
-	/* state, compact: each buffer holds the tensors that use it,
-	 * concatenated in tensor order (see optim_state_tensor) */
-	float *adam_m, *adam_v, *mom, *lion_m, *ef_prev;
-	float *adan_m, *adan_v, *adan_n, *adan_gprev; /* [n_adan] each */
-	size_t n_adam, n_mom, n_lion, n_ef, n_adan;
-	struct optim_state_buf state[OPTIM_MAX_STATE];
+	struct optim_state_buf state[OPTIM_MAX_STATE]; /* zeroed at init */
 	int n_state;
-	/* scratch, allocated once: u (largest tensor), the momentum output and
-	 * Newton-Schulz scratch (largest matrix; muon only) */
-	float *u, *mom_out, *ns_scratch;
+	/* scratch, allocated once: u (largest tensor) and work (the largest
+	 * need of a rule: momentum output and Newton-Schulz scratch, MARS's
+	 * corrected gradient, SOAP's rotated copies) */
+	float *u, *work;
 	long last_step;                /* step of the last optim_step, 0 = none */
 };
 
@@ -116,21 +157,20 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
  * step, the 1-based optimizer step count. */
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step);
 void optim_free(struct optimizer *o);
-/* "adamw", "muon", "lion" or "sgd", for logs and inspect. */
+/* "adamw", "muon", ..., for logs and inspect. */
 const char *optim_rule_name(int rule);
 
 /* Checkpointable state: optim_state(o, i) for i < optim_state_count(o).
- * Names are stable and unique within an optimizer: "adam_m", "adam_v",
- * "muon_momentum", "lion_m", "sgd_momentum", "adan_m", "adan_v", "adan_n",
- * "adan_prev_grad", "ef_prev_update". Buffers of no
+ * Names are stable and unique within an optimizer (the rules' part names,
+ * then "ef_prev_update"; see optim.c). Buffers of no
  * floats are not listed. There is no scalar state: the step count belongs to
  * the caller (see above). */
 int optim_state_count(const struct optimizer *o);
 struct optim_state_buf optim_state(const struct optimizer *o, int i);
-/* Whether state buffer i holds tensor k; if so *offset (may be NULL) gets
- * where its numel floats start within the buffer. Lets a checkpoint writer
- * or inspect lay state out per tensor. */
-int optim_state_tensor(const struct optimizer *o, int i, int k, size_t *offset);
+/* Whether state buffer i holds a part of tensor k; if so *part (may be
+ * NULL) gets where it lies and its shape. Lets a checkpoint writer or
+ * inspect lay state out per tensor. */
+int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_part *part);
 
 /* Learning rate at 1-based step `step` (optim.lr, warmup, decay,
  * min_lr_ratio, wsd_decay_frac; train.steps):

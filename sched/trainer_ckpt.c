@@ -37,12 +37,12 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
 		float *host = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
 		tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
 		for (int k = 0; k < wk->opt.n && !rc; k++) {
-			size_t off;
-			if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &off))
+			struct optim_part part;
+			if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &part))
 				continue;
 			const struct param_info *pi = &m->params[wk->st.params[k].global];
 			tensor_name(name, sizeof(name), sb.name, pi);
-			rc = sink(ctx, name, host + off, pi->numel, pi->rows, pi->cols);
+			rc = sink(ctx, name, host + part.off, part.numel, part.rows, part.cols);
 		}
 		free(host);
 	}
@@ -184,14 +184,14 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 			struct optim_state_buf sb = optim_state(&wk->opt, i);
 			float *host = xcalloc(sb.numel ? sb.numel : 1, sizeof(float));
 			for (int t = 0; t < wk->opt.n && !rc; t++) {
-				size_t off;
-				if (!optim_state_tensor(&wk->opt, i, t, &off))
+				struct optim_part part;
+				if (!optim_state_tensor(&wk->opt, i, t, &part))
 					continue;
 				const struct param_info *pi = &m->params[wk->st.params[t].global];
 				tensor_name(name, sizeof(name), sb.name, pi);
 				if (ckpt_find(k, name) < 0 && step == 0)
 					continue; /* a step-0 checkpoint may lack state */
-				rc = ckpt_read_named(k, name, host + off, pi->numel);
+				rc = ckpt_read_named(k, name, host + part.off, part.numel);
 			}
 			/* the same state into stage s of every replica held here */
 			for (int r = 0; r < tr->N && !rc; r++) {

@@ -36,7 +36,7 @@
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \
 	X(train, max_skipped, INT_IN(1, 1000000), "5", "stop after this many steps in a row whose update was skipped (gradient norm NaN or infinite)") \
 	X(train, out_dir, STR, "runs/default", "directory for checkpoints and metrics")                \
-	X(optim, name, CHOICE("adamw|muon|lion|sgd|adan"), "adamw", "optimizer; its paper's values become the defaults of the betas and weight_decay (asyncpp-train(1))") \
+	X(optim, name, CHOICE("adamw|muon|lion|sgd|adan|mars|ademamix|soap|normuon"), "adamw", "optimizer; its paper's values become the defaults of the betas and weight_decay (asyncpp-train(1))") \
 	X(optim, lr, FLOAT_IN(0, INFINITY), "3e-3", "peak learning rate")                                              \
 	X(optim, min_lr_ratio, FLOAT_IN(0, 1), "0.1", "final learning rate as a fraction of optim.lr")         \
 	X(optim, warmup, INT_IN(0, INFINITY), "20", "linear warmup steps")                                             \
@@ -46,11 +46,15 @@
 	X(optim, beta1, FLOAT_IN(0, 1), "0.9", "first-moment coefficient (AdamW, Lion, Adan, ...); the default follows optim.name")                           \
 	X(optim, beta2, FLOAT_IN(0, 1), "0.95", "second coefficient (AdamW, Lion, Adan, ...); the default follows optim.name")                                \
 	X(optim, beta3, FLOAT_IN(0, 1), "0.99", "third coefficient (Adan's squared-gradient average); the default follows optim.name") \
+	X(optim, mars_gamma, FLOAT_IN(0, INFINITY), "0.025", "MARS: weight of the gradient-difference correction") \
+	X(optim, ademamix_alpha, FLOAT_IN(0, INFINITY), "5", "AdEMAMix: weight of the slow average") \
+	X(optim, ademamix_warmup, INT_IN(0, INFINITY), "0", "AdEMAMix: steps over which alpha and beta3 warm up; 0 means train.steps") \
+	X(optim, soap_every, INT_IN(1, INFINITY), "10", "SOAP: steps between refreshes of the eigenbases") \
 	X(optim, eps, FLOAT_IN(0, 1), "1e-8", "AdamW epsilon")                                                  \
-	X(optim, momentum, FLOAT_IN(0, 1), "0.95", "Muon and SGD momentum")                                     \
-	X(optim, nesterov, INT_IN(0, 1), "1", "1 uses Nesterov momentum (Muon, SGD)")                           \
-	X(optim, ns_steps, INT_IN(0, 100), "5", "Muon Newton-Schulz iterations")                                  \
-	X(optim, muon_scale, CHOICE("rms|shape"), "rms", "Muon update scale: rms = 0.2*sqrt(max(rows,cols)), shape = sqrt(max(1,rows/cols))") \
+	X(optim, momentum, FLOAT_IN(0, 1), "0.95", "Muon, NorMuon and SGD momentum")                                     \
+	X(optim, nesterov, INT_IN(0, 1), "1", "1 uses Nesterov momentum (Muon, NorMuon, SGD)")                           \
+	X(optim, ns_steps, INT_IN(0, 100), "5", "Muon and NorMuon Newton-Schulz iterations")                                  \
+	X(optim, muon_scale, CHOICE("rms|shape"), "rms", "Muon and NorMuon update scale: rms gives an update RMS of about 0.2*lr (like AdamW), shape the authors' sqrt(max(1,rows/cols)) (asyncpp-train(1))") \
 	X(optim, correction, CHOICE("none|ef|predict"), "none", "delay correction: ef is error feedback on the update, predict runs the gradient on weights extrapolated by the delay") \
 	X(optim, ef_lambda, FLOAT_IN(-10, 10), "1.0", "error-feedback strength; 0 is no correction")               \
 	X(optim, ef_groups, CHOICE("all|muon|adamw"), "all", "parameter groups the correction acts on") \
@@ -82,4 +86,12 @@
 	Y("adan", optim, beta1, "0.98")           \
 	Y("adan", optim, beta2, "0.92")           \
 	Y("adan", optim, beta3, "0.99")           \
-	Y("adan", optim, weight_decay, "0.02")
+	Y("adan", optim, weight_decay, "0.02")    \
+	Y("mars", optim, beta1, "0.95")           \
+	Y("mars", optim, beta2, "0.99")           \
+	Y("ademamix", optim, beta1, "0.9")        \
+	Y("ademamix", optim, beta2, "0.999")      \
+	Y("ademamix", optim, beta3, "0.9999")     \
+	Y("soap", optim, beta1, "0.95")           \
+	Y("soap", optim, beta2, "0.95")           \
+	Y("soap", optim, weight_decay, "0.01")

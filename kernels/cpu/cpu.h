@@ -81,6 +81,16 @@ void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		      const int32_t *targets, int N, int V, int Vp, float dloss);
 
 /* optimizer pieces (cpu_optim.c) */
+void cpu_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
+		      float lr, float beta1, float beta2, float beta3, float alpha, float eps,
+		      float bc1, float bc2);
+void cpu_mars_correct(float *c, const float *g, float *gprev, size_t n, float coef);
+void cpu_ema(float *x, const float *g, size_t n, float beta);
+void cpu_soap_adam(float *out, const float *mr, const float *gr, float *v, size_t n,
+		   float beta2, float eps);
+void cpu_row_normalize(float *o, float *v, int rows, int cols, float beta2, float eps);
+void cpu_gemm_op(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb,
+		 float alpha, float beta);
 void cpu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
 		  size_t n, float lr, float beta1, float beta2, float beta3, float eps, float bc1,
 		  float bc2, float bc3, int first);

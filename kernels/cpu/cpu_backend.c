@@ -41,6 +41,12 @@ const struct backend backend_cpu = {
 
 	.adamw_dir = cpu_adamw_dir,
 	.adan_dir = cpu_adan_dir,
+	.ademamix_dir = cpu_ademamix_dir,
+	.mars_correct = cpu_mars_correct,
+	.ema = cpu_ema,
+	.soap_adam = cpu_soap_adam,
+	.row_normalize = cpu_row_normalize,
+	.gemm = cpu_gemm_op,
 	.lion_dir = cpu_lion_dir,
 	.momentum = cpu_momentum,
 	.newton_schulz = cpu_newton_schulz,

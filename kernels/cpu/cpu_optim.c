@@ -48,6 +48,81 @@ void cpu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, flo
 	}
 }
 
+/* AdEMAMix: see backend.h; every array [n] */
+void cpu_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
+		      float lr, float beta1, float beta2, float beta3, float alpha, float eps,
+		      float bc1, float bc2)
+{
+	float ib1 = 1.0f / bc1, isb2 = 1.0f / sqrtf(bc2);
+
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i];
+		float a = beta1 * m1[i] + (1.0f - beta1) * gi;
+		float b = beta3 * m2[i] + (1.0f - beta3) * gi;
+		float c = beta2 * nu[i] + (1.0f - beta2) * gi * gi;
+		m1[i] = a;
+		m2[i] = b;
+		nu[i] = c;
+		u[i] = -lr * (a * ib1 + alpha * b) / (sqrtf(c) * isb2 + eps);
+	}
+}
+
+/* c[n] = g + coef (g - gprev); gprev = g */
+void cpu_mars_correct(float *c, const float *g, float *gprev, size_t n, float coef)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i];
+		c[i] = gi + coef * (gi - gprev[i]);
+		gprev[i] = gi;
+	}
+}
+
+/* x[n] = beta x + (1-beta) g */
+void cpu_ema(float *x, const float *g, size_t n, float beta)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		x[i] = beta * x[i] + (1.0f - beta) * g[i];
+}
+
+/* v[n] = b2 v + (1-b2) gr^2; out[n] = mr / (sqrt(v) + eps) */
+void cpu_soap_adam(float *out, const float *mr, const float *gr, float *v, size_t n,
+		   float beta2, float eps)
+{
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float vi = beta2 * v[i] + (1.0f - beta2) * gr[i] * gr[i];
+		v[i] = vi;
+		out[i] = mr[i] / (sqrtf(vi) + eps);
+	}
+}
+
+/* o[rows, cols], v[rows]: see backend.h */
+void cpu_row_normalize(float *o, float *v, int rows, int cols, float beta2, float eps)
+{
+#pragma omp parallel for num_threads(cpu_threads()) if ((size_t)rows * cols >= CPU_PAR_MIN)
+	for (int r = 0; r < rows; r++) {
+		float *row = o + (size_t)r * cols;
+		double s = 0.0;
+		for (int c = 0; c < cols; c++)
+			s += (double)row[c] * row[c];
+		float vr = beta2 * v[r] + (1.0f - beta2) * (float)(s / cols);
+		v[r] = vr;
+		float inv = 1.0f / (sqrtf(vr) + eps);
+		for (int c = 0; c < cols; c++)
+			row[c] *= inv;
+	}
+}
+
+/* row-major C = alpha op(A) op(B) + beta C (cpu_gemm with packed strides) */
+void cpu_gemm_op(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb,
+		 float alpha, float beta)
+{
+	cpu_gemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, c, N);
+}
+
 /* u[n] = -lr * sign(b1*m + (1-b1)*g); m[n] = b2*m + (1-b2)*g */
 void cpu_lion_dir(float *u, const float *g, float *m, size_t n, float lr, float beta1,
 		  float beta2)

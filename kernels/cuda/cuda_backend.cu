@@ -1101,6 +1101,12 @@ static void fill_table(void)
 	t.softmax_xent = cu_softmax_xent;
 	t.adamw_dir = cu_adamw_dir;
 	t.adan_dir = cu_adan_dir;
+	t.ademamix_dir = cuda_ademamix_dir;
+	t.mars_correct = cuda_mars_correct;
+	t.ema = cuda_ema;
+	t.soap_adam = cuda_soap_adam;
+	t.row_normalize = cuda_row_normalize;
+	t.gemm = cuda_gemm_f32;
 	t.lion_dir = cu_lion_dir;
 	t.momentum = cu_momentum;
 	t.newton_schulz = cuda_newton_schulz;

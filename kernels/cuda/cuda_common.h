@@ -78,6 +78,17 @@ void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 			     const float *out, const float *lse, int B, int T, int NH,
 			     int NKV, int HD);
+/* optimizer pieces of cuda_optim.cu (contracts in kernels/backend.h) */
+void cuda_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
+		       float lr, float beta1, float beta2, float beta3, float alpha, float eps,
+		       float bc1, float bc2);
+void cuda_mars_correct(float *c, const float *g, float *gprev, size_t n, float coef);
+void cuda_ema(float *x, const float *g, size_t n, float beta);
+void cuda_soap_adam(float *out, const float *mr, const float *gr, float *v, size_t n,
+		    float beta2, float eps);
+void cuda_row_normalize(float *o, float *v, int rows, int cols, float beta2, float eps);
+void cuda_gemm_f32(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb,
+		   float alpha, float beta);
 /* dst[c] += sum over rows of x[N,C] (fixed order); for bias gradients. */
 void cuda_colsum_acc(float *dst, const float *x, int N, int C);
 

@@ -585,7 +585,7 @@ TEST(optimizer_defaults_follow_the_name)
 	free(saved);
 
 	/* every optimizer's defaults are valid values of their keys */
-	static const char *const names[] = {"adamw", "muon", "lion", "sgd", "adan"};
+	static const char *const names[] = {"adamw", "muon", "lion", "sgd", "adan", "mars", "ademamix", "soap", "normuon"};
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		char set[64];
 		snprintf(set, sizeof(set), "optim.name=%s", names[i]);

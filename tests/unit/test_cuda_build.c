@@ -34,7 +34,8 @@ TEST(cuda_table_complete)
 	SLOT(rope_forward); SLOT(rope_backward); SLOT(attention_forward);
 	SLOT(attention_backward); SLOT(gelu_forward); SLOT(gelu_backward);
 	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent);
-	SLOT(adamw_dir); SLOT(adan_dir); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
+	SLOT(adamw_dir); SLOT(adan_dir); SLOT(ademamix_dir); SLOT(mars_correct); SLOT(ema);
+	SLOT(soap_adam); SLOT(row_normalize); SLOT(gemm); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
 	SLOT(apply_update); SLOT(sumsq); SLOT(scale); SLOT(memory_peak);
 #undef SLOT
 }

@@ -599,6 +599,76 @@ TEST(cuda_lion_momentum)
 	free(g), free(m), free(u), free(hu), free(hm);
 }
 
+/* The pieces of AdEMAMix, MARS, SOAP and NorMuon against the CPU's */
+TEST(cuda_optimizer_pieces)
+{
+	NEED(ademamix_dir);
+	NEED(mars_correct);
+	NEED(ema);
+	NEED(soap_adam);
+	NEED(row_normalize);
+	NEED(gemm);
+	size_t n = 3001;
+	float *g = randn(n, 1), *a = randn(n, 1), *b = randn(n, 1), *v = fill(n, 0.3f);
+	float *u = fill(n, 0);
+	float *g_c = putf(g, n), *a_c = putf(a, n), *b_c = putf(b, n), *v_c = putf(v, n);
+	float *u_c = nan_dev(n);
+	ref->ademamix_dir(u, g, a, b, v, n, 1e-3f, 0.9f, 0.999f, 0.9999f, 5.0f, 1e-8f, 0.1f, 0.001f);
+	cu->ademamix_dir(u_c, g_c, a_c, b_c, v_c, n, 1e-3f, 0.9f, 0.999f, 0.9999f, 5.0f, 1e-8f,
+			 0.1f, 0.001f);
+	float *hu = getf(u_c, n), *ha = getf(a_c, n), *hb = getf(b_c, n), *hv = getf(v_c, n);
+	CHECK_CLOSE(hu, u, n, 1e-5);
+	CHECK_CLOSE(ha, a, n, 1e-6);
+	CHECK_CLOSE(hb, b, n, 1e-6);
+	CHECK_CLOSE(hv, v, n, 1e-6);
+	free(hu), free(ha), free(hb), free(hv);
+
+	ref->mars_correct(u, g, a, n, 0.475f);
+	cu->mars_correct(u_c, g_c, a_c, n, 0.475f);
+	hu = getf(u_c, n), ha = getf(a_c, n);
+	CHECK_CLOSE(hu, u, n, 1e-6);
+	CHECK_CLOSE(ha, a, n, 0);
+	free(hu), free(ha);
+
+	ref->ema(b, g, n, 0.95f);
+	cu->ema(b_c, g_c, n, 0.95f);
+	ref->soap_adam(u, b, g, v, n, 0.95f, 1e-8f);
+	cu->soap_adam(u_c, b_c, g_c, v_c, n, 0.95f, 1e-8f);
+	hu = getf(u_c, n), hb = getf(b_c, n), hv = getf(v_c, n);
+	CHECK_CLOSE(hb, b, n, 1e-6);
+	CHECK_CLOSE(hv, v, n, 1e-6);
+	CHECK_CLOSE(hu, u, n, 1e-5);
+	free(hu), free(hb), free(hv);
+
+	/* rows of 3001 / 7 ... : v[rows] from a's first entries */
+	int rows = 7, cols = 428; /* 2996 floats */
+	ref->row_normalize(g, a, rows, cols, 0.95f, 1e-10f);
+	cu->row_normalize(g_c, a_c, rows, cols, 0.95f, 1e-10f);
+	float *hg = getf(g_c, n);
+	ha = getf(a_c, n);
+	CHECK_CLOSE(hg, g, (size_t)rows * cols, 1e-6);
+	CHECK_CLOSE(ha, a, (size_t)rows, 1e-6);
+	free(hg), free(ha);
+
+	/* every transpose combination of a 37x29 by 29x41 product, beta 0.5 */
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			int M = 37, N = 41, K = 29;
+			float *A = randn((size_t)M * K, 1), *B = randn((size_t)K * N, 1);
+			float *C = randn((size_t)M * N, 1);
+			float *A_c = putf(A, (size_t)M * K), *B_c = putf(B, (size_t)K * N);
+			float *C_c = putf(C, (size_t)M * N);
+			ref->gemm(C, A, B, M, N, K, ta, tb, 0.7f, 0.5f);
+			cu->gemm(C_c, A_c, B_c, M, N, K, ta, tb, 0.7f, 0.5f);
+			float *hc = getf(C_c, (size_t)M * N);
+			CHECK_CLOSE(hc, C, (size_t)M * N, 1e-5);
+			cu->free(A_c), cu->free(B_c), cu->free(C_c);
+			free(A), free(B), free(C), free(hc);
+		}
+	cu->free(g_c), cu->free(a_c), cu->free(b_c), cu->free(v_c), cu->free(u_c);
+	free(g), free(a), free(b), free(v), free(u);
+}
+
 TEST(cuda_apply_update)
 {
 	NEED(apply_update);

@@ -40,7 +40,12 @@ static void test_config(struct config *cfg, const char *name)
 	cfg->optim_weight_decay = 0.1;
 	cfg->optim_beta1 = 0.9;
 	cfg->optim_beta2 = 0.95;
+	cfg->optim_beta3 = 0.99;
 	cfg->optim_eps = 1e-8;
+	cfg->optim_mars_gamma = 0.025;
+	cfg->optim_ademamix_alpha = 5;
+	cfg->optim_ademamix_warmup = 0;
+	cfg->optim_soap_every = 10;
 	cfg->optim_momentum = 0.9;
 	cfg->optim_nesterov = 1;
 	cfg->optim_ns_steps = 5;
@@ -111,8 +116,21 @@ static float *be_floats(const float *host, size_t n)
 /* Deterministic gradient of step t (1-based), element i. */
 static float grad_of(int t, size_t i)
 {
-	return 0.5f * (float)sin(1.0 + 0.7 * (double)i + 2.3 * (double)t);
+	return 0.5f * (float)sin(1.0 + 0.7 * (double)i + 2.3 * (double)t + 0.13 * (double)i * t);
 }
+
+/* grad_of, but the matrix's row 0 dominates at step 1 and row 1 after it
+ * (tests/optim_reference.py's grad_swap) */
+static float grad_swap(int t, size_t i)
+{
+	if (i >= 6)
+		return grad_of(t, i);
+	int strong = (i / 3 == 0) == (t == 1);
+	return grad_of(t, i) * (strong ? 1.0f : 0.05f);
+}
+
+/* the gradient run_steps feeds */
+static float (*gradient)(int t, size_t i) = grad_of;
 
 static void init_weights(float *w, size_t n)
 {
@@ -141,7 +159,7 @@ static int run_steps(const struct config *cfg, const struct fixture *fx, int ste
 	g = be_floats(NULL, fx->numel);
 	for (t = 1; t <= steps; t++) {
 		for (i = 0; i < fx->numel; i++)
-			hg[i] = grad_of(t, i);
+			hg[i] = gradient(t, i);
 		be->copy(g, hg, fx->numel * sizeof(float));
 		optim_step(&o, w, g, lr, t);
 	}
@@ -254,6 +272,82 @@ TEST(adan_matches_reference_fixture)
 			CHECK_MSG(close_rel(w[i], adan_reference[t - 1][i], 2e-6),
 				  "step %d elem %zu: %.9g vs %.9g", t, i, w[i], adan_reference[t - 1][i]);
 	}
+}
+
+/* The weights of cfg's optimizer over `steps` steps of the small fixture
+ * against a double-precision reference from tests/optim_reference.py. */
+static void check_reference(const struct config *cfg, const double (*ref)[9], int steps,
+			    double tol)
+{
+	struct fixture fx;
+	float w[16];
+
+	fx_small(&fx);
+	for (int t = 1; t <= steps; t++) {
+		CHECK(run_steps(cfg, &fx, t, 0.01f, w) == 0);
+		for (size_t i = 0; i < fx.numel; i++)
+			CHECK_MSG(close_rel(w[i], ref[t - 1][i], tol), "%s step %d elem %zu: %.9g vs %.9g",
+				  cfg->optim_name, t, i, w[i], ref[t - 1][i]);
+		if (test_failed())
+			return;
+	}
+}
+
+/* MARS: the correction uses the previous gradient (zero before step 1), the
+ * corrected gradient is clipped to norm 1, the vector takes AdamW. */
+TEST(mars_matches_reference_fixture)
+{
+	struct config cfg;
+	NEED_BACKEND();
+	test_config(&cfg, "mars");
+	cfg.optim_beta1 = 0.95;
+	cfg.optim_beta2 = 0.99;
+	check_reference(&cfg, mars_reference, 6, 2e-6);
+}
+
+/* AdEMAMix with a 4-step warm-up of alpha and beta3 (steps 1-3 inside it) */
+TEST(ademamix_matches_reference_fixture)
+{
+	struct config cfg;
+	NEED_BACKEND();
+	test_config(&cfg, "ademamix");
+	cfg.optim_beta1 = 0.9;
+	cfg.optim_beta2 = 0.999;
+	cfg.optim_beta3 = 0.9999;
+	cfg.optim_ademamix_alpha = 5;
+	cfg.optim_ademamix_warmup = 4;
+	check_reference(&cfg, ademamix_reference, 6, 2e-6);
+}
+
+/* NorMuon under both scales: Newton-Schulz in float against double, so a
+ * looser tolerance; the row normalisation changes the result from Muon's. */
+TEST(normuon_matches_reference_fixture)
+{
+	struct config cfg;
+	NEED_BACKEND();
+	test_config(&cfg, "normuon");
+	check_reference(&cfg, normuon_rms_reference, 6, 1e-5);
+	cfg.optim_muon_scale = (char *)"shape";
+	check_reference(&cfg, normuon_shape_reference, 6, 1e-5);
+}
+
+/* SOAP over 8 steps with a refresh every 2: step 1 builds the bases without
+ * an update, steps 3, 5 and 7 reorder and re-orthogonalise them. */
+TEST(soap_matches_reference_fixture)
+{
+	struct config cfg;
+	NEED_BACKEND();
+	test_config(&cfg, "soap");
+	cfg.optim_beta1 = 0.95;
+	cfg.optim_beta2 = 0.95;
+	cfg.optim_weight_decay = 0.01;
+	cfg.optim_soap_every = 2;
+	check_reference(&cfg, soap_reference, 8, 1e-5);
+	/* L's eigenvalues change order by step 3: the refresh must reorder the
+	 * basis and the second moment with it (without, step 4 differs) */
+	gradient = grad_swap;
+	check_reference(&cfg, soap_swap_reference, 8, 1e-5);
+	gradient = grad_of;
 }
 
 /* The numbers of the comment below, worked by hand: lr 0.01, betas
@@ -699,12 +793,20 @@ TEST(state_lists_every_buffer)
 {
 	static const struct {
 		const char *name;
-		const char *bufs[5];
+		const char *bufs[10];
 	} want[] = {
 		{ "adamw", { "adam_m", "adam_v", "ef_prev_update" } },
 		{ "muon", { "adam_m", "adam_v", "muon_momentum", "ef_prev_update" } },
 		{ "lion", { "lion_m", "ef_prev_update" } },
 		{ "sgd", { "sgd_momentum", "ef_prev_update" } },
+		{ "adan", { "adan_m", "adan_v", "adan_n", "adan_prev_grad", "ef_prev_update" } },
+		{ "mars", { "adam_m", "adam_v", "mars_m", "mars_v", "mars_prev_grad",
+			    "ef_prev_update" } },
+		{ "ademamix", { "ademamix_m1", "ademamix_m2", "ademamix_nu", "ef_prev_update" } },
+		{ "normuon", { "adam_m", "adam_v", "normuon_momentum", "normuon_v",
+			       "ef_prev_update" } },
+		{ "soap", { "adam_m", "adam_v", "soap_m", "soap_v", "soap_l", "soap_r", "soap_ql",
+			    "soap_qr", "ef_prev_update" } },
 	};
 	struct fixture fx;
 	struct config cfg;
@@ -716,7 +818,7 @@ TEST(state_lists_every_buffer)
 		struct optimizer o;
 		int n = 0, i, j, t;
 
-		while (n < 5 && want[k].bufs[n])
+		while (n < 10 && want[k].bufs[n])
 			n++;
 		test_config(&cfg, want[k].name);
 		cfg.optim_correction = (char *)"ef";
@@ -736,13 +838,14 @@ TEST(state_lists_every_buffer)
 			CHECK_MSG(j < n, "%s: unexpected buffer %s", want[k].name, sb.name);
 			/* the tensors a buffer holds tile it exactly, in order */
 			for (t = 0; t < o.n; t++) {
-				size_t off;
+				struct optim_part part;
 
-				if (!optim_state_tensor(&o, i, t, &off))
+				if (!optim_state_tensor(&o, i, t, &part))
 					continue;
-				CHECK(off == end);
-				end += o.t[t].info.numel;
-				covered += o.t[t].info.numel;
+				CHECK(part.off == end);
+				CHECK(part.numel == (size_t)part.rows * (part.cols ? part.cols : 1));
+				end += part.numel;
+				covered += part.numel;
 			}
 			CHECK_MSG(covered == sb.numel, "%s %s: tensors cover %zu of %zu",
 				  want[k].name, sb.name, covered, sb.numel);

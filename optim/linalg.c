@@ -1,0 +1,93 @@
+/* linalg.c - see linalg.h. LAPACK works column-major: a symmetric matrix is
+ * its own transpose, but the results (eigenvectors, Q) are transposed back
+ * into row-major here. */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "../io/util.h"
+#include "linalg.h"
+
+/* LAPACK (Fortran calling convention: every argument by pointer; character
+ * arguments followed by their hidden lengths) */
+void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+	    double *w, double *work, const int *lwork, int *info, size_t jobz_len,
+	    size_t uplo_len);
+void dgeqrf_(const int *m, const int *n, double *a, const int *lda, double *tau, double *work,
+	     const int *lwork, int *info);
+void dorgqr_(const int *m, const int *n, const int *k, double *a, const int *lda,
+	     const double *tau, double *work, const int *lwork, int *info);
+
+void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
+	    const double *alpha, const double *a, const int *lda, const double *b, const int *ldb,
+	    const double *beta, double *c, const int *ldc, size_t ta_len, size_t tb_len);
+
+void linalg_matmul(double *c, const double *a, const double *b, int n)
+{
+	/* row-major C = A B is column-major C^T = B^T A^T */
+	const double one = 1.0, zero = 0.0;
+	dgemm_("N", "N", &n, &n, &n, &one, b, &n, a, &n, &zero, c, &n, 1, 1);
+}
+
+static void transpose(double *a, int n)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			double t = a[(size_t)i * n + j];
+			a[(size_t)i * n + j] = a[(size_t)j * n + i];
+			a[(size_t)j * n + i] = t;
+		}
+}
+
+int linalg_eigh_desc(double *a, double *w, int n)
+{
+	int info = 0, lwork = -1;
+	double q;
+	dsyev_("V", "U", &n, a, &n, w, &q, &lwork, &info, 1, 1); /* workspace query */
+	if (info)
+		return -1;
+	lwork = (int)q;
+	double *work = xmalloc(st_mult((size_t)(lwork > 1 ? lwork : 1), sizeof(double)));
+	dsyev_("V", "U", &n, a, &n, w, work, &lwork, &info, 1, 1);
+	free(work);
+	if (info)
+		return -1;
+	/* column-major: a[j*n + i] is element i of eigenvector j (ascending);
+	 * row-major with eigenvectors as columns, descending, wants
+	 * out[i*n + c] = element i of eigenvector n-1-c */
+	double *out = xmalloc(st_mult(st_mult((size_t)n, (size_t)n), sizeof(double)));
+	for (int i = 0; i < n; i++)
+		for (int c = 0; c < n; c++)
+			out[(size_t)i * n + c] = a[(size_t)(n - 1 - c) * n + i];
+	for (size_t i = 0; i < (size_t)n * n; i++)
+		a[i] = out[i];
+	for (int i = 0; i < n / 2; i++) {
+		double t = w[i];
+		w[i] = w[n - 1 - i];
+		w[n - 1 - i] = t;
+	}
+	free(out);
+	return 0;
+}
+
+int linalg_qr_q(double *a, int n)
+{
+	int info = 0, lwork = -1;
+	double q;
+	double *tau = xmalloc(st_mult((size_t)(n > 0 ? n : 1), sizeof(double)));
+	transpose(a, n); /* to column-major */
+	dgeqrf_(&n, &n, a, &n, tau, &q, &lwork, &info);
+	lwork = (int)q;
+	double *work = NULL;
+	if (!info) {
+		work = xmalloc(st_mult((size_t)(lwork > n ? lwork : n), sizeof(double)));
+		dgeqrf_(&n, &n, a, &n, tau, work, &lwork, &info);
+	}
+	if (!info) {
+		lwork = lwork > n ? lwork : n;
+		dorgqr_(&n, &n, &n, a, &n, tau, work, &lwork, &info);
+	}
+	free(work);
+	free(tau);
+	transpose(a, n);
+	return info ? -1 : 0;
+}

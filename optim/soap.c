@@ -1,0 +1,158 @@
+/* soap.c - SOAP's direction for one matrix; see soap.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+#include "linalg.h"
+#include "soap.h"
+
+size_t soap_work_floats(int rows, int cols)
+{
+	return st_mult(3, st_mult((size_t)rows, (size_t)cols));
+}
+
+/* out[m,n] = QL^T x QR (rotate) or QL x QR^T (back), either basis may be
+ * absent (identity); tmp[m,n] scratch. */
+static void change_basis(const struct backend *be, float *out, const float *x, float *tmp,
+			 const float *ql, const float *qr, int m, int n, int back)
+{
+	size_t bytes = (size_t)m * n * sizeof(float);
+	const float *left = x;
+	if (ql) {
+		be->gemm(tmp, ql, x, m, n, m, !back, 0, 1.0f, 0.0f);
+		left = tmp;
+	}
+	if (qr)
+		be->gemm(out, left, qr, m, n, n, 0, back, 1.0f, 0.0f);
+	else if (left != out)
+		be->copy(out, left, bytes);
+}
+
+/* L = b L + (1-b) G G^T and R = b R + (1-b) G^T G */
+static void update_factors(const struct backend *be, const struct soap_state *st,
+			   const float *g, int m, int n, float b)
+{
+	if (st->l)
+		be->gemm(st->l, g, g, m, m, n, 0, 1, 1.0f - b, b);
+	if (st->r)
+		be->gemm(st->r, g, g, n, n, m, 1, 0, 1.0f - b, b);
+}
+
+static double *to_host_double(const struct backend *be, const float *x, size_t n)
+{
+	float *f = xmalloc(st_mult(n, sizeof(float)));
+	double *d = xmalloc(st_mult(n, sizeof(double)));
+	be->to_host(f, x, n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		d[i] = f[i];
+	free(f);
+	return d;
+}
+
+static void to_device_float(const struct backend *be, float *dst, const double *x, size_t n)
+{
+	float *f = xmalloc(st_mult(n, sizeof(float)));
+	for (size_t i = 0; i < n; i++)
+		f[i] = (float)x[i];
+	be->to_device(dst, f, n * sizeof(float));
+	free(f);
+}
+
+/* q[k,k] = the eigenbasis of p[k,k] (descending) */
+static void eigenbasis(const struct backend *be, float *q, const float *p, int k)
+{
+	size_t kk = (size_t)k * k;
+	double *a = to_host_double(be, p, kk), *w = xmalloc(st_mult((size_t)k, sizeof(double)));
+	if (linalg_eigh_desc(a, w, k))
+		die("SOAP: the eigendecomposition of a %dx%d factor failed (LAPACK dsyev); the "
+		    "gradients are probably not finite", k, k);
+	to_device_float(be, q, a, kk);
+	free(a);
+	free(w);
+}
+
+/* One power step for side `side` (0: rows, 1: cols) of v[m,n]: reorder
+ * Q's columns (and v along that side) by descending estimated eigenvalue
+ * q_c^T P q_c, then Q = qr(P Q). v is on the host, in double. */
+static void refresh_side(const struct backend *be, float *qd, const float *pd, int k, double *v,
+			 int m, int n, int side)
+{
+	size_t kk = (size_t)k * k;
+	double *P = to_host_double(be, pd, kk), *Q = to_host_double(be, qd, kk);
+	double *PQ = xmalloc(st_mult(kk, sizeof(double))), *est = xmalloc(st_mult((size_t)k, 8));
+	int *order = xmalloc(st_mult((size_t)k, sizeof(int)));
+	linalg_matmul(PQ, P, Q, k);
+	for (int c = 0; c < k; c++) { /* est[c] = Q[:,c] . (P Q)[:,c] */
+		double s = 0.0;
+		for (int i = 0; i < k; i++)
+			s += Q[(size_t)i * k + c] * PQ[(size_t)i * k + c];
+		est[c] = s;
+		order[c] = c;
+	}
+	/* stable insertion sort, descending: bases mostly stay in order */
+	for (int i = 1; i < k; i++) {
+		int o = order[i], j = i;
+		while (j > 0 && est[order[j - 1]] < est[o]) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = o;
+	}
+	/* P Q[:, order] = (P Q)[:, order]; its Q factor is the new basis */
+	for (int i = 0; i < k; i++)
+		for (int c = 0; c < k; c++)
+			Q[(size_t)i * k + c] = PQ[(size_t)i * k + order[c]];
+	if (linalg_qr_q(Q, k))
+		die("SOAP: the QR factorisation of a %dx%d basis failed (LAPACK dgeqrf)", k, k);
+	to_device_float(be, qd, Q, kk);
+	double *vs = PQ; /* reused: v reordered along the side */
+	if ((size_t)m * n > kk)
+		vs = xrealloc(PQ, st_mult((size_t)m * n, sizeof(double)));
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++)
+			vs[(size_t)i * n + j] = side == 0 ? v[(size_t)order[i] * n + j]
+							  : v[(size_t)i * n + order[j]];
+	memcpy(v, vs, (size_t)m * n * sizeof(double));
+	free(P);
+	free(Q);
+	free(vs);
+	free(est);
+	free(order);
+}
+
+void soap_direction(const struct backend *be, const struct soap_state *st, float *u,
+		    const float *g, float *work, int rows, int cols, float lr, long step,
+		    float beta1, float beta2, float eps, long every)
+{
+	int m = rows, n = cols;
+	size_t mn = (size_t)m * n;
+	if (step <= 1) {
+		update_factors(be, st, g, m, n, beta2);
+		if (st->ql)
+			eigenbasis(be, st->ql, st->l, m);
+		if (st->qr)
+			eigenbasis(be, st->qr, st->r, n);
+		be->zero(u, mn * sizeof(float));
+		return;
+	}
+	long s = step - 1;
+	float *gr = work, *mr = work + mn, *tmp = work + 2 * mn;
+	change_basis(be, gr, g, tmp, st->ql, st->qr, m, n, 0);
+	be->ema(st->m, g, mn, beta1);
+	change_basis(be, mr, st->m, tmp, st->ql, st->qr, m, n, 0);
+	be->soap_adam(mr, mr, gr, st->v, mn, beta2, eps);
+	change_basis(be, u, mr, tmp, st->ql, st->qr, m, n, 1);
+	double bc1 = 1.0 - pow((double)beta1, (double)s), bc2 = 1.0 - pow((double)beta2, (double)s);
+	be->scale(u, (float)(-lr * sqrt(bc2) / bc1), mn);
+	update_factors(be, st, g, m, n, beta2);
+	if (every > 0 && s % every == 0 && (st->ql || st->qr)) {
+		double *v = to_host_double(be, st->v, mn);
+		if (st->ql)
+			refresh_side(be, st->ql, st->l, m, v, m, n, 0);
+		if (st->qr)
+			refresh_side(be, st->qr, st->r, n, v, m, n, 1);
+		to_device_float(be, st->v, v, mn);
+		free(v);
+	}
+}
