@@ -34,11 +34,13 @@
  * measured figures with their commands.
  */
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -483,8 +485,11 @@ static double proc_status_mb(const char *field)
 	return kb / 1024.0 * 1.048576;
 }
 
-/* One configuration, in this (child) process: its row. */
-static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int steps, int warmup)
+/* One configuration, in this (child) process: its row. adamw_ms[mode]
+ * (shared with the parent) holds AdamW's ms/step of each mode, whose row
+ * comes first: the ratio column divides by it. */
+static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int steps, int warmup,
+			double *adamw_ms)
 {
 	static const char *const modes[] = {"sync", "2bw", "2bw+ef", "2bw+predict"};
 	struct config *cfg = b->cfg;
@@ -492,7 +497,8 @@ static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int st
 	if (config_set_key(cfg, "optim", "name", optim, "bench") ||
 	    config_set_key(cfg, "train", "schedule", mode ? "2bw" : "1f1b", "bench") ||
 	    config_set_key(cfg, "optim", "correction",
-			   mode == 2 ? "ef" : mode == 3 ? "predict" : "none", "bench"))
+			   mode == 2 ? "ef" : mode == 3 ? "predict" : "none", "bench") ||
+	    config_finish(cfg)) /* the optimizer's own betas */
 		return -1;
 	struct trainer tr;
 	struct dataloader dl;
@@ -520,9 +526,13 @@ static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int st
 	account(&tr, b, &mm);
 	double total = mm.weights + mm.grads + mm.optim + mm.acts + mm.exchange + mm.data;
 	double rss = proc_status_mb("VmHWM") - rss0;
-	printf("%-10s %-12s %9.2f %9.2f %9.2f %9.2f %9.1f %10.1f %9.1f %5.0f%%\n", optim,
-	       modes[mode], w / mb, vers / mb, opt / mb, corr / mb, 1e3 * dt / steps, total / mb,
-	       rss, rss > 0 ? 100.0 * total / mb / rss : 0);
+	double ms = 1e3 * dt / steps;
+	if (!strcmp(optim, "adamw"))
+		adamw_ms[mode] = ms;
+	printf("%-10s %-12s %9.2f %9.2f %9.2f %9.2f %9.1f %8.2f %10.1f %9.1f %5.0f%%\n", optim,
+	       modes[mode], w / mb, vers / mb, opt / mb, corr / mb, ms,
+	       adamw_ms[mode] > 0 ? ms / adamw_ms[mode] : 0.0, total / mb, rss,
+	       rss > 0 ? 100.0 * total / mb / rss : 0);
 	fflush(stdout);
 	drop_trainer(&tr, &dl);
 	return 0;
@@ -540,24 +550,32 @@ static int bench_overhead(struct bench_ctx *b, int steps, int warmup)
 	printf("bench train --sweep overhead: %zu parameters, S = %ld, M = %ld, %d timed steps; "
 	       "MB per stage (the largest), one child process per row\n\n", b->m.numel, S,
 	       cfg->pipeline_micro_batches, steps);
-	printf("%-10s %-12s %9s %9s %9s %9s %9s %10s %9s %6s\n", "optimizer", "mode", "weights",
-	       "versions", "optim", "correct", "ms/step", "accounted", "peak RSS", "");
+	printf("%-10s %-12s %9s %9s %9s %9s %9s %8s %10s %9s %6s\n", "optimizer", "mode", "weights",
+	       "versions", "optim", "correct", "ms/step", "x adamw", "accounted", "peak RSS", "");
 	fflush(stdout);
+	double *adamw_ms = mmap(NULL, 4 * sizeof(double), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (adamw_ms == MAP_FAILED) {
+		free(names);
+		return error("bench: cannot map a shared page: %s", strerror(errno));
+	}
 	int rc = 0;
 	for (char *save, *name = strtok_r(names, "|", &save); name && !rc;
 	     name = strtok_r(NULL, "|", &save))
 		for (int mode = 0; mode < 4 && !rc; mode++) {
 			pid_t pid = fork();
 			if (pid == 0) /* a fresh peak RSS, and nothing left for the next row */
-				_exit(overhead_row(b, name, mode, steps, warmup) ? 1 : 0);
+				_exit(overhead_row(b, name, mode, steps, warmup, adamw_ms) ? 1 : 0);
 			int status;
 			if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
 			    WEXITSTATUS(status))
 				rc = error("the %s %d row failed (above)", name, mode);
 		}
 	free(names);
+	munmap(adamw_ms, 4 * sizeof(double));
 	printf("\n(weights: one version; versions: the extra ones the delay keeps; correct: the\n"
-	       " error-feedback buffer or the predicted weights; accounted: every stage's\n"
+	       " error-feedback buffer or the predicted weights; x adamw: ms/step over AdamW's\n"
+	       " in the same mode, measured in this command; accounted: every stage's\n"
 	       " weights, gradients, optimizer, activations and data, against the child's\n"
 	       " peak RSS above its start)\n");
 	return rc;
