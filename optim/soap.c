@@ -137,16 +137,18 @@ void soap_direction(const struct backend *be, const struct soap_state *st, float
 		return;
 	}
 	long s = step - 1;
-	float *gr = work, *mr = work + mn, *tmp = work + 2 * mn;
+	float *gr = work, *out = work + mn, *tmp = work + 2 * mn;
 	change_basis(be, gr, g, tmp, st->ql, st->qr, m, n, 0);
-	be->ema(st->m, g, mn, beta1);
-	change_basis(be, mr, st->m, tmp, st->ql, st->qr, m, n, 0);
-	be->soap_adam(mr, mr, gr, st->v, mn, beta2, eps);
-	change_basis(be, u, mr, tmp, st->ql, st->qr, m, n, 1);
+	be->ema(st->m, gr, mn, beta1); /* m is kept in the rotated space */
+	be->soap_adam(out, st->m, gr, st->v, mn, beta2, eps);
+	change_basis(be, u, out, tmp, st->ql, st->qr, m, n, 1);
 	double bc1 = 1.0 - pow((double)beta1, (double)s), bc2 = 1.0 - pow((double)beta2, (double)s);
 	be->scale(u, (float)(-lr * sqrt(bc2) / bc1), mn);
 	update_factors(be, st, g, m, n, beta2);
 	if (every > 0 && s % every == 0 && (st->ql || st->qr)) {
+		/* m back to the original space, the bases refreshed (v reordered
+		 * with them), then m into the new bases */
+		change_basis(be, out, st->m, tmp, st->ql, st->qr, m, n, 1);
 		double *v = to_host_double(be, st->v, mn);
 		if (st->ql)
 			refresh_side(be, st->ql, st->l, m, v, m, n, 0);
@@ -154,5 +156,6 @@ void soap_direction(const struct backend *be, const struct soap_state *st, float
 			refresh_side(be, st->qr, st->r, n, v, m, n, 1);
 		to_device_float(be, st->v, v, mn);
 		free(v);
+		change_basis(be, st->m, out, tmp, st->ql, st->qr, m, n, 0);
 	}
 }

@@ -6,13 +6,17 @@
  *   step 1      L, R from G; QL, QR by a symmetric eigendecomposition;
  *               no update (u = 0), as the reference skips it;
  *   step t > 1  with s = t - 1 (the reference's count):
- *               G' = QL^T G QR; m = b1 m + (1-b1) G (original space);
- *               v = b2 v + (1-b2) G'^2 (rotated space);
- *               u = -lr sqrt(1-b2^s)/(1-b1^s) * QL (M' / (sqrt(v) + eps)) QR^T,
- *               M' = QL^T m QR; then L, R from G, and every `every` steps
- *               (s % every == 0) each basis is refreshed by one power step:
- *               order its columns by the estimated eigenvalues diag(Q^T P Q)
- *               (descending; v's rows or columns follow), then Q = qr(P Q).
+ *               G' = QL^T G QR; m' = b1 m' + (1-b1) G'; v = b2 v + (1-b2) G'^2
+ *               (both in the rotated space, as the reference keeps them);
+ *               u = -lr sqrt(1-b2^s)/(1-b1^s) * QL (m' / (sqrt(v) + eps)) QR^T;
+ *               then L, R from G, and every `every` steps (s % every == 0)
+ *               each basis is refreshed by one power step: order its columns
+ *               by the estimated eigenvalues diag(Q^T P Q) (descending; v's
+ *               rows or columns follow), then Q = qr(P Q); m' is carried
+ *               over: back to the original space with the old bases, into
+ *               the new ones. (Equal to keeping m in the original space and
+ *               rotating it every step, as the paper writes it, with two
+ *               products fewer a step.)
  * A side longer than SOAP_MAX_DIM has no factor or basis (NULL): it stays
  * in the original coordinates. The eigendecomposition and QR run on the
  * host in double (linalg.c); the products on the backend (gemm). */
@@ -26,7 +30,7 @@
 #define SOAP_MAX_DIM 10000
 
 struct soap_state {
-	float *m;      /* [rows, cols] first moment, original space */
+	float *m;      /* [rows, cols] first moment, rotated space */
 	float *v;      /* [rows, cols] second moment, rotated space */
 	float *l, *r;  /* [rows, rows], [cols, cols] Shampoo factors (or NULL) */
 	float *ql, *qr; /* their eigenbases, same shapes (or NULL) */
