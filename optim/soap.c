@@ -65,7 +65,7 @@ static void eigenbasis(const struct backend *be, float *q, const float *p, int k
 	size_t kk = (size_t)k * k;
 	double *a = to_host_double(be, p, kk), *w = xmalloc(st_mult((size_t)k, sizeof(double)));
 	if (linalg_eigh_desc(a, w, k))
-		die("SOAP: the eigendecomposition of a %dx%d factor failed (LAPACK dsyev); the "
+		die("SOAP: the eigendecomposition of a %dx%d factor failed (LAPACK dsyevd); the "
 		    "gradients are probably not finite", k, k);
 	to_device_float(be, q, a, kk);
 	free(a);

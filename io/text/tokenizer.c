@@ -224,16 +224,22 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 	t->nspecial = nspecial;
 	t->eot = eot;
 	t->lens = xmalloc(st_mult(vocab ? vocab : 1, 4));
-	memcpy(t->lens, lens, (size_t)vocab * 4);
+	if (vocab)
+		memcpy(t->lens, lens, (size_t)vocab * 4);
 	size_t total = 0;
 	for (uint32_t i = 0; i < vocab; i++)
 		total = st_add(total, lens[i]);
 	t->bytes = xmalloc(total ? total : 1);
-	memcpy(t->bytes, bytes, total);
+	if (total)
+		memcpy(t->bytes, bytes, total);
+	/* merges and special may be NULL when there are none (memcpy wants a
+	 * pointer even for 0 bytes) */
 	t->merges = xmalloc(st_mult(nmerges ? nmerges : 1, sizeof(*t->merges)));
-	memcpy(t->merges, merges, (size_t)nmerges * sizeof(*t->merges));
+	if (nmerges)
+		memcpy(t->merges, merges, (size_t)nmerges * sizeof(*t->merges));
 	t->special = xmalloc(st_mult(nspecial ? nspecial : 1, 4));
-	memcpy(t->special, special, (size_t)nspecial * 4);
+	if (nspecial)
+		memcpy(t->special, special, (size_t)nspecial * 4);
 	if (tok_finish(t, "tokenizer")) {
 		tokenizer_free(t);
 		return -1;

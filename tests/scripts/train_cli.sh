@@ -252,7 +252,10 @@ $A bench train --sweep overhead --set model.n_layer=4 --set model.d_model=128 --
 	--set model.seq_len=64 --set train.batch_size=4 --set model.vocab_size=2048 --steps 1 \
 	--warmup 0 --threads 1 > ov.txt 2> err.txt
 rows=$(grep -cE '^[a-z]+ +(sync|2bw|2bw\+ef|2bw\+predict) ' ov.txt)
-bad=$(awk '$2 ~ /^(sync|2bw)/ { r = $11; sub(/%/, "", r); if (r + 0 < 50 || r + 0 > 120) print }
+# (under AddressSanitizer, whose quarantine keeps freed memory resident, the
+# peak RSS says little: only the upper bound is checked there)
+lo=50; [ -n "${ASAN_OPTIONS:-}" ] && lo=0
+bad=$(awk -v lo=$lo '$2 ~ /^(sync|2bw)/ { r = $11; sub(/%/, "", r); if (r + 0 < lo || r + 0 > 120) print }
 	$1 == "adamw" && $8 != "1.00" { print "adamw is " $8 "x itself" }' ov.txt)
 shape=$(awk '$1 == "adamw" { printf "%s %.0f %.0f;", $2, $4 / $3, $6 / $3 }' ov.txt)
 if [ "$rows" -eq $((4 * n_opt)) ] && [ -z "$bad" ] &&
