@@ -34,6 +34,7 @@ int model_from_config(struct model *m, const struct config *cfg, int vocab)
 	mc.eps = (float)cfg->model_norm_eps;
 	mc.rope_theta = (float)cfg->model_rope_theta;
 	mc.init_std = (float)cfg->model_init_std;
+	model_moe_from(&mc, cfg);
 	return model_init(m, &mc);
 }
 
@@ -134,6 +135,12 @@ double device_peak_flops(const struct backend *be, int threads)
 const struct backend *backend_from_config(const struct config *cfg)
 {
 	const struct backend *be = backend_by_name(cfg->train_device);
+	/* the MoE layer (model/moe.c) routes on host memory */
+	if (be && be != &backend_cpu && cfg->model_n_expert > 0) {
+		error("model.n_expert > 0 needs the CPU backend for now (train.device = %s)",
+		      cfg->train_device);
+		return NULL;
+	}
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);
 	return be;

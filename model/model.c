@@ -16,6 +16,8 @@
  *   fch = ln2 @ fcw^T + fcb               [N,FC]
  *   fca = gelu(fch) | swiglu(fch)         [N,FO]
  *   res3 = res2 + fca @ fcprojw^T + fcprojb   (the next block's x)
+ * With n_expert > 0 (llama) the last three lines are the mixture of experts
+ * of moe.h: res3 = res2 + moe(ln2), its activations saved in the slot.
  * Everything above is saved per slot; the backward reads it and writes
  * activation gradients into the stage's scratch (shared by slots).
  *
@@ -27,17 +29,22 @@
 #include <string.h>
 
 #include "model.h"
+#include "moe.h"
 #include "../io/config/config.h"
 #include "../io/util.h"
 
 /* Per-layer tensor kinds, in table order. */
 enum {
 	K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB,
-	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB, NKIND
+	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB,
+	/* mixture of experts: K_EXPFCW/K_EXPPROJW are expert 0's tensors, the
+	 * others follow them in the arena */
+	K_ROUTER, K_EXPFCW, K_EXPPROJW, K_SHFCW, K_SHPROJW, NKIND
 };
 static const char *const kind_name[NKIND] = {
 	"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
 	"ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+	"router", "experts.0.fcw", "experts.0.fcprojw", "shared.fcw", "shared.fcprojw",
 };
 /* Whole-model tensors, stored after the layers in stage->off_. */
 enum { G_WTE, G_WPE, G_LNFW, G_LNFB, G_HEAD, NGLOBAL };
@@ -79,6 +86,29 @@ static void add_param(struct model *m, int *cap, const char *name, int layer, in
 	p->group = group;
 	p->decay = cols > 0;
 	m->numel = st_add(m->numel, p->numel);
+}
+
+/* A mixture-of-experts layer's tensors (model.h); every expert matrix is
+ * GROUP_MATRIX (Muon orthogonalises each on its own), the router goes to
+ * AdamW (GROUP_OTHER). */
+static void add_moe_params(struct model *m, int *cap, int l)
+{
+	const struct model_config *c = &m->cfg;
+	char name[40];
+
+	add_param(m, cap, "router", l, c->E, c->C, GROUP_OTHER);
+	for (int e = 0; e < c->E; e++) {
+		snprintf(name, sizeof(name), "experts.%d.fcw", e);
+		add_param(m, cap, name, l, 2 * c->De, c->C, GROUP_MATRIX);
+	}
+	for (int e = 0; e < c->E; e++) {
+		snprintf(name, sizeof(name), "experts.%d.fcprojw", e);
+		add_param(m, cap, name, l, c->C, c->De, GROUP_MATRIX);
+	}
+	if (c->shared) {
+		add_param(m, cap, "shared.fcw", l, 2 * c->De, c->C, GROUP_MATRIX);
+		add_param(m, cap, "shared.fcprojw", l, c->C, c->De, GROUP_MATRIX);
+	}
 }
 
 int model_init(struct model *m, const struct model_config *cfg)
@@ -127,6 +157,27 @@ int model_init(struct model *m, const struct model_config *cfg)
 	if (!(c.init_std > 0))
 		c.init_std = 0.02f;
 	c.tied = !!c.tied;
+	if (c.E < 0 || c.E > 4096)
+		return error("model: n_expert %d out of range (0..4096)", c.E);
+	if (c.E) {
+		if (gpt2)
+			return error("model: model.n_expert > 0 needs model.arch = llama");
+		if (c.K < 1 || c.K > c.E)
+			return error("model: top_k %d out of range (1..n_expert = %d)", c.K, c.E);
+		if (!c.De)
+			c.De = c.F;
+		if (c.De < 0 || c.De > (1 << 20))
+			return error("model: d_expert %d out of range (1..%d)", c.De, 1 << 20);
+		if (c.router != ROUTER_SOFTMAX && c.router != ROUTER_SIGMOID)
+			return error("model: unknown router %d", c.router);
+		if (!(c.aux_coef >= 0) || !(c.z_coef >= 0))
+			return error("model: aux_loss_coef and z_loss_coef must be >= 0");
+		c.shared = !!c.shared;
+	} else {
+		/* a dense model: the MoE fields mean nothing */
+		c.K = c.De = c.shared = c.router = 0;
+		c.aux_coef = c.z_coef = 0.0f;
+	}
 	m->cfg = c;
 
 	add_param(m, &cap, "wte", -1, c.Vp, c.C, GROUP_OTHER);
@@ -146,6 +197,10 @@ int model_init(struct model *m, const struct model_config *cfg)
 		add_param(m, &cap, "ln2w", l, c.C, 0, GROUP_OTHER);
 		if (gpt2)
 			add_param(m, &cap, "ln2b", l, c.C, 0, GROUP_OTHER);
+		if (c.E) {
+			add_moe_params(m, &cap, l);
+			continue;
+		}
 		add_param(m, &cap, "fcw", l, fc, c.C, GROUP_MATRIX);
 		if (gpt2)
 			add_param(m, &cap, "fcb", l, fc, 0, GROUP_OTHER);
@@ -167,6 +222,17 @@ void model_free(struct model *m)
 	memset(m, 0, sizeof(*m));
 }
 
+void model_moe_from(struct model_config *mc, const struct config *cfg)
+{
+	mc->E = (int)cfg->model_n_expert;
+	mc->K = (int)cfg->model_top_k;
+	mc->De = (int)cfg->model_d_expert;
+	mc->shared = (int)cfg->model_shared_expert;
+	mc->router = strcmp(cfg->model_router, "sigmoid") ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
+	mc->aux_coef = (float)cfg->model_aux_loss_coef;
+	mc->z_coef = (float)cfg->model_z_loss_coef;
+}
+
 int model_config_from(struct model_config *mc, const struct config *cfg, int V)
 {
 	struct model m;
@@ -184,6 +250,7 @@ int model_config_from(struct model_config *mc, const struct config *cfg, int V)
 	mc->eps = (float)cfg->model_norm_eps;
 	mc->rope_theta = (float)cfg->model_rope_theta;
 	mc->init_std = (float)cfg->model_init_std;
+	model_moe_from(mc, cfg);
 	if (cfg->model_n_layer > 4096 || cfg->model_d_model > 65536 || cfg->model_n_head > 65536 ||
 	    cfg->model_n_kv_head > 65536 || cfg->model_d_ff > (1 << 20) ||
 	    cfg->model_seq_len > (1 << 20) || cfg->model_vocab_size > (1 << 24))
@@ -258,7 +325,8 @@ static void init_tensor(const struct model *m, float *params, uint64_t seed, int
 			w[j] = v;
 		return;
 	}
-	if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw"))
+	if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw") ||
+	    (strlen(b) > 8 && !strcmp(b + strlen(b) - 8, ".fcprojw")))
 		std *= 1.0f / sqrtf(2.0f * c->L);
 	for (size_t j = 0; j < p->numel; j++)
 		w[j] = std * rng_normal(&rs);
@@ -294,6 +362,8 @@ size_t model_flops_params(const struct model *m)
 		n -= m->params[i].numel;
 	if (!m->cfg.tied)
 		n -= m->params[model_find_param(m, "wte")].numel;
+	/* a token runs through K of the E experts: count the active ones */
+	n -= (size_t)m->cfg.L * (size_t)(m->cfg.E - m->cfg.K) * 3 * (size_t)m->cfg.De * m->cfg.C;
 	return n;
 }
 
@@ -339,6 +409,7 @@ static float *GG(const struct stage *st, float *grads, int g)
 struct layer_acts {
 	float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2;
 	float *ln2, *ln2_mean, *ln2_rstd, *fch, *fca, *res3;
+	struct moe_acts moe; /* mixture of experts (fch, fca unused) */
 };
 struct slot_view {
 	int32_t *tokens;
@@ -362,6 +433,20 @@ static float *take(float *base, size_t *pos, size_t n)
 	return p;
 }
 
+static void moe_dims_of(const struct stage *st, struct moe_dims *d)
+{
+	const struct model_config *c = &st->m->cfg;
+	d->N = st->B * st->T;
+	d->C = c->C;
+	d->E = c->E;
+	d->K = c->K;
+	d->De = c->De;
+	d->shared = c->shared;
+	d->router = c->router;
+	d->alpha = c->aux_coef;
+	d->beta = c->z_coef;
+}
+
 static void layer_view(const struct stage *st, float *base, struct layer_acts *a, size_t *pos)
 {
 	const struct model_config *c = &st->m->cfg;
@@ -378,8 +463,15 @@ static void layer_view(const struct stage *st, float *base, struct layer_acts *a
 	a->ln2 = take(base, pos, N * C);
 	a->ln2_mean = gpt2 ? take(base, pos, N) : NULL;
 	a->ln2_rstd = take(base, pos, N);
-	a->fch = take(base, pos, N * fc_rows(c));
-	a->fca = take(base, pos, N * c->F);
+	if (c->E) {
+		struct moe_dims d;
+		moe_dims_of(st, &d);
+		a->fch = a->fca = NULL;
+		*pos += moe_acts_view(&d, base ? base + *pos : NULL, &a->moe);
+	} else {
+		a->fch = take(base, pos, N * fc_rows(c));
+		a->fca = take(base, pos, N * c->F);
+	}
 	a->res3 = take(base, pos, N * C);
 }
 
@@ -420,6 +512,7 @@ static void slot_layer(const struct stage *st, const struct slot_view *v, int li
 struct scratch_view {
 	float *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
 	float *logits, *losses, *dlnf;
+	struct moe_scratch moe;
 	size_t total;
 };
 
@@ -434,8 +527,14 @@ static void scratch_view(const struct stage *st, float *base, struct scratch_vie
 	v->dln = take(base, &pos, N * C);
 	v->dqkv = take(base, &pos, N * qkv_width(c));
 	v->datty = take(base, &pos, N * C);
-	v->dfch = take(base, &pos, N * fc_rows(c));
-	v->dfca = take(base, &pos, N * c->F);
+	if (c->E) {
+		struct moe_dims d;
+		moe_dims_of(st, &d);
+		pos += moe_scratch_view(&d, base ? base + pos : NULL, &v->moe);
+	} else {
+		v->dfch = take(base, &pos, N * fc_rows(c));
+		v->dfca = take(base, &pos, N * c->F);
+	}
 	if (st->has_head) {
 		v->logits = take(base, &pos, N * c->Vp);
 		v->losses = take(base, &pos, N);
@@ -569,6 +668,9 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	}
 	if (st->has_head)
 		st->losses_host_ = xmalloc(st_mult((size_t)B * T, sizeof(float)));
+	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
+	if (c->E)
+		st->moe_counts = xcalloc(st_mult((size_t)nl, c->E), sizeof(double));
 	return 0;
 }
 
@@ -587,6 +689,8 @@ void stage_free(struct stage *st)
 	free(st->params);
 	free(st->off_);
 	free(st->losses_host_);
+	free(st->slot_dloss_);
+	free(st->moe_counts);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -663,6 +767,15 @@ static void norm_backward(const struct stage *st, float *dinp, float *dw, float 
 		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
 }
 
+static struct moe_params moe_params_of(const struct stage *st, const float *params, int li)
+{
+	return (struct moe_params){
+		PW(st, params, li, K_ROUTER), PW(st, params, li, K_EXPFCW),
+		PW(st, params, li, K_EXPPROJW), PW(st, params, li, K_SHFCW),
+		PW(st, params, li, K_SHPROJW),
+	};
+}
+
 /* x[N,C] -> a->res3[N,C], saving everything in a */
 static void block_forward(const struct stage *st, const float *params, int li, const float *x,
 			  struct layer_acts *a)
@@ -685,6 +798,14 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	be->add(a->res2, x, tmp, NC);
 	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
 		     PW(st, params, li, K_LN2B));
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		moe_dims_of(st, &d);
+		moe_forward(be, &d, &w, a->ln2, tmp, &a->moe);
+		be->add(a->res3, a->res2, tmp, NC);
+		return;
+	}
 	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
 			   N, C, FC);
 	if (c->arch == ARCH_GPT2)
@@ -699,7 +820,8 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 /* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
  * accumulate into grads. */
 static void block_backward(const struct stage *st, const float *params, float *grads, int li,
-			   const float *x, const struct layer_acts *a, const struct scratch_view *sv)
+			   const float *x, const struct layer_acts *a, const struct scratch_view *sv,
+			   float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -707,6 +829,19 @@ static void block_backward(const struct stage *st, const float *params, float *g
 	size_t NC = (size_t)N * C;
 	float *dres = sv->dres;
 
+	if (c->E) {
+		/* res3 = res2 + moe(ln2) */
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		struct moe_grads g = {
+			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
+			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
+			GW(st, grads, li, K_SHPROJW),
+		};
+		moe_dims_of(st, &d);
+		moe_backward(be, &d, &w, &g, a->ln2, dres, sv->dln, &a->moe, &sv->moe, dloss);
+		goto norm2;
+	}
 	/* res3 = res2 + fca @ fcprojw^T + fcprojb */
 	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
 			    dres, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
@@ -716,6 +851,7 @@ static void block_backward(const struct stage *st, const float *params, float *g
 		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
 	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
 			    a->ln2, PW(st, params, li, K_FCW), N, C, FC);
+norm2:
 	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
 		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
 	be->add(dres, dres, sv->dbuf, NC); /* now d(res2) */
@@ -762,6 +898,40 @@ static const float *body_forward(struct stage *st, const struct slot_view *v,
 	return x;
 }
 
+/* Add a forward's routing counts and aux losses to the stage's sums. */
+static void moe_account(struct stage *st, const struct slot_view *v)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		slot_layer(st, v, li, &a);
+		for (int e = 0; e < c->E; e++)
+			st->moe_counts[(size_t)li * c->E + e] += a.moe.count[e + 1] - a.moe.count[e];
+		st->moe_aux += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+	}
+	st->moe_forwards++;
+}
+
+double stage_aux_loss(const struct stage *st, int slot)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	double sum = 0;
+
+	if (!c->E)
+		return 0.0;
+	slot_view(st, st->slot_acts[slot], &v);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		slot_layer(st, &v, li, &a);
+		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+	}
+	return sum;
+}
+
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
 		   float *grads, float dloss)
@@ -778,6 +948,9 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, x_in);
+	st->slot_dloss_[slot] = dloss;
+	if (c->E)
+		moe_account(st, &v);
 	if (!st->has_head) {
 		be->copy(x_out, x, (size_t)N * C * sizeof(float));
 		return;
@@ -825,7 +998,7 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 			slot_layer(st, &v, li - 1, &prev);
 			x = prev.res3;
 		}
-		block_backward(st, params, grads, li, x, &a, &sv);
+		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
 	}
 	if (st->has_embed)
 		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,
