@@ -353,18 +353,24 @@ void model_init_weights_stage(const struct model *m, float *params, uint64_t see
 	}
 }
 
+double model_param_share(const struct model *m, const struct param_info *p)
+{
+	if (m->cfg.E && !strncmp(base_name(p), "experts.", 8))
+		return (double)m->cfg.K / m->cfg.E;
+	return 1.0;
+}
+
 size_t model_flops_params(const struct model *m)
 {
-	size_t n = m->numel;
-	int i = model_find_param(m, "wpe");
+	double n = 0;
 
-	if (i >= 0)
-		n -= m->params[i].numel;
-	if (!m->cfg.tied)
-		n -= m->params[model_find_param(m, "wte")].numel;
-	/* a token runs through K of the E experts: count the active ones */
-	n -= (size_t)m->cfg.L * (size_t)(m->cfg.E - m->cfg.K) * 3 * (size_t)m->cfg.De * m->cfg.C;
-	return n;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *p = &m->params[i];
+		if (!strcmp(p->name, "wpe") || (!m->cfg.tied && !strcmp(p->name, "wte")))
+			continue;
+		n += (double)p->numel * model_param_share(m, p);
+	}
+	return (size_t)llround(n);
 }
 
 double model_flops_per_token(const struct model *m)
@@ -569,6 +575,9 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		return error("stage: micro-batch %dx%d invalid (seq_len %d)", B, T, c->T);
 	if (n_slots <= 0)
 		return error("stage: %d activation slots", n_slots);
+	if (c->E && strcmp(be->name, "cpu")) /* moe.c routes on host memory */
+		return error("stage: the mixture-of-experts layer (model.n_expert = %d) runs on the "
+			     "cpu backend only, not %s", c->E, be->name);
 	if ((size_t)B * T > (1u << 30) / (size_t)c->C)
 		return error("stage: micro-batch %dx%d too large", B, T);
 	st->m = m;
@@ -669,8 +678,6 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	if (st->has_head)
 		st->losses_host_ = xmalloc(st_mult((size_t)B * T, sizeof(float)));
 	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
-	if (c->E)
-		st->moe_counts = xcalloc(st_mult((size_t)nl, c->E), sizeof(double));
 	return 0;
 }
 
@@ -690,7 +697,6 @@ void stage_free(struct stage *st)
 	free(st->off_);
 	free(st->losses_host_);
 	free(st->slot_dloss_);
-	free(st->moe_counts);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -898,20 +904,26 @@ static const float *body_forward(struct stage *st, const struct slot_view *v,
 	return x;
 }
 
-/* Add a forward's routing counts and aux losses to the stage's sums. */
-static void moe_account(struct stage *st, const struct slot_view *v)
+int stage_moe_stats(const struct stage *st, int slot, double *out)
 {
 	const struct model_config *c = &st->m->cfg;
 	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
 
+	if (!c->E)
+		return 0;
+	for (int i = 0; i < 2 + c->E; i++)
+		out[i] = 0.0;
+	slot_view(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
-		slot_layer(st, v, li, &a);
+		slot_layer(st, &v, li, &a);
+		out[0] += a.moe.aux[0];
+		out[1] += a.moe.aux[1];
 		for (int e = 0; e < c->E; e++)
-			st->moe_counts[(size_t)li * c->E + e] += a.moe.count[e + 1] - a.moe.count[e];
-		st->moe_aux += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
 	}
-	st->moe_forwards++;
+	return c->E;
 }
 
 double stage_aux_loss(const struct stage *st, int slot)
@@ -949,8 +961,6 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, x_in);
 	st->slot_dloss_[slot] = dloss;
-	if (c->E)
-		moe_account(st, &v);
 	if (!st->has_head) {
 		be->copy(x_out, x, (size_t)N * C * sizeof(float));
 		return;

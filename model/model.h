@@ -40,6 +40,7 @@
 
 #include "../kernels/backend.h"
 #include "cut.h"
+#include "moe.h"
 
 enum arch { ARCH_LLAMA = 0, ARCH_GPT2 = 1 };
 
@@ -59,8 +60,6 @@ struct model_config {
 	int router;     /* enum moe_router */
 	float aux_coef, z_coef; /* load-balancing alpha, z-loss beta */
 };
-
-enum moe_router { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 };
 
 /* Parameter groups for optimizers: hidden 2-D matrices go to Muon. */
 enum param_group { GROUP_MATRIX = 0, GROUP_OTHER = 1 };
@@ -108,10 +107,16 @@ void model_init_weights(const struct model *m, float *params, uint64_t seed);
  * memory). For a process that runs one stage. */
 void model_init_weights_stage(const struct model *m, float *params, uint64_t seed,
 			      const struct stage_cut *cut, int s);
+/* The share of a micro-batch's tokens that multiply with tensor p: K/E
+ * for an expert's matrices (a token goes through K of the E experts), 1
+ * for every other tensor (the router and the shared expert included). */
+double model_param_share(const struct model *m, const struct param_info *p);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
- * is the head matrix and does count). llm.c counts every parameter
- * (N = m->numel, i.e. wpe included: +786,432 for GPT-2 124M, +0.6%). */
+ * is the head matrix and does count); each tensor weighted by
+ * model_param_share, so an MoE model counts its active parameters. llm.c
+ * counts every parameter (N = m->numel, i.e. wpe included: +786,432 for
+ * GPT-2 124M, +0.6%). */
 size_t model_flops_params(const struct model *m);
 /* Training FLOPs per token: 6N + 6*L*C*T with N = model_flops_params(),
  * T = cfg.T (the context length). */
@@ -141,14 +146,6 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs */
 	size_t act_bytes_per_slot, scratch_bytes;
-	/* Mixture of experts, summed over every stage_forward since the caller
-	 * last zeroed them (host memory; NULL / 0 for a dense model):
-	 * moe_counts[li*E + e] routed slots (token, expert) of local layer li;
-	 * moe_aux the sum over micro-batches and layers of
-	 * aux_coef*balance + z_coef*zloss; moe_forwards the micro-batches. */
-	double *moe_counts;
-	double moe_aux;
-	long moe_forwards;
 	/* private to model.c: tensor offsets within the stage arena, host
 	 * buffer for per-token losses */
 	size_t *off_;
@@ -216,6 +213,12 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
  * cross-entropy alone; the training objective, whose gradient the
  * backward computes, is that plus the aux losses of every stage. */
 double stage_aux_loss(const struct stage *st, int slot);
+/* What the router did with the micro-batch forwarded in `slot`, summed over
+ * the stage's layers, into out[2 + E]: out[0] the load-balancing term
+ * (balance of moe.h, before aux_coef), out[1] the z-loss (before z_coef),
+ * out[2 + e] the (token, expert) slots routed to expert e. Returns E;
+ * 0 (out untouched) for a dense model. */
+int stage_moe_stats(const struct stage *st, int slot, double *out);
 /* Logits at position pos of each sequence, for sampling: a forward without
  * targets over tokens[B*T] (positions after pos do not matter: attention is
  * causal); logits[B*Vp]. Single-stage (S = 1) only. */

@@ -71,7 +71,7 @@ static float route_token(const struct moe_dims *d, const float *z, float *score,
 		sum += exp((double)(z[e] - mx));
 	lse = mx + (float)log(sum);
 	for (int e = 0; e < E; e++)
-		score[e] = d->router == 0 ? expf(z[e] - lse) : 1.0f / (1.0f + expf(-z[e]));
+		score[e] = d->router == ROUTER_SOFTMAX ? expf(z[e] - lse) : 1.0f / (1.0f + expf(-z[e]));
 	/* K passes of argmax; strict > keeps the lower index on ties */
 	for (int j = 0; j < K; j++) {
 		int best = -1;
@@ -95,7 +95,7 @@ static float route_token(const struct moe_dims *d, const float *z, float *score,
 static double balance_norm(const struct moe_dims *d, const float *score)
 {
 	double s = 0;
-	if (d->router == 0)
+	if (d->router == ROUTER_SOFTMAX)
 		return 1.0;
 	for (int e = 0; e < d->E; e++)
 		s += score[e];
@@ -193,7 +193,7 @@ static void router_token_backward(const struct moe_dims *d, const float *z, cons
 	for (int j = 0; j < K; j++)
 		db[j] = K > 1 ? (dg[j] - gd) / gsum : dg[j];
 	/* scores -> logits */
-	if (d->router == 0) {
+	if (d->router == ROUTER_SOFTMAX) {
 		double dot = 0;
 		for (int j = 0; j < K; j++)
 			dot += db[j] * score[sel[j]];
@@ -214,7 +214,7 @@ static void router_token_backward(const struct moe_dims *d, const float *z, cons
 		fq += f[e] * score[e] / norm;
 	for (int e = 0; e < E; e++) {
 		double s = score[e], t = f[e] - fq;
-		if (d->router == 0)
+		if (d->router == ROUTER_SOFTMAX)
 			dz[e] += (float)(ca * s * t);
 		else
 			dz[e] += (float)(ca * t * s * (1 - s) / norm);

@@ -40,8 +40,10 @@
 
 #include "../kernels/backend.h"
 
+enum moe_router { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 };
+
 struct moe_dims {
-	int N, C, E, K, De, shared, router;
+	int N, C, E, K, De, shared, router; /* router: enum moe_router */
 	float alpha, beta; /* aux_coef, z_coef */
 };
 
