@@ -627,6 +627,112 @@ TEST(muon_update_rms)
 	}
 }
 
+/* ---- mixture of experts ---- */
+
+/* One Muon step (wd 0, lr 0.02) on rows x cols weights starting at zero
+ * with gradient g; the update into u. */
+static int muon_one(const struct config *cfg, int rows, int cols, const float *g, float *u)
+{
+	struct fixture fx;
+	struct optimizer o;
+	size_t n = (size_t)rows * cols;
+	memset(&fx, 0, sizeof(fx));
+	fx_add(&fx, "h.0.fcw", rows, cols, GROUP_MATRIX, 1);
+	if (optim_init(&o, be, cfg, &fx.m, fx.sp, 1, n))
+		return -1;
+	float *w = be_floats(NULL, n), *bg = be_floats(g, n);
+	optim_step(&o, w, bg, 0.02f, 1);
+	be->copy(u, w, n * sizeof(float));
+	be->free(w);
+	be->free(bg);
+	optim_free(&o);
+	return 0;
+}
+
+/* The optimizer rule for experts (optim.h): an MoE layer's E experts'
+ * fcw are one [E, 2De, C] block of the arena, but E tensors of the table,
+ * so Muon orthogonalises each expert's [2De, C] matrix on its own (with
+ * its own shape's scale), never the one tall [E*2De, C] matrix; the
+ * router takes AdamW. Checked on a real MoE model's table: the step on
+ * the whole stage equals, expert by expert and bit for bit, a step on
+ * that expert's matrix alone, and differs from the step on the stack. */
+TEST(muon_orthogonalises_each_expert_on_its_own)
+{
+	struct model_config mc = {0};
+	struct model m;
+	struct config cfg;
+	NEED_BACKEND();
+	mc.arch = ARCH_LLAMA;
+	mc.V = 64;
+	mc.L = 1;
+	mc.C = 16;
+	mc.NH = 2;
+	mc.T = 8;
+	mc.E = 3;
+	mc.K = 2;
+	mc.De = 12;
+	mc.shared = 1;
+	CHECK(model_init(&m, &mc) == 0);
+	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
+	for (int i = 0; i < m.n_params; i++) {
+		sp[i].global = i;
+		sp[i].offset = m.params[i].offset;
+	}
+	test_config(&cfg, "muon");
+	cfg.optim_weight_decay = 0;
+	cfg.optim_muon_scale = (char *)"shape"; /* a tall stack would scale by sqrt(3) more */
+	struct optimizer o;
+	CHECK(optim_init(&o, be, &cfg, &m, sp, m.n_params, m.numel) == 0);
+	for (int k = 0; k < o.n; k++) {
+		const char *name = o.t[k].info.name;
+		int want = strstr(name, "experts.") || strstr(name, "shared.") ||
+				   strstr(name, "qkvw") || strstr(name, "attprojw")
+			   ? RULE_MUON
+			   : RULE_ADAMW;
+		CHECK_MSG(o.t[k].rule == want, "%s follows %s", name, optim_rule_name(o.t[k].rule));
+	}
+	float *hg = falloc(m.numel);
+	uint64_t rng = 3;
+	for (size_t i = 0; i < m.numel; i++)
+		hg[i] = rng_normal(&rng);
+	float *w = be_floats(NULL, m.numel), *g = be_floats(hg, m.numel);
+	float *u = falloc(m.numel);
+	optim_step(&o, w, g, 0.02f, 1);
+	be->copy(u, w, m.numel * sizeof(float));
+	/* expert by expert: the same bits as the matrix alone */
+	int rows = 2 * mc.De, cols = mc.C;
+	size_t n = (size_t)rows * cols;
+	const struct param_info *e0 = &m.params[model_find_param(&m, "h.0.experts.0.fcw")];
+	float *one = falloc(n), *stack = falloc(3 * n);
+	for (int e = 0; e < 3; e++) {
+		char name[48];
+		snprintf(name, sizeof(name), "h.0.experts.%d.fcw", e);
+		const struct param_info *p = &m.params[model_find_param(&m, name)];
+		CHECK(p->offset == e0->offset + e * n); /* one [E, 2De, C] block */
+		CHECK(muon_one(&cfg, rows, cols, hg + p->offset, one) == 0);
+		CHECK_MSG(!memcmp(one, u + p->offset, n * sizeof(float)),
+			  "expert %d: its update is not Muon's of its matrix alone", e);
+	}
+	/* and not the update of the stack as one tall matrix */
+	CHECK(muon_one(&cfg, 3 * rows, cols, hg + e0->offset, stack) == 0);
+	double diff = 0, norm = 0;
+	for (size_t i = 0; i < 3 * n; i++) {
+		diff += ((double)stack[i] - u[e0->offset + i]) * ((double)stack[i] - u[e0->offset + i]);
+		norm += (double)u[e0->offset + i] * u[e0->offset + i];
+	}
+	CHECK_MSG(diff > 0.01 * norm, "the stacked update is within %g of the per-expert one",
+		  sqrt(diff / norm));
+	free(one);
+	free(stack);
+	free(hg);
+	free(u);
+	be->free(w);
+	be->free(g);
+	optim_free(&o);
+	free(sp);
+	model_free(&m);
+}
+
 /* ---- error feedback ---- */
 
 TEST(ef_lambda0_is_none)
