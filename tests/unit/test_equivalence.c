@@ -837,7 +837,7 @@ TEST(moe_runs_route_and_feel_their_losses)
 		}
 		/* L * K * tokens per step: 4 * 2 * (4 micro-batches of 2 x 16) */
 		CHECK_MSG(sum == 4.0 * 2 * 4 * 2 * 16, "step %d: %g routed slots", i + 1, sum);
-		CHECK(ra.moe[i][0] >= 1.0 - 1e-9 && ra.moe[i][1] > 0);
+		CHECK(ra.moe[i][0] > 0.5 && ra.moe[i][0] < 2.0 && ra.moe[i][1] > 0);
 	}
 	free(ra.weights);
 	free(rb.weights);
