@@ -158,20 +158,22 @@ int model_init(struct model *m, const struct model_config *cfg)
 		c.init_std = 0.02f;
 	c.tied = !!c.tied;
 	if (c.E < 0 || c.E > 4096)
-		return error("model: n_expert %d out of range (0..4096)", c.E);
+		return error("model.n_expert = %d: must be between 0 and 4096", c.E);
 	if (c.E) {
 		if (gpt2)
-			return error("model: model.n_expert > 0 needs model.arch = llama");
+			return error("model.n_expert = %d needs model.arch = llama (gpt2 has no "
+				     "mixture-of-experts layer)", c.E);
 		if (c.K < 1 || c.K > c.E)
-			return error("model: top_k %d out of range (1..n_expert = %d)", c.K, c.E);
+			return error("model.top_k = %d: must be between 1 and model.n_expert = %d",
+				     c.K, c.E);
 		if (!c.De)
 			c.De = c.F;
 		if (c.De < 0 || c.De > (1 << 20))
-			return error("model: d_expert %d out of range (1..%d)", c.De, 1 << 20);
+			return error("model.d_expert = %d: must be between 1 and %d", c.De, 1 << 20);
 		if (c.router != ROUTER_SOFTMAX && c.router != ROUTER_SIGMOID)
 			return error("model: unknown router %d", c.router);
 		if (!(c.aux_coef >= 0) || !(c.z_coef >= 0))
-			return error("model: aux_loss_coef and z_loss_coef must be >= 0");
+			return error("model.aux_loss_coef and model.z_loss_coef must be >= 0");
 		c.shared = !!c.shared;
 	} else {
 		/* a dense model: the MoE fields mean nothing */

@@ -6,7 +6,7 @@
  * Legend: N = B*T tokens, C width, E experts, K experts per token, De an
  * expert's width (per gate), NK = N*K routed slots.
  *
- * Conventions (asyncpp-train(1), MIXTURE OF EXPERTS):
+ * Conventions (asyncpp-train(1), "Mixture of experts"):
  *   z = x @ router^T                       [N,E] router logits
  *   softmax router: score = softmax(z)     sigmoid router: score = sigmoid(z)
  *   sel = the K largest scores, best first, ties to the lower expert index

@@ -624,7 +624,7 @@ TEST(moe_bad_configs_rejected)
 	set_error_quiet(1);
 	c.K = 5; /* more than E = 4 */
 	CHECK(model_init(&m, &c) == -1);
-	CHECK(strstr(last_error(), "top_k 5"));
+	CHECK(strstr(last_error(), "model.top_k = 5") && strstr(last_error(), "model.n_expert = 4"));
 	c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
 	c.arch = ARCH_GPT2;
 	c.NKV = 0;
