@@ -575,6 +575,35 @@ TEST(other_optimizers_under_2bw_and_resume)
 		}
 }
 
+/* The same for an MoE llama, with the optimizers whose state has a shape of
+ * its own per expert matrix (NorMuon's rows, SOAP's factors) or that keep
+ * the previous gradient (MARS, Adan): 2bw == delay 1, and resume. */
+TEST(moe_other_optimizers_under_2bw_and_resume)
+{
+	static const char *const names[] = {"normuon", "soap", "mars", "adan"};
+	if (!runs_here("moe"))
+		SKIP("the MoE layer needs the cpu backend");
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		struct config one, pipe;
+		base_config(&one, "moe", names[i]);
+		config_set_key(&one, "train", "delay", "1", "test");
+		base_config(&pipe, "moe", names[i]);
+		config_set_key(&pipe, "train", "schedule", "2bw", "test");
+		config_set_key(&pipe, "pipeline", "stages", "2", "test");
+		char what[96];
+		snprintf(what, sizeof(what), "moe 2bw %s", names[i]);
+		int ok = same_run(what, &one, &pipe);
+		if (ok) {
+			snprintf(what, sizeof(what), "moe resume 2bw %s", names[i]);
+			check_resume(what, &pipe, &pipe, 7);
+		}
+		config_free(&one);
+		config_free(&pipe);
+		if (!ok || test_failed())
+			return;
+	}
+}
+
 TEST(delay_zero_equals_no_delay)
 {
 	/* an explicit delay of 0 through the delay machinery (uniform and
