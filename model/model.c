@@ -784,13 +784,72 @@ static struct moe_params moe_params_of(const struct stage *st, const float *para
 	};
 }
 
+/* The feed-forward of layer li: out[N,C] (overwritten) from a->ln2[N,C],
+ * dense (fch, fca saved in a) or the mixture of experts (a->moe). */
+static void ffn_forward(const struct stage *st, const float *params, int li,
+			struct layer_acts *a, float *out)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		moe_dims_of(st, &d);
+		moe_forward(be, &d, &w, a->ln2, out, &a->moe);
+		return;
+	}
+	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
+			   N, C, fc_rows(c));
+	if (c->arch == ARCH_GPT2)
+		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
+	else
+		be->swiglu_forward(a->fca, a->fch, N, c->F);
+	be->matmul_forward(out, a->fca, PW(st, params, li, K_FCPROJW),
+			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+}
+
+/* Its backward: sv->dln[N,C] (overwritten) = d(ln2) from dout[N,C] =
+ * d(out); parameter gradients accumulate into grads; dloss scales the
+ * router's auxiliary losses (the micro-batch's, from its forward). */
+static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
+			 const struct layer_acts *a, const struct scratch_view *sv,
+			 const float *dout, float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		struct moe_grads g = {
+			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
+			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
+			GW(st, grads, li, K_SHPROJW),
+		};
+		moe_dims_of(st, &d);
+		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
+		return;
+	}
+	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
+			    dout, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
+	if (c->arch == ARCH_GPT2)
+		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+	else
+		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
+			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
+}
+
 /* x[N,C] -> a->res3[N,C], saving everything in a */
 static void block_forward(const struct stage *st, const float *params, int li, const float *x,
 			  struct layer_acts *a)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
 	float *tmp = a->res3; /* projection outputs land here before the residual add */
 
@@ -806,22 +865,7 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	be->add(a->res2, x, tmp, NC);
 	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
 		     PW(st, params, li, K_LN2B));
-	if (c->E) {
-		struct moe_dims d;
-		struct moe_params w = moe_params_of(st, params, li);
-		moe_dims_of(st, &d);
-		moe_forward(be, &d, &w, a->ln2, tmp, &a->moe);
-		be->add(a->res3, a->res2, tmp, NC);
-		return;
-	}
-	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
-			   N, C, FC);
-	if (c->arch == ARCH_GPT2)
-		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
-	else
-		be->swiglu_forward(a->fca, a->fch, N, c->F);
-	be->matmul_forward(tmp, a->fca, PW(st, params, li, K_FCPROJW),
-			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+	ffn_forward(st, params, li, a, tmp);
 	be->add(a->res3, a->res2, tmp, NC);
 }
 
@@ -833,33 +877,12 @@ static void block_backward(const struct stage *st, const float *params, float *g
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
 	float *dres = sv->dres;
 
-	if (c->E) {
-		/* res3 = res2 + moe(ln2) */
-		struct moe_dims d;
-		struct moe_params w = moe_params_of(st, params, li);
-		struct moe_grads g = {
-			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
-			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
-			GW(st, grads, li, K_SHPROJW),
-		};
-		moe_dims_of(st, &d);
-		moe_backward(be, &d, &w, &g, a->ln2, dres, sv->dln, &a->moe, &sv->moe, dloss);
-		goto norm2;
-	}
-	/* res3 = res2 + fca @ fcprojw^T + fcprojb */
-	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
-			    dres, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
-	if (c->arch == ARCH_GPT2)
-		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
-	else
-		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
-			    a->ln2, PW(st, params, li, K_FCW), N, C, FC);
-norm2:
+	/* res3 = res2 + ffn(ln2) */
+	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
 	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
 		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
 	be->add(dres, dres, sv->dbuf, NC); /* now d(res2) */
