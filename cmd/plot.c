@@ -29,7 +29,10 @@ static const char *const usage[] = {
 };
 
 /* The columns of io/report/metrics.h, in order, and how an axis names them. */
-enum col { C_STEP, C_TOKENS, C_WALL, C_LOSS, C_VAL, C_LR, C_GNORM, C_TPS, C_MFU, C_BUBBLE, N_COL };
+enum col {
+	C_STEP, C_TOKENS, C_WALL, C_LOSS, C_VAL, C_LR, C_GNORM, C_TPS, C_MFU, C_BUBBLE,
+	C_MOE_BALANCE, C_MOE_Z, N_COL
+};
 static const struct {
 	const char *name, *axis;
 } columns[N_COL] = {
@@ -43,6 +46,8 @@ static const struct {
 	{"tokens_per_s", "tokens/s"},
 	{"mfu", "MFU"},
 	{"bubble", "bubble fraction"},
+	{"moe_balance", "load-balancing term per layer"},
+	{"moe_z", "router z-loss per layer"},
 };
 
 static int column_of(const char *name)
@@ -67,6 +72,8 @@ static int row_value(const struct metrics_row *r, int c, double *v)
 	case C_TPS: *v = r->tokens_per_s; return r->has_tps;
 	case C_MFU: *v = r->mfu; return r->has_mfu;
 	case C_BUBBLE: *v = r->bubble; return r->has_bubble;
+	case C_MOE_BALANCE: *v = r->moe_balance; return r->has_moe;
+	case C_MOE_Z: *v = r->moe_z; return r->has_moe;
 	}
 	return 0;
 }
@@ -433,7 +440,7 @@ int cmd_plot(int argc, char **argv)
 	const struct option options[] = {
 		OPT_STRING('o', "output", &out, "OUT.svg", "write the chart here (atomically; default: standard output)"),
 		OPT_STRING(0, "x", &xname, "COL", "x column: step, tokens or wall_s (default step)"),
-		OPT_STRING(0, "y", &yname, "COL", "y column: loss, val_loss, lr, grad_norm, tokens_per_s, mfu or bubble (default loss)"),
+		OPT_STRING(0, "y", &yname, "COL", "y column: loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, moe_balance or moe_z (default loss)"),
 		OPT_DOUBLE(0, "smooth", &alpha, "ALPHA", "EMA smoothing, 0 <= ALPHA < 1: s = ALPHA*s + (1-ALPHA)*y (default 0, none)"),
 		OPT_FLAG(0, "logx", &logx, "logarithmic x axis"),
 		OPT_FLAG(0, "logy", &logy, "logarithmic y axis"),

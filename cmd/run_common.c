@@ -34,6 +34,7 @@ int model_from_config(struct model *m, const struct config *cfg, int vocab)
 	mc.eps = (float)cfg->model_norm_eps;
 	mc.rope_theta = (float)cfg->model_rope_theta;
 	mc.init_std = (float)cfg->model_init_std;
+	model_moe_from(&mc, cfg);
 	return model_init(m, &mc);
 }
 
@@ -133,6 +134,13 @@ double device_peak_flops(const struct backend *be, int threads)
 
 const struct backend *backend_from_config(const struct config *cfg)
 {
+	/* the MoE layer (model/moe.c) routes on host memory: asked first, so
+	 * the message is the same with or without a GPU */
+	if (cfg->model_n_expert > 0 && strcmp(cfg->train_device, "cpu")) {
+		error("model.n_expert = %ld: the mixture-of-experts layer runs on the CPU only, and "
+		      "train.device is %s; set train.device = cpu (eval and sample: --device cpu)", cfg->model_n_expert, cfg->train_device);
+		return NULL;
+	}
 	const struct backend *be = backend_by_name(cfg->train_device);
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);

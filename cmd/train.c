@@ -223,6 +223,8 @@ static void log_row(struct run *r, const struct metrics_row *row)
 		{row->has_tps, "perf/tokens_per_s", row->tokens_per_s},
 		{row->has_mfu, "perf/mfu", row->mfu},
 		{row->has_bubble, "perf/bubble", row->bubble},
+		{row->has_moe, "moe/balance", row->moe_balance},
+		{row->has_moe, "moe/z_loss", row->moe_z},
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(scalars); i++)
 		if (scalars[i].has && tb_scalar(&r->tb, scalars[i].tag, row->step, now,
@@ -244,6 +246,8 @@ static void log_step(struct run *r, long step, const struct step_stats *st, doub
 		.lr = st->lr, .has_lr = 1,
 		.grad_norm = st->grad_norm, .has_grad_norm = 1,
 		.skipped = st->skipped, .has_skipped = 1,
+		.moe_balance = st->moe_balance, .moe_z = st->moe_z,
+		.expert_tokens = st->expert_tokens, .has_moe = st->expert_tokens != NULL,
 	};
 	if (with_rate) {
 		row.tokens_per_s = tps;
@@ -868,7 +872,7 @@ int cmd_train(int argc, char **argv)
 	if (resume && dist_is_root() && metrics_keep_until(metrics_path, r.tr.step))
 		return EXIT_FAIL;
 	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
-			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL))
+			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL, r.m.cfg.E))
 		return EXIT_FAIL;
 	if (dist_is_root() && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
 		return EXIT_FAIL;

@@ -132,7 +132,7 @@ void cut_model_costs(const struct model *m, struct cut_costs *k)
 	memset(k, 0, sizeof(*k));
 	for (int i = 0; i < m->n_params; i++) {
 		const struct param_info *p = &m->params[i];
-		double f = 6.0 * (double)p->numel;
+		double f = 6.0 * (double)p->numel * model_param_share(m, p);
 		if (p->layer == 0)
 			k->layer += f;
 		else if (p->layer > 0 || !strcmp(p->name, "wpe"))

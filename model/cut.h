@@ -67,7 +67,8 @@ void cut_format(const struct stage_cut *c, char *buf, size_t len);
 
 /* The cost model: training FLOPs per token (forward + backward), the
  * accounting of model_flops_per_token split by where it is spent: 6 per
- * weight a stage multiplies with (norm weights and biases included), plus
+ * weight a stage multiplies with (norm weights and biases included; an
+ * expert's weights times the share K/E of the tokens routed to it), plus
  * 6 * C * T per layer for attention; the embedding lookup counts 0 (wte is
  * counted where it is the head, wpe never). Summed over the stages of any
  * cut it is model_flops_per_token(m). */

@@ -16,6 +16,8 @@
  *   fch = ln2 @ fcw^T + fcb               [N,FC]
  *   fca = gelu(fch) | swiglu(fch)         [N,FO]
  *   res3 = res2 + fca @ fcprojw^T + fcprojb   (the next block's x)
+ * With n_expert > 0 (llama) the last three lines are the mixture of experts
+ * of moe.h: res3 = res2 + moe(ln2), its activations saved in the slot.
  * Everything above is saved per slot; the backward reads it and writes
  * activation gradients into the stage's scratch (shared by slots).
  *
@@ -27,17 +29,22 @@
 #include <string.h>
 
 #include "model.h"
+#include "moe.h"
 #include "../io/config/config.h"
 #include "../io/util.h"
 
 /* Per-layer tensor kinds, in table order. */
 enum {
 	K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB,
-	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB, NKIND
+	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB,
+	/* mixture of experts: K_EXPFCW/K_EXPPROJW are expert 0's tensors, the
+	 * others follow them in the arena */
+	K_ROUTER, K_EXPFCW, K_EXPPROJW, K_SHFCW, K_SHPROJW, NKIND
 };
 static const char *const kind_name[NKIND] = {
 	"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
 	"ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+	"router", "experts.0.fcw", "experts.0.fcprojw", "shared.fcw", "shared.fcprojw",
 };
 /* Whole-model tensors, stored after the layers in stage->off_. */
 enum { G_WTE, G_WPE, G_LNFW, G_LNFB, G_HEAD, NGLOBAL };
@@ -79,6 +86,29 @@ static void add_param(struct model *m, int *cap, const char *name, int layer, in
 	p->group = group;
 	p->decay = cols > 0;
 	m->numel = st_add(m->numel, p->numel);
+}
+
+/* A mixture-of-experts layer's tensors (model.h); every expert matrix is
+ * GROUP_MATRIX (Muon orthogonalises each on its own), the router goes to
+ * AdamW (GROUP_OTHER). */
+static void add_moe_params(struct model *m, int *cap, int l)
+{
+	const struct model_config *c = &m->cfg;
+	char name[40];
+
+	add_param(m, cap, "router", l, c->E, c->C, GROUP_OTHER);
+	for (int e = 0; e < c->E; e++) {
+		snprintf(name, sizeof(name), "experts.%d.fcw", e);
+		add_param(m, cap, name, l, 2 * c->De, c->C, GROUP_MATRIX);
+	}
+	for (int e = 0; e < c->E; e++) {
+		snprintf(name, sizeof(name), "experts.%d.fcprojw", e);
+		add_param(m, cap, name, l, c->C, c->De, GROUP_MATRIX);
+	}
+	if (c->shared) {
+		add_param(m, cap, "shared.fcw", l, 2 * c->De, c->C, GROUP_MATRIX);
+		add_param(m, cap, "shared.fcprojw", l, c->C, c->De, GROUP_MATRIX);
+	}
 }
 
 int model_init(struct model *m, const struct model_config *cfg)
@@ -127,6 +157,29 @@ int model_init(struct model *m, const struct model_config *cfg)
 	if (!(c.init_std > 0))
 		c.init_std = 0.02f;
 	c.tied = !!c.tied;
+	if (c.E < 0 || c.E > 4096)
+		return error("model.n_expert = %d: must be between 0 and 4096", c.E);
+	if (c.E) {
+		if (gpt2)
+			return error("model.n_expert = %d needs model.arch = llama (gpt2 has no "
+				     "mixture-of-experts layer)", c.E);
+		if (c.K < 1 || c.K > c.E)
+			return error("model.top_k = %d: must be between 1 and model.n_expert = %d",
+				     c.K, c.E);
+		if (!c.De)
+			c.De = c.F;
+		if (c.De < 0 || c.De > (1 << 20))
+			return error("model.d_expert = %d: must be between 1 and %d", c.De, 1 << 20);
+		if (c.router != ROUTER_SOFTMAX && c.router != ROUTER_SIGMOID)
+			return error("model: unknown router %d", c.router);
+		if (!(c.aux_coef >= 0) || !(c.z_coef >= 0))
+			return error("model.aux_loss_coef and model.z_loss_coef must be >= 0");
+		c.shared = !!c.shared;
+	} else {
+		/* a dense model: the MoE fields mean nothing */
+		c.K = c.De = c.shared = c.router = 0;
+		c.aux_coef = c.z_coef = 0.0f;
+	}
 	m->cfg = c;
 
 	add_param(m, &cap, "wte", -1, c.Vp, c.C, GROUP_OTHER);
@@ -146,6 +199,10 @@ int model_init(struct model *m, const struct model_config *cfg)
 		add_param(m, &cap, "ln2w", l, c.C, 0, GROUP_OTHER);
 		if (gpt2)
 			add_param(m, &cap, "ln2b", l, c.C, 0, GROUP_OTHER);
+		if (c.E) {
+			add_moe_params(m, &cap, l);
+			continue;
+		}
 		add_param(m, &cap, "fcw", l, fc, c.C, GROUP_MATRIX);
 		if (gpt2)
 			add_param(m, &cap, "fcb", l, fc, 0, GROUP_OTHER);
@@ -167,6 +224,17 @@ void model_free(struct model *m)
 	memset(m, 0, sizeof(*m));
 }
 
+void model_moe_from(struct model_config *mc, const struct config *cfg)
+{
+	mc->E = (int)cfg->model_n_expert;
+	mc->K = (int)cfg->model_top_k;
+	mc->De = (int)cfg->model_d_expert;
+	mc->shared = (int)cfg->model_shared_expert;
+	mc->router = strcmp(cfg->model_router, "sigmoid") ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
+	mc->aux_coef = (float)cfg->model_aux_loss_coef;
+	mc->z_coef = (float)cfg->model_z_loss_coef;
+}
+
 int model_config_from(struct model_config *mc, const struct config *cfg, int V)
 {
 	struct model m;
@@ -184,6 +252,7 @@ int model_config_from(struct model_config *mc, const struct config *cfg, int V)
 	mc->eps = (float)cfg->model_norm_eps;
 	mc->rope_theta = (float)cfg->model_rope_theta;
 	mc->init_std = (float)cfg->model_init_std;
+	model_moe_from(mc, cfg);
 	if (cfg->model_n_layer > 4096 || cfg->model_d_model > 65536 || cfg->model_n_head > 65536 ||
 	    cfg->model_n_kv_head > 65536 || cfg->model_d_ff > (1 << 20) ||
 	    cfg->model_seq_len > (1 << 20) || cfg->model_vocab_size > (1 << 24))
@@ -258,7 +327,8 @@ static void init_tensor(const struct model *m, float *params, uint64_t seed, int
 			w[j] = v;
 		return;
 	}
-	if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw"))
+	if (!strcmp(b, "attprojw") || !strcmp(b, "fcprojw") ||
+	    (strlen(b) > 8 && !strcmp(b + strlen(b) - 8, ".fcprojw")))
 		std *= 1.0f / sqrtf(2.0f * c->L);
 	for (size_t j = 0; j < p->numel; j++)
 		w[j] = std * rng_normal(&rs);
@@ -285,16 +355,24 @@ void model_init_weights_stage(const struct model *m, float *params, uint64_t see
 	}
 }
 
+double model_param_share(const struct model *m, const struct param_info *p)
+{
+	if (m->cfg.E && !strncmp(base_name(p), "experts.", 8))
+		return (double)m->cfg.K / m->cfg.E;
+	return 1.0;
+}
+
 size_t model_flops_params(const struct model *m)
 {
-	size_t n = m->numel;
-	int i = model_find_param(m, "wpe");
+	double n = 0;
 
-	if (i >= 0)
-		n -= m->params[i].numel;
-	if (!m->cfg.tied)
-		n -= m->params[model_find_param(m, "wte")].numel;
-	return n;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct param_info *p = &m->params[i];
+		if (!strcmp(p->name, "wpe") || (!m->cfg.tied && !strcmp(p->name, "wte")))
+			continue;
+		n += (double)p->numel * model_param_share(m, p);
+	}
+	return (size_t)llround(n);
 }
 
 double model_flops_per_token(const struct model *m)
@@ -339,6 +417,7 @@ static float *GG(const struct stage *st, float *grads, int g)
 struct layer_acts {
 	float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2;
 	float *ln2, *ln2_mean, *ln2_rstd, *fch, *fca, *res3;
+	struct moe_acts moe; /* mixture of experts (fch, fca unused) */
 };
 struct slot_view {
 	int32_t *tokens;
@@ -362,6 +441,20 @@ static float *take(float *base, size_t *pos, size_t n)
 	return p;
 }
 
+static void moe_dims_of(const struct stage *st, struct moe_dims *d)
+{
+	const struct model_config *c = &st->m->cfg;
+	d->N = st->B * st->T;
+	d->C = c->C;
+	d->E = c->E;
+	d->K = c->K;
+	d->De = c->De;
+	d->shared = c->shared;
+	d->router = c->router;
+	d->alpha = c->aux_coef;
+	d->beta = c->z_coef;
+}
+
 static void layer_view(const struct stage *st, float *base, struct layer_acts *a, size_t *pos)
 {
 	const struct model_config *c = &st->m->cfg;
@@ -378,8 +471,15 @@ static void layer_view(const struct stage *st, float *base, struct layer_acts *a
 	a->ln2 = take(base, pos, N * C);
 	a->ln2_mean = gpt2 ? take(base, pos, N) : NULL;
 	a->ln2_rstd = take(base, pos, N);
-	a->fch = take(base, pos, N * fc_rows(c));
-	a->fca = take(base, pos, N * c->F);
+	if (c->E) {
+		struct moe_dims d;
+		moe_dims_of(st, &d);
+		a->fch = a->fca = NULL;
+		*pos += moe_acts_view(&d, base ? base + *pos : NULL, &a->moe);
+	} else {
+		a->fch = take(base, pos, N * fc_rows(c));
+		a->fca = take(base, pos, N * c->F);
+	}
 	a->res3 = take(base, pos, N * C);
 }
 
@@ -420,6 +520,7 @@ static void slot_layer(const struct stage *st, const struct slot_view *v, int li
 struct scratch_view {
 	float *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
 	float *logits, *losses, *dlnf;
+	struct moe_scratch moe;
 	size_t total;
 };
 
@@ -434,8 +535,14 @@ static void scratch_view(const struct stage *st, float *base, struct scratch_vie
 	v->dln = take(base, &pos, N * C);
 	v->dqkv = take(base, &pos, N * qkv_width(c));
 	v->datty = take(base, &pos, N * C);
-	v->dfch = take(base, &pos, N * fc_rows(c));
-	v->dfca = take(base, &pos, N * c->F);
+	if (c->E) {
+		struct moe_dims d;
+		moe_dims_of(st, &d);
+		pos += moe_scratch_view(&d, base ? base + pos : NULL, &v->moe);
+	} else {
+		v->dfch = take(base, &pos, N * fc_rows(c));
+		v->dfca = take(base, &pos, N * c->F);
+	}
 	if (st->has_head) {
 		v->logits = take(base, &pos, N * c->Vp);
 		v->losses = take(base, &pos, N);
@@ -470,6 +577,9 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		return error("stage: micro-batch %dx%d invalid (seq_len %d)", B, T, c->T);
 	if (n_slots <= 0)
 		return error("stage: %d activation slots", n_slots);
+	if (c->E && strcmp(be->name, "cpu")) /* moe.c routes on host memory */
+		return error("stage: the mixture-of-experts layer (model.n_expert = %d) runs on the "
+			     "cpu backend only, not %s", c->E, be->name);
 	if ((size_t)B * T > (1u << 30) / (size_t)c->C)
 		return error("stage: micro-batch %dx%d too large", B, T);
 	st->m = m;
@@ -569,6 +679,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	}
 	if (st->has_head)
 		st->losses_host_ = xmalloc(st_mult((size_t)B * T, sizeof(float)));
+	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
 	return 0;
 }
 
@@ -587,6 +698,7 @@ void stage_free(struct stage *st)
 	free(st->params);
 	free(st->off_);
 	free(st->losses_host_);
+	free(st->slot_dloss_);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -663,13 +775,81 @@ static void norm_backward(const struct stage *st, float *dinp, float *dw, float 
 		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
 }
 
+static struct moe_params moe_params_of(const struct stage *st, const float *params, int li)
+{
+	return (struct moe_params){
+		PW(st, params, li, K_ROUTER), PW(st, params, li, K_EXPFCW),
+		PW(st, params, li, K_EXPPROJW), PW(st, params, li, K_SHFCW),
+		PW(st, params, li, K_SHPROJW),
+	};
+}
+
+/* The feed-forward of layer li: out[N,C] (overwritten) from a->ln2[N,C],
+ * dense (fch, fca saved in a) or the mixture of experts (a->moe). */
+static void ffn_forward(const struct stage *st, const float *params, int li,
+			struct layer_acts *a, float *out)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		moe_dims_of(st, &d);
+		moe_forward(be, &d, &w, a->ln2, out, &a->moe);
+		return;
+	}
+	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
+			   N, C, fc_rows(c));
+	if (c->arch == ARCH_GPT2)
+		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
+	else
+		be->swiglu_forward(a->fca, a->fch, N, c->F);
+	be->matmul_forward(out, a->fca, PW(st, params, li, K_FCPROJW),
+			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+}
+
+/* Its backward: sv->dln[N,C] (overwritten) = d(ln2) from dout[N,C] =
+ * d(out); parameter gradients accumulate into grads; dloss scales the
+ * router's auxiliary losses (the micro-batch's, from its forward). */
+static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
+			 const struct layer_acts *a, const struct scratch_view *sv,
+			 const float *dout, float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		struct moe_grads g = {
+			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
+			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
+			GW(st, grads, li, K_SHPROJW),
+		};
+		moe_dims_of(st, &d);
+		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
+		return;
+	}
+	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
+			    dout, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
+	if (c->arch == ARCH_GPT2)
+		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+	else
+		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
+			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
+}
+
 /* x[N,C] -> a->res3[N,C], saving everything in a */
 static void block_forward(const struct stage *st, const float *params, int li, const float *x,
 			  struct layer_acts *a)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
 	float *tmp = a->res3; /* projection outputs land here before the residual add */
 
@@ -685,37 +865,24 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	be->add(a->res2, x, tmp, NC);
 	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
 		     PW(st, params, li, K_LN2B));
-	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
-			   N, C, FC);
-	if (c->arch == ARCH_GPT2)
-		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
-	else
-		be->swiglu_forward(a->fca, a->fch, N, c->F);
-	be->matmul_forward(tmp, a->fca, PW(st, params, li, K_FCPROJW),
-			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+	ffn_forward(st, params, li, a, tmp);
 	be->add(a->res3, a->res2, tmp, NC);
 }
 
 /* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
  * accumulate into grads. */
 static void block_backward(const struct stage *st, const float *params, float *grads, int li,
-			   const float *x, const struct layer_acts *a, const struct scratch_view *sv)
+			   const float *x, const struct layer_acts *a, const struct scratch_view *sv,
+			   float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c), FC = fc_rows(c);
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
 	float *dres = sv->dres;
 
-	/* res3 = res2 + fca @ fcprojw^T + fcprojb */
-	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
-			    dres, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
-	if (c->arch == ARCH_GPT2)
-		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
-	else
-		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
-			    a->ln2, PW(st, params, li, K_FCW), N, C, FC);
+	/* res3 = res2 + ffn(ln2) */
+	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
 	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
 		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
 	be->add(dres, dres, sv->dbuf, NC); /* now d(res2) */
@@ -762,6 +929,46 @@ static const float *body_forward(struct stage *st, const struct slot_view *v,
 	return x;
 }
 
+int stage_moe_stats(const struct stage *st, int slot, double *out)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+
+	if (!c->E)
+		return 0;
+	for (int i = 0; i < 2 + c->E; i++)
+		out[i] = 0.0;
+	slot_view(st, st->slot_acts[slot], &v);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		slot_layer(st, &v, li, &a);
+		out[0] += a.moe.aux[0];
+		out[1] += a.moe.aux[1];
+		for (int e = 0; e < c->E; e++)
+			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
+	}
+	return c->E;
+}
+
+double stage_aux_loss(const struct stage *st, int slot)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	double sum = 0;
+
+	if (!c->E)
+		return 0.0;
+	slot_view(st, st->slot_acts[slot], &v);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		slot_layer(st, &v, li, &a);
+		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+	}
+	return sum;
+}
+
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
 		   float *grads, float dloss)
@@ -778,6 +985,7 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, x_in);
+	st->slot_dloss_[slot] = dloss;
 	if (!st->has_head) {
 		be->copy(x_out, x, (size_t)N * C * sizeof(float));
 		return;
@@ -825,7 +1033,7 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 			slot_layer(st, &v, li - 1, &prev);
 			x = prev.res3;
 		}
-		block_backward(st, params, grads, li, x, &a, &sv);
+		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
 	}
 	if (st->has_embed)
 		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,

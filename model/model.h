@@ -9,6 +9,14 @@
  *     fcw [FC,C] (FC = 4C gpt2, 2F llama: [gate|up]), fcb [FC] (gpt2),
  *     fcprojw [C,F'] (F' = 4C gpt2, F llama), fcprojb [C] (gpt2),
  *   lnfw [C], lnfb [C] (gpt2), head [Vp,C] (only when untied).
+ * A mixture-of-experts layer (llama with n_expert E > 0; see moe.h) has,
+ * in place of fcw and fcprojw:
+ *     router [E,C], experts.0.fcw .. experts.{E-1}.fcw [2De,C] ([gate|up]),
+ *     experts.0.fcprojw .. experts.{E-1}.fcprojw [C,De],
+ *     shared.fcw [2De,C], shared.fcprojw [C,De] (only with shared_expert).
+ * One 2-D tensor per expert keeps checkpoints, inspect, Muon and the stage
+ * partition unchanged; the E fcw (and the E fcprojw) are adjacent in the
+ * arena, so together they are one [E,2De,C] (and [E,C,De]) block.
  * Names follow llm.c ("h.3.qkvw"); matrices are (out, in) row-major, so
  * allocation, checkpoints, stage partitioning, inspect and import/export
  * all walk the same table.
@@ -32,6 +40,7 @@
 
 #include "../kernels/backend.h"
 #include "cut.h"
+#include "moe.h"
 
 enum arch { ARCH_LLAMA = 0, ARCH_GPT2 = 1 };
 
@@ -44,6 +53,12 @@ struct model_config {
 	int T;          /* max sequence length */
 	int tied;
 	float eps, rope_theta, init_std;
+	/* mixture of experts (llama; E = 0 is the dense model) */
+	int E, K;       /* experts per layer, experts per token */
+	int De;         /* expert width (per gate); 0 at init means F */
+	int shared;     /* 1: a shared expert of width De */
+	int router;     /* enum moe_router */
+	float aux_coef, z_coef; /* load-balancing alpha, z-loss beta */
 };
 
 /* Parameter groups for optimizers: hidden 2-D matrices go to Muon. */
@@ -55,7 +70,9 @@ struct param_info {
 	int rows, cols;   /* cols = 0 for vectors; numel = rows * max(cols,1) */
 	size_t offset;    /* in floats, within the global arena */
 	size_t numel;
-	int group;        /* GROUP_MATRIX: qkvw, attprojw, fcw, fcprojw */
+	int group;        /* GROUP_MATRIX: qkvw, attprojw, fcw, fcprojw, and the
+			   * experts' (and shared expert's) fcw, fcprojw; the
+			   * router is GROUP_OTHER (AdamW) */
 	int decay;        /* 1 for 2-D weights (weight decay applies) */
 };
 
@@ -73,6 +90,9 @@ struct model {
  * 10000, init_std 0.02. */
 int model_init(struct model *m, const struct model_config *cfg);
 struct config;
+/* The mixture-of-experts fields of mc (E, K, De, shared, router, aux_coef,
+ * z_coef) from cfg's model.n_expert ... model.z_loss_coef. */
+void model_moe_from(struct model_config *mc, const struct config *cfg);
 /* Fill mc from the [model] section of cfg; V overrides model.vocab_size
  * when nonzero (the tokenizer's size). Then call model_init. */
 int model_config_from(struct model_config *mc, const struct config *cfg, int V);
@@ -87,10 +107,16 @@ void model_init_weights(const struct model *m, float *params, uint64_t seed);
  * memory). For a process that runs one stage. */
 void model_init_weights_stage(const struct model *m, float *params, uint64_t seed,
 			      const struct stage_cut *cut, int s);
+/* The share of a micro-batch's tokens that multiply with tensor p: K/E
+ * for an expert's matrices (a token goes through K of the E experts), 1
+ * for every other tensor (the router and the shared expert included). */
+double model_param_share(const struct model *m, const struct param_info *p);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
- * is the head matrix and does count). llm.c counts every parameter
- * (N = m->numel, i.e. wpe included: +786,432 for GPT-2 124M, +0.6%). */
+ * is the head matrix and does count); each tensor weighted by
+ * model_param_share, so an MoE model counts its active parameters. llm.c
+ * counts every parameter (N = m->numel, i.e. wpe included: +786,432 for
+ * GPT-2 124M, +0.6%). */
 size_t model_flops_params(const struct model *m);
 /* Training FLOPs per token: 6N + 6*L*C*T with N = model_flops_params(),
  * T = cfg.T (the context length). */
@@ -124,6 +150,7 @@ struct stage {
 	 * buffer for per-token losses */
 	size_t *off_;
 	float *losses_host_;
+	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
 };
 
 /* Build stage s of cut (NULL: the whole model as one stage, s = 0) for
@@ -180,6 +207,18 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
  * arena); dx_in[B*T*C] (non-first stages) receives the input gradient. */
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
 		    const float *dx_out, float *dx_in);
+/* The auxiliary (router) losses of the micro-batch forwarded in `slot`:
+ * the sum over the stage's MoE layers of aux_coef*balance + z_coef*zloss
+ * (see moe.h). 0 for a dense model. stage_forward's loss is the
+ * cross-entropy alone; the training objective, whose gradient the
+ * backward computes, is that plus the aux losses of every stage. */
+double stage_aux_loss(const struct stage *st, int slot);
+/* What the router did with the micro-batch forwarded in `slot`, summed over
+ * the stage's layers, into out[2 + E]: out[0] the load-balancing term
+ * (balance of moe.h, before aux_coef), out[1] the z-loss (before z_coef),
+ * out[2 + e] the (token, expert) slots routed to expert e. Returns E;
+ * 0 (out untouched) for a dense model. */
+int stage_moe_stats(const struct stage *st, int slot, double *out);
 /* Logits at position pos of each sequence, for sampling: a forward without
  * targets over tokens[B*T] (positions after pos do not matter: attention is
  * causal); logits[B*Vp]. Single-stage (S = 1) only. */

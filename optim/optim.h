@@ -59,6 +59,12 @@
  *             Shampoo's factors L = b2 L + (1-b2) G G^T, R = b2 R + (1-b2) G^T G,
  *             refreshed every optim.soap_every steps; step 1 only builds
  *             L, R and their eigenbases (no update, no weight decay).
+ *   Experts (model.h): a mixture-of-experts layer's E experts' matrices are
+ *   E tensors of the table, GROUP_MATRIX each, so a [E, rows, cols] block of
+ *   the arena is E matrices for the matrix optimizers: Muon orthogonalises
+ *   and scales each on its own (never one tall [E*rows, cols] matrix),
+ *   NorMuon normalises each one's rows, SOAP keeps factors per expert; the
+ *   shared expert's likewise; the router [E, C] is GROUP_OTHER (AdamW).
  *
  * State: each optimizer keeps named buffers (the names of struct
  * optim_rule_def); a buffer holds one part per tensor that uses it,

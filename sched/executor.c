@@ -62,6 +62,9 @@ struct pipeline {
 	int mb_r;                 /* one replica's: mb_per_step / N */
 	int rep_r, rep_s;         /* the stage that records norm and lr */
 	float *losses;            /* [n_steps * mb_per_step], by the last stages */
+	double *moe;              /* [n_steps * mb_per_step][S][2 + E]: each stage's
+				   * stage_moe_stats (NULL for a dense model) */
+	size_t moe_w;             /* S * (2 + E) */
 	double *norm, *lr;        /* [n_steps] */
 	size_t act_n, tied_n;
 };
@@ -230,6 +233,10 @@ static void *stage_main(void *arg)
 			x_in = NULL;
 			if (last)
 				p->losses[gmb] = loss;
+			if (p->moe)
+				stage_moe_stats(&w->st, a[i].slot,
+						p->moe + (size_t)gmb * p->moe_w +
+							(size_t)s * (p->moe_w / S));
 			c->busy += now_sec() - t0;
 			break;
 		}
@@ -367,6 +374,26 @@ static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps
 	}
 	if (got != p->losses)
 		free(got);
+	if (p->moe) {
+		/* every rank's MoE statistics (its stage of its replica's
+		 * micro-batches) to every rank */
+		size_t w = p->moe_w / tr->S, n = n_mb * p->moe_w;
+		double *all = xmalloc(n * sizeof(double));
+		for (int q = 0; q < tr->N * tr->S; q++) {
+			int r = q / tr->S, s = q % tr->S;
+			if (dist_rank() == q)
+				memcpy(all, p->moe, n * sizeof(double));
+			if (dist_bcast(all, n * sizeof(double), q))
+				die("cannot share the mixture-of-experts statistics of the segment");
+			for (int t = 0; t < n_steps; t++)
+				for (int k = 0; k < p->mb_r; k++) {
+					size_t i = (size_t)t * p->mb_per_step + (size_t)r * p->mb_r + k;
+					memcpy(p->moe + i * p->moe_w + s * w, all + i * p->moe_w + s * w,
+					       w * sizeof(double));
+				}
+		}
+		free(all);
+	}
 	double t[2] = {c->busy, c->idle};
 	if (c->r > 0)
 		return;
@@ -430,6 +457,11 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
 	p.losses = xcalloc(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float));
+	p.moe_w = trainer_moe_width(tr);
+	if (p.moe_w)
+		p.moe = xcalloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), p.moe_w),
+				sizeof(double));
+	trainer_moe_begin(tr, n);
 	p.norm = xcalloc((size_t)n, sizeof(double));
 	p.lr = xcalloc((size_t)n, sizeof(double));
 	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
@@ -466,6 +498,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		st.lr = p.lr[i];
 		st.nonfinite = !isfinite(st.loss);
 		st.skipped = !isfinite(st.grad_norm);
+		if (p.moe)
+			trainer_moe_step(tr, p.moe + (size_t)i * p.mb_per_step * p.moe_w, i, &st);
 		if (stats)
 			stats[i] = st;
 		tr->last = st;
@@ -473,6 +507,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	tr->step = p.first_step + n;
 	free(ctx);
 	free(p.losses);
+	free(p.moe);
 	free(p.norm);
 	free(p.lr);
 	if (!mpi) {

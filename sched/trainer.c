@@ -131,9 +131,45 @@ void trainer_free(struct trainer *tr)
 	free(tr->x);
 	free(tr->dx);
 	free(tr->w);
+	free(tr->moe_tokens);
 	tr->be->free(tr->inputs);
 	tr->be->free(tr->targets);
 	memset(tr, 0, sizeof(*tr));
+}
+
+size_t trainer_moe_width(const struct trainer *tr)
+{
+	int E = tr->m->cfg.E;
+	return E ? (size_t)tr->S * (size_t)(2 + E) : 0;
+}
+
+void trainer_moe_begin(struct trainer *tr, int n)
+{
+	int E = tr->m->cfg.E;
+	if (!E)
+		return;
+	free(tr->moe_tokens);
+	tr->moe_tokens = xcalloc(st_mult((size_t)MAX(n, 1), (size_t)E), sizeof(double));
+}
+
+void trainer_moe_step(struct trainer *tr, const double *per_mb, int i, struct step_stats *st)
+{
+	int E = tr->m->cfg.E, w = 2 + E;
+	if (!E)
+		return;
+	double *tokens = tr->moe_tokens + (size_t)i * E, bal = 0, z = 0;
+	for (int mb = 0; mb < tr->mb_per_step; mb++)
+		for (int s = 0; s < tr->S; s++) {
+			const double *v = per_mb + ((size_t)mb * tr->S + s) * w;
+			bal += v[0];
+			z += v[1];
+			for (int e = 0; e < E; e++)
+				tokens[e] += v[2 + e];
+		}
+	double layers = (double)tr->mb_per_step * tr->m->cfg.L;
+	st->moe_balance = bal / layers;
+	st->moe_z = z / layers;
+	st->expert_tokens = tokens;
 }
 
 /* Load micro-batch `index` into the backend's input and target buffers. */
@@ -243,18 +279,25 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	if (tr->kind >= 0)
 		return pipeline_run(tr, n, stats);
+	size_t mw = trainer_moe_width(tr);
+	double *moe = mw ? xcalloc(st_mult(mw, (size_t)tr->mb_per_step), sizeof(double)) : NULL;
+	trainer_moe_begin(tr, n);
 	for (int i = 0; i < n; i++) {
 		long t = tr->step; /* 0-based index of this step */
 		double sum = 0.0;
 		/* replica after replica: the micro-batches in ascending order */
 		for (int r = 0; r < tr->N; r++)
 			for (int k = 0; k < tr->mb_per_replica; k++) {
-				load_batch(tr, tr->data,
-					   t * tr->mb_per_step + (long)r * tr->mb_per_replica + k);
+				int mb = r * tr->mb_per_replica + k;
+				load_batch(tr, tr->data, t * tr->mb_per_step + mb);
 				sum += forward_all(tr, r, t, 1, t + 1);
+				for (int s = 0; mw && s < tr->S; s++)
+					stage_moe_stats(&trainer_worker(tr, r, s)->st, 0,
+							moe + (size_t)mb * mw + (size_t)s * (mw / tr->S));
 				backward_all(tr, r, t, t + 1);
 			}
 		struct step_stats st = {.loss = sum / tr->mb_per_step};
+		trainer_moe_step(tr, moe, i, &st);
 		st.nonfinite = !isfinite(st.loss);
 		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
 		st.skipped = !isfinite(st.grad_norm);
@@ -265,6 +308,7 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 		if (tr->stop && *tr->stop)
 			break;
 	}
+	free(moe);
 	return 0;
 }
 

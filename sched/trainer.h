@@ -48,6 +48,17 @@ struct step_stats {
 	double lr;
 	int nonfinite;        /* the loss was NaN or inf */
 	int skipped;          /* the gradient norm was not finite: no update */
+	/* Mixture of experts (0 and NULL for a dense model), from what the
+	 * router did in the step's forwards (stage_moe_stats): the mean over
+	 * the step's micro-batches and the model's layers of the balance term
+	 * and of the z-loss (moe.h, before their coefficients), and
+	 * expert_tokens[e], the (token, expert) slots routed to expert e,
+	 * summed over the micro-batches and layers (they add up to
+	 * L * K * tokens of the step). The values are the same on every
+	 * schedule; expert_tokens points into the trainer (moe_tokens) and
+	 * holds until the next trainer_run. */
+	double moe_balance, moe_z;
+	const double *expert_tokens;
 };
 
 struct trainer {
@@ -74,6 +85,7 @@ struct trainer {
 	float *tied_part;          /* [Vp*C] exchange buffer for tied weights (S > 1) */
 	/* statistics of the last step */
 	struct step_stats last;
+	double *moe_tokens;        /* [n * E]: expert_tokens of trainer_run's n steps */
 	/* when non-NULL and set, trainer_run stops after the current step
 	 * (one worker) or segment (pipelines); the caller sees it in step */
 	const volatile int *stop;
@@ -94,6 +106,16 @@ int trainer_stage_delay(const struct config *cfg, int s, int S);
  * .skipped) and the run goes on: stopping is the caller's decision. Returns
  * 0, or -1 after error() (MPI failures). */
 int trainer_run(struct trainer *tr, int n, struct step_stats *stats);
+
+/* MoE statistics (step_stats): per_mb[mb_per_step][S][2 + E] holds, for
+ * each of the step's micro-batches (in data order) and each stage, what
+ * stage_moe_stats returned; *st gets the step's means, and its
+ * expert_tokens the row `i` of tr->moe_tokens (sized by trainer_moe_begin
+ * for n steps). Summed in micro-batch, then stage order on every schedule.
+ * Nothing happens for a dense model (E = 0). */
+size_t trainer_moe_width(const struct trainer *tr); /* S * (2 + E), 0 when dense */
+void trainer_moe_begin(struct trainer *tr, int n);
+void trainer_moe_step(struct trainer *tr, const double *per_mb, int i, struct step_stats *st);
 
 /* Mean loss of the newest weights over `batches` micro-batches of `data`
  * (in order, no gradients); at most as many as the data holds windows for

@@ -21,6 +21,13 @@
 	X(model, norm_eps, FLOAT_IN(1e-12, 1), "1e-5", "epsilon of LayerNorm/RMSNorm")                              \
 	X(model, rope_theta, FLOAT_IN(1, 1e12), "10000", "RoPE base (llama)")                                      \
 	X(model, init_std, FLOAT_IN(0, 10), "0.02", "standard deviation of the initial weights")                 \
+	X(model, n_expert, INT_IN(0, 4096), "0", "experts per layer (mixture of experts, llama); 0 is the dense model") \
+	X(model, top_k, INT_IN(1, 4096), "2", "experts each token is routed to (at most model.n_expert)") \
+	X(model, d_expert, INT_IN(0, 1048576), "0", "width of each expert's feed-forward; 0 means model.d_ff") \
+	X(model, shared_expert, INT_IN(0, 1), "0", "1 adds a shared expert (width model.d_expert) that every token goes through") \
+	X(model, router, CHOICE("softmax|sigmoid"), "softmax", "router scores: softmax over the experts, or per-expert sigmoid (DeepSeek-V3)") \
+	X(model, aux_loss_coef, FLOAT_IN(0, INFINITY), "0.01", "coefficient of the load-balancing loss (Switch Transformer)") \
+	X(model, z_loss_coef, FLOAT_IN(0, INFINITY), "0.001", "coefficient of the router z-loss (ST-MoE)") \
 	X(data, train, STR, "", "training shards: a file, a directory or a glob; empty uses the built-in corpus") \
 	X(data, val, STR, "", "validation shards, same forms as data.train")                           \
 	X(data, tokenizer, STR, "", "tokenizer file used by sample and by the built-in corpus")        \

@@ -646,6 +646,10 @@ int hf_write_model(const char *dir, const struct model *m, const float *params,
 {
 	struct pieces ps = {0};
 	struct buf b = {0};
+	if (m->cfg.E)
+		return error("export --format hf: a mixture-of-experts model (model.n_expert = %d) "
+			     "has no Hugging Face layout here; use --format safetensors",
+			     m->cfg.E);
 	map_model(m, m->cfg.arch == ARCH_GPT2 ? "transformer." : "", &ps);
 	struct st_tensor *t = xcalloc(ps.n, sizeof(*t));
 	float **owned = xcalloc(ps.n, sizeof(*owned));

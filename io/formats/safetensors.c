@@ -190,6 +190,10 @@ int safetensors_write(const char *path, const struct model *m, const float *para
 		c->HD);
 	put_fmt(&h, ",\"d_ff\":\"%d\",\"seq_len\":\"%d\",\"tied\":\"%d\"", c->F, c->T, c->tied);
 	put_fmt(&h, ",\"norm_eps\":\"%.9g\",\"rope_theta\":\"%.9g\"", c->eps, c->rope_theta);
+	if (c->E)
+		put_fmt(&h, ",\"n_expert\":\"%d\",\"top_k\":\"%d\",\"d_expert\":\"%d\","
+			"\"shared_expert\":\"%d\",\"router\":\"%s\"", c->E, c->K, c->De, c->shared,
+			c->router == ROUTER_SIGMOID ? "sigmoid" : "softmax");
 	if (metadata_json_pairs && *skip_ws(metadata_json_pairs)) {
 		if (!valid_pairs(metadata_json_pairs)) {
 			buf_free(&h);

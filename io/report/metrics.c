@@ -11,20 +11,27 @@
 
 #include "../util.h"
 
+/* The columns; the last three only for a mixture-of-experts model, and
+ * expert_tokens (a list) is not read back. */
 static const char *const columns[] = {"step", "tokens", "wall_s", "loss", "val_loss", "lr",
 				      "grad_norm", "tokens_per_s", "mfu", "bubble", "skipped",
-				      "time"};
-enum { N_COLUMNS = 12, C_TIME = 11 };
+				      "time", "moe_balance", "moe_z", "expert_tokens"};
+enum { N_COLUMNS = 12, C_TIME = 11, C_MOE_BALANCE = 12, C_MOE_Z = 13, N_MOE_COLUMNS = 15 };
+
+static int n_columns(const struct metrics_file *mf)
+{
+	return mf->n_expert > 0 ? N_MOE_COLUMNS : N_COLUMNS;
+}
 
 /* A CSV written by an earlier version has a header that is a prefix of
  * today's (columns are only ever added at the end): it gets the missing
  * names (atomically), so that a resumed run's rows line up with it. Its old
  * rows keep fewer fields; readers find columns by name. */
-static int upgrade_header(const char *path)
+static int upgrade_header(const char *path, int n)
 {
 	char want[256];
 	size_t wl = 0;
-	for (int i = 0; i < N_COLUMNS; i++)
+	for (int i = 0; i < n; i++)
 		wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "%s%s", i ? "," : "", columns[i]);
 	struct buf text = {0};
 	if (read_file(path, &text))
@@ -48,12 +55,14 @@ static int upgrade_header(const char *path)
 	return rc;
 }
 
-int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format)
+int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format,
+		 int n_expert)
 {
 	memset(mf, 0, sizeof(*mf));
+	mf->n_expert = n_expert;
 	struct stat sb;
 	int is_new = stat(path, &sb) || sb.st_size == 0;
-	if (!is_new && format == METRICS_CSV && upgrade_header(path))
+	if (!is_new && format == METRICS_CSV && upgrade_header(path, n_columns(mf)))
 		return -1;
 	mf->fp = fopen(path, "a");
 	if (!mf->fp)
@@ -61,12 +70,25 @@ int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format 
 	mf->format = format;
 	mf->path = xstrdup(path);
 	if (is_new && format == METRICS_CSV) {
-		for (int i = 0; i < N_COLUMNS; i++)
+		for (int i = 0; i < n_columns(mf); i++)
 			fprintf(mf->fp, "%s%s", i ? "," : "", columns[i]);
 		fputc('\n', mf->fp);
 	}
 	fflush(mf->fp);
 	return 0;
+}
+
+/* expert_tokens: E integers, separated by spaces (CSV) or ", " in a JSON
+ * array. */
+static void put_tokens(const struct metrics_file *mf, const struct metrics_row *r)
+{
+	int json = mf->format == METRICS_JSONL;
+	if (json)
+		fputc('[', mf->fp);
+	for (int e = 0; e < mf->n_expert; e++)
+		fprintf(mf->fp, "%s%.0f", e ? (json ? ", " : " ") : "", r->expert_tokens[e]);
+	if (json)
+		fputc(']', mf->fp);
 }
 
 int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
@@ -75,19 +97,24 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 		return 0;
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	const int has[N_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
-				    r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble,
-				    r->has_skipped, 1};
-	const double val[N_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
-				       r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
-				       r->mfu, r->bubble, r->skipped,
-				       (double)now.tv_sec + now.tv_nsec * 1e-9};
+	int moe = r->has_moe && r->expert_tokens;
+	const int has[N_MOE_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
+					r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble,
+					r->has_skipped, 1, moe, moe, moe};
+	const double val[N_MOE_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
+					   r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
+					   r->mfu, r->bubble, r->skipped,
+					   (double)now.tv_sec + now.tv_nsec * 1e-9, r->moe_balance,
+					   r->moe_z, 0};
+	int n = n_columns(mf);
 	if (mf->format == METRICS_CSV) {
 		/* a non-finite value is written as nan, inf or -inf */
-		for (int i = 0; i < N_COLUMNS; i++) {
+		for (int i = 0; i < n; i++) {
 			if (i)
 				fputc(',', mf->fp);
-			if (has[i] && isnan(val[i]))
+			if (has[i] && i == N_MOE_COLUMNS - 1)
+				put_tokens(mf, r);
+			else if (has[i] && isnan(val[i]))
 				fputs("nan", mf->fp);
 			else if (has[i])
 				fprintf(mf->fp, i == C_TIME ? "%.3f" : "%.9g", val[i]);
@@ -97,11 +124,13 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 		/* JSON has no NaN or infinity: such a value is null */
 		fputc('{', mf->fp);
 		int first = 1;
-		for (int i = 0; i < N_COLUMNS; i++) {
+		for (int i = 0; i < n; i++) {
 			if (!has[i])
 				continue;
 			fprintf(mf->fp, "%s\"%s\": ", first ? "" : ", ", columns[i]);
-			if (isfinite(val[i]))
+			if (i == N_MOE_COLUMNS - 1)
+				put_tokens(mf, r);
+			else if (isfinite(val[i]))
 				fprintf(mf->fp, i == C_TIME ? "%.3f" : "%.9g", val[i]);
 			else
 				fputs("null", mf->fp);
@@ -124,7 +153,7 @@ void metrics_close(struct metrics_file *mf)
 
 static int column_index(const char *name, size_t len)
 {
-	for (int i = 0; i < N_COLUMNS; i++)
+	for (int i = 0; i < N_MOE_COLUMNS - 1; i++) /* expert_tokens: ignored */
 		if (strlen(columns[i]) == len && !strncmp(columns[i], name, len))
 			return i;
 	return -1;
@@ -144,6 +173,8 @@ static void set_field(struct metrics_row *r, int col, double v)
 	case 8: r->mfu = v; r->has_mfu = 1; break;
 	case 9: r->bubble = v; r->has_bubble = 1; break;
 	case 10: r->skipped = v; r->has_skipped = 1; break;
+	case C_MOE_BALANCE: r->moe_balance = v; r->has_moe = 1; break;
+	case C_MOE_Z: r->moe_z = v; r->has_moe = 1; break;
 	}
 }
 
@@ -193,6 +224,14 @@ static int read_jsonl_line(const char *path, int lineno, char *line, struct metr
 		while (*p == ' ' || *p == ':')
 			p++;
 		char *vend = p;
+		if (*p == '[') { /* a list (expert_tokens): not read */
+			while (*vend && *vend != ']')
+				vend++;
+			if (!*vend)
+				return error("%s:%d: unterminated list", path, lineno);
+			p = vend + 1;
+			continue;
+		}
 		while (*vend && *vend != ',' && *vend != '}')
 			vend++;
 		double v;

@@ -15,6 +15,13 @@
  *   skipped     1 when the step's update was skipped (its gradient norm was
  *               not finite), else 0
  *   time        when the row was written: Unix seconds (UTC), milliseconds
+ * and, for a mixture-of-experts model (metrics_open's n_expert > 0), three
+ * more:
+ *   moe_balance the load-balancing term per layer (1 when balanced)
+ *   moe_z       the router z-loss per layer
+ *   expert_tokens  the (token, expert) slots routed to each expert, summed
+ *               over the step's micro-batches and the layers: E integers,
+ *               separated by spaces in CSV, a JSON array in JSON lines
  * asyncpp plot reads these files; the CSV header names the columns, so
  * readers find columns by name.
  */
@@ -28,20 +35,25 @@ enum metrics_format { METRICS_CSV, METRICS_JSONL };
 struct metrics_row {
 	long step;
 	double tokens, wall_s, loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, skipped;
-	/* which optional fields are set */
+	double moe_balance, moe_z;
+	const double *expert_tokens; /* [the file's n_expert] */
+	/* which optional fields are set (has_moe: the three MoE ones) */
 	int has_loss, has_val_loss, has_lr, has_grad_norm, has_tps, has_mfu, has_bubble,
-		has_skipped;
+		has_skipped, has_moe;
 };
 
 struct metrics_file {
 	FILE *fp;
 	enum metrics_format format;
 	char *path;
+	int n_expert; /* > 0: the MoE columns follow time */
 };
 
 /* Open for appending (a resumed run continues its file); writes the CSV
- * header when the file is new or empty. Rows are flushed as written. */
-int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format);
+ * header when the file is new or empty. Rows are flushed as written.
+ * n_expert > 0 adds the MoE columns. */
+int metrics_open(struct metrics_file *mf, const char *path, enum metrics_format format,
+		 int n_expert);
 int metrics_write(struct metrics_file *mf, const struct metrics_row *row);
 void metrics_close(struct metrics_file *mf);
 /* Drop the rows of steps after `step` (a run resumed from an earlier

@@ -121,6 +121,7 @@ static int model_for(struct model *m, const struct config *cfg)
 	mc.eps = 1e-5f;
 	mc.rope_theta = 10000.0f;
 	mc.init_std = 0.02f;
+	model_moe_from(&mc, cfg);
 	return model_init(m, &mc);
 }
 
@@ -428,6 +429,42 @@ TEST(pipedream_replicas_of_one_micro_batch_equal_one_worker_exactly)
 	same_run("pipedream N=2 S=2 vs per-stage delay M=2 N=1", &one, &dp, DATA_NO_REPEAT);
 	config_free(&one);
 	config_free(&dp);
+}
+
+static void check_resume(const char *what, const struct config *cfg_a, const struct config *cfg_b,
+			 enum data_kind data, int k);
+
+/* 1. and 4. for a mixture-of-experts llama (4 experts, top-2, a shared
+ * expert): replicated 1f1b and 2bw equal their replicated one-worker
+ * forms, and a replicated 2bw run resumes exactly. */
+TEST(replicated_moe_equals_its_emulation_and_resumes)
+{
+	struct config one, pipe;
+	static const char *const keys[][2] = {{"n_expert", "4"}, {"top_k", "2"},
+					      {"d_expert", "16"}, {"shared_expert", "1"},
+					      {"aux_loss_coef", "0.1"}};
+	if (strcmp(test_backend()->name, "cpu"))
+		SKIP("the MoE layer needs the cpu backend");
+	for (int bw = 0; bw < 2; bw++) {
+		base_config(&one, "llama", bw ? "muon" : "adamw");
+		base_config(&pipe, "llama", bw ? "muon" : "adamw");
+		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+			set(&one, "model", keys[i][0], keys[i][1]);
+			set(&pipe, "model", keys[i][0], keys[i][1]);
+		}
+		set(&one, "pipeline", "data_parallel", "2");
+		set(&pipe, "pipeline", "data_parallel", "2");
+		set(&pipe, "pipeline", "stages", "2");
+		set(&pipe, "train", "schedule", bw ? "2bw" : "1f1b");
+		if (bw)
+			set(&one, "train", "delay", "1");
+		if (!same_run(bw ? "moe 2bw S=2 N=2" : "moe 1f1b S=2 N=2", &one, &pipe, DATA_NOISY))
+			return;
+		if (bw)
+			check_resume("moe 2bw S=2 N=2", &pipe, &pipe, DATA_NOISY, 9);
+		config_free(&one);
+		config_free(&pipe);
+	}
 }
 
 /* 3. half the micro-batches each == N = 1 within LOSS_RTOL */

@@ -10,7 +10,9 @@
  *   ef with lambda = 0                      == no correction
  *   2bw / pipedream + weight prediction     == delay 1 / per-stage + prediction
  *   train N                                 == train K, checkpoint, resume, N - K
- * for both architectures and for AdamW and Muon, over 20 steps, on the
+ * for both architectures (and llama with mixture-of-experts layers: 4
+ * experts, top-2, a shared expert, "moe" below; its router statistics of
+ * every step must agree too) and for AdamW and Muon, over 20 steps, on the
  * even cut and on uneven ones (pipeline.layers = 3,1 / 1,3 / 0,3,1 /
  * 1,2,1,0: stages without a layer at either end), on the
  * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
@@ -32,16 +34,33 @@
 #define STEPS 20
 #define VOCAB 67
 
+#define MAX_E 8
+
 struct run_result {
 	double loss[STEPS];
+	/* MoE: step_stats' balance, z-loss and expert_tokens (0 when dense) */
+	double moe[STEPS][2 + MAX_E];
 	int skipped; /* steps whose update was skipped (norm not finite) */
 	float *weights; /* final newest weights, global arena */
 	size_t numel;
 };
 
+/* arch "moe" is llama whose feed-forwards are mixtures of 4 experts of
+ * width 16, top-2, with a shared expert, and auxiliary losses large
+ * enough to matter. */
 static void base_config(struct config *cfg, const char *arch, const char *optim)
 {
+	int moe = !strcmp(arch, "moe");
 	config_defaults(cfg);
+	if (moe) {
+		arch = "llama";
+		config_set_key(cfg, "model", "n_expert", "4", "test");
+		config_set_key(cfg, "model", "top_k", "2", "test");
+		config_set_key(cfg, "model", "d_expert", "16", "test");
+		config_set_key(cfg, "model", "shared_expert", "1", "test");
+		config_set_key(cfg, "model", "aux_loss_coef", "0.1", "test");
+		config_set_key(cfg, "model", "z_loss_coef", "0.01", "test");
+	}
 	config_set_key(cfg, "model", "arch", arch, "test");
 	config_set_key(cfg, "model", "n_layer", "4", "test");
 	config_set_key(cfg, "model", "d_model", "32", "test");
@@ -96,6 +115,7 @@ static int model_for(struct model *m, const struct config *cfg)
 	mc.eps = 1e-5f;
 	mc.rope_theta = 10000.0f;
 	mc.init_std = 0.02f;
+	model_moe_from(&mc, cfg);
 	return model_init(m, &mc);
 }
 
@@ -132,8 +152,13 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		if (trainer_run(&tr, n, st))
 			return -1;
 		for (int i = 0; i < n; i++) {
+			double *moe = r->moe[first + done + i];
 			r->loss[first + done + i] = st[i].loss;
 			r->skipped += st[i].skipped;
+			moe[0] = st[i].moe_balance;
+			moe[1] = st[i].moe_z;
+			for (int e = 0; e < m.cfg.E && e < MAX_E; e++)
+				moe[2 + e] = st[i].expert_tokens[e];
 		}
 		done += n;
 	}
@@ -174,6 +199,12 @@ static int same_run(const char *what, const struct config *a, const struct confi
 		test_fail(__FILE__, __LINE__, "%s: final weights differ", what);
 		ok = 0;
 	}
+	for (int i = 0; ok && i < STEPS; i++)
+		if (memcmp(ra.moe[i], rb.moe[i], sizeof(ra.moe[i]))) {
+			test_fail(__FILE__, __LINE__, "%s: step %d: the router statistics differ "
+				  "(balance %.9g, %.9g)", what, i + 1, ra.moe[i][0], rb.moe[i][0]);
+			ok = 0;
+		}
 	/* the runs must have trained: a constant loss would make this vacuous */
 	if (ok && !(ra.loss[STEPS - 1] < ra.loss[0] - 0.02)) {
 		test_fail(__FILE__, __LINE__, "%s: loss did not fall (%.4f -> %.4f)", what, ra.loss[0],
@@ -188,13 +219,21 @@ static int same_run(const char *what, const struct config *a, const struct confi
 static void check_resume(const char *what, const struct config *cfg_a, const struct config *cfg_b,
 			 int k);
 
-static const char *const archs[] = {"llama", "gpt2"};
+static const char *const archs[] = {"llama", "gpt2", "moe"};
 static const char *const optims[] = {"adamw", "muon"};
 
-#define FOR_EACH_ARCH_OPTIM(a, o)                    \
-	for (int ia = 0; ia < 2; ia++)               \
-		for (int io = 0; io < 2; io++)       \
-			for (const char *a = archs[ia], *o = optims[io]; a; a = NULL)
+/* The MoE layer routes on host memory: the moe runs need the cpu backend
+ * (under tools/gpu-check the others run on cuda without them). */
+static int runs_here(const char *arch)
+{
+	return strcmp(arch, "moe") || !strcmp(test_backend()->name, "cpu");
+}
+
+#define FOR_EACH_ARCH_OPTIM(a, o)                                          \
+	for (int ia = 0; ia < (int)ARRAY_SIZE(archs); ia++)                \
+		for (int io = 0; io < 2; io++)                             \
+			for (const char *a = archs[ia], *o = optims[io]; a && runs_here(a); \
+			     a = NULL)
 
 TEST(sync_pipeline_equals_one_worker)
 {
@@ -281,7 +320,7 @@ TEST(twobw_equals_delay_one_uneven)
 		base_config(&one, arch, opt);
 		config_set_key(&one, "train", "delay", "1", "test");
 		for (int c = 0; c < N_UNEVEN; c++) {
-			if (c != 2 * ia + io && c != (2 * ia + io + 2) % N_UNEVEN)
+			if (c != (2 * ia + io) % N_UNEVEN && c != (2 * ia + io + 2) % N_UNEVEN)
 				continue;
 			base_config(&pipe, arch, opt);
 			config_set_key(&pipe, "train", "schedule", "2bw", "test");
@@ -334,7 +373,7 @@ TEST(pipedream_equals_per_stage_delay_uneven)
 {
 	FOR_EACH_ARCH_OPTIM(arch, opt) {
 		for (int c = 0; c < N_UNEVEN; c++) {
-			if (c != 2 * ia + io && c != (2 * ia + io + 1) % N_UNEVEN)
+			if (c != (2 * ia + io) % N_UNEVEN && c != (2 * ia + io + 1) % N_UNEVEN)
 				continue;
 			struct config one, pipe;
 			base_config(&one, arch, opt);
@@ -536,6 +575,35 @@ TEST(other_optimizers_under_2bw_and_resume)
 		}
 }
 
+/* The same for an MoE llama, with the optimizers whose state has a shape of
+ * its own per expert matrix (NorMuon's rows, SOAP's factors) or that keep
+ * the previous gradient (MARS, Adan): 2bw == delay 1, and resume. */
+TEST(moe_other_optimizers_under_2bw_and_resume)
+{
+	static const char *const names[] = {"normuon", "soap", "mars", "adan"};
+	if (!runs_here("moe"))
+		SKIP("the MoE layer needs the cpu backend");
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		struct config one, pipe;
+		base_config(&one, "moe", names[i]);
+		config_set_key(&one, "train", "delay", "1", "test");
+		base_config(&pipe, "moe", names[i]);
+		config_set_key(&pipe, "train", "schedule", "2bw", "test");
+		config_set_key(&pipe, "pipeline", "stages", "2", "test");
+		char what[96];
+		snprintf(what, sizeof(what), "moe 2bw %s", names[i]);
+		int ok = same_run(what, &one, &pipe);
+		if (ok) {
+			snprintf(what, sizeof(what), "moe resume 2bw %s", names[i]);
+			check_resume(what, &pipe, &pipe, 7);
+		}
+		config_free(&one);
+		config_free(&pipe);
+		if (!ok || test_failed())
+			return;
+	}
+}
+
 TEST(delay_zero_equals_no_delay)
 {
 	/* an explicit delay of 0 through the delay machinery (uniform and
@@ -606,6 +674,8 @@ static void check_resume(const char *what, const struct config *cfg_a, const str
 			  part.loss[i]);
 	CHECK_MSG(!memcmp(full.weights, part.weights, full.numel * sizeof(float)),
 		  "%s: final weights differ", what);
+	CHECK_MSG(!memcmp(full.moe, part.moe, sizeof(full.moe)), "%s: router statistics differ",
+		  what);
 	free(full.weights);
 	free(part.weights);
 }
@@ -727,6 +797,79 @@ TEST(resume_under_another_cut_is_exact)
 	config_set_key(&b, "train", "schedule", "1f1b", "test");
 	set_cut(&b, "0,3,1");
 	check_resume("1f1b even S=2 -> 0,3,1", &a, &b, 5);
+	config_free(&a);
+	config_free(&b);
+}
+
+/* MoE checkpoints resume exactly: 2bw with error feedback from an uneven
+ * cut to another, pipedream on a cut with an empty first stage, and a
+ * one-worker delay of 1 to 2bw; the sigmoid router once. */
+TEST(moe_resume_is_exact)
+{
+	struct config a, b;
+	if (!runs_here("moe"))
+		SKIP("the MoE layer needs the cpu backend");
+	base_config(&a, "moe", "muon");
+	config_set_key(&a, "train", "schedule", "2bw", "test");
+	config_set_key(&a, "optim", "correction", "ef", "test");
+	set_cut(&a, "3,1");
+	base_config(&b, "moe", "muon");
+	config_set_key(&b, "train", "schedule", "2bw", "test");
+	config_set_key(&b, "optim", "correction", "ef", "test");
+	set_cut(&b, "1,2,1,0");
+	check_resume("moe 2bw+ef 3,1 -> 1,2,1,0", &a, &b, 9);
+	config_free(&a);
+	config_free(&b);
+	if (test_failed())
+		return;
+	base_config(&a, "moe", "adamw");
+	config_set_key(&a, "model", "router", "sigmoid", "test");
+	config_set_key(&a, "train", "schedule", "pipedream", "test");
+	set_cut(&a, "0,3,1");
+	check_resume("moe sigmoid pipedream 0,3,1", &a, &a, 6);
+	config_free(&a);
+	if (test_failed())
+		return;
+	base_config(&a, "moe", "adamw");
+	config_set_key(&a, "train", "delay", "1", "test");
+	base_config(&b, "moe", "adamw");
+	config_set_key(&b, "train", "schedule", "2bw", "test");
+	config_set_key(&b, "pipeline", "stages", "2", "test");
+	check_resume("moe delay=1 -> 2bw S=2", &a, &b, 8);
+	config_free(&a);
+	config_free(&b);
+}
+
+/* Guards the moe runs above: the experts and the auxiliary losses take
+ * part (the coefficients change the losses; the routing is not
+ * collapsed onto one expert), so an equivalence over them is not an
+ * equivalence of the dense parts alone. */
+TEST(moe_runs_route_and_feel_their_losses)
+{
+	struct config a, b;
+	struct run_result ra = {0}, rb = {0};
+	if (!runs_here("moe"))
+		SKIP("the MoE layer needs the cpu backend");
+	base_config(&a, "moe", "adamw");
+	base_config(&b, "moe", "adamw");
+	config_set_key(&b, "model", "aux_loss_coef", "0", "test");
+	config_set_key(&b, "model", "z_loss_coef", "0", "test");
+	CHECK(!train(&a, STEPS, STEPS, NULL, NULL, &ra));
+	CHECK(!train(&b, STEPS, STEPS, NULL, NULL, &rb));
+	CHECK(ra.loss[0] == rb.loss[0]); /* the forward's loss is the cross-entropy */
+	CHECK(ra.loss[STEPS - 1] != rb.loss[STEPS - 1]);
+	for (int i = 0; i < STEPS; i++) {
+		double sum = 0;
+		for (int e = 0; e < 4; e++) {
+			CHECK_MSG(ra.moe[i][2 + e] > 0, "step %d: expert %d got no token", i + 1, e);
+			sum += ra.moe[i][2 + e];
+		}
+		/* L * K * tokens per step: 4 * 2 * (4 micro-batches of 2 x 16) */
+		CHECK_MSG(sum == 4.0 * 2 * 4 * 2 * 16, "step %d: %g routed slots", i + 1, sum);
+		CHECK(ra.moe[i][0] > 0.5 && ra.moe[i][0] < 2.0 && ra.moe[i][1] > 0);
+	}
+	free(ra.weights);
+	free(rb.weights);
 	config_free(&a);
 	config_free(&b);
 }

@@ -1,6 +1,8 @@
 /* test_model.c - the model: parameter counts, initialisation, whole-model
  * gradients by finite differences, stage-split equivalence, sampling logits.
- * Everything runs on the CPU reference backend. */
+ * Mixture-of-experts models: their tensor table, gradients through the
+ * stage, dloss, thread-count invariance and stage splits (the layer alone
+ * is test_moe's). Everything runs on the CPU reference backend. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,21 @@ static struct model_config tiny(int arch, int tied)
 	c.NKV = arch == ARCH_LLAMA ? 2 : 0;
 	c.T = 8;
 	c.tied = tied;
+	return c;
+}
+
+/* tiny's llama with 4 experts of width 24 per layer. */
+static struct model_config tiny_moe(int router, int K, int shared)
+{
+	struct model_config c = tiny(ARCH_LLAMA, 0);
+	c.E = 4;
+	c.K = K;
+	c.De = 24;
+	c.shared = shared;
+	c.router = router;
+	/* large coefficients so that a wrong aux or z gradient shows */
+	c.aux_coef = 0.5f;
+	c.z_coef = 0.05f;
 	return c;
 }
 
@@ -416,9 +433,11 @@ TEST(stage_counts_and_init_match_stage_init)
 {
 	if (!be()->alloc)
 		SKIP("no backend");
-	for (int arch = 0; arch < 2; arch++)
+	for (int arch = 0; arch < 3; arch++) /* llama, gpt2, llama with experts */
 		for (int tied = 0; tied <= 1; tied++) {
-			struct model_config c = tiny(arch ? ARCH_GPT2 : ARCH_LLAMA, tied);
+			struct model_config c = arch == 2 ? tiny_moe(ROUTER_SOFTMAX, 2, tied)
+							  : tiny(arch ? ARCH_GPT2 : ARCH_LLAMA, tied);
+			c.tied = tied;
 			c.L = 5;
 			struct model m;
 			CHECK(model_init(&m, &c) == 0);
@@ -545,6 +564,282 @@ TEST(grad_check_llama_untied)
 	grad_check(ARCH_LLAMA, 0);
 }
 
+/* ---- mixture of experts ---- */
+
+/* The tensor table of an MoE layer (model.h): the router, E experts' fcw
+ * and fcprojw, the shared expert's, in that order and in place of fcw and
+ * fcprojw; 6N counts the K active experts of E. */
+TEST(moe_param_table)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 1);
+	struct model m;
+	static const char *const want[] = {
+		"h.0.ln1w", "h.0.qkvw", "h.0.attprojw", "h.0.ln2w", "h.0.router",
+		"h.0.experts.0.fcw", "h.0.experts.1.fcw", "h.0.experts.2.fcw", "h.0.experts.3.fcw",
+		"h.0.experts.0.fcprojw", "h.0.experts.1.fcprojw", "h.0.experts.2.fcprojw",
+		"h.0.experts.3.fcprojw", "h.0.shared.fcw", "h.0.shared.fcprojw", "h.1.ln1w"};
+	CHECK(model_init(&m, &c) == 0);
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
+		CHECK_MSG(!strcmp(m.params[1 + i].name, want[i]), "tensor %zu is %s, want %s", 1 + i,
+			  m.params[1 + i].name, want[i]);
+	CHECK(model_find_param(&m, "h.1.fcw") < 0);
+	const struct param_info *r = &m.params[model_find_param(&m, "h.1.router")];
+	const struct param_info *f = &m.params[model_find_param(&m, "h.1.experts.2.fcw")];
+	const struct param_info *pr = &m.params[model_find_param(&m, "h.1.experts.3.fcprojw")];
+	CHECK(r->rows == 4 && r->cols == 32 && r->group == GROUP_OTHER);
+	CHECK(f->rows == 48 && f->cols == 32 && f->group == GROUP_MATRIX);
+	CHECK(pr->rows == 32 && pr->cols == 24 && pr->group == GROUP_MATRIX);
+	/* the E fcw are one [E, 2De, C] block, the E fcprojw one [E, C, De] */
+	CHECK(f->offset == m.params[model_find_param(&m, "h.1.experts.0.fcw")].offset +
+				   2 * f->numel);
+	/* per layer: ln1w 32 + qkvw 64*32 + attprojw 32*32 + ln2w 32 + router
+	 * 4*32 + 4 experts x 3*24*32 + shared 3*24*32 = 15552; active: 2
+	 * experts of 4, so 4608 fewer; wte 128*32, head 128*32, lnfw 32 */
+	size_t layer = 32 + 64 * 32 + 32 * 32 + 32 + 4 * 32 + 4 * 3 * 24 * 32 + 3 * 24 * 32;
+	CHECK_MSG(m.numel == 2 * layer + 2 * 128 * 32 + 32, "numel %zu", m.numel);
+	CHECK_MSG(model_flops_params(&m) == 2 * (layer - 2 * 3 * 24 * 32) + 128 * 32 + 32,
+		  "flops params %zu", model_flops_params(&m));
+	/* the cut's cost model splits the same FLOPs */
+	struct stage_cut cut;
+	CHECK(cut_even(&cut, c.L, 2) == 0);
+	CHECK_NEAR(cut_stage_flops(&m, &cut, 0) + cut_stage_flops(&m, &cut, 1),
+		   model_flops_per_token(&m), 1e-6 * model_flops_per_token(&m));
+	cut_free(&cut);
+	model_free(&m);
+	/* d_expert 0 takes d_ff; a dense model keeps no MoE field */
+	c.De = 0;
+	CHECK(model_init(&m, &c) == 0 && m.cfg.De == m.cfg.F);
+	model_free(&m);
+	c = tiny(ARCH_LLAMA, 0);
+	c.K = 3;
+	c.aux_coef = 1;
+	CHECK(model_init(&m, &c) == 0 && m.cfg.K == 0 && m.cfg.aux_coef == 0.0f);
+	model_free(&m);
+}
+
+TEST(moe_bad_configs_rejected)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
+	struct model m;
+	set_error_quiet(1);
+	c.K = 5; /* more than E = 4 */
+	CHECK(model_init(&m, &c) == -1);
+	CHECK(strstr(last_error(), "model.top_k = 5") && strstr(last_error(), "model.n_expert = 4"));
+	c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
+	c.arch = ARCH_GPT2;
+	c.NKV = 0;
+	c.tied = 1;
+	CHECK(model_init(&m, &c) == -1);
+	CHECK(strstr(last_error(), "model.arch = llama"));
+	c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
+	CHECK(model_init(&m, &c) == 0);
+	/* the layer routes on host memory: another backend is refused */
+	struct backend other = *be();
+	struct stage st;
+	other.name = "cuda";
+	CHECK(stage_init(&st, &m, &other, NULL, 0, 2, 8, 1) == -1);
+	CHECK(strstr(last_error(), "model.n_expert = 4") && strstr(last_error(), "cpu"));
+	set_error_quiet(0);
+	model_free(&m);
+}
+
+/* The objective the backward differentiates: the cross-entropy plus the
+ * router's auxiliary losses (the forward's loss is the cross-entropy). */
+static double moe_objective(struct run *r)
+{
+	double ce = run_loss(r);
+	return ce + stage_aux_loss(&r->st, 0);
+}
+
+/* The routed counts of the last forward (summed over layers), to leave
+ * out a perturbation that moved a token to another expert: the objective
+ * jumps there (top-k is piecewise constant). */
+static void moe_counts(struct run *r, double *counts)
+{
+	stage_moe_stats(&r->st, 0, counts);
+	counts[0] = counts[1] = 0; /* the losses move continuously */
+}
+
+/* Central differences of the whole model's objective against the backward
+ * for a sample of entries of every tensor, as grad_check does (same
+ * tolerance), through the stage: slots, dloss and the aux losses' place in
+ * the objective. Perturbations that change a route are skipped (at most a
+ * quarter of a tensor's); the routers, the shared expert and the experts
+ * together must show a gradient above 5e-3 (not vacuous). Every MoE gradient formula is
+ * checked more tightly, term by term, in test_moe. */
+static void moe_grad_check(int router, int K, int shared, uint64_t seed)
+{
+	struct model_config c = tiny_moe(router, K, shared);
+	struct run r;
+	const float eps = 1e-3f;
+	double base[6], moved[6], experts_max = 0;
+
+	CHECK(run_open(&r, &c, 2, 8, seed) == 0);
+	perturb(&r.m, r.params, seed + 99, 4.0f);
+	run_grad(&r);
+	CHECK(stage_aux_loss(&r.st, 1) > 0.0);
+	run_loss(&r);
+	moe_counts(&r, base);
+	for (int i = 0; i < r.m.n_params; i++) {
+		const struct param_info *p = &r.m.params[i];
+		uint64_t s = rng_mix(5, i);
+		double gmax = 0;
+		int skipped = 0;
+		for (int k = 0; k < 8; k++) {
+			size_t j = rng_next(&s) % p->numel;
+			float *w, w0;
+			double fd, g;
+			int same;
+			if ((!strcmp(p->name, "wte") || !strcmp(p->name, "head")) &&
+			    j >= (size_t)c.V * c.C)
+				j %= (size_t)c.V * c.C;
+			w = &r.params[p->offset + j];
+			w0 = *w;
+			g = r.grads[p->offset + j];
+			*w = w0 + eps;
+			fd = moe_objective(&r);
+			moe_counts(&r, moved);
+			same = !memcmp(base, moved, sizeof(base));
+			*w = w0 - eps;
+			fd -= moe_objective(&r);
+			moe_counts(&r, moved);
+			same &= !memcmp(base, moved, sizeof(base));
+			*w = w0;
+			fd /= 2 * eps;
+			if (!same) {
+				skipped++;
+				continue;
+			}
+			gmax = fmax(gmax, fabs(g));
+			CHECK_MSG(fabs(fd - g) <= 5e-4 + 0.02 * fabs(g),
+				  "router %d K %d shared %d: %s[%zu]: backward %.6g, fd %.6g", router, K,
+				  shared, p->name, j, g, fd);
+		}
+		CHECK_MSG(skipped <= 2, "%s: %d of 8 perturbations changed a route", p->name,
+			  skipped);
+		if (strstr(p->name, "experts."))
+			experts_max = fmax(experts_max, gmax);
+		else if (strstr(p->name, "router") || strstr(p->name, "shared"))
+			CHECK_MSG(gmax > 5e-3, "router %d K %d: %s: sampled gradients all below %g",
+				  router, K, p->name, gmax);
+	}
+	/* an expert few tokens reached has small gradients: the floor is for
+	 * the experts together */
+	CHECK_MSG(experts_max > 5e-3, "router %d K %d: the experts' sampled gradients are all "
+		  "below %g", router, K, experts_max);
+	run_close(&r);
+}
+
+TEST(moe_grad_check_softmax_top2_shared)
+{
+	NEED_BACKEND();
+	moe_grad_check(ROUTER_SOFTMAX, 2, 1, 21);
+}
+
+TEST(moe_grad_check_sigmoid_top2)
+{
+	NEED_BACKEND();
+	moe_grad_check(ROUTER_SIGMOID, 2, 0, 22);
+}
+
+TEST(moe_grad_check_softmax_top1)
+{
+	NEED_BACKEND();
+	moe_grad_check(ROUTER_SOFTMAX, 1, 0, 23);
+}
+
+/* A stage's forward and backward give the same bits for 1 and 2 threads
+ * (and 3): routing, dispatch and every sum have a fixed order. */
+TEST(moe_thread_count_invariance)
+{
+	struct model_config c = tiny_moe(ROUTER_SIGMOID, 2, 1);
+	struct run r;
+	NEED_BACKEND();
+	c.C = 64;
+	c.NH = 4;
+	c.De = 96;
+	c.T = 32;
+	CHECK(run_open(&r, &c, 4, 32, 41) == 0);
+	perturb(&r.m, r.params, 42, 2.0f);
+	float *g1 = xmalloc(r.m.numel * sizeof(float));
+	double st1[6], st2[6];
+	be()->set_threads(1);
+	float l1 = run_grad(&r);
+	memcpy(g1, r.grads, r.m.numel * sizeof(float));
+	stage_moe_stats(&r.st, 1, st1);
+	for (int th = 2; th <= 3; th++) {
+		be()->set_threads(th);
+		float l2 = run_grad(&r);
+		stage_moe_stats(&r.st, 1, st2);
+		CHECK_MSG(!memcmp(&l1, &l2, sizeof(l1)), "loss differs: 1 and %d threads", th);
+		CHECK_MSG(!memcmp(st1, st2, sizeof(st1)), "routing differs: 1 and %d threads", th);
+		CHECK_MSG(!memcmp(g1, r.grads, r.m.numel * sizeof(float)),
+			  "gradients differ: 1 and %d threads", th);
+	}
+	be()->set_threads(0);
+	CHECK(be()->sumsq(g1, r.m.numel) > 1e-6);
+	free(g1);
+	run_close(&r);
+}
+
+/* The micro-batch's loss scale (stage_forward's dloss, 1/M in training)
+ * scales the whole objective's gradient, the auxiliary losses' included:
+ * with a power of two every product scales exactly, so dloss 1/4 gives
+ * exactly a quarter of dloss 1's gradients, whatever the slot. */
+TEST(moe_dloss_scales_every_gradient)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 1);
+	struct run r;
+	NEED_BACKEND();
+	c.aux_coef = 2.0f; /* the aux terms well above the rest */
+	CHECK(run_open(&r, &c, 2, 8, 61) == 0);
+	perturb(&r.m, r.params, 62, 4.0f);
+	run_grad(&r);
+	float *g1 = xmalloc(r.m.numel * sizeof(float)), loss;
+	memcpy(g1, r.grads, r.m.numel * sizeof(float));
+	memset(r.grads, 0, r.m.numel * sizeof(float));
+	/* forward into slot 0 at dloss 1/4, then another forward into slot 1
+	 * at dloss 1: slot 0's backward must use its own scale */
+	stage_forward(&r.st, 0, r.params, r.tok, NULL, r.tgt, NULL, &loss, r.grads, 0.25f);
+	stage_forward(&r.st, 1, r.params, r.tok, NULL, r.tgt, NULL, &loss, NULL, 1.0f);
+	stage_backward(&r.st, 0, r.params, r.grads, NULL, NULL);
+	stage_finish_grads(&r.st, r.grads);
+	for (size_t j = 0; j < r.m.numel; j++)
+		CHECK_MSG(r.grads[j] == 0.25f * g1[j], "entry %zu: %g, a quarter of %g", j,
+			  (double)r.grads[j], (double)g1[j]);
+	free(g1);
+	run_close(&r);
+}
+
+/* stage_moe_stats: the counts of every layer add up to L*K tokens per
+ * token, and the losses are what the stage's objective adds. */
+TEST(moe_stats_of_a_forward)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
+	struct run r;
+	double out[6], sum = 0;
+	NEED_BACKEND();
+	CHECK(run_open(&r, &c, 2, 8, 51) == 0);
+	run_loss(&r);
+	CHECK(stage_moe_stats(&r.st, 0, out) == 4);
+	for (int e = 0; e < 4; e++)
+		sum += out[2 + e];
+	CHECK(sum == 2.0 * 2 * 16); /* L * K * B*T */
+	/* near-uniform scores at init: P_i ~ 1/E, so balance ~ sum_i f_i = 1
+	 * per layer; z ~ log(E)^2 per layer */
+	CHECK_NEAR(out[0], 2.0, 0.1);
+	CHECK_NEAR(out[1], 2 * log(4.0) * log(4.0), 0.1);
+	CHECK_NEAR(stage_aux_loss(&r.st, 0), 0.5 * out[0] + 0.05 * out[1], 1e-6);
+	run_close(&r);
+	/* a dense model has none */
+	c = tiny(ARCH_LLAMA, 0);
+	CHECK(run_open(&r, &c, 2, 8, 51) == 0);
+	run_loss(&r);
+	out[0] = 7;
+	CHECK(stage_moe_stats(&r.st, 0, out) == 0 && out[0] == 7 && stage_aux_loss(&r.st, 0) == 0);
+	run_close(&r);
+}
+
 /* ---- stage split equivalence ---- */
 
 /* Train-step gradients and losses of M micro-batches with S stages,
@@ -627,9 +922,8 @@ static void single_run(const struct model *m, const float *params, int B, int T,
 	stage_free(&st);
 }
 
-static void split_equivalence(int arch, int tied)
+static void split_equivalence_of(struct model_config c)
 {
-	struct model_config c = tiny(arch, tied);
 	struct model m;
 	const int B = 2, T = 8, M = 2;
 	float *params, *g1, *gs, l1[2], ls[2];
@@ -680,6 +974,11 @@ static void split_equivalence(int arch, int tied)
 	model_free(&m);
 }
 
+static void split_equivalence(int arch, int tied)
+{
+	split_equivalence_of(tiny(arch, tied));
+}
+
 TEST(split_equivalence_gpt2)
 {
 	NEED_BACKEND();
@@ -696,6 +995,18 @@ TEST(split_equivalence_llama_untied)
 {
 	NEED_BACKEND();
 	split_equivalence(ARCH_LLAMA, 0);
+}
+
+/* MoE layers split like dense ones: every cut, both routers, tied and
+ * untied, with the shared expert; M = 2 micro-batches at dloss 1/2. */
+TEST(split_equivalence_moe)
+{
+	NEED_BACKEND();
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 1);
+	split_equivalence_of(c);
+	c = tiny_moe(ROUTER_SIGMOID, 1, 0);
+	c.tied = 1;
+	split_equivalence_of(c);
 }
 
 /* ---- stage layout ---- */

@@ -1,0 +1,98 @@
+/* moe.h - a mixture-of-experts feed-forward for the llama block: router,
+ * top-k, dropless dispatch, SwiGLU experts, an optional shared expert, and
+ * the router's auxiliary losses. model.c calls it in place of the dense
+ * fcw/fcprojw pair when n_expert > 0.
+ *
+ * Legend: N = B*T tokens, C width, E experts, K experts per token, De an
+ * expert's width (per gate), NK = N*K routed slots.
+ *
+ * Conventions (asyncpp-train(1), "Mixture of experts"):
+ *   z = x @ router^T                       [N,E] router logits
+ *   softmax router: score = softmax(z)     sigmoid router: score = sigmoid(z)
+ *   sel = the K largest scores, best first, ties to the lower expert index
+ *   gate_j = score[sel_j] / sum_j' score[sel_j'] when K > 1, score[sel_j]
+ *     when K = 1 (Switch: the router keeps a gradient through the gate)
+ *   out = shared(x) + sum_j gate_j * expert_{sel_j}(x)   (j = 0..K-1 in order)
+ *   expert(x) = swiglu(x @ fcw^T) @ fcprojw^T (as the dense llama FFN)
+ * The top-k choice is piecewise constant: no gradient flows through it.
+ *
+ * Dispatch is dropless and deterministic: the slots (n, j) routed to expert e
+ * are rows [count[e], count[e+1]) of the dispatched buffers, in ascending
+ * token order n; every sum has a fixed order, so results do not depend on
+ * the thread count.
+ *
+ * Auxiliary losses, per layer and micro-batch, added to the objective with
+ * the caller's coefficients (scaled by the same dloss as the cross-entropy):
+ *   balance = E * sum_i f_i * P_i   (Switch), f_i = slots routed to i / NK,
+ *     P_i = mean_n q[n,i] with q = score (softmax) or score / sum_e score
+ *     (sigmoid: each token's scores normalised over all experts);
+ *     f is piecewise constant, the gradient flows through P;
+ *   zloss = mean_n logsumexp(z[n,:])^2   (ST-MoE), for both routers.
+ *
+ * Everything here reads and writes host memory (the CPU backend's); the
+ * matrix products and SwiGLU go through the backend table.
+ */
+#ifndef ASYNCPP_MOE_H
+#define ASYNCPP_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/backend.h"
+
+enum moe_router { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 };
+
+struct moe_dims {
+	int N, C, E, K, De, shared, router; /* router: enum moe_router */
+	float alpha, beta; /* aux_coef, z_coef */
+};
+
+/* Weights: fcw holds the E experts' [2De,C] matrices back to back, fcprojw
+ * their [C,De]; sh_* are NULL without a shared expert. */
+struct moe_params {
+	const float *router, *fcw, *fcprojw, *sh_fcw, *sh_fcprojw;
+};
+struct moe_grads {
+	float *router, *fcw, *fcprojw, *sh_fcw, *sh_fcprojw;
+};
+
+/* Saved per slot by the forward, read by the backward. */
+struct moe_acts {
+	float *z;         /* [N,E] router logits */
+	float *score;     /* [N,E] softmax or sigmoid scores */
+	int32_t *sel;     /* [N,K] chosen experts, best first */
+	float *gate;      /* [N,K] */
+	int32_t *pos;     /* [N,K] row of slot (n, j) in the dispatched buffers */
+	int32_t *count;   /* [E+1] expert e's rows: [count[e], count[e+1]) */
+	float *xd;        /* [NK,C] dispatched inputs */
+	float *h;         /* [NK,2De] */
+	float *act;       /* [NK,De] */
+	float *y;         /* [NK,C] expert outputs */
+	float *sh_h;      /* [N,2De] (shared) */
+	float *sh_act;    /* [N,De] (shared) */
+	float *aux;       /* [2]: balance, zloss of this micro-batch */
+};
+
+/* Activation gradients, shared by slots. */
+struct moe_scratch {
+	float *dy, *dact, *dh, *dxd; /* [NK,C] [NK,De] [NK,2De] [NK,C] */
+	float *dz;                   /* [N,E] */
+	float *dgate;                /* [N,K] */
+	float *dsh_act, *dsh_h;      /* [N,De] [N,2De] */
+};
+
+/* Floats (padded to 16) the views take; base NULL only sizes. */
+size_t moe_acts_view(const struct moe_dims *d, float *base, struct moe_acts *a);
+size_t moe_scratch_view(const struct moe_dims *d, float *base, struct moe_scratch *s);
+
+/* out[N,C] (overwritten) from x[N,C]; fills a. */
+void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
+		 const float *x, float *out, struct moe_acts *a);
+/* dx[N,C] (overwritten) from dout[N,C]; parameter gradients accumulate into
+ * g. dloss scales the auxiliary losses' gradients (the caller's 1/M). */
+void moe_backward(const struct backend *be, const struct moe_dims *d,
+		  const struct moe_params *w, const struct moe_grads *g, const float *x,
+		  const float *dout, float *dx, const struct moe_acts *a,
+		  const struct moe_scratch *s, float dloss);
+
+#endif
