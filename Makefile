@@ -25,18 +25,19 @@ OPT ?= -O3 -march=x86-64-v3
 endif
 CFLAGS ?= $(OPT) -g
 WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
-# DEPS_PREFIX=DIR takes zstd, inih and OpenBLAS from the folder that
+# DEPS_PREFIX=DIR takes zstd, zlib, inih and OpenBLAS from the folder that
 # tools/gpu-deps unpacks (DIR/include, DIR/lib), for machines without them.
 DEPS_PREFIX ?=
 ifneq ($(DEPS_PREFIX),)
 BLAS_INC := -I$(DEPS_PREFIX)/include -I$(DEPS_PREFIX)/include/openblas
-STATIC_LIBS = $(addprefix $(DEPS_PREFIX)/lib/,libzstd.a libinih.a libopenblas.a libgfortran.a \
-	libquadmath.a)
+STATIC_LIBS = $(addprefix $(DEPS_PREFIX)/lib/,libzstd.a libz.a libinih.a libopenblas.a \
+	libgfortran.a libquadmath.a)
 else
 BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_DIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/openblas-pthread)
-# zstd, inih and OpenBLAS link statically when their archives exist.
+# zstd, zlib, inih and OpenBLAS link statically when their archives exist.
 STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd) \
+	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libz.a) -lz) \
 	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a) -linih) \
 	$(firstword $(wildcard $(BLAS_DIR)/libopenblas.a) -lopenblas) -lgfortran
 endif
@@ -145,7 +146,7 @@ test-bins: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
 .PHONY: test-bins
 
 # Install the Debian packages the build and tests need (as root), or say how.
-DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd libinih-dev libopenblas-dev \
+DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-dev libopenblas-dev \
 	libgfortran-12-dev openmpi-bin libopenmpi-dev nodejs npm bible-kjv bible-kjv-text
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)

@@ -1,10 +1,10 @@
 /* tokenize.c - `asyncpp tokenize`: train a BPE tokenizer, import GPT-2's,
- * encode text into train/val shards, decode shards back to text.
+ * encode corpora into train/val shards, decode shards back to text.
  *
- * Encoding splits every document into pieces at safe points (see
- * pretok_split_point), encodes the pieces on all cores with one pre-token
- * cache per thread, and writes documents in input order, each preceded by
- * <|endoftext|>. Decoding drops <|endoftext|>, so with --val-fraction 0
+ * train and encode read their inputs through the corpus reader
+ * (io/text/corpus.h: text, lines or JSONL, compressed or not, from files,
+ * directories and globs); encode runs the pipeline of cmd/encode.h. Decoding
+ * drops <|endoftext|>, so for plain text with --val-fraction 0
  * decode(encode(FILES)) is the concatenation of FILES, byte for byte.
  */
 #include <errno.h>
@@ -13,30 +13,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/text/pretok.h"
 #include "../io/formats/shard.h"
+#include "../io/text/corpus.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
+#include "encode.h"
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp tokenize train [--vocab N] -o TOK FILE...",
+	"asyncpp tokenize train [--vocab N] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] -o TOK INPUT...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
-	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--docs MODE] [--chunk-tokens N] [-j N] FILE...|-",
-	"asyncpp tokenize encode -t TOK --ids [--docs MODE] [-j N] FILE...|-",
+	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [--chunk-tokens N] [-j N] INPUT...",
+	"asyncpp tokenize encode -t TOK --ids [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [-j N] INPUT...",
 	"asyncpp tokenize decode -t TOK [-o FILE] [--show-eot] SHARD...",
 	NULL,
 };
 
 static const char *description =
-	"Train a byte-level BPE tokenizer, import GPT-2's, encode text into token shards\n"
-	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text.";
+	"Train a byte-level BPE tokenizer, import GPT-2's, encode corpora into token shards\n"
+	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text. An INPUT is\n"
+	"a file, a directory, a glob pattern or - (stdin); files may be gzip or zstd compressed.";
 
-static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS;
+static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS, max_bad;
 static double val_fraction = 0.01;
-static const char *tok_path, *output, *docs_mode = "file";
+static const char *tok_path, *output, *docs_mode, *format = "text", *field;
 static int show_eot, quiet, print_ids, force;
+
+/* bad JSONL records named on stderr; the rest are counted */
+#define SHOW_BAD 20
+#define SHOW_BAD_STR "20"
 
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
@@ -44,52 +50,130 @@ static const struct option options[] = {
 		   "tokenizer to write (train, import-gpt2); shard prefix (encode, default "
 		   "'tokens'); text file (decode, default stdout)"),
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
-	OPT_DOUBLE(0, "val-fraction", &val_fraction, "F",
-		   "fraction of documents for the val shard (encode; 0.01)"),
-	OPT_INT(0, "seed", &seed, "S", "seed of the train/val split (encode; 1)"),
+	OPT_GROUP("Inputs (train, encode):"),
+	OPT_STRING(0, "format", &format, "FMT",
+		   "'text' (the default), 'lines' (a document a line) or 'jsonl' (a JSON object a line)"),
+	OPT_STRING(0, "field", &field, "NAME",
+		   "jsonl: the member that holds a document's text (default 'text')"),
 	OPT_STRING(0, "docs", &docs_mode, "MODE",
-		   "a document is a 'file' or a 'blank-line'-separated block (encode; file)"),
+		   "text: a document is a 'file' or a 'blank-line'-separated block (file)"),
+	OPT_INT(0, "max-bad", &max_bad, "N",
+		"jsonl: skip up to N bad records, each named; one more is an error (0)"),
+	OPT_GROUP("Encoding:"),
+	OPT_DOUBLE(0, "val-fraction", &val_fraction, "F",
+		   "fraction of documents (or, when too few, of tokens) for the val shard (0.01)"),
+	OPT_INT(0, "seed", &seed, "S", "seed of the train/val split (1)"),
 	OPT_INT(0, "chunk-tokens", &chunk_tokens, "N",
-		"tokens per compressed chunk: the unit a streaming reader decompresses (encode; 65536)"),
-	OPT_INT('j', "threads", &threads, "N", "encoding threads (encode; all cores)"),
+		"tokens per compressed chunk: the unit a streaming reader decompresses (65536)"),
+	OPT_INT('j', "threads", &threads, "N", "encoding threads (all cores)"),
 	OPT_FLAG(0, "ids", &print_ids,
-		 "print token ids, one document a line, instead of writing shards (encode)"),
+		 "print token ids, one document a line, instead of writing shards"),
+	OPT_GROUP("Other:"),
 	OPT_FLAG(0, "show-eot", &show_eot, "print <|endoftext|> between documents (decode)"),
 	OPT_FLAG(0, "force", &force, "replace output files that exist (they are kept otherwise)"),
 	OPT_FLAG('q', "quiet", &quiet, "no progress or summary on stderr"),
 	OPT_END(),
 };
 
+/* The input options into corpus_opts (usage errors exit). */
+static void input_opts(struct corpus_opts *co)
+{
+	memset(co, 0, sizeof(*co));
+	if (corpus_format_parse(format, &co->format))
+		opts_usage_error(usage, options, "--format must be 'text', 'lines' or 'jsonl', not '%s'",
+				 format);
+	if (docs_mode && strcmp(docs_mode, "file") && strcmp(docs_mode, "blank-line"))
+		opts_usage_error(usage, options, "--docs must be 'file' or 'blank-line', not '%s'",
+				 docs_mode);
+	if (docs_mode && co->format != CORPUS_TEXT)
+		opts_usage_error(usage, options, "--docs is for --format text (a %s document is %s)",
+				 format, co->format == CORPUS_LINES ? "a line" : "a record");
+	if (field && co->format != CORPUS_JSONL)
+		opts_usage_error(usage, options, "--field is for --format jsonl");
+	if (field && !*field)
+		opts_usage_error(usage, options, "--field needs a member name");
+	if (max_bad < 0)
+		opts_usage_error(usage, options, "--max-bad must be 0 or more");
+	co->blank_line = docs_mode && !strcmp(docs_mode, "blank-line");
+	co->field = field ? field : "text";
+	co->max_bad = (uint64_t)max_bad;
+	co->show_bad = SHOW_BAD;
+}
+
+/* Open the documents of INPUT...; -1 after error(). */
+static int open_corpus(struct corpus **c, int n, char **args, const struct corpus_opts *co)
+{
+	char **paths;
+	int npaths;
+	if (corpus_expand(args, n, &paths, &npaths))
+		return -1;
+	corpus_open(c, paths, npaths, co);
+	corpus_paths_free(paths, npaths);
+	return 0;
+}
+
+/* What the reader skipped, said even with -q: bad records are never dropped
+ * silently. ok: the read went to the end. */
+static void report_reader(struct corpus *c, int ok)
+{
+	struct corpus_stats st;
+	corpus_get_stats(c, &st);
+	if (st.too_many_bad)
+		error("stopped at bad record %" PRIu64 ": --max-bad is %ld (records that are not "
+		      "valid JSON, not objects, lack \"%s\" or whose \"%s\" is not a string)",
+		      st.bad, max_bad, field ? field : "text", field ? field : "text");
+	else if (ok && st.bad)
+		warning("%" PRIu64 " bad record%s of %" PRIu64 " skipped (%s named above)", st.bad,
+			st.bad == 1 ? "" : "s", st.records,
+			st.bad > SHOW_BAD ? "the first " SHOW_BAD_STR " are" : st.bad == 1 ? "it is" : "they are");
+	if (ok && st.empty && !quiet)
+		fprintf(stderr, "asyncpp: %" PRIu64 " record%s with an empty \"%s\" (no document)\n",
+			st.empty, st.empty == 1 ? "" : "s", field ? field : "text");
+}
+
 /* ---- train ---- */
 
 static int do_train(int n, char **files)
 {
 	if (!n)
-		opts_usage_error(usage, options, "train needs text files");
+		opts_usage_error(usage, options, "train needs inputs (files, directories, globs)");
 	if (!output)
 		opts_usage_error(usage, options, "train needs -o TOK");
+	struct corpus_opts co;
+	input_opts(&co);
 	if (opts_output_is_new(output, force))
 		return EXIT_FAIL;
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
-	double t0 = now_sec();
-	struct bpe_counter *c = bpe_counter_new();
-	size_t total = 0;
-	for (int i = 0; i < n; i++) {
-		struct buf b = {0};
-		if (read_file(files[i], &b)) {
-			bpe_counter_free(c);
-			return EXIT_FAIL;
+	double t0 = now_sec(), shown = t0;
+	int tty = !quiet && stderr_is_tty();
+	struct corpus *c;
+	if (open_corpus(&c, n, files, &co))
+		return EXIT_FAIL;
+	struct bpe_counter *bc = bpe_counter_new();
+	size_t total = 0, len;
+	const unsigned char *doc;
+	int got;
+	while ((got = corpus_next(c, &doc, &len)) > 0) {
+		bpe_counter_add(bc, doc, len);
+		total += len;
+		if (tty && now_sec() - shown > 0.5) {
+			shown = now_sec();
+			fprintf(stderr, "\rreading: %.1f MB", total / 1e6);
 		}
-		bpe_counter_add(c, b.data, b.len);
-		total += b.len;
-		buf_free(&b);
+	}
+	if (tty)
+		fprintf(stderr, "\rreading: %.1f MB\n", total / 1e6);
+	report_reader(c, got == 0);
+	corpus_close(c);
+	if (got < 0) {
+		bpe_counter_free(bc);
+		return EXIT_FAIL;
 	}
 	struct tokenizer *tok;
-	struct bpe_train_opts o = {.vocab_size = (uint32_t)vocab,
-				   .verbose = !quiet && stderr_is_tty()};
-	int rc = bpe_train(&tok, c, &o);
-	bpe_counter_free(c);
+	struct bpe_train_opts o = {.vocab_size = (uint32_t)vocab, .verbose = tty};
+	int rc = bpe_train(&tok, bc, &o);
+	bpe_counter_free(bc);
 	if (rc)
 		return EXIT_FAIL;
 	if (tokenizer_vocab_size(tok) < (uint32_t)vocab)
@@ -124,255 +208,76 @@ static int do_import(int n, char **args)
 
 /* ---- encode ---- */
 
-#define CHUNK_BYTES (256 << 10) /* pieces that threads encode */
-#define BATCH_BYTES (4 << 20)   /* text encoded between writes (and progress lines) */
-
-struct piece {
-	const unsigned char *p;
-	size_t n;
-	int doc_start; /* first piece of a document */
-	uint32_t *ids;
-	size_t nids;
-};
-
-/* Append the documents of text[0..n) to *docs as (start, end) pairs. */
-static void split_docs(const unsigned char *s, size_t n, int blank_line, size_t **docs,
-		       size_t *ndocs, size_t *cap)
-{
-	size_t start = 0;
-#define EMIT(a, b)                                                            \
-	do {                                                                  \
-		if (*ndocs + 1 > *cap) {                                      \
-			*cap = *cap ? 2 * *cap : 64;                          \
-			*docs = xrealloc(*docs, st_mult(*cap, 2 * sizeof(size_t))); \
-		}                                                             \
-		(*docs)[2 * *ndocs] = (a);                                    \
-		(*docs)[2 * *ndocs + 1] = (b);                                \
-		(*ndocs)++;                                                   \
-	} while (0)
-	if (blank_line) {
-		int content = 0, in_sep = 0;
-		for (size_t ls = 0, le; ls < n; ls = le) {
-			const unsigned char *nl = memchr(s + ls, '\n', n - ls);
-			le = nl ? (size_t)(nl - s) + 1 : n;
-			int blank = 1;
-			for (size_t i = ls; i < le && blank; i++)
-				blank = s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n';
-			if (!blank) {
-				if (in_sep) {
-					EMIT(start, ls);
-					start = ls;
-				}
-				in_sep = 0;
-				content = 1;
-			} else if (content) {
-				in_sep = 1;
-			}
-		}
-	}
-	if (n > start)
-		EMIT(start, n);
-#undef EMIT
-}
-
-struct encoder {
-	const struct tokenizer *tok;
-	struct tok_cache **caches;
-	int nthreads;
-	struct shard_writer *train, *val;
-	uint64_t doc_index, bytes_done;
-	double t0;
-	struct piece *pieces;
-	size_t npieces, pcap, batch_bytes;
-	uint32_t *docbuf;
-	size_t docbuf_cap;
-};
-
-static void progress(struct encoder *e, int final)
-{
-	if (quiet || !stderr_is_tty())
-		return;
-	double dt = now_sec() - e->t0;
-	fprintf(stderr, "\rencoding: %.1f MB  %.1f MB/s%s", e->bytes_done / 1e6,
-		dt > 0 ? e->bytes_done / 1e6 / dt : 0.0, final ? "\n" : "");
-}
-
-/* Encode the queued pieces in parallel, then write their documents. */
-static int flush_pieces(struct encoder *e)
-{
-	long np = (long)e->npieces;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(e->nthreads)
-	for (long i = 0; i < np; i++) {
-		struct piece *pc = &e->pieces[i];
-		pc->ids = xmalloc(st_mult(pc->n ? pc->n : 1, sizeof(uint32_t)));
-		pc->nids = tokenizer_encode_cached(e->tok, e->caches[omp_get_thread_num()], pc->p,
-						   pc->n, pc->ids);
-	}
-	uint32_t eot = tokenizer_eot_id(e->tok);
-	int rc = 0;
-	for (size_t i = 0; i < e->npieces;) {
-		size_t j = i + 1, n = eot != TOKENIZER_NO_ID;
-		n += e->pieces[i].nids;
-		while (j < e->npieces && !e->pieces[j].doc_start)
-			n += e->pieces[j++].nids;
-		if (n > e->docbuf_cap) {
-			e->docbuf_cap = n;
-			free(e->docbuf);
-			e->docbuf = xmalloc(st_mult(n, sizeof(uint32_t)));
-		}
-		size_t k = 0;
-		if (eot != TOKENIZER_NO_ID)
-			e->docbuf[k++] = eot;
-		for (size_t q = i; q < j; q++) {
-			memcpy(e->docbuf + k, e->pieces[q].ids, e->pieces[q].nids * sizeof(uint32_t));
-			k += e->pieces[q].nids;
-			e->bytes_done += e->pieces[q].n;
-		}
-		if (print_ids) {
-			for (size_t q = eot != TOKENIZER_NO_ID; q < k; q++)
-				printf(q > (eot != TOKENIZER_NO_ID) ? " %u" : "%u", e->docbuf[q]);
-			putchar('\n');
-			i = j;
-			continue;
-		}
-		uint64_t st = rng_mix((uint64_t)seed, e->doc_index++);
-		int to_val = val_fraction > 0 && rng_uniform(&st) < val_fraction;
-		if (!rc && shard_writer_add_doc(to_val ? e->val : e->train, e->docbuf, k))
-			rc = -1;
-		i = j;
-	}
-	for (size_t i = 0; i < e->npieces; i++)
-		free(e->pieces[i].ids);
-	e->npieces = 0;
-	e->batch_bytes = 0;
-	progress(e, 0);
-	return rc;
-}
-
-static void add_piece(struct encoder *e, const unsigned char *p, size_t n, int doc_start)
-{
-	if (e->npieces == e->pcap) {
-		e->pcap = e->pcap ? 2 * e->pcap : 256;
-		e->pieces = xrealloc(e->pieces, st_mult(e->pcap, sizeof(*e->pieces)));
-	}
-	e->pieces[e->npieces++] = (struct piece){.p = p, .n = n, .doc_start = doc_start};
-	e->batch_bytes += n;
-}
-
-static int encode_file(struct encoder *e, const char *path)
-{
-	struct buf b = {0};
-	if (read_file(path, &b))
-		return -1;
-	size_t *docs = NULL, ndocs = 0, cap = 0;
-	split_docs(b.data, b.len, !strcmp(docs_mode, "blank-line"), &docs, &ndocs, &cap);
-	int rc = 0;
-	/* a document is written whole, so batches end at document ends */
-	for (size_t d = 0; d < ndocs && !rc; d++) {
-		const unsigned char *s = b.data + docs[2 * d];
-		size_t n = docs[2 * d + 1] - docs[2 * d], at = 0;
-		while (at < n) {
-			size_t cut = n - at <= CHUNK_BYTES ? n - at :
-				     pretok_split_point(s + at, n - at, CHUNK_BYTES);
-			add_piece(e, s + at, cut, at == 0);
-			at += cut;
-		}
-		if (e->batch_bytes >= BATCH_BYTES)
-			rc = flush_pieces(e);
-	}
-	if (!rc)
-		rc = flush_pieces(e);
-	free(docs);
-	buf_free(&b);
-	return rc;
-}
-
 static int do_encode(int n, char **files)
 {
 	if (!n)
-		opts_usage_error(usage, options, "encode needs text files (or - for stdin)");
+		opts_usage_error(usage, options,
+				 "encode needs inputs (files, directories, globs, or - for stdin)");
 	if (!tok_path)
 		opts_usage_error(usage, options, "encode needs -t TOK");
-	if (strcmp(docs_mode, "file") && strcmp(docs_mode, "blank-line"))
-		opts_usage_error(usage, options, "--docs must be 'file' or 'blank-line', not '%s'",
-				 docs_mode);
+	struct corpus_opts co;
+	input_opts(&co);
 	if (!(val_fraction >= 0 && val_fraction <= 1))
 		opts_usage_error(usage, options, "--val-fraction must be in [0, 1]");
 	if (threads < 0 || threads > 4096)
 		opts_usage_error(usage, options, "--threads must be in 0..4096");
 	if (chunk_tokens < 1 || chunk_tokens > (1L << 26))
 		opts_usage_error(usage, options, "--chunk-tokens must be in 1..67108864");
-	struct encoder e = {0};
 	struct tokenizer *tok;
 	if (tokenizer_load(&tok, tok_path))
 		return EXIT_FAIL;
-	e.tok = tok;
-	e.nthreads = threads ? (int)threads : omp_get_num_procs();
-	e.caches = xmalloc(st_mult(e.nthreads, sizeof(*e.caches)));
-	for (int i = 0; i < e.nthreads; i++)
-		e.caches[i] = tok_cache_new(tok);
 	const char *prefix = output ? output : "tokens";
 	size_t plen = strlen(prefix) + 16;
 	char *train_path = xmalloc(plen), *val_path = xmalloc(plen);
 	snprintf(train_path, plen, "%s_train.shard", prefix);
 	snprintf(val_path, plen, "%s_val.shard", prefix);
+	struct encode_opts o = {
+		.tok = tok,
+		.nthreads = threads ? (int)threads : omp_get_num_procs(),
+		.val_fraction = val_fraction,
+		.seed = (uint64_t)seed,
+		.chunk_tokens = (uint32_t)chunk_tokens,
+		.train_path = print_ids ? NULL : train_path,
+		.val_path = val_path,
+		.ids_out = stdout,
+		.progress = !quiet && stderr_is_tty(),
+	};
+	struct encode_result r;
+	struct corpus *c = NULL;
 	int rc = EXIT_FAIL;
-	uint32_t V = tokenizer_vocab_size(tok);
-	uint64_t h = tokenizer_hash(tok);
-	e.t0 = now_sec();
-	if (print_ids) {
-		for (int i = 0; i < n; i++)
-			if (encode_file(&e, files[i]))
-				goto out;
-		rc = EXIT_OK;
+	if (!print_ids && (opts_output_is_new(train_path, force) ||
+			   (val_fraction > 0 && opts_output_is_new(val_path, force))))
 		goto out;
-	}
-	if (opts_output_is_new(train_path, force) ||
-	    (val_fraction > 0 && opts_output_is_new(val_path, force)))
+	if (open_corpus(&c, n, files, &co))
 		goto out;
-	if (shard_writer_open(&e.train, train_path, V, h) ||
-	    shard_writer_set_chunk_tokens(e.train, (uint32_t)chunk_tokens))
-		goto out;
-	if (val_fraction > 0 && (shard_writer_open(&e.val, val_path, V, h) ||
-				 shard_writer_set_chunk_tokens(e.val, (uint32_t)chunk_tokens)))
-		goto out;
-	for (int i = 0; i < n; i++)
-		if (encode_file(&e, files[i]))
-			goto out;
-	progress(&e, 1);
-	uint64_t ntrain = shard_writer_ntokens(e.train), nval = e.val ? shard_writer_ntokens(e.val) : 0;
-	int bad = shard_writer_close(e.train);
-	e.train = NULL;
-	if (e.val) {
-		bad |= shard_writer_close(e.val);
-		e.val = NULL;
-	}
+	double t0 = now_sec();
+	int bad = encode_corpus(c, &o, &r);
+	report_reader(c, !bad);
 	if (bad)
 		goto out;
-	if (!quiet) {
-		double dt = now_sec() - e.t0;
-		fprintf(stderr, "asyncpp: %s: %" PRIu64 " tokens", train_path, ntrain);
-		if (val_fraction > 0)
-			fprintf(stderr, "; %s: %" PRIu64 " tokens", val_path, nval);
-		fprintf(stderr, " (%.1f MB in %.2f s, %d threads)\n", e.bytes_done / 1e6, dt,
-			e.nthreads);
-	}
-	if (val_fraction > 0 && nval == 0)
-		warning("%s holds no tokens: none of the %" PRIu64 " documents was drawn for "
-			"validation at --val-fraction %g; split the text into more documents "
-			"(--docs blank-line) or raise --val-fraction", val_path, e.doc_index,
-			val_fraction);
 	rc = EXIT_OK;
+	if (print_ids)
+		goto out;
+	if (!quiet) {
+		fprintf(stderr, "asyncpp: %s: %" PRIu64 " tokens", train_path, r.train_tokens);
+		if (val_fraction > 0)
+			fprintf(stderr, "; %s: %" PRIu64 " tokens", val_path, r.val_tokens);
+		fprintf(stderr, " (%" PRIu64 " document%s, %.1f MB in %.2f s, %d threads)\n",
+			r.docs, r.docs == 1 ? "" : "s", r.bytes / 1e6, now_sec() - t0, o.nthreads);
+	}
+	if (r.by_position && r.docs < r.min_docs)
+		warning("%" PRIu64 " document%s too few to split by document at --val-fraction %g "
+			"(that takes %" PRIu64 " or more); split by position instead: the last %"
+			PRIu64 " of %" PRIu64 " tokens are %s", r.docs, r.docs == 1 ? " is" : "s are",
+			val_fraction, r.min_docs, r.val_tokens, r.train_tokens + r.val_tokens,
+			val_path);
+	else if (r.by_position)
+		warning("none of the %" PRIu64 " documents was drawn for validation at "
+			"--val-fraction %g; split by position instead: the last %" PRIu64 " of %"
+			PRIu64 " tokens are %s", r.docs, val_fraction, r.val_tokens,
+			r.train_tokens + r.val_tokens, val_path);
 out:
-	shard_writer_abort(e.train);
-	shard_writer_abort(e.val);
-	for (size_t i = 0; i < e.npieces; i++)
-		free(e.pieces[i].ids);
-	free(e.pieces);
-	free(e.docbuf);
-	for (int i = 0; i < e.nthreads; i++)
-		tok_cache_free(e.caches[i]);
-	free(e.caches);
+	corpus_close(c);
 	free(train_path);
 	free(val_path);
 	tokenizer_free(tok);

@@ -105,6 +105,11 @@ static int flush_chunk(struct shard_writer *w)
 
 int shard_writer_add_doc(struct shard_writer *w, const uint32_t *tokens, size_t n)
 {
+	return shard_writer_add(w, tokens, n, 1);
+}
+
+int shard_writer_add(struct shard_writer *w, const uint32_t *tokens, size_t n, uint64_t ndocs)
+{
 	for (size_t i = 0; i < n; i++)
 		if (tokens[i] >= w->vocab)
 			return error("'%s': token %" PRIu32 " is outside the vocabulary (%" PRIu32
@@ -121,7 +126,7 @@ int shard_writer_add_doc(struct shard_writer *w, const uint32_t *tokens, size_t 
 			return -1;
 	}
 	w->ntokens += n;
-	w->ndocs++;
+	w->ndocs += ndocs;
 	return 0;
 }
 

@@ -52,6 +52,8 @@ int shard_writer_set_compression(struct shard_writer *w, int level, int nthreads
 /* Append one document's tokens (stored as given, so include any separator)
  * and count one document. A token >= vocab_size is an error. */
 int shard_writer_add_doc(struct shard_writer *w, const uint32_t *tokens, size_t n);
+/* Append tokens that start ndocs documents (0: they continue the last one). */
+int shard_writer_add(struct shard_writer *w, const uint32_t *tokens, size_t n, uint64_t ndocs);
 uint64_t shard_writer_ntokens(const struct shard_writer *w);
 /* Flush, write the header and seek table, commit atomically. Frees w, also
  * on failure (then PATH is untouched). */

@@ -67,13 +67,13 @@ static void put_utf8(struct buf *b, uint32_t cp)
 	buf_append(b, o, n);
 }
 
-static int hex4(struct parser *p, uint32_t *v)
+static int hex4(const unsigned char *s, size_t n, size_t *i, uint32_t *v)
 {
 	*v = 0;
-	if (p->n - p->i < 4)
+	if (n - *i < 4)
 		return -1;
 	for (int k = 0; k < 4; k++) {
-		int c = p->s[p->i++], d;
+		int c = s[(*i)++], d;
 		if (c >= '0' && c <= '9')
 			d = c - '0';
 		else if (c >= 'a' && c <= 'f')
@@ -87,66 +87,96 @@ static int hex4(struct parser *p, uint32_t *v)
 	return 0;
 }
 
+/* Bytes of s[0..n) before the first one a string scanner must look at: a
+ * quote, a backslash, a control character or a non-ASCII byte. Eight bytes
+ * at a time (each test below is nonzero exactly when some byte matches). */
+static size_t plain_ascii_run(const unsigned char *s, size_t n)
+{
+	const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+	size_t j = 0;
+	for (; j + 8 <= n; j += 8) {
+		uint64_t v, q, b;
+		memcpy(&v, s + j, 8);
+		q = v ^ (ones * '"');
+		b = v ^ (ones * '\\');
+		if ((((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b) | v) & high)
+			break;
+	}
+	while (j < n && s[j] >= 0x20 && s[j] < 0x80 && s[j] != '"' && s[j] != '\\')
+		j++;
+	return j;
+}
+
+/* The rest of a string whose opening quote is just before s[*i], through its
+ * closing quote. The decoded bytes (escapes and surrogate pairs resolved, as
+ * UTF-8) are appended to out when it is not NULL; *escaped is set when the
+ * string had an escape. Returns NULL, or why it is not a valid string
+ * (*i is then at the fault). */
+static const char *string_body(const unsigned char *s, size_t n, size_t *i, struct buf *out,
+			       int *escaped)
+{
+	size_t run = *i; /* start of the bytes not yet copied */
+	for (;;) {
+		*i += plain_ascii_run(s + *i, n - *i);
+		if (*i >= n)
+			return "unterminated string";
+		unsigned c = s[*i];
+		if (c >= 0x80) {
+			uint32_t cp;
+			size_t k = utf8_decode(s + *i, n - *i, &cp);
+			if (!k)
+				return "string is not valid UTF-8";
+			*i += k;
+			continue;
+		}
+		if (out && *i > run)
+			buf_append(out, s + run, *i - run);
+		if (c == '"') {
+			(*i)++;
+			return NULL;
+		}
+		if (c < 0x20)
+			return "control character in a string";
+		/* a backslash */
+		if (escaped)
+			*escaped = 1;
+		if (++*i >= n)
+			return "unterminated escape";
+		c = s[(*i)++];
+		const char *simple = c ? strchr("\"\\/bfnrt", (int)c) : NULL;
+		uint32_t cp, lo;
+		if (simple) {
+			static const char map[] = "\"\\/\b\f\n\r\t";
+			if (out)
+				buf_append(out, &map[simple - "\"\\/bfnrt"], 1);
+			run = *i;
+			continue;
+		}
+		if (c != 'u' || hex4(s, n, i, &cp))
+			return "bad escape in a string";
+		if (cp >= 0xD800 && cp < 0xDC00) {
+			if (n - *i < 2 || s[*i] != '\\' || s[*i + 1] != 'u' ||
+			    (*i += 2, hex4(s, n, i, &lo)) || lo < 0xDC00 || lo > 0xDFFF)
+				return "bad surrogate pair in a \\u escape";
+			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+		} else if (cp >= 0xDC00 && cp < 0xE000) {
+			return "lone surrogate in a \\u escape";
+		}
+		if (out)
+			put_utf8(out, cp);
+		run = *i;
+	}
+}
+
 /* A string at p->i (the opening quote) into a malloc'ed NUL-terminated copy. */
 static int parse_string(struct parser *p, char **out, size_t *len)
 {
 	struct buf b = {0};
 	p->i++;
-	for (;;) {
-		if (p->i >= p->n) {
-			buf_free(&b);
-			return perr(p, "unterminated string");
-		}
-		unsigned c = p->s[p->i];
-		if (c == '"') {
-			p->i++;
-			break;
-		}
-		if (c < 0x20) {
-			buf_free(&b);
-			return perr(p, "control character in a string");
-		}
-		if (c != '\\') {
-			/* copy a run of plain bytes, then check it is UTF-8 */
-			size_t j = p->i;
-			while (j < p->n && p->s[j] != '"' && p->s[j] != '\\' && p->s[j] >= 0x20)
-				j++;
-			if (!json_utf8_valid(p->s + p->i, j - p->i)) {
-				buf_free(&b);
-				return perr(p, "string is not valid UTF-8");
-			}
-			buf_append(&b, p->s + p->i, j - p->i);
-			p->i = j;
-			continue;
-		}
-		if (++p->i >= p->n) {
-			buf_free(&b);
-			return perr(p, "unterminated escape");
-		}
-		c = p->s[p->i++];
-		const char *simple = c ? strchr("\"\\/bfnrt", (int)c) : NULL;
-		if (simple) {
-			static const char map[] = "\"\\/\b\f\n\r\t";
-			buf_append(&b, &map[simple - "\"\\/bfnrt"], 1);
-			continue;
-		}
-		uint32_t cp, lo;
-		if (c != 'u' || hex4(p, &cp)) {
-			buf_free(&b);
-			return perr(p, "bad escape in a string");
-		}
-		if (cp >= 0xD800 && cp < 0xDC00) {
-			if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
-			    (p->i += 2, hex4(p, &lo)) || lo < 0xDC00 || lo > 0xDFFF) {
-				buf_free(&b);
-				return perr(p, "bad surrogate pair in a \\u escape");
-			}
-			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-		} else if (cp >= 0xDC00 && cp < 0xE000) {
-			buf_free(&b);
-			return perr(p, "lone surrogate in a \\u escape");
-		}
-		put_utf8(&b, cp);
+	const char *why = string_body(p->s, p->n, &p->i, &b, NULL);
+	if (why) {
+		buf_free(&b);
+		return perr(p, why);
 	}
 	*len = b.len;
 	buf_append(&b, "", 1);
@@ -154,44 +184,57 @@ static int parse_string(struct parser *p, char **out, size_t *len)
 	return 0;
 }
 
+static int is_digit(unsigned c) { return c >= '0' && c <= '9'; }
+
+/* The number at s[*i] (a '-' or a digit): moves *i past it and tells whether
+ * it is integral. Returns NULL, or why it is not a valid number. */
+static const char *number_end(const unsigned char *s, size_t n, size_t *i, int *integral)
+{
+	*integral = 1;
+	if (s[*i] == '-')
+		(*i)++;
+	if (*i >= n || !is_digit(s[*i]))
+		return "bad number";
+	if (s[*i] == '0' && *i + 1 < n && is_digit(s[*i + 1]))
+		return "number with a leading zero";
+	while (*i < n && is_digit(s[*i]))
+		(*i)++;
+	if (*i < n && s[*i] == '.') {
+		*integral = 0;
+		if (++*i >= n || !is_digit(s[*i]))
+			return "bad number: no digits after '.'";
+		while (*i < n && is_digit(s[*i]))
+			(*i)++;
+	}
+	if (*i < n && (s[*i] == 'e' || s[*i] == 'E')) {
+		*integral = 0;
+		(*i)++;
+		if (*i < n && (s[*i] == '+' || s[*i] == '-'))
+			(*i)++;
+		if (*i >= n || !is_digit(s[*i]))
+			return "bad number: no digits in the exponent";
+		while (*i < n && is_digit(s[*i]))
+			(*i)++;
+	}
+	return NULL;
+}
+
 static int parse_number(struct parser *p, struct json *j)
 {
 	size_t start = p->i;
-	int neg = 0, integral = 1, overflow = 0;
+	int integral, neg = p->s[p->i] == '-', overflow = 0;
+	const char *why = number_end(p->s, p->n, &p->i, &integral);
+	if (why)
+		return perr(p, why);
 	uint64_t v = 0;
-	if (p->s[p->i] == '-') {
-		neg = 1;
-		p->i++;
-	}
-	if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9')
-		return perr(p, "bad number");
-	if (p->s[p->i] == '0' && p->i + 1 < p->n && p->s[p->i + 1] >= '0' && p->s[p->i + 1] <= '9')
-		return perr(p, "number with a leading zero");
-	while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-		unsigned d = p->s[p->i++] - '0';
-		if (v > (UINT64_MAX - d) / 10)
-			overflow = 1;
-		else
-			v = v * 10 + d;
-	}
-	if (p->i < p->n && p->s[p->i] == '.') {
-		integral = 0;
-		p->i++;
-		if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9')
-			return perr(p, "bad number: no digits after '.'");
-		while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
-			p->i++;
-	}
-	if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
-		integral = 0;
-		p->i++;
-		if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-'))
-			p->i++;
-		if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9')
-			return perr(p, "bad number: no digits in the exponent");
-		while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
-			p->i++;
-	}
+	if (integral)
+		for (size_t k = start + neg; k < p->i; k++) {
+			unsigned d = p->s[k] - '0';
+			if (v > (UINT64_MAX - d) / 10)
+				overflow = 1;
+			else
+				v = v * 10 + d;
+		}
 	char tmp[64];
 	size_t k = p->i - start;
 	if (k >= sizeof(tmp)) {
@@ -349,6 +392,221 @@ int json_parse_file(struct json **out, const char *path)
 	int rc = json_parse(out, (const char *)b.data, b.len, path);
 	buf_free(&b);
 	return rc;
+}
+
+/* ---- JSON Lines records: check the whole value, decode one member ---- */
+
+struct scan {
+	const unsigned char *s;
+	size_t n, i;
+	const char *why;
+};
+
+static int scan_fail(struct scan *p, const char *why)
+{
+	p->why = why;
+	return -1;
+}
+
+static void scan_ws(struct scan *p)
+{
+	while (p->i < p->n &&
+	       (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
+		p->i++;
+}
+
+/* The string whose opening quote is at p->i; decoded into out unless NULL. */
+static int scan_string(struct scan *p, struct buf *out, int *escaped)
+{
+	p->i++;
+	p->why = string_body(p->s, p->n, &p->i, out, escaped);
+	return p->why ? -1 : 0;
+}
+
+static int scan_value(struct scan *p, int depth, enum json_type *type);
+
+/* Skip the array or object at p->i, checking it. */
+static int scan_container(struct scan *p, int depth)
+{
+	int object = p->s[p->i] == '{';
+	unsigned char close = object ? '}' : ']';
+	if (depth >= JSON_MAX_DEPTH)
+		return scan_fail(p, "nesting too deep");
+	p->i++;
+	scan_ws(p);
+	if (p->i < p->n && p->s[p->i] == close) {
+		p->i++;
+		return 0;
+	}
+	for (;;) {
+		enum json_type t;
+		scan_ws(p);
+		if (object) {
+			if (p->i >= p->n || p->s[p->i] != '"')
+				return scan_fail(p, "expected a member name (a string)");
+			if (scan_string(p, NULL, NULL))
+				return -1;
+			scan_ws(p);
+			if (p->i >= p->n || p->s[p->i] != ':')
+				return scan_fail(p, "expected ':' after a member name");
+			p->i++;
+			scan_ws(p);
+		}
+		if (scan_value(p, depth + 1, &t))
+			return -1;
+		scan_ws(p);
+		if (p->i < p->n && p->s[p->i] == ',') {
+			p->i++;
+			continue;
+		}
+		if (p->i < p->n && p->s[p->i] == close) {
+			p->i++;
+			return 0;
+		}
+		return scan_fail(p, object ? "expected ',' or '}'" : "expected ',' or ']'");
+	}
+}
+
+static int scan_literal(struct scan *p, const char *word)
+{
+	size_t k = strlen(word);
+	if (p->n - p->i < k || memcmp(p->s + p->i, word, k))
+		return scan_fail(p, "bad literal");
+	p->i += k;
+	return 0;
+}
+
+/* Skip the value at p->i, checking it as parse_value does. */
+static int scan_value(struct scan *p, int depth, enum json_type *type)
+{
+	int integral;
+	if (p->i >= p->n)
+		return scan_fail(p, "unexpected end of the record");
+	switch (p->s[p->i]) {
+	case '{':
+	case '[':
+		*type = p->s[p->i] == '{' ? JSON_OBJECT : JSON_ARRAY;
+		return scan_container(p, depth);
+	case '"':
+		*type = JSON_STRING;
+		return scan_string(p, NULL, NULL);
+	case 't':
+		*type = JSON_TRUE;
+		return scan_literal(p, "true");
+	case 'f':
+		*type = JSON_FALSE;
+		return scan_literal(p, "false");
+	case 'n':
+		*type = JSON_NULL;
+		return scan_literal(p, "null");
+	default:
+		*type = JSON_NUMBER;
+		if (p->s[p->i] != '-' && !is_digit(p->s[p->i]))
+			return scan_fail(p, "expected a JSON value");
+		p->why = number_end(p->s, p->n, &p->i, &integral);
+		return p->why ? -1 : 0;
+	}
+}
+
+/* Is the member name just scanned, s[start..end) with its quotes, key? */
+static int name_is(const unsigned char *s, size_t start, size_t end, int escaped, const char *key,
+		   size_t klen)
+{
+	if (!escaped)
+		return end - start - 2 == klen && !memcmp(s + start + 1, key, klen);
+	struct buf b = {0};
+	size_t i = start + 1;
+	string_body(s, end, &i, &b, NULL);
+	int same = b.len == klen && !memcmp(b.data, key, klen);
+	buf_free(&b);
+	return same;
+}
+
+enum json_record json_record_string(const char *text, size_t len, const char *key,
+				    struct buf *out, struct json_record_error *e)
+{
+	struct scan p = {(const unsigned char *)text, len, 0, NULL};
+	size_t klen = strlen(key);
+	enum json_type t = JSON_NULL;
+	int seen = 0;
+	memset(e, 0, sizeof(*e));
+	out->len = 0;
+	scan_ws(&p);
+	if (p.i < p.n && p.s[p.i] != '{') {
+		if (scan_value(&p, 0, &t))
+			goto invalid;
+		scan_ws(&p);
+		if (p.i != p.n)
+			goto trailing;
+		e->type = t;
+		return JSON_RECORD_NOT_OBJECT;
+	}
+	if (p.i >= p.n) {
+		scan_fail(&p, "no JSON value");
+		goto invalid;
+	}
+	/* the members of the object, as scan_container, looking for key */
+	p.i++;
+	scan_ws(&p);
+	if (p.i < p.n && p.s[p.i] == '}') {
+		p.i++;
+	} else {
+		for (;;) {
+			scan_ws(&p);
+			if (p.i >= p.n || p.s[p.i] != '"') {
+				scan_fail(&p, "expected a member name (a string)");
+				goto invalid;
+			}
+			size_t start = p.i;
+			int escaped = 0;
+			if (scan_string(&p, NULL, &escaped))
+				goto invalid;
+			int match = !seen && name_is(p.s, start, p.i, escaped, key, klen);
+			scan_ws(&p);
+			if (p.i >= p.n || p.s[p.i] != ':') {
+				scan_fail(&p, "expected ':' after a member name");
+				goto invalid;
+			}
+			p.i++;
+			scan_ws(&p);
+			if (match && p.i < p.n && p.s[p.i] == '"') {
+				t = JSON_STRING;
+				if (scan_string(&p, out, NULL))
+					goto invalid;
+			} else if (scan_value(&p, 1, match ? &t : &(enum json_type){0})) {
+				goto invalid;
+			}
+			seen |= match;
+			scan_ws(&p);
+			if (p.i < p.n && p.s[p.i] == ',') {
+				p.i++;
+				continue;
+			}
+			if (p.i < p.n && p.s[p.i] == '}') {
+				p.i++;
+				break;
+			}
+			scan_fail(&p, "expected ',' or '}'");
+			goto invalid;
+		}
+	}
+	scan_ws(&p);
+	if (p.i != p.n)
+		goto trailing;
+	if (!seen)
+		return JSON_RECORD_NO_MEMBER;
+	if (t != JSON_STRING) {
+		e->type = t;
+		return JSON_RECORD_NOT_STRING;
+	}
+	return JSON_RECORD_OK;
+trailing:
+	scan_fail(&p, "trailing characters after the JSON value");
+invalid:
+	out->len = 0;
+	e->why = p.why;
+	e->at = p.i;
+	return JSON_RECORD_INVALID;
 }
 
 const struct json *json_get(const struct json *j, const char *key)

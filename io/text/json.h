@@ -46,6 +46,25 @@ void json_free(struct json *j);
 const struct json *json_get(const struct json *j, const char *key);
 const char *json_type_name(enum json_type t);
 
+/* One JSON Lines record: text[0..len) must be exactly one JSON value, with
+ * white space around it, as strict as json_parse, and an object whose first
+ * member named key is a string. Its decoded UTF-8 then replaces the contents
+ * of out (no NUL is added), and the result is JSON_RECORD_OK (0). Otherwise
+ * out is emptied, nothing is printed, and *e says what is wrong: for
+ * JSON_RECORD_INVALID the syntax error (why) and its byte offset (at); for
+ * NOT_OBJECT the record's type, for NOT_STRING the member's. It checks the
+ * whole record without building a tree: the corpus reader calls it on every
+ * line of a JSONL file. */
+enum json_record { JSON_RECORD_OK, JSON_RECORD_INVALID, JSON_RECORD_NOT_OBJECT,
+		   JSON_RECORD_NO_MEMBER, JSON_RECORD_NOT_STRING };
+struct json_record_error {
+	const char *why;
+	size_t at;
+	enum json_type type;
+};
+enum json_record json_record_string(const char *text, size_t len, const char *key,
+				    struct buf *out, struct json_record_error *e);
+
 /* Append s[0..n) as a JSON string literal (quotes, escapes; bytes >= 0x80
  * copied as they are: the caller passes UTF-8). */
 void json_put_string(struct buf *b, const char *s, size_t n);

@@ -1,0 +1,289 @@
+/* encode.c - documents to token shards (see encode.h).
+ *
+ * Documents are copied into a batch of about BATCH_BYTES and cut into pieces
+ * at safe points (see pretok_split_point); the pieces are encoded and hashed
+ * on all cores with one pre-token cache per thread; then the documents are
+ * written in input order. The pieces of a document depend on its text
+ * alone, so its hash (of the piece hashes in order) does too.
+ */
+#include "encode.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../io/formats/shard.h"
+#include "../io/text/corpus.h"
+#include "../io/text/pretok.h"
+#include "../io/text/tokenizer.h"
+#include "../io/util.h"
+
+#define CHUNK_BYTES (256 << 10) /* pieces that threads encode */
+#define BATCH_BYTES (4 << 20)   /* text encoded between writes (and progress lines) */
+#define COPY_TOKENS (1 << 20)   /* tokens per read when the split moves to position */
+#define VAL_BIT (1ULL << 63)
+
+struct piece {
+	size_t off, n;  /* text.data[off..off+n) */
+	int doc_start;  /* first piece of a document */
+	uint32_t *ids;
+	size_t nids;
+	uint64_t hash;
+};
+
+struct encoder {
+	const struct encode_opts *o;
+	struct encode_result *r;
+	struct tok_cache **caches;
+	struct shard_writer *train, *val;
+	struct buf text;        /* the documents of the batch */
+	struct piece *pieces;
+	size_t npieces, pcap;
+	uint32_t *docbuf;
+	size_t docbuf_cap;
+	/* every document's token count (| VAL_BIT when drawn for val), kept while
+	 * the split may still fall back to position */
+	uint64_t *docs, min_docs;
+	size_t ndocs, docs_cap;
+	int recording;
+	double t0;
+};
+
+static void progress(struct encoder *e, int final)
+{
+	if (!e->o->progress)
+		return;
+	double dt = now_sec() - e->t0;
+	fprintf(stderr, "\rencoding: %.1f MB  %.1f MB/s%s", e->r->bytes / 1e6,
+		dt > 0 ? e->r->bytes / 1e6 / dt : 0.0, final ? "\n" : "");
+}
+
+static void record_doc(struct encoder *e, uint64_t ntok, int to_val)
+{
+	if (!e->recording)
+		return;
+	if (e->ndocs == e->docs_cap) {
+		e->docs_cap = e->docs_cap ? 2 * e->docs_cap : 64;
+		e->docs = xrealloc(e->docs, st_mult(e->docs_cap, sizeof(*e->docs)));
+	}
+	e->docs[e->ndocs++] = ntok | (to_val ? VAL_BIT : 0);
+	if (e->r->docs >= e->min_docs && e->r->val_docs > 0) { /* the split stays by document */
+		free(e->docs);
+		e->docs = NULL;
+		e->ndocs = e->docs_cap = 0;
+		e->recording = 0;
+	}
+}
+
+/* Encode the queued pieces in parallel, then write their documents. */
+static int flush_pieces(struct encoder *e)
+{
+	const struct encode_opts *o = e->o;
+	long np = (long)e->npieces;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(o->nthreads)
+	for (long i = 0; i < np; i++) {
+		struct piece *pc = &e->pieces[i];
+		const unsigned char *p = e->text.data + pc->off;
+		pc->ids = xmalloc(st_mult(pc->n ? pc->n : 1, sizeof(uint32_t)));
+		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p, pc->n,
+						   pc->ids);
+		pc->hash = fnv1a64(FNV1A64_INIT, p, pc->n);
+	}
+	uint32_t eot = tokenizer_eot_id(o->tok);
+	int has_eot = eot != TOKENIZER_NO_ID, rc = 0;
+	for (size_t i = 0; i < e->npieces;) {
+		size_t j = i + 1, n = has_eot + e->pieces[i].nids;
+		while (j < e->npieces && !e->pieces[j].doc_start)
+			n += e->pieces[j++].nids;
+		if (n > e->docbuf_cap) {
+			e->docbuf_cap = n;
+			free(e->docbuf);
+			e->docbuf = xmalloc(st_mult(n, sizeof(uint32_t)));
+		}
+		size_t k = 0;
+		uint64_t h = 0;
+		if (has_eot)
+			e->docbuf[k++] = eot;
+		for (size_t q = i; q < j; q++) {
+			memcpy(e->docbuf + k, e->pieces[q].ids, e->pieces[q].nids * sizeof(uint32_t));
+			k += e->pieces[q].nids;
+			e->r->bytes += e->pieces[q].n;
+			h = rng_mix(h, e->pieces[q].hash);
+		}
+		i = j;
+		e->r->docs++;
+		if (!o->train_path) {
+			for (size_t q = has_eot; q < k; q++)
+				fprintf(o->ids_out, q > (size_t)has_eot ? " %u" : "%u", e->docbuf[q]);
+			fputc('\n', o->ids_out);
+			continue;
+		}
+		/* 53 random bits from (seed, hash): the same text, the same side */
+		double u = (double)(rng_mix(o->seed, h) >> 11) * 0x1p-53;
+		int to_val = u < o->val_fraction;
+		e->r->val_docs += to_val;
+		record_doc(e, k, to_val);
+		if (!rc && shard_writer_add_doc(to_val ? e->val : e->train, e->docbuf, k))
+			rc = -1;
+	}
+	for (size_t i = 0; i < e->npieces; i++) {
+		free(e->pieces[i].ids);
+		e->pieces[i].ids = NULL;
+	}
+	e->npieces = 0;
+	e->text.len = 0;
+	progress(e, 0);
+	return rc;
+}
+
+static void add_piece(struct encoder *e, size_t off, size_t n, int doc_start)
+{
+	if (e->npieces == e->pcap) {
+		e->pcap = e->pcap ? 2 * e->pcap : 256;
+		e->pieces = xrealloc(e->pieces, st_mult(e->pcap, sizeof(*e->pieces)));
+	}
+	e->pieces[e->npieces++] = (struct piece){.off = off, .n = n, .doc_start = doc_start};
+}
+
+/* Queue one document (copied), cut into pieces for the threads. */
+static void add_doc(struct encoder *e, const unsigned char *s, size_t n)
+{
+	size_t base = e->text.len;
+	buf_append(&e->text, s, n);
+	s = e->text.data + base;
+	for (size_t at = 0; at < n;) {
+		size_t cut = n - at <= CHUNK_BYTES ? n - at :
+			     pretok_split_point(s + at, n - at, CHUNK_BYTES);
+		add_piece(e, base + at, cut, at == 0);
+		at += cut;
+	}
+}
+
+static int open_writer(struct shard_writer **w, const char *path, const struct encode_opts *o)
+{
+	if (shard_writer_open(w, path, tokenizer_vocab_size(o->tok), tokenizer_hash(o->tok)))
+		return -1;
+	return o->chunk_tokens ? shard_writer_set_chunk_tokens(*w, o->chunk_tokens) : 0;
+}
+
+/* Rewrite the two shards split by position: the documents in input order,
+ * read back from the shards they were written to, the last nval tokens to
+ * val. */
+static int split_by_position(struct encoder *e)
+{
+	const struct encode_opts *o = e->o;
+	uint64_t total = e->r->train_tokens + e->r->val_tokens;
+	uint64_t nval = (uint64_t)llround(o->val_fraction * (double)total);
+	nval = nval < 1 ? 1 : nval > total ? total : nval;
+	uint64_t cut = total - nval, at = 0, cursor[2] = {0, 0};
+	struct shard *src[2] = {NULL, NULL};
+	struct shard_writer *dst[2] = {NULL, NULL};
+	uint32_t *buf = NULL;
+	int rc = -1;
+	if (shard_open(&src[0], o->train_path) || shard_open(&src[1], o->val_path) ||
+	    open_writer(&dst[0], o->train_path, o) || open_writer(&dst[1], o->val_path, o))
+		goto out;
+	buf = xmalloc(COPY_TOKENS * sizeof(*buf));
+	for (size_t d = 0; d < e->ndocs; d++) {
+		int from = (e->docs[d] & VAL_BIT) != 0;
+		uint64_t len = e->docs[d] & ~VAL_BIT;
+		for (uint64_t done = 0; done < len;) {
+			size_t k = (size_t)MIN((uint64_t)COPY_TOKENS, len - done);
+			if (at < cut && at + k > cut)
+				k = (size_t)(cut - at);
+			int to = at >= cut;
+			if (shard_read(src[from], cursor[from], k, buf) ||
+			    shard_writer_add(dst[to], buf, k, done == 0 || at == cut))
+				goto out;
+			cursor[from] += k;
+			done += k;
+			at += k;
+		}
+	}
+	shard_close(src[0]);
+	shard_close(src[1]);
+	src[0] = src[1] = NULL;
+	rc = shard_writer_close(dst[0]);
+	dst[0] = NULL;
+	if (!rc)
+		rc = shard_writer_close(dst[1]);
+	dst[1] = NULL;
+	e->r->train_tokens = cut;
+	e->r->val_tokens = nval;
+	e->r->by_position = 1;
+out:
+	free(buf);
+	shard_close(src[0]);
+	shard_close(src[1]);
+	shard_writer_abort(dst[0]);
+	shard_writer_abort(dst[1]);
+	return rc;
+}
+
+int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_result *r)
+{
+	struct encoder e = {.o = o, .r = r};
+	memset(r, 0, sizeof(*r));
+	e.caches = xmalloc(st_mult(o->nthreads, sizeof(*e.caches)));
+	for (int i = 0; i < o->nthreads; i++)
+		e.caches[i] = tok_cache_new(o->tok);
+	int splitting = o->train_path && o->val_fraction > 0;
+	if (splitting) {
+		double m = ceil(1 / o->val_fraction);
+		e.min_docs = r->min_docs = m < 1e18 ? (uint64_t)m : (uint64_t)1e18;
+		e.recording = 1;
+	}
+	e.t0 = now_sec();
+	int rc = -1, got;
+	if (o->train_path && open_writer(&e.train, o->train_path, o))
+		goto out;
+	if (splitting && open_writer(&e.val, o->val_path, o))
+		goto out;
+	const unsigned char *doc;
+	size_t len;
+	while ((got = corpus_next(c, &doc, &len)) > 0) {
+		add_doc(&e, doc, len);
+		if (e.text.len >= BATCH_BYTES && flush_pieces(&e))
+			goto out;
+	}
+	if (got < 0 || flush_pieces(&e))
+		goto out;
+	progress(&e, 1);
+	if (!o->train_path) {
+		rc = 0;
+		goto out;
+	}
+	r->train_tokens = shard_writer_ntokens(e.train);
+	r->val_tokens = e.val ? shard_writer_ntokens(e.val) : 0;
+	int bad = shard_writer_close(e.train);
+	e.train = NULL;
+	if (e.val)
+		bad |= shard_writer_close(e.val);
+	e.val = NULL;
+	if (bad)
+		goto out;
+	rc = 0;
+	if (splitting && e.recording && r->train_tokens + r->val_tokens > 0 &&
+	    split_by_position(&e)) {
+		/* the shards of the document split are committed: no half result */
+		unlink(o->train_path);
+		unlink(o->val_path);
+		rc = -1;
+	}
+out:
+	shard_writer_abort(e.train);
+	shard_writer_abort(e.val);
+	for (size_t i = 0; i < e.npieces; i++)
+		free(e.pieces[i].ids);
+	free(e.pieces);
+	free(e.docbuf);
+	free(e.docs);
+	buf_free(&e.text);
+	for (int i = 0; i < o->nthreads; i++)
+		tok_cache_free(e.caches[i]);
+	free(e.caches);
+	return rc;
+}
