@@ -409,6 +409,7 @@ void corpus_open(struct corpus **cp, char *const *paths, int n, const struct cor
 		c->paths[i] = xstrdup(paths[i]);
 	c->npaths = n;
 	c->in = xmalloc(c->o.buf_size);
+	buf_reserve(&c->win, c->o.buf_size); /* never NULL */
 	c->zd = ZSTD_createDCtx();
 	if (!c->zd)
 		die("out of memory creating a zstd context");
@@ -507,6 +508,8 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 			*len = n;
 			return 1;
 		}
+		n -= s[n - 1] == '\n'; /* so that a string cut by the line end is "unterminated" */
+		n -= n && s[n - 1] == '\r';
 		if (c->line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
 			s += 3; /* a byte order mark */
 			n -= 3;
