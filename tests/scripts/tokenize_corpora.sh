@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# tokenize_corpora.sh - corpora as they ship: the same documents as plain
+# text, JSONL, JSONL.zst, JSONL.gz, text.gz, a directory, a glob and stdin
+# give identical shards (and tokenizers); lines with CRLF; bad JSONL records
+# named by file and line; the val split by document hash (the same documents
+# for a reordered input) and its fallback to position.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+C=$TESTDATA/corpus
+
+same() { # NAME PREFIX_A PREFIX_B: both shards equal
+	if cmp -s "$2_train.shard" "$3_train.shard" && cmp -s "$2_val.shard" "$3_val.shard"; then
+		pass "$1"
+	else
+		fail "$1" "$3 shards differ from $2's"
+	fi
+}
+
+# Every paragraph of the built-in corpus is a document: "PARA\n\n" in
+# plain.txt, {"text": "PARA\n\n"} in c.jsonl, PARA alone in lines.txt (CRLF)
+# and {"text": "PARA"} in short.jsonl. One more document uses \u escapes.
+awk 'NF {
+	s = $0; gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); gsub(/\t/, "\\t", s)
+	n++
+	printf "%s\n\n", $0 > "plain.txt"
+	printf "{\"id\": %d, \"meta\": {\"text\": [1, 2.5e3, null]}, \"text\": \"%s\\n\\n\"}\n", n, s > "c.jsonl"
+	printf "%s\r\n", $0 > "lines.txt"
+	printf "{\"text\": \"%s\"}\n", s > "short.jsonl"
+}' "$C"/*.txt
+printf 'Caf\303\251 \342\202\254 \360\237\230\200 "q" \\ end\n\n' >> plain.txt
+printf '{"text": "Caf\\u00e9 \\u20ac \\ud83d\\ude00 \\"q\\" \\\\ end\\n\\n"}\n' >> c.jsonl
+ndocs=$(wc -l < c.jsonl)
+[ "$ndocs" -gt 150 ] && pass "corpus_has_documents ($ndocs)" || fail corpus_has_documents "only $ndocs"
+
+# tokenizers: trained on the same documents, the same tokenizer
+$A tokenize train -q --vocab 600 -o t.tok --docs blank-line plain.txt
+$A tokenize train -q --vocab 600 -o tj.tok --format jsonl c.jsonl
+if [ -s t.tok ] && cmp -s t.tok tj.tok; then pass train_jsonl_same_tokenizer; else fail train_jsonl_same_tokenizer "differs"; fi
+
+E=(tokenize encode -q -t t.tok --val-fraction 0.1 --seed 3)
+$A "${E[@]}" -o P --docs blank-line plain.txt
+$A "${E[@]}" -o J --format jsonl c.jsonl
+same jsonl_same_shards P J
+zstd -q -k c.jsonl && $A "${E[@]}" -o JZ --format jsonl c.jsonl.zst
+same jsonl_zst_same_shards P JZ
+gzip -k c.jsonl && $A "${E[@]}" -o JG --format jsonl c.jsonl.gz
+same jsonl_gz_same_shards P JG
+gzip -k plain.txt && $A "${E[@]}" -o PG --docs blank-line plain.txt.gz
+same text_gz_same_shards P PG
+# compression by magic, not by name
+cp c.jsonl.zst renamed.jsonl && $A "${E[@]}" -o JR --format jsonl renamed.jsonl
+same magic_not_suffix P JR
+zstd -q -c c.jsonl | $A "${E[@]}" -o JS --format jsonl -
+same stdin_zst_same_shards P JS
+
+# a directory of parts, each compressed its own way (sorted by name), and a glob
+mkdir parts && split -l 60 c.jsonl parts/part-
+gzip parts/part-ab && zstd -q --rm parts/part-ac
+$A "${E[@]}" -o D --format jsonl parts
+same directory_same_shards P D
+$A "${E[@]}" -o G --format jsonl 'parts/part-*'
+same glob_same_shards P G
+
+# one document a line, CRLF or not
+$A "${E[@]}" -o L --format lines lines.txt
+$A "${E[@]}" -o S --format jsonl short.jsonl
+same lines_crlf_same_as_jsonl S L
+
+# bad records: named with file and line, counted, never dropped silently
+{ head -n 3 c.jsonl; echo '{"text": "cut off'; sed -n 4,10p c.jsonl; echo '{"title": "no text"}'; tail -n +11 c.jsonl; } > bad.jsonl
+expect_exit 1 bad_record_stops_by_default -- $A "${E[@]}" -o B0 --format jsonl bad.jsonl
+if grep -q "bad.jsonl:4: not valid JSON" err.txt && [ ! -e B0_train.shard ]; then pass bad_record_named;
+else fail bad_record_named "$(head -c 300 err.txt)"; fi
+expect_exit 0 bad_records_skipped -- $A "${E[@]}" -o B2 --format jsonl --max-bad 2 bad.jsonl
+if grep -q 'bad.jsonl:4: ' err.txt && grep -q 'bad.jsonl:12: no member "text"' err.txt &&
+	grep -q "2 bad records of $((ndocs + 2)) skipped" err.txt; then pass bad_records_counted;
+else fail bad_records_counted "$(head -c 400 err.txt)"; fi
+same bad_records_rest_same P B2
+
+# the val split is by document: reversed input, the same documents in val
+tac c.jsonl > rev.jsonl
+$A "${E[@]}" -o R --format jsonl rev.jsonl
+docs_of() { $A tokenize decode -t t.tok --show-eot "$1" | awk 'BEGIN { RS = "<\\|endoftext\\|>" } NF' | sort; }
+docs_of J_val.shard > jv.txt; docs_of R_val.shard > rv.txt
+docs_of J_train.shard > jt.txt; docs_of R_train.shard > rt.txt
+nv=$(grep -c . jv.txt)
+if [ "$nv" -gt 0 ] && [ "$nv" -lt "$ndocs" ] && cmp -s jv.txt rv.txt && cmp -s jt.txt rt.txt; then
+	pass "val_split_by_document_hash ($nv of $ndocs in val)"
+else fail val_split_by_document_hash "val $nv docs; reversed input gives other val documents"; fi
+$A "${E[@]}" -o J2 --format jsonl c.jsonl
+same val_split_deterministic J J2
+$A tokenize encode -q -t t.tok --val-fraction 0.1 --seed 4 -o J4 --format jsonl c.jsonl
+if cmp -s J_val.shard J4_val.shard; then fail seed_changes_split "same val shard"; else pass seed_changes_split; fi
+
+# too few documents: split by position, and said so
+cat "$C"/*.txt | tr -s '\n' > one.txt # no blank line: one document
+$A tokenize encode -t t.tok --val-fraction 0.1 -o one one.txt 2> one.err
+total=$($A inspect one_train.shard one_val.shard | awk '/^  tokens/ { s += $2 } END { print s }')
+nval=$($A inspect one_val.shard | awk '/^  tokens/ { print $2 }')
+want=$(( (total + 5) / 10 ))
+if grep -q "1 document is too few to split by document at --val-fraction 0.1" one.err &&
+	grep -q "split by position instead: the last $nval of $total tokens" one.err &&
+	[ "$nval" -gt 0 ] && [ $((nval - want)) -le 1 ] && [ $((want - nval)) -le 1 ]; then
+	pass "position_fallback_said ($nval of $total tokens)"
+else fail position_fallback_said "val $nval of $total, want $want: $(head -c 300 one.err)"; fi
+$A tokenize decode -t t.tok one_train.shard one_val.shard > back.txt
+if cmp -s one.txt back.txt; then pass position_fallback_keeps_order; else fail position_fallback_keeps_order "train+val != input"; fi
+# a few documents (fewer than 1/F) also split by position, in input order
+head -n 5 c.jsonl > few.jsonl
+$A tokenize encode -q -t t.tok --val-fraction 0.1 --seed 3 -o few --format jsonl few.jsonl 2> few.err
+$A tokenize encode -q -t t.tok --val-fraction 0 -o fewall --format jsonl few.jsonl
+$A tokenize decode -t t.tok few_train.shard few_val.shard > few.txt
+$A tokenize decode -t t.tok fewall_train.shard > fewall.txt
+if grep -q "5 documents are too few" few.err && [ -s few_val.shard ] && cmp -s few.txt fewall.txt; then
+	pass few_documents_by_position
+else fail few_documents_by_position "$(head -c 300 few.err)"; fi
+
+# the README's KJV recipe gets a val shard
+if command -v bible > /dev/null && bible -f 'Gen1:1-Gen1:2' > /dev/null 2>&1; then
+	bible -f 'Gen1:1-Rev22:21' | cut -d' ' -f2- > kjv.txt
+	$A tokenize train -q --vocab 1000 -o kjv.tok kjv.txt
+	$A tokenize encode -q -t kjv.tok -o kjv kjv.txt 2> kjv.err
+	nval=$($A inspect kjv_val.shard | awk '/^  tokens/ { print $2 }')
+	if [ "${nval:-0}" -gt 0 ] && grep -q "split by position" kjv.err; then pass "kjv_recipe_val_shard ($nval tokens)";
+	else fail kjv_recipe_val_shard "val shard has ${nval:-no} tokens"; fi
+else
+	skip kjv_recipe_val_shard "bible-kjv is not installed"
+fi
+
+# usage
+expect_exit 2 docs_needs_text -- $A tokenize encode -t t.tok --format jsonl --docs blank-line c.jsonl
+expect_exit 2 field_needs_jsonl -- $A tokenize encode -t t.tok --field body plain.txt
+expect_exit 2 bad_format -- $A tokenize encode -t t.tok --format csv plain.txt
+expect_exit 2 negative_max_bad -- $A tokenize encode -t t.tok --format jsonl --max-bad -1 c.jsonl
+expect_exit 1 no_glob_match -- $A tokenize encode -t t.tok -o nm 'nothing-*.jsonl'
+if grep -q "'nothing-\*.jsonl': no such file, directory or matching files" err.txt; then pass no_glob_match_named;
+else fail no_glob_match_named "$(head -c 200 err.txt)"; fi
