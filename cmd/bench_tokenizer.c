@@ -171,10 +171,19 @@ static int write_corpora(const struct buf *text, const char *dir, char paths[4][
 			end = nl ? (size_t)(nl - text->data) + 1 : text->len;
 		}
 		struct buf doc = {0};
-		for (size_t i = at; i < end; i++) /* no blank line inside a document */
-			if (!(text->data[i] == '\n' && (i == at || text->data[i - 1] == '\n')))
-				buf_append(&doc, text->data + i, 1);
-		if (!doc.len || doc.data[doc.len - 1] != '\n')
+		for (size_t ls = at, le; ls < end; ls = le) { /* no blank line inside a document */
+			const unsigned char *nl = memchr(text->data + ls, '\n', end - ls);
+			le = nl ? (size_t)(nl - text->data) + 1 : end;
+			size_t i = ls;
+			while (i < le && strchr(" \t\r\n", text->data[i]))
+				i++;
+			if (i < le)
+				buf_append(&doc, text->data + ls, le - ls);
+		}
+		at = end;
+		if (!doc.len) /* only blank lines */
+			continue;
+		if (doc.data[doc.len - 1] != '\n')
 			buf_append(&doc, "\n", 1);
 		buf_append(&doc, "\n", 1);
 		buf_append(&plain, doc.data, doc.len);
@@ -187,7 +196,6 @@ static int write_corpora(const struct buf *text, const char *dir, char paths[4][
 		buf_append(&jsonl, "}\n", 2);
 		buf_free(&doc);
 		ndocs++;
-		at = end;
 	}
 	static const char *const names[] = {"plain.txt", "c.jsonl", "c.jsonl.zst", "c.jsonl.gz"};
 	for (int i = 0; i < 4; i++)
@@ -273,7 +281,8 @@ static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
 int bench_tokenizer(int argc, char **argv)
 {
 	opts_parse(argc, argv, usage, options,
-		   "Time BPE training and GPT-2 encoding (one thread, all threads, JS gpt-3-encoder).");
+		   "Time BPE training, GPT-2 encoding (one thread, all threads, JS gpt-3-encoder), and\n"
+		   "the tokenize encode pipeline over plain text, JSONL, JSONL.zst and JSONL.gz.");
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
 	struct buf text = {0};

@@ -118,7 +118,7 @@ else fail few_documents_by_position "$(head -c 300 few.err)"; fi
 # the README's KJV recipe gets a val shard
 if command -v bible > /dev/null && bible -f 'Gen1:1-Gen1:2' > /dev/null 2>&1; then
 	bible -f 'Gen1:1-Rev22:21' | cut -d' ' -f2- > kjv.txt
-	$A tokenize train -q --vocab 1000 -o kjv.tok kjv.txt
+	$A tokenize train -q -o kjv.tok kjv.txt
 	$A tokenize encode -q -t kjv.tok -o kjv kjv.txt 2> kjv.err
 	nval=$($A inspect kjv_val.shard | awk '/^  tokens/ { print $2 }')
 	if [ "${nval:-0}" -gt 0 ] && grep -q "split by position" kjv.err; then pass "kjv_recipe_val_shard ($nval tokens)";
