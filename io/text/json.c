@@ -64,8 +64,44 @@ static void put_utf8(struct buf *b, uint32_t cp)
 		o[3] = (unsigned char)(0x80 | (cp & 0x3F));
 		n = 4;
 	}
-	buf_append(b, o, n);
+	if (b->len + n < b->cap) { /* room for the bytes and a NUL: no call */
+		memcpy(b->data + b->len, o, n);
+		b->len += n;
+	} else {
+		buf_append(b, o, n);
+	}
 }
+
+/* UTF-8 checked by a shift DFA (Per Vognsen's): the state is a bit offset,
+ * and the state after byte b is (utf8_dfa[b] >> state) & 63, so the loop's
+ * chain of dependent operations is a shift and a mask a byte. The states
+ * follow utf8_decode's rules: no overlong forms, surrogates or code points
+ * above U+10FFFF. A quote, a backslash or a control character leads to
+ * U8_ERR too: the loop stops there, and the byte tells which it was. */
+enum { U8_ACC = 0, U8_C1 = 6, U8_C2 = 12, U8_C3 = 18, U8_E0 = 24, U8_ED = 30, U8_F0 = 36,
+       U8_F4 = 42, U8_ERR = 48 };
+/* one row per kind of byte: the next state for each state (io/text/json.c's
+ * history has the generator: a row is the sum of next << state) */
+#define U8_PLAIN  0x0030c30c30c30c00ULL /* printable ASCII: ACC -> ACC */
+#define U8_STOP   0x0030c30c30c30c30ULL /* ends the run, or is not UTF-8: -> ERR */
+#define U8_X80_8F 0x00303301b0306030ULL /* continuation bytes, by the ranges */
+#define U8_X90_9F 0x0030c0c1b0306030ULL /* that follow E0, ED, F0 and F4 */
+#define U8_XA0_BF 0x0030c0cc06306030ULL
+#define U8_LC2_DF 0x0030c30c30c30c06ULL /* lead bytes: ACC -> the state they need */
+#define U8_LE0    0x0030c30c30c30c18ULL
+#define U8_LE1_EF 0x0030c30c30c30c0cULL
+#define U8_LED    0x0030c30c30c30c1eULL
+#define U8_LF0    0x0030c30c30c30c24ULL
+#define U8_LF1_F3 0x0030c30c30c30c12ULL
+#define U8_LF4    0x0030c30c30c30c2aULL
+static const uint64_t utf8_dfa[256] = {
+	[0x00 ... 0x1F] = U8_STOP, [0x20 ... 0x21] = U8_PLAIN, [0x22] = U8_STOP,
+	[0x23 ... 0x5B] = U8_PLAIN, [0x5C] = U8_STOP, [0x5D ... 0x7F] = U8_PLAIN,
+	[0x80 ... 0x8F] = U8_X80_8F, [0x90 ... 0x9F] = U8_X90_9F, [0xA0 ... 0xBF] = U8_XA0_BF,
+	[0xC0 ... 0xC1] = U8_STOP, [0xC2 ... 0xDF] = U8_LC2_DF, [0xE0] = U8_LE0,
+	[0xE1 ... 0xEC] = U8_LE1_EF, [0xED] = U8_LED, [0xEE ... 0xEF] = U8_LE1_EF,
+	[0xF0] = U8_LF0, [0xF1 ... 0xF3] = U8_LF1_F3, [0xF4] = U8_LF4, [0xF5 ... 0xFF] = U8_STOP,
+};
 
 static int hex4(const unsigned char *s, size_t n, size_t *i, uint32_t *v)
 {
@@ -122,15 +158,28 @@ static const char *string_body(const unsigned char *s, size_t n, size_t *i, stru
 			return "unterminated string";
 		unsigned c = s[*i];
 		if (c >= 0x80) {
-			uint32_t cp;
-			size_t k = utf8_decode(s + *i, n - *i, &cp);
-			if (!k)
+			/* text with non-ASCII characters: the DFA, to the end of the run */
+			uint64_t st = U8_ACC, next;
+			size_t j = *i, start = j;
+			for (; j < n && (next = (utf8_dfa[s[j]] >> st) & 63) != U8_ERR; j++) {
+				start = st == U8_ACC ? j : start;
+				st = next;
+			}
+			if (st != U8_ACC || (j < n && s[j] >= 0x80)) {
+				*i = st != U8_ACC ? start : j;
 				return "string is not valid UTF-8";
-			*i += k;
+			}
+			*i = j;
 			continue;
 		}
-		if (out && *i > run)
-			buf_append(out, s + run, *i - run);
+		if (out && *i > run) {
+			if (out->len + (*i - run) < out->cap) { /* no call for short runs */
+				memcpy(out->data + out->len, s + run, *i - run);
+				out->len += *i - run;
+			} else {
+				buf_append(out, s + run, *i - run);
+			}
+		}
 		if (c == '"') {
 			(*i)++;
 			return NULL;
@@ -142,18 +191,23 @@ static const char *string_body(const unsigned char *s, size_t n, size_t *i, stru
 			*escaped = 1;
 		if (++*i >= n)
 			return "unterminated escape";
-		c = s[(*i)++];
-		const char *simple = c ? strchr("\"\\/bfnrt", (int)c) : NULL;
 		uint32_t cp, lo;
-		if (simple) {
-			static const char map[] = "\"\\/\b\f\n\r\t";
-			if (out)
-				buf_append(out, &map[simple - "\"\\/bfnrt"], 1);
-			run = *i;
-			continue;
-		}
-		if (c != 'u' || hex4(s, n, i, &cp))
+		switch (s[(*i)++]) {
+		case '"': cp = '"'; break;
+		case '\\': cp = '\\'; break;
+		case '/': cp = '/'; break;
+		case 'b': cp = '\b'; break;
+		case 'f': cp = '\f'; break;
+		case 'n': cp = '\n'; break;
+		case 'r': cp = '\r'; break;
+		case 't': cp = '\t'; break;
+		case 'u':
+			if (!hex4(s, n, i, &cp))
+				break;
+			/* fall through */
+		default:
 			return "bad escape in a string";
+		}
 		if (cp >= 0xD800 && cp < 0xDC00) {
 			if (n - *i < 2 || s[*i] != '\\' || s[*i + 1] != 'u' ||
 			    (*i += 2, hex4(s, n, i, &lo)) || lo < 0xDC00 || lo > 0xDFFF)

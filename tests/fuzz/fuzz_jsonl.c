@@ -2,7 +2,9 @@
  *
  * 1. json_record_string agrees with the tree parser on any bytes: the same
  *    records are valid, the same ones are objects with a string "text", and
- *    the decoded strings are equal.
+ *    the decoded strings are equal. Both share the string decoder, so the
+ *    bytes are also taken as the inside of a string and checked against a
+ *    plain byte-by-byte decoder written here (utf8_decode for UTF-8).
  * 2. Read as a file (a buffer size taken from the first byte, so records
  *    cross buffer boundaries; gzip or zstd when the bytes say so), the JSONL
  *    documents are exactly the lines' records as the scanner decodes them,
@@ -16,6 +18,7 @@
 
 #include "../../io/text/corpus.h"
 #include "../../io/text/json.h"
+#include "../../io/text/pretok.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 
@@ -46,6 +49,103 @@ static void differential(const uint8_t *data, size_t size)
 	}
 	json_free(j);
 	buf_free(&out);
+}
+
+static int hexval(uint8_t c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int hex4_ref(const uint8_t *d, size_t n, size_t i, uint32_t *cp)
+{
+	*cp = 0;
+	if (i + 4 > n)
+		return -1;
+	for (int k = 0; k < 4; k++) {
+		int v = hexval(d[i + k]);
+		if (v < 0)
+			return -1;
+		*cp = *cp * 16 + (uint32_t)v;
+	}
+	return 0;
+}
+
+/* d[0..n) as the inside of a JSON string, the slow way: 1 and its bytes in
+ * out, 0 when it is not valid, -1 when it holds a raw quote (not comparable:
+ * the string would end there). */
+static int ref_string(const uint8_t *d, size_t n, struct buf *out)
+{
+	for (size_t i = 0; i < n;) {
+		uint8_t c = d[i];
+		uint32_t cp, lo;
+		if (c == '"')
+			return -1;
+		if (c < 0x20)
+			return 0;
+		if (c != '\\') {
+			size_t k = utf8_decode(d + i, n - i, &cp);
+			if (!k)
+				return 0;
+			buf_append(out, d + i, k);
+			i += k;
+			continue;
+		}
+		if (i + 1 >= n)
+			return 0;
+		const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+		const char *m = d[i + 1] ? strchr(from, d[i + 1]) : NULL;
+		if (m) {
+			buf_append(out, to + (m - from), 1);
+			i += 2;
+			continue;
+		}
+		if (d[i + 1] != 'u' || hex4_ref(d, n, i + 2, &cp))
+			return 0;
+		i += 6;
+		if (cp >= 0xD800 && cp <= 0xDBFF) {
+			if (i + 2 > n || d[i] != '\\' || d[i + 1] != 'u' || hex4_ref(d, n, i + 2, &lo) ||
+			    lo < 0xDC00 || lo > 0xDFFF)
+				return 0;
+			i += 6;
+			cp = 0x10000 + (cp - 0xD800) * 0x400 + (lo - 0xDC00);
+		} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+			return 0;
+		}
+		uint8_t u[4];
+		size_t k;
+		if (cp < 0x80)
+			u[0] = (uint8_t)cp, k = 1;
+		else if (cp < 0x800)
+			u[0] = 0xC0 | cp >> 6, u[1] = 0x80 | (cp & 63), k = 2;
+		else if (cp < 0x10000)
+			u[0] = 0xE0 | cp >> 12, u[1] = 0x80 | (cp >> 6 & 63), u[2] = 0x80 | (cp & 63), k = 3;
+		else
+			u[0] = 0xF0 | cp >> 18, u[1] = 0x80 | (cp >> 12 & 63), u[2] = 0x80 | (cp >> 6 & 63),
+			u[3] = 0x80 | (cp & 63), k = 4;
+		buf_append(out, u, k);
+	}
+	return 1;
+}
+
+static void string_contents(const uint8_t *data, size_t size)
+{
+	struct buf rec = {0}, want = {0}, got = {0};
+	int ref = ref_string(data, size, &want);
+	if (ref >= 0) {
+		struct json_record_error e;
+		buf_append(&rec, "{\"text\":\"", 9);
+		buf_append(&rec, data, size);
+		buf_append(&rec, "\"}", 2);
+		enum json_record r = json_record_string((const char *)rec.data, rec.len, "text", &got, &e);
+		if (ref ? r != JSON_RECORD_OK || got.len != want.len ||
+				  (got.len && memcmp(got.data, want.data, got.len)) :
+			  r != JSON_RECORD_INVALID)
+			abort();
+	}
+	buf_free(&rec);
+	buf_free(&want);
+	buf_free(&got);
 }
 
 static int is_blank(const uint8_t *s, size_t n)
@@ -140,6 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	set_error_quiet(1);
 	differential(data, size);
+	string_contents(data, size);
 	as_file(data, size);
 	return 0;
 }
