@@ -11,7 +11,8 @@
  *      -I/usr/include/cjson -o /tmp/jsonl_libs bench/jsonl_libs.c \
  *      bench/jsonl_libs_jansson.c io/text/json.c io/text/pretok.c \
  *      io/text/unicode_tables.c io/util.c -ljansson -lcjson -lm -lpthread
- *   /tmp/jsonl_libs FILE.jsonl...
+ *   python3 bench/jsonl_samples.py kjv.txt /tmp/samples
+ *   /tmp/jsonl_libs /tmp/samples/*.jsonl
  *
  * bench/NOTES.md has the figures.
  */
