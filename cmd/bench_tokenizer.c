@@ -188,9 +188,8 @@ static int write_corpora(const struct buf *text, const char *dir, char paths[4][
 		buf_append(&doc, "\n", 1);
 		buf_append(&plain, doc.data, doc.len);
 		char head[96];
-		int k = snprintf(head, sizeof(head),
-				 "{\"id\": %zu, \"url\": \"https://example.org/doc/%zu\", \"text\": ",
-				 ndocs, ndocs);
+		int k = snprintf(head, sizeof(head), "{\"id\": %zu, \"url\": "
+				 "\"https://example.org/doc/%zu\", \"text\": ", ndocs, ndocs);
 		buf_append(&jsonl, head, (size_t)k);
 		json_put_string(&jsonl, (const char *)doc.data, doc.len);
 		buf_append(&jsonl, "}\n", 2);
@@ -213,8 +212,8 @@ static int write_corpora(const struct buf *text, const char *dir, char paths[4][
 		rc = error("cannot write '%s'", paths[3]);
 	if (!rc)
 		printf("corpus: %zu documents of about %d bytes: plain %.1f MB, JSONL %.1f MB "
-		       "(.zst %.1f MB)\n", ndocs, CORPUS_DOC_BYTES, plain.len / 1e6, jsonl.len / 1e6,
-		       z.len / 1e6);
+		       "(.zst %.1f MB)\n", ndocs, CORPUS_DOC_BYTES, plain.len / 1e6,
+		       jsonl.len / 1e6, z.len / 1e6);
 	buf_free(&plain);
 	buf_free(&jsonl);
 	buf_free(&z);
@@ -227,8 +226,8 @@ static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
 			 const struct buf *text, int nthreads)
 {
 	char dir[] = "/tmp/asyncpp-bench-corpus-XXXXXX", paths[4][600], train[640], val[640];
-	static const char *const rows[] = {"plain text (--docs blank-line)", "JSONL (--format jsonl)",
-					   "JSONL.zst", "JSONL.gz"};
+	static const char *const rows[] = {"plain text (--docs blank-line)",
+					   "JSONL (--format jsonl)", "JSONL.zst", "JSONL.gz"};
 	if (!mkdtemp(dir))
 		return error("cannot make a temporary folder");
 	snprintf(train, sizeof(train), "%s/o_train.shard", dir);
@@ -269,7 +268,8 @@ static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
 	}
 	if (!rc)
 		printf("corpus: %s tokenizer, %d threads, shards written, best of %d rounds; "
-		       "target: JSONL speed >= 0.9 of plain text's\n", tok_name, nthreads, CORPUS_ROUNDS);
+		       "target: JSONL speed >= 0.9 of plain text's\n", tok_name, nthreads,
+		       CORPUS_ROUNDS);
 	for (int i = 0; i < 4; i++)
 		unlink(paths[i]);
 	unlink(train);
@@ -281,8 +281,9 @@ static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
 int bench_tokenizer(int argc, char **argv)
 {
 	opts_parse(argc, argv, usage, options,
-		   "Time BPE training, GPT-2 encoding (one thread, all threads, JS gpt-3-encoder), and\n"
-		   "the tokenize encode pipeline over plain text, JSONL, JSONL.zst and JSONL.gz.");
+		   "Time BPE training, GPT-2 encoding (one thread, all threads, JS "
+		   "gpt-3-encoder), and\nthe tokenize encode pipeline over plain text, JSONL, "
+		   "JSONL.zst and JSONL.gz.");
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
 	struct buf text = {0};

@@ -161,8 +161,8 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 	for (long i = 0; i < np; i++) {
 		struct piece *pc = &e->pieces[i];
 		const unsigned char *p = e->text + pc->off;
-		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p, pc->n,
-						   e->ids + pc->off);
+		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p,
+						   pc->n, e->ids + pc->off);
 		pc->hash = text_hash(p, pc->n);
 	}
 	uint32_t eot = tokenizer_eot_id(o->tok);
@@ -177,9 +177,11 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 		e->r->docs++;
 		if (!o->train_path) {
 			const char *sep = "";
-			for (size_t q = i; q < j; q++)
+			for (size_t q = i; q < j; q++) {
+				const uint32_t *ids = e->ids + e->pieces[q].off;
 				for (size_t t = 0; t < e->pieces[q].nids; t++, sep = " ")
-					fprintf(o->ids_out, "%s%u", sep, e->ids[e->pieces[q].off + t]);
+					fprintf(o->ids_out, "%s%u", sep, ids[t]);
+			}
 			fputc('\n', o->ids_out);
 		} else {
 			/* 53 random bits from (seed, hash): the same text, the same side */
@@ -190,10 +192,12 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 			record_doc(e, k, to_val);
 			if (has_eot && !rc && shard_writer_add(w, &eot, 1, 1))
 				rc = -1;
-			for (size_t q = i; q < j && !rc; q++)
-				if (shard_writer_add(w, e->ids + e->pieces[q].off, e->pieces[q].nids,
-						     !has_eot && q == i))
+			for (size_t q = i; q < j && !rc; q++) {
+				const struct piece *pc = &e->pieces[q];
+				int first = !has_eot && q == i;
+				if (shard_writer_add(w, e->ids + pc->off, pc->nids, first))
 					rc = -1;
+			}
 		}
 		for (size_t q = i; q < j; q++)
 			e->r->bytes += e->pieces[q].n;

@@ -42,7 +42,6 @@ static int show_eot, quiet, print_ids, force;
 
 /* bad JSONL records named on stderr; the rest are counted */
 #define SHOW_BAD 20
-#define SHOW_BAD_STR "20"
 
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
@@ -52,7 +51,8 @@ static const struct option options[] = {
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_GROUP("Inputs (train, encode):"),
 	OPT_STRING(0, "format", &format, "FMT",
-		   "'text' (the default), 'lines' (a document a line) or 'jsonl' (a JSON object a line)"),
+		   "'text' (the default), 'lines' (a document a line) or 'jsonl' "
+		   "(a JSON object a line)"),
 	OPT_STRING(0, "field", &field, "NAME",
 		   "jsonl: the member that holds a document's text (default 'text')"),
 	OPT_STRING(0, "docs", &docs_mode, "MODE",
@@ -80,14 +80,15 @@ static void input_opts(struct corpus_opts *co)
 {
 	memset(co, 0, sizeof(*co));
 	if (corpus_format_parse(format, &co->format))
-		opts_usage_error(usage, options, "--format must be 'text', 'lines' or 'jsonl', not '%s'",
-				 format);
+		opts_usage_error(usage, options,
+				 "--format must be 'text', 'lines' or 'jsonl', not '%s'", format);
 	if (docs_mode && strcmp(docs_mode, "file") && strcmp(docs_mode, "blank-line"))
 		opts_usage_error(usage, options, "--docs must be 'file' or 'blank-line', not '%s'",
 				 docs_mode);
 	if (docs_mode && co->format != CORPUS_TEXT)
-		opts_usage_error(usage, options, "--docs is for --format text (a %s document is %s)",
-				 format, co->format == CORPUS_LINES ? "a line" : "a record");
+		opts_usage_error(usage, options,
+				 "--docs is for --format text (a %s document is %s)", format,
+				 co->format == CORPUS_LINES ? "a line" : "a record");
 	if (field && co->format != CORPUS_JSONL)
 		opts_usage_error(usage, options, "--field is for --format jsonl");
 	if (field && !*field)
@@ -122,12 +123,15 @@ static void report_reader(struct corpus *c, int ok)
 		error("stopped at bad record %" PRIu64 ": --max-bad is %ld (records that are not "
 		      "valid JSON, not objects, lack \"%s\" or whose \"%s\" is not a string)",
 		      st.bad, max_bad, field ? field : "text", field ? field : "text");
+	else if (ok && st.bad > SHOW_BAD)
+		warning("%" PRIu64 " bad records of %" PRIu64 " skipped (the first %d named above)",
+			st.bad, st.records, SHOW_BAD);
 	else if (ok && st.bad)
-		warning("%" PRIu64 " bad record%s of %" PRIu64 " skipped (%s named above)", st.bad,
-			st.bad == 1 ? "" : "s", st.records,
-			st.bad > SHOW_BAD ? "the first " SHOW_BAD_STR " are" : st.bad == 1 ? "it is" : "they are");
+		warning("%" PRIu64 " bad record%s of %" PRIu64 " skipped (named above)", st.bad,
+			st.bad == 1 ? "" : "s", st.records);
 	if (ok && st.empty && !quiet)
-		fprintf(stderr, "asyncpp: %" PRIu64 " record%s with an empty \"%s\" (no document)\n",
+		fprintf(stderr,
+			"asyncpp: %" PRIu64 " record%s with an empty \"%s\" (no document)\n",
 			st.empty, st.empty == 1 ? "" : "s", field ? field : "text");
 }
 
@@ -268,9 +272,9 @@ static int do_encode(int n, char **files)
 	if (r.by_position && r.docs < r.min_docs)
 		warning("%" PRIu64 " document%s too few to split by document at --val-fraction %g "
 			"(that takes %" PRIu64 " or more); split by position instead: the last %"
-			PRIu64 " of %" PRIu64 " tokens are %s", r.docs, r.docs == 1 ? " is" : "s are",
-			val_fraction, r.min_docs, r.val_tokens, r.train_tokens + r.val_tokens,
-			val_path);
+			PRIu64 " of %" PRIu64 " tokens are %s", r.docs,
+			r.docs == 1 ? " is" : "s are", val_fraction, r.min_docs, r.val_tokens,
+			r.train_tokens + r.val_tokens, val_path);
 	else if (r.by_position)
 		warning("none of the %" PRIu64 " documents was drawn for validation at "
 			"--val-fraction %g; split by position instead: the last %" PRIu64 " of %"

@@ -48,7 +48,8 @@ struct corpus {
 
 	/* document assembly */
 	struct buf doc;
-	int content, in_sep;    /* blank-line text: the document has a non-blank line; blank lines follow it */
+	/* blank-line text: the document has a non-blank line; blank lines follow it */
+	int content, in_sep;
 };
 
 /* ---- inputs ---- */
@@ -516,7 +517,8 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 		}
 		c->st.records++;
 		struct json_record_error e;
-		enum json_record jr = json_record_string((const char *)s, n, c->o.field, &c->doc, &e);
+		enum json_record jr;
+		jr = json_record_string((const char *)s, n, c->o.field, &c->doc, &e);
 		if (jr != JSON_RECORD_OK) {
 			if (bad_record(c, jr, &e))
 				return -1;

@@ -464,9 +464,11 @@ static int scan_fail(struct scan *p, const char *why)
 
 static void scan_ws(struct scan *p)
 {
-	while (p->i < p->n &&
-	       (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-		p->i++;
+	for (; p->i < p->n; p->i++) {
+		unsigned char c = p->s[p->i];
+		if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+			return;
+	}
 }
 
 /* The string whose opening quote is at p->i; decoded into out unless NULL. */
