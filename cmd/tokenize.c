@@ -120,9 +120,8 @@ static void report_reader(struct corpus *c, int ok)
 	struct corpus_stats st;
 	corpus_get_stats(c, &st);
 	if (st.too_many_bad)
-		error("stopped at bad record %" PRIu64 ": --max-bad is %ld (records that are not "
-		      "valid JSON, not objects, lack \"%s\" or whose \"%s\" is not a string)",
-		      st.bad, max_bad, field ? field : "text", field ? field : "text");
+		error("stopped at bad record %" PRIu64 ", named above (--max-bad %ld; --max-bad N "
+		      "skips up to N bad records, naming each)", st.bad, max_bad);
 	else if (ok && st.bad > SHOW_BAD)
 		warning("%" PRIu64 " bad records of %" PRIu64 " skipped (the first %d named above)",
 			st.bad, st.records, SHOW_BAD);
