@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "../io/util.h"
+#include "../kernels/cpu/cpu.h"
 #include "linalg.h"
 
 /* LAPACK (Fortran calling convention: every argument by pointer; character
@@ -40,6 +41,7 @@ static void transpose(double *a, int n)
 
 int linalg_eigh_desc(double *a, double *w, int n)
 {
+	cpu_blas_init(); /* OpenBLAS on one thread: the same bits on any machine */
 	/* divide and conquer (dsyevd): several times faster than dsyev at the
 	 * sizes of hidden matrices */
 	int info = 0, lwork = -1, liwork = -1, iq;
@@ -76,6 +78,7 @@ int linalg_eigh_desc(double *a, double *w, int n)
 
 int linalg_qr_q(double *a, int n)
 {
+	cpu_blas_init();
 	int info = 0, lwork = -1;
 	double q;
 	double *tau = xmalloc(st_mult((size_t)(n > 0 ? n : 1), sizeof(double)));

@@ -365,8 +365,10 @@ static void ademamix_schedule(const struct optimizer *o, long t, float *alpha, f
 	double f = (double)t / T;
 	*alpha = (float)(f * a);
 	double lb1 = log(b1), lb3 = log(b3);
-	/* beta1 = 0 has no logarithm: its half-life is 0, and so the start */
-	double b = b1 > 0.0 && b3 > 0.0 ? exp(lb1 * lb3 / ((1.0 - f) * lb3 + f * lb1)) : b3 * f;
+	/* beta1 -> 0 is the limit beta3^(T/t) (ln beta1 -> -inf) */
+	double b = b3 <= 0.0 ? 0.0
+		   : b1 > 0.0 ? exp(lb1 * lb3 / ((1.0 - f) * lb3 + f * lb1))
+			      : (f > 0.0 ? pow(b3, 1.0 / f) : 0.0);
 	*beta3 = (float)MIN(b, b3);
 }
 
@@ -467,11 +469,14 @@ void optim_step(struct optimizer *o, float *weights, const float *grads, float l
 		if (!n)
 			continue;
 		tensor_direction(o, t, grads + t->offset, lr, step);
+		/* SOAP's first step only builds its bases (u = 0): its first update,
+		 * the one without a correction, is step 2 */
+		long first = t->rule == RULE_SOAP ? 2 : 1;
 		if (t->rule == RULE_SOAP && step == 1)
-			decay = 0.0f; /* SOAP's first step only builds its bases (u = 0) */
+			decay = 0.0f;
 		if (!t->ef) {
 			be->apply_update(w, o->u, NULL, n, decay, 0.0f);
-		} else if (step == 1 || o->ef_lambda == 0.0f) {
+		} else if (step <= first || o->ef_lambda == 0.0f) {
 			/* u[-1] = u[0]: no correction on the first step; lambda 0
 			 * leaves the term out so it matches correction = none bit for
 			 * bit. Either way u_prev records this update. */

@@ -367,6 +367,16 @@ int config_finish(struct config *cfg)
 		CONFIG_OPTIM_DEFAULTS(Y)
 #undef Y
 	};
+	/* first the plain defaults (a configuration finished for another
+	 * optimizer may hold that one's values), then the optimizer's own */
+	for (size_t j = 0; j < ARRAY_SIZE(follow); j++) {
+		const struct config_key_info *k = &config_key_table[follow[j].key];
+		if (cfg->given[follow[j].key])
+			continue;
+		if (config_set_key(cfg, k->section, k->key, k->def, "config_keys.h"))
+			return -1;
+		cfg->given[follow[j].key] = 0;
+	}
 	for (size_t j = 0; j < ARRAY_SIZE(follow); j++) {
 		const struct config_key_info *k = &config_key_table[follow[j].key];
 		if (strcmp(cfg->optim_name, follow[j].optim) || cfg->given[follow[j].key])

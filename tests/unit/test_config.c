@@ -595,5 +595,11 @@ TEST(optimizer_defaults_follow_the_name)
 	}
 	CHECK(config_from_args(&cfg, NULL, NULL, 0) == 0);
 	CHECK_NEAR(cfg.optim_beta1, 0.9, 0); /* adamw: the table's default */
+	/* finished again for another optimizer: that one's defaults, then back */
+	CHECK(config_set(&cfg, "optim.name=adan") == 0 && config_finish(&cfg) == 0);
+	CHECK_NEAR(cfg.optim_beta1, 0.98, 0);
+	CHECK(config_set(&cfg, "optim.name=adamw") == 0 && config_finish(&cfg) == 0);
+	CHECK_NEAR(cfg.optim_beta1, 0.9, 0);
+	CHECK_NEAR(cfg.optim_weight_decay, 0.1, 0);
 	config_free(&cfg);
 }

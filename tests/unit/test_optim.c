@@ -1225,3 +1225,20 @@ TEST(lr_schedule_values)
 	CHECK_NEAR(lr_at(&cfg, 100), 0.5, 1e-12);
 	CHECK_NEAR(lr_at(&cfg, 201), 0.1, 1e-12);
 }
+
+/* SOAP's step 1 applies nothing, so its first real update (step 2) takes no
+ * error-feedback correction: ef equals none through step 2 */
+TEST(soap_first_update_has_no_correction)
+{
+	struct config cfg;
+	struct fixture fx;
+	float a[16], b[16];
+	NEED_BACKEND();
+	fx_small(&fx);
+	test_config(&cfg, "soap");
+	CHECK(run_steps(&cfg, &fx, 2, 0.01f, a) == 0);
+	cfg.optim_correction = (char *)"ef";
+	CHECK(run_steps(&cfg, &fx, 2, 0.01f, b) == 0);
+	for (size_t i = 0; i < 6; i++) /* the matrix; the vector is AdamW's */
+		CHECK_MSG(a[i] == b[i], "elem %zu: %.9g vs %.9g", i, a[i], b[i]);
+}
