@@ -573,17 +573,16 @@ def mean_or_nan(v):
 
 # CPU seconds per training step of a grid run (one thread, 4 layers, 16 x 128 tokens,
 # eval every 50 steps and start-up included), measured on this machine (2 shared cores) for
-# the time estimate until finished runs give their own; see the check in the commit that
-# added them. MoE: the factor over the dense step (4 experts, top-2, experts half the
-# dense width), measured with the MoE branch's binary.
+# the time estimate until finished runs give their own (100-step sync runs one at a time).
+# MoE: the factor over the dense step (4 experts, top-2, experts half the dense width).
 MEASURED_CPU_PER_STEP = {'adamw': 0.271, 'muon': 0.298, 'lion': 0.275, 'sgd': 0.327,
                          'adan': 0.341, 'mars': 0.271, 'ademamix': 0.288, 'soap': 0.415,
                          'normuon': 0.310}
 MOE_COST = 1.08
 MEASURED_NOTE = ('100-step sync runs one at a time on an otherwise idle core, code of commit '
                  '9274108 (AdamW\'s async, async + EF and async + predict arms cost within 3%% '
-                 'of its sync arm; the MoE step %.2f× the dense one, measured with the MoE '
-                 'branch\'s binary)' % MOE_COST)
+                 'of its sync arm; the MoE step %.2f× the dense one, AdamW and Muon, with the '
+                 'code of the MoE merge, f073931)' % MOE_COST)
 
 
 def vv(r):
