@@ -6,7 +6,7 @@
 #   experiments/run.sh report     only rebuild results.csv, plots and README.md
 #                                 from the runs finished so far
 #   experiments/run.sh status     how many runs are finished, running, missing
-#   experiments/run.sh phase X    only phase X (A, B, C or D) of the grid
+#   experiments/run.sh phase X    only phase X (A to G) of the grid
 #
 # What it does, from nothing:
 #   1. builds ./asyncpp if it is missing;
@@ -18,7 +18,9 @@
 #      work/runs/NAME with its effective configuration (config.ini), its
 #      metrics (metrics.csv), its log and its time; a finished run has a
 #      'done' file and is never run again, so the script resumes where it
-#      stopped (a run cut off half-way starts over);
+#      stopped (a run cut off half-way continues from its last checkpoint
+#      when its configuration is unchanged, the long runs of phase F write
+#      one every 500 steps; otherwise it starts over);
 #   4. runs experiments/report.py, which writes results.csv (one row per
 #      finished run), the SVG plots in plots/ (with asyncpp plot) and the
 #      report README.md.
@@ -36,12 +38,28 @@
 #   D  the equivalence check, a real 2bw pipeline (4 stages, 4 micro-batches)
 #      against train.delay=1 on one worker with the same micro-batching; the
 #      lion and sgd grid extensions
-# Every run trains on the same number of tokens (STEPS x 16 x 128).
+#   E  the paper's grouping: adan, mars, ademamix, soap, normuon x sync /
+#      async / async+EF / async+predict (optim.correction=predict) x 3 lrs;
+#      async+predict for adamw, muon, lion and sgd over their grids; then the
+#      same extension rule over the four arms; then seed 2 of every
+#      optimizer's best cell per arm (lion's and sgd's seed 2 among them)
+#   F  the long horizon: adamw and muon, sync and async (muon also
+#      async+EF), at the best sync lr for 20 tokens per parameter (13,452
+#      steps of the 1.38 M-parameter model), val loss every 2% of the run
+#   G  a mixture of experts (4 experts, top-2, half-width experts): adamw
+#      and muon x sync / async / async+EF at the best dense sync lr; planned
+#      only when the binary knows model.n_expert (empty otherwise)
+# A phase is planned again after its runs until it plans nothing new (E's
+# extension and seeds follow from its own base grid). Every grid run trains
+# on the same number of tokens (STEPS x 16 x 128). report.py holds the plan
+# and the decision rules of phases E-G, fixed before their runs.
 #
 # Environment: ASYNCPP (binary, default ./asyncpp), JOBS (parallel runs,
 # default 2 on the CPU), STEPS (default 300), DEVICE (cpu, cuda or auto:
 # cuda when asyncpp is built with CUDA and nvidia-smi sees a GPU), WORK
-# (default experiments/work).
+# (default experiments/work); ONLY_OPT (optimizers, comma-separated: plan
+# only their runs) and LONG_STEPS (phase F's steps instead of 20 tokens per
+# parameter), for checks.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -67,13 +85,13 @@ if [ "$MODE" = report ]; then
 	exit 0
 fi
 if [ "$MODE" = status ]; then
-	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status
+	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" --asyncpp "$ASYNCPP" status
 	exit 0
 fi
 ONLY=
 if [ "$MODE" = phase ]; then
 	ONLY=${2:-}
-	case "$ONLY" in A|B|C|D) ;; *) die "phase needs A, B, C or D" ;; esac
+	case "$ONLY" in A|B|C|D|E|F|G) ;; *) die "phase needs one of A, B, C, D, E, F, G" ;; esac
 elif [ "$MODE" != run ]; then
 	die "unknown mode '$MODE' (run, report, status or phase X)"
 fi
@@ -131,20 +149,35 @@ COMMON=(
 	--set checkpoint.every=0 --set checkpoint.keep=1
 )
 
-# run_one NAME KEY=VALUE...: one training run in work/runs/NAME
+# run_one NAME KEY=VALUE...: one training run in work/runs/NAME; a run cut
+# off half-way continues from its newest checkpoint if its configuration is
+# the same (asyncpp's resume is exact), else it starts over
 run_one() {
 	local name=$1; shift
-	local dir=$WORK/runs/$name sets=() kv
+	local dir=$WORK/runs/$name sets=() kv start=(--overwrite)
 	for kv in "$@"; do sets+=(--set "$kv"); done
-	rm -rf "$dir"
 	mkdir -p "$dir"
 	"$ASYNCPP" train --print-config "${COMMON[@]}" "${sets[@]}" \
-		--set train.out_dir="$dir" > "$dir/config.ini" 2> "$dir/log.txt" || {
-		log "bad configuration for $name: $(head -c 300 "$dir/log.txt")"; return 1; }
+		--set train.out_dir="$dir" > "$dir/config.new" 2> "$dir/config.err" || {
+		log "bad configuration for $name: $(head -c 300 "$dir/config.err")"; return 1; }
+	# planned.ini: the configuration as planned (the trainer rewrites config.ini
+	# with a header of its own)
+	if [ -f "$dir/planned.ini" ] && cmp -s "$dir/planned.ini" "$dir/config.new" &&
+	   compgen -G "$dir/ckpt-*.ckpt" > /dev/null; then
+		start=(--resume "$dir")
+		local ck=("$dir"/ckpt-*.ckpt) # by name: the newest last
+		log "$name: continuing from ${ck[-1]##*/}"
+		cat "$dir/log.txt" >> "$dir/log.before-resume.txt" 2> /dev/null
+	else
+		find "$dir" -mindepth 1 -maxdepth 1 ! -name config.new -exec rm -rf {} +
+	fi
+	mv "$dir/config.new" "$dir/planned.ini"
+	cp "$dir/planned.ini" "$dir/config.ini"
+	rm -f "$dir/config.err"
 	local t0 t1 rc status
 	t0=$(date +%s.%N)
 	/usr/bin/time -f '%U %S' -o "$dir/cpu.txt" \
-		"$ASYNCPP" train -q --overwrite "${COMMON[@]}" "${sets[@]}" \
+		"$ASYNCPP" train -q "${start[@]}" "${COMMON[@]}" "${sets[@]}" \
 		--set train.out_dir="$dir" > "$dir/log.txt" 2>&1
 	rc=$?
 	t1=$(date +%s.%N)
@@ -158,10 +191,11 @@ run_one() {
 		fi
 	fi
 	rm -f "$dir"/ckpt-*.ckpt # only the metrics are needed; ~15 MB each
-	printf 'status=%s\nwall_s=%s\ncpu_s=%s\ncode=%s\n' "$status" \
+	# wall_s and cpu_s are the last part's when the run was continued
+	printf 'status=%s\nwall_s=%s\ncpu_s=%s\ncode=%s\ncontinued=%s\n' "$status" \
 		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 		"$(awk '{ s = $1 + $2 } END { printf "%.1f", s }' "$dir/cpu.txt")" \
-		"$CODE" > "$dir/done.tmp"
+		"$CODE" "$([ "${start[0]}" = --resume ] && echo yes || echo no)" > "$dir/done.tmp"
 	mv "$dir/done.tmp" "$dir/done"
 	log "$name $status ($(sed -n 's/^wall_s=//p' "$dir/done") s)"
 }
@@ -189,16 +223,27 @@ launch() {
 drain() { wait; running=0; }
 
 # The plan lives in report.py (one place for the grid, the results and the
-# report): 'report.py plan PHASE' prints NAME KEY=VALUE... per run.
+# report): 'report.py plan PHASE' prints NAME KEY=VALUE... per run. A phase
+# is planned again once its runs have finished, until it plans no run it has
+# not tried (a run that fails is not tried twice in one invocation).
 phase() {
-	local line plan=()
+	local line name plan=() tried=' ' new
 	[ -n "$ONLY" ] && [ "$ONLY" != "$1" ] && return 0
-	mapfile -t plan < <(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" plan "$1")
-	for line in "${plan[@]}"; do
-		# shellcheck disable=SC2086
-		launch $line
+	while :; do
+		mapfile -t plan < <(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" \
+			--asyncpp "$ASYNCPP" plan "$1")
+		new=0
+		for line in "${plan[@]}"; do
+			name=${line%% *}
+			case "$tried" in *" $name "*) continue ;; esac
+			tried="$tried$name "
+			new=1
+			# shellcheck disable=SC2086
+			launch $line
+		done
+		drain
+		[ $new = 1 ] || break
 	done
-	drain
 	report
 }
 
@@ -206,4 +251,8 @@ phase A # adamw, muon: sync / async / async+EF x 3 lrs
 phase B # adamw, muon: the lr grid's extension
 phase C # seeds, momentum, constant against variable delay; lion, sgd x 3 lrs
 phase D # a real 2bw pipeline against train.delay=1; lion, sgd: the extension
-log "done: $(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" status | tail -n 1)"
+phase E # the paper's grouping: 9 optimizers x 4 arms (with async+predict), seed 2
+phase F # the long horizon: adamw, muon at 20 tokens per parameter
+phase G # MoE: adamw, muon x sync / async / async+EF (if the binary has MoE)
+log "done: $(python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" --asyncpp "$ASYNCPP" \
+	status | tail -n 1)"
