@@ -58,6 +58,24 @@ const char *test_tmpdir(void)
 	return tmpdir;
 }
 
+char *test_path(const char *name)
+{
+	static char p[8][512];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
+	return p[k];
+}
+
+int test_write_file(const char *path, const void *p, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	if (!fp)
+		return -1;
+	int rc = fwrite(p, 1, n, fp) == n ? 0 : -1;
+	return fclose(fp) || rc;
+}
+
 const char *test_data(const char *name)
 {
 	static char path[1024];

@@ -21,6 +21,10 @@ void test_skip(const char *why);
 int test_failed(void);
 /* Scratch directory for this test binary (created, removed at exit). */
 const char *test_tmpdir(void);
+/* test_tmpdir()/name; the last 8 results stay valid */
+char *test_path(const char *name);
+/* Write n bytes to path: 0, or -1 */
+int test_write_file(const char *path, const void *p, size_t n);
 /* Path of a file in testdata/. */
 const char *test_data(const char *name);
 /* The backend the device-independent tests run on: ASYNCPP_TEST_DEVICE

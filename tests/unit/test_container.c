@@ -12,15 +12,6 @@
 #include "../../io/util.h"
 #include "../test.h"
 
-static char *tpath(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
-	return p[k];
-}
-
 /* Chunk i of a test container: mixes random and repetitive bytes. */
 static size_t make_chunk(int i, unsigned char *out, size_t max)
 {
@@ -34,15 +25,6 @@ static size_t make_chunk(int i, unsigned char *out, size_t max)
 	return n;
 }
 
-static int write_file(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	if (!fp)
-		return -1;
-	int rc = fwrite(p, 1, n, fp) == n ? 0 : -1;
-	return fclose(fp) || rc;
-}
-
 static int file_exists(const char *path)
 {
 	struct stat st;
@@ -51,7 +33,7 @@ static int file_exists(const char *path)
 
 TEST(round_trip)
 {
-	const char *path = tpath("rt.bin");
+	const char *path = test_path("rt.bin");
 	struct container_writer *w;
 	const char hdr[] = "caller header blob";
 	CHECK(container_create(&w, path, "TESTMAGC", 3, hdr, sizeof(hdr), 0) == 0);
@@ -91,7 +73,7 @@ TEST(round_trip)
 
 TEST(streamed_chunk_equals_whole)
 {
-	const char *path = tpath("stream.bin");
+	const char *path = test_path("stream.bin");
 	size_t n = 400000;
 	unsigned char *data = xmalloc(n), *back = xmalloc(n);
 	uint64_t rng = 7;
@@ -117,7 +99,7 @@ TEST(streamed_chunk_equals_whole)
 
 TEST(streamed_chunk_wrong_length_is_an_error)
 {
-	const char *path = tpath("short.bin");
+	const char *path = test_path("short.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "STREAMED", 1, NULL, 0, 0) == 0);
 	set_error_quiet(1);
@@ -131,7 +113,7 @@ TEST(streamed_chunk_wrong_length_is_an_error)
 
 TEST(threads_round_trip)
 {
-	const char *path = tpath("mt.bin");
+	const char *path = test_path("mt.bin");
 	size_t n = 3 << 20;
 	unsigned char *data = xmalloc(n), *back = xmalloc(n);
 	uint64_t rng = 99;
@@ -152,7 +134,7 @@ TEST(threads_round_trip)
 
 TEST(set_header_is_written_at_commit)
 {
-	const char *path = tpath("sethdr.bin");
+	const char *path = test_path("sethdr.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "SETHEADR", 2, "00000000", 8, 0) == 0);
 	CHECK(container_add_chunk(w, "hello", 5) == 0);
@@ -176,7 +158,7 @@ TEST(zstd_cli_accepts_container)
 {
 	if (system("zstd --version > /dev/null 2>&1"))
 		SKIP("no zstd program");
-	const char *path = tpath("cli.bin");
+	const char *path = test_path("cli.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "ZSTDTEST", 1, "hdr", 3, 0) == 0);
 	unsigned char *data = xmalloc(300000);
@@ -190,7 +172,7 @@ TEST(zstd_cli_accepts_container)
 	char cmd[1200];
 	snprintf(cmd, sizeof(cmd), "zstd -q -t '%s'", path);
 	CHECK(system(cmd) == 0);
-	const char *out = tpath("cli.out");
+	const char *out = test_path("cli.out");
 	snprintf(cmd, sizeof(cmd), "zstd -q -d -c '%s' > '%s'", path, out);
 	CHECK(system(cmd) == 0);
 	struct buf got = {0};
@@ -203,8 +185,8 @@ TEST(zstd_cli_accepts_container)
 
 TEST(abort_leaves_destination_untouched)
 {
-	const char *path = tpath("keep.bin");
-	CHECK(write_file(path, "old contents", 12) == 0);
+	const char *path = test_path("keep.bin");
+	CHECK(test_write_file(path, "old contents", 12) == 0);
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "ABORTING", 1, NULL, 0, 0) == 0);
 	CHECK(container_add_chunk(w, "new", 3) == 0);
@@ -220,7 +202,7 @@ TEST(abort_leaves_destination_untouched)
 
 TEST(wrong_magic_and_any_magic)
 {
-	const char *path = tpath("magic.bin");
+	const char *path = test_path("magic.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "MAGIC_AA", 1, NULL, 0, 0) == 0);
 	CHECK(container_commit(w) == 0);
@@ -235,20 +217,20 @@ TEST(wrong_magic_and_any_magic)
 	container_close(c);
 	char m[8];
 	CHECK(container_peek(path, m) == 1 && !memcmp(m, "MAGIC_AA", 8));
-	const char *txt = tpath("text.txt");
-	CHECK(write_file(txt, "just some text, long enough", 27) == 0);
+	const char *txt = test_path("text.txt");
+	CHECK(test_write_file(txt, "just some text, long enough", 27) == 0);
 	CHECK(container_peek(txt, m) == 0);
 	set_error_quiet(1);
 	CHECK(container_open(&c, txt, NULL, "shard") == -1);
 	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
-	CHECK(container_open(&c, tpath("missing"), NULL, NULL) == -1);
+	CHECK(container_open(&c, test_path("missing"), NULL, NULL) == -1);
 	CHECK(strstr(last_error(), "No such file"));
 	set_error_quiet(0);
 }
 
 TEST(newer_layout_version_is_rejected)
 {
-	const char *path = tpath("layout.bin");
+	const char *path = test_path("layout.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "LAYOUTVV", 1, "ab", 2, 0) == 0);
 	CHECK(container_commit(w) == 0);
@@ -257,7 +239,7 @@ TEST(newer_layout_version_is_rejected)
 	/* layout version at byte 20; the header crc32c follows the blob */
 	put_le32(b.data + 20, 9);
 	put_le32(b.data + 30, crc32c(0, b.data + 8, 22));
-	CHECK(write_file(path, b.data, b.len) == 0);
+	CHECK(test_write_file(path, b.data, b.len) == 0);
 	buf_free(&b);
 	struct container *c;
 	set_error_quiet(1);
@@ -295,7 +277,7 @@ static int read_all_ok(const char *path, const struct buf *chunks, int nchunks)
  * reported as an error: no byte goes unchecked. */
 TEST(every_flipped_byte_and_truncation_is_rejected)
 {
-	const char *path = tpath("orig.bin"), *bad = tpath("bad.bin");
+	const char *path = test_path("orig.bin"), *bad = test_path("bad.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "CORRUPTX", 1, "hdr!", 4, 0) == 0);
 	struct buf chunks[3] = {{0}};
@@ -314,7 +296,7 @@ TEST(every_flipped_byte_and_truncation_is_rejected)
 	for (size_t pos = 0; pos < orig.len && accepted < 0 && wrong < 0; pos++) {
 		for (int bit = 0; bit < 8; bit += 3) {
 			orig.data[pos] ^= (unsigned char)(1u << bit);
-			CHECK(write_file(bad, orig.data, orig.len) == 0);
+			CHECK(test_write_file(bad, orig.data, orig.len) == 0);
 			orig.data[pos] ^= (unsigned char)(1u << bit);
 			int r = read_all_ok(bad, chunks, 3);
 			if (r == 0)
@@ -324,7 +306,7 @@ TEST(every_flipped_byte_and_truncation_is_rejected)
 		}
 	}
 	for (size_t len = 0; len < orig.len && accepted < 0; len++) {
-		CHECK(write_file(bad, orig.data, len) == 0);
+		CHECK(test_write_file(bad, orig.data, len) == 0);
 		if (read_all_ok(bad, chunks, 3) != -1)
 			accepted = (int)(100000 + len);
 	}
@@ -338,7 +320,7 @@ TEST(every_flipped_byte_and_truncation_is_rejected)
 
 TEST(corruption_messages_name_the_file_and_problem)
 {
-	const char *path = tpath("msg.bin");
+	const char *path = test_path("msg.bin");
 	struct container_writer *w;
 	CHECK(container_create(&w, path, "MESSAGES", 1, NULL, 0, 0) == 0);
 	for (int i = 0; i < 4; i++)
@@ -353,7 +335,7 @@ TEST(corruption_messages_name_the_file_and_problem)
 		off3 += container_chunk_csize(c, i);
 	container_close(c);
 	b.data[off3 + 10] ^= 0x20;
-	CHECK(write_file(path, b.data, b.len) == 0);
+	CHECK(test_write_file(path, b.data, b.len) == 0);
 	set_error_quiet(1);
 	CHECK(container_open(&c, path, "MESSAGES", NULL) == 0);
 	char out[15];
@@ -363,10 +345,10 @@ TEST(corruption_messages_name_the_file_and_problem)
 	CHECK(strstr(last_error(), path));
 	CHECK(container_verify(c) == -1);
 	container_close(c);
-	CHECK(write_file(path, b.data, b.len - 3) == 0);
+	CHECK(test_write_file(path, b.data, b.len - 3) == 0);
 	CHECK(container_open(&c, path, "MESSAGES", NULL) == -1);
 	CHECK(strstr(last_error(), "truncated"));
-	CHECK(write_file(path, b.data, 10) == 0);
+	CHECK(test_write_file(path, b.data, 10) == 0);
 	CHECK(container_open(&c, path, "MESSAGES", NULL) == -1);
 	CHECK(strstr(last_error(), "truncated"));
 	set_error_quiet(0);

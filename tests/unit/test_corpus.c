@@ -12,25 +12,7 @@
 #include "../../io/util.h"
 #include "../test.h"
 
-static char *tpath(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
-	return p[k];
-}
-
-static int write_file(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	if (!fp)
-		return -1;
-	int rc = fwrite(p, 1, n, fp) == n ? 0 : -1;
-	return fclose(fp) || rc;
-}
-
-static int write_str(const char *path, const char *s) { return write_file(path, s, strlen(s)); }
+static int write_str(const char *path, const char *s) { return test_write_file(path, s, strlen(s)); }
 
 /* s[0..n) as one gzip member appended to out */
 static void gzip_append(struct buf *out, const void *s, size_t n, int level)
@@ -95,7 +77,7 @@ static int docs_are(const char *path, const struct corpus_opts *o, const char *w
 
 TEST(text_whole_file_and_blank_lines)
 {
-	const char *f = tpath("a.txt");
+	const char *f = test_path("a.txt");
 	CHECK(!write_str(f, "\n\nOne\ntwo\n\n\nThree\r\n\r\n \t\nfour"));
 	struct corpus_opts o = {.format = CORPUS_TEXT};
 	CHECK(docs_are(f, &o, "\n\nOne\ntwo\n\n\nThree\r\n\r\n \t\nfour|"));
@@ -113,7 +95,7 @@ TEST(text_whole_file_and_blank_lines)
 
 TEST(lines_strip_ends_and_skip_blank)
 {
-	const char *f = tpath("l.txt");
+	const char *f = test_path("l.txt");
 	CHECK(!write_str(f, "first\r\nsecond\n\n  \r\n\tthird \nlast"));
 	struct corpus_opts o = {.format = CORPUS_LINES};
 	CHECK(docs_are(f, &o, "first|second|\tthird |last|"));
@@ -121,7 +103,7 @@ TEST(lines_strip_ends_and_skip_blank)
 
 TEST(jsonl_escapes_and_fields)
 {
-	const char *f = tpath("j.jsonl");
+	const char *f = test_path("j.jsonl");
 	CHECK(!write_str(f,
 			 "\xEF\xBB\xBF{\"text\": \"a\\\"b\\\\c\\/d\\n\\t\\u00e9\\u20AC\\ud83d\\ude00\"}\r\n"
 			 "\n"
@@ -149,7 +131,7 @@ TEST(jsonl_escapes_and_fields)
 
 TEST(jsonl_bad_records_named_and_counted)
 {
-	const char *f = tpath("bad.jsonl");
+	const char *f = test_path("bad.jsonl");
 	CHECK(!write_str(f, "{\"text\": \"ok 1\"}\n"
 			    "{\"text\": \"unterminated}\n"           /* line 2 */
 			    "[\"an array\"]\n"                       /* 3 */
@@ -232,11 +214,11 @@ TEST(compressed_and_every_buffer_size)
 	gzip_append(&gz, jsonl.data + half, jsonl.len - half, 1);
 	zstd_append(&zs, jsonl.data, half);
 	zstd_append(&zs, jsonl.data + half, jsonl.len - half);
-	const char *fj = tpath("c.jsonl"), *fg = tpath("c.jsonl.gz"), *fz = tpath("c.jsonl.zst");
-	const char *fgz_noext = tpath("c-gzip-no-suffix"), *ft = tpath("c.txt"), *fl = tpath("c.lines");
-	CHECK(!write_file(fj, jsonl.data, jsonl.len) && !write_file(fg, gz.data, gz.len) &&
-	      !write_file(fz, zs.data, zs.len) && !write_file(fgz_noext, gz.data, gz.len) &&
-	      !write_file(ft, text.data, text.len) && !write_file(fl, lines.data, lines.len));
+	const char *fj = test_path("c.jsonl"), *fg = test_path("c.jsonl.gz"), *fz = test_path("c.jsonl.zst");
+	const char *fgz_noext = test_path("c-gzip-no-suffix"), *ft = test_path("c.txt"), *fl = test_path("c.lines");
+	CHECK(!test_write_file(fj, jsonl.data, jsonl.len) && !test_write_file(fg, gz.data, gz.len) &&
+	      !test_write_file(fz, zs.data, zs.len) && !test_write_file(fgz_noext, gz.data, gz.len) &&
+	      !test_write_file(ft, text.data, text.len) && !test_write_file(fl, lines.data, lines.len));
 	char *p = (char *)fl;
 	struct corpus_opts o = {.format = CORPUS_LINES};
 	CHECK(read_docs(&p, 1, &o, &want, NULL) == 0);
@@ -281,32 +263,32 @@ TEST(corrupt_truncated_or_misnamed_compression)
 		zstd_append(&zs, doc, strlen(doc));
 	}
 	struct corpus_opts o = {.format = CORPUS_JSONL, .buf_size = 16};
-	char *p = tpath("t.jsonl.gz");
-	CHECK(!write_file(p, gz.data, gz.len - 5));
+	char *p = test_path("t.jsonl.gz");
+	CHECK(!test_write_file(p, gz.data, gz.len - 5));
 	set_error_quiet(1);
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "truncated gzip"));
-	p = tpath("t.jsonl.zst");
-	CHECK(!write_file(p, zs.data, zs.len - 3));
+	p = test_path("t.jsonl.zst");
+	CHECK(!test_write_file(p, zs.data, zs.len - 3));
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "truncated zstd"));
 	zs.data[zs.len / 2] ^= 0x55;
-	CHECK(!write_file(p, zs.data, zs.len));
+	CHECK(!test_write_file(p, zs.data, zs.len));
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "zstd"));
 	gz.data[gz.len / 2] ^= 0x55;
-	p = tpath("u.jsonl.gz");
-	CHECK(!write_file(p, gz.data, gz.len));
+	p = test_path("u.jsonl.gz");
+	CHECK(!test_write_file(p, gz.data, gz.len));
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "gzip"));
 	/* the name says compressed, the bytes do not */
-	p = tpath("plain.txt.gz");
+	p = test_path("plain.txt.gz");
 	CHECK(!write_str(p, doc));
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "not gzip data"));
-	p = tpath("plain.txt.zst");
+	p = test_path("plain.txt.zst");
 	CHECK(!write_str(p, doc));
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "not zstd data"));
-	p = tpath("missing.txt");
+	p = test_path("missing.txt");
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == -1 && strstr(last_error(), "missing.txt"));
 	set_error_quiet(0);
 	/* a short plain file (under 4 bytes) is text */
-	p = tpath("ab");
+	p = test_path("ab");
 	CHECK(!write_str(p, "ab"));
 	o.format = CORPUS_TEXT;
 	CHECK(read_docs(&p, 1, &o, &got, NULL) == 0 && !strcmp((char *)got.data, "ab|"));

@@ -11,15 +11,6 @@
 #include "../../io/util.h"
 #include "../test.h"
 
-static char *tpath(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
-	return p[k];
-}
-
 /* One shard of tokens[0..n) as a single document, small chunks so that
  * windows straddle them. */
 static int write_shard(const char *path, uint32_t vocab, const uint32_t *tokens, size_t n)
@@ -55,9 +46,9 @@ TEST(windows_in_order_without_shuffle)
 {
 	uint32_t tok[N];
 	fill(tok, N, 500, 1);
-	CHECK(write_shard(tpath("a.shard"), 500, tok, N) == 0);
+	CHECK(write_shard(test_path("a.shard"), 500, tok, N) == 0);
 	struct dataloader dl;
-	CHECK(dataloader_open(&dl, tpath("a.shard"), B, T, 9, 0) == 0);
+	CHECK(dataloader_open(&dl, test_path("a.shard"), B, T, 9, 0) == 0);
 	CHECK(dl.n == N && dl.n_windows == (N - 1) / T && dl.tokens16 && !dl.tokens32);
 	int32_t in[B * T], tg[B * T];
 	for (long index = 0; index < 30; index++) {
@@ -76,7 +67,7 @@ TEST(windows_in_order_without_shuffle)
 /* Shards concatenate in sorted file order, whatever order they were made in. */
 TEST(shards_concatenate_sorted)
 {
-	char *dir = tpath("multi");
+	char *dir = test_path("multi");
 	CHECK(mkdir(dir, 0755) == 0);
 	uint32_t a[300], b[400];
 	fill(a, 300, 800, 2);
@@ -106,11 +97,11 @@ TEST(token_widths_give_the_same_batches)
 	uint32_t tok[N];
 	fill(tok, N, 65536, 4);
 	tok[5] = 65535;
-	CHECK(write_shard(tpath("w16.shard"), 65536, tok, N) == 0);
-	CHECK(write_shard(tpath("w32.shard"), 70000, tok, N) == 0);
+	CHECK(write_shard(test_path("w16.shard"), 65536, tok, N) == 0);
+	CHECK(write_shard(test_path("w32.shard"), 70000, tok, N) == 0);
 	struct dataloader d16, d32;
-	CHECK(dataloader_open(&d16, tpath("w16.shard"), B, T, 5, 1) == 0);
-	CHECK(dataloader_open(&d32, tpath("w32.shard"), B, T, 5, 1) == 0);
+	CHECK(dataloader_open(&d16, test_path("w16.shard"), B, T, 5, 1) == 0);
+	CHECK(dataloader_open(&d32, test_path("w32.shard"), B, T, 5, 1) == 0);
 	CHECK(d16.tokens16 && d32.tokens32);
 	CHECK(d16.max_token == 65535 && d32.max_token == 65535);
 	for (long index = 0; index < 50; index++)
@@ -121,8 +112,8 @@ TEST(token_widths_give_the_same_batches)
 	uint32_t big[N];
 	fill(big, N, 70000, 5);
 	big[7] = 69999;
-	CHECK(write_shard(tpath("big.shard"), 70000, big, N) == 0);
-	CHECK(dataloader_open(&d32, tpath("big.shard"), 1, T, 0, 0) == 0);
+	CHECK(write_shard(test_path("big.shard"), 70000, big, N) == 0);
+	CHECK(dataloader_open(&d32, test_path("big.shard"), 1, T, 0, 0) == 0);
 	CHECK(d32.max_token == 69999);
 	int32_t in[T], tg[T];
 	dataloader_batch(&d32, 0, in, tg);
@@ -187,18 +178,18 @@ TEST(errors_name_the_data)
 {
 	uint32_t tok[N];
 	fill(tok, N, 500, 6);
-	CHECK(write_shard(tpath("v500.shard"), 500, tok, N) == 0);
-	CHECK(write_shard(tpath("v600.shard"), 600, tok, N) == 0);
+	CHECK(write_shard(test_path("v500.shard"), 500, tok, N) == 0);
+	CHECK(write_shard(test_path("v600.shard"), 600, tok, N) == 0);
 	struct dataloader dl;
 	/* shards of two vocabularies */
-	CHECK(dataloader_open(&dl, tpath("v[56]00.shard"), B, T, 0, 0) == -1);
+	CHECK(dataloader_open(&dl, test_path("v[56]00.shard"), B, T, 0, 0) == -1);
 	dataloader_close(&dl);
 	/* nothing matches */
-	CHECK(dataloader_open(&dl, tpath("none-*.shard"), B, T, 0, 0) == -1);
+	CHECK(dataloader_open(&dl, test_path("none-*.shard"), B, T, 0, 0) == -1);
 	dataloader_close(&dl);
 	/* fewer than T + 1 tokens */
-	CHECK(write_shard(tpath("tiny.shard"), 500, tok, T) == 0);
-	CHECK(dataloader_open(&dl, tpath("tiny.shard"), B, T, 0, 0) == -1);
+	CHECK(write_shard(test_path("tiny.shard"), 500, tok, T) == 0);
+	CHECK(dataloader_open(&dl, test_path("tiny.shard"), B, T, 0, 0) == -1);
 	dataloader_close(&dl);
 }
 
@@ -253,7 +244,7 @@ TEST(stream_read_failure_is_reported)
 {
 	uint32_t tok[N];
 	fill(tok, N, 500, 8);
-	char *path = tpath("damaged.shard");
+	char *path = test_path("damaged.shard");
 	CHECK(write_shard(path, 500, tok, N) == 0);
 	struct dataloader dl;
 	CHECK(dataloader_open_load(&dl, path, B, T, 0, 0, DATA_LOAD_STREAM) == 0);
@@ -292,9 +283,9 @@ TEST(auto_reads_small_data_into_memory)
 {
 	uint32_t tok[N];
 	fill(tok, N, 500, 9);
-	CHECK(write_shard(tpath("auto.shard"), 500, tok, N) == 0);
+	CHECK(write_shard(test_path("auto.shard"), 500, tok, N) == 0);
 	struct dataloader dl;
-	CHECK(dataloader_open_load(&dl, tpath("auto.shard"), B, T, 0, 0, DATA_LOAD_AUTO) == 0);
+	CHECK(dataloader_open_load(&dl, test_path("auto.shard"), B, T, 0, 0, DATA_LOAD_AUTO) == 0);
 	CHECK(!dataloader_streaming(&dl) && dl.tokens16);
 	dataloader_close(&dl);
 	CHECK(data_load_parse("stream") == DATA_LOAD_STREAM &&

@@ -9,24 +9,6 @@
 #include "../../io/util.h"
 #include "../test.h"
 
-static char *tpath(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", test_tmpdir(), name);
-	return p[k];
-}
-
-static int write_file(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	if (!fp)
-		return -1;
-	int rc = fwrite(p, 1, n, fp) == n ? 0 : -1;
-	return fclose(fp) || rc;
-}
-
 /* Write a shard of ndocs random documents; the tokens go to *all. */
 static int make_shard(const char *path, uint32_t vocab, uint32_t chunk, int ndocs,
 		      uint64_t seed, uint32_t **all, size_t *n)
@@ -70,7 +52,7 @@ static int make_shard(const char *path, uint32_t vocab, uint32_t chunk, int ndoc
 
 static void check_round_trip(uint32_t vocab, int width)
 {
-	const char *path = tpath("rt.shard");
+	const char *path = test_path("rt.shard");
 	uint32_t *tok;
 	size_t n;
 	CHECK(make_shard(path, vocab, 100, 300, vocab, &tok, &n) == 0);
@@ -97,7 +79,7 @@ TEST(round_trip_u32) { check_round_trip(100000, 4); }
 
 TEST(random_access_across_chunks)
 {
-	const char *path = tpath("ra.shard");
+	const char *path = test_path("ra.shard");
 	uint32_t *tok;
 	size_t n;
 	CHECK(make_shard(path, 1000, 37, 200, 5, &tok, &n) == 0);
@@ -126,7 +108,7 @@ TEST(random_access_across_chunks)
 
 TEST(empty_shard)
 {
-	const char *path = tpath("empty.shard");
+	const char *path = test_path("empty.shard");
 	struct shard_writer *w;
 	CHECK(shard_writer_open(&w, path, 256, 0) == 0);
 	CHECK(shard_writer_close(w) == 0);
@@ -138,7 +120,7 @@ TEST(empty_shard)
 
 TEST(writer_rejects_tokens_beyond_vocab)
 {
-	const char *path = tpath("vocab.shard");
+	const char *path = test_path("vocab.shard");
 	struct shard_writer *w;
 	CHECK(shard_writer_open(&w, path, 100, 0) == 0);
 	uint32_t ok[3] = {0, 50, 99}, bad[2] = {5, 100};
@@ -158,7 +140,7 @@ TEST(writer_rejects_tokens_beyond_vocab)
  * declared vocabulary: the reader must refuse them. */
 TEST(reader_rejects_tokens_beyond_vocab)
 {
-	const char *path = tpath("badvocab.shard");
+	const char *path = test_path("badvocab.shard");
 	unsigned char h[40] = {0}, data[8];
 	put_le32(h, 2);
 	put_le32(h + 4, 100);
@@ -190,7 +172,7 @@ TEST(reader_rejects_tokens_beyond_vocab)
 
 TEST(newer_version_and_wrong_magic)
 {
-	const char *path = tpath("v7.shard");
+	const char *path = test_path("v7.shard");
 	unsigned char h[40] = {0};
 	put_le32(h, 2);
 	put_le32(h + 4, 100);
@@ -207,7 +189,7 @@ TEST(newer_version_and_wrong_magic)
 	CHECK(container_commit(w) == 0);
 	CHECK(shard_open(&s, path) == -1);
 	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
-	CHECK(write_file(path, "hello world, this is text\n", 26) == 0);
+	CHECK(test_write_file(path, "hello world, this is text\n", 26) == 0);
 	CHECK(shard_open(&s, path) == -1);
 	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
 	CHECK(shard_sniff(path) == 0);
@@ -238,7 +220,7 @@ static int read_back(const char *path, const uint32_t *tok, size_t n, uint32_t v
  * at every length: each must be reported, never give other tokens. */
 TEST(every_flipped_byte_and_truncation_is_rejected)
 {
-	const char *path = tpath("small.shard"), *bad = tpath("bad.shard");
+	const char *path = test_path("small.shard"), *bad = test_path("bad.shard");
 	uint32_t *tok;
 	size_t n;
 	CHECK(make_shard(path, 300, 16, 4, 11, &tok, &n) == 0);
@@ -252,7 +234,7 @@ TEST(every_flipped_byte_and_truncation_is_rejected)
 		unsigned char flips[2] = {0x01, 0xff};
 		for (int f = 0; f < 2; f++) {
 			orig.data[pos] ^= flips[f];
-			CHECK(write_file(bad, orig.data, orig.len) == 0);
+			CHECK(test_write_file(bad, orig.data, orig.len) == 0);
 			orig.data[pos] ^= flips[f];
 			int r = read_back(bad, tok, n, 300);
 			if (r == 0 && accepted < 0)
@@ -262,7 +244,7 @@ TEST(every_flipped_byte_and_truncation_is_rejected)
 		}
 	}
 	for (size_t len = 0; len < orig.len; len++) {
-		CHECK(write_file(bad, orig.data, len) == 0);
+		CHECK(test_write_file(bad, orig.data, len) == 0);
 		int r = read_back(bad, tok, n, 300);
 		if (r == 1 && wrong < 0)
 			wrong = (int)(100000 + len);
@@ -285,13 +267,13 @@ static void write_llmc(const char *path, const uint16_t *tok, int32_t n, int32_t
 	put_le32(b + 8, (uint32_t)header_n);
 	for (int32_t i = 0; i < n; i++)
 		put_le16(b + 1024 + 2 * i, tok[i]);
-	write_file(path, b, 1024 + 2 * (size_t)n + extra);
+	test_write_file(path, b, 1024 + 2 * (size_t)n + extra);
 	free(b);
 }
 
 TEST(llmc_shard)
 {
-	const char *path = tpath("llmc.bin");
+	const char *path = test_path("llmc.bin");
 	uint16_t tok[1000];
 	uint64_t rng = 3;
 	for (int i = 0; i < 1000; i++)
@@ -322,7 +304,7 @@ TEST(llmc_shard)
 	unsigned char cut[6] = {0};
 	put_le32(cut, LLMC_SHARD_MAGIC);
 	cut[4] = 1;
-	CHECK(write_file(path, cut, 6) == 0); /* header cut short */
+	CHECK(test_write_file(path, cut, 6) == 0); /* header cut short */
 	CHECK(shard_open(&s, path) == -1);
 	CHECK(strstr(last_error(), "truncated"));
 	tok[5] = 60000;
@@ -338,7 +320,7 @@ TEST(llmc_shard)
 
 TEST(inspect_summary)
 {
-	const char *path = tpath("insp.shard"), *out = tpath("insp.txt");
+	const char *path = test_path("insp.shard"), *out = test_path("insp.txt");
 	uint32_t *tok;
 	size_t n;
 	CHECK(make_shard(path, 1000, 50, 20, 9, &tok, &n) == 0);
@@ -368,7 +350,7 @@ TEST(glob_file_dir_pattern)
 	for (int i = 0; i < 4; i++) {
 		char p[600];
 		snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-		CHECK(write_file(p, "x", 1) == 0);
+		CHECK(test_write_file(p, "x", 1) == 0);
 	}
 	char **v;
 	int n;
@@ -393,7 +375,7 @@ TEST(glob_file_dir_pattern)
 
 TEST(abort_writes_nothing)
 {
-	const char *path = tpath("aborted.shard");
+	const char *path = test_path("aborted.shard");
 	struct shard_writer *w;
 	CHECK(shard_writer_open(&w, path, 100, 0) == 0);
 	uint32_t t[2] = {1, 2};
