@@ -416,44 +416,48 @@ TEST(per_stage_delay_depends_on_the_cut)
 	config_free(&b);
 }
 
+/* 2bw over `stages` stages equals train.delay = 1 on one worker, both with
+ * optim.correction = correction; with resume, a 2bw run stopped at step 7
+ * and resumed also equals the uninterrupted one. lr NULL keeps the default.
+ * 1 when everything held. */
+static int twobw_vs_delay_one(const char *arch, const char *opt, const char *correction,
+				  const char *stages, const char *lr, int resume)
+{
+	struct config one, pipe;
+	base_config(&one, arch, opt);
+	config_set_key(&one, "train", "delay", "1", "test");
+	base_config(&pipe, arch, opt);
+	config_set_key(&pipe, "train", "schedule", "2bw", "test");
+	config_set_key(&pipe, "pipeline", "stages", stages, "test");
+	for (struct config *c = &one; c; c = c == &one ? &pipe : NULL) {
+		config_set_key(c, "optim", "correction", correction, "test");
+		if (lr)
+			config_set_key(c, "optim", "lr", lr, "test");
+	}
+	char what[128];
+	snprintf(what, sizeof(what), "2bw+%s S=%s %s %s", correction, stages, arch, opt);
+	int ok = same_run(what, &one, &pipe);
+	if (ok && resume) {
+		snprintf(what, sizeof(what), "resume 2bw+%s %s %s", correction, arch, opt);
+		check_resume(what, &pipe, &pipe, 7);
+	}
+	config_free(&one);
+	config_free(&pipe);
+	return ok && !test_failed();
+}
+
 TEST(twobw_with_error_feedback_equals_delay_one_with_error_feedback)
 {
-	FOR_EACH_ARCH_OPTIM(arch, opt) {
-		struct config one, pipe;
-		base_config(&one, arch, opt);
-		config_set_key(&one, "train", "delay", "1", "test");
-		config_set_key(&one, "optim", "correction", "ef", "test");
-		base_config(&pipe, arch, opt);
-		config_set_key(&pipe, "train", "schedule", "2bw", "test");
-		config_set_key(&pipe, "pipeline", "stages", "4", "test");
-		config_set_key(&pipe, "optim", "correction", "ef", "test");
-		char what[96];
-		snprintf(what, sizeof(what), "2bw+ef S=4 %s %s", arch, opt);
-		if (!same_run(what, &one, &pipe))
+	FOR_EACH_ARCH_OPTIM(arch, opt)
+		if (!twobw_vs_delay_one(arch, opt, "ef", "4", NULL, 0))
 			return;
-		config_free(&one);
-		config_free(&pipe);
-	}
 }
 
 TEST(twobw_with_prediction_equals_delay_one_with_prediction)
 {
-	FOR_EACH_ARCH_OPTIM(arch, opt) {
-		struct config one, pipe;
-		base_config(&one, arch, opt);
-		config_set_key(&one, "train", "delay", "1", "test");
-		config_set_key(&one, "optim", "correction", "predict", "test");
-		base_config(&pipe, arch, opt);
-		config_set_key(&pipe, "train", "schedule", "2bw", "test");
-		config_set_key(&pipe, "pipeline", "stages", "4", "test");
-		config_set_key(&pipe, "optim", "correction", "predict", "test");
-		char what[96];
-		snprintf(what, sizeof(what), "2bw+predict S=4 %s %s", arch, opt);
-		if (!same_run(what, &one, &pipe))
+	FOR_EACH_ARCH_OPTIM(arch, opt)
+		if (!twobw_vs_delay_one(arch, opt, "predict", "4", NULL, 0))
 			return;
-		config_free(&one);
-		config_free(&pipe);
-	}
 }
 
 TEST(pipedream_with_prediction_equals_per_stage_with_prediction)
@@ -550,27 +554,10 @@ TEST(other_optimizers_under_2bw_and_resume)
 	static const char *const corrections[] = {"none", "ef", "predict"};
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		for (size_t c = 0; c < ARRAY_SIZE(corrections); c++) {
-			struct config one, pipe;
-			base_config(&one, "llama", names[i]);
-			config_set_key(&one, "train", "delay", "1", "test");
-			config_set_key(&one, "optim", "correction", corrections[c], "test");
-			base_config(&pipe, "llama", names[i]);
-			config_set_key(&pipe, "train", "schedule", "2bw", "test");
-			config_set_key(&pipe, "pipeline", "stages", "2", "test");
-			config_set_key(&pipe, "optim", "correction", corrections[c], "test");
-			if (!strcmp(names[i], "lion") || !strcmp(names[i], "sgd")) /* a smaller step */
-				config_set_key(&one, "optim", "lr", "1e-3", "test"),
-					config_set_key(&pipe, "optim", "lr", "1e-3", "test");
-			char what[96];
-			snprintf(what, sizeof(what), "2bw+%s %s", corrections[c], names[i]);
-			int ok = same_run(what, &one, &pipe);
-			if (ok && c == 0) {
-				snprintf(what, sizeof(what), "resume 2bw %s", names[i]);
-				check_resume(what, &pipe, &pipe, 7);
-			}
-			config_free(&one);
-			config_free(&pipe);
-			if (!ok || test_failed())
+			/* lion and sgd want a smaller step */
+			int small = !strcmp(names[i], "lion") || !strcmp(names[i], "sgd");
+			if (!twobw_vs_delay_one("llama", names[i], corrections[c], "2",
+						    small ? "1e-3" : NULL, c == 0))
 				return;
 		}
 }
@@ -583,25 +570,9 @@ TEST(moe_other_optimizers_under_2bw_and_resume)
 	static const char *const names[] = {"normuon", "soap", "mars", "adan"};
 	if (!runs_here("moe"))
 		SKIP("the MoE layer needs the cpu backend");
-	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-		struct config one, pipe;
-		base_config(&one, "moe", names[i]);
-		config_set_key(&one, "train", "delay", "1", "test");
-		base_config(&pipe, "moe", names[i]);
-		config_set_key(&pipe, "train", "schedule", "2bw", "test");
-		config_set_key(&pipe, "pipeline", "stages", "2", "test");
-		char what[96];
-		snprintf(what, sizeof(what), "moe 2bw %s", names[i]);
-		int ok = same_run(what, &one, &pipe);
-		if (ok) {
-			snprintf(what, sizeof(what), "moe resume 2bw %s", names[i]);
-			check_resume(what, &pipe, &pipe, 7);
-		}
-		config_free(&one);
-		config_free(&pipe);
-		if (!ok || test_failed())
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (!twobw_vs_delay_one("moe", names[i], "none", "2", NULL, 1))
 			return;
-	}
 }
 
 TEST(delay_zero_equals_no_delay)
