@@ -50,6 +50,11 @@ const struct backend *backend_by_name(const char *name)
 	return NULL;
 }
 
+size_t scratch_floats_aligned(size_t n)
+{
+	return st_add(n, 63) & ~(size_t)63;
+}
+
 size_t newton_schulz_scratch(int rows, int cols)
 {
 	/* X (m x n), A = X X^T (m x m), B = b*A + c*A*A (m x m), B*X (m x n),

@@ -177,6 +177,10 @@ struct backend {
 
 /* Scratch floats newton_schulz needs for a rows x cols matrix. */
 size_t newton_schulz_scratch(int rows, int cols);
+/* n floats rounded up to a multiple of 64 (256 bytes): a slice of a scratch
+ * buffer that starts at such an offset keeps the buffer's alignment, which
+ * the CUDA GEMMs and Newton-Schulz need to run without staging copies. */
+size_t scratch_floats_aligned(size_t n);
 
 /* The CPU reference backend; always present. */
 extern const struct backend backend_cpu;

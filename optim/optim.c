@@ -197,14 +197,16 @@ static void add_rule_parts(struct optimizer *o, struct optim_tensor *t)
 	}
 }
 
-/* Floats of o->work the tensor's rule needs. */
+/* Floats of o->work the tensor's rule needs. Slices of work start at
+ * 256-byte offsets (scratch_floats_aligned), as the CUDA kernels want. */
 static size_t work_floats(const struct optim_tensor *t)
 {
 	size_t n = t->info.numel;
 	switch (t->rule) {
 	case RULE_MUON:
 	case RULE_NORMUON:
-		return st_add(n, newton_schulz_scratch(t->info.rows, t->info.cols));
+		return st_add(scratch_floats_aligned(n),
+			      newton_schulz_scratch(t->info.rows, t->info.cols));
 	case RULE_MARS:
 		return n;
 	case RULE_SOAP:
@@ -436,12 +438,14 @@ static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, 
 		break;
 	case RULE_MUON:
 		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
-		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps, o->work + n);
+		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps,
+				  o->work + scratch_floats_aligned(n));
 		be->scale(o->u, -lr * muon_scale(o, rows, cols), n);
 		break;
 	case RULE_NORMUON:
 		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
-		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps, o->work + n);
+		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps,
+				  o->work + scratch_floats_aligned(n));
 		normuon_rows(o, o->u, s[1], rows, cols, lr);
 		break;
 	case RULE_SOAP: {

@@ -9,7 +9,7 @@
 
 size_t soap_work_floats(int rows, int cols)
 {
-	return st_mult(3, st_mult((size_t)rows, (size_t)cols));
+	return st_mult(3, scratch_floats_aligned(st_mult((size_t)rows, (size_t)cols)));
 }
 
 /* out[m,n] = QL^T x QR (rotate) or QL x QR^T (back), either basis may be
@@ -137,7 +137,8 @@ void soap_direction(const struct backend *be, const struct soap_state *st, float
 		return;
 	}
 	long s = step - 1;
-	float *gr = work, *out = work + mn, *tmp = work + 2 * mn;
+	size_t slice = scratch_floats_aligned(mn); /* keeps each slice 256-byte aligned */
+	float *gr = work, *out = work + slice, *tmp = work + 2 * slice;
 	change_basis(be, gr, g, tmp, st->ql, st->qr, m, n, 0);
 	be->ema(st->m, gr, mn, beta1); /* m is kept in the rotated space */
 	be->soap_adam(out, st->m, gr, st->v, mn, beta2, eps);

@@ -7,6 +7,7 @@
 
 #include "../../io/util.h"
 #include "../../optim/optim.h"
+#include "../../optim/soap.h"
 #include "../test.h"
 #include "fixtures/optim_reference.h"
 
@@ -1250,4 +1251,70 @@ TEST(soap_first_update_has_no_correction)
 	CHECK(run_steps(&cfg, &fx, 2, 0.01f, b) == 0);
 	for (size_t i = 0; i < 6; i++) /* the matrix; the vector is AdamW's */
 		CHECK_MSG(a[i] == b[i], "elem %zu: %.9g vs %.9g", i, a[i], b[i]);
+}
+
+/* A backend that records where in the optimizer's work buffer the
+ * Newton-Schulz scratch and the SOAP GEMM operands start: every slice must
+ * sit at a multiple of 64 floats from o->work, or the CUDA kernels stage it
+ * through a copy (GEMM) or allocate scratch mid-step (Newton-Schulz). */
+static const float *spy_work_lo, *spy_work_hi;
+static int spy_slices, spy_misaligned;
+
+static void spy_note(const float *p)
+{
+	if (p >= spy_work_lo && p < spy_work_hi) {
+		spy_slices++;
+		spy_misaligned += (p - spy_work_lo) % 64 != 0;
+	}
+}
+
+static void spy_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
+			      float *scratch)
+{
+	spy_note(scratch);
+	be->newton_schulz(out, in, rows, cols, steps, scratch);
+}
+
+static void spy_gemm(float *c, const float *a, const float *b, int M, int N, int K, int ta,
+		     int tb, float alpha, float beta)
+{
+	spy_note(c);
+	spy_note(a);
+	spy_note(b);
+	be->gemm(c, a, b, M, N, K, ta, tb, alpha, beta);
+}
+
+TEST(work_slices_start_256_bytes_apart)
+{
+	static const char *const names[] = {"muon", "normuon", "soap"};
+	struct backend spy = *be;
+	NEED_BACKEND();
+	spy.newton_schulz = spy_newton_schulz;
+	spy.gemm = spy_gemm;
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+		struct config cfg;
+		struct fixture fx;
+		struct optimizer o;
+		memset(&fx, 0, sizeof(fx));
+		fx_add(&fx, "h.0.qkvw", 3, 5, GROUP_MATRIX, 1); /* 15 floats: not a multiple of 64 */
+		test_config(&cfg, names[k]);
+		CHECK(optim_init(&o, &spy, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		float *w = be_floats(NULL, fx.numel), *g = be_floats(NULL, fx.numel);
+		float hg[15];
+		for (int i = 0; i < 15; i++)
+			hg[i] = grad_of(1, (size_t)i);
+		be->copy(g, hg, sizeof(hg));
+		spy_work_lo = o.work;
+		spy_work_hi = o.work + (k < 2 ? scratch_floats_aligned(15) + newton_schulz_scratch(3, 5)
+					      : soap_work_floats(3, 5));
+		spy_slices = spy_misaligned = 0;
+		for (long t = 1; t <= 3; t++)
+			optim_step(&o, w, g, 0.01f, t);
+		CHECK_MSG(spy_slices > 0, "%s: no slice of the work buffer seen", names[k]);
+		CHECK_MSG(spy_misaligned == 0, "%s: %d of %d slices off a 64-float boundary",
+			  names[k], spy_misaligned, spy_slices);
+		be->free(w);
+		be->free(g);
+		optim_free(&o);
+	}
 }
