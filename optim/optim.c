@@ -246,6 +246,19 @@ static int check_ops(const struct backend *be, int rule)
 	return 0;
 }
 
+size_t optim_part_bound(const struct model *m)
+{
+	size_t most = 0;
+	for (int k = 0; k < m->n_params; k++) {
+		const struct param_info *pi = &m->params[k];
+		size_t r = (size_t)pi->rows, c = (size_t)(pi->cols > 0 ? pi->cols : 0);
+		most = MAX(most, pi->numel);
+		most = MAX(most, st_mult(r, r));
+		most = MAX(most, st_mult(c, c));
+	}
+	return most;
+}
+
 int optim_init(struct optimizer *o, const struct backend *be, const struct config *cfg,
 	       const struct model *m, const struct stage_param *params, int n_params,
 	       size_t numel)

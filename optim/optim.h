@@ -177,6 +177,10 @@ struct optim_state_buf optim_state(const struct optimizer *o, int i);
  * NULL) gets where it lies and its shape. Lets a checkpoint writer or
  * inspect lay state out per tensor. */
 int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_part *part);
+/* The most floats any state part of any optimizer can hold for a tensor of
+ * model m: the largest of a tensor's numel, rows^2 and cols^2 (SOAP's
+ * factors). A bound for readers of state sent by another process. */
+size_t optim_part_bound(const struct model *m);
 
 /* Learning rate at 1-based step `step` (optim.lr, warmup, decay,
  * min_lr_ratio, wsd_decay_frac; train.steps):

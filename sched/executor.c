@@ -689,9 +689,9 @@ static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 		if (h.end)
 			break;
 		h.name[sizeof(h.name) - 1] = '\0';
-		if (h.numel > tr->m->numel)
-			die("internal error: rank %d sent a state tensor of %zu floats, more than the "
-			    "model's %zu", s, h.numel, tr->m->numel);
+		if (h.numel > MAX(tr->m->numel, optim_part_bound(tr->m)))
+			die("internal error: rank %d sent a state tensor '%s' of %zu floats, more "
+			    "than any optimizer keeps for this model", s, h.name, h.numel);
 		if (h.numel > cap) {
 			cap = h.numel;
 			buf = xrealloc(buf, st_mult(cap, sizeof(float)));

@@ -1318,3 +1318,37 @@ TEST(work_slices_start_256_bytes_apart)
 		optim_free(&o);
 	}
 }
+
+/* The bound a checkpoint gather checks a peer's state tensor against holds
+ * every part of every optimizer, also SOAP's cols x cols factor of a wide
+ * matrix, which is larger than the whole model. */
+TEST(part_bound_covers_every_part)
+{
+	static const char *const names[] = {"adamw", "muon", "lion", "sgd", "adan",
+					     "mars", "ademamix", "normuon", "soap"};
+	struct fixture fx;
+	memset(&fx, 0, sizeof(fx));
+	fx_add(&fx, "h.0.mlp_proj", 2, 40, GROUP_MATRIX, 1); /* 80 floats, R is 1600 */
+	fx_add(&fx, "h.0.ln1w", 40, 0, GROUP_OTHER, 0);
+	size_t bound = optim_part_bound(&fx.m), most = 0;
+	CHECK(bound >= 1600);
+	for (size_t k = 0; k < ARRAY_SIZE(names); k++) {
+		struct config cfg;
+		struct optimizer o;
+		test_config(&cfg, names[k]);
+		cfg.optim_correction = (char *)"ef";
+		CHECK(optim_init(&o, be, &cfg, &fx.m, fx.sp, fx.m.n_params, fx.numel) == 0);
+		for (int i = 0; i < optim_state_count(&o); i++)
+			for (int t = 0; t < fx.m.n_params; t++) {
+				struct optim_part p;
+				if (optim_state_tensor(&o, i, t, &p)) {
+					CHECK_MSG(p.numel <= bound, "%s: a part of %zu > bound %zu",
+						  names[k], p.numel, bound);
+					most = MAX(most, p.numel);
+				}
+			}
+		optim_free(&o);
+	}
+	CHECK_MSG(most > fx.numel, "no part larger than the model (%zu <= %zu): the case "
+		  "the bound exists for is not exercised", most, fx.numel);
+}
