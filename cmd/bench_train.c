@@ -162,27 +162,6 @@ struct mem {
 	int versions, slots, n_grads;
 };
 
-static size_t optim_bytes(const struct optimizer *o)
-{
-	size_t n = 0, max_numel = 0;
-	for (int i = 0; i < optim_state_count(o); i++)
-		n += optim_state(o, i).numel;
-	for (int k = 0; k < o->n; k++)
-		max_numel = MAX(max_numel, o->t[k].info.numel);
-	n += max_numel; /* the update scratch u */
-	if (o->kind == OPTIM_MUON) {
-		size_t mat = 0, ns = 0;
-		for (int k = 0; k < o->n; k++) {
-			if (o->t[k].rule != RULE_MUON)
-				continue;
-			mat = MAX(mat, o->t[k].info.numel);
-			ns = MAX(ns, newton_schulz_scratch(o->t[k].info.rows, o->t[k].info.cols));
-		}
-		n += mat + ns;
-	}
-	return n * sizeof(float);
-}
-
 static void account(const struct trainer *tr, const struct bench_ctx *b, struct mem *mm)
 {
 	size_t act = (size_t)tr->B * tr->T * tr->m->cfg.C;

@@ -246,6 +246,14 @@ static int check_ops(const struct backend *be, int rule)
 	return 0;
 }
 
+size_t optim_bytes(const struct optimizer *o)
+{
+	size_t n = st_add(o->u_floats, o->work_floats);
+	for (int i = 0; i < o->n_state; i++)
+		n = st_add(n, o->state[i].numel);
+	return st_mult(n, sizeof(float));
+}
+
 size_t optim_part_bound(const struct model *m)
 {
 	size_t most = 0;
@@ -321,6 +329,8 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 			      o->state[i].name, o->state[i].numel, be->name);
 			goto fail;
 		}
+	o->u_floats = max_numel;
+	o->work_floats = max_work;
 	o->u = max_numel ? be->alloc(st_mult(max_numel, sizeof(float))) : NULL;
 	o->work = max_work ? be->alloc(st_mult(max_work, sizeof(float))) : NULL;
 	if ((max_numel && !o->u) || (max_work && !o->work)) {

@@ -147,6 +147,7 @@ struct optimizer {
 	 * need of a rule: momentum output and Newton-Schulz scratch, MARS's
 	 * corrected gradient, SOAP's rotated copies) */
 	float *u, *work;
+	size_t u_floats, work_floats;  /* their sizes */
 	long last_step;                /* step of the last optim_step, 0 = none */
 };
 
@@ -181,6 +182,8 @@ int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_par
  * model m: the largest of a tensor's numel, rows^2 and cols^2 (SOAP's
  * factors). A bound for readers of state sent by another process. */
 size_t optim_part_bound(const struct model *m);
+/* Bytes o holds on its backend: every state buffer and the scratch. */
+size_t optim_bytes(const struct optimizer *o);
 
 /* Learning rate at 1-based step `step` (optim.lr, warmup, decay,
  * min_lr_ratio, wsd_decay_frac; train.steps):
