@@ -379,3 +379,14 @@ int dist_bcast(void *buf, size_t bytes, int root)
 #endif
 	return 0; /* one process: the buffer already holds the value */
 }
+
+void dist_abort(void)
+{
+	fflush(stdout);
+	fflush(stderr);
+#ifdef ASYNCPP_MPI
+	if (g.active)
+		MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+	exit(1);
+}

@@ -63,6 +63,10 @@ int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
  * distributed). Used to agree on stopping at a step boundary. */
 int dist_max_int(int v);
 
+/* End the whole job now, after an error() that said why: MPI_Abort under
+ * MPI (the launcher stops every rank), else exit(1). */
+void dist_abort(void) __attribute__((noreturn));
+
 /* Point to point and collectives on a communicator of their own, for the
  * control traffic between segments (any size: large buffers go in pieces).
  * Each returns 0 or -1 after error(). */

@@ -46,6 +46,7 @@
 #include "../optim/optim.h"
 #include "board.h"
 #include "dist.h"
+#include "nccl.h"
 #include "replica.h"
 #include "schedule.h"
 #include "trainer.h"
@@ -300,6 +301,7 @@ static struct {
 	struct transport *tp;
 	struct board *board;
 	struct replicas *rx;      /* NULL for N = 1 */
+	struct nccl_world nccl;   /* the channels (pipeline.transport = nccl) */
 } mp;
 
 static void mpi_detach(void)
@@ -310,6 +312,7 @@ static void mpi_detach(void)
 		mp.board->destroy(mp.board);
 	if (mp.tp)
 		mp.tp->destroy(mp.tp);
+	nccl_world_close(&mp.nccl); /* after the transport and replicas on it */
 	memset(&mp, 0, sizeof(mp));
 }
 
@@ -338,14 +341,20 @@ static void mpi_attach(struct trainer *tr)
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*S + s: its messages go to the ranks
 	 * of its own replica */
-	mp.tp = transport_shift(transport_mpi(tr->be, S * N, rank, act_n, S,
-						   tr->cfg->pipeline_timeout), mp.r * S);
+	double timeout = tr->cfg->pipeline_timeout;
+	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
+	if (nccl && nccl_world_open(&mp.nccl, S, N, rank))
+		die("cannot set up the NCCL channels between processes");
+	mp.tp = transport_shift(nccl ? transport_nccl(tr->be, &mp.nccl, act_n * sizeof(float), timeout)
+				     : transport_mpi(tr->be, S * N, rank, act_n, S, timeout),
+				mp.r * S);
 	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n,
 						    tr->cfg->pipeline_timeout) : NULL;
 	free(n_tensors);
 	if (!mp.tp || !mp.board)
 		die("cannot set up the pipeline between processes");
-	if (N > 1 && !(mp.rx = replicas_mpi(tr->be, N, S, rank)))
+	if (N > 1 && !(mp.rx = nccl ? replicas_nccl(tr->be, &mp.nccl, timeout)
+				    : replicas_mpi(tr->be, N, S, rank)))
 		die("cannot set up the data-parallel replicas between processes");
 	dist_at_finalize(mpi_detach);
 	mp.tr = tr;

@@ -48,9 +48,13 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 						       : -1;
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
-	if (!strcmp(cfg->pipeline_transport, "nccl"))
-		return error("pipeline.transport = nccl needs GPU stages (train.device = cuda), which "
-			     "this build cannot run yet; use local (threads) or mpi (processes)");
+	if (!strcmp(cfg->pipeline_transport, "nccl") && !dist_active())
+		return error("pipeline.transport = nccl connects stage processes, one GPU each, "
+			     "started by mpirun or srun (train(1), MULTI-PROCESS RUNS); within one "
+			     "process use pipeline.transport = local");
+	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
+		return error("pipeline.transport = nccl moves tensors between GPUs: set "
+			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");
 	if (strcmp(cfg->train_schedule, "none") && tr->kind < 0)
 		return error("unknown schedule '%s'", cfg->train_schedule);
 	if (cfg->pipeline_data_parallel < 1 || cfg->pipeline_data_parallel > 4096)

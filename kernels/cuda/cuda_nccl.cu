@@ -26,7 +26,9 @@ static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");
 	X(ncclGroupEnd)                                                           \
 	X(ncclSend)                                                               \
 	X(ncclRecv)                                                               \
-	X(ncclAllReduce)
+	X(ncclAllReduce)                                                          \
+	X(ncclCommGetAsyncError)                                                  \
+	X(ncclCommAbort)
 
 static struct {
 #define DECLARE(f) decltype(&::f) f;
@@ -125,7 +127,7 @@ extern "C" void cuda_nccl_destroy(struct cuda_nccl_comm *comm)
 {
 	if (!comm)
 		return;
-	if (nc_state > 0)
+	if (nc_state > 0 && comm->comm)
 		nc.ncclCommDestroy(comm->comm);
 	free(comm);
 }
@@ -161,4 +163,165 @@ extern "C" int cuda_nccl_allreduce_sum(struct cuda_nccl_comm *comm, const float 
 	NC_CALL(nc.ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm->comm,
 				 cuda_stream()));
 	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* channels                                                             */
+
+struct cuda_nccl_chan {
+	struct cuda_nccl_comm *comm;
+	cudaStream_t stream;
+};
+
+struct cuda_nccl_event {
+	cudaEvent_t ev;
+};
+
+/* CUDA errors here are returned (the transports name the rank and the
+ * tensor), not fatal as in the kernels. */
+#define CU_RET(call)                                                              \
+	do {                                                                      \
+		cudaError_t e_ = (call);                                          \
+		if (e_ != cudaSuccess)                                            \
+			return error("cuda: %s: %s", #call, cudaGetErrorString(e_)); \
+	} while (0)
+
+static struct cuda_nccl_event *event_new(cudaStream_t on)
+{
+	struct cuda_nccl_event *e = (struct cuda_nccl_event *)xmalloc(sizeof(*e));
+	cudaError_t err = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming);
+	if (err == cudaSuccess && (err = cudaEventRecord(e->ev, on)) != cudaSuccess)
+		cudaEventDestroy(e->ev);
+	if (err != cudaSuccess) {
+		error("cuda: cannot record an event: %s", cudaGetErrorString(err));
+		free(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* The channel's stream waits for everything queued on the compute stream. */
+static int after_compute(struct cuda_nccl_chan *ch)
+{
+	struct cuda_nccl_event *e = event_new(cuda_stream());
+	if (!e)
+		return -1;
+	cudaError_t err = cudaStreamWaitEvent(ch->stream, e->ev, 0);
+	cuda_nccl_event_free(e);
+	if (err != cudaSuccess)
+		return error("cuda: a channel cannot wait for the compute stream: %s",
+			     cudaGetErrorString(err));
+	return 0;
+}
+
+extern "C" int cuda_nccl_chan_open(struct cuda_nccl_chan **ch, int nranks,
+				   const unsigned char id[CUDA_NCCL_ID_BYTES], int rank)
+{
+	struct cuda_nccl_chan *c = (struct cuda_nccl_chan *)xcalloc(1, sizeof(*c));
+	cuda_stream(); /* binds the device */
+	cudaError_t err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+	if (err != cudaSuccess) {
+		free(c);
+		return error("cuda: cannot create a stream for NCCL: %s", cudaGetErrorString(err));
+	}
+	if (cuda_nccl_init(&c->comm, nranks, id, rank) < 0) {
+		cudaStreamDestroy(c->stream);
+		free(c);
+		return -1;
+	}
+	*ch = c;
+	return 0;
+}
+
+extern "C" void cuda_nccl_chan_close(struct cuda_nccl_chan *ch)
+{
+	if (!ch)
+		return;
+	cudaStreamSynchronize(ch->stream);
+	cuda_nccl_destroy(ch->comm);
+	cudaStreamDestroy(ch->stream);
+	free(ch);
+}
+
+extern "C" struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch,
+							const void *buf, size_t bytes, int peer)
+{
+	if (!ch->comm->comm) {
+		error("nccl: the channel was aborted after a failure");
+		return NULL;
+	}
+	if (nc_ready() < 0 || after_compute(ch) < 0)
+		return NULL;
+	ncclResult_t r = nc.ncclSend(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
+	if (r != ncclSuccess) {
+		error("nccl: send of %zu bytes to rank %d: %s", bytes, peer, nc.ncclGetErrorString(r));
+		return NULL;
+	}
+	return event_new(ch->stream);
+}
+
+extern "C" struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf,
+							size_t bytes, int peer)
+{
+	if (!ch->comm->comm) {
+		error("nccl: the channel was aborted after a failure");
+		return NULL;
+	}
+	if (nc_ready() < 0 || after_compute(ch) < 0)
+		return NULL;
+	ncclResult_t r = nc.ncclRecv(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
+	if (r != ncclSuccess) {
+		error("nccl: receive of %zu bytes from rank %d: %s", bytes, peer,
+		      nc.ncclGetErrorString(r));
+		return NULL;
+	}
+	return event_new(ch->stream);
+}
+
+extern "C" struct cuda_nccl_event *cuda_nccl_chan_mark(struct cuda_nccl_chan *ch)
+{
+	return event_new(ch->stream);
+}
+
+extern "C" int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch)
+{
+	cudaError_t err = cudaEventQuery(e->ev);
+	if (err == cudaSuccess)
+		return 1;
+	if (err != cudaErrorNotReady)
+		return error("cuda: a transfer failed: %s", cudaGetErrorString(err));
+	if (ch && nc_state > 0 && ch->comm->comm) {
+		ncclResult_t async = ncclSuccess;
+		if (nc.ncclCommGetAsyncError(ch->comm->comm, &async) == ncclSuccess &&
+		    async != ncclSuccess && async != ncclInProgress) {
+			const char *why = nc.ncclGetErrorString(async);
+			nc.ncclCommAbort(ch->comm->comm); /* else the stream hangs forever */
+			ch->comm->comm = NULL;            /* aborted: never destroyed */
+			return error("nccl: %s (a peer failed or went away)", why);
+		}
+	}
+	return 0;
+}
+
+extern "C" void cuda_nccl_event_wait_compute(struct cuda_nccl_event *e)
+{
+	CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(), e->ev, 0));
+}
+
+extern "C" void cuda_nccl_event_free(struct cuda_nccl_event *e)
+{
+	if (!e)
+		return;
+	cudaEventDestroy(e->ev);
+	free(e);
+}
+
+extern "C" int cuda_nccl_device_count(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
 }

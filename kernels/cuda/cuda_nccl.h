@@ -39,6 +39,45 @@ int cuda_nccl_recv(struct cuda_nccl_comm *comm, float *buf, size_t count, int pe
 int cuda_nccl_allreduce_sum(struct cuda_nccl_comm *comm, const float *send, float *recv,
 			    size_t count);
 
+/* ---- channels: what sched/transport_nccl.c and replica_nccl.c build on ----
+ *
+ * A channel is a communicator with a CUDA stream of its own. NCCL matches
+ * sends and receives by their order on a communicator, and a send waits on
+ * the device until its receive is posted, so pipeline stages need one
+ * channel per direction of each neighbour pair: on one shared stream, 1F1B
+ * deadlocks (stage s's send of activation a1 waits for s+1 to receive it,
+ * while s+1's stream still waits in its send of gradient g0, queued first,
+ * for s to receive that). Every transfer is queued after all the work
+ * queued so far on the compute stream (cuda_stream()), so it reads what the
+ * kernels wrote and never overwrites what they still read; it returns an
+ * event that completes with it. Transfers are bytes: the payload's type is
+ * the caller's. */
+struct cuda_nccl_chan;
+struct cuda_nccl_event;
+
+/* Rank `rank` of a channel of nranks sharing id (collective: blocks until
+ * every rank of the channel has called it). */
+int cuda_nccl_chan_open(struct cuda_nccl_chan **ch, int nranks,
+			const unsigned char id[CUDA_NCCL_ID_BYTES], int rank);
+void cuda_nccl_chan_close(struct cuda_nccl_chan *ch);
+/* Queue a send to / receive from peer (a rank of the channel). NULL after
+ * error(). Several may be queued between cuda_nccl_group_start/end (a
+ * grouped exchange, as an all-to-all needs). */
+struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch, const void *buf,
+					    size_t bytes, int peer);
+struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf, size_t bytes,
+					    int peer);
+/* An event recorded after the channel's last queued transfer. */
+struct cuda_nccl_event *cuda_nccl_chan_mark(struct cuda_nccl_chan *ch);
+/* 1 when e has completed, 0 not yet; -1 after error() (a failed transfer,
+ * or NCCL reporting an asynchronous error on ch when ch is non-NULL). */
+int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch);
+/* Queue a wait for e on the compute stream (the host goes on). */
+void cuda_nccl_event_wait_compute(struct cuda_nccl_event *e);
+void cuda_nccl_event_free(struct cuda_nccl_event *e);
+/* The CUDA devices this process sees (0 without any). */
+int cuda_nccl_device_count(void);
+
 #ifdef __cplusplus
 }
 #endif
