@@ -171,6 +171,10 @@ struct backend {
 			     float decay, float lambda);
 	/* Sum of squares, accumulated in double in a fixed order. */
 	double (*sumsq)(const float *x, size_t n);
+	/* out[k] = sumsq(x[k], n[k]) for k < count, the same bits as count
+	 * calls of sumsq, with one wait for the device in all (the gradient
+	 * norm of a step needs every tensor's sum; out is host memory). */
+	void (*sumsq_many)(double *out, const float *const *x, const size_t *n, int count);
 	/* x *= s */
 	void (*scale)(float *x, float s, size_t n);
 };

@@ -546,14 +546,31 @@ int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_par
 
 void optim_grad_sumsq(const struct optimizer *o, const float *grads, double *per_tensor)
 {
-	int k;
-
-	for (k = 0; k < o->n; k++) {
+	const float **x = xmalloc(sizeof(*x) * (size_t)(o->n + 1));
+	size_t *n = xmalloc(sizeof(*n) * (size_t)(o->n + 1));
+	int *at = xmalloc(sizeof(*at) * (size_t)(o->n + 1)), count = 0;
+	for (int k = 0; k < o->n; k++) {
 		const struct optim_tensor *t = &o->t[k];
-
-		per_tensor[k] = t->tied_copy || !t->info.numel ?
-					0.0 : o->be->sumsq(grads + t->offset, t->info.numel);
+		per_tensor[k] = 0.0; /* a tied copy counts once, in its owner */
+		if (t->tied_copy || !t->info.numel)
+			continue;
+		x[count] = grads + t->offset;
+		n[count] = t->info.numel;
+		at[count++] = k;
 	}
+	double *sums = xmalloc(sizeof(double) * (size_t)(count + 1));
+	if (o->be->sumsq_many) {
+		o->be->sumsq_many(sums, x, n, count);
+	} else {
+		for (int i = 0; i < count; i++)
+			sums[i] = o->be->sumsq(x[i], n[i]);
+	}
+	for (int i = 0; i < count; i++)
+		per_tensor[at[i]] = sums[i];
+	free(sums);
+	free(at);
+	free(n);
+	free(x);
 }
 
 float optim_clip_scale(double sumsq, double max_norm)

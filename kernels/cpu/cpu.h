@@ -104,6 +104,7 @@ void cpu_newton_schulz(float *out, const float *in, int rows, int cols, int step
 void cpu_apply_update(float *w, const float *u, float *u_prev, size_t n, float decay,
 		      float lambda);
 double cpu_sumsq(const float *x, size_t n);
+void cpu_sumsq_many(double *out, const float *const *x, const size_t *n, int count);
 void cpu_scale(float *x, float s, size_t n);
 
 #endif

@@ -52,5 +52,6 @@ const struct backend backend_cpu = {
 	.newton_schulz = cpu_newton_schulz,
 	.apply_update = cpu_apply_update,
 	.sumsq = cpu_sumsq,
+	.sumsq_many = cpu_sumsq_many,
 	.scale = cpu_scale,
 };

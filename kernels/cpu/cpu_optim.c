@@ -203,6 +203,20 @@ double cpu_sumsq(const float *x, size_t n)
 	return total;
 }
 
+/* Large tensors one after another, each over the threads (cpu_sumsq), then
+ * the small ones in parallel, one per thread at a time. A tensor's chunking,
+ * so its bits, depend on its n only, whichever thread sums it. */
+void cpu_sumsq_many(double *out, const float *const *x, const size_t *n, int count)
+{
+	for (int k = 0; k < count; k++)
+		if (n[k] >= CPU_PAR_MIN)
+			out[k] = cpu_sumsq(x[k], n[k]);
+#pragma omp parallel for schedule(dynamic, 4) num_threads(cpu_threads()) if (count > 8)
+	for (int k = 0; k < count; k++)
+		if (n[k] < CPU_PAR_MIN)
+			out[k] = cpu_sumsq(x[k], n[k]);
+}
+
 /* x[n] *= s */
 void cpu_scale(float *x, float s, size_t n)
 {

@@ -308,6 +308,14 @@ __device__ static inline float warp_sum(float x)
 #define SUMSQ_THREADS 256
 #define SUMSQ_MAX_BLOCKS 1024
 
+/* Partial sums for n elements: a function of n only. */
+static int sumsq_blocks(size_t n)
+{
+	size_t want = (n + SUMSQ_THREADS * 8 - 1) / (SUMSQ_THREADS * 8);
+	return (int)(want < 1 ? 1 : want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : want);
+}
+
+
 __global__ static void sumsq_partial_kernel(double *part, const float *x, size_t n)
 {
 	__shared__ double sh[SUMSQ_THREADS];
@@ -328,7 +336,8 @@ __global__ static void sumsq_partial_kernel(double *part, const float *x, size_t
 		part[blockIdx.x] = sh[0];
 }
 
-__global__ static void sumsq_final_kernel(double *out, const double *part, int nparts)
+/* One block of SUMSQ_MAX_BLOCKS threads adds nparts partials in a fixed tree. */
+__device__ static void sumsq_final_kernel_body(double *out, const double *part, int nparts)
 {
 	__shared__ double sh[SUMSQ_MAX_BLOCKS];
 	int t = threadIdx.x;
@@ -343,10 +352,14 @@ __global__ static void sumsq_final_kernel(double *out, const double *part, int n
 		*out = sh[0];
 }
 
+__global__ static void sumsq_final_kernel(double *out, const double *part, int nparts)
+{
+	sumsq_final_kernel_body(out, part, nparts);
+}
+
 void cuda_sumsq_device(double *out, const float *x, size_t n)
 {
-	size_t want = (n + SUMSQ_THREADS * 8 - 1) / (SUMSQ_THREADS * 8);
-	int nb = (int)(want < 1 ? 1 : want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : want);
+	int nb = sumsq_blocks(n);
 	double *part = (double *)cuda_scratch(nb * sizeof(double));
 	sumsq_partial_kernel<<<nb, SUMSQ_THREADS, 0, cuda_stream()>>>(part, x, n);
 	CUDA_LAUNCHED();
@@ -363,6 +376,82 @@ static double cu_sumsq(const float *x, size_t n)
 	cuda_scratch_free(d);
 	CUDA_CHECK(cudaStreamSynchronize(stream));
 	return h;
+}
+
+/* Many sums of squares in two launches per group of SUMSQ_GROUP tensors and
+ * one wait: block b of a tensor computes what block b of its own
+ * sumsq_partial_kernel launch would (the same number of blocks for its n,
+ * the same loop and tree), and one block per tensor adds its partials with
+ * sumsq_final_kernel's tree, so the bits are those of cu_sumsq per tensor.
+ * The tensor table travels as a kernel argument (no upload to wait for). */
+#define SUMSQ_GROUP 96
+
+struct sumsq_group {
+	const float *x[SUMSQ_GROUP];
+	unsigned long long n[SUMSQ_GROUP];
+	int first[SUMSQ_GROUP + 1]; /* tensor k's partials: [first[k], first[k+1]) */
+	int count;
+};
+
+__global__ static void sumsq_many_partial_kernel(double *part, const struct sumsq_group g)
+{
+	__shared__ double sh[SUMSQ_THREADS];
+	int b = blockIdx.x, k = 0;
+	while (k + 1 < g.count && g.first[k + 1] <= b)
+		k++;
+	int lb = b - g.first[k], nb = g.first[k + 1] - g.first[k];
+	const float *x = g.x[k];
+	size_t n = g.n[k];
+	double s = 0;
+	size_t stride = (size_t)nb * SUMSQ_THREADS;
+	for (size_t i = (size_t)lb * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
+		double v = x[i];
+		s += v * v;
+	}
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		part[b] = sh[0];
+}
+
+__global__ static void sumsq_many_final_kernel(double *out, const double *part,
+					       const struct sumsq_group g)
+{
+	int k = blockIdx.x;
+	sumsq_final_kernel_body(out + k, part + g.first[k], g.first[k + 1] - g.first[k]);
+}
+
+static void cu_sumsq_many(double *out, const float *const *x, const size_t *n, int count)
+{
+	if (count <= 0)
+		return;
+	double *d = (double *)cuda_scratch((size_t)count * sizeof(double));
+	for (int k0 = 0; k0 < count; k0 += SUMSQ_GROUP) {
+		struct sumsq_group g;
+		memset(&g, 0, sizeof(g));
+		g.count = count - k0 < SUMSQ_GROUP ? count - k0 : SUMSQ_GROUP;
+		for (int k = 0; k < g.count; k++) {
+			g.x[k] = x[k0 + k];
+			g.n[k] = n[k0 + k];
+			g.first[k + 1] = g.first[k] + sumsq_blocks(n[k0 + k]);
+		}
+		int blocks = g.first[g.count];
+		double *part = (double *)cuda_scratch((size_t)blocks * sizeof(double));
+		sumsq_many_partial_kernel<<<blocks, SUMSQ_THREADS, 0, cuda_stream()>>>(part, g);
+		CUDA_LAUNCHED();
+		sumsq_many_final_kernel<<<g.count, SUMSQ_MAX_BLOCKS, 0, stream>>>(d + k0, part, g);
+		CUDA_LAUNCHED();
+		cuda_scratch_free(part);
+	}
+	CUDA_CHECK(cudaMemcpyAsync(out, d, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost,
+				   stream));
+	cuda_scratch_free(d);
+	CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 /* Column sums for weight/bias gradients, in a fixed order:
@@ -1112,6 +1201,7 @@ static void fill_table(void)
 	t.newton_schulz = cuda_newton_schulz;
 	t.apply_update = cu_apply_update;
 	t.sumsq = cu_sumsq;
+	t.sumsq_many = cu_sumsq_many;
 	t.scale = cu_scale;
 }
 

@@ -36,7 +36,7 @@ TEST(cuda_table_complete)
 	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent);
 	SLOT(adamw_dir); SLOT(adan_dir); SLOT(ademamix_dir); SLOT(mars_correct); SLOT(ema);
 	SLOT(soap_adam); SLOT(row_normalize); SLOT(gemm); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
-	SLOT(apply_update); SLOT(sumsq); SLOT(scale); SLOT(memory_peak);
+	SLOT(apply_update); SLOT(sumsq); SLOT(sumsq_many); SLOT(scale); SLOT(memory_peak);
 #undef SLOT
 }
 

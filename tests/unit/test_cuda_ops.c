@@ -704,6 +704,37 @@ TEST(cuda_sumsq)
 	}
 }
 
+/* The many-tensor form: the bits of one cu->sumsq per tensor, for tensors
+ * of every size class (empty, one block, many, the block cap) and more
+ * tensors than one launch group holds. */
+TEST(cuda_sumsq_many)
+{
+	NEED(sumsq);
+	if (!cu->sumsq_many)
+		SKIP("cuda backend lacks sumsq_many");
+	enum { COUNT = 203 };
+	const float *xs[COUNT];
+	float *owned[COUNT];
+	size_t ns[COUNT];
+	for (int k = 0; k < COUNT; k++) {
+		ns[k] = k == 7 ? 0 : k % 50 == 3 ? 3000001 : (size_t)(1 + (k * 7919) % 70000);
+		float *x = randn(ns[k] ? ns[k] : 1, 1);
+		owned[k] = putf(x, ns[k] ? ns[k] : 1);
+		xs[k] = owned[k];
+		free(x);
+	}
+	double got[COUNT];
+	cu->sumsq_many(got, xs, ns, COUNT);
+	int bad = 0;
+	for (int k = 0; k < COUNT; k++) {
+		double one = cu->sumsq(xs[k], ns[k]);
+		bad += memcmp(&one, &got[k], sizeof(one)) != 0;
+	}
+	CHECK_MSG(bad == 0, "%d of %d tensors' sums differ from cu->sumsq's bits", bad, COUNT);
+	for (int k = 0; k < COUNT; k++)
+		cu->free(owned[k]);
+}
+
 /* ==== against references in double, written here ==== */
 
 /* ---- attention ---- */

@@ -862,6 +862,40 @@ TEST(apply_update_values)
 	CHECK(memcmp(w3, w4, sizeof(w3)) == 0);
 }
 
+/* sumsq_many gives each tensor's sumsq bits, whatever the thread count
+ * (large tensors are split over the threads, small ones run one per thread). */
+TEST(sumsq_many_matches_sumsq)
+{
+	enum { COUNT = 40 };
+	const float *xs[COUNT];
+	size_t ns[COUNT];
+	float *buf = xmalloc(sizeof(float) * 5000000);
+	for (size_t i = 0; i < 5000000; i++)
+		buf[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+	size_t off = 0;
+	for (int k = 0; k < COUNT; k++) {
+		ns[k] = k == 5 ? 0 : k % 9 == 2 ? 1000003 : (size_t)(1 + (k * 977) % 5000);
+		if (off + ns[k] > 5000000)
+			off = 0;
+		xs[k] = buf + off;
+		off += ns[k];
+	}
+	double want[COUNT];
+	for (int k = 0; k < COUNT; k++)
+		want[k] = be->sumsq(xs[k], ns[k]);
+	for (int threads = 1; threads <= 3; threads++) {
+		double got[COUNT];
+		be->set_threads(threads);
+		be->sumsq_many(got, xs, ns, COUNT);
+		for (int k = 0; k < COUNT; k++)
+			CHECK_MSG(memcmp(&got[k], &want[k], sizeof(double)) == 0,
+				  "tensor %d (%zu floats), %d threads: %.17g vs %.17g", k, ns[k],
+				  threads, got[k], want[k]);
+	}
+	be->set_threads(0);
+	free(buf);
+}
+
 TEST(sumsq_and_scale)
 {
 	float x[5] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f};
