@@ -9,6 +9,7 @@
  * never on atomics or on the device's SM count, so results repeat bit for
  * bit from run to run on the same GPU.
  */
+#include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <math.h>
@@ -570,18 +571,31 @@ static void cu_embed_forward(float *out, const int32_t *tokens, const float *wte
 
 /* dwte: rows sorted by token on the host (stable), so each token's rows are
  * summed in index order by one thread per channel: no atomics. */
+/* dwte[tok] += the rows of dout at the positions holding tok, summed from 0
+ * in ascending position. keys[N] are the tokens sorted (stably), pos[N] the
+ * positions in that order, so each token's run lists its positions in
+ * ascending order; the block at the head of a run sums it, the others
+ * return at once. The bits depend on the tokens only. */
 __global__ static void embed_backward_wte_kernel(float *dwte, const float *dout,
-						 const int32_t *perm, const int32_t *seg_start,
-						 const int32_t *seg_token, int C)
+						 const int32_t *keys, const int32_t *pos, int N,
+						 int C)
 {
-	int u = blockIdx.x;
+	int i = blockIdx.x;
 	int c = blockIdx.y * blockDim.x + threadIdx.x;
-	if (c >= C)
+	if (c >= C || (i > 0 && keys[i] == keys[i - 1]))
 		return;
+	int tok = keys[i];
 	float s = 0;
-	for (int i = seg_start[u]; i < seg_start[u + 1]; i++)
-		s += dout[(size_t)perm[i] * C + c];
-	dwte[(size_t)seg_token[u] * C + c] += s;
+	for (int j = i; j < N && keys[j] == tok; j++)
+		s += dout[(size_t)pos[j] * C + c];
+	dwte[(size_t)tok * C + c] += s;
+}
+
+__global__ static void iota_kernel(int32_t *x, int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] = i;
 }
 
 __global__ static void embed_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T,
@@ -596,69 +610,39 @@ __global__ static void embed_backward_wpe_kernel(float *dwpe, const float *dout,
 	dwpe[i] += s;
 }
 
-struct tok_idx {
-	int32_t tok, n;
-};
-
-static int cmp_tok_idx(const void *a, const void *b)
-{
-	const struct tok_idx *x = (const struct tok_idx *)a, *y = (const struct tok_idx *)b;
-	if (x->tok != y->tok)
-		return x->tok < y->tok ? -1 : 1;
-	return x->n < y->n ? -1 : x->n > y->n;
-}
-
 static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
 			      const int32_t *tokens, int B, int T, int C)
 {
 	int N = B * T;
 	if (N <= 0)
 		return;
+	cudaStream_t stream = cuda_stream();
 	if (dwpe) {
 		size_t tc = (size_t)T * C;
-		embed_backward_wpe_kernel<<<cuda_blocks(tc, 256), 256, 0, cuda_stream()>>>(
+		embed_backward_wpe_kernel<<<cuda_blocks(tc, 256), 256, 0, stream>>>(
 			dwpe, dout, B, T, C);
 		CUDA_LAUNCHED();
 	}
 	if (!dwte)
 		return;
-	/* host bucketing: tokens[N] -> perm[N] sorted by (token, n), segments */
-	struct tok_idx *ti = (struct tok_idx *)xmalloc(st_mult(N, sizeof(*ti)));
-	int32_t *host = (int32_t *)xmalloc(st_mult(3 * (size_t)N + 1, sizeof(int32_t)));
-	int32_t *perm = host, *seg_start = host + N, *seg_token = host + 2 * (size_t)N + 1;
-	CUDA_CHECK(cudaMemcpyAsync(perm, tokens, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
-				   cuda_stream()));
-	CUDA_CHECK(cudaStreamSynchronize(stream));
-	for (int n = 0; n < N; n++)
-		ti[n] = (struct tok_idx){perm[n], n};
-	qsort(ti, N, sizeof(*ti), cmp_tok_idx);
-	int U = 0;
-	for (int n = 0; n < N; n++) {
-		perm[n] = ti[n].n;
-		if (n == 0 || ti[n].tok != ti[n - 1].tok) {
-			seg_start[U] = n;
-			seg_token[U] = ti[n].tok;
-			U++;
-		}
-	}
-	seg_start[U] = N;
-	/* device copy: perm[N] | seg_start[U+1] | seg_token[U] */
-	int32_t *d = (int32_t *)cuda_scratch(((size_t)N + 2 * U + 1) * sizeof(int32_t));
-	CUDA_CHECK(cudaMemcpyAsync(d, perm, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-	CUDA_CHECK(cudaMemcpyAsync(d + N, seg_start, (U + 1) * sizeof(int32_t),
-				   cudaMemcpyHostToDevice, stream));
-	CUDA_CHECK(cudaMemcpyAsync(d + N + U + 1, seg_token, U * sizeof(int32_t),
-				   cudaMemcpyHostToDevice, stream));
-	dim3 grid(U, (C + 127) / 128);
-	embed_backward_wte_kernel<<<grid, 128, 0, stream>>>(dwte, dout, d, d + N, d + N + U + 1,
-							     C);
+	/* sort (token, position) pairs on the device: a radix sort is stable,
+	 * so positions stay ascending within a token, the order the host sort
+	 * of the first version gave, with no wait for the host */
+	int32_t *d = (int32_t *)cuda_scratch(3 * (size_t)N * sizeof(int32_t));
+	int32_t *pos_in = d, *keys = d + N, *pos = d + 2 * (size_t)N;
+	iota_kernel<<<cuda_blocks(N, 256), 256, 0, stream>>>(pos_in, N);
 	CUDA_LAUNCHED();
+	size_t temp_bytes = 0;
+	CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys, pos_in, pos,
+						   N, 0, 32, stream));
+	void *temp = cuda_scratch(temp_bytes);
+	CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys, pos_in, pos, N,
+						   0, 32, stream));
+	dim3 grid(N, (C + 127) / 128);
+	embed_backward_wte_kernel<<<grid, 128, 0, stream>>>(dwte, dout, keys, pos, N, C);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(temp);
 	cuda_scratch_free(d);
-	/* pageable sources: the copies above have consumed them only once the
-	 * stream reaches them; wait before freeing. */
-	CUDA_CHECK(cudaStreamSynchronize(stream));
-	free(host);
-	free(ti);
 }
 
 /* ------------------------------------------------------------------ */

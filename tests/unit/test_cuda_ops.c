@@ -316,6 +316,21 @@ TEST(cuda_embed)
 	cu->embed_backward(gw_c, NULL, g_c, dtok, B, T, C);
 	float *b = getf(gw_c, (size_t)Vp * C);
 	CHECK(!memcmp(a, b, (size_t)Vp * C * sizeof(float)));
+	/* the order is the contract: per token, its rows summed from 0 in
+	 * ascending position, then added (exact, computed here in fp32) */
+	for (int v = 0; v < Vp; v++)
+		for (int c = 0; c < C; c++) {
+			float s = 0;
+			for (int n = 0; n < N; n++)
+				if (tok[n] == v)
+					s += g[(size_t)n * C + c];
+			gw2[(size_t)v * C + c] += s;
+		}
+	size_t off = 0;
+	for (size_t i = 0; i < (size_t)Vp * C; i++)
+		off += memcmp(&a[i], &gw2[i], sizeof(float)) != 0;
+	CHECK_MSG(off == 0, "%zu of %zu dwte elements differ from the ordered sum", off,
+		  (size_t)Vp * C);
 	cu->free(dtok), cu->free(dwte_), cu->free(dwpe_), cu->free(dout_);
 	cu->free(gw_c), cu->free(gp_c), cu->free(g_c);
 	free(wte), free(wpe), free(out), free(got), free(g), free(gw), free(gp);
