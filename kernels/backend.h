@@ -23,6 +23,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One tensor of an elementwise optimizer step (elementwise_step below). */
+struct optim_elem_tensor {
+	float *w;            /* [n] weights, updated */
+	const float *g;      /* [n] gradient */
+	float *s0, *s1;      /* [n] state: AdamW m and v; Lion m (s1 unused) */
+	float *u_prev;       /* [n] the last update (error feedback) or NULL */
+	size_t n;
+	float decay;         /* the decay apply_update gets */
+	int correct;         /* with u_prev: 1 adds lambda (u - u_prev), 0 only
+			      * records u (the first step, or lambda 0) */
+};
+
+enum optim_elem_rule { OPTIM_ELEM_ADAMW = 0, OPTIM_ELEM_LION = 1 };
+
 struct backend {
 	const char *name;
 
@@ -169,6 +183,14 @@ struct backend {
 	 * u_prev NULL means lambda is ignored (no correction). */
 	void (*apply_update)(float *w, const float *u, float *u_prev, size_t n,
 			     float decay, float lambda);
+	/* An AdamW or Lion step over count tensors, one pass over memory and
+	 * (CUDA) one launch per group of tensors: per tensor, exactly
+	 * adamw_dir / lion_dir into u followed by apply_update(w, u, correct ?
+	 * u_prev : NULL, decay, lambda) and, with u_prev but !correct, u_prev =
+	 * u. The same bits as those calls (no scratch u). */
+	void (*elementwise_step)(int rule, const struct optim_elem_tensor *t, int count, float lr,
+				 float beta1, float beta2, float eps, float bc1, float bc2,
+				 float lambda);
 	/* Sum of squares, accumulated in double in a fixed order. */
 	double (*sumsq)(const float *x, size_t n);
 	/* out[k] = sumsq(x[k], n[k]) for k < count, the same bits as count

@@ -480,12 +480,55 @@ static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, 
 	}
 }
 
+/* The backend's elementwise rule of a tensor rule, or -1. */
+static int elementwise_rule(int rule)
+{
+	return rule == RULE_ADAMW ? OPTIM_ELEM_ADAMW : rule == RULE_LION ? OPTIM_ELEM_LION : -1;
+}
+
+/* Every AdamW tensor, then every Lion tensor, in one elementwise_step call
+ * each (tensors are independent, so their order does not matter). Returns 1
+ * (the per-tensor loop then skips them). */
+static int elementwise_batch(struct optimizer *o, float *weights, const float *grads, float lr,
+			     long step)
+{
+	struct optim_elem_tensor *e = xmalloc(sizeof(*e) * (size_t)(o->n + 1));
+	for (int rule = OPTIM_ELEM_ADAMW; rule <= OPTIM_ELEM_LION; rule++) {
+		int count = 0;
+		for (int k = 0; k < o->n; k++) {
+			const struct optim_tensor *t = &o->t[k];
+			if (elementwise_rule(t->rule) != rule || !t->info.numel)
+				continue;
+			e[count++] = (struct optim_elem_tensor){
+				.w = weights + t->offset,
+				.g = grads + t->offset,
+				.s0 = t->part[0].data,
+				.s1 = rule == OPTIM_ELEM_ADAMW ? t->part[1].data : NULL,
+				.u_prev = t->ef ? t->part[t->n_part - 1].data : NULL,
+				.n = t->info.numel,
+				.decay = t->info.decay ? lr * o->wd : 0.0f,
+				/* as below: no correction on the first step or at lambda 0 */
+				.correct = t->ef && step > 1 && o->ef_lambda != 0.0f,
+			};
+		}
+		if (count)
+			o->be->elementwise_step(rule, e, count, lr, o->beta1, o->beta2, o->eps,
+						bias_correction(o->beta1, step),
+						bias_correction(o->beta2, step), o->ef_lambda);
+	}
+	free(e);
+	return 1;
+}
+
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step)
 {
 	const struct backend *be = o->be;
 
 	if (step < 1)
 		step = 1;
+	/* AdamW and Lion tensors go to the backend together (one pass, one
+	 * launch per group on CUDA; the same bits as the calls below) */
+	int batched = be->elementwise_step ? elementwise_batch(o, weights, grads, lr, step) : 0;
 	for (int k = 0; k < o->n; k++) {
 		const struct optim_tensor *t = &o->t[k];
 		size_t n = t->info.numel;
@@ -493,7 +536,7 @@ void optim_step(struct optimizer *o, float *weights, const float *grads, float l
 		float decay = t->info.decay ? lr * o->wd : 0.0f;
 		float *u_prev = t->ef ? t->part[t->n_part - 1].data : NULL;
 
-		if (!n)
+		if (!n || (batched && elementwise_rule(t->rule) >= 0))
 			continue;
 		tensor_direction(o, t, grads + t->offset, lr, step);
 		/* SOAP's first step only builds its bases (u = 0): its first update,

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct optim_elem_tensor;
+
 /* Threads an OpenMP region uses: the count set_threads() chose (shared by all
  * calling threads, unlike omp_set_num_threads), or the OpenMP default. */
 int cpu_threads(void);
@@ -104,6 +106,8 @@ void cpu_newton_schulz(float *out, const float *in, int rows, int cols, int step
 void cpu_apply_update(float *w, const float *u, float *u_prev, size_t n, float decay,
 		      float lambda);
 double cpu_sumsq(const float *x, size_t n);
+void cpu_elementwise_step(int rule, const struct optim_elem_tensor *t, int count, float lr,
+			  float beta1, float beta2, float eps, float bc1, float bc2, float lambda);
 void cpu_sumsq_many(double *out, const float *const *x, const size_t *n, int count);
 void cpu_scale(float *x, float s, size_t n);
 

@@ -51,6 +51,7 @@ const struct backend backend_cpu = {
 	.momentum = cpu_momentum,
 	.newton_schulz = cpu_newton_schulz,
 	.apply_update = cpu_apply_update,
+	.elementwise_step = cpu_elementwise_step,
 	.sumsq = cpu_sumsq,
 	.sumsq_many = cpu_sumsq_many,
 	.scale = cpu_scale,

@@ -27,6 +27,51 @@ void cpu_adamw_dir(float *u, const float *g, float *m, float *v, size_t n, float
 	}
 }
 
+/* AdamW or Lion then apply_update, element by element, tensor by tensor:
+ * the expressions of cpu_adamw_dir, cpu_lion_dir and cpu_apply_update (no
+ * contraction across them: C11 mode compiles with fp-contract off), so the
+ * same bits without the u scratch pass. */
+static void elem_step_one(int rule, const struct optim_elem_tensor *t, float lr, float beta1,
+			  float beta2, float eps, float ib1, float ib2, float lambda)
+{
+	float keep = 1.0f - t->decay;
+	float *w = t->w, *s0 = t->s0, *s1 = t->s1, *up = t->u_prev;
+	const float *g = t->g;
+	int correct = up && t->correct;
+	size_t n = t->n;
+#pragma omp parallel for simd num_threads(cpu_threads()) if (n >= CPU_PAR_MIN)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i], ui;
+		if (rule == OPTIM_ELEM_ADAMW) {
+			float mi = beta1 * s0[i] + (1.0f - beta1) * gi;
+			float vi = beta2 * s1[i] + (1.0f - beta2) * gi * gi;
+			s0[i] = mi;
+			s1[i] = vi;
+			ui = -lr * (mi * ib1) / (sqrtf(vi * ib2) + eps);
+		} else {
+			float mi = s0[i];
+			float c = beta1 * mi + (1.0f - beta1) * gi;
+			float sg = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+			ui = -lr * sg;
+			s0[i] = beta2 * mi + (1.0f - beta2) * gi;
+		}
+		if (correct)
+			w[i] = w[i] * keep + ui + lambda * (ui - up[i]);
+		else
+			w[i] = w[i] * keep + ui;
+		if (up)
+			up[i] = ui;
+	}
+}
+
+void cpu_elementwise_step(int rule, const struct optim_elem_tensor *t, int count, float lr,
+			  float beta1, float beta2, float eps, float bc1, float bc2, float lambda)
+{
+	float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+	for (int k = 0; k < count; k++)
+		elem_step_one(rule, &t[k], lr, beta1, beta2, eps, ib1, ib2, lambda);
+}
+
 /* Adan: see backend.h; every array [n] */
 void cpu_adan_dir(float *u, const float *g, float *m, float *v, float *nacc, float *gprev,
 		  size_t n, float lr, float beta1, float beta2, float beta3, float eps, float bc1,

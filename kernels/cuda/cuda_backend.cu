@@ -1108,6 +1108,91 @@ static void cu_apply_update(float *w, const float *u, float *u_prev, size_t n, f
 	CUDA_LAUNCHED();
 }
 
+/* AdamW or Lion then apply_update over a group of tensors in one launch
+ * (backend.h, elementwise_step). A block belongs to one tensor (the group
+ * table, passed by value, gives each tensor a run of blocks) and strides
+ * over it. The direction is adamw_elem's / lion_elem's expression, kept in a
+ * register instead of u[]; the update is apply_update_kernel's statements.
+ * AdamW's direction ends in a division and Lion's is a selection, so no
+ * multiply-add can be contracted across the seam: the bits are the
+ * per-tensor kernels' (test_cuda_ops, cuda_elementwise_step). */
+#define ELEM_GROUP 48
+#define ELEM_PER_BLOCK (256 * 8)
+
+struct elem_group {
+	float *w[ELEM_GROUP];
+	const float *g[ELEM_GROUP];
+	float *s0[ELEM_GROUP], *s1[ELEM_GROUP], *up[ELEM_GROUP];
+	unsigned long long n[ELEM_GROUP];
+	float decay[ELEM_GROUP];
+	int correct[ELEM_GROUP];
+	int first[ELEM_GROUP + 1]; /* tensor k's blocks: [first[k], first[k+1]) */
+	int count;
+};
+
+__global__ static void elementwise_step_kernel(const struct elem_group G, int rule, float lr,
+					       float b1, float b2, float eps, float bc1, float bc2,
+					       float lambda)
+{
+	int b = blockIdx.x, k = 0;
+	while (k + 1 < G.count && G.first[k + 1] <= b)
+		k++;
+	size_t n = G.n[k], nb = (size_t)(G.first[k + 1] - G.first[k]);
+	float *w = G.w[k], *m = G.s0[k], *v = G.s1[k], *up = G.up[k];
+	const float *g = G.g[k];
+	float keep = 1.0f - G.decay[k];
+	int correct = up && G.correct[k];
+	for (size_t i = (size_t)(b - G.first[k]) * blockDim.x + threadIdx.x; i < n;
+	     i += nb * blockDim.x) {
+		float gi = g[i], ui;
+		if (rule == 0) {
+			float mi = b1 * m[i] + (1.0f - b1) * gi;
+			float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+			m[i] = mi;
+			v[i] = vi;
+			ui = -lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+		} else {
+			float mi = m[i];
+			float c = b1 * mi + (1.0f - b1) * gi;
+			ui = c > 0.0f ? -lr : c < 0.0f ? lr : 0.0f;
+			m[i] = b2 * mi + (1.0f - b2) * gi;
+		}
+		float wi = w[i] * keep + ui;
+		if (correct)
+			wi += lambda * (ui - up[i]);
+		if (up)
+			up[i] = ui;
+		w[i] = wi;
+	}
+}
+
+static void cu_elementwise_step(int rule, const struct optim_elem_tensor *t, int count, float lr,
+				float beta1, float beta2, float eps, float bc1, float bc2,
+				float lambda)
+{
+	for (int k0 = 0; k0 < count; k0 += ELEM_GROUP) {
+		struct elem_group G;
+		memset(&G, 0, sizeof(G));
+		G.count = count - k0 < ELEM_GROUP ? count - k0 : ELEM_GROUP;
+		for (int k = 0; k < G.count; k++) {
+			const struct optim_elem_tensor *e = &t[k0 + k];
+			G.w[k] = e->w;
+			G.g[k] = e->g;
+			G.s0[k] = e->s0;
+			G.s1[k] = e->s1;
+			G.up[k] = e->u_prev;
+			G.n[k] = e->n;
+			G.decay[k] = e->decay;
+			G.correct[k] = e->correct;
+			size_t nb = (e->n + ELEM_PER_BLOCK - 1) / ELEM_PER_BLOCK;
+			G.first[k + 1] = G.first[k] + (int)(nb < 1 ? 1 : nb > 65536 ? 65536 : nb);
+		}
+		elementwise_step_kernel<<<G.first[G.count], 256, 0, cuda_stream()>>>(
+			G, rule, lr, beta1, beta2, eps, bc1, bc2, lambda);
+		CUDA_LAUNCHED();
+	}
+}
+
 __global__ static void scale_kernel(float *x, float s, size_t n)
 {
 	GRID_STRIDE(i, n)
@@ -1186,6 +1271,7 @@ static void fill_table(void)
 	t.apply_update = cu_apply_update;
 	t.sumsq = cu_sumsq;
 	t.sumsq_many = cu_sumsq_many;
+	t.elementwise_step = cu_elementwise_step;
 	t.scale = cu_scale;
 }
 

@@ -750,6 +750,68 @@ TEST(cuda_sumsq_many)
 		cu->free(owned[k]);
 }
 
+/* elementwise_step: the bits of adamw_dir / lion_dir + apply_update per
+ * tensor, on the GPU, for 100 tensors (three launch groups) of odd sizes,
+ * with and without error feedback and its correction. */
+TEST(cuda_elementwise_step)
+{
+	NEED(adamw_dir);
+	if (!cu->elementwise_step)
+		SKIP("cuda backend lacks elementwise_step");
+	enum { COUNT = 100 };
+	for (int rule = OPTIM_ELEM_ADAMW; rule <= OPTIM_ELEM_LION; rule++) {
+		struct optim_elem_tensor a[COUNT], b[COUNT];
+		float *host[COUNT][5];
+		size_t total_bad = 0;
+		for (int k = 0; k < COUNT; k++) {
+			size_t n = k % 17 == 3 ? 300007 : (size_t)(1 + (k * 3571) % 9000);
+			for (int j = 0; j < 5; j++)
+				host[k][j] = randn(n, 1); /* w, g, m, v, u_prev */
+			for (size_t i = 0; i < n; i++)
+				host[k][3][i] = fabsf(host[k][3][i]); /* v >= 0 */
+			struct optim_elem_tensor *x[2] = {&a[k], &b[k]};
+			for (int c = 0; c < 2; c++) {
+				*x[c] = (struct optim_elem_tensor){
+					.w = putf(host[k][0], n), .g = putf(host[k][1], n),
+					.s0 = putf(host[k][2], n), .s1 = putf(host[k][3], n),
+					.u_prev = k % 3 ? putf(host[k][4], n) : NULL, .n = n,
+					.decay = k % 2 ? 1e-3f : 0.0f, .correct = k % 3 == 1};
+			}
+		}
+		float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, bc1 = 0.271f, bc2 = 0.1426f;
+		cu->elementwise_step(rule, a, COUNT, lr, b1, b2, eps, bc1, bc2, 0.7f);
+		float *u = cu->alloc(300007 * sizeof(float));
+		for (int k = 0; k < COUNT; k++) {
+			struct optim_elem_tensor *e = &b[k];
+			if (rule == OPTIM_ELEM_ADAMW)
+				cu->adamw_dir(u, e->g, e->s0, e->s1, e->n, lr, b1, b2, eps, bc1, bc2);
+			else
+				cu->lion_dir(u, e->g, e->s0, e->n, lr, b1, b2);
+			cu->apply_update(e->w, u, e->correct ? e->u_prev : NULL, e->n, e->decay, 0.7f);
+			if (e->u_prev && !e->correct)
+				cu->copy(e->u_prev, u, e->n * sizeof(float));
+		}
+		for (int k = 0; k < COUNT; k++) {
+			float *pa[4] = {a[k].w, a[k].s0, a[k].s1, a[k].u_prev};
+			float *pb[4] = {b[k].w, b[k].s0, b[k].s1, b[k].u_prev};
+			for (int j = 0; j < 4; j++) {
+				if (!pa[j])
+					continue;
+				float *ha = getf(pa[j], a[k].n), *hb = getf(pb[j], a[k].n);
+				total_bad += memcmp(ha, hb, a[k].n * sizeof(float)) != 0;
+				free(ha), free(hb);
+				cu->free(pa[j]), cu->free(pb[j]);
+			}
+			cu->free((float *)a[k].g), cu->free((float *)b[k].g);
+			for (int j = 0; j < 5; j++)
+				free(host[k][j]);
+		}
+		cu->free(u);
+		CHECK_MSG(total_bad == 0, "rule %d: %zu tensors' buffers differ from the per-tensor "
+			  "calls", rule, total_bad);
+	}
+}
+
 /* ==== against references in double, written here ==== */
 
 /* ---- attention ---- */

@@ -1352,3 +1352,76 @@ TEST(part_bound_covers_every_part)
 	CHECK_MSG(most > fx.numel, "no part larger than the model (%zu <= %zu): the case "
 		  "the bound exists for is not exercised", most, fx.numel);
 }
+
+/* elementwise_step (AdamW and Lion tensors in one call, no u scratch) gives
+ * the bits of the per-tensor adamw_dir/lion_dir + apply_update calls it
+ * replaces: weights and every state buffer, over steps, with and without
+ * error feedback (lambda 1 and 0), and for the AdamW tensors under Muon. */
+static int steps_and_state(const struct backend *b, const struct config *cfg,
+			   const struct fixture *fx, int steps, float *w_out, float *state_out,
+			   size_t state_cap, size_t *state_n)
+{
+	struct optimizer o;
+	float *hg = falloc(fx->numel);
+	if (optim_init(&o, b, cfg, &fx->m, fx->sp, fx->m.n_params, fx->numel)) {
+		free(hg);
+		return -1;
+	}
+	init_weights(hg, fx->numel);
+	float *w = be_floats(hg, fx->numel), *g = be_floats(NULL, fx->numel);
+	for (int t = 1; t <= steps; t++) {
+		for (size_t i = 0; i < fx->numel; i++)
+			hg[i] = grad_of(t, i);
+		be->copy(g, hg, fx->numel * sizeof(float));
+		optim_step(&o, w, g, 0.01f, t);
+	}
+	be->copy(w_out, w, fx->numel * sizeof(float));
+	*state_n = 0;
+	for (int i = 0; i < optim_state_count(&o); i++) {
+		struct optim_state_buf sb = optim_state(&o, i);
+		if (*state_n + sb.numel <= state_cap)
+			be->copy(state_out + *state_n, sb.data, sb.numel * sizeof(float));
+		*state_n += sb.numel;
+	}
+	be->free(w);
+	be->free(g);
+	optim_free(&o);
+	free(hg);
+	return 0;
+}
+
+TEST(elementwise_step_matches_per_tensor_calls)
+{
+	static const struct {
+		const char *name, *correction;
+		float lambda;
+	} cases[] = {{"adamw", "none", 0}, {"adamw", "ef", 1}, {"adamw", "ef", 0},
+		     {"lion", "none", 0},  {"lion", "ef", 1},  {"muon", "ef", 1}};
+	NEED_BACKEND();
+	if (!be->elementwise_step)
+		SKIP("backend lacks elementwise_step");
+	struct backend plain = *be;
+	plain.elementwise_step = NULL;
+	struct fixture fx;
+	memset(&fx, 0, sizeof(fx));
+	fx_add(&fx, "h.0.qkvw", 24, 40, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.0.ln1w", 40, 0, GROUP_OTHER, 0);
+	fx_add(&fx, "wte", 70, 40, GROUP_OTHER, 1);
+	enum { CAP = 20000 };
+	static float wa[4096], wb[4096], sa[CAP], sb[CAP];
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		struct config cfg;
+		size_t na = 0, nb = 0;
+		test_config(&cfg, cases[k].name);
+		cfg.optim_correction = (char *)cases[k].correction;
+		cfg.optim_ef_lambda = cases[k].lambda;
+		CHECK(steps_and_state(be, &cfg, &fx, 5, wa, sa, CAP, &na) == 0);
+		CHECK(steps_and_state(&plain, &cfg, &fx, 5, wb, sb, CAP, &nb) == 0);
+		CHECK(na == nb && na <= CAP);
+		CHECK_MSG(memcmp(wa, wb, fx.numel * sizeof(float)) == 0, "%s/%s lambda %g: weights differ",
+			  cases[k].name, cases[k].correction, cases[k].lambda);
+		CHECK_MSG(memcmp(sa, sb, MIN(na, (size_t)CAP) * sizeof(float)) == 0,
+			  "%s/%s lambda %g: state differs", cases[k].name, cases[k].correction,
+			  cases[k].lambda);
+	}
+}
