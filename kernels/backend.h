@@ -43,6 +43,9 @@ struct backend {
 	/* ---- memory and streams ---- */
 	void *(*alloc)(size_t bytes);                 /* zeroed, 64-byte aligned */
 	void (*free)(void *p);
+	/* to_device returns once src may be reused; the data is there for
+	 * every op queued after it (a GPU may still be copying). to_host
+	 * returns with the data in dst. */
 	void (*to_device)(void *dst, const void *src, size_t bytes);
 	void (*to_host)(void *dst, const void *src, size_t bytes);
 	/* Within the backend. dst == src is a no-op on every backend (no call

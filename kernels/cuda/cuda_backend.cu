@@ -258,8 +258,49 @@ static void cu_free(void *p)
 	}
 }
 
+/* Small uploads (a micro-batch's tokens) go through a ring of pinned
+ * staging slots instead of waiting for the stream: the source is copied
+ * into a slot at once (so the caller may reuse it, as backend.h allows), the
+ * device copy is queued behind the work before it, and an event says when
+ * the slot is free again. Waiting for the stream here would drain the whole
+ * queue at every micro-batch (the first GPU run's host syncs). Large copies
+ * (weights, checkpoints) keep the plain synchronous path. */
+#define STAGING_SLOTS 32
+#define STAGING_SLOT_BYTES (1u << 20)
+
+static struct staging_slot {
+	void *buf;          /* pinned, STAGING_SLOT_BYTES */
+	cudaEvent_t done;   /* recorded after the copy out of buf */
+	bool pending;
+} staging[STAGING_SLOTS];
+static int staging_next;
+static std::mutex staging_mutex;
+
+static bool staged_upload(void *dst, const void *src, size_t bytes)
+{
+	if (bytes > STAGING_SLOT_BYTES)
+		return false;
+	cudaStream_t st = cuda_stream();
+	std::lock_guard<std::mutex> lock(staging_mutex);
+	struct staging_slot *slot = &staging[staging_next];
+	staging_next = (staging_next + 1) % STAGING_SLOTS;
+	if (!slot->buf) {
+		CUDA_CHECK(cudaMallocHost(&slot->buf, STAGING_SLOT_BYTES));
+		CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+	}
+	if (slot->pending) /* its copy from STAGING_SLOTS uploads ago; long done */
+		CUDA_CHECK(cudaEventSynchronize(slot->done));
+	memcpy(slot->buf, src, bytes);
+	CUDA_CHECK(cudaMemcpyAsync(dst, slot->buf, bytes, cudaMemcpyHostToDevice, st));
+	CUDA_CHECK(cudaEventRecord(slot->done, st));
+	slot->pending = true;
+	return true;
+}
+
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
+	if (staged_upload(dst, src, bytes))
+		return;
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
 	CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -812,6 +812,37 @@ TEST(cuda_elementwise_step)
 	}
 }
 
+/* to_device may return before the copy is done (small uploads are staged
+ * through pinned slots), but the source is free to reuse at once and the
+ * data is there for what follows: 100 uploads (the staging ring holds 32)
+ * from one host buffer rewritten after each call, a kernel queued behind
+ * each, all checked at the end. */
+TEST(cuda_upload_then_reuse_source)
+{
+	NEED(to_device);
+	enum { UPLOADS = 100, N = 4099 };
+	float *src = xmalloc(N * sizeof(float));
+	float *dev[UPLOADS];
+	for (int k = 0; k < UPLOADS; k++) {
+		for (int i = 0; i < N; i++)
+			src[i] = (float)(k * 10000 + i);
+		dev[k] = cu->alloc(N * sizeof(float));
+		cu->to_device(dev[k], src, N * sizeof(float));
+		cu->scale(dev[k], 2.0f, N);
+		memset(src, 0xff, N * sizeof(float)); /* NaNs: a late copy would show */
+	}
+	int bad = 0;
+	for (int k = 0; k < UPLOADS; k++) {
+		float *h = getf(dev[k], N);
+		for (int i = 0; i < N; i++)
+			bad += h[i] != 2.0f * (float)(k * 10000 + i);
+		free(h);
+		cu->free(dev[k]);
+	}
+	CHECK_MSG(bad == 0, "%d elements differ after staged uploads", bad);
+	free(src);
+}
+
 /* ==== against references in double, written here ==== */
 
 /* ---- attention ---- */
