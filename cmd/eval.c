@@ -105,7 +105,7 @@ int cmd_eval(int argc, char **argv)
 		lm.be->to_device(d_in, in, bt * sizeof(int32_t));
 		lm.be->to_device(d_tg, tg, bt * sizeof(int32_t));
 		float loss;
-		stage_forward(&lm.st, 0, lm.params, d_in, NULL, d_tg, NULL, &loss, NULL, 1.0f);
+		stage_forward(&lm.st, 0, lm.params, d_in, NULL, d_tg, NULL, &loss, NULL, NULL, 1.0f);
 		sum += loss;
 	}
 	double dt = now_sec() - t0, mean = sum / (double)n;

@@ -134,6 +134,10 @@ struct backend {
 	 * target today. */
 	void (*softmax_xent)(float *losses, float *dlogits, const float *logits,
 			     const int32_t *targets, int N, int V, int Vp, float dloss);
+	/* out[0] = (float)(sum of losses[N] in double / N), on the device, with
+	 * no wait: the CPU sums in index order (stage_forward's host sum, bit
+	 * for bit); CUDA in a fixed tree (the bits depend on N only). */
+	void (*loss_mean)(float *out, const float *losses, int N);
 
 	/* ---- optimizer pieces (optim/ composes them) ---- */
 	/* Each *_dir writes the update direction u (already multiplied by -lr)

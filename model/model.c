@@ -677,8 +677,10 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		}
 		st->scratch_bytes += (size_t)c->Vp * c->C * sizeof(float);
 	}
-	if (st->has_head)
-		st->losses_host_ = xmalloc(st_mult((size_t)B * T, sizeof(float)));
+	if (st->has_head && !(st->loss_dev_ = be->alloc(sizeof(float)))) {
+		stage_free(st);
+		return error("stage %d: cannot allocate the loss on backend '%s'", s, be->name);
+	}
 	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
 	return 0;
 }
@@ -697,7 +699,8 @@ void stage_free(struct stage *st)
 		st->be->free(st->tied_head_grad);
 	free(st->params);
 	free(st->off_);
-	free(st->losses_host_);
+	if (st->loss_dev_)
+		st->be->free(st->loss_dev_);
 	free(st->slot_dloss_);
 	memset(st, 0, sizeof(*st));
 }
@@ -971,7 +974,7 @@ double stage_aux_loss(const struct stage *st, int slot)
 
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
-		   float *grads, float dloss)
+		   float *loss_dev, float *grads, float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -980,7 +983,6 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	struct scratch_view sv;
 	const float *x;
 	float *dhead;
-	double sum = 0;
 
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
@@ -997,11 +999,17 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 		return;
 	be->softmax_xent(sv.losses, grads ? sv.logits : NULL, sv.logits, targets, N, c->V, c->Vp,
 			 dloss / (float)N);
-	be->to_host(st->losses_host_, sv.losses, (size_t)N * sizeof(float));
-	for (int i = 0; i < N; i++)
-		sum += st->losses_host_[i];
-	if (loss)
-		*loss = (float)(sum / N);
+	/* one reduction for both, so a loss read at once and one read later
+	 * have the same bits on every backend */
+	if (loss_dev)
+		be->loss_mean(loss_dev, sv.losses, N);
+	if (loss) {
+		if (loss_dev)
+			be->copy(st->loss_dev_, loss_dev, sizeof(float));
+		else
+			be->loss_mean(st->loss_dev_, sv.losses, N);
+		be->to_host(loss, st->loss_dev_, sizeof(float));
+	}
 	if (!grads)
 		return;
 	/* Back through the head and the final norm; d(x) stays in the slot. */

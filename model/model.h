@@ -146,10 +146,10 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs */
 	size_t act_bytes_per_slot, scratch_bytes;
-	/* private to model.c: tensor offsets within the stage arena, host
-	 * buffer for per-token losses */
+	/* private to model.c: tensor offsets within the stage arena, the
+	 * mean loss in backend memory (last stage) */
 	size_t *off_;
-	float *losses_host_;
+	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
 };
 
@@ -194,13 +194,15 @@ void stage_finish_grads(struct stage *st, float *grads);
  *    for stage_backward. dloss is the caller's scale (1/M for M
  *    micro-batches); the loss gradient is dloss/(B*T) per token since the
  *    loss is a mean. With targets NULL no loss is computed.
- *  - tokens, x_in, targets and x_out are backend memory; loss is host.
+ *  - tokens, x_in, targets and x_out are backend memory. The mean loss goes
+ *    to *loss (host memory; the call waits for the device) and/or to
+ *    loss_dev[0] (backend memory, queued: no wait), whichever is non-NULL.
  *  - tokens (stage 0) are saved in the slot, so they need not outlive the
  *    call.
  */
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
-		   float *grads, float dloss);
+		   float *loss_dev, float *grads, float dloss);
 /* Backward of the micro-batch in `slot` with the same `params` it was
  * forwarded with. dx_out[B*T*C] is the gradient from the next stage (ignored
  * on the last stage). Parameter gradients accumulate into grads (a stage

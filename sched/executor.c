@@ -63,6 +63,9 @@ struct pipeline {
 	int mb_r;                 /* one replica's: mb_per_step / N */
 	int rep_r, rep_s;         /* the stage that records norm and lr */
 	float *losses;            /* [n_steps * mb_per_step], by the last stages */
+	float *loss_dev;          /* the same, backend memory: the last stages'
+				   * forwards leave them there (no wait per
+				   * micro-batch), read back once at the end */
 	double *moe;              /* [n_steps * mb_per_step][S][2 + E]: each stage's
 				   * stage_moe_stats (NULL for a dense model) */
 	size_t moe_w;             /* S * (2 + E) */
@@ -224,16 +227,14 @@ static void *stage_main(void *arg)
 				be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 			}
 			x_out = last ? NULL : tp->buffer(tp, s, p->act_n);
-			float loss = 0.0f;
 			long gstep = global_step(p, a[i].step);
 			stage_forward(&w->st, a[i].slot, worker_grad_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
-				      last ? &loss : NULL, last ? worker_grads(w, gstep) : NULL, dloss);
+				      NULL, last ? p->loss_dev + gmb : NULL,
+				      last ? worker_grads(w, gstep) : NULL, dloss);
 			if (x_in)
 				tp->release(tp, s, x_in);
 			x_in = NULL;
-			if (last)
-				p->losses[gmb] = loss;
 			if (p->moe)
 				stage_moe_stats(&w->st, a[i].slot,
 						p->moe + (size_t)gmb * p->moe_w +
@@ -466,6 +467,10 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
 	p.losses = xcalloc(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float));
+	p.loss_dev = tr->be->alloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
+	if (!p.loss_dev)
+		die("cannot allocate the segment's %ld losses on backend '%s'",
+		    (long)n * p.mb_per_step, tr->be->name);
 	p.moe_w = trainer_moe_width(tr);
 	if (p.moe_w)
 		p.moe = xcalloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), p.moe_w),
@@ -494,6 +499,11 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->w[i].busy_s += ctx[i].busy;
 		tr->w[i].idle_s += ctx[i].idle;
 	}
+	/* one wait for every loss of the segment (zeros where no local last
+	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
+	tr->be->to_host(p.losses, p.loss_dev,
+			st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
+	tr->be->free(p.loss_dev);
 	if (mpi)
 		mpi_segment_end(&p, &ctx[lo], n);
 	int rc = 0;
@@ -563,7 +573,7 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 		float *x_out = last ? NULL : tp->buffer(tp, s, act_n);
 		float loss = 0.0f;
 		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? dev_in : NULL, x_in,
-			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL,
+			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
 			      1.0f / (float)tr->M);
 		if (x_in)
 			tp->release(tp, s, x_in);

@@ -200,7 +200,7 @@ static float forward_all(struct trainer *tr, int r, long version_step, int with_
 		stage_forward(&w->st, 0, with_grads ? worker_grad_weights(w, v) : worker_weights(w, v),
 			      s == 0 ? tr->inputs : NULL,
 			      s == 0 ? NULL : tr->x[s], last ? tr->targets : NULL,
-			      last ? NULL : tr->x[s + 1], last ? &loss : NULL,
+			      last ? NULL : tr->x[s + 1], last ? &loss : NULL, NULL,
 			      last && with_grads ? worker_grads(w, step) : NULL,
 			      1.0f / (float)tr->mb_per_step);
 	}

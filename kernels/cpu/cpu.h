@@ -79,6 +79,7 @@ void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_loss_mean(float *out, const float *losses, int N);
 void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		      const int32_t *targets, int N, int V, int Vp, float dloss);
 

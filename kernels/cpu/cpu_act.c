@@ -159,3 +159,12 @@ void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		}
 	}
 }
+
+/* out[0] = the mean of losses[N], summed in double in index order */
+void cpu_loss_mean(float *out, const float *losses, int N)
+{
+	double sum = 0;
+	for (int i = 0; i < N; i++)
+		sum += losses[i];
+	out[0] = (float)(sum / N);
+}

@@ -38,6 +38,7 @@ const struct backend backend_cpu = {
 	.add = cpu_add,
 
 	.softmax_xent = cpu_softmax_xent,
+	.loss_mean = cpu_loss_mean,
 
 	.adamw_dir = cpu_adamw_dir,
 	.adan_dir = cpu_adan_dir,

@@ -686,6 +686,31 @@ static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
 	cuda_scratch_free(d);
 }
 
+/* out[0] = mean of losses[N]: each of 256 threads sums its stride in
+ * double in order, then a fixed tree; one block, queued, no host wait. */
+__global__ static void loss_mean_kernel(float *out, const float *losses, int N)
+{
+	__shared__ double sh[256];
+	double s = 0;
+	for (int i = threadIdx.x; i < N; i += 256)
+		s += losses[i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = 128; w > 0; w >>= 1) {
+		if ((int)threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		out[0] = (float)(sh[0] / N);
+}
+
+static void cu_loss_mean(float *out, const float *losses, int N)
+{
+	loss_mean_kernel<<<1, 256, 0, cuda_stream()>>>(out, losses, N);
+	CUDA_LAUNCHED();
+}
+
 /* ------------------------------------------------------------------ */
 /* normalisation: one warp per row                                      */
 
@@ -1312,6 +1337,7 @@ static void fill_table(void)
 	t.apply_update = cu_apply_update;
 	t.sumsq = cu_sumsq;
 	t.sumsq_many = cu_sumsq_many;
+	t.loss_mean = cu_loss_mean;
 	t.elementwise_step = cu_elementwise_step;
 	t.scale = cu_scale;
 }

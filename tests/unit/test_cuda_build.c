@@ -33,7 +33,7 @@ TEST(cuda_table_complete)
 	SLOT(rmsnorm_backward); SLOT(matmul_forward); SLOT(matmul_backward);
 	SLOT(rope_forward); SLOT(rope_backward); SLOT(attention_forward);
 	SLOT(attention_backward); SLOT(gelu_forward); SLOT(gelu_backward);
-	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent);
+	SLOT(swiglu_forward); SLOT(swiglu_backward); SLOT(add); SLOT(softmax_xent); SLOT(loss_mean); SLOT(elementwise_step);
 	SLOT(adamw_dir); SLOT(adan_dir); SLOT(ademamix_dir); SLOT(mars_correct); SLOT(ema);
 	SLOT(soap_adam); SLOT(row_normalize); SLOT(gemm); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
 	SLOT(apply_update); SLOT(sumsq); SLOT(sumsq_many); SLOT(scale); SLOT(memory_peak);

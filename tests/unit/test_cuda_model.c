@@ -75,7 +75,7 @@ static int loss_and_grads(const struct backend *be, const struct model *m,
 	be->to_device(params, arena, pbytes);
 	be->to_device(tok, tok_host, tbytes);
 	be->to_device(tgt, tgt_host, tbytes);
-	stage_forward(&st, 0, params, tok, NULL, tgt, NULL, loss, grads, 1.0f);
+	stage_forward(&st, 0, params, tok, NULL, tgt, NULL, loss, NULL, grads, 1.0f);
 	stage_backward(&st, 0, params, grads, NULL, NULL);
 	stage_finish_grads(&st, grads);
 	be->synchronize();

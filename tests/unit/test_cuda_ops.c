@@ -843,6 +843,29 @@ TEST(cuda_upload_then_reuse_source)
 	free(src);
 }
 
+/* loss_mean on the device: the double-precision mean within float rounding,
+ * the same bits on every call. */
+TEST(cuda_loss_mean)
+{
+	NEED(loss_mean);
+	int Ns[] = {1, 255, 257, 16384, 65537};
+	for (size_t k = 0; k < ARRAY_SIZE(Ns); k++) {
+		int N = Ns[k];
+		float *l = randn((size_t)N, 1);
+		double sum = 0;
+		for (int i = 0; i < N; i++)
+			sum += l[i] = fabsf(l[i]) * 3.0f;
+		float *d = putf(l, (size_t)N), *o = nan_dev(2), got[2];
+		cu->loss_mean(o, d, N);
+		cu->loss_mean(o + 1, d, N);
+		cu->to_host(got, o, sizeof(got));
+		CHECK_NEAR(got[0], sum / N, 1e-6 * (sum / N));
+		CHECK(memcmp(&got[0], &got[1], sizeof(float)) == 0);
+		cu->free(d), cu->free(o);
+		free(l);
+	}
+}
+
 /* ==== against references in double, written here ==== */
 
 /* ---- attention ---- */

@@ -896,6 +896,26 @@ TEST(sumsq_many_matches_sumsq)
 	free(buf);
 }
 
+/* loss_mean: the float of the in-order double sum over N, as stage_forward
+ * summed on the host before (pipelines and one worker share it). */
+TEST(loss_mean_is_the_ordered_sum)
+{
+	int Ns[] = {1, 7, 4096, 16385};
+	for (size_t k = 0; k < ARRAY_SIZE(Ns); k++) {
+		int N = Ns[k];
+		float *l = xmalloc(sizeof(float) * (size_t)N), out = -1;
+		double sum = 0;
+		for (int i = 0; i < N; i++) {
+			l[i] = 10.0f / (float)(i + 3) + (float)(i % 5);
+			sum += l[i];
+		}
+		be->loss_mean(&out, l, N);
+		float want = (float)(sum / N);
+		CHECK_MSG(memcmp(&out, &want, sizeof(float)) == 0, "N=%d: %.9g vs %.9g", N, out, want);
+		free(l);
+	}
+}
+
 TEST(sumsq_and_scale)
 {
 	float x[5] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f};

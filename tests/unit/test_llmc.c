@@ -230,7 +230,7 @@ TEST(loss_matches_python_reference)
 	CHECK(llmc_load(path, &c, &w) == 0);
 	CHECK(model_init(&m, &c) == 0);
 	CHECK(stage_init(&st, &m, &backend_cpu, NULL, 0, B, T, 1) == 0);
-	stage_forward(&st, 0, w, tok, NULL, tgt, NULL, &loss, NULL, 1.0f);
+	stage_forward(&st, 0, w, tok, NULL, tgt, NULL, &loss, NULL, NULL, 1.0f);
 	CHECK_MSG(fabs(loss - want) <= 1e-5 * fabs(want), "loss %.9g, reference %.9g", loss,
 		  want);
 	stage_free(&st);

@@ -356,7 +356,7 @@ static void run_close(struct run *r)
 static float run_loss(struct run *r)
 {
 	float loss = NAN;
-	stage_forward(&r->st, 0, r->params, r->tok, NULL, r->tgt, NULL, &loss, NULL, 1.0f);
+	stage_forward(&r->st, 0, r->params, r->tok, NULL, r->tgt, NULL, &loss, NULL, NULL, 1.0f);
 	return loss;
 }
 
@@ -364,7 +364,7 @@ static float run_grad(struct run *r)
 {
 	float loss = NAN;
 	memset(r->grads, 0, r->m.numel * sizeof(float));
-	stage_forward(&r->st, 1, r->params, r->tok, NULL, r->tgt, NULL, &loss, r->grads, 1.0f);
+	stage_forward(&r->st, 1, r->params, r->tok, NULL, r->tgt, NULL, &loss, NULL, r->grads, 1.0f);
 	stage_backward(&r->st, 1, r->params, r->grads, NULL, NULL);
 	stage_finish_grads(&r->st, r->grads);
 	return loss;
@@ -800,8 +800,8 @@ TEST(moe_dloss_scales_every_gradient)
 	memset(r.grads, 0, r.m.numel * sizeof(float));
 	/* forward into slot 0 at dloss 1/4, then another forward into slot 1
 	 * at dloss 1: slot 0's backward must use its own scale */
-	stage_forward(&r.st, 0, r.params, r.tok, NULL, r.tgt, NULL, &loss, r.grads, 0.25f);
-	stage_forward(&r.st, 1, r.params, r.tok, NULL, r.tgt, NULL, &loss, NULL, 1.0f);
+	stage_forward(&r.st, 0, r.params, r.tok, NULL, r.tgt, NULL, &loss, NULL, r.grads, 0.25f);
+	stage_forward(&r.st, 1, r.params, r.tok, NULL, r.tgt, NULL, &loss, NULL, NULL, 1.0f);
 	stage_backward(&r.st, 0, r.params, r.grads, NULL, NULL);
 	stage_finish_grads(&r.st, r.grads);
 	for (size_t j = 0; j < r.m.numel; j++)
@@ -869,7 +869,7 @@ static int split_run(const struct model *m, const float *params, const struct st
 		for (int s = 0; s < S; s++)
 			stage_forward(&st[s], mb, p[s], tok + mb * N, x + (mb * (S + 1) + s) * NC,
 				      tgt + mb * N, x + (mb * (S + 1) + s + 1) * NC, &losses[mb],
-				      g[s], 1.0f / M);
+				      NULL, g[s], 1.0f / M);
 	if (S == 1) {
 		/* the forward with grads already ran the head's backward;
 		 * the single-stage loop runs F, B per micro-batch instead, so
@@ -915,7 +915,7 @@ static void single_run(const struct model *m, const float *params, int B, int T,
 		return;
 	for (int mb = 0; mb < M; mb++) {
 		stage_forward(&st, 0, params, tok + mb * N, NULL, tgt + mb * N, NULL, &losses[mb],
-			      grads, 1.0f / M);
+			      NULL, grads, 1.0f / M);
 		stage_backward(&st, 0, params, grads, NULL, NULL);
 	}
 	stage_finish_grads(&st, grads);
