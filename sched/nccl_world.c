@@ -11,6 +11,35 @@
 
 #ifndef ASYNCPP_CUDA
 
+/* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
+ * host stop every rank (NCCL would fail later, less clearly). */
+static int one_gpu_each(int rank, int world)
+{
+	struct place {
+		char host[64];
+		unsigned char uuid[16];
+	} *all = xcalloc((size_t)world, sizeof(*all));
+	int rc = 0;
+	if (gethostname(all[rank].host, sizeof(all[rank].host) - 1) ||
+	    cuda_nccl_device_uuid(all[rank].uuid))
+		rc = error("rank %d: cannot tell its host or GPU", rank);
+	for (int q = 0; q < world; q++)
+		if (dist_bcast(&all[q], sizeof(all[q]), q))
+			rc = -1;
+	/* every rank sees the whole table, so all of them stop; rank 0 says why */
+	for (int a = 0; a < world && !rc; a++)
+		for (int b = a + 1; b < world && !rc; b++)
+			if (!strcmp(all[a].host, all[b].host) &&
+			    !memcmp(all[a].uuid, all[b].uuid, sizeof(all[a].uuid)))
+				rc = rank ? -1 : error("ranks %d and %d both use the same GPU of host "
+						       "%s: pipeline.transport = nccl needs a GPU "
+						       "per process (start at most as many "
+						       "processes per node as it has GPUs)", a, b,
+						       all[a].host);
+	free(all);
+	return rc;
+}
+
 int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 {
 	memset(w, 0, sizeof(*w));
@@ -32,6 +61,7 @@ double nccl_wait(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch, double ti
 #else
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../kernels/cuda/cuda_nccl.h"
 
@@ -64,6 +94,35 @@ static int open_pair(struct nccl_world *w, const unsigned char (*ids)[IDS_PER_RA
 	       open_chan(&w->grad_out, 2, ids[a][ID_GRAD], me, what);
 }
 
+/* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
+ * host stop every rank (NCCL would fail later, less clearly). */
+static int one_gpu_each(int rank, int world)
+{
+	struct place {
+		char host[64];
+		unsigned char uuid[16];
+	} *all = xcalloc((size_t)world, sizeof(*all));
+	int rc = 0;
+	if (gethostname(all[rank].host, sizeof(all[rank].host) - 1) ||
+	    cuda_nccl_device_uuid(all[rank].uuid))
+		rc = error("rank %d: cannot tell its host or GPU", rank);
+	for (int q = 0; q < world; q++)
+		if (dist_bcast(&all[q], sizeof(all[q]), q))
+			rc = -1;
+	/* every rank sees the whole table, so all of them stop; rank 0 says why */
+	for (int a = 0; a < world && !rc; a++)
+		for (int b = a + 1; b < world && !rc; b++)
+			if (!strcmp(all[a].host, all[b].host) &&
+			    !memcmp(all[a].uuid, all[b].uuid, sizeof(all[a].uuid)))
+				rc = rank ? -1 : error("ranks %d and %d both use the same GPU of host "
+						       "%s: pipeline.transport = nccl needs a GPU "
+						       "per process (start at most as many "
+						       "processes per node as it has GPUs)", a, b,
+						       all[a].host);
+	free(all);
+	return rc;
+}
+
 int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 {
 	memset(w, 0, sizeof(*w));
@@ -76,13 +135,9 @@ int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 	if (cuda_nccl_load(why, sizeof(why)) < 0)
 		return error("pipeline.transport = nccl: %s; install NCCL 2 (libnccl2) or use "
 			     "pipeline.transport = mpi", why);
-	int gpus = cuda_nccl_device_count(), local = dist_local_rank();
-	if (local >= gpus)
-		return error("pipeline.transport = nccl needs a GPU per process: rank %d is "
-			     "process %d of its node, which has %d GPU%s (NCCL cannot put two "
-			     "ranks of a channel on one GPU); launch at most %d processes per node",
-			     rank, local, gpus, gpus == 1 ? "" : "s", gpus);
 	int world = stages * replicas;
+	if (one_gpu_each(rank, world))
+		return -1;
 	unsigned char(*ids)[IDS_PER_RANK][CUDA_NCCL_ID_BYTES] =
 		xcalloc((size_t)world, sizeof(*ids));
 	int rc = 0;

@@ -325,3 +325,14 @@ extern "C" int cuda_nccl_device_count(void)
 	}
 	return n;
 }
+
+extern "C" int cuda_nccl_device_uuid(unsigned char uuid[16])
+{
+	cuda_stream(); /* binds this thread to the backend's device */
+	int dev = 0;
+	CU_RET(cudaGetDevice(&dev));
+	cudaDeviceProp prop;
+	CU_RET(cudaGetDeviceProperties(&prop, dev));
+	memcpy(uuid, prop.uuid.bytes, 16);
+	return 0;
+}

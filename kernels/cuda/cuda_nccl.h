@@ -77,6 +77,9 @@ void cuda_nccl_event_wait_compute(struct cuda_nccl_event *e);
 void cuda_nccl_event_free(struct cuda_nccl_event *e);
 /* The CUDA devices this process sees (0 without any). */
 int cuda_nccl_device_count(void);
+/* The 16-byte UUID of the GPU this process uses (its backend's device);
+ * 0, or -1 after error(). */
+int cuda_nccl_device_uuid(unsigned char uuid[16]);
 
 #ifdef __cplusplus
 }
