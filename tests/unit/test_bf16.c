@@ -741,3 +741,18 @@ TEST(bf16_logits_for_sampling_are_float)
 	mrun_close(&a);
 	mrun_close(&b);
 }
+
+/* A backend without bf16 storage (CUDA, for now) is refused with a
+ * message naming the key; f32 on it is the backend itself. */
+TEST(bf16_is_refused_where_the_backend_has_none)
+{
+	struct backend fake = backend_cpu;
+	fake.name = "fake";
+	CHECK(backend_with_act_dtype(&fake, ACT_F32) == &fake);
+	CHECK(backend_with_act_dtype(&fake, ACT_BF16) == NULL);
+	CHECK_MSG(strstr(last_error(), "train.act_dtype = bf16") && strstr(last_error(), "fake"),
+		  "message: %s", last_error());
+	const struct backend *cu = backend_cuda();
+	if (cu)
+		CHECK(cu->act_dtype == ACT_F32 && !backend_with_act_dtype(cu, ACT_BF16));
+}
