@@ -24,7 +24,7 @@ else
 OPT ?= -O3 -march=x86-64-v3
 endif
 CFLAGS ?= $(OPT) -g
-WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wpointer-arith
 # DEPS_PREFIX=DIR takes zstd, zlib, inih and OpenBLAS from the folder that
 # tools/gpu-deps unpacks (DIR/include, DIR/lib), for machines without them.
 DEPS_PREFIX ?=

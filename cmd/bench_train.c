@@ -178,7 +178,7 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 		mm->slots = MAX(mm->slots, w->st.n_slots);
 	}
 	/* the trainer's activations between stages, input and target tokens */
-	mm->exchange = 2.0 * (tr->S + 1) * act * sizeof(float) +
+	mm->exchange = 2.0 * (tr->S + 1) * act * act_size(tr->be) +
 		       2.0 * tr->B * tr->T * sizeof(int32_t);
 	/* ours (u32) and the loader's copy (u16 when the vocabulary allows) */
 	mm->data = (double)b->n_tokens * (sizeof(uint32_t) + (tr->data->tokens16 ? 2 : 4));

@@ -127,7 +127,7 @@ double device_peak_flops(const struct backend *be, int threads)
 {
 	if (threads <= 0)
 		threads = omp_get_num_procs();
-	if (be == &backend_cpu)
+	if (be == &backend_cpu || be == &backend_cpu_bf16)
 		return cpu_peak(threads);
 	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
 }
@@ -142,6 +142,8 @@ const struct backend *backend_from_config(const struct config *cfg)
 		return NULL;
 	}
 	const struct backend *be = backend_by_name(cfg->train_device);
+	if (be && !strcmp(cfg->train_act_dtype, "bf16"))
+		be = backend_with_act_dtype(be, ACT_BF16);
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);
 	return be;

@@ -62,3 +62,15 @@ size_t newton_schulz_scratch(int rows, int cols)
 	size_t m = (size_t)MIN(rows, cols), n = (size_t)MAX(rows, cols);
 	return 2 * m * n + 3 * m * m;
 }
+
+const struct backend *backend_with_act_dtype(const struct backend *be, int dtype)
+{
+	if (be->act_dtype == dtype)
+		return be;
+	if (be == &backend_cpu || be == &backend_cpu_bf16)
+		return dtype == ACT_BF16 ? &backend_cpu_bf16 : &backend_cpu;
+	error("train.act_dtype = %s: the %s backend stores activations as %s only (bf16 "
+	      "storage on CUDA is to come; see kernels/cuda/NOTES.md)", act_dtype_name(dtype),
+	      be->name, act_dtype_name(be->act_dtype));
+	return NULL;
+}

@@ -16,12 +16,21 @@
  *  - qkv rows hold [q heads (NH*HD) | k heads (NKV*HD) | v heads (NKV*HD)];
  *    query head h uses key/value head h / (NH/NKV).
  *  - A NULL slot means "unsupported by this backend"; tests skip it.
+ *  - Activations and activation gradients (every void * below: a layer's
+ *    inputs and outputs, their gradients, logits) are stored in the
+ *    backend's act_dtype (kernels/act.h); weights, their gradients, norm
+ *    statistics (mean, rstd), lse, losses and optimizer state are float. An
+ *    op on a bf16 backend computes in float and rounds each stored element
+ *    to nearest even; the CPU's bf16 ops give exactly the float op on the
+ *    (exactly widened) bf16 inputs, rounded once per output.
  */
 #ifndef ASYNCPP_BACKEND_H
 #define ASYNCPP_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "act.h"
 
 /* One tensor of an elementwise optimizer step (elementwise_step below). */
 struct optim_elem_tensor {
@@ -39,6 +48,7 @@ enum optim_elem_rule { OPTIM_ELEM_ADAMW = 0, OPTIM_ELEM_LION = 1 };
 
 struct backend {
 	const char *name;
+	int act_dtype;  /* enum act_dtype: how activations are stored */
 
 	/* ---- memory and streams ---- */
 	void *(*alloc)(size_t bytes);                 /* zeroed, 64-byte aligned */
@@ -59,71 +69,79 @@ struct backend {
 	 * backend's scratch pool); NULL where memory is the host's. */
 	size_t (*memory_peak)(void);
 
+	/* ---- activation storage ---- */
+	/* out[n] (act) = in[n] (float), rounded; in[n] (float) = out[n] (act),
+	 * exact. Both backend memory; copies on an f32 backend. */
+	void (*act_from_f32)(void *out, const float *in, size_t n);
+	void (*act_to_f32)(float *out, const void *in, size_t n);
+
 	/* ---- embeddings ---- */
 	/* out[N,C] = wte[tokens[n],:] + (wpe ? wpe[n % T,:] : 0) */
-	void (*embed_forward)(float *out, const int32_t *tokens, const float *wte,
+	void (*embed_forward)(void *out, const int32_t *tokens, const float *wte,
 			      const float *wpe, int B, int T, int C);
 	/* dwte[Vp,C] += scatter of dout[N,C]; dwpe[T,C] += (if non-NULL) */
-	void (*embed_backward)(float *dwte, float *dwpe, const float *dout,
+	void (*embed_backward)(float *dwte, float *dwpe, const void *dout,
 			       const int32_t *tokens, int B, int T, int C);
 
 	/* ---- normalisation (over the last dimension C of inp[N,C]) ---- */
 	/* out[N,C], mean[N], rstd[N]; w[C], b[C]. A NULL w means weight 1, a
 	 * NULL b bias 0. The backward reads w the same way and skips dw or db
 	 * when that pointer is NULL (the other is still accumulated). */
-	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+	void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
 				  const float *w, const float *b, int N, int C, float eps);
-	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
-				   const float *inp, const float *w, const float *mean,
+	void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout,
+				   const void *inp, const float *w, const float *mean,
 				   const float *rstd, int N, int C);
 	/* out[N,C] = inp * rstd * w, rstd[N] = 1/sqrt(mean(inp^2) + eps) */
-	void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
+	void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const float *w,
 				int N, int C, float eps);
-	void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout,
-				 const float *inp, const float *w, const float *rstd,
+	void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout,
+				 const void *inp, const float *w, const float *rstd,
 				 int N, int C);
 
 	/* ---- matrix products ---- */
 	/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
-	void (*matmul_forward)(float *out, const float *inp, const float *w,
+	void (*matmul_forward)(void *out, const void *inp, const float *w,
 			       const float *bias, int N, int C, int OC);
 	/* dinp[N,C] = dout @ w (skipped if dinp NULL); dw[OC,C] += dout^T @ inp;
 	 * dbias[OC] += column sums of dout (if non-NULL) */
-	void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-				const float *inp, const float *w, int N, int C, int OC);
+	void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout,
+				const void *inp, const float *w, int N, int C, int OC);
 
 	/* ---- attention ---- */
 	/* Rotary embedding on the q and k heads of qkv[N,QKV], in place; position
 	 * of row n is n % T; pairs are (i, i + HD/2) within a head (the
 	 * "rotate_half" convention of Llama in Hugging Face). */
-	void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int HD,
+	void (*rope_forward)(void *qkv, int B, int T, int NH, int NKV, int HD,
 			     float theta);
 	/* The transpose (inverse rotation), applied to dqkv in place. */
-	void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int HD,
+	void (*rope_backward)(void *dqkv, int B, int T, int NH, int NKV, int HD,
 			      float theta);
-	/* Causal attention, scale 1/sqrt(HD). out[N,NH*HD]; lse[B,NH,T] is the
-	 * log-sum-exp of each query's scaled scores, kept for the backward so no
-	 * T x T matrix needs to be stored. */
-	void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T,
+	/* Causal attention, scale 1/sqrt(HD). out[N,NH*HD]; lse[B,NH,T] (float)
+	 * is the log-sum-exp of each query's scaled scores, kept for the
+	 * backward so no T x T matrix needs to be stored. */
+	void (*attention_forward)(void *out, float *lse, const void *qkv, int B, int T,
 				  int NH, int NKV, int HD);
 	/* dqkv[N,QKV] (overwritten) from dout[N,NH*HD] and the forward's out, lse. */
-	void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-				   const float *out, const float *lse, int B, int T, int NH,
+	void (*attention_backward)(void *dqkv, const void *dout, const void *qkv,
+				   const void *out, const float *lse, int B, int T, int NH,
 				   int NKV, int HD);
 
 	/* ---- activations and residuals ---- */
 	/* tanh-approximated GELU as in GPT-2. out[n], inp[n] */
-	void (*gelu_forward)(float *out, const float *inp, size_t n);
-	void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+	void (*gelu_forward)(void *out, const void *inp, size_t n);
+	void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
 	/* inp[N,2F] = [gate | up] per row; out[N,F] = silu(gate) * up */
-	void (*swiglu_forward)(float *out, const float *inp, int N, int F);
-	void (*swiglu_backward)(float *dinp, const float *dout, const float *inp, int N, int F);
-	/* out[n] = a[n] + b[n] (out may alias a or b) */
+	void (*swiglu_forward)(void *out, const void *inp, int N, int F);
+	void (*swiglu_backward)(void *dinp, const void *dout, const void *inp, int N, int F);
+	/* out[n] = a[n] + b[n] on activations (out may alias a or b) */
+	void (*add_act)(void *out, const void *a, const void *b, size_t n);
+	/* The same on floats (gradients: the tied embedding, replicas). */
 	void (*add)(float *out, const float *a, const float *b, size_t n);
 
 	/* ---- loss ---- */
-	/* losses[N] = -log softmax(logits[n,:V])[targets[n]]. If dlogits is
-	 * non-NULL it receives (softmax - onehot) * dloss over the first V
+	/* losses[N] (float) = -log softmax(logits[n,:V])[targets[n]]. If dlogits
+	 * is non-NULL it receives (softmax - onehot) * dloss over the first V
 	 * columns and 0 over the padding; dlogits may alias logits.
 	 * A target outside [0, V) reads no logit: target < 0 means "ignore",
 	 * loss 0 and a zero gradient row; target >= V is a bad input, loss NaN
@@ -132,7 +150,7 @@ struct backend {
 	 * rows, ignored rows counted as 0 (not a mean over the kept ones, as
 	 * PyTorch's ignore_index would give); nothing produces a negative
 	 * target today. */
-	void (*softmax_xent)(float *losses, float *dlogits, const float *logits,
+	void (*softmax_xent)(float *losses, void *dlogits, const void *logits,
 			     const int32_t *targets, int N, int V, int Vp, float dloss);
 	/* out[0] = (float)(sum of losses[N] in double / N), on the device, with
 	 * no wait: the CPU sums in index order (stage_forward's host sum, bit
@@ -215,8 +233,20 @@ size_t newton_schulz_scratch(int rows, int cols);
  * the CUDA GEMMs and Newton-Schulz need to run without staging copies. */
 size_t scratch_floats_aligned(size_t n);
 
-/* The CPU reference backend; always present. */
+/* Bytes per activation element of be. */
+static inline size_t act_size(const struct backend *be)
+{
+	return act_dtype_size(be->act_dtype);
+}
+
+/* The CPU reference backend; always present. backend_cpu stores
+ * activations in float, backend_cpu_bf16 in bf16 (the same kernels, with
+ * their inputs widened and their outputs rounded: train.act_dtype = bf16). */
 extern const struct backend backend_cpu;
+extern const struct backend backend_cpu_bf16;
+/* be, or its variant that stores activations as dtype (enum act_dtype);
+ * NULL with error() when the backend has none. */
+const struct backend *backend_with_act_dtype(const struct backend *be, int dtype);
 /* The CUDA backend, or NULL when the binary was built without CUDA.
  * cuda_available() says whether a device can be used right now, and if not,
  * writes the reason to why (e.g. "no CUDA driver found"). */

@@ -20,6 +20,10 @@
  * of moe.h: res3 = res2 + moe(ln2), its activations saved in the slot.
  * Everything above is saved per slot; the backward reads it and writes
  * activation gradients into the stage's scratch (shared by slots).
+ * Activations and their gradients (void * here) are stored in the backend's
+ * act_dtype (kernels/act.h); the norms' mean/rstd, lse, losses, weights and
+ * parameter gradients are float. Offsets into activations go through
+ * act_at() with the element size, never float arithmetic.
  *
  * Nothing here is global or static-mutable: stages run in separate threads.
  */
@@ -413,33 +417,35 @@ static float *GG(const struct stage *st, float *grads, int g)
 	return o == NONE ? NULL : grads + o;
 }
 
-/* Views into one slot; sizes padded to 16 floats (64 bytes). */
+/* Views into one slot; each piece padded to 64 bytes. Activations (void *)
+ * have the backend's act_dtype, statistics are float. */
 struct layer_acts {
-	float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2;
-	float *ln2, *ln2_mean, *ln2_rstd, *fch, *fca, *res3;
+	void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fca, *res3;
+	float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 	struct moe_acts moe; /* mixture of experts (fch, fca unused) */
 };
 struct slot_view {
 	int32_t *tokens;
-	float *x0;
-	float *layers;          /* start of layer 0 */
-	size_t layer_stride;    /* floats per layer */
-	float *lnf, *lnf_mean, *lnf_rstd, *dx;
-	size_t total;
+	void *x0;
+	void *layers;           /* start of layer 0 */
+	size_t layer_stride;    /* bytes per layer */
+	void *lnf, *dx;
+	float *lnf_mean, *lnf_rstd;
+	size_t total;           /* bytes */
 };
 
-static size_t pad16(size_t n)
+/* Take n elements of esz bytes (padded to 64 bytes) from *pos (bytes) of
+ * base (base may be NULL: sizing only). */
+static void *take(void *base, size_t *pos, size_t n, size_t esz)
 {
-	return (n + 15) & ~(size_t)15;
-}
-
-/* Take n floats (padded) from *pos of base (base may be NULL: sizing only). */
-static float *take(float *base, size_t *pos, size_t n)
-{
-	float *p = base ? base + *pos : NULL;
-	*pos += pad16(n);
+	void *p = base ? (char *)base + *pos : NULL;
+	*pos = st_add(*pos, (st_mult(n, esz) + 63) & ~(size_t)63);
 	return p;
 }
+
+/* n activations of the stage's backend; n floats */
+#define TAKE_ACT(base, pos, n) take(base, pos, n, act_size(st->be))
+#define TAKE_F32(base, pos, n) ((float *)take(base, pos, n, sizeof(float)))
 
 static void moe_dims_of(const struct stage *st, struct moe_dims *d)
 {
@@ -453,37 +459,38 @@ static void moe_dims_of(const struct stage *st, struct moe_dims *d)
 	d->router = c->router;
 	d->alpha = c->aux_coef;
 	d->beta = c->z_coef;
+	d->act_dtype = st->be->act_dtype;
 }
 
-static void layer_view(const struct stage *st, float *base, struct layer_acts *a, size_t *pos)
+static void layer_view(const struct stage *st, void *base, struct layer_acts *a, size_t *pos)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, C = c->C;
 	int gpt2 = c->arch == ARCH_GPT2;
 
-	a->ln1 = take(base, pos, N * C);
-	a->ln1_mean = gpt2 ? take(base, pos, N) : NULL;
-	a->ln1_rstd = take(base, pos, N);
-	a->qkv = take(base, pos, N * qkv_width(c));
-	a->atty = take(base, pos, N * C);
-	a->lse = take(base, pos, (size_t)st->B * c->NH * st->T);
-	a->res2 = take(base, pos, N * C);
-	a->ln2 = take(base, pos, N * C);
-	a->ln2_mean = gpt2 ? take(base, pos, N) : NULL;
-	a->ln2_rstd = take(base, pos, N);
+	a->ln1 = TAKE_ACT(base, pos, N * C);
+	a->ln1_mean = gpt2 ? TAKE_F32(base, pos, N) : NULL;
+	a->ln1_rstd = TAKE_F32(base, pos, N);
+	a->qkv = TAKE_ACT(base, pos, N * qkv_width(c));
+	a->atty = TAKE_ACT(base, pos, N * C);
+	a->lse = TAKE_F32(base, pos, (size_t)st->B * c->NH * st->T);
+	a->res2 = TAKE_ACT(base, pos, N * C);
+	a->ln2 = TAKE_ACT(base, pos, N * C);
+	a->ln2_mean = gpt2 ? TAKE_F32(base, pos, N) : NULL;
+	a->ln2_rstd = TAKE_F32(base, pos, N);
 	if (c->E) {
 		struct moe_dims d;
 		moe_dims_of(st, &d);
 		a->fch = a->fca = NULL;
-		*pos += moe_acts_view(&d, base ? base + *pos : NULL, &a->moe);
+		*pos += moe_acts_view(&d, base ? (char *)base + *pos : NULL, &a->moe);
 	} else {
-		a->fch = take(base, pos, N * fc_rows(c));
-		a->fca = take(base, pos, N * c->F);
+		a->fch = TAKE_ACT(base, pos, N * fc_rows(c));
+		a->fca = TAKE_ACT(base, pos, N * c->F);
 	}
-	a->res3 = take(base, pos, N * C);
+	a->res3 = TAKE_ACT(base, pos, N * C);
 }
 
-static void slot_view(const struct stage *st, float *base, struct slot_view *v)
+static void slot_view(const struct stage *st, void *base, struct slot_view *v)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
@@ -491,9 +498,9 @@ static void slot_view(const struct stage *st, float *base, struct slot_view *v)
 	int nl = st->layer_end - st->layer_begin;
 
 	memset(v, 0, sizeof(*v));
-	v->tokens = (int32_t *)take(base, &pos, N);
-	v->x0 = take(base, &pos, N * C);
-	v->layers = base ? base + pos : NULL;
+	v->tokens = take(base, &pos, N, sizeof(int32_t));
+	v->x0 = TAKE_ACT(base, &pos, N * C);
+	v->layers = base ? (char *)base + pos : NULL;
 	{
 		size_t p0 = 0;
 		layer_view(st, NULL, &a, &p0);
@@ -501,10 +508,10 @@ static void slot_view(const struct stage *st, float *base, struct slot_view *v)
 	}
 	pos += v->layer_stride * nl;
 	if (st->has_head) {
-		v->lnf = take(base, &pos, N * C);
-		v->lnf_mean = c->arch == ARCH_GPT2 ? take(base, &pos, N) : NULL;
-		v->lnf_rstd = take(base, &pos, N);
-		v->dx = take(base, &pos, N * C);
+		v->lnf = TAKE_ACT(base, &pos, N * C);
+		v->lnf_mean = c->arch == ARCH_GPT2 ? TAKE_F32(base, &pos, N) : NULL;
+		v->lnf_rstd = TAKE_F32(base, &pos, N);
+		v->dx = TAKE_ACT(base, &pos, N * C);
 	}
 	v->total = pos;
 }
@@ -513,40 +520,42 @@ static void slot_layer(const struct stage *st, const struct slot_view *v, int li
 		       struct layer_acts *a)
 {
 	size_t pos = 0;
-	layer_view(st, v->layers + v->layer_stride * li, a, &pos);
+	layer_view(st, (char *)v->layers + v->layer_stride * li, a, &pos);
 }
 
-/* Scratch: activation gradients, logits. Shared by every slot. */
+/* Scratch: activation gradients, logits (act_dtype); losses (float).
+ * Shared by every slot. */
 struct scratch_view {
-	float *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
-	float *logits, *losses, *dlnf;
+	void *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
+	void *logits, *dlnf;
+	float *losses;
 	struct moe_scratch moe;
-	size_t total;
+	size_t total;           /* bytes */
 };
 
-static void scratch_view(const struct stage *st, float *base, struct scratch_view *v)
+static void scratch_view(const struct stage *st, void *base, struct scratch_view *v)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
 
 	memset(v, 0, sizeof(*v));
-	v->dres = take(base, &pos, N * C);
-	v->dbuf = take(base, &pos, N * C);
-	v->dln = take(base, &pos, N * C);
-	v->dqkv = take(base, &pos, N * qkv_width(c));
-	v->datty = take(base, &pos, N * C);
+	v->dres = TAKE_ACT(base, &pos, N * C);
+	v->dbuf = TAKE_ACT(base, &pos, N * C);
+	v->dln = TAKE_ACT(base, &pos, N * C);
+	v->dqkv = TAKE_ACT(base, &pos, N * qkv_width(c));
+	v->datty = TAKE_ACT(base, &pos, N * C);
 	if (c->E) {
 		struct moe_dims d;
 		moe_dims_of(st, &d);
-		pos += moe_scratch_view(&d, base ? base + pos : NULL, &v->moe);
+		pos += moe_scratch_view(&d, base ? (char *)base + pos : NULL, &v->moe);
 	} else {
-		v->dfch = take(base, &pos, N * fc_rows(c));
-		v->dfca = take(base, &pos, N * c->F);
+		v->dfch = TAKE_ACT(base, &pos, N * fc_rows(c));
+		v->dfca = TAKE_ACT(base, &pos, N * c->F);
 	}
 	if (st->has_head) {
-		v->logits = take(base, &pos, N * c->Vp);
-		v->losses = take(base, &pos, N);
-		v->dlnf = take(base, &pos, N * C);
+		v->logits = TAKE_ACT(base, &pos, N * c->Vp);
+		v->losses = TAKE_F32(base, &pos, N);
+		v->dlnf = TAKE_ACT(base, &pos, N * C);
 	}
 	v->total = pos;
 }
@@ -652,8 +661,8 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 
 	slot_view(st, NULL, &sv);
 	scratch_view(st, NULL, &xv);
-	st->act_bytes_per_slot = st_mult(sv.total, sizeof(float));
-	st->scratch_bytes = st_mult(xv.total, sizeof(float));
+	st->act_bytes_per_slot = sv.total;
+	st->scratch_bytes = xv.total;
 	st->slot_acts = xcalloc(n_slots, sizeof(*st->slot_acts));
 	for (int i = 0; i < n_slots; i++) {
 		st->slot_acts[i] = be->alloc(st->act_bytes_per_slot);
@@ -752,8 +761,8 @@ void stage_finish_grads(struct stage *st, float *grads)
 
 /* ---- forward and backward of one block ---- */
 
-static void norm_forward(const struct stage *st, float *out, float *mean, float *rstd,
-			 const float *inp, const float *w, const float *b)
+static void norm_forward(const struct stage *st, void *out, float *mean, float *rstd,
+			 const void *inp, const float *w, const float *b)
 {
 	const struct model_config *c = &st->m->cfg;
 	int N = st->B * st->T;
@@ -765,8 +774,8 @@ static void norm_forward(const struct stage *st, float *out, float *mean, float 
 }
 
 /* dinp (overwritten), dw/db accumulated */
-static void norm_backward(const struct stage *st, float *dinp, float *dw, float *db,
-			  const float *dout, const float *inp, const float *w, const float *mean,
+static void norm_backward(const struct stage *st, void *dinp, float *dw, float *db,
+			  const void *dout, const void *inp, const float *w, const float *mean,
 			  const float *rstd)
 {
 	const struct model_config *c = &st->m->cfg;
@@ -790,7 +799,7 @@ static struct moe_params moe_params_of(const struct stage *st, const float *para
 /* The feed-forward of layer li: out[N,C] (overwritten) from a->ln2[N,C],
  * dense (fch, fca saved in a) or the mixture of experts (a->moe). */
 static void ffn_forward(const struct stage *st, const float *params, int li,
-			struct layer_acts *a, float *out)
+			struct layer_acts *a, void *out)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -818,7 +827,7 @@ static void ffn_forward(const struct stage *st, const float *params, int li,
  * router's auxiliary losses (the micro-batch's, from its forward). */
 static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
 			 const struct layer_acts *a, const struct scratch_view *sv,
-			 const float *dout, float dloss)
+			 const void *dout, float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -847,14 +856,14 @@ static void ffn_backward(const struct stage *st, const float *params, float *gra
 }
 
 /* x[N,C] -> a->res3[N,C], saving everything in a */
-static void block_forward(const struct stage *st, const float *params, int li, const float *x,
+static void block_forward(const struct stage *st, const float *params, int li, const void *x,
 			  struct layer_acts *a)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
 	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
-	float *tmp = a->res3; /* projection outputs land here before the residual add */
+	void *tmp = a->res3; /* projection outputs land here before the residual add */
 
 	norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
 		     PW(st, params, li, K_LN1B));
@@ -865,30 +874,30 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->NH, c->NKV, c->HD);
 	be->matmul_forward(tmp, a->atty, PW(st, params, li, K_ATTPROJW),
 			   PW(st, params, li, K_ATTPROJB), N, C, C);
-	be->add(a->res2, x, tmp, NC);
+	be->add_act(a->res2, x, tmp, NC);
 	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
 		     PW(st, params, li, K_LN2B));
 	ffn_forward(st, params, li, a, tmp);
-	be->add(a->res3, a->res2, tmp, NC);
+	be->add_act(a->res3, a->res2, tmp, NC);
 }
 
 /* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
  * accumulate into grads. */
 static void block_backward(const struct stage *st, const float *params, float *grads, int li,
-			   const float *x, const struct layer_acts *a, const struct scratch_view *sv,
+			   const void *x, const struct layer_acts *a, const struct scratch_view *sv,
 			   float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
 	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
 	size_t NC = (size_t)N * C;
-	float *dres = sv->dres;
+	void *dres = sv->dres;
 
 	/* res3 = res2 + ffn(ln2) */
 	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
 	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
 		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
-	be->add(dres, dres, sv->dbuf, NC); /* now d(res2) */
+	be->add_act(dres, dres, sv->dbuf, NC); /* now d(res2) */
 
 	/* res2 = x + atty @ attprojw^T + attprojb */
 	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
@@ -902,25 +911,25 @@ static void block_backward(const struct stage *st, const float *params, float *g
 			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
 	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B), sv->dln,
 		      x, PW(st, params, li, K_LN1W), a->ln1_mean, a->ln1_rstd);
-	be->add(dres, dres, sv->dbuf, NC); /* now d(x) */
+	be->add_act(dres, dres, sv->dbuf, NC); /* now d(x) */
 }
 
 /* Forward through the embeddings (stage 0) and the stage's layers; returns
  * the last layer's output (inside the slot). */
-static const float *body_forward(struct stage *st, const struct slot_view *v,
-				 const float *params, const int32_t *tokens, const float *x_in)
+static const void *body_forward(struct stage *st, const struct slot_view *v,
+				const float *params, const int32_t *tokens, const void *x_in)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T;
 	int nl = st->layer_end - st->layer_begin;
-	const float *x;
+	const void *x;
 
 	if (st->has_embed) {
 		st->be->copy(v->tokens, tokens, N * sizeof(int32_t));
 		st->be->embed_forward(v->x0, tokens, PG(st, params, G_WTE), PG(st, params, G_WPE),
 				      st->B, st->T, c->C);
 	} else {
-		st->be->copy(v->x0, x_in, N * c->C * sizeof(float));
+		st->be->copy(v->x0, x_in, N * c->C * act_size(st->be));
 	}
 	x = v->x0;
 	for (int li = 0; li < nl; li++) {
@@ -973,7 +982,7 @@ double stage_aux_loss(const struct stage *st, int slot)
 }
 
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
-		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
+		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
 		   float *loss_dev, float *grads, float dloss)
 {
 	const struct backend *be = st->be;
@@ -981,7 +990,7 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	int N = st->B * st->T, C = c->C;
 	struct slot_view v;
 	struct scratch_view sv;
-	const float *x;
+	const void *x;
 	float *dhead;
 
 	slot_view(st, st->slot_acts[slot], &v);
@@ -989,7 +998,7 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	x = body_forward(st, &v, params, tokens, x_in);
 	st->slot_dloss_[slot] = dloss;
 	if (!st->has_head) {
-		be->copy(x_out, x, (size_t)N * C * sizeof(float));
+		be->copy(x_out, x, (size_t)N * C * act_size(be));
 		return;
 	}
 	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
@@ -1021,11 +1030,11 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 }
 
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
-		    const float *dx_out, float *dx_in)
+		    const void *dx_out, void *dx_in)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
-	size_t NCb = (size_t)st->B * st->T * c->C * sizeof(float);
+	size_t NCb = (size_t)st->B * st->T * c->C * act_size(be);
 	int nl = st->layer_end - st->layer_begin;
 	struct slot_view v;
 	struct scratch_view sv;
@@ -1035,7 +1044,7 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
 	for (int li = nl - 1; li >= 0; li--) {
 		struct layer_acts a, prev;
-		const float *x = v.x0;
+		const void *x = v.x0;
 		slot_layer(st, &v, li, &a);
 		if (li > 0) {
 			slot_layer(st, &v, li - 1, &prev);
@@ -1054,15 +1063,19 @@ void model_logits_at(struct stage *st, const float *params, const int32_t *token
 		     float *logits)
 {
 	const struct model_config *c = &st->m->cfg;
+	size_t A = act_size(st->be);
 	struct slot_view v;
-	const float *x;
+	struct scratch_view sv;
+	const void *x;
 
 	slot_view(st, st->slot_acts[0], &v);
+	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, NULL);
 	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
 		     PG(st, params, G_LNFB));
 	for (int b = 0; b < st->B; b++)
-		st->be->matmul_forward(logits + (size_t)b * c->Vp,
-				       v.lnf + ((size_t)b * st->T + pos) * c->C,
+		st->be->matmul_forward(act_at(sv.logits, (size_t)b * c->Vp, A),
+				       act_at(v.lnf, ((size_t)b * st->T + pos) * c->C, A),
 				       PG(st, params, G_HEAD), NULL, 1, c->C, c->Vp);
+	st->be->act_to_f32(logits, sv.logits, (size_t)st->B * c->Vp);
 }

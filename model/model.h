@@ -141,10 +141,10 @@ struct stage {
 	size_t numel;          /* floats in this stage's arena */
 	int B, T;              /* micro-batch shape */
 	int n_slots;           /* activation slots (in-flight micro-batches) */
-	float **slot_acts;     /* per slot: saved activations */
-	float *scratch;        /* activation gradients, logits; shared by slots */
+	void **slot_acts;      /* per slot: saved activations */
+	void *scratch;         /* activation gradients, logits; shared by slots */
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
-	/* accounting, for logs */
+	/* accounting, for logs (bytes: activations in the backend's act_dtype) */
 	size_t act_bytes_per_slot, scratch_bytes;
 	/* private to model.c: tensor offsets within the stage arena, the
 	 * mean loss in backend memory (last stage) */
@@ -194,6 +194,8 @@ void stage_finish_grads(struct stage *st, float *grads);
  *    for stage_backward. dloss is the caller's scale (1/M for M
  *    micro-batches); the loss gradient is dloss/(B*T) per token since the
  *    loss is a mean. With targets NULL no loss is computed.
+ *  - x_in and x_out are activations: B*T*C elements of the backend's
+ *    act_dtype (kernels/act.h), act_size(be) bytes each.
  *  - tokens, x_in, targets and x_out are backend memory. The mean loss goes
  *    to *loss (host memory; the call waits for the device) and/or to
  *    loss_dev[0] (backend memory, queued: no wait), whichever is non-NULL.
@@ -201,14 +203,14 @@ void stage_finish_grads(struct stage *st, float *grads);
  *    call.
  */
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
-		   const float *x_in, const int32_t *targets, float *x_out, float *loss,
+		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
 		   float *loss_dev, float *grads, float dloss);
 /* Backward of the micro-batch in `slot` with the same `params` it was
  * forwarded with. dx_out[B*T*C] is the gradient from the next stage (ignored
  * on the last stage). Parameter gradients accumulate into grads (a stage
  * arena); dx_in[B*T*C] (non-first stages) receives the input gradient. */
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
-		    const float *dx_out, float *dx_in);
+		    const void *dx_out, void *dx_in);
 /* The auxiliary (router) losses of the micro-batch forwarded in `slot`:
  * the sum over the stage's MoE layers of aux_coef*balance + z_coef*zloss
  * (see moe.h). 0 for a dense model. stage_forward's loss is the
@@ -223,7 +225,8 @@ double stage_aux_loss(const struct stage *st, int slot);
 int stage_moe_stats(const struct stage *st, int slot, double *out);
 /* Logits at position pos of each sequence, for sampling: a forward without
  * targets over tokens[B*T] (positions after pos do not matter: attention is
- * causal); logits[B*Vp]. Single-stage (S = 1) only. */
+ * causal); logits[B*Vp] are float (backend memory), whatever the
+ * backend's act_dtype. Single-stage (S = 1) only. */
 void model_logits_at(struct stage *st, const float *params, const int32_t *tokens,
 		     int pos, float *logits);
 

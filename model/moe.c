@@ -1,57 +1,59 @@
 /* moe.c - the mixture-of-experts feed-forward of moe.h: routing, dispatch,
  * experts, combine, auxiliary losses, and their backward. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moe.h"
+#include "../io/util.h"
 
 /* ---- buffer layout ---- */
 
-static size_t pad16(size_t n)
+/* n elements of esz bytes, padded to 64 bytes, from *pos (bytes) */
+static void *take(void *base, size_t *pos, size_t n, size_t esz)
 {
-	return (n + 15) & ~(size_t)15;
-}
-
-static float *take(float *base, size_t *pos, size_t n)
-{
-	float *p = base ? base + *pos : NULL;
-	*pos += pad16(n);
+	void *p = base ? (char *)base + *pos : NULL;
+	*pos += (n * esz + 63) & ~(size_t)63;
 	return p;
 }
 
-size_t moe_acts_view(const struct moe_dims *d, float *base, struct moe_acts *a)
+#define TAKE_ACT(n) take(base, &pos, n, act_dtype_size(d->act_dtype))
+#define TAKE_F32(n) ((float *)take(base, &pos, n, sizeof(float)))
+#define TAKE_I32(n) ((int32_t *)take(base, &pos, n, sizeof(int32_t)))
+
+size_t moe_acts_view(const struct moe_dims *d, void *base, struct moe_acts *a)
 {
 	size_t N = (size_t)d->N, NK = N * d->K, C = d->C, De = d->De, E = d->E, pos = 0;
 
-	a->z = take(base, &pos, N * E);
-	a->score = take(base, &pos, N * E);
-	a->sel = (int32_t *)take(base, &pos, N * d->K);
-	a->gate = take(base, &pos, N * d->K);
-	a->pos = (int32_t *)take(base, &pos, N * d->K);
-	a->count = (int32_t *)take(base, &pos, E + 1);
-	a->xd = take(base, &pos, NK * C);
-	a->h = take(base, &pos, NK * 2 * De);
-	a->act = take(base, &pos, NK * De);
-	a->y = take(base, &pos, NK * C);
-	a->sh_h = d->shared ? take(base, &pos, N * 2 * De) : NULL;
-	a->sh_act = d->shared ? take(base, &pos, N * De) : NULL;
-	a->aux = take(base, &pos, 2);
+	a->z = TAKE_ACT(N * E);
+	a->score = TAKE_F32(N * E);
+	a->sel = TAKE_I32(N * d->K);
+	a->gate = TAKE_F32(N * d->K);
+	a->pos = TAKE_I32(N * d->K);
+	a->count = TAKE_I32(E + 1);
+	a->xd = TAKE_ACT(NK * C);
+	a->h = TAKE_ACT(NK * 2 * De);
+	a->act = TAKE_ACT(NK * De);
+	a->y = TAKE_ACT(NK * C);
+	a->sh_h = d->shared ? TAKE_ACT(N * 2 * De) : NULL;
+	a->sh_act = d->shared ? TAKE_ACT(N * De) : NULL;
+	a->aux = TAKE_F32(2);
 	return pos;
 }
 
-size_t moe_scratch_view(const struct moe_dims *d, float *base, struct moe_scratch *s)
+size_t moe_scratch_view(const struct moe_dims *d, void *base, struct moe_scratch *s)
 {
 	size_t N = (size_t)d->N, NK = N * d->K, C = d->C, De = d->De, pos = 0;
 
 	/* dy doubles as an [N,C] temporary once the experts' backward is done */
-	s->dy = take(base, &pos, NK * C);
-	s->dact = take(base, &pos, NK * De);
-	s->dh = take(base, &pos, NK * 2 * De);
-	s->dxd = take(base, &pos, NK * C);
-	s->dz = take(base, &pos, N * d->E);
-	s->dgate = take(base, &pos, N * d->K);
-	s->dsh_act = d->shared ? take(base, &pos, N * De) : NULL;
-	s->dsh_h = d->shared ? take(base, &pos, N * 2 * De) : NULL;
+	s->dy = TAKE_ACT(NK * C);
+	s->dact = TAKE_ACT(NK * De);
+	s->dh = TAKE_ACT(NK * 2 * De);
+	s->dxd = TAKE_ACT(NK * C);
+	s->dz = TAKE_ACT(N * d->E);
+	s->dgate = TAKE_F32(N * d->K);
+	s->dsh_act = d->shared ? TAKE_ACT(N * De) : NULL;
+	s->dsh_h = d->shared ? TAKE_ACT(N * 2 * De) : NULL;
 	return pos;
 }
 
@@ -103,18 +105,23 @@ static double balance_norm(const struct moe_dims *d, const float *score)
 }
 
 void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
-		 const float *x, float *out, struct moe_acts *a)
+		 const void *x, void *out, struct moe_acts *a)
 {
-	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De;
+	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De, dt = d->act_dtype;
+	size_t A = act_dtype_size(dt);
 	int32_t fill[E > 0 ? E : 1];
 	double zsum = 0, P[E > 0 ? E : 1], bal = 0;
+	float *row = xmalloc(st_mult((size_t)(C > E ? C : E), sizeof(float)));
 
 	be->matmul_forward(a->z, x, w->router, NULL, N, C, E);
 	memset(P, 0, sizeof(P));
 	for (int n = 0; n < N; n++) {
 		const float *sc = a->score + (size_t)n * E;
-		float lse = route_token(d, a->z + (size_t)n * E, a->score + (size_t)n * E,
-					a->sel + (size_t)n * K, a->gate + (size_t)n * K);
+		float lse;
+		for (int e = 0; e < E; e++)
+			row[e] = act_load(a->z, (size_t)n * E + e, dt);
+		lse = route_token(d, row, a->score + (size_t)n * E, a->sel + (size_t)n * K,
+				  a->gate + (size_t)n * K);
 		double norm = balance_norm(d, sc);
 		zsum += (double)lse * lse;
 		for (int e = 0; e < E; e++)
@@ -133,17 +140,18 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 			int e = a->sel[n * K + j];
 			int r = a->count[e] + fill[e]++;
 			a->pos[n * K + j] = r;
-			memcpy(a->xd + (size_t)r * C, x + (size_t)n * C, sizeof(float) * C);
+			memcpy(act_at(a->xd, (size_t)r * C, A), act_at(x, (size_t)n * C, A), A * C);
 		}
 	for (int e = 0; e < E; e++) {
 		size_t r0 = (size_t)a->count[e];
 		int cnt = a->count[e + 1] - a->count[e];
 		if (!cnt)
 			continue;
-		be->matmul_forward(a->h + r0 * 2 * De, a->xd + r0 * C,
+		be->matmul_forward(act_at(a->h, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
 				   w->fcw + (size_t)e * 2 * De * C, NULL, cnt, C, 2 * De);
-		be->swiglu_forward(a->act + r0 * De, a->h + r0 * 2 * De, cnt, De);
-		be->matmul_forward(a->y + r0 * C, a->act + r0 * De,
+		be->swiglu_forward(act_at(a->act, r0 * De, A), act_at(a->h, r0 * 2 * De, A), cnt,
+				   De);
+		be->matmul_forward(act_at(a->y, r0 * C, A), act_at(a->act, r0 * De, A),
 				   w->fcprojw + (size_t)e * C * De, NULL, cnt, De, C);
 	}
 
@@ -153,17 +161,22 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 		be->swiglu_forward(a->sh_act, a->sh_h, N, De);
 		be->matmul_forward(out, a->sh_act, w->sh_fcprojw, NULL, N, De, C);
 	} else {
-		memset(out, 0, sizeof(float) * (size_t)N * C);
+		memset(out, 0, A * (size_t)N * C);
 	}
 	for (int n = 0; n < N; n++) {
-		float *o = out + (size_t)n * C;
+		size_t o = (size_t)n * C;
+		for (int c = 0; c < C; c++)
+			row[c] = act_load(out, o + c, dt);
 		for (int j = 0; j < K; j++) {
-			const float *y = a->y + (size_t)a->pos[n * K + j] * C;
+			size_t y = (size_t)a->pos[n * K + j] * C;
 			float g = a->gate[n * K + j];
 			for (int c = 0; c < C; c++)
-				o[c] += g * y[c];
+				row[c] += g * act_load(a->y, y + c, dt);
 		}
+		for (int c = 0; c < C; c++)
+			act_store(out, o + c, dt, row[c]);
 	}
+	free(row);
 
 	for (int e = 0; e < E; e++)
 		bal += (double)(a->count[e + 1] - a->count[e]) / ((double)N * K) * (P[e] / N);
@@ -230,25 +243,28 @@ static void router_token_backward(const struct moe_dims *d, const float *z, cons
 }
 
 void moe_backward(const struct backend *be, const struct moe_dims *d,
-		  const struct moe_params *w, const struct moe_grads *g, const float *x,
-		  const float *dout, float *dx, const struct moe_acts *a,
+		  const struct moe_params *w, const struct moe_grads *g, const void *x,
+		  const void *dout, void *dx, const struct moe_acts *a,
 		  const struct moe_scratch *s, float dloss)
 {
-	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De;
+	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De, dt = d->act_dtype;
+	size_t A = act_dtype_size(dt);
 	double f[E > 0 ? E : 1];
-	float *tmp = s->dy;
+	void *tmp = s->dy;
+	float *row = xmalloc(st_mult(2 * (size_t)(C > E ? C : E), sizeof(float)));
+	float *row2 = row + (C > E ? C : E);
 
 	/* combine: d gate and d y per slot */
 	for (int n = 0; n < N; n++) {
-		const float *dof = dout + (size_t)n * C;
+		size_t dof = (size_t)n * C;
 		for (int j = 0; j < K; j++) {
 			size_t r = (size_t)a->pos[n * K + j];
-			const float *y = a->y + r * C;
-			float *dy = s->dy + r * C, gt = a->gate[n * K + j];
+			float gt = a->gate[n * K + j];
 			double dot = 0;
 			for (int c = 0; c < C; c++) {
-				dot += (double)dof[c] * y[c];
-				dy[c] = gt * dof[c];
+				float dv = act_load(dout, dof + c, dt);
+				dot += (double)dv * act_load(a->y, r * C + c, dt);
+				act_store(s->dy, r * C + c, dt, gt * dv);
 			}
 			s->dgate[n * K + j] = (float)dot;
 		}
@@ -258,25 +274,29 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 		int cnt = a->count[e + 1] - a->count[e];
 		if (!cnt)
 			continue;
-		be->matmul_backward(s->dact + r0 * De, g->fcprojw + (size_t)e * C * De, NULL,
-				    s->dy + r0 * C, a->act + r0 * De,
+		be->matmul_backward(act_at(s->dact, r0 * De, A), g->fcprojw + (size_t)e * C * De,
+				    NULL, act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
 				    w->fcprojw + (size_t)e * C * De, cnt, De, C);
-		be->swiglu_backward(s->dh + r0 * 2 * De, s->dact + r0 * De, a->h + r0 * 2 * De, cnt,
-				    De);
-		be->matmul_backward(s->dxd + r0 * C, g->fcw + (size_t)e * 2 * De * C, NULL,
-				    s->dh + r0 * 2 * De, a->xd + r0 * C,
+		be->swiglu_backward(act_at(s->dh, r0 * 2 * De, A), act_at(s->dact, r0 * De, A),
+				    act_at(a->h, r0 * 2 * De, A), cnt, De);
+		be->matmul_backward(act_at(s->dxd, r0 * C, A), g->fcw + (size_t)e * 2 * De * C,
+				    NULL, act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
 				    w->fcw + (size_t)e * 2 * De * C, cnt, C, 2 * De);
 	}
 
-	/* router */
+	/* router: z and dz are activations, the token's math is float */
 	for (int e = 0; e < E; e++)
 		f[e] = (double)(a->count[e + 1] - a->count[e]) / ((double)N * K);
 	for (int n = 0; n < N; n++) {
-		router_token_backward(d, a->z + (size_t)n * E, a->score + (size_t)n * E,
+		for (int e = 0; e < E; e++)
+			row[e] = act_load(a->z, (size_t)n * E + e, dt);
+		router_token_backward(d, row, a->score + (size_t)n * E,
 				      a->sel + (size_t)n * K, a->gate + (size_t)n * K,
 				      s->dgate + (size_t)n * K, f,
 				      (double)dloss * d->alpha * E / N,
-				      (double)dloss * d->beta * 2.0 / N, s->dz + (size_t)n * E);
+				      (double)dloss * d->beta * 2.0 / N, row2);
+		for (int e = 0; e < E; e++)
+			act_store(s->dz, (size_t)n * E + e, dt, row2[e]);
 	}
 	be->matmul_backward(dx, g->router, NULL, s->dz, x, w->router, N, C, E);
 
@@ -286,14 +306,19 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 				    N, De, C);
 		be->swiglu_backward(s->dsh_h, s->dsh_act, a->sh_h, N, De);
 		be->matmul_backward(tmp, g->sh_fcw, NULL, s->dsh_h, x, w->sh_fcw, N, C, 2 * De);
-		be->add(dx, dx, tmp, (size_t)N * C);
+		be->add_act(dx, dx, tmp, (size_t)N * C);
 	}
 	for (int n = 0; n < N; n++) {
-		float *o = dx + (size_t)n * C;
+		size_t o = (size_t)n * C;
+		for (int c = 0; c < C; c++)
+			row[c] = act_load(dx, o + c, dt);
 		for (int j = 0; j < K; j++) {
-			const float *r = s->dxd + (size_t)a->pos[n * K + j] * C;
+			size_t r = (size_t)a->pos[n * K + j] * C;
 			for (int c = 0; c < C; c++)
-				o[c] += r[c];
+				row[c] += act_load(s->dxd, r + c, dt);
 		}
+		for (int c = 0; c < C; c++)
+			act_store(dx, o + c, dt, row[c]);
 	}
+	free(row);
 }

@@ -30,7 +30,12 @@
  *   zloss = mean_n logsumexp(z[n,:])^2   (ST-MoE), for both routers.
  *
  * Everything here reads and writes host memory (the CPU backend's); the
- * matrix products and SwiGLU go through the backend table.
+ * matrix products and SwiGLU go through the backend table. Activations and
+ * their gradients (void *: the router logits z and dz, the dispatched
+ * inputs, the experts' hidden and output rows, the combined output) are
+ * stored in act_dtype (kernels/act.h); scores, gates, the auxiliary losses
+ * and every sum are float or double. The combine and its backward sum a
+ * row in float and store it once (one rounding in bf16).
  */
 #ifndef ASYNCPP_MOE_H
 #define ASYNCPP_MOE_H
@@ -45,6 +50,7 @@ enum moe_router { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 };
 struct moe_dims {
 	int N, C, E, K, De, shared, router; /* router: enum moe_router */
 	float alpha, beta; /* aux_coef, z_coef */
+	int act_dtype;     /* enum act_dtype of the backend (0: f32) */
 };
 
 /* Weights: fcw holds the E experts' [2De,C] matrices back to back, fcprojw
@@ -58,41 +64,41 @@ struct moe_grads {
 
 /* Saved per slot by the forward, read by the backward. */
 struct moe_acts {
-	float *z;         /* [N,E] router logits */
+	void *z;          /* [N,E] router logits (act) */
 	float *score;     /* [N,E] softmax or sigmoid scores */
 	int32_t *sel;     /* [N,K] chosen experts, best first */
 	float *gate;      /* [N,K] */
 	int32_t *pos;     /* [N,K] row of slot (n, j) in the dispatched buffers */
 	int32_t *count;   /* [E+1] expert e's rows: [count[e], count[e+1]) */
-	float *xd;        /* [NK,C] dispatched inputs */
-	float *h;         /* [NK,2De] */
-	float *act;       /* [NK,De] */
-	float *y;         /* [NK,C] expert outputs */
-	float *sh_h;      /* [N,2De] (shared) */
-	float *sh_act;    /* [N,De] (shared) */
+	void *xd;         /* [NK,C] dispatched inputs (act) */
+	void *h;          /* [NK,2De] (act) */
+	void *act;        /* [NK,De] (act) */
+	void *y;          /* [NK,C] expert outputs (act) */
+	void *sh_h;       /* [N,2De] (shared; act) */
+	void *sh_act;     /* [N,De] (shared; act) */
 	float *aux;       /* [2]: balance, zloss of this micro-batch */
 };
 
 /* Activation gradients, shared by slots. */
 struct moe_scratch {
-	float *dy, *dact, *dh, *dxd; /* [NK,C] [NK,De] [NK,2De] [NK,C] */
-	float *dz;                   /* [N,E] */
+	void *dy, *dact, *dh, *dxd;  /* [NK,C] [NK,De] [NK,2De] [NK,C] (act) */
+	void *dz;                    /* [N,E] (act) */
 	float *dgate;                /* [N,K] */
-	float *dsh_act, *dsh_h;      /* [N,De] [N,2De] */
+	void *dsh_act, *dsh_h;       /* [N,De] [N,2De] (act) */
 };
 
-/* Floats (padded to 16) the views take; base NULL only sizes. */
-size_t moe_acts_view(const struct moe_dims *d, float *base, struct moe_acts *a);
-size_t moe_scratch_view(const struct moe_dims *d, float *base, struct moe_scratch *s);
+/* Bytes (each piece padded to 64) the views take; base NULL only sizes. */
+size_t moe_acts_view(const struct moe_dims *d, void *base, struct moe_acts *a);
+size_t moe_scratch_view(const struct moe_dims *d, void *base, struct moe_scratch *s);
 
 /* out[N,C] (overwritten) from x[N,C]; fills a. */
 void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
-		 const float *x, float *out, struct moe_acts *a);
+		 const void *x, void *out, struct moe_acts *a);
 /* dx[N,C] (overwritten) from dout[N,C]; parameter gradients accumulate into
  * g. dloss scales the auxiliary losses' gradients (the caller's 1/M). */
 void moe_backward(const struct backend *be, const struct moe_dims *d,
-		  const struct moe_params *w, const struct moe_grads *g, const float *x,
-		  const float *dout, float *dx, const struct moe_acts *a,
+		  const struct moe_params *w, const struct moe_grads *g, const void *x,
+		  const void *dout, void *dx, const struct moe_acts *a,
 		  const struct moe_scratch *s, float dloss);
 
 #endif

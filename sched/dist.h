@@ -80,14 +80,14 @@ int dist_backend_is_host(const struct backend *be);
 
 /* The mpi transport (sched/transport_mpi.c; belongs in transport.h): stage
  * s is rank s of S (for replicas, S is the world and transport_shift of
- * replica.h maps a replica's stages to its ranks); messages of msg_floats
- * floats; ranks are replica * stages + stage; a receive that waits more
+ * replica.h maps a replica's stages to its ranks); messages of msg_bytes
+ * bytes (sent as MPI_BYTE); ranks are replica * stages + stage; a receive that waits more
  * than timeout seconds (0: forever) names what it waits for and aborts the
  * job. Collective (every rank
  * creates its transport at the same point); NULL after error() when MPI is
  * not running or not built in. */
 struct transport;
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats,
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_bytes,
 				int stages, double timeout);
 
 /* ---- hooks for cmd/train.c (sched/executor.c) ----

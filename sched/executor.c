@@ -70,7 +70,7 @@ struct pipeline {
 				   * stage_moe_stats (NULL for a dense model) */
 	size_t moe_w;             /* S * (2 + E) */
 	double *norm, *lr;        /* [n_steps] */
-	size_t act_n, tied_n;
+	size_t act_bytes, tied_n; /* a message (act_dtype), the tied wte (floats) */
 };
 
 struct stage_ctx {
@@ -199,7 +199,7 @@ static void *stage_main(void *arg)
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
-	float *x_in = NULL, *x_out = NULL, *dx_out = NULL, *dx_in = NULL;
+	void *x_in = NULL, *x_out = NULL, *dx_out = NULL, *dx_in = NULL; /* act_dtype */
 	float dloss = 1.0f / (float)p->mb_per_step;
 	c->completed = c->posted = p->first_step;
 	int n;
@@ -226,7 +226,7 @@ static void *stage_main(void *arg)
 				be->to_device(dev_in, host_in, bt * sizeof(int32_t));
 				be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 			}
-			x_out = last ? NULL : tp->buffer(tp, s, p->act_n);
+			x_out = last ? NULL : tp->buffer(tp, s, p->act_bytes);
 			long gstep = global_step(p, a[i].step);
 			stage_forward(&w->st, a[i].slot, worker_grad_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
@@ -252,7 +252,7 @@ static void *stage_main(void *arg)
 			while (c->completed < gstep - 2)
 				complete_step(c, c->completed + 1);
 			t0 = now_sec();
-			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_n);
+			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_bytes);
 			stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv), worker_grads(w, gstep),
 				       dx_out, dx_in);
 			if (dx_out)
@@ -338,7 +338,7 @@ static void mpi_attach(struct trainer *tr)
 	if (n_tensors[mp.s] != tr->w[rank].opt.n)
 		die("internal error: stage %d holds %d tensors, stage_param_count says %d", mp.s,
 		    tr->w[rank].opt.n, n_tensors[mp.s]);
-	size_t act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
+	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*S + s: its messages go to the ranks
 	 * of its own replica */
@@ -346,8 +346,8 @@ static void mpi_attach(struct trainer *tr)
 	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
 	if (nccl && nccl_world_open(&mp.nccl, S, N, rank))
 		die("cannot set up the NCCL channels between processes");
-	mp.tp = transport_shift(nccl ? transport_nccl(tr->be, &mp.nccl, act_n * sizeof(float), timeout)
-				     : transport_mpi(tr->be, S * N, rank, act_n, S, timeout),
+	mp.tp = transport_shift(nccl ? transport_nccl(tr->be, &mp.nccl, act_bytes, timeout)
+				     : transport_mpi(tr->be, S * N, rank, act_bytes, S, timeout),
 				mp.r * S);
 	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n,
 						    tr->cfg->pipeline_timeout) : NULL;
@@ -444,7 +444,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			die("internal error: stage %d needs %d slots and %d versions, has %d and %d",
 			    i % S, ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
-	p.act_n = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C;
+	p.act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	p.tp = xcalloc((size_t)N, sizeof(*p.tp));
 	p.board = xcalloc((size_t)N, sizeof(*p.board));
@@ -457,7 +457,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		for (int s = 0; s < S; s++)
 			nt[s] = tr->w[s].opt.n;
 		for (int r = 0; r < N; r++) {
-			p.tp[r] = transport_local(tr->be, S, p.act_n);
+			p.tp[r] = transport_local(tr->be, S, p.act_bytes);
 			p.board[r] = board_local(tr->be, S, nt, p.tied_n);
 		}
 		free(nt);
@@ -555,7 +555,7 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 	int S = tr->S, N = tr->N, r = mp.r, s = mp.s, last = s == S - 1;
 	struct stage_worker *w = trainer_worker(tr, r, s);
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
-	size_t act_n = bt * (size_t)tr->m->cfg.C;
+	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
 	struct transport *tp = mp.tp;
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
@@ -569,8 +569,8 @@ double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
 			be->to_device(dev_in, host_in, bt * sizeof(int32_t));
 			be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 		}
-		float *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
-		float *x_out = last ? NULL : tp->buffer(tp, s, act_n);
+		void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
+		void *x_out = last ? NULL : tp->buffer(tp, s, act_bytes);
 		float loss = 0.0f;
 		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? dev_in : NULL, x_in,
 			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,

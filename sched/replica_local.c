@@ -145,25 +145,25 @@ struct shifted {
 	int base;
 };
 
-static float *sh_buffer(struct transport *t, int from, size_t n)
+static void *sh_buffer(struct transport *t, int from, size_t n)
 {
 	struct shifted *x = (struct shifted *)t;
 	return x->in->buffer(x->in, x->base + from, n);
 }
 
-static void sh_send(struct transport *t, int from, int to, int kind, int mb, float *buf)
+static void sh_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct shifted *x = (struct shifted *)t;
 	x->in->send(x->in, x->base + from, x->base + to, kind, mb, buf);
 }
 
-static float *sh_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
+static void *sh_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct shifted *x = (struct shifted *)t;
 	return x->in->recv(x->in, x->base + to, x->base + from, kind, mb, waited);
 }
 
-static void sh_release(struct transport *t, int stage, float *buf)
+static void sh_release(struct transport *t, int stage, void *buf)
 {
 	struct shifted *x = (struct shifted *)t;
 	x->in->release(x->in, x->base + stage, buf);

@@ -26,7 +26,7 @@ int trainer_stage_delay(const struct config *cfg, int s, int S)
 	return 0; /* gpipe, 1f1b: synchronous */
 }
 
-static size_t act_floats(const struct trainer *tr)
+static size_t act_elems(const struct trainer *tr)
 {
 	return st_mult(st_mult((size_t)tr->B, (size_t)tr->T), (size_t)tr->m->cfg.C);
 }
@@ -108,12 +108,12 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		}
 	}
 	sched_free(probe);
-	size_t n = act_floats(tr);
-	tr->x = xcalloc((size_t)tr->S + 1, sizeof(float *));
-	tr->dx = xcalloc((size_t)tr->S + 1, sizeof(float *));
+	size_t n = act_elems(tr);
+	tr->x = xcalloc((size_t)tr->S + 1, sizeof(void *));
+	tr->dx = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	for (int s = 0; s <= tr->S; s++) {
-		tr->x[s] = be->alloc(n * sizeof(float));
-		tr->dx[s] = be->alloc(n * sizeof(float));
+		tr->x[s] = be->alloc(st_mult(n, act_size(be)));
+		tr->dx[s] = be->alloc(st_mult(n, act_size(be)));
 	}
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	tr->inputs = be->alloc(bt * sizeof(int32_t));

@@ -80,7 +80,7 @@ struct trainer {
 	long step;                 /* optimizer steps done */
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
-	float **x, **dx;           /* [S+1][B*T*C] */
+	void **x, **dx;            /* [S+1][B*T*C] activations (act_dtype) */
 	int32_t *inputs, *targets; /* [B*T] */
 	float *tied_part;          /* [Vp*C] exchange buffer for tied weights (S > 1) */
 	/* statistics of the last step */

@@ -1,7 +1,9 @@
 /* transport.h - how stage workers exchange activations and gradients.
  *
  * A message is one micro-batch's activation (stage s -> s+1) or input
- * gradient (s -> s-1): B*T*C floats, matched by (kind, mb). Sends never
+ * gradient (s -> s-1): B*T*C activations in the backend's act_dtype
+ * (B*T*C*act_size(be) bytes: half the bytes of f32 in bf16), matched by
+ * (kind, mb); the transport sizes messages in bytes and never looks inside. Sends never
  * block (schedule.h explains why they must not); a receive blocks until its
  * message arrives. Buffers are owned by the transport: a sender fills
  * tp_buffer() and hands it over with send; a receiver gets a buffer from
@@ -19,19 +21,20 @@ enum msg_kind { MSG_ACT = 0, MSG_GRAD = 1 };
 
 struct transport {
 	const char *name;
-	/* A buffer of n floats for a message from stage `from`. */
-	float *(*buffer)(struct transport *t, int from, size_t n);
+	/* A buffer of `bytes` for a message from stage `from`. */
+	void *(*buffer)(struct transport *t, int from, size_t bytes);
 	/* Hand buf (from buffer) to stage `to`. Never blocks. */
-	void (*send)(struct transport *t, int from, int to, int kind, int mb, float *buf);
+	void (*send)(struct transport *t, int from, int to, int kind, int mb, void *buf);
 	/* The message (kind, mb) for stage `to` from `from`; blocks. *waited
 	 * gets the seconds spent waiting. */
-	float *(*recv)(struct transport *t, int to, int from, int kind, int mb, double *waited);
+	void *(*recv)(struct transport *t, int to, int from, int kind, int mb, double *waited);
 	/* Give a received buffer back. */
-	void (*release)(struct transport *t, int stage, float *buf);
+	void (*release)(struct transport *t, int stage, void *buf);
 	void (*destroy)(struct transport *t);
 };
 
-/* In-process queues between S stage threads; buffers from backend be. */
-struct transport *transport_local(const struct backend *be, int S, size_t msg_floats);
+/* In-process queues between S stage threads; buffers of msg_bytes from
+ * backend be. */
+struct transport *transport_local(const struct backend *be, int S, size_t msg_bytes);
 
 #endif

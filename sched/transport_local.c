@@ -14,7 +14,7 @@
 
 struct msg {
 	int from, kind, mb;
-	float *buf;
+	void *buf;
 	struct msg *next;
 };
 
@@ -28,34 +28,34 @@ struct local {
 	struct transport t;
 	const struct backend *be;
 	int S;
-	size_t n;
+	size_t n;             /* bytes per message */
 	struct mailbox *box; /* [S] */
 	pthread_mutex_t pool_mu;
-	float **pool;
+	void **pool;
 	int n_pool, cap_pool;
 	int n_allocated;
-	float **all;
+	void **all;
 };
 
-static float *local_buffer(struct transport *t, int from, size_t n)
+static void *local_buffer(struct transport *t, int from, size_t n)
 {
 	struct local *l = (struct local *)t;
 	if (n > l->n)
-		die("internal error: message of %zu floats, transport sized for %zu", n, l->n);
+		die("internal error: message of %zu bytes, transport sized for %zu", n, l->n);
 	pthread_mutex_lock(&l->pool_mu);
-	float *b;
+	void *b;
 	if (l->n_pool) {
 		b = l->pool[--l->n_pool];
 	} else {
-		b = l->be->alloc(l->n * sizeof(float));
-		l->all = xrealloc(l->all, sizeof(float *) * (size_t)(l->n_allocated + 1));
+		b = l->be->alloc(l->n);
+		l->all = xrealloc(l->all, sizeof(void *) * (size_t)(l->n_allocated + 1));
 		l->all[l->n_allocated++] = b;
 	}
 	pthread_mutex_unlock(&l->pool_mu);
 	return b;
 }
 
-static void local_send(struct transport *t, int from, int to, int kind, int mb, float *buf)
+static void local_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct local *l = (struct local *)t;
 	struct msg *m = xmalloc(sizeof(*m));
@@ -70,7 +70,7 @@ static void local_send(struct transport *t, int from, int to, int kind, int mb, 
 	pthread_mutex_unlock(&box->mu);
 }
 
-static float *local_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
+static void *local_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct local *l = (struct local *)t;
 	struct mailbox *box = &l->box[to];
@@ -82,7 +82,7 @@ static float *local_recv(struct transport *t, int to, int from, int kind, int mb
 			if (m->from == from && m->kind == kind && m->mb == mb) {
 				*p = m->next;
 				pthread_mutex_unlock(&box->mu);
-				float *buf = m->buf;
+				void *buf = m->buf;
 				free(m);
 				if (waited)
 					*waited = now_sec() - t0;
@@ -93,13 +93,13 @@ static float *local_recv(struct transport *t, int to, int from, int kind, int mb
 	}
 }
 
-static void local_release(struct transport *t, int stage, float *buf)
+static void local_release(struct transport *t, int stage, void *buf)
 {
 	struct local *l = (struct local *)t;
 	pthread_mutex_lock(&l->pool_mu);
 	if (l->n_pool == l->cap_pool) {
 		l->cap_pool = l->cap_pool ? 2 * l->cap_pool : 16;
-		l->pool = xrealloc(l->pool, sizeof(float *) * (size_t)l->cap_pool);
+		l->pool = xrealloc(l->pool, sizeof(void *) * (size_t)l->cap_pool);
 	}
 	l->pool[l->n_pool++] = buf;
 	pthread_mutex_unlock(&l->pool_mu);
@@ -127,14 +127,14 @@ static void local_destroy(struct transport *t)
 	free(l);
 }
 
-struct transport *transport_local(const struct backend *be, int S, size_t msg_floats)
+struct transport *transport_local(const struct backend *be, int S, size_t msg_bytes)
 {
 	struct local *l = xcalloc(1, sizeof(*l));
 	l->t = (struct transport){"local", local_buffer, local_send, local_recv, local_release,
 				  local_destroy};
 	l->be = be;
 	l->S = S;
-	l->n = msg_floats;
+	l->n = msg_bytes;
 	l->box = xcalloc((size_t)S, sizeof(*l->box));
 	for (int s = 0; s < S; s++) {
 		pthread_mutex_init(&l->box[s].mu, NULL);

@@ -23,7 +23,7 @@
 
 #ifndef ASYNCPP_MPI
 
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats,
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_bytes,
 				int stages, double timeout)
 {
 	error("this asyncpp was built without MPI");
@@ -56,7 +56,7 @@ struct mpi_tp {
 	struct transport t;
 	const struct backend *be;
 	int S, rank, host;
-	size_t n;
+	size_t n;                 /* bytes per message */
 	MPI_Comm comm;
 	int tag_mb;               /* micro-batches before the tags wrap */
 	int stages;               /* pipeline stages (ranks are replica*stages + stage) */
@@ -70,7 +70,7 @@ static void *pool_get(struct mpi_tp *m, struct pool *p, int host_mem)
 {
 	if (p->n_free)
 		return p->free[--p->n_free];
-	size_t bytes = st_mult(m->n, sizeof(float));
+	size_t bytes = m->n;
 	void *b = host_mem ? xmalloc(bytes) : m->be->alloc(bytes);
 	p->all = xrealloc(p->all, sizeof(void *) * (size_t)(p->n_all + 1));
 	p->all[p->n_all++] = b;
@@ -115,16 +115,16 @@ static void reap(struct mpi_tp *m)
 
 static int tag_of(const struct mpi_tp *m, int kind, int mb) { return 2 * (mb % m->tag_mb) + kind; }
 
-static float *mpi_buffer(struct transport *t, int from, size_t n)
+static void *mpi_buffer(struct transport *t, int from, size_t n)
 {
 	struct mpi_tp *m = (struct mpi_tp *)t;
 	if (n > m->n)
-		die("internal error: message of %zu floats, transport sized for %zu", n, m->n);
+		die("internal error: message of %zu bytes, transport sized for %zu", n, m->n);
 	reap(m);
 	return pool_get(m, &m->dev, 0);
 }
 
-static void mpi_send(struct transport *t, int from, int to, int kind, int mb, float *buf)
+static void mpi_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct mpi_tp *m = (struct mpi_tp *)t;
 	if (from != m->rank || to < 0 || to >= m->S)
@@ -132,7 +132,7 @@ static void mpi_send(struct transport *t, int from, int to, int kind, int mb, fl
 	void *wire = buf;
 	if (!m->host) {
 		wire = pool_get(m, &m->stage, 1);
-		m->be->to_host(wire, buf, m->n * sizeof(float));
+		m->be->to_host(wire, buf, m->n);
 		pool_put(&m->dev, buf);
 	}
 	if (m->n_pend == m->cap_pend) {
@@ -142,10 +142,10 @@ static void mpi_send(struct transport *t, int from, int to, int kind, int mb, fl
 	struct pending *p = &m->pend[m->n_pend++];
 	p->buf = wire;
 	p->staged = !m->host;
-	MPI_Isend(wire, (int)m->n, MPI_FLOAT, to, tag_of(m, kind, mb), m->comm, &p->req);
+	MPI_Isend(wire, (int)m->n, MPI_BYTE, to, tag_of(m, kind, mb), m->comm, &p->req);
 }
 
-static float *mpi_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
+static void *mpi_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct mpi_tp *m = (struct mpi_tp *)t;
 	if (to != m->rank || from < 0 || from >= m->S)
@@ -156,25 +156,25 @@ static float *mpi_recv(struct transport *t, int to, int from, int kind, int mb, 
 	MPI_Status st;
 	MPI_Request req;
 	double t0 = now_sec();
-	MPI_Irecv(wire, (int)m->n, MPI_FLOAT, from, tag_of(m, kind, mb), m->comm, &req);
+	MPI_Irecv(wire, (int)m->n, MPI_BYTE, from, tag_of(m, kind, mb), m->comm, &req);
 	mpi_wait_all(1, &req, &st, m->timeout, m->rank % m->stages,
 		     "the %s of micro-batch %d from rank %d (stage %d)",
 		     kind == MSG_ACT ? "activation" : "gradient", mb, from, from % m->stages);
 	if (waited)
 		*waited = now_sec() - t0;
 	int got;
-	MPI_Get_count(&st, MPI_FLOAT, &got);
+	MPI_Get_count(&st, MPI_BYTE, &got);
 	if ((size_t)got != m->n)
-		die("rank %d: %s of micro-batch %d from rank %d has %d floats, expected %zu", m->rank,
+		die("rank %d: %s of micro-batch %d from rank %d has %d bytes, expected %zu", m->rank,
 		    kind == MSG_ACT ? "activation" : "gradient", mb, from, got, m->n);
 	if (!m->host) {
-		m->be->to_device(dev, wire, m->n * sizeof(float));
+		m->be->to_device(dev, wire, m->n);
 		pool_put(&m->stage, wire);
 	}
 	return dev;
 }
 
-static void mpi_release(struct transport *t, int stage, float *buf)
+static void mpi_release(struct transport *t, int stage, void *buf)
 {
 	struct mpi_tp *m = (struct mpi_tp *)t;
 	pool_put(&m->dev, buf);
@@ -193,15 +193,15 @@ static void mpi_destroy(struct transport *t)
 	free(m);
 }
 
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_floats,
+struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_bytes,
 				int stages, double timeout)
 {
 	if (!dist_active()) {
 		error("internal error: the mpi transport needs a running MPI (dist_init)");
 		return NULL;
 	}
-	if (msg_floats > INT_MAX) {
-		error("messages of %zu floats are too large for one MPI message", msg_floats);
+	if (msg_bytes > INT_MAX) {
+		error("messages of %zu bytes are too large for one MPI message", msg_bytes);
 		return NULL;
 	}
 	struct mpi_tp *m = xcalloc(1, sizeof(*m));
@@ -210,7 +210,7 @@ struct transport *transport_mpi(const struct backend *be, int S, int rank, size_
 	m->S = S;
 	m->rank = rank;
 	m->host = dist_backend_is_host(be);
-	m->n = msg_floats;
+	m->n = msg_bytes;
 	m->stages = stages;
 	m->timeout = timeout;
 	MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);

@@ -36,7 +36,7 @@ struct transport *transport_nccl(const struct backend *be, struct nccl_world *w,
 
 struct pending {
 	struct cuda_nccl_event *ev;
-	float *buf;
+	void *buf;
 };
 
 struct nccl_tp {
@@ -45,27 +45,27 @@ struct nccl_tp {
 	struct nccl_world *w;
 	size_t bytes;             /* every message's size */
 	double timeout;
-	float **free, **all;      /* the buffer pool */
+	void **free, **all;      /* the buffer pool */
 	int n_free, n_all;
 	struct pending *pend;
 	int n_pend, cap_pend;
 };
 
-static float *pool_get(struct nccl_tp *x)
+static void *pool_get(struct nccl_tp *x)
 {
 	if (x->n_free)
 		return x->free[--x->n_free];
-	float *b = x->be->alloc(x->bytes);
+	void *b = x->be->alloc(x->bytes);
 	if (!b)
 		die("rank %d: cannot allocate a %zu-byte message buffer on the GPU", x->w->rank,
 		    x->bytes);
-	x->all = xrealloc(x->all, sizeof(float *) * (size_t)(x->n_all + 1));
-	x->free = xrealloc(x->free, sizeof(float *) * (size_t)(x->n_all + 1));
+	x->all = xrealloc(x->all, sizeof(void *) * (size_t)(x->n_all + 1));
+	x->free = xrealloc(x->free, sizeof(void *) * (size_t)(x->n_all + 1));
 	x->all[x->n_all++] = b;
 	return b;
 }
 
-static void pool_put(struct nccl_tp *x, float *b)
+static void pool_put(struct nccl_tp *x, void *b)
 {
 	x->free[x->n_free++] = b; /* room for every buffer ever allocated */
 }
@@ -91,11 +91,11 @@ static void reap(struct nccl_tp *x)
 
 static const char *tensor_name(int kind) { return kind == MSG_ACT ? "activation" : "gradient"; }
 
-static float *nccl_buffer(struct transport *t, int from, size_t n)
+static void *nccl_buffer(struct transport *t, int from, size_t n)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
-	if (n * sizeof(float) > x->bytes)
-		die("internal error: message of %zu floats, transport sized for %zu bytes", n,
+	if (n > x->bytes)
+		die("internal error: message of %zu bytes, transport sized for %zu bytes", n,
 		    x->bytes);
 	reap(x);
 	return pool_get(x);
@@ -125,7 +125,7 @@ static struct cuda_nccl_chan *channel(struct nccl_tp *x, int sending, int peer, 
 	return ch;
 }
 
-static void nccl_send(struct transport *t, int from, int to, int kind, int mb, float *buf)
+static void nccl_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
 	if (from != x->w->rank)
@@ -143,7 +143,7 @@ static void nccl_send(struct transport *t, int from, int to, int kind, int mb, f
 	x->pend[x->n_pend++] = (struct pending){ev, buf};
 }
 
-static float *nccl_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
+static void *nccl_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
 	if (to != x->w->rank)
@@ -151,7 +151,7 @@ static float *nccl_recv(struct transport *t, int to, int from, int kind, int mb,
 	reap(x);
 	int peer;
 	struct cuda_nccl_chan *ch = channel(x, 0, from, kind, &peer);
-	float *buf = pool_get(x);
+	void *buf = pool_get(x);
 	struct cuda_nccl_event *ev = cuda_nccl_chan_recv(ch, buf, x->bytes, peer);
 	if (!ev)
 		die("rank %d (stage %d): cannot receive the %s of micro-batch %d from rank %d",
@@ -165,7 +165,7 @@ static float *nccl_recv(struct transport *t, int to, int from, int kind, int mb,
 	return buf;
 }
 
-static void nccl_release(struct transport *t, int stage, float *buf)
+static void nccl_release(struct transport *t, int stage, void *buf)
 {
 	/* kernels queued on the compute stream may still read buf: the next
 	 * transfer into it is queued after them (cuda_nccl.h) */

@@ -83,6 +83,11 @@ void cpu_loss_mean(float *out, const float *losses, int N);
 void cpu_softmax_xent(float *losses, float *dlogits, const float *logits,
 		      const int32_t *targets, int N, int V, int Vp, float dloss);
 
+/* bf16 storage (cpu_backend.c, which holds the tables):
+ * out[n] = round to nearest even of in[n]; out[n] = in[n] widened */
+void cpu_bf16_from_f32(void *out, const float *in, size_t n);
+void cpu_bf16_to_f32(float *out, const void *in, size_t n);
+
 /* optimizer pieces (cpu_optim.c) */
 void cpu_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
 		      float lr, float beta1, float beta2, float beta3, float alpha, float eps,

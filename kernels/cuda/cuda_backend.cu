@@ -1286,6 +1286,113 @@ void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 }
 
 /* ------------------------------------------------------------------ */
+/* activation slots: the interface passes activations as void * in the  */
+/* backend's act_dtype; CUDA declares ACT_F32 for now (kernels/cuda/     */
+/* NOTES.md: what bf16 storage needs), so these only restore the types.  */
+
+#define AF(p) ((float *)(p))
+#define ACF(p) ((const float *)(p))
+
+static void act_from_f32(void *out, const float *in, size_t n)
+{
+	if (out != (const void *)in)
+		cu_copy(out, in, n * sizeof(float));
+}
+static void act_to_f32(float *out, const void *in, size_t n)
+{
+	if ((const void *)out != in)
+		cu_copy(out, in, n * sizeof(float));
+}
+static void act_embed_forward(void *out, const int32_t *tokens, const float *wte,
+			      const float *wpe, int B, int T, int C)
+{
+	cu_embed_forward(AF(out), tokens, wte, wpe, B, T, C);
+}
+static void act_embed_backward(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+			       int B, int T, int C)
+{
+	cu_embed_backward(dwte, dwpe, ACF(dout), tokens, B, T, C);
+}
+static void act_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+				  const float *w, const float *b, int N, int C, float eps)
+{
+	cu_layernorm_forward(AF(out), mean, rstd, ACF(inp), w, b, N, C, eps);
+}
+static void act_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
+				   const void *inp, const float *w, const float *mean,
+				   const float *rstd, int N, int C)
+{
+	cu_layernorm_backward(AF(dinp), dw, db, ACF(dout), ACF(inp), w, mean, rstd, N, C);
+}
+static void act_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *w, int N,
+				int C, float eps)
+{
+	cu_rmsnorm_forward(AF(out), rstd, ACF(inp), w, N, C, eps);
+}
+static void act_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
+				 const float *w, const float *rstd, int N, int C)
+{
+	cu_rmsnorm_backward(AF(dinp), dw, ACF(dout), ACF(inp), w, rstd, N, C);
+}
+static void act_matmul_forward(void *out, const void *inp, const float *w, const float *bias,
+			       int N, int C, int OC)
+{
+	cuda_matmul_forward(AF(out), ACF(inp), w, bias, N, C, OC);
+}
+static void act_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+				const void *inp, const float *w, int N, int C, int OC)
+{
+	cuda_matmul_backward(AF(dinp), dw, dbias, ACF(dout), ACF(inp), w, N, C, OC);
+}
+static void act_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta)
+{
+	cu_rope_forward(AF(qkv), B, T, NH, NKV, HD, theta);
+}
+static void act_rope_backward(void *dqkv, int B, int T, int NH, int NKV, int HD, float theta)
+{
+	cu_rope_backward(AF(dqkv), B, T, NH, NKV, HD, theta);
+}
+static void act_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int NH,
+				  int NKV, int HD)
+{
+	cuda_attention_forward(AF(out), lse, ACF(qkv), B, T, NH, NKV, HD);
+}
+static void act_attention_backward(void *dqkv, const void *dout, const void *qkv,
+				   const void *out, const float *lse, int B, int T, int NH,
+				   int NKV, int HD)
+{
+	cuda_attention_backward(AF(dqkv), ACF(dout), ACF(qkv), ACF(out), lse, B, T, NH, NKV, HD);
+}
+static void act_gelu_forward(void *out, const void *inp, size_t n)
+{
+	cu_gelu_forward(AF(out), ACF(inp), n);
+}
+static void act_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n)
+{
+	cu_gelu_backward(AF(dinp), ACF(inp), ACF(dout), n);
+}
+static void act_swiglu_forward(void *out, const void *inp, int N, int F)
+{
+	cu_swiglu_forward(AF(out), ACF(inp), N, F);
+}
+static void act_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F)
+{
+	cu_swiglu_backward(AF(dinp), ACF(dout), ACF(inp), N, F);
+}
+static void act_add(void *out, const void *a, const void *b, size_t n)
+{
+	cu_add(AF(out), ACF(a), ACF(b), n);
+}
+static void act_softmax_xent(float *losses, void *dlogits, const void *logits,
+			     const int32_t *targets, int N, int V, int Vp, float dloss)
+{
+	cu_softmax_xent(losses, AF(dlogits), ACF(logits), targets, N, V, Vp, dloss);
+}
+
+#undef AF
+#undef ACF
+
+/* ------------------------------------------------------------------ */
 /* the table                                                            */
 
 static struct backend cuda_table;
@@ -1296,6 +1403,9 @@ static void fill_table(void)
 {
 	struct backend &t = cuda_table;
 	t.name = "cuda";
+	t.act_dtype = ACT_F32;
+	t.act_from_f32 = act_from_f32;
+	t.act_to_f32 = act_to_f32;
 	t.alloc = cu_alloc;
 	t.free = cu_free;
 	t.to_device = cu_to_device;
@@ -1305,24 +1415,25 @@ static void fill_table(void)
 	t.synchronize = cu_synchronize;
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
-	t.embed_forward = cu_embed_forward;
-	t.embed_backward = cu_embed_backward;
-	t.layernorm_forward = cu_layernorm_forward;
-	t.layernorm_backward = cu_layernorm_backward;
-	t.rmsnorm_forward = cu_rmsnorm_forward;
-	t.rmsnorm_backward = cu_rmsnorm_backward;
-	t.matmul_forward = cuda_matmul_forward;
-	t.matmul_backward = cuda_matmul_backward;
-	t.rope_forward = cu_rope_forward;
-	t.rope_backward = cu_rope_backward;
-	t.attention_forward = cuda_attention_forward;
-	t.attention_backward = cuda_attention_backward;
-	t.gelu_forward = cu_gelu_forward;
-	t.gelu_backward = cu_gelu_backward;
-	t.swiglu_forward = cu_swiglu_forward;
-	t.swiglu_backward = cu_swiglu_backward;
+	t.embed_forward = act_embed_forward;
+	t.embed_backward = act_embed_backward;
+	t.layernorm_forward = act_layernorm_forward;
+	t.layernorm_backward = act_layernorm_backward;
+	t.rmsnorm_forward = act_rmsnorm_forward;
+	t.rmsnorm_backward = act_rmsnorm_backward;
+	t.matmul_forward = act_matmul_forward;
+	t.matmul_backward = act_matmul_backward;
+	t.rope_forward = act_rope_forward;
+	t.rope_backward = act_rope_backward;
+	t.attention_forward = act_attention_forward;
+	t.attention_backward = act_attention_backward;
+	t.gelu_forward = act_gelu_forward;
+	t.gelu_backward = act_gelu_backward;
+	t.swiglu_forward = act_swiglu_forward;
+	t.swiglu_backward = act_swiglu_backward;
+	t.add_act = act_add;
 	t.add = cu_add;
-	t.softmax_xent = cu_softmax_xent;
+	t.softmax_xent = act_softmax_xent;
 	t.adamw_dir = cu_adamw_dir;
 	t.adan_dir = cu_adan_dir;
 	t.ademamix_dir = cuda_ademamix_dir;

@@ -74,6 +74,20 @@ for kind in 2bw 1f1b; do
 	fi
 done
 
+# activations stored as bf16: the messages are half the bytes, and the
+# two ranks compute what the threads do
+BF=("${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw --set pipeline.stages=2
+    --set pipeline.micro_batches=2 --set train.steps=10 --set eval.every=0
+    --set train.act_dtype=bf16)
+if $A train -q "${BF[@]}" --set train.out_dir=threads_bf16 2> err.txt &&
+   "${MPIRUN[@]}" $A train -q "${BF[@]}" --set train.out_dir=mpi_bf16 > mpi.out 2>> err.txt &&
+   [ "$(wc -l < mpi_bf16/metrics.csv)" -ge 11 ] &&
+   diff <(cols threads_bf16/metrics.csv) <(cols mpi_bf16/metrics.csv) > d.txt; then
+	pass mpi_bf16_2bw_metrics_equal_threads
+else
+	fail mpi_bf16_2bw_metrics_equal_threads "$(head -c 400 err.txt) $(head -n 4 d.txt 2> /dev/null | tr '\n' ' ')"
+fi
+
 # resume under MPI from the step-10 checkpoint: the same final bytes
 if [ -d mpi_2bw ]; then
 	rm -rf run

@@ -37,7 +37,10 @@ TEST(cuda_table_complete)
 	SLOT(adamw_dir); SLOT(adan_dir); SLOT(ademamix_dir); SLOT(mars_correct); SLOT(ema);
 	SLOT(soap_adam); SLOT(row_normalize); SLOT(gemm); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
 	SLOT(apply_update); SLOT(sumsq); SLOT(sumsq_many); SLOT(scale); SLOT(memory_peak);
+	SLOT(add_act); SLOT(act_from_f32); SLOT(act_to_f32);
 #undef SLOT
+	/* activations in f32 until the bf16 kernels exist (cuda/NOTES.md) */
+	CHECK(b->act_dtype == ACT_F32);
 }
 
 TEST(cuda_available_answers)

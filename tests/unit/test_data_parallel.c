@@ -187,7 +187,9 @@ static int train(const struct config *cfg, enum data_kind data, int steps, int c
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
 	struct trainer tr;
-	int rc = trainer_init(&tr, cfg, &m, &backend_cpu, params, &dl);
+	const struct backend *be = strcmp(cfg->train_act_dtype, "bf16") ? &backend_cpu
+									: &backend_cpu_bf16;
+	int rc = trainer_init(&tr, cfg, &m, be, params, &dl);
 	free(params);
 	if (rc)
 		return -1;
@@ -311,6 +313,30 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 		set(&pipe, "pipeline", "stages", "2");
 		set(&pipe, "pipeline", "data_parallel", "2");
 		snprintf(what, sizeof(what), "2bw S=2 N=2 %s %s", arch, opt);
+		if (!same_run(what, &one, &pipe, DATA_NOISY))
+			return;
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+/* The same with activations stored as bf16 (train.act_dtype = bf16). */
+TEST(bf16_replicated_pipelines_equal_replicated_one_worker)
+{
+	static const char *const kinds[] = {"llama", "gpt2"};
+	for (int k = 0; k < 2; k++) {
+		struct config one, pipe;
+		char what[128];
+		base_config(&one, kinds[k], "adamw");
+		set(&one, "train", "act_dtype", "bf16");
+		set(&one, "pipeline", "data_parallel", "2");
+		set(&one, "train", "delay", k ? "1" : "0");
+		base_config(&pipe, kinds[k], "adamw");
+		set(&pipe, "train", "act_dtype", "bf16");
+		set(&pipe, "train", "schedule", k ? "2bw" : "1f1b");
+		set(&pipe, "pipeline", "stages", "2");
+		set(&pipe, "pipeline", "data_parallel", "2");
+		snprintf(what, sizeof(what), "bf16 %s S=2 N=2 %s adamw", k ? "2bw" : "1f1b", kinds[k]);
 		if (!same_run(what, &one, &pipe, DATA_NOISY))
 			return;
 		config_free(&one);

@@ -16,7 +16,9 @@
  * even cut and on uneven ones (pipeline.layers = 3,1 / 1,3 / 0,3,1 /
  * 1,2,1,0: stages without a layer at either end), on the
  * backend ASYNCPP_TEST_DEVICE names (cpu by default; tools/gpu-check runs
- * them on cuda).
+ * them on cuda). The bf16_* tests run the schedule equivalences and resume
+ * again with train.act_dtype = bf16 (activations stored as bf16), skipped
+ * on a backend without bf16 storage.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -134,10 +136,13 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	struct model m;
 	if (model_for(&m, cfg))
 		return -1;
+	const struct backend *be = test_backend();
+	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
+		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
 	struct trainer tr;
-	if (trainer_init(&tr, cfg, &m, test_backend(), params, &dl))
+	if (trainer_init(&tr, cfg, &m, be, params, &dl))
 		return -1;
 	if (resume_from) {
 		struct ckpt *k;
@@ -947,4 +952,141 @@ TEST(checkpoint_with_nan_is_refused)
 	free(params);
 	free(r.weights);
 	config_free(&cfg);
+}
+
+/* ---- the same in bf16 storage (train.act_dtype = bf16) ---- */
+
+static int bf16_here(void)
+{
+	return test_backend() == &backend_cpu;
+}
+
+static void base_config_bf16(struct config *cfg, const char *arch, const char *optim)
+{
+	base_config(cfg, arch, optim);
+	config_set_key(cfg, "train", "act_dtype", "bf16", "test");
+}
+
+/* bf16 really changes the computation: its losses differ from f32's (by
+ * rounding: closely), or the tests below would prove nothing new. */
+TEST(bf16_runs_differ_from_f32_closely)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	for (int ia = 0; ia < (int)ARRAY_SIZE(archs); ia++) {
+		struct config a, b;
+		struct run_result ra = {0}, rb = {0};
+		base_config(&a, archs[ia], "adamw");
+		base_config_bf16(&b, archs[ia], "adamw");
+		CHECK_MSG(!train(&a, STEPS, 5, NULL, NULL, &ra) && !train(&b, STEPS, 5, NULL, NULL, &rb),
+			  "%s: %s", archs[ia], last_error());
+		int differ = 0;
+		for (int i = 0; i < STEPS; i++) {
+			differ |= ra.loss[i] != rb.loss[i];
+			/* 20 steps of a tiny model: the two stay within a few
+			 * thousandths of a nat (rounding noise, not a bias) */
+			CHECK_MSG(fabs(ra.loss[i] - rb.loss[i]) < 0.02, "%s step %d: f32 %.6f bf16 %.6f",
+				  archs[ia], i + 1, ra.loss[i], rb.loss[i]);
+		}
+		CHECK_MSG(differ, "%s: bf16 losses are f32's bit for bit", archs[ia]);
+		CHECK_MSG(rb.loss[STEPS - 1] < rb.loss[0] - 0.02, "%s: bf16 did not learn (%.4f -> %.4f)",
+			  archs[ia], rb.loss[0], rb.loss[STEPS - 1]);
+		free(ra.weights);
+		free(rb.weights);
+		config_free(&a);
+		config_free(&b);
+		if (test_failed())
+			return;
+	}
+}
+
+TEST(bf16_sync_pipeline_equals_one_worker)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	for (int ia = 0; ia < (int)ARRAY_SIZE(archs); ia++) {
+		const char *arch = archs[ia], *opt = optims[ia % 2];
+		struct config one, pipe;
+		base_config_bf16(&one, arch, opt);
+		const char *kinds[] = {"1f1b", "gpipe"};
+		const char *stages[] = {"2", "4"};
+		for (int k = 0; k < 2; k++) {
+			base_config_bf16(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", kinds[k], "test");
+			config_set_key(&pipe, "pipeline", "stages", stages[k], "test");
+			char what[96];
+			snprintf(what, sizeof(what), "bf16 %s S=%s %s %s", kinds[k], stages[k], arch, opt);
+			if (!same_run(what, &one, &pipe))
+				return;
+			config_free(&pipe);
+		}
+		config_free(&one);
+	}
+}
+
+TEST(bf16_twobw_equals_delay_one)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	for (int ia = 0; ia < (int)ARRAY_SIZE(archs); ia++) {
+		const char *arch = archs[ia], *opt = optims[(ia + 1) % 2];
+		struct config one, pipe;
+		base_config_bf16(&one, arch, opt);
+		config_set_key(&one, "train", "delay", "1", "test");
+		const char *stages[] = {"2", "4"};
+		for (int s = 0; s < 2; s++) {
+			base_config_bf16(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", "2bw", "test");
+			config_set_key(&pipe, "pipeline", "stages", stages[s], "test");
+			char what[96];
+			snprintf(what, sizeof(what), "bf16 2bw S=%s %s %s", stages[s], arch, opt);
+			if (!same_run(what, &one, &pipe))
+				return;
+			config_free(&pipe);
+		}
+		config_free(&one);
+	}
+}
+
+TEST(bf16_pipedream_equals_per_stage_delay)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	struct config one, pipe;
+	base_config_bf16(&one, "gpt2", "adamw");
+	config_set_key(&one, "train", "delay_mode", "per-stage", "test");
+	config_set_key(&one, "pipeline", "stages", "4", "test");
+	config_set_key(&one, "pipeline", "micro_batches", "1", "test");
+	base_config_bf16(&pipe, "gpt2", "adamw");
+	config_set_key(&pipe, "train", "schedule", "pipedream", "test");
+	config_set_key(&pipe, "pipeline", "stages", "4", "test");
+	same_run("bf16 pipedream S=4 gpt2 adamw", &one, &pipe);
+	config_free(&one);
+	config_free(&pipe);
+}
+
+TEST(bf16_resume_is_exact)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	struct config bw, d1, moe;
+	base_config_bf16(&bw, "llama", "muon");
+	config_set_key(&bw, "train", "schedule", "2bw", "test");
+	config_set_key(&bw, "pipeline", "stages", "2", "test");
+	config_set_key(&bw, "optim", "correction", "ef", "test");
+	check_resume("bf16 2bw S=2", &bw, &bw, 9);
+	config_free(&bw);
+	if (test_failed())
+		return;
+	base_config_bf16(&d1, "gpt2", "adamw");
+	config_set_key(&d1, "train", "delay", "1", "test");
+	check_resume("bf16 delay=1", &d1, &d1, 7);
+	config_free(&d1);
+	if (test_failed())
+		return;
+	base_config_bf16(&moe, "moe", "adamw");
+	config_set_key(&moe, "train", "schedule", "1f1b", "test");
+	config_set_key(&moe, "pipeline", "stages", "2", "test");
+	check_resume("bf16 1f1b S=2 moe", &moe, &moe, 6);
+	config_free(&moe);
 }

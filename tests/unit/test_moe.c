@@ -300,7 +300,7 @@ TEST(dispatch_order_and_combine)
 			CHECK(r >= l.a.count[e] && r < l.a.count[e + 1]);
 			CHECK(!seen[r]);
 			seen[r] = 1;
-			CHECK(!memcmp(l.a.xd + (size_t)r * C, l.x + (size_t)n * C, C * sizeof(float)));
+			CHECK(!memcmp((const float *)l.a.xd + (size_t)r * C, l.x + (size_t)n * C, C * sizeof(float)));
 			if (j)
 				CHECK(l.a.score[n * E + e] <= l.a.score[n * E + l.a.sel[n * K + j - 1]] &&
 				      e != l.a.sel[n * K + j - 1]);
@@ -327,7 +327,7 @@ TEST(dispatch_order_and_combine)
 			double want = 0;
 			for (int j = 0; j < K; j++)
 				want += (double)l.a.gate[n * K + j] *
-					l.a.y[(size_t)l.a.pos[n * K + j] * C + c];
+					((const float *)l.a.y)[(size_t)l.a.pos[n * K + j] * C + c];
 			CHECK_NEAR(l.out[(size_t)n * C + c], want, 1e-5);
 		}
 	free(seen);
