@@ -138,29 +138,6 @@ static int config_problem(const struct config *cfg, const struct dist_env *e, ch
 #endif
 
 #ifdef ASYNCPP_MPI
-/* The first line where two configuration texts differ (a of rank rank_a,
- * b of rank 0), as "KEY = A on rank R, but KEY = B on rank 0" in msg; the texts are config_to_string's, one key a line. */
-static void first_difference(const char *a, const char *b, int rank_a, char *msg, size_t len)
-{
-	const char *section = "";
-	char sec[64] = "";
-	while (*a && *b) {
-		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
-		if (*a == '[' && la < sizeof(sec)) {
-			snprintf(sec, sizeof(sec), "%.*s.", (int)(la - 2), a + 1);
-			section = sec;
-		}
-		if (la != lb || memcmp(a, b, la)) {
-			snprintf(msg, len, "%s%.*s on rank %d, but %s%.*s on rank 0", section, (int)la,
-				 a, rank_a, section, (int)lb, b);
-			return;
-		}
-		a += la + (a[la] != 0);
-		b += lb + (b[lb] != 0);
-	}
-	snprintf(msg, len, "their lengths differ");
-}
-
 /* Every rank must run the same configuration (the same model, stages,
  * micro-batches, optimizer...): a rank started with other flags or another
  * file would compute another run. Compare hashes of the printed
@@ -192,7 +169,7 @@ static int same_config_everywhere(const struct config *cfg)
 		char *theirs = xmalloc(n);
 		MPI_Recv(theirs, (int)n, MPI_CHAR, odd, 8, g.ctl, MPI_STATUS_IGNORE);
 		char what[600];
-		first_difference(theirs, text, odd, what, sizeof(what));
+		config_first_difference(theirs, text, odd, what, sizeof(what));
 		error("rank %d runs another configuration than rank 0 (%s): every rank must be "
 		      "started with the same -c file and --set options", odd, what);
 		fflush(stderr);
