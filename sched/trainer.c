@@ -48,6 +48,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 						       : -1;
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
+	if (!strcmp(cfg->pipeline_transport, "nccl") && dist_rendezvous())
+		return error("pipeline.transport = nccl: the ranks met at the TCP rendezvous "
+			     "(MASTER_ADDR:MASTER_PORT), but stages over NCCL run only under MPI "
+			     "so far: start them with mpirun or srun");
 	if (!strcmp(cfg->pipeline_transport, "nccl") && !dist_active())
 		return error("pipeline.transport = nccl connects stage processes, one GPU each, "
 			     "started by mpirun or srun (train(1), MULTI-PROCESS RUNS); within one "
