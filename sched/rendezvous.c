@@ -808,9 +808,10 @@ static int peer_join(struct rdv *r, const char *addr, double connect_timeout)
 	if (rc)
 		return peer_fail(r, "rank %d: cannot say hello to rank 0 at %s: it %s", r->rank,
 				 r->master, io_what(rc));
-	/* rank 0 answers when every rank has joined */
+	/* rank 0 answers when every rank has joined; wait a little longer
+	 * than it does, so that its word on who is missing comes first */
 	unsigned char b[HDR];
-	rc = io_full(fd, b, HDR, 0, dl);
+	rc = io_full(fd, b, HDR, 0, dl > 0 ? dl + MIN(connect_timeout * 0.5, 5.0) : 0);
 	if (rc == IO_TIMEOUT)
 		return peer_fail(r, "rank %d reached rank 0 at %s, but not all %d ranks joined in %g s "
 				 "(rank 0 names the missing ones)", r->rank, r->master, r->world,
