@@ -550,11 +550,11 @@ int rdv_agree(struct rdv *r, const char *text, char *diff, size_t len)
 	size_t n = strlen(text);
 	unsigned char len8[8];
 	put_le64(len8, n);
-	if (r->rank == odd)
-		return send_to(r, 0, OP_TEXT, len8, 8, dl) || send_to(r, 0, OP_TEXT, text, n, dl)
-			       ? -1 : odd;
-	if (r->rank)
-		return odd;
+	if (r->rank == odd && (send_to(r, 0, OP_TEXT, len8, 8, dl) ||
+			       send_to(r, 0, OP_TEXT, text, n, dl)))
+		return -1;
+	if (r->rank) /* every rank waits until rank 0 has the text */
+		return recv_exact(r, 0, OP_TEXT, NULL, 0, dl) ? -1 : odd;
 	if (root_collect(r, OP_TEXT, odd, (char *)len8, 8, dl))
 		return -1;
 	uint64_t theirs_n = get_le64(len8);
@@ -569,6 +569,9 @@ int rdv_agree(struct rdv *r, const char *text, char *diff, size_t len)
 	theirs[theirs_n] = 0;
 	config_first_difference(theirs, text, odd, diff, len);
 	free(theirs);
+	for (int q = 1; q < r->world; q++)
+		if (send_to(r, q, OP_TEXT, NULL, 0, dl))
+			return -1;
 	return odd;
 }
 

@@ -24,7 +24,10 @@
  * abort carries the reason, which the receiver prints. Both ends check the
  * magic, the version, the world size, the rank (a RANK out of range or
  * claimed twice), the operation and its sequence number (ranks that call
- * the collectives in different orders) and the payload size.
+ * the collectives in different orders) and the payload size. A collective
+ * ends on a rank when it has what it needs: a barrier, an allgather and the
+ * configuration check end with rank 0's message to each rank; a broadcast's
+ * root (other than 0) leaves once it has sent.
  *
  * Failures are named, never hangs: every read and write has a deadline
  * (the connect timeout while connecting, the operation timeout after; 0:
