@@ -87,6 +87,15 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		probe = sched_build(tr->kind, tr->S, sched_m, 4 * tr->S + 4, err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
+		/* NCCL pairs a channel's messages by their order (nccl.h) */
+		char why[512];
+		if (!strcmp(cfg->pipeline_transport, "nccl") &&
+		    sched_check_channel_order(probe, why, sizeof(why))) {
+			sched_free(probe);
+			return error("internal error: the %s schedule's sends and receives do not "
+				     "pair up in order, as pipeline.transport = nccl needs: %s",
+				     cfg->train_schedule, why);
+		}
 	}
 	/* the one place a run's cut is made (train.c builds the same one for
 	 * the weights an MPI rank initialises) */
