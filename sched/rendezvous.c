@@ -595,7 +595,17 @@ static int listen_socket(struct rdv *r)
 		a.sin6_addr = in6addr_any;
 		a.sin6_port = htons((uint16_t)r->port);
 		rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
-	} else {
+		if (rc && (errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT)) {
+			/* IPv6 switched off on this host: IPv4 alone */
+			close(fd);
+			fd = socket(AF_INET, SOCK_STREAM, 0);
+			if (fd < 0)
+				return error("rank 0: cannot create a TCP socket: %s", strerror(errno));
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			v6 = 0;
+		}
+	}
+	if (!v6) {
 		struct sockaddr_in a = {0};
 		a.sin_family = AF_INET;
 		a.sin_addr.s_addr = htonl(INADDR_ANY);
