@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../io/util.h"
+#include "rendezvous.h"
 
 #ifdef ASYNCPP_MPI
 #include <mpi.h>
@@ -27,6 +28,7 @@ static struct {
 	int n_at_end;
 	double timeout;     /* pipeline.timeout: the longest wait on another rank */
 	int stages;         /* pipeline.stages: rank % stages is the stage */
+	struct rdv *rdv;    /* the TCP rendezvous, when it connects the world */
 #ifdef ASYNCPP_MPI
 	MPI_Comm ctl;
 #endif
@@ -93,11 +95,11 @@ int dist_rank(void) { return g.rank; }
 int dist_world(void) { return g.world; }
 int dist_local_rank(void) { return g.local_rank; }
 int dist_active(void) { return g.active; }
+int dist_rendezvous(void) { return g.rdv != NULL; }
 int dist_is_root(void) { return g.rank == 0; }
 
 int dist_backend_is_host(const struct backend *be) { return !strcmp(be->name, "cpu"); }
 
-#ifdef ASYNCPP_MPI
 /* What is wrong with cfg for a world of e->world processes, into msg;
  * 0 when nothing is. Every rank finds the same. */
 static int config_problem(const struct config *cfg, const struct dist_env *e, char *msg,
@@ -128,39 +130,21 @@ static int config_problem(const struct config *cfg, const struct dist_env *e, ch
 		snprintf(msg, len, "pipeline.micro_batches = %ld is not divisible by "
 			 "pipeline.data_parallel = %ld: each replica takes an equal share of "
 			 "every step's micro-batches", cfg->pipeline_micro_batches, N);
-	else if (!strcmp(cfg->pipeline_transport, "nccl"))
-		snprintf(msg, len, "pipeline.transport = nccl between processes is not supported "
-			 "yet; use mpi (the default under a launcher)");
 	else
 		return 0;
 	return 1;
 }
-#endif
 
-#ifdef ASYNCPP_MPI
-/* The first line where two configuration texts differ (a of rank rank_a,
- * b of rank 0), as "KEY = A on rank R, but KEY = B on rank 0" in msg; the texts are config_to_string's, one key a line. */
-static void first_difference(const char *a, const char *b, int rank_a, char *msg, size_t len)
+/* Rank 0's report of a rank that runs another configuration (what:
+ * config_first_difference's text). */
+static void say_config_difference(int odd, const char *what)
 {
-	const char *section = "";
-	char sec[64] = "";
-	while (*a && *b) {
-		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
-		if (*a == '[' && la < sizeof(sec)) {
-			snprintf(sec, sizeof(sec), "%.*s.", (int)(la - 2), a + 1);
-			section = sec;
-		}
-		if (la != lb || memcmp(a, b, la)) {
-			snprintf(msg, len, "%s%.*s on rank %d, but %s%.*s on rank 0", section, (int)la,
-				 a, rank_a, section, (int)lb, b);
-			return;
-		}
-		a += la + (a[la] != 0);
-		b += lb + (b[lb] != 0);
-	}
-	snprintf(msg, len, "their lengths differ");
+	error("rank %d runs another configuration than rank 0 (%s): every rank must be "
+	      "started with the same -c file and --set options", odd, what);
+	fflush(stderr);
 }
 
+#ifdef ASYNCPP_MPI
 /* Every rank must run the same configuration (the same model, stages,
  * micro-batches, optimizer...): a rank started with other flags or another
  * file would compute another run. Compare hashes of the printed
@@ -192,10 +176,8 @@ static int same_config_everywhere(const struct config *cfg)
 		char *theirs = xmalloc(n);
 		MPI_Recv(theirs, (int)n, MPI_CHAR, odd, 8, g.ctl, MPI_STATUS_IGNORE);
 		char what[600];
-		first_difference(theirs, text, odd, what, sizeof(what));
-		error("rank %d runs another configuration than rank 0 (%s): every rank must be "
-		      "started with the same -c file and --set options", odd, what);
-		fflush(stderr);
+		config_first_difference(theirs, text, odd, what, sizeof(what));
+		say_config_difference(odd, what);
 		free(theirs);
 	}
 	free(text);
@@ -203,6 +185,98 @@ static int same_config_everywhere(const struct config *cfg)
 	return -1;
 }
 #endif
+
+/* The seconds the ranks of a TCP rendezvous have to find each other:
+ * ASYNCPP_CONNECT_TIMEOUT, else RDV_DEFAULT_CONNECT_TIMEOUT. -1 after
+ * error() when malformed. */
+static double connect_timeout(void)
+{
+	const char *v = getenv("ASYNCPP_CONNECT_TIMEOUT");
+	if (!v || !*v)
+		return RDV_DEFAULT_CONNECT_TIMEOUT;
+	char *end;
+	errno = 0;
+	double t = strtod(v, &end);
+	if (errno || *end || !(t >= 0) || t > 1e9)
+		return error("environment variable ASYNCPP_CONNECT_TIMEOUT = '%s': expected seconds "
+			     "(0 waits forever)", v);
+	return t;
+}
+
+/* Was the process started by an MPI launcher (whose PMI wires MPI), rather
+ * than by torchrun or by hand with MASTER_ADDR and MASTER_PORT? */
+static int mpi_launched(const struct dist_env *e)
+{
+	if (!strncmp(e->from, "OMPI_", 5) || !strncmp(e->from, "PMI_", 4))
+		return 1;
+	/* srun: MPI through Slurm's PMI, unless the script chose a rendezvous */
+	if (!strncmp(e->from, "SLURM_", 6))
+		return !(getenv("MASTER_ADDR") && getenv("MASTER_PORT"));
+	return 0;
+}
+
+/* A world of e->world > 1 without MPI (pipeline.transport = nccl): the TCP
+ * rendezvous at MASTER_ADDR:MASTER_PORT connects the ranks, checks the
+ * configuration as the MPI start does, and carries dist_bcast and
+ * dist_max_int. */
+static int tcp_init(const struct config *cfg, const struct dist_env *e)
+{
+	int r = e->rank, S = e->world;
+	const char *addr = getenv("MASTER_ADDR"), *port_s = getenv("MASTER_PORT");
+	/* these variables may differ by rank: every rank says what it finds */
+	if (!addr || !*addr || !port_s || !*port_s)
+		return error("rank %d of %d (%s): pipeline.transport = nccl without MPI meets the "
+			     "other ranks at a TCP rendezvous, which needs MASTER_ADDR (rank 0's "
+			     "host) and MASTER_PORT (a free port there), as torchrun sets them; "
+			     "%s is not set", r, S, e->from, !addr || !*addr ? "MASTER_ADDR"
+									: "MASTER_PORT");
+	char *end;
+	errno = 0;
+	long port = strtol(port_s, &end, 10);
+	if (errno || *end || port < 1 || port > 65535)
+		return error("environment variable MASTER_PORT = '%s': expected a TCP port, 1 to "
+			     "65535", port_s);
+	double ct = connect_timeout();
+	if (ct < 0)
+		return -1;
+	char problem[600];
+	int bad = config_problem(cfg, e, problem, sizeof(problem));
+	struct rdv_opts o = {addr, (int)port, r, S, ct, cfg->pipeline_timeout};
+	struct rdv *rdv = rdv_open(&o);
+	if (!rdv)
+		return bad && r == 0 ? error("%s", problem) : -1;
+	if (bad) {
+		/* the root says it once, and no rank leaves before it has (a
+		 * launcher stops every rank when one exits) */
+		if (r == 0) {
+			error("%s", problem);
+			fflush(stderr);
+		}
+		rdv_barrier(rdv);
+		rdv_close(rdv);
+		return -1;
+	}
+	char *text = config_to_string(cfg);
+	char what[600];
+	int odd = rdv_agree(rdv, text, what, sizeof(what));
+	free(text);
+	if (odd > 0) {
+		if (r == 0)
+			say_config_difference(odd, what);
+		rdv_barrier(rdv);
+	}
+	if (odd) {
+		rdv_close(rdv);
+		return -1;
+	}
+	g.rank = r;
+	g.world = S;
+	g.local_rank = e->local_rank;
+	g.timeout = cfg->pipeline_timeout;
+	g.stages = (int)MAX(cfg->pipeline_stages, 1);
+	g.rdv = rdv;
+	return 0;
+}
 
 int dist_init(const struct config *cfg)
 {
@@ -219,10 +293,29 @@ int dist_init(const struct config *cfg)
 		return 0;
 	}
 	int r = e.rank, S = e.world;
+	int nccl = !strcmp(tp, "nccl");
+#ifndef ASYNCPP_CUDA
+	if (nccl) /* every rank finds it; the root says it */
+		return r == 0 ? error("launched as rank %d of %d (%s) with pipeline.transport = "
+				      "nccl, but this asyncpp was built without CUDA: use "
+				      "pipeline.transport = mpi (CPU stages) or a CUDA build", r, S,
+				      e.from)
+			      : -1;
+#endif
+#ifdef ASYNCPP_MPI
+	if (nccl && !mpi_launched(&e))
+		return tcp_init(cfg, &e);
+#else
+	if (nccl)
+		return tcp_init(cfg, &e);
+	(void)mpi_launched;
+#endif
 #ifndef ASYNCPP_MPI
 	/* every rank finds it; the root says it */
 	return r == 0 ? error("launched as rank %d of %d (%s), but this asyncpp was built "
-			      "without MPI: install libopenmpi-dev and rebuild", r, S, e.from)
+			      "without MPI: install libopenmpi-dev and rebuild (or, on GPUs, use "
+			      "pipeline.transport = nccl with MASTER_ADDR and MASTER_PORT)", r, S,
+			      e.from)
 		      : -1;
 #else
 	char problem[600];
@@ -284,6 +377,10 @@ void dist_finalize(void)
 {
 	while (g.n_at_end)
 		g.at_end[--g.n_at_end]();
+	if (g.rdv) {
+		rdv_close(g.rdv);
+		g.rdv = NULL;
+	}
 #ifdef ASYNCPP_MPI
 	if (!g.active)
 		return;
@@ -295,6 +392,16 @@ void dist_finalize(void)
 
 int dist_max_int(int v)
 {
+	if (g.rdv) {
+		int *all = xcalloc((size_t)g.world, sizeof(int));
+		if (rdv_allgather(g.rdv, &v, all, sizeof(int)))
+			dist_abort(); /* the rendezvous said why */
+		int out = all[0];
+		for (int q = 1; q < g.world; q++)
+			out = MAX(out, all[q]);
+		free(all);
+		return out;
+	}
 #ifdef ASYNCPP_MPI
 	if (g.active) {
 		int out;
@@ -377,6 +484,8 @@ int dist_bcast(void *buf, size_t bytes, int root)
 		return 0;
 	}
 #endif
+	if (g.rdv)
+		return rdv_bcast(g.rdv, buf, bytes, root);
 	return 0; /* one process: the buffer already holds the value */
 }
 

@@ -1,7 +1,8 @@
 /* dist.h - multi-process runs: where this process stands, and the hooks
  * cmd/train.c calls so that S processes behave like one threaded run.
  *
- * `mpirun -np S asyncpp train ...` (or `srun -n S`) starts S processes;
+ * `mpirun -np S asyncpp train ...` (or `srun -n S`; or, for pipeline.transport
+ * = nccl, `torchrun --nproc-per-node S`) starts S processes;
  * process r runs pipeline stage r only. With pipeline.data_parallel = N
  * replicas, S*N processes: rank r*S + s runs stage s of replica r, so the
  * ranks of one replica are consecutive (on a node, with a by-slot mapping).
@@ -16,14 +17,30 @@
  * With no variables (or a world of 1) the run is an ordinary one-process
  * run and MPI is never initialised. With a world of S > 1, dist_init()
  * checks the configuration (a pipeline schedule, pipeline.stages times
- * pipeline.data_parallel = S, micro-batches divisible by the replicas, the
- * mpi transport), initialises MPI (MPI_Init_thread, FUNNELED: only the
- * main thread, which runs the stage, calls MPI) and checks that MPI's
- * MPI_COMM_WORLD agrees with the environment. The rendezvous is MPI's own:
- * the launcher (mpirun's PMIx server, or Slurm's PMI) wires the processes.
+ * pipeline.data_parallel = S, micro-batches divisible by the replicas),
+ * connects the ranks and checks that every rank runs the same
+ * configuration (rank 0 names the first key that differs, and the rank).
+ * The ranks connect in one of two ways:
  *
- * Without ASYNCPP_MPI (built where no MPI was found) the environment is
- * still read, and a world > 1 is an error naming the fix.
+ *   MPI    pipeline.transport = mpi, or nccl under an MPI launcher
+ *          (OMPI_*, PMI_*, or SLURM_* without MASTER_ADDR/MASTER_PORT):
+ *          MPI_Init_thread (FUNNELED: only the main thread, which runs the
+ *          stage, calls MPI), and MPI_COMM_WORLD must agree with the
+ *          environment. The rendezvous is MPI's own: the launcher (mpirun's
+ *          PMIx server, or Slurm's PMI) wires the processes. dist_active().
+ *   TCP    pipeline.transport = nccl otherwise (torchrun, or srun with
+ *          MASTER_ADDR and MASTER_PORT set; or any launcher when MPI is not
+ *          built in): rank 0 listens on MASTER_PORT, the others connect to
+ *          MASTER_ADDR:MASTER_PORT (rendezvous.h), for up to
+ *          ASYNCPP_CONNECT_TIMEOUT seconds (default 300; 0 forever); later
+ *          waits have pipeline.timeout. It carries dist_bcast (NCCL's
+ *          unique ids), dist_max_int and the configuration check, not
+ *          tensors and not dist_send/dist_recv. dist_rendezvous().
+ *
+ * pipeline.transport = nccl with S > 1 is refused where CUDA is not built
+ * in. Without ASYNCPP_MPI (built where no MPI was found) the environment is
+ * still read, and a world > 1 with another transport is an error naming
+ * the fix.
  */
 #ifndef ASYNCPP_DIST_H
 #define ASYNCPP_DIST_H
@@ -57,19 +74,25 @@ int dist_rank(void);      /* 0 when not distributed */
 int dist_world(void);     /* 1 when not distributed */
 int dist_local_rank(void);
 int dist_active(void);    /* MPI is running with a world > 1 */
+int dist_rendezvous(void); /* the TCP rendezvous connects a world > 1 (no MPI) */
 int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
 
 /* Every rank gets the largest of the ranks' v (v itself when not
- * distributed). Used to agree on stopping at a step boundary. */
+ * distributed; over MPI or the TCP rendezvous). Used to agree on stopping
+ * at a step boundary. */
 int dist_max_int(int v);
 
 /* End the whole job now, after an error() that said why: MPI_Abort under
- * MPI (the launcher stops every rank), else exit(1). */
+ * MPI (the launcher stops every rank), else exit(1) (under the TCP
+ * rendezvous the other ranks see this one's socket close). */
 void dist_abort(void) __attribute__((noreturn));
 
 /* Point to point and collectives on a communicator of their own, for the
  * control traffic between segments (any size: large buffers go in pieces).
- * Each returns 0 or -1 after error(). */
+ * Each returns 0 or -1 after error(). dist_send and dist_recv need MPI;
+ * dist_bcast (rank root's bytes to every rank: NCCL's unique ids) goes
+ * over MPI when it runs, over the TCP rendezvous otherwise, and does
+ * nothing in a one-process run. */
 int dist_send(const void *buf, size_t bytes, int to, int tag);
 int dist_recv(void *buf, size_t bytes, int from, int tag);
 int dist_bcast(void *buf, size_t bytes, int root);

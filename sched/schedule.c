@@ -687,3 +687,137 @@ int sched_check(const struct schedule *sc, char *why, size_t len)
 	 * the peer's rules); now every list must complete. */
 	return sched_run(sc, NULL, NULL, NULL, why, len);
 }
+
+/* ---- NCCL's matching: by order, per channel ---- */
+
+/* The channel of a send or receive of stage s: 2p carries activations
+ * p -> p+1, 2p+1 gradients p+1 -> p; -1 for compute. */
+static int channel_of(enum sched_op op, int s)
+{
+	switch (op) {
+	case SCHED_SEND_ACT:
+		return 2 * s;
+	case SCHED_RECV_ACT:
+		return 2 * (s - 1);
+	case SCHED_SEND_GRAD:
+		return 2 * (s - 1) + 1;
+	case SCHED_RECV_GRAD:
+		return 2 * s + 1;
+	default:
+		return -1;
+	}
+}
+
+static const char *channel_name(int c, char *out, size_t len)
+{
+	int p = c / 2;
+	if (c % 2 == 0)
+		snprintf(out, len, "activations %d -> %d", p, p + 1);
+	else
+		snprintf(out, len, "gradients %d -> %d", p + 1, p);
+	return out;
+}
+
+int sched_check_channel_order(const struct schedule *sc, char *why, size_t len)
+{
+	char dummy[1];
+	if (!why || !len)
+		why = dummy, len = sizeof(dummy);
+	if (!sc || sc->S < 1 || !sc->stage) {
+		snprintf(why, len, "empty schedule");
+		return -1;
+	}
+	int S = sc->S, nch = 2 * (S - 1), ret = -1;
+	if (!nch)
+		return 0;
+	/* per channel, the micro-batches in the sender's order and in the
+	 * receiver's; a channel holds at most its sender's action count */
+	int **snd = xcalloc((size_t)nch, sizeof(int *)), **rcv = xcalloc((size_t)nch, sizeof(int *));
+	int *ns = xcalloc((size_t)nch, sizeof(int)), *nr = xcalloc((size_t)nch, sizeof(int));
+	int *pos = xcalloc((size_t)S, sizeof(int));
+	char cn[64];
+	for (int c = 0; c < nch; c++) {
+		int from = c % 2 ? c / 2 + 1 : c / 2, to = c % 2 ? c / 2 : c / 2 + 1;
+		snd[c] = xmalloc(st_mult((size_t)sc->stage[from].n + 1, sizeof(int)));
+		rcv[c] = xmalloc(st_mult((size_t)sc->stage[to].n + 1, sizeof(int)));
+	}
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < sc->stage[s].n; i++) {
+			const struct sched_action *a = &sc->stage[s].a[i];
+			int c = channel_of(a->op, s);
+			if (c < 0 && (a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_ACT ||
+				      a->op == SCHED_SEND_GRAD || a->op == SCHED_RECV_GRAD))
+				BAD("stage %d action %d (%s): stage %d has no such peer", s, i,
+				    sched_op_name(a->op), s);
+			if (c < 0)
+				continue;
+			if (c >= nch)
+				BAD("stage %d action %d (%s): stage %d has no such peer", s, i,
+				    sched_op_name(a->op), s);
+			int peer = a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_GRAD ? s + 1 : s - 1;
+			if (a->peer != peer)
+				BAD("stage %d action %d (%s): peer %d, but the channel goes to stage %d",
+				    s, i, sched_op_name(a->op), a->peer, peer);
+			if (a->op == SCHED_SEND_ACT || a->op == SCHED_SEND_GRAD)
+				snd[c][ns[c]++] = a->mb;
+			else
+				rcv[c][nr[c]++] = a->mb;
+		}
+	for (int c = 0; c < nch; c++) {
+		int from = c % 2 ? c / 2 + 1 : c / 2, to = c % 2 ? c / 2 : c / 2 + 1;
+		for (int k = 0; k < MIN(ns[c], nr[c]); k++)
+			if (snd[c][k] != rcv[c][k])
+				BAD("channel %s: message %d is micro-batch %d in stage %d's sends but "
+				    "micro-batch %d in stage %d's receives (NCCL matches a channel's "
+				    "sends and receives by their order)", channel_name(c, cn, sizeof(cn)),
+				    k, snd[c][k], from, rcv[c][k], to);
+		if (ns[c] != nr[c])
+			BAD("channel %s: stage %d sends %d messages, stage %d receives %d",
+			    channel_name(c, cn, sizeof(cn)), from, ns[c], to, nr[c]);
+	}
+	/* Run the lists with a FIFO per channel: a send never stops its stage
+	 * (it waits on its channel's stream, behind the channel's earlier
+	 * sends); a receive stops the stage until its channel's next message
+	 * has been sent. The k-th receive takes the k-th send, the same
+	 * micro-batch (checked above). */
+	int *sent = ns, *got = nr; /* reused as counters */
+	memset(sent, 0, sizeof(int) * (size_t)nch);
+	memset(got, 0, sizeof(int) * (size_t)nch);
+	for (int progress = 1; progress;) {
+		progress = 0;
+		for (int s = 0; s < S; s++)
+			while (pos[s] < sc->stage[s].n) {
+				const struct sched_action *a = &sc->stage[s].a[pos[s]];
+				int c = channel_of(a->op, s);
+				if (a->op == SCHED_RECV_ACT || a->op == SCHED_RECV_GRAD) {
+					if (got[c] == sent[c])
+						break;
+					got[c]++;
+				} else if (c >= 0) {
+					sent[c]++;
+				}
+				pos[s]++;
+				progress = 1;
+			}
+	}
+	for (int s = 0; s < S; s++)
+		if (pos[s] < sc->stage[s].n) {
+			const struct sched_action *a = &sc->stage[s].a[pos[s]];
+			BAD("deadlock with a FIFO per channel: stage %d stops at action %d (%s of "
+			    "micro-batch %d on channel %s), which its peer never sends", s, pos[s],
+			    sched_op_name(a->op), a->mb,
+			    channel_name(channel_of(a->op, s), cn, sizeof(cn)));
+		}
+	ret = 0;
+out:
+	for (int c = 0; c < nch; c++) {
+		free(snd[c]);
+		free(rcv[c]);
+	}
+	free(snd);
+	free(rcv);
+	free(ns);
+	free(nr);
+	free(pos);
+	return ret;
+}

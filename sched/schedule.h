@@ -164,6 +164,18 @@ int sched_kind_async(enum sched_kind kind);
  * invariant in why (stage and action index named). */
 int sched_check(const struct schedule *sc, char *why, size_t len);
 
+/* The nccl transport's matching (nccl.h). NCCL pairs a channel's sends and
+ * receives by their order, not by (kind, mb); there is one channel per
+ * direction of each neighbour pair: activations s -> s+1 and gradients
+ * s+1 -> s. Checks that on every channel the sender's order of
+ * micro-batches is the receiver's, message for message (and their counts
+ * agree), and that the lists run to completion when each channel is a
+ * FIFO whose send waits on its channel only, never stopping the stage,
+ * while a receive stops its stage until the channel's next message was
+ * sent. Returns 0, or -1 with the channel and message, or the stuck
+ * action, in why. */
+int sched_check_channel_order(const struct schedule *sc, char *why, size_t len);
+
 /* ---- simulation (sched/simulate.c) ---- */
 
 /* Durations in any unit. comm is the latency of one message (sends do not

@@ -48,6 +48,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 						       : -1;
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
+	if (!strcmp(cfg->pipeline_transport, "nccl") && dist_rendezvous())
+		return error("pipeline.transport = nccl: the ranks met at the TCP rendezvous "
+			     "(MASTER_ADDR:MASTER_PORT), but stages over NCCL run only under MPI "
+			     "so far: start them with mpirun or srun");
 	if (!strcmp(cfg->pipeline_transport, "nccl") && !dist_active())
 		return error("pipeline.transport = nccl connects stage processes, one GPU each, "
 			     "started by mpirun or srun (train(1), MULTI-PROCESS RUNS); within one "
@@ -83,6 +87,15 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		probe = sched_build(tr->kind, tr->S, sched_m, 4 * tr->S + 4, err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
+		/* NCCL pairs a channel's messages by their order (nccl.h) */
+		char why[512];
+		if (!strcmp(cfg->pipeline_transport, "nccl") &&
+		    sched_check_channel_order(probe, why, sizeof(why))) {
+			sched_free(probe);
+			return error("internal error: the %s schedule's sends and receives do not "
+				     "pair up in order, as pipeline.transport = nccl needs: %s",
+				     cfg->train_schedule, why);
+		}
 	}
 	/* the one place a run's cut is made (train.c builds the same one for
 	 * the weights an MPI rank initialises) */

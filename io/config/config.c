@@ -513,6 +513,27 @@ char *config_to_string(const struct config *cfg)
 	return (char *)b.data;
 }
 
+void config_first_difference(const char *a, const char *b, int rank_a, char *msg, size_t len)
+{
+	const char *section = "";
+	char sec[64] = "";
+	while (*a && *b) {
+		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+		if (*a == '[' && la < sizeof(sec)) {
+			snprintf(sec, sizeof(sec), "%.*s.", (int)(la - 2), a + 1);
+			section = sec;
+		}
+		if (la != lb || memcmp(a, b, la)) {
+			snprintf(msg, len, "%s%.*s on rank %d, but %s%.*s on rank 0", section, (int)la,
+				 a, rank_a, section, (int)lb, b);
+			return;
+		}
+		a += la + (a[la] != 0);
+		b += lb + (b[lb] != 0);
+	}
+	snprintf(msg, len, "their lengths differ");
+}
+
 /* ---- parsing ---- */
 
 struct parse_state {

@@ -592,3 +592,106 @@ TEST(test_timeline_and_svg)
 	sim_result_free(&r);
 	sched_free(sc);
 }
+
+/* NCCL matches by order per channel (one channel per direction of each
+ * neighbour pair): for every schedule kind, S <= 16 and M <= 32 (two steps;
+ * pipedream long enough for its steady state, and also from a later global
+ * step), each channel's sends and receives name the same micro-batches in
+ * the same order, and the lists complete with a FIFO per channel whose
+ * send never stops its stage. A check over the tables, not a timing. */
+TEST(test_every_schedule_up_to_16_stages_keeps_channel_order)
+{
+	char why[512];
+	int count[SCHED_NKINDS] = {0};
+	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+		for (int S = 1; S <= 16; S++)
+			for (int M = 1; M <= 32; M++)
+				for (long g = 0; g <= 3; g += 3) {
+					if (kind == SCHED_2BW && M < S)
+						continue;
+					if (kind == SCHED_PIPEDREAM && M > 2)
+						continue; /* M only sets its report window */
+					char err[256];
+					int n = kind == SCHED_PIPEDREAM ? 4 * S : 2;
+					struct schedule *sc = sched_build_at(kind, S, M, n, g, err, sizeof(err));
+					CHECK_MSG(sc != NULL, "%s S=%d M=%d: %s", sched_kind_name(kind), S,
+						  M, err);
+					CHECK_MSG(sched_check_channel_order(sc, why, sizeof(why)) == 0,
+						  "%s S=%d M=%d first step %ld: %s", sched_kind_name(kind), S,
+						  M, g, why);
+					sched_free(sc);
+					count[kind]++;
+				}
+	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+		CHECK_MSG(count[kind] >= 32, "%s: %d schedules", sched_kind_name(kind), count[kind]);
+}
+
+TEST(test_channel_order_rejects_broken_lists)
+{
+	char err[128], why[512];
+	struct schedule *sc;
+	struct sched_action tmp;
+	int i, j;
+
+	/* stage 1 receives micro-batch 1's activation before micro-batch 0's:
+	 * fine when messages are matched by (kind, mb), as sched_check does,
+	 * wrong for NCCL */
+	sc = sched_build(SCHED_GPIPE, 2, 3, 1, err, sizeof(err));
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == 0);
+	own_stage(sc, 1);
+	i = find(sc, 1, SCHED_RECV_ACT, 0);
+	j = find(sc, 1, SCHED_RECV_ACT, 1);
+	CHECK(i >= 0 && j > i);
+	tmp = sc->stage[1].a[j];
+	memmove(sc->stage[1].a + i + 1, sc->stage[1].a + i, sizeof(tmp) * (size_t)(j - i));
+	sc->stage[1].a[i] = tmp;
+	CHECK_MSG(sched_check(sc, why, sizeof(why)) == 0, "%s", why);
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == -1);
+	CHECK_MSG(strstr(why, "channel activations 0 -> 1: message 0 is micro-batch 0 in stage 0's "
+			      "sends but micro-batch 1 in stage 1's receives"), "%s", why);
+	sched_free(sc);
+
+	/* the gradients of 1f1b, sent out of order by stage 2 of 3 */
+	sc = sched_build(SCHED_1F1B, 3, 4, 1, err, sizeof(err));
+	own_stage(sc, 2);
+	i = find(sc, 2, SCHED_SEND_GRAD, 1);
+	j = find(sc, 2, SCHED_SEND_GRAD, 2);
+	tmp = sc->stage[2].a[i];
+	sc->stage[2].a[i] = sc->stage[2].a[j];
+	sc->stage[2].a[j] = tmp;
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == -1);
+	CHECK_MSG(strstr(why, "channel gradients 2 -> 1: message 1 is micro-batch 2"), "%s", why);
+	sched_free(sc);
+
+	/* a send missing: the counts differ */
+	sc = sched_build(SCHED_2BW, 2, 2, 2, err, sizeof(err));
+	own_stage(sc, 0);
+	i = find(sc, 0, SCHED_SEND_ACT, 3);
+	memmove(sc->stage[0].a + i, sc->stage[0].a + i + 1,
+		sizeof(tmp) * (size_t)(sc->stage[0].n - i - 1));
+	sc->stage[0].n--;
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == -1);
+	CHECK_MSG(strstr(why, "stage 0 sends 3 messages, stage 1 receives 4"), "%s", why);
+	sc->stage[0].n++;
+	sched_free(sc);
+
+	/* in order, but stage 0 waits for micro-batch 0's gradient before it
+	 * sends its activation: stuck with FIFO channels */
+	sc = sched_build(SCHED_1F1B, 2, 2, 1, err, sizeof(err));
+	own_stage(sc, 0);
+	i = find(sc, 0, SCHED_RECV_GRAD, 0);
+	tmp = sc->stage[0].a[i];
+	memmove(sc->stage[0].a + 1, sc->stage[0].a, sizeof(tmp) * (size_t)i);
+	sc->stage[0].a[0] = tmp;
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == -1);
+	CHECK_MSG(strstr(why, "deadlock") && strstr(why, "stage 0 stops at action 0 (RECV_GRAD") &&
+			  strstr(why, "gradients 1 -> 0"), "%s", why);
+	sched_free(sc);
+
+	/* a send to the wrong peer */
+	sc = sched_build(SCHED_GPIPE, 3, 2, 1, err, sizeof(err));
+	sc->stage[1].a[find(sc, 1, SCHED_SEND_ACT, 1)].peer = 0;
+	CHECK(sched_check_channel_order(sc, why, sizeof(why)) == -1);
+	CHECK_MSG(strstr(why, "peer 0, but the channel goes to stage 2"), "%s", why);
+	sched_free(sc);
+}
