@@ -156,9 +156,13 @@ template <int HD, int ROWS>
 __device__ static __forceinline__ void fl_load_tile(bf16 *s, const float *g, size_t ld,
 						    int nvalid, bool vec)
 {
-	const int LD = fl_ld<HD>::v, C4 = HD / 4;
-	for (int i = threadIdx.x; i < ROWS * C4; i += FL_THREADS) {
-		int r = i / C4, c = (i % C4) * 4;
+	const int LD = fl_ld<HD>::v, C4 = HD / 4, PER = ROWS * C4 / FL_THREADS;
+	static_assert(ROWS * C4 % FL_THREADS == 0, "tile must split evenly over the threads");
+	/* unrolled by 4: four 16-byte loads in flight per thread, without the
+	 * registers of a whole tile (which cost occupancy; NOTES.md) */
+#pragma unroll 4
+	for (int it = 0; it < PER; it++) {
+		int i = threadIdx.x + it * FL_THREADS, r = i / C4, c = (i % C4) * 4;
 		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (r < nvalid) {
 			const float *p = g + (size_t)r * ld + c;
