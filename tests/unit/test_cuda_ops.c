@@ -1046,6 +1046,7 @@ static void attention_check(const struct att_result *r, const double *out, const
 	CHECK_REF(r->dqkv + C + NKV * HD, dq + C + NKV * HD, N, (size_t)NKV * HD, QKV, tb, "dv");
 }
 
+#ifdef ASYNCPP_CUDA
 static double *dup_double(const float *x, size_t n)
 {
 	double *d = dnew(n);
@@ -1053,6 +1054,7 @@ static double *dup_double(const float *x, size_t n)
 		d[i] = x[i];
 	return d;
 }
+#endif
 
 /* Forward and backward of one shape on dev against the double reference.
  * On the CUDA backend with a shape the flash kernels take (HD 64 or 128),
