@@ -77,15 +77,40 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b)
 
 /* ---- the emulated block ---- */
 
+#ifdef FLASH_EMU_FIBERS
+/* One OS thread; the 128 threads of a block are ucontext fibers that run in
+ * turn until they wait at a barrier (flash_emulate.cpp schedules them):
+ * much faster than 128 OS threads meeting at every warp instruction. */
+void emu_yield(void);
+struct emu_barrier {
+	int n, count = 0;
+	unsigned gen = 0;
+	explicit emu_barrier(int n_) : n(n_) {}
+	void arrive_and_wait()
+	{
+		unsigned g = gen;
+		if (++count == n) {
+			count = 0;
+			gen++;
+			return;
+		}
+		while (gen == g)
+			emu_yield();
+	}
+};
+#else
+typedef std::barrier<> emu_barrier;
+#endif
+
 struct emu_warp {
-	std::barrier<> bar{32};
+	emu_barrier bar{32};
 	float f[32];
 	uint32_t a[32][4], b[32][2];
 	float c[32][4];
 	const unsigned char *p[32];
 };
 struct emu_block {
-	std::barrier<> bar{128};
+	emu_barrier bar{128};
 	emu_warp warp[4];
 	unsigned char *smem;
 	size_t smem_bytes;
