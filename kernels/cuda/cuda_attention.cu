@@ -16,14 +16,15 @@
  * kernel gives dq by walking keys, another dk and dv by walking the queries
  * of every query head in the key's group. Each recomputes p = exp(s - lse).
  *
- * Next step for speed: the same tiling on bf16 tensor cores (mma.sync
- * m16n8k16 on sm_80/90, or wgmma on sm_90), converting tiles to bf16 as they
- * are loaded into shared memory.
+ * These are the reference. cuda_flash.cu has the same tiling on bf16 tensor
+ * cores; the two entry points below run it when it is selected
+ * (cuda_flash.h: ASYNCPP_ATTENTION=flash) and takes the shape.
  */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda_common.h"
+#include "cuda_flash.h"
 
 #define ATT_Q 16      /* queries (keys) per block */
 #define ATT_TILE 32   /* keys (queries) per tile: one per lane */
@@ -167,6 +168,10 @@ void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int
 {
 	if (B <= 0 || T <= 0)
 		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_FLASH && cuda_flash_supported(NH, NKV, HD)) {
+		cuda_flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
+		return;
+	}
 	check_shape(NH, NKV, HD);
 	size_t smem = (size_t)(ATT_Q * HD + ATT_TILE * (HD + 1) + ATT_TILE * HD) * sizeof(float);
 	launch_setup((const void *)attention_forward_kernel, smem);
@@ -196,6 +201,15 @@ __global__ static void attention_delta_kernel(float *Dd, const float *dout, cons
 		if (lane == 0)
 			Dd[wid] = s; /* wid = (b*NH + h)*T + t */
 	}
+}
+
+void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T, int NH,
+			  int HD)
+{
+	size_t rows = (size_t)B * NH * T;
+	attention_delta_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, cuda_stream()>>>(
+		Dd, dout, out, B, T, NH, HD);
+	CUDA_LAUNCHED();
 }
 
 /* dq for 16 queries of head h: sum over visible keys j of ds_ij * k_j * scale,
@@ -413,13 +427,15 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 {
 	if (B <= 0 || T <= 0)
 		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_FLASH && cuda_flash_supported(NH, NKV, HD)) {
+		cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+		return;
+	}
 	check_shape(NH, NKV, HD);
 	float scale = 1.0f / sqrtf((float)HD);
 	size_t rows = (size_t)B * NH * T;
 	float *Dd = (float *)cuda_scratch(rows * sizeof(float));
-	attention_delta_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, cuda_stream()>>>(
-		Dd, dout, out, B, T, NH, HD);
-	CUDA_LAUNCHED();
+	cuda_attention_delta(Dd, dout, out, B, T, NH, HD);
 
 	size_t smem_q = (size_t)(2 * ATT_Q * HD + 2 * ATT_TILE * (HD + 1)) * sizeof(float);
 	launch_setup((const void *)attention_dq_kernel, smem_q);

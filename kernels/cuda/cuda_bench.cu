@@ -5,7 +5,8 @@
  * FLOP counts: a matmul forward is 2*N*C*OC, its backward 4*N*C*OC; causal
  * attention forward 2*B*NH*T*T*HD (half of the 4*B*NH*T^2*HD of full
  * attention), backward 2.5x the forward (the five products of flash
- * attention's backward). Bandwidth rows count each tensor read or written
+ * attention's backward); attention rows come once per implementation,
+ * "simt" (fp32) and "flash" (bf16 tensor cores, HD 64 and 128). Bandwidth rows count each tensor read or written
  * once, in fp32.
  */
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 
 #include "cuda_bench.h"
 #include "cuda_common.h"
+#include "cuda_flash.h"
 
 extern "C" {
 #include "../../io/util.h"
@@ -163,6 +165,48 @@ static void bench_matmul(struct bench *b, const struct backend *be, const char *
 	cudaFree(dw), cudaFree(db);
 }
 
+/* Causal attention forward and backward with each implementation
+ * (cuda_flash.h) that takes the shape: rows "attention_fwd simt",
+ * "attention_fwd flash", ... The choice in force before is restored. */
+static void bench_attention(struct bench *b, const struct backend *be, float *att, float *lse,
+			    const float *qkv, float *dqkv, const float *dy, int B, int T, int NH,
+			    int NKV, int HD)
+{
+	static const struct {
+		int impl;
+		const char *name;
+	} impls[] = {{CUDA_ATTENTION_SIMT, "simt"}, {CUDA_ATTENTION_FLASH, "flash"}};
+	char shape[64], op[64];
+	double s, af = 2.0 * B * NH * (double)T * T * HD;
+	snprintf(shape, sizeof(shape), "B %d T %d H %d/%d D %d", B, T, NH, NKV, HD);
+	int prev = cuda_attention_impl();
+	for (size_t k = 0; k < sizeof(impls) / sizeof(impls[0]); k++) {
+		if (impls[k].impl == CUDA_ATTENTION_FLASH &&
+		    !cuda_attention_flash_supported(NH, NKV, HD))
+			continue;
+		cuda_attention_set_impl(impls[k].impl);
+		snprintf(op, sizeof(op), "attention_fwd %s", impls[k].name);
+		TIME(b, s, be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
+		row_flops(b, op, shape, s, af);
+		snprintf(op, sizeof(op), "attention_bwd %s", impls[k].name);
+		TIME(b, s, be->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
+		row_flops(b, op, shape, s, 2.5 * af);
+	}
+	cuda_attention_set_impl(prev);
+}
+
+/* Attention alone at a shape no layer above has (HD 128). */
+static void bench_attention_only(struct bench *b, const struct backend *be, int B, int T, int NH,
+				 int NKV, int HD)
+{
+	size_t N = (size_t)B * T, QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+	fprintf(b->out, "-- attention: B %d, T %d, heads %d/%d, HD %d\n", B, T, NH, NKV, HD);
+	float *qkv = rnd(N * QKV, 1), *dqkv = rnd(N * QKV, 1), *att = rnd(N * C, 1);
+	float *dy = rnd(N * C, 1), *lse = rnd((size_t)B * NH * T, 1);
+	bench_attention(b, be, att, lse, qkv, dqkv, dy, B, T, NH, NKV, HD);
+	cudaFree(qkv), cudaFree(dqkv), cudaFree(att), cudaFree(dy), cudaFree(lse);
+}
+
 static void bench_layer(struct bench *b, const struct backend *be, const char *model, int B,
 			int T, int C, int NH, int NKV, int F, int gelu)
 {
@@ -198,13 +242,7 @@ static void bench_layer(struct bench *b, const struct backend *be, const char *m
 		TIME(b, s, be->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f));
 		row_bytes(b, "rope_fwd", shape, s, 8.0 * N * (NH + NKV) * HD);
 	}
-	snprintf(shape, sizeof(shape), "B %d T %d H %d/%d D %d", B, T, NH, NKV, HD);
-	double af = 2.0 * B * NH * (double)T * T * HD;
-	be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD);
-	TIME(b, s, be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-	row_flops(b, "attention_fwd", shape, s, af);
-	TIME(b, s, be->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
-	row_flops(b, "attention_bwd", shape, s, 2.5 * af);
+	bench_attention(b, be, att, lse, qkv, dqkv, dy, B, T, NH, NKV, HD);
 	bench_matmul(b, be, "attn proj", N, C, C, gelu);
 	if (gelu) {
 		bench_matmul(b, be, "fc", N, C, F, 1);
@@ -287,6 +325,7 @@ extern "C" int cuda_bench_kernels(FILE *out, int iters)
 
 	bench_layer(&b, be, "GPT-2 124M", 8, 1024, 768, 12, 12, 3072, 1);
 	bench_layer(&b, be, "SmolLM-360M", 8, 1024, 960, 15, 5, 2560, 0);
+	bench_attention_only(&b, be, 4, 2048, 16, 4, 128);
 
 	/* embeddings and the loss at GPT-2's vocabulary */
 	int B = 8, T = 1024, C = 768, N = B * T, V = 50257, Vp = 50304;

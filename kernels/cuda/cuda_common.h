@@ -78,6 +78,17 @@ void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 			     const float *out, const float *lse, int B, int T, int NH,
 			     int NKV, int HD);
+/* D[b,h,t] = sum_d dout[n, h*HD + d] * out[n, h*HD + d] (cuda_attention.cu),
+ * queued; shared by the SIMT and flash backwards. */
+void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T,
+			  int NH, int HD);
+/* bf16 tensor-core attention (cuda_flash.cu), same contract as the two
+ * above; HD 64 or 128 only (cuda_flash_supported). */
+int cuda_flash_supported(int NH, int NKV, int HD);
+void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+			int NKV, int HD);
+void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+			 const float *lse, int B, int T, int NH, int NKV, int HD);
 /* optimizer pieces of cuda_optim.cu (contracts in kernels/backend.h) */
 void cuda_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
 		       float lr, float beta1, float beta2, float beta3, float alpha, float eps,

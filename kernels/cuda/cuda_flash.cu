@@ -1,0 +1,698 @@
+/* cuda_flash.cu - causal attention on bf16 tensor cores (FlashAttention-2
+ * style), forward and a deterministic backward, for HD 64 and 128.
+ * cuda_attention.cu keeps the fp32 SIMT kernels as the reference and runs
+ * these when they are selected (cuda_attention_impl(), ASYNCPP_ATTENTION).
+ *
+ * Legend: see kernels/backend.h. qkv[N,QKV] rows are [q (NH*HD) | k (NKV*HD)
+ * | v (NKV*HD)], row n = b*T + t; out[N,NH*HD]; lse[B,NH,T] (natural log of
+ * the sum of exp of the scaled scores). Query head h reads key/value head
+ * h / (NH/NKV). Scale 1/sqrt(HD), causal.
+ *
+ * Numbers: q, k, v and dout are fp32 in memory and rounded to bf16 (nearest
+ * even) as their tiles are copied into shared memory; p and ds are rounded
+ * to bf16 as the A operand of the second product. Every product runs on
+ * mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 (fp32 accumulation); softmax,
+ * lse, delta and the outputs are fp32. Scores are pre-scaled by
+ * log2(e)/sqrt(HD) so the online softmax uses exp2f.
+ *
+ * Tiles (all blocks 4 warps, 128 threads; a warp owns 16 rows, the m of one
+ * mma): shared tiles are bf16 rows of HD+8 elements (a 16-byte pad, so the
+ * 8 rows an ldmatrix phase reads start in 8 different 16-byte bank groups).
+ *   forward  block = 64 queries of one (b, h); key tiles of 64 from 0 to the
+ *            diagonal. S = Q K^T and O += P V per warp; Q's fragments stay in
+ *            registers; P goes from the accumulator layout straight into an
+ *            A operand (no shared memory round trip).
+ *   dkv      block = 64 keys of one (b, kv head); loops over the query heads
+ *            of the group, then over query tiles from the diagonal to T, in
+ *            that fixed order. Per warp (16 keys): S^T = K Q^T, dP^T = V dO^T,
+ *            P^T = exp2(S^T - lse), dS^T = P^T (dP^T - D), dV += P^T dO,
+ *            dK += dS^T Q. No atomics: each key's dk, dv are summed by one warp.
+ *   dq       block = 64 queries of one (b, h); key tiles from 0 to the
+ *            diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
+ *   delta    D = rowsum(dout * out) (cuda_attention_delta, as the SIMT path).
+ * So every result is a function of the shape and the inputs only.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16; g = lane/4, t = lane%4):
+ *   A (16x16, row) 4 regs: {r g, c 2t..2t+1}, {r g+8, c 2t..}, {r g, c 2t+8..},
+ *                          {r g+8, c 2t+8..}; the lower half holds the lower column
+ *   B (16x8, col)  2 regs: {k 2t..2t+1, n g}, {k 2t+8..2t+9, n g}
+ *   C (16x8)       4 f32:  (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+ * ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i, which
+ * lands in register i; without .trans a lane gets (row g, cols 2t, 2t+1), with
+ * .trans (rows 2t, 2t+1, col g). So, from row-major [row][dim] shared tiles:
+ *   A of rows R..R+15, dims D..D+15:     row R + (lane & 15),
+ *                                         dim D + (lane >> 4) * 8
+ *   B of X^T, n = rows R..R+15 (two n tiles), k = dims D..D+15:
+ *                                         row R + (lane & 7) + (lane >> 4) * 8,
+ *                                         dim D + ((lane >> 3) & 1) * 8
+ *                                         -> regs {0,1} n tile R, {2,3} n tile R+8
+ *   B of X (.trans), k = rows R..R+15, n = dims D..D+15 (two n tiles):
+ *                                         row R + (lane & 7) + ((lane >> 3) & 1) * 8,
+ *                                         dim D + (lane >> 4) * 8
+ *                                         -> regs {0,1} n tile D, {2,3} n tile D+8
+ * and an accumulator pair of n tiles (2j, 2j+1) is the A operand of k step j:
+ *   {c[2j][0], c[2j][1]}, {c[2j][2], c[2j][3]}, {c[2j+1][0], c[2j+1][1]},
+ *   {c[2j+1][2], c[2j+1][3]}.
+ *
+ * kernels/cuda/dev/flash_emulate.cpp runs these kernels on the CPU with a
+ * warp emulator (FLASH_EMULATE) against a double reference; see NOTES.md.
+ */
+#ifndef FLASH_EMULATE
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <atomic>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.h"
+#include "cuda_flash.h"
+#else
+#include FLASH_EMULATE
+#endif
+
+#define FL_THREADS 128
+#define FL_ROWS 64 /* rows of a block: 4 warps x 16 */
+#define FL_LOG2E 1.4426950408889634f
+#define FL_LN2 0.6931471805599453f
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- the few instructions, one helper each ---- */
+
+#ifndef FLASH_EMULATE
+__device__ static __forceinline__ unsigned char *fl_smem(void)
+{
+	extern __shared__ __align__(16) unsigned char fl_smem_[];
+	return fl_smem_;
+}
+
+/* d = a b + d, m16n8k16, bf16 operands, fp32 accumulators */
+__device__ static __forceinline__ void fl_mma(float d[4], const uint32_t a[4], uint32_t b0,
+					      uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 b16 matrices from shared memory; p is this lane's row address.
+ * volatile and "memory": the tiles are rewritten between loads from the
+ * same addresses, so these must neither merge nor move across barriers. */
+__device__ static __forceinline__ void fl_ldsm(uint32_t r[4], const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a)
+		     : "memory");
+}
+
+__device__ static __forceinline__ void fl_ldsm_t(uint32_t r[4], const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a)
+		     : "memory");
+}
+
+__device__ static __forceinline__ float fl_xor(float x, int m)
+{
+	return __shfl_xor_sync(0xffffffffu, x, m);
+}
+#endif
+
+/* two fp32 -> one register of two bf16, lo in the lower half */
+__device__ static __forceinline__ uint32_t fl_pack(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	uint32_t u;
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+/* The A operand of k step j from accumulators c[2j], c[2j+1] (16 x 16). */
+__device__ static __forceinline__ void fl_acc_to_a(uint32_t a[4], const float c0[4],
+						   const float c1[4])
+{
+	a[0] = fl_pack(c0[0], c0[1]);
+	a[1] = fl_pack(c0[2], c0[3]);
+	a[2] = fl_pack(c1[0], c1[1]);
+	a[3] = fl_pack(c1[2], c1[3]);
+}
+
+/* Shared row length in bf16 elements: HD + a 16-byte pad. */
+template <int HD> struct fl_ld {
+	static const int v = HD + 8;
+};
+
+/* rows x HD fp32 from g (row stride ld floats) into s (bf16, rows of HD+8);
+ * rows at or past nvalid are zeros. vec: g and ld allow float4 loads (the
+ * values, hence the bits, are the same either way). */
+template <int HD, int ROWS>
+__device__ static __forceinline__ void fl_load_tile(bf16 *s, const float *g, size_t ld,
+						    int nvalid, bool vec)
+{
+	const int LD = fl_ld<HD>::v, C4 = HD / 4, PER = ROWS * C4 / FL_THREADS;
+	static_assert(ROWS * C4 % FL_THREADS == 0, "tile must split evenly over the threads");
+	/* unrolled by 4: four 16-byte loads in flight per thread, without the
+	 * registers of a whole tile (which cost occupancy; NOTES.md) */
+#pragma unroll 4
+	for (int it = 0; it < PER; it++) {
+		int i = threadIdx.x + it * FL_THREADS, r = i / C4, c = (i % C4) * 4;
+		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (r < nvalid) {
+			const float *p = g + (size_t)r * ld + c;
+			if (vec)
+				v = __ldg((const float4 *)p);
+			else
+				v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+		}
+		uint2 u;
+		u.x = fl_pack(v.x, v.y);
+		u.y = fl_pack(v.z, v.w);
+		*(uint2 *)(s + r * LD + c) = u;
+	}
+}
+
+/* ---- forward ---- */
+
+/* grid (ceil(T/64), NH, B); the last query blocks (the most keys) first */
+template <int HD>
+__global__ static void __launch_bounds__(FL_THREADS)
+	flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int NH, int NKV,
+			     float scale2)
+{
+	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
+	bf16 *Qs = (bf16 *)fl_smem();         /* [64][LD] */
+	bf16 *Ks = Qs + FL_ROWS * LD;         /* [64][LD] */
+	bf16 *Vs = Ks + FL_ROWS * LD;         /* [64][LD] */
+	int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	int q0 = qb * FL_ROWS, kvh = h / (NH / NKV);
+	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+	int C = NH * HD;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+	const float *base = qkv + (size_t)b * T * QKV;
+	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
+	bool vec = ((uintptr_t)qkv & 15) == 0;
+
+	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
+	__syncthreads();
+	uint32_t qf[KS][4];
+#pragma unroll
+	for (int kk = 0; kk < KS; kk++)
+		fl_ldsm(qf[kk], Qs + (w * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+
+	float o[ND][4];
+#pragma unroll
+	for (int d = 0; d < ND; d++)
+		o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+	int row[2] = {q0 + w * 16 + g, q0 + w * 16 + g + 8};
+
+	/* key tiles 0..qb: tile qb is the diagonal one (and holds T-1 when
+	 * this is the last block); every earlier key is visible to every row */
+	for (int kt = 0; kt <= qb; kt++) {
+		int k0 = kt * FL_ROWS;
+		__syncthreads(); /* the previous tile's readers are done */
+		fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
+		fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
+		__syncthreads();
+
+		float s[8][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+			for (int jp = 0; jp < 4; jp++) {
+				uint32_t kb[4];
+				fl_ldsm(kb, Ks + (jp * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
+						    ((lane >> 3) & 1) * 8);
+				fl_mma(s[2 * jp], qf[kk], kb[0], kb[1]);
+				fl_mma(s[2 * jp + 1], qf[kk], kb[2], kb[3]);
+			}
+
+		/* scale to base 2, mask (future keys, keys past T), row maxima */
+		float mx[2] = {m[0], m[1]};
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = k0 + j * 8 + 2 * t4 + (e & 1), r = row[e >> 1];
+				float x = s[j][e] * scale2;
+				if (kt == qb && (key > r || key >= T))
+					x = -INFINITY;
+				s[j][e] = x;
+				mx[e >> 1] = fmaxf(mx[e >> 1], x);
+			}
+		float corr[2];
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			/* the 4 lanes of a quad hold the 64 scores of a row */
+			mx[r] = fmaxf(mx[r], fl_xor(mx[r], 1));
+			mx[r] = fmaxf(mx[r], fl_xor(mx[r], 2));
+			/* key 0 is visible to every row, so mx is finite from tile 0 on
+			 * and corr is exp2(-inf) = 0 on the first tile */
+			corr[r] = exp2f(m[r] - mx[r]);
+			m[r] = mx[r];
+			l[r] *= corr[r];
+		}
+#pragma unroll
+		for (int d = 0; d < ND; d++) {
+			o[d][0] *= corr[0];
+			o[d][1] *= corr[0];
+			o[d][2] *= corr[1];
+			o[d][3] *= corr[1];
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float p = exp2f(s[j][e] - mx[e >> 1]);
+				s[j][e] = p;
+				l[e >> 1] += p; /* this lane's part of the row sum */
+			}
+
+		/* O += P V: P (16 x 64 keys) from the accumulators, V by .trans */
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			uint32_t pa[4];
+			fl_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+			for (int dp = 0; dp < ND / 2; dp++) {
+				uint32_t vb[4];
+				fl_ldsm_t(vb, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+						      dp * 16 + (lane >> 4) * 8);
+				fl_mma(o[2 * dp], pa, vb[0], vb[1]);
+				fl_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+			}
+		}
+	}
+
+	/* the quad's row sums, then out = O / l and lse = ln 2 (m + log2 l) */
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		l[r] += fl_xor(l[r], 1);
+		l[r] += fl_xor(l[r], 2);
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		if (row[r] >= T)
+			continue;
+		float inv = 1.0f / l[r];
+		float *orow = out + ((size_t)b * T + row[r]) * C + (size_t)h * HD + 2 * t4;
+#pragma unroll
+		for (int d = 0; d < ND; d++) {
+			orow[d * 8] = o[d][2 * r] * inv;
+			orow[d * 8 + 1] = o[d][2 * r + 1] * inv;
+		}
+		if (t4 == 0)
+			lse[((size_t)b * NH + h) * T + row[r]] = (m[r] + log2f(l[r])) * FL_LN2;
+	}
+}
+
+/* ---- backward: dk, dv ---- */
+
+/* Query rows per tile of the dk/dv kernel: 64 for HD 64; 32 for HD 128,
+ * whose dk and dv accumulators (2 x 64 fp32 per lane) leave no room for 64. */
+template <int HD> struct fl_dkv_bq {
+	static const int v = HD > 64 ? 32 : 64;
+};
+
+/* grid (ceil(T/64), NKV, B): 64 keys of one (b, kv head) per block; the
+ * first key blocks (the most queries) first */
+template <int HD>
+__global__ static void __launch_bounds__(FL_THREADS)
+	flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+			 const float *Dd, int T, int NH, int NKV, float scale2, float scale)
+{
+	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8, BQ = fl_dkv_bq<HD>::v;
+	const int NQ = BQ / 8;
+	bf16 *Ks = (bf16 *)fl_smem();          /* [64][LD] this block's keys */
+	bf16 *Vs = Ks + FL_ROWS * LD;          /* [64][LD] */
+	bf16 *Qs = Vs + FL_ROWS * LD;          /* [BQ][LD] */
+	bf16 *Os = Qs + BQ * LD;               /* [BQ][LD] dout */
+	float *L2 = (float *)(Os + BQ * LD);   /* [BQ] lse * log2(e) */
+	float *Ds = L2 + BQ;                   /* [BQ] delta */
+	int k0 = blockIdx.x * FL_ROWS, kvh = blockIdx.y, b = blockIdx.z;
+	int G = NH / NKV, C = NH * HD;
+	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	const float *base = qkv + (size_t)b * T * QKV;
+	const float *dbase = dout + (size_t)b * T * C;
+	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
+	bool vec = ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0;
+
+	fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
+	fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
+
+	float dk[ND][4], dv[ND][4];
+#pragma unroll
+	for (int d = 0; d < ND; d++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			dk[d][e] = dv[d][e] = 0.0f;
+	int key[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
+
+	for (int hg = 0; hg < G; hg++) {
+		int h = kvh * G + hg;
+		/* queries before k0 see none of these keys; BQ divides 64 */
+		for (int qs = k0; qs < T; qs += BQ) {
+			__syncthreads(); /* the previous tile's readers are done */
+			fl_load_tile<HD, BQ>(Qs, base + (size_t)qs * QKV + (size_t)h * HD, QKV, T - qs,
+					     vec);
+			fl_load_tile<HD, BQ>(Os, dbase + (size_t)qs * C + (size_t)h * HD, C, T - qs,
+					     vec);
+			if (tid < BQ) {
+				int t = qs + tid;
+				size_t li = ((size_t)b * NH + h) * T + t;
+				L2[tid] = t < T ? lse[li] * FL_LOG2E : 0.0f;
+				Ds[tid] = t < T ? Dd[li] : 0.0f;
+			}
+			__syncthreads();
+			if (k0 + w * 16 > qs + BQ - 1)
+				continue; /* this warp's keys are all after the tile's queries */
+
+			/* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries */
+			float s[NQ][4], dp[NQ][4];
+#pragma unroll
+			for (int j = 0; j < NQ; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+			for (int kk = 0; kk < KS; kk++) {
+				uint32_t ka[4], va[4];
+				int ao = (w * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8;
+				fl_ldsm(ka, Ks + ao);
+				fl_ldsm(va, Vs + ao);
+#pragma unroll
+				for (int jp = 0; jp < NQ / 2; jp++) {
+					uint32_t qb[4], ob[4];
+					int bo = (jp * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
+						 ((lane >> 3) & 1) * 8;
+					fl_ldsm(qb, Qs + bo);
+					fl_ldsm(ob, Os + bo);
+					fl_mma(s[2 * jp], ka, qb[0], qb[1]);
+					fl_mma(s[2 * jp + 1], ka, qb[2], qb[3]);
+					fl_mma(dp[2 * jp], va, ob[0], ob[1]);
+					fl_mma(dp[2 * jp + 1], va, ob[2], ob[3]);
+				}
+			}
+			/* P^T = exp2(S^T scale2 - lse2), 0 where the query is before
+			 * the key or past T; dS^T = P^T (dP^T - D) */
+#pragma unroll
+			for (int j = 0; j < NQ; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int qi = j * 8 + 2 * t4 + (e & 1), tq = qs + qi;
+					float p = exp2f(s[j][e] * scale2 - L2[qi]);
+					if (tq < key[e >> 1] || tq >= T)
+						p = 0.0f;
+					s[j][e] = p;
+					dp[j][e] = p * (dp[j][e] - Ds[qi]);
+				}
+			/* dV += P^T dO, dK += dS^T Q: k = the tile's queries */
+#pragma unroll
+			for (int kq = 0; kq < BQ / 16; kq++) {
+				uint32_t pa[4], da[4];
+				fl_acc_to_a(pa, s[2 * kq], s[2 * kq + 1]);
+				fl_acc_to_a(da, dp[2 * kq], dp[2 * kq + 1]);
+#pragma unroll
+				for (int dd = 0; dd < ND / 2; dd++) {
+					uint32_t ob[4], qb[4];
+					int bo = (kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+						 dd * 16 + (lane >> 4) * 8;
+					fl_ldsm_t(ob, Os + bo);
+					fl_ldsm_t(qb, Qs + bo);
+					fl_mma(dv[2 * dd], pa, ob[0], ob[1]);
+					fl_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+					fl_mma(dk[2 * dd], da, qb[0], qb[1]);
+					fl_mma(dk[2 * dd + 1], da, qb[2], qb[3]);
+				}
+			}
+		}
+	}
+
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		if (key[r] >= T)
+			continue;
+		float *drow = dqkv + ((size_t)b * T + key[r]) * QKV + 2 * t4;
+#pragma unroll
+		for (int d = 0; d < ND; d++) {
+			drow[koff + d * 8] = dk[d][2 * r] * scale;
+			drow[koff + d * 8 + 1] = dk[d][2 * r + 1] * scale;
+			drow[voff + d * 8] = dv[d][2 * r];
+			drow[voff + d * 8 + 1] = dv[d][2 * r + 1];
+		}
+	}
+}
+
+/* ---- backward: dq ---- */
+
+/* grid (ceil(T/64), NH, B): 64 queries of one (b, h) per block, key tiles of
+ * 64 from 0 to the diagonal; the last query blocks first */
+template <int HD>
+__global__ static void __launch_bounds__(FL_THREADS)
+	flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+			const float *Dd, int T, int NH, int NKV, float scale2, float scale)
+{
+	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
+	bf16 *Qs = (bf16 *)fl_smem();          /* [64][LD] */
+	bf16 *Os = Qs + FL_ROWS * LD;          /* [64][LD] dout */
+	bf16 *Ks = Os + FL_ROWS * LD;          /* [64][LD] */
+	bf16 *Vs = Ks + FL_ROWS * LD;          /* [64][LD] */
+	int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	int q0 = qb * FL_ROWS, kvh = h / (NH / NKV), C = NH * HD;
+	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+	const float *base = qkv + (size_t)b * T * QKV;
+	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
+	bool vec = ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0;
+
+	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
+	fl_load_tile<HD, FL_ROWS>(Os, dout + ((size_t)b * T + q0) * C + (size_t)h * HD, C, T - q0,
+				  vec);
+	int row[2] = {q0 + w * 16 + g, q0 + w * 16 + g + 8};
+	float lse2[2], D[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		size_t li = ((size_t)b * NH + h) * T + min(row[r], T - 1); /* rows past T: never written */
+		lse2[r] = lse[li] * FL_LOG2E;
+		D[r] = Dd[li];
+	}
+	float dq[ND][4];
+#pragma unroll
+	for (int d = 0; d < ND; d++)
+		dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+
+	for (int kt = 0; kt <= qb; kt++) {
+		int k0 = kt * FL_ROWS;
+		__syncthreads();
+		fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
+		fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
+		__syncthreads();
+
+		/* S = Q K^T, dP = dO V^T: 16 queries x 64 keys per warp */
+		float s[8][4], dp[8][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < KS; kk++) {
+			uint32_t qa[4], oa[4];
+			int ao = (w * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8;
+			fl_ldsm(qa, Qs + ao);
+			fl_ldsm(oa, Os + ao);
+#pragma unroll
+			for (int jp = 0; jp < 4; jp++) {
+				uint32_t kb[4], vb[4];
+				int bo = (jp * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
+					 ((lane >> 3) & 1) * 8;
+				fl_ldsm(kb, Ks + bo);
+				fl_ldsm(vb, Vs + bo);
+				fl_mma(s[2 * jp], qa, kb[0], kb[1]);
+				fl_mma(s[2 * jp + 1], qa, kb[2], kb[3]);
+				fl_mma(dp[2 * jp], oa, vb[0], vb[1]);
+				fl_mma(dp[2 * jp + 1], oa, vb[2], vb[3]);
+			}
+		}
+		/* dS = P (dP - D), P = exp2(S scale2 - lse2), 0 for future keys and
+		 * keys past T; kept in s */
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int tk = k0 + j * 8 + 2 * t4 + (e & 1), r = e >> 1;
+				float p = exp2f(s[j][e] * scale2 - lse2[r]);
+				if (kt == qb && (tk > row[r] || tk >= T))
+					p = 0.0f;
+				s[j][e] = p * (dp[j][e] - D[r]);
+			}
+		/* dQ += dS K: K by .trans (k = keys, n = dims) */
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			uint32_t da[4];
+			fl_acc_to_a(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+			for (int dd = 0; dd < ND / 2; dd++) {
+				uint32_t kb[4];
+				fl_ldsm_t(kb, Ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+						      dd * 16 + (lane >> 4) * 8);
+				fl_mma(dq[2 * dd], da, kb[0], kb[1]);
+				fl_mma(dq[2 * dd + 1], da, kb[2], kb[3]);
+			}
+		}
+	}
+
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		if (row[r] >= T)
+			continue;
+		float *drow = dqkv + ((size_t)b * T + row[r]) * QKV + (size_t)h * HD + 2 * t4;
+#pragma unroll
+		for (int d = 0; d < ND; d++) {
+			drow[d * 8] = dq[d][2 * r] * scale;
+			drow[d * 8 + 1] = dq[d][2 * r + 1] * scale;
+		}
+	}
+}
+
+/* Shared memory of each kernel, bytes. */
+template <int HD> static size_t fl_smem_forward(void)
+{
+	return (size_t)3 * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
+}
+template <int HD> static size_t fl_smem_dkv(void)
+{
+	const int BQ = fl_dkv_bq<HD>::v;
+	return (size_t)(2 * FL_ROWS + 2 * BQ) * fl_ld<HD>::v * sizeof(bf16) + 2 * BQ * sizeof(float);
+}
+template <int HD> static size_t fl_smem_dq(void)
+{
+	return (size_t)4 * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
+}
+
+#ifndef FLASH_EMULATE
+/* ---- host side ---- */
+
+static void fl_setup(const void *kernel, size_t smem)
+{
+	CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)smem));
+}
+
+template <int HD>
+static void fl_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV)
+{
+	size_t smem = fl_smem_forward<HD>();
+	fl_setup((const void *)flash_forward_kernel<HD>, smem);
+	dim3 grid((T + FL_ROWS - 1) / FL_ROWS, NH, B);
+	float scale2 = FL_LOG2E / sqrtf((float)HD);
+	flash_forward_kernel<HD><<<grid, FL_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH,
+									    NKV, scale2);
+	CUDA_LAUNCHED();
+}
+
+template <int HD>
+static void fl_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+			const float *lse, int B, int T, int NH, int NKV)
+{
+	float scale = 1.0f / sqrtf((float)HD), scale2 = scale * FL_LOG2E;
+	size_t rows = (size_t)B * NH * T;
+	float *Dd = (float *)cuda_scratch(rows * sizeof(float));
+	cuda_attention_delta(Dd, dout, out, B, T, NH, HD);
+
+	size_t smem_q = fl_smem_dq<HD>();
+	fl_setup((const void *)flash_dq_kernel<HD>, smem_q);
+	dim3 gq((T + FL_ROWS - 1) / FL_ROWS, NH, B);
+	flash_dq_kernel<HD><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(dqkv, dout, qkv, lse, Dd,
+								       T, NH, NKV, scale2, scale);
+	CUDA_LAUNCHED();
+
+	size_t smem_kv = fl_smem_dkv<HD>();
+	fl_setup((const void *)flash_dkv_kernel<HD>, smem_kv);
+	dim3 gkv((T + FL_ROWS - 1) / FL_ROWS, NKV, B);
+	flash_dkv_kernel<HD><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
+		dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	CUDA_LAUNCHED();
+	cuda_scratch_free(Dd);
+}
+
+int cuda_flash_supported(int NH, int NKV, int HD)
+{
+	return (HD == 64 || HD == 128) && NKV > 0 && NH > 0 && NH % NKV == 0;
+}
+
+void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+			int HD)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	if (HD == 64)
+		fl_forward<64>(out, lse, qkv, B, T, NH, NKV);
+	else if (HD == 128)
+		fl_forward<128>(out, lse, qkv, B, T, NH, NKV);
+	else
+		cuda_fatal(__FILE__, __LINE__, "flash attention: HD=%d (only 64 and 128)", HD);
+}
+
+void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+			 const float *lse, int B, int T, int NH, int NKV, int HD)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	if (HD == 64)
+		fl_backward<64>(dqkv, dout, qkv, out, lse, B, T, NH, NKV);
+	else if (HD == 128)
+		fl_backward<128>(dqkv, dout, qkv, out, lse, B, T, NH, NKV);
+	else
+		cuda_fatal(__FILE__, __LINE__, "flash attention: HD=%d (only 64 and 128)", HD);
+}
+
+/* ---- which kernels the attention slots run ---- */
+
+static std::atomic<int> fl_impl(-1);
+
+static int fl_impl_from_env(void)
+{
+	const char *e = getenv("ASYNCPP_ATTENTION");
+	if (!e || !*e || !strcmp(e, "simt"))
+		return CUDA_ATTENTION_SIMT;
+	if (!strcmp(e, "flash"))
+		return CUDA_ATTENTION_FLASH;
+	cuda_fatal(__FILE__, __LINE__, "ASYNCPP_ATTENTION='%s': expected 'simt' or 'flash'", e);
+}
+
+extern "C" int cuda_attention_impl(void)
+{
+	int v = fl_impl.load();
+	if (v < 0) {
+		int want = fl_impl_from_env(), expect = -1;
+		fl_impl.compare_exchange_strong(expect, want);
+		v = fl_impl.load();
+	}
+	return v;
+}
+
+extern "C" int cuda_attention_set_impl(int impl)
+{
+	int prev = cuda_attention_impl();
+	if (impl == CUDA_ATTENTION_SIMT || impl == CUDA_ATTENTION_FLASH)
+		fl_impl.store(impl);
+	return prev;
+}
+
+extern "C" int cuda_attention_flash_supported(int NH, int NKV, int HD)
+{
+	return cuda_flash_supported(NH, NKV, HD);
+}
+#endif

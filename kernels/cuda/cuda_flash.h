@@ -1,0 +1,37 @@
+/* cuda_flash.h - which attention kernels the CUDA backend runs (C linkage;
+ * defined only in CUDA builds, so callers guard with #ifdef ASYNCPP_CUDA).
+ *
+ * The backend's attention_forward/attention_backward slots run either the
+ * fp32 SIMT kernels of cuda_attention.cu (the reference) or the bf16
+ * tensor-core kernels of cuda_flash.cu. The choice is read once from the
+ * environment, ASYNCPP_ATTENTION=simt|flash (unset or empty: simt; anything
+ * else stops the program with a message), and tests and benchmarks may
+ * change it. Flash covers HD 64 and 128; other head sizes run the SIMT
+ * kernels whichever is chosen.
+ *
+ * The default is simt until a GPU run (tools/gpu-check) has shown the flash
+ * kernels pass test_cuda_ops and train faster; see kernels/cuda/NOTES.md.
+ */
+#ifndef ASYNCPP_CUDA_FLASH_H
+#define ASYNCPP_CUDA_FLASH_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CUDA_ATTENTION_SIMT = 0, CUDA_ATTENTION_FLASH = 1 };
+
+/* The implementation the attention slots run now. */
+int cuda_attention_impl(void);
+/* Choose one (CUDA_ATTENTION_SIMT or _FLASH; other values change nothing);
+ * returns the previous choice. Not for use while attention ops are queued
+ * from other threads. */
+int cuda_attention_set_impl(int impl);
+/* 1 when the flash kernels take this shape (HD 64 or 128, NH % NKV == 0). */
+int cuda_attention_flash_supported(int NH, int NKV, int HD);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
