@@ -11,35 +11,6 @@
 
 #ifndef ASYNCPP_CUDA
 
-/* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
- * host stop every rank (NCCL would fail later, less clearly). */
-static int one_gpu_each(int rank, int world)
-{
-	struct place {
-		char host[64];
-		unsigned char uuid[16];
-	} *all = xcalloc((size_t)world, sizeof(*all));
-	int rc = 0;
-	if (gethostname(all[rank].host, sizeof(all[rank].host) - 1) ||
-	    cuda_nccl_device_uuid(all[rank].uuid))
-		rc = error("rank %d: cannot tell its host or GPU", rank);
-	for (int q = 0; q < world; q++)
-		if (dist_bcast(&all[q], sizeof(all[q]), q))
-			rc = -1;
-	/* every rank sees the whole table, so all of them stop; rank 0 says why */
-	for (int a = 0; a < world && !rc; a++)
-		for (int b = a + 1; b < world && !rc; b++)
-			if (!strcmp(all[a].host, all[b].host) &&
-			    !memcmp(all[a].uuid, all[b].uuid, sizeof(all[a].uuid)))
-				rc = rank ? -1 : error("ranks %d and %d both use the same GPU of host "
-						       "%s: pipeline.transport = nccl needs a GPU "
-						       "per process (start at most as many "
-						       "processes per node as it has GPUs)", a, b,
-						       all[a].host);
-	free(all);
-	return rc;
-}
-
 int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 {
 	memset(w, 0, sizeof(*w));
