@@ -24,8 +24,8 @@
  * stage posts, end after every local stage is done.
  *
  * Two boards: local (stages are threads of one process, shared memory) and
- * mpi (one stage per process, nonblocking point-to-point messages tagged by
- * step). Both give each stage the same bytes, so the norm, the clip scale
+ * p2p (one stage per process, nonblocking point-to-point messages tagged by
+ * step, over MPI or TCP: p2p.h). Both give each stage the same bytes, so the norm, the clip scale
  * and the updates are bit for bit those of the threaded run.
  *
  * A board serves one pipeline. Data-parallel replicas (replica.h) each have
@@ -63,13 +63,13 @@ struct board {
 struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 			  size_t tied_n);
 
-/* One stage per MPI process: this process runs stage s of a pipeline whose
- * stage q is rank base + q (replica r's pipeline has base r*S); NULL after
- * error() when built without MPI or when MPI is not running. Collective:
- * every rank creates its board at the same point. A wait longer than
- * timeout seconds (pipeline.timeout; 0 = forever) names what it waits for
- * and aborts the job (mpi_wait.h). */
-struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
+/* One stage per process, over p2p.h (MPI or TCP): this process runs
+ * stage s of a pipeline whose stage q is rank base + q (replica r's
+ * pipeline has base r*S); NULL after error() when no carrier runs.
+ * Collective: every rank creates its board at the same point. A wait
+ * longer than timeout seconds (pipeline.timeout; 0 = forever) names what
+ * it waits for and aborts the job (p2p_wait). */
+struct board *board_p2p(const struct backend *be, int S, int s, int base, const int *n_tensors,
 			size_t tied_n, double timeout);
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../io/util.h"
+#include "p2p.h"
 #include "rendezvous.h"
 
 #ifdef ASYNCPP_MPI
@@ -23,12 +24,13 @@
 
 static struct {
 	int rank, world, local_rank;
-	int active;         /* MPI initialised by dist_init with world > 1 */
+	int mpi;            /* MPI initialised by dist_init with world > 1 */
 	void (*at_end[4])(void);
 	int n_at_end;
 	double timeout;     /* pipeline.timeout: the longest wait on another rank */
 	int stages;         /* pipeline.stages: rank % stages is the stage */
 	struct rdv *rdv;    /* the TCP rendezvous, when it connects the world */
+	struct p2p *msg;    /* dist_send/dist_recv's channel (over MPI or TCP) */
 #ifdef ASYNCPP_MPI
 	MPI_Comm ctl;
 #endif
@@ -94,7 +96,8 @@ int dist_env_read(struct dist_env *e)
 int dist_rank(void) { return g.rank; }
 int dist_world(void) { return g.world; }
 int dist_local_rank(void) { return g.local_rank; }
-int dist_active(void) { return g.active; }
+int dist_active(void) { return g.mpi || g.rdv; }
+int dist_mpi(void) { return g.mpi; }
 int dist_rendezvous(void) { return g.rdv != NULL; }
 int dist_is_root(void) { return g.rank == 0; }
 
@@ -215,21 +218,22 @@ static int mpi_launched(const struct dist_env *e)
 	return 0;
 }
 
-/* A world of e->world > 1 without MPI (pipeline.transport = nccl): the TCP
- * rendezvous at MASTER_ADDR:MASTER_PORT connects the ranks, checks the
- * configuration as the MPI start does, and carries dist_bcast and
- * dist_max_int. */
+/* A world of e->world > 1 without MPI (pipeline.transport = tcp, or nccl
+ * without an MPI launcher): the TCP rendezvous at MASTER_ADDR:MASTER_PORT
+ * connects the ranks, checks the configuration as the MPI start does and
+ * carries dist_bcast and dist_max_int; then the TCP mesh (p2p_tcp.c)
+ * carries the messages between ranks. */
 static int tcp_init(const struct config *cfg, const struct dist_env *e)
 {
 	int r = e->rank, S = e->world;
 	const char *addr = getenv("MASTER_ADDR"), *port_s = getenv("MASTER_PORT");
 	/* these variables may differ by rank: every rank says what it finds */
 	if (!addr || !*addr || !port_s || !*port_s)
-		return error("rank %d of %d (%s): pipeline.transport = nccl without MPI meets the "
+		return error("rank %d of %d (%s): pipeline.transport = %s without MPI meets the "
 			     "other ranks at a TCP rendezvous, which needs MASTER_ADDR (rank 0's "
 			     "host) and MASTER_PORT (a free port there), as torchrun sets them; "
-			     "%s is not set", r, S, e->from, !addr || !*addr ? "MASTER_ADDR"
-									: "MASTER_PORT");
+			     "%s is not set", r, S, e->from, cfg->pipeline_transport,
+			     !addr || !*addr ? "MASTER_ADDR" : "MASTER_PORT");
 	char *end;
 	errno = 0;
 	long port = strtol(port_s, &end, 10);
@@ -265,7 +269,7 @@ static int tcp_init(const struct config *cfg, const struct dist_env *e)
 			say_config_difference(odd, what);
 		rdv_barrier(rdv);
 	}
-	if (odd) {
+	if (odd || p2p_tcp_start(rdv, cfg->pipeline_timeout, ct)) {
 		rdv_close(rdv);
 		return -1;
 	}
@@ -275,6 +279,7 @@ static int tcp_init(const struct config *cfg, const struct dist_env *e)
 	g.timeout = cfg->pipeline_timeout;
 	g.stages = (int)MAX(cfg->pipeline_stages, 1);
 	g.rdv = rdv;
+	g.msg = p2p_open();
 	return 0;
 }
 
@@ -294,6 +299,8 @@ int dist_init(const struct config *cfg)
 	}
 	int r = e.rank, S = e.world;
 	int nccl = !strcmp(tp, "nccl");
+	if (!strcmp(tp, "tcp"))
+		return tcp_init(cfg, &e);
 #ifndef ASYNCPP_CUDA
 	if (nccl) /* every rank finds it; the root says it */
 		return r == 0 ? error("launched as rank %d of %d (%s) with pipeline.transport = "
@@ -313,8 +320,9 @@ int dist_init(const struct config *cfg)
 #ifndef ASYNCPP_MPI
 	/* every rank finds it; the root says it */
 	return r == 0 ? error("launched as rank %d of %d (%s), but this asyncpp was built "
-			      "without MPI: install libopenmpi-dev and rebuild (or, on GPUs, use "
-			      "pipeline.transport = nccl with MASTER_ADDR and MASTER_PORT)", r, S,
+			      "without MPI: install libopenmpi-dev and rebuild, or use "
+			      "pipeline.transport = tcp (or nccl, on GPUs) with MASTER_ADDR and "
+			      "MASTER_PORT", r, S,
 			      e.from)
 		      : -1;
 #else
@@ -356,12 +364,13 @@ int dist_init(const struct config *cfg)
 	g.local_rank = e.local_rank;
 	g.timeout = cfg->pipeline_timeout;
 	g.stages = (int)MAX(cfg->pipeline_stages, 1);
-	g.active = 1;
+	g.mpi = 1;
 	if (same_config_everywhere(cfg)) {
 		MPI_Finalize();
-		g.active = 0;
+		g.mpi = 0;
 		return -1;
 	}
+	g.msg = p2p_open();
 	return 0;
 #endif
 }
@@ -377,16 +386,19 @@ void dist_finalize(void)
 {
 	while (g.n_at_end)
 		g.at_end[--g.n_at_end]();
+	p2p_close(g.msg);
+	g.msg = NULL;
 	if (g.rdv) {
+		p2p_tcp_stop();
 		rdv_close(g.rdv);
 		g.rdv = NULL;
 	}
 #ifdef ASYNCPP_MPI
-	if (!g.active)
+	if (!g.mpi)
 		return;
 	MPI_Comm_free(&g.ctl);
 	MPI_Finalize();
-	g.active = 0;
+	g.mpi = 0;
 #endif
 }
 
@@ -403,7 +415,7 @@ int dist_max_int(int v)
 		return out;
 	}
 #ifdef ASYNCPP_MPI
-	if (g.active) {
+	if (g.mpi) {
 		int out;
 		MPI_Request req;
 		MPI_Iallreduce(&v, &out, 1, MPI_INT, MPI_MAX, g.ctl, &req);
@@ -415,61 +427,31 @@ int dist_max_int(int v)
 	return v;
 }
 
-/* MPI counts are ints: large buffers go in pieces of 1 GiB. */
-#define PIECE ((size_t)1 << 30)
-
 int dist_send(const void *buf, size_t bytes, int to, int tag)
 {
-#ifdef ASYNCPP_MPI
-	if (g.active) {
-		const char *p = buf;
-		do {
-			size_t n = MIN(bytes, PIECE);
-			MPI_Request req;
-			if (MPI_Isend(p, (int)n, MPI_BYTE, to, tag, g.ctl, &req) != MPI_SUCCESS)
-				return error("rank %d: MPI_Send to rank %d failed", g.rank, to);
-			mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
-				     "rank %d to take %zu bytes (a checkpoint part)", to, n);
-			p += n;
-			bytes -= n;
-		} while (bytes);
-		return 0;
-	}
-#endif
-	return error("internal error: dist_send outside an MPI run");
+	if (!g.msg)
+		return error("internal error: dist_send outside a multi-process run");
+	struct p2p_op *op = p2p_isend(g.msg, buf, bytes, to, tag);
+	p2p_wait(&op, 1, g.timeout, g.rank % g.stages, "rank %d to take %zu bytes", to, bytes);
+	return 0;
 }
 
 int dist_recv(void *buf, size_t bytes, int from, int tag)
 {
-#ifdef ASYNCPP_MPI
-	if (g.active) {
-		char *p = buf;
-		do {
-			size_t n = MIN(bytes, PIECE);
-			MPI_Status st;
-			int got;
-			MPI_Request req;
-			if (MPI_Irecv(p, (int)n, MPI_BYTE, from, tag, g.ctl, &req) != MPI_SUCCESS)
-				return error("rank %d: MPI_Recv from rank %d failed", g.rank, from);
-			mpi_wait_all(1, &req, &st, g.timeout, g.rank % g.stages,
-				     "%zu bytes (a checkpoint part) from rank %d", n, from);
-			MPI_Get_count(&st, MPI_BYTE, &got);
-			if ((size_t)got != n)
-				return error("rank %d: got %d bytes from rank %d, expected %zu", g.rank,
-					     got, from, n);
-			p += n;
-			bytes -= n;
-		} while (bytes);
-		return 0;
-	}
-#endif
-	return error("internal error: dist_recv outside an MPI run");
+	if (!g.msg)
+		return error("internal error: dist_recv outside a multi-process run");
+	struct p2p_op *op = p2p_irecv(g.msg, buf, bytes, from, tag);
+	p2p_wait(&op, 1, g.timeout, g.rank % g.stages, "%zu bytes from rank %d", bytes, from);
+	return 0;
 }
+
+/* MPI counts are ints: large broadcasts go in pieces of 1 GiB. */
+#define PIECE ((size_t)1 << 30)
 
 int dist_bcast(void *buf, size_t bytes, int root)
 {
 #ifdef ASYNCPP_MPI
-	if (g.active) {
+	if (g.mpi) {
 		char *p = buf;
 		do {
 			size_t n = MIN(bytes, PIECE);
@@ -494,7 +476,7 @@ void dist_abort(void)
 	fflush(stdout);
 	fflush(stderr);
 #ifdef ASYNCPP_MPI
-	if (g.active)
+	if (g.mpi)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
 	exit(1);

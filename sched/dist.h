@@ -27,15 +27,18 @@
  *          MPI_Init_thread (FUNNELED: only the main thread, which runs the
  *          stage, calls MPI), and MPI_COMM_WORLD must agree with the
  *          environment. The rendezvous is MPI's own: the launcher (mpirun's
- *          PMIx server, or Slurm's PMI) wires the processes. dist_active().
- *   TCP    pipeline.transport = nccl otherwise (torchrun, or srun with
- *          MASTER_ADDR and MASTER_PORT set; or any launcher when MPI is not
- *          built in): rank 0 listens on MASTER_PORT, the others connect to
- *          MASTER_ADDR:MASTER_PORT (rendezvous.h), for up to
- *          ASYNCPP_CONNECT_TIMEOUT seconds (default 300; 0 forever); later
- *          waits have pipeline.timeout. It carries dist_bcast (NCCL's
- *          unique ids), dist_max_int and the configuration check, not
- *          tensors and not dist_send/dist_recv. dist_rendezvous().
+ *          PMIx server, or Slurm's PMI) wires the processes. dist_mpi().
+ *   TCP    pipeline.transport = tcp (any launcher), or nccl otherwise
+ *          (torchrun, or srun with MASTER_ADDR and MASTER_PORT set; or any
+ *          launcher when MPI is not built in): rank 0 listens on
+ *          MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT
+ *          (rendezvous.h), for up to ASYNCPP_CONNECT_TIMEOUT seconds
+ *          (default 300; 0 forever); later waits have pipeline.timeout. The
+ *          rendezvous carries dist_bcast (NCCL's unique ids), dist_max_int
+ *          and the configuration check; a mesh of TCP connections between
+ *          the ranks (p2p_tcp.c) carries every other message: activations
+ *          (tcp), the board, the replicas' sums (tcp), dist_send/dist_recv.
+ *          dist_rendezvous().
  *
  * pipeline.transport = nccl with S > 1 is refused where CUDA is not built
  * in. Without ASYNCPP_MPI (built where no MPI was found) the environment is
@@ -73,8 +76,9 @@ void dist_at_finalize(void (*fn)(void));
 int dist_rank(void);      /* 0 when not distributed */
 int dist_world(void);     /* 1 when not distributed */
 int dist_local_rank(void);
-int dist_active(void);    /* MPI is running with a world > 1 */
-int dist_rendezvous(void); /* the TCP rendezvous connects a world > 1 (no MPI) */
+int dist_active(void);    /* a world > 1 is connected, over MPI or TCP */
+int dist_mpi(void);       /* ... over MPI */
+int dist_rendezvous(void); /* ... over the TCP rendezvous (no MPI) */
 int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
 
 /* Every rank gets the largest of the ranks' v (v itself when not
@@ -89,28 +93,28 @@ void dist_abort(void) __attribute__((noreturn));
 
 /* Point to point and collectives on a communicator of their own, for the
  * control traffic between segments (any size: large buffers go in pieces).
- * Each returns 0 or -1 after error(). dist_send and dist_recv need MPI;
- * dist_bcast (rank root's bytes to every rank: NCCL's unique ids) goes
- * over MPI when it runs, over the TCP rendezvous otherwise, and does
- * nothing in a one-process run. */
+ * Each returns 0 or -1 after error(). dist_send and dist_recv go over
+ * p2p.h (MPI, or the TCP mesh); dist_bcast (rank root's bytes to every
+ * rank: NCCL's unique ids) over MPI when it runs, over the TCP rendezvous
+ * otherwise; in a one-process run it does nothing. */
 int dist_send(const void *buf, size_t bytes, int to, int tag);
 int dist_recv(void *buf, size_t bytes, int from, int tag);
 int dist_bcast(void *buf, size_t bytes, int root);
 
-/* Whether backend memory is host memory MPI may read and write directly
- * (else the MPI code stages through host buffers). */
+/* Whether backend memory is host memory MPI or a socket may read and
+ * write directly (else the messages are staged through host buffers). */
 int dist_backend_is_host(const struct backend *be);
 
-/* The mpi transport (sched/transport_mpi.c; belongs in transport.h): stage
- * s is rank s of S (for replicas, S is the world and transport_shift of
- * replica.h maps a replica's stages to its ranks); messages of msg_bytes
- * bytes (sent as MPI_BYTE); ranks are replica * stages + stage; a receive that waits more
- * than timeout seconds (0: forever) names what it waits for and aborts the
- * job. Collective (every rank
- * creates its transport at the same point); NULL after error() when MPI is
- * not running or not built in. */
+/* The mpi and tcp transports (sched/transport_p2p.c over p2p.h; belongs in
+ * transport.h): stage s is rank s of S (for replicas, S is the world and
+ * transport_shift of replica.h maps a replica's stages to its ranks);
+ * messages of msg_bytes bytes; ranks are replica * stages + stage; a
+ * receive that waits more than timeout seconds (0: forever) names what it
+ * waits for and aborts the job. Collective (every rank creates its
+ * transport at the same point); NULL after error() when no carrier runs.
+ * Its name is the carrier's: "mpi" or "tcp". */
 struct transport;
-struct transport *transport_mpi(const struct backend *be, int S, int rank, size_t msg_bytes,
+struct transport *transport_p2p(const struct backend *be, int S, int rank, size_t msg_bytes,
 				int stages, double timeout);
 
 /* ---- hooks for cmd/train.c (sched/executor.c) ----

@@ -347,15 +347,15 @@ static void mpi_attach(struct trainer *tr)
 	if (nccl && nccl_world_open(&mp.nccl, S, N, rank))
 		die("cannot set up the NCCL channels between processes");
 	mp.tp = transport_shift(nccl ? transport_nccl(tr->be, &mp.nccl, act_bytes, timeout)
-				     : transport_mpi(tr->be, S * N, rank, act_bytes, S, timeout),
+				     : transport_p2p(tr->be, S * N, rank, act_bytes, S, timeout),
 				mp.r * S);
-	mp.board = mp.tp ? board_mpi(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n,
-						    tr->cfg->pipeline_timeout) : NULL;
+	mp.board = mp.tp ? board_p2p(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n, timeout)
+			 : NULL;
 	free(n_tensors);
 	if (!mp.tp || !mp.board)
 		die("cannot set up the pipeline between processes");
 	if (N > 1 && !(mp.rx = nccl ? replicas_nccl(tr->be, &mp.nccl, timeout)
-				    : replicas_mpi(tr->be, N, S, rank)))
+				    : replicas_p2p(tr->be, N, S, rank, timeout)))
 		die("cannot set up the data-parallel replicas between processes");
 	dist_at_finalize(mpi_detach);
 	mp.tr = tr;

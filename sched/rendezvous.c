@@ -903,6 +903,18 @@ void rdv_close(struct rdv *r)
 	free(r);
 }
 
+int rdv_local_addr(const struct rdv *r, struct sockaddr_storage *sa, socklen_t *len)
+{
+	int n = r->rank == 0 ? r->world : 1;
+	for (int q = 0; q < n; q++) {
+		*len = sizeof(*sa);
+		if (r->peer[q].fd >= 0 && !getsockname(r->peer[q].fd, (struct sockaddr *)sa, len))
+			return 0;
+	}
+	return error("rank %d: the rendezvous has no connection whose address could be shared",
+		     r->rank);
+}
+
 int rdv_free_port(const char *host)
 {
 	struct addrinfo hints = {0}, *res = NULL;

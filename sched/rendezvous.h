@@ -41,6 +41,7 @@
 #define ASYNCPP_RENDEZVOUS_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #define RDV_MAGIC 0x56445241u /* "ARDV" read as little-endian u32 */
 #define RDV_VERSION 1
@@ -81,6 +82,11 @@ int rdv_allgather(struct rdv *r, const void *mine, void *all, size_t n);
  * rank R, but KEY = B on rank 0" (the other ranks' diff is ""); -1 after
  * error() when the exchange itself failed. */
 int rdv_agree(struct rdv *r, const char *text, char *diff, size_t len);
+
+/* This host's address on the rendezvous connection (to rank 0; on rank 0,
+ * to another rank): an address the other ranks can reach this host at, for
+ * the point-to-point mesh (p2p.h). 0, or -1 after error(). */
+int rdv_local_addr(const struct rdv *r, struct sockaddr_storage *sa, socklen_t *len);
 
 /* A free TCP port on host (bound to port 0 and released), for tests and
  * single-host launches; -1 after error(). */

@@ -47,11 +47,12 @@ struct replicas {
 /* The N x S stage threads of one process (shared memory). */
 struct replicas *replicas_local(const struct backend *be, int N, int S);
 
-/* One stage per MPI process; this process is replica rank / S, stage
- * rank % S (rank = r * S + s). Collective over MPI_COMM_WORLD: every rank
- * creates its group at the same point. NULL after error() when MPI is not
- * running or not built in. */
-struct replicas *replicas_mpi(const struct backend *be, int N, int S, int rank);
+/* One stage per process, over p2p.h (MPI or TCP); this process is replica
+ * rank / S, stage rank % S (rank = r * S + s). Collective: every rank
+ * creates its group at the same point. A wait longer than timeout seconds
+ * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
+ * job. NULL after error() when no carrier runs. */
+struct replicas *replicas_p2p(const struct backend *be, int N, int S, int rank, double timeout);
 
 /* The same sum within one thread, for train.schedule = none: g[0] becomes
  * ((g[0] + g[1]) + ...) + g[N-1] and is copied into every g[r]. */

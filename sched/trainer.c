@@ -48,14 +48,13 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 						       : -1;
 	if (tr->M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
-	if (!strcmp(cfg->pipeline_transport, "nccl") && dist_rendezvous())
-		return error("pipeline.transport = nccl: the ranks met at the TCP rendezvous "
-			     "(MASTER_ADDR:MASTER_PORT), but stages over NCCL run only under MPI "
-			     "so far: start them with mpirun or srun");
-	if (!strcmp(cfg->pipeline_transport, "nccl") && !dist_active())
-		return error("pipeline.transport = nccl connects stage processes, one GPU each, "
-			     "started by mpirun or srun (train(1), MULTI-PROCESS RUNS); within one "
-			     "process use pipeline.transport = local");
+	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
+				!strcmp(cfg->pipeline_transport, "tcp");
+	if (between_processes && !dist_active())
+		return error("pipeline.transport = %s connects stage processes (one GPU each for "
+			     "nccl), started by mpirun, srun or torchrun (train(1), MULTI-PROCESS "
+			     "RUNS); within one process use pipeline.transport = local",
+			     cfg->pipeline_transport);
 	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
 		return error("pipeline.transport = nccl moves tensors between GPUs: set "
 			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");

@@ -70,7 +70,7 @@
 	X(pipeline, split, CHOICE("even|balanced|layers"), "even", "how layers are assigned to stages: even (L/S each, the first stages one more), balanced (minimise the largest stage's modelled FLOPs, head and embeddings included) or layers (pipeline.layers)") \
 	X(pipeline, layers, STR, "", "with pipeline.split = layers: layers per stage, e.g. 3,4,4,2 (summing to model.n_layer; only the first and last stage may have 0)") \
 	X(pipeline, micro_batches, INT_IN(1, 1048576), "1", "micro-batches per optimizer step M (gradient accumulation)") \
-	X(pipeline, transport, CHOICE("local|mpi|nccl"), "local", "how stages exchange tensors")       \
+	X(pipeline, transport, CHOICE("local|mpi|tcp|nccl"), "local", "how stages exchange tensors")       \
 	X(pipeline, timeout, FLOAT_IN(0, INFINITY), "600", "seconds a stage process waits for a tensor before it names it and aborts the job (mpi; 0 waits forever)") \
 	X(pipeline, data_parallel, INT_IN(1, 4096), "1", "data-parallel replicas of the pipeline")                 \
 	X(eval, every, INT_IN(0, INFINITY), "100", "validation every N steps; 0 disables")                             \

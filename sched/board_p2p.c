@@ -1,13 +1,14 @@
-/* board_mpi.c - the step-finish board between processes, one stage each.
+/* board_p2p.c - the step-finish board between processes, one stage each,
+ * over the point-to-point messages of p2p.h (MPI, or TCP without MPI).
  *
  * Per step every rank sends its per-tensor sums of squares to every other
- * rank (MPI_Isend, a few hundred bytes) and receives theirs into one array
+ * rank (p2p_isend, a few hundred bytes) and receives theirs into one array
  * in global order; stage 0 and the last stage also swap their raw tied
  * embedding parts. Everything is nonblocking: post and tied_post only start
  * the messages, and the executor waits for them when it completes the step,
  * lazily, as it does with threads. The messages of step i of the segment
- * carry tag 2i (sums) or 2i+1 (tied part) on a communicator of the board's
- * own; MPI keeps messages with the same source and tag in order, and every
+ * carry tag 2i (sums) or 2i+1 (tied part) on a channel of the board's own;
+ * messages with the same source and tag arrive in order, and every
  * rank posts its steps in order, so tags may wrap.
  *
  * Stage q of the board's pipeline is rank base + q: data-parallel replicas
@@ -22,34 +23,21 @@
 
 #include "../io/util.h"
 
-#ifndef ASYNCPP_MPI
-
-struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
-			size_t tied_n, double timeout)
-{
-	error("this asyncpp was built without MPI");
-	return NULL;
-}
-
-#else
-
-#include <limits.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist.h"
-#include "mpi_wait.h"
+#include "p2p.h"
 
 struct entry {
 	double *sumsq;            /* [total], global order */
-	MPI_Request *req;         /* [2(S-1) + 2]: receives, sends, tied send, tied recv */
+	struct p2p_op **req;      /* [2(S-1) + 2]: receives, sends, tied send, tied recv */
 	int posted, done;
 	void *tied_out, *tied_in; /* host (or backend when it is host memory) */
 	float *tied_dev;          /* backend copy of tied_in when staging */
 };
 
-struct mpi_board {
+struct p2p_board {
 	struct board b;
 	const struct backend *be;
 	int rank, host;           /* rank: this process's stage */
@@ -58,7 +46,7 @@ struct mpi_board {
 	int *n_tensors;
 	size_t *offset;
 	size_t tied_n;
-	MPI_Comm comm;
+	struct p2p *ch;
 	long tag_steps;           /* steps before the tags wrap */
 	/* tied buffers of finished steps, reused (two steps in flight, two host
 	 * buffers and one backend copy each): no allocation per step */
@@ -71,9 +59,9 @@ struct mpi_board {
 	int lo, hi;               /* entries [lo, hi) posted and not done */
 };
 
-static int nreq(const struct mpi_board *m) { return 2 * (m->b.S - 1) + 2; }
+static int nreq(const struct p2p_board *m) { return 2 * (m->b.S - 1) + 2; }
 
-static struct entry *entry(struct mpi_board *m, long step, int *index)
+static struct entry *entry(struct p2p_board *m, long step, int *index)
 {
 	long i = step - m->first_step - 1;
 	if (i < 0 || i >= m->n_steps)
@@ -83,32 +71,30 @@ static struct entry *entry(struct mpi_board *m, long step, int *index)
 	return &m->e[i];
 }
 
-static int tag(const struct mpi_board *m, int index, int tied)
+static int tag(const struct p2p_board *m, int index, int tied)
 {
 	return (int)(2 * (index % m->tag_steps) + tied);
 }
 
-static int tied_peer(const struct mpi_board *m)
+static int tied_peer(const struct p2p_board *m)
 {
 	return m->base + (m->rank == 0 ? m->b.S - 1 : 0);
 }
 
 static void mb_begin(struct board *b, long first_step, int n_steps)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	m->first_step = first_step;
 	m->n_steps = n_steps;
 	m->lo = m->hi = 0;
 	m->e = xcalloc((size_t)n_steps, sizeof(*m->e));
 	for (int i = 0; i < n_steps; i++) {
 		m->e[i].sumsq = xcalloc(b->total + 1, sizeof(double));
-		m->e[i].req = xmalloc(sizeof(MPI_Request) * (size_t)nreq(m));
-		for (int k = 0; k < nreq(m); k++)
-			m->e[i].req[k] = MPI_REQUEST_NULL;
+		m->e[i].req = xcalloc((size_t)nreq(m), sizeof(struct p2p_op *));
 	}
 }
 
-static void *tied_buffer(struct mpi_board *m)
+static void *tied_buffer(struct p2p_board *m)
 {
 	if (m->npool)
 		return m->pool[--m->npool];
@@ -116,7 +102,7 @@ static void *tied_buffer(struct mpi_board *m)
 	return m->host ? m->be->alloc(bytes) : xmalloc(bytes);
 }
 
-static void tied_free(struct mpi_board *m, void *p)
+static void tied_free(struct p2p_board *m, void *p)
 {
 	if (!p)
 		return;
@@ -128,14 +114,14 @@ static void tied_free(struct mpi_board *m, void *p)
 		free(p);
 }
 
-static float *tied_dev_buffer(struct mpi_board *m)
+static float *tied_dev_buffer(struct p2p_board *m)
 {
 	if (m->ndev_pool)
 		return m->dev_pool[--m->ndev_pool];
 	return m->be->alloc(m->tied_n * sizeof(float));
 }
 
-static void tied_dev_free(struct mpi_board *m, float *p)
+static void tied_dev_free(struct p2p_board *m, float *p)
 {
 	if (!p)
 		return;
@@ -147,7 +133,7 @@ static void tied_dev_free(struct mpi_board *m, float *p)
 
 static void mb_tied_post(struct board *b, int s, long step, const float *part)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	int n = nreq(m), peer = tied_peer(m);
@@ -157,22 +143,22 @@ static void mb_tied_post(struct board *b, int s, long step, const float *part)
 	else
 		m->be->to_host(e->tied_out, part, m->tied_n * sizeof(float));
 	e->tied_in = tied_buffer(m);
-	MPI_Irecv(e->tied_in, (int)m->tied_n, MPI_FLOAT, peer, tag(m, i, 1), m->comm, &e->req[n - 1]);
-	MPI_Isend(e->tied_out, (int)m->tied_n, MPI_FLOAT, peer, tag(m, i, 1), m->comm,
-		  &e->req[n - 2]);
+	size_t bytes = m->tied_n * sizeof(float);
+	e->req[n - 1] = p2p_irecv(m->ch, e->tied_in, bytes, peer, tag(m, i, 1));
+	e->req[n - 2] = p2p_isend(m->ch, e->tied_out, bytes, peer, tag(m, i, 1));
 }
 
 static const float *mb_tied_wait(struct board *b, int s, long step, double *waited)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	if (!e->tied_in)
 		die("internal error: stage %d waits for a tied part of step %ld it did not post", s,
 		    step);
 	double t0 = now_sec();
-	mpi_wait_all(1, &e->req[nreq(m) - 1], MPI_STATUSES_IGNORE, m->timeout, s,
-		     "the tied embedding's gradient of step %ld from rank %d", step, tied_peer(m));
+	p2p_wait(&e->req[nreq(m) - 1], 1, m->timeout, s,
+		 "the tied embedding's gradient of step %ld from rank %d", step, tied_peer(m));
 	*waited = now_sec() - t0;
 	if (m->host)
 		return e->tied_in;
@@ -185,7 +171,7 @@ static const float *mb_tied_wait(struct board *b, int s, long step, double *wait
 
 static void mb_post(struct board *b, int s, long step, const double *sumsq)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	int S = b->S, k = 0;
@@ -193,10 +179,12 @@ static void mb_post(struct board *b, int s, long step, const double *sumsq)
 	for (int r = 0; r < S; r++) {
 		if (r == m->rank)
 			continue;
-		MPI_Irecv(e->sumsq + m->offset[r], m->n_tensors[r], MPI_DOUBLE, m->base + r,
-			  tag(m, i, 0), m->comm, &e->req[k]);
-		MPI_Isend(e->sumsq + m->offset[s], m->n_tensors[s], MPI_DOUBLE, m->base + r,
-			  tag(m, i, 0), m->comm, &e->req[S - 1 + k]);
+		e->req[k] = p2p_irecv(m->ch, e->sumsq + m->offset[r],
+				      (size_t)m->n_tensors[r] * sizeof(double), m->base + r,
+				      tag(m, i, 0));
+		e->req[S - 1 + k] = p2p_isend(m->ch, e->sumsq + m->offset[s],
+					      (size_t)m->n_tensors[s] * sizeof(double),
+					      m->base + r, tag(m, i, 0));
 		k++;
 	}
 	e->posted = 1;
@@ -205,29 +193,29 @@ static void mb_post(struct board *b, int s, long step, const double *sumsq)
 
 static const double *mb_wait(struct board *b, int s, long step, double *waited)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	if (!e->posted)
 		die("internal error: stage %d waits for step %ld before posting it", s, step);
 	double t0 = now_sec();
-	mpi_wait_all(b->S - 1, e->req, MPI_STATUSES_IGNORE, m->timeout, s,
-		     "the gradient norms of step %ld from the other stages (ranks %d to %d)", step,
-		     m->base, m->base + b->S - 1);
+	p2p_wait(e->req, b->S - 1, m->timeout, s,
+		 "the gradient norms of step %ld from the other stages (ranks %d to %d)", step,
+		 m->base, m->base + b->S - 1);
 	*waited = now_sec() - t0;
 	return e->sumsq;
 }
 
 static void mb_done(struct board *b, int s, long step)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	/* the receivers have posted their receives by now, so these finish,
 	 * unless a peer is stopped or gone: then the timeout names it */
-	mpi_wait_all(nreq(m), e->req, MPI_STATUSES_IGNORE, m->timeout, s,
-		     "the other stages to take the gradient norms of step %ld (ranks %d to %d)",
-		     step, m->base, m->base + b->S - 1);
+	p2p_wait(e->req, nreq(m), m->timeout, s,
+		 "the other stages to take the gradient norms of step %ld (ranks %d to %d)", step,
+		 m->base, m->base + b->S - 1);
 	tied_free(m, e->tied_out);
 	tied_free(m, e->tied_in);
 	tied_dev_free(m, e->tied_dev);
@@ -240,21 +228,19 @@ static void mb_done(struct board *b, int s, long step)
 
 static void mb_poll(struct board *b)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
-	for (int i = m->lo; i < m->hi; i++) {
-		int flag;
-		MPI_Testall(nreq(m), m->e[i].req, &flag, MPI_STATUSES_IGNORE);
-	}
+	struct p2p_board *m = (struct p2p_board *)b;
+	for (int i = m->lo; i < m->hi; i++)
+		p2p_test(m->e[i].req, nreq(m));
 }
 
 static void mb_end(struct board *b)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	for (int i = 0; i < m->n_steps; i++) {
 		struct entry *e = &m->e[i];
-		mpi_wait_all(nreq(m), e->req, MPI_STATUSES_IGNORE, m->timeout, dist_rank() - m->base,
-			     "the other stages to take the last gradient norms (ranks %d to %d)",
-			     m->base, m->base + b->S - 1);
+		p2p_wait(e->req, nreq(m), m->timeout, dist_rank() - m->base,
+			 "the other stages to take the last gradient norms (ranks %d to %d)", m->base,
+			 m->base + b->S - 1);
 		tied_free(m, e->tied_out);
 		tied_free(m, e->tied_in);
 		tied_dev_free(m, e->tied_dev);
@@ -268,7 +254,7 @@ static void mb_end(struct board *b)
 
 static void mb_destroy(struct board *b)
 {
-	struct mpi_board *m = (struct mpi_board *)b;
+	struct p2p_board *m = (struct p2p_board *)b;
 	if (m->e)
 		mb_end(b);
 	for (int i = 0; i < m->npool; i++) {
@@ -279,24 +265,19 @@ static void mb_destroy(struct board *b)
 	}
 	for (int i = 0; i < m->ndev_pool; i++)
 		m->be->free(m->dev_pool[i]);
-	MPI_Comm_free(&m->comm);
+	p2p_close(m->ch);
 	free(m->n_tensors);
 	free(m->offset);
 	free(m);
 }
 
-struct board *board_mpi(const struct backend *be, int S, int s, int base, const int *n_tensors,
+struct board *board_p2p(const struct backend *be, int S, int s, int base, const int *n_tensors,
 			size_t tied_n, double timeout)
 {
-	if (!dist_active()) {
-		error("internal error: the mpi board needs a running MPI (dist_init)");
+	struct p2p *ch = p2p_open();
+	if (!ch)
 		return NULL;
-	}
-	if (tied_n > INT_MAX) {
-		error("tied embedding of %zu floats is too large for one MPI message", tied_n);
-		return NULL;
-	}
-	struct mpi_board *m = xcalloc(1, sizeof(*m));
+	struct p2p_board *m = xcalloc(1, sizeof(*m));
 	m->be = be;
 	m->rank = s;
 	m->base = base;
@@ -311,16 +292,12 @@ struct board *board_mpi(const struct backend *be, int S, int s, int base, const 
 		m->offset[s] = total;
 		total += (size_t)n_tensors[s];
 	}
-	MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
-	int *ub, flag;
-	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-	m->tag_steps = flag ? MAX(1, (*ub - 1) / 2) : 16383;
-	m->b = (struct board){.name = "mpi", .S = S, .n_tensors = m->n_tensors, .total = total,
+	m->ch = ch;
+	m->tag_steps = MAX(1, (p2p_tag_limit(ch) - 1) / 2);
+	m->b = (struct board){.name = p2p_carrier(), .S = S, .n_tensors = m->n_tensors, .total = total,
 			      .begin = mb_begin, .tied_post = mb_tied_post,
 			      .tied_wait = mb_tied_wait, .post = mb_post, .wait = mb_wait,
 			      .done = mb_done, .poll = mb_poll, .end = mb_end,
 			      .destroy = mb_destroy};
 	return &m->b;
 }
-
-#endif

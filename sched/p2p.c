@@ -1,0 +1,119 @@
+/* p2p.c - the point-to-point interface over whichever carrier runs. See
+ * p2p.h. */
+#include "p2p.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dist.h"
+#include "p2p_carrier.h"
+
+struct p2p {
+	const struct p2p_carrier *k;
+	void *ch;
+};
+
+static const struct p2p_carrier *carrier(void)
+{
+	const struct p2p_carrier *k = p2p_mpi_carrier();
+	return k ? k : p2p_tcp_carrier();
+}
+
+int p2p_ready(void) { return carrier() != NULL; }
+
+const char *p2p_carrier(void)
+{
+	const struct p2p_carrier *k = carrier();
+	return k ? k->name : "none";
+}
+
+struct p2p *p2p_open(void)
+{
+	const struct p2p_carrier *k = carrier();
+	if (!k) {
+		error("internal error: messages between processes need MPI or the TCP rendezvous "
+		      "running (dist_init)");
+		return NULL;
+	}
+	void *ch = k->open();
+	if (!ch)
+		return NULL;
+	struct p2p *c = xcalloc(1, sizeof(*c));
+	c->k = k;
+	c->ch = ch;
+	return c;
+}
+
+void p2p_close(struct p2p *c)
+{
+	if (!c)
+		return;
+	c->k->close(c->ch);
+	free(c);
+}
+
+int p2p_tag_limit(const struct p2p *c) { return c->k->tag_limit(c->ch); }
+
+struct p2p_op *p2p_isend(struct p2p *c, const void *buf, size_t n, int to, int tag)
+{
+	if (to < 0 || to >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
+		die("internal error: send to rank %d with tag %d (world %d)", to, tag, c->k->world);
+	return c->k->isend(c->ch, buf, n, to, tag);
+}
+
+struct p2p_op *p2p_irecv(struct p2p *c, void *buf, size_t n, int from, int tag)
+{
+	if (from < 0 || from >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
+		die("internal error: receive from rank %d with tag %d (world %d)", from, tag,
+		    c->k->world);
+	return c->k->irecv(c->ch, buf, n, from, tag);
+}
+
+/* Frees the completed operations of ops; 1 when none is left. */
+static int reap(const struct p2p_carrier *k, struct p2p_op **ops, int n)
+{
+	int all = 1;
+	for (int i = 0; i < n; i++) {
+		if (ops[i] && k->done(ops[i]))
+			ops[i] = NULL;
+		all &= ops[i] == NULL;
+	}
+	return all;
+}
+
+int p2p_test(struct p2p_op **ops, int n)
+{
+	const struct p2p_carrier *k = carrier();
+	if (!k)
+		return 1;
+	k->progress(0);
+	return reap(k, ops, n);
+}
+
+void p2p_wait(struct p2p_op **ops, int n, double timeout, int stage, const char *fmt, ...)
+{
+	const struct p2p_carrier *k = carrier();
+	if (!k)
+		return;
+	double t0 = now_sec();
+	for (long polls = 0;; polls++) {
+		/* a short spin first: messages usually come soon */
+		double left = timeout > 0 ? timeout - (now_sec() - t0) : 0.05;
+		k->progress(polls < 2000 ? 0 : MAX(0.0, MIN(left, 0.05)));
+		if (reap(k, ops, n))
+			return;
+		double waited = now_sec() - t0;
+		if (timeout > 0 && waited > timeout) {
+			char what[300];
+			va_list ap;
+			va_start(ap, fmt);
+			vsnprintf(what, sizeof(what), fmt, ap);
+			va_end(ap);
+			error("rank %d (stage %d) waited %.0f s for %s, which never came: that rank "
+			      "is stuck, stopped or gone (pipeline.timeout = %g s; 0 waits forever); "
+			      "aborting the job", k->rank, stage, waited, what, timeout);
+			dist_abort();
+		}
+	}
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# tcp_pipeline.sh - processes started torchrun-style (RANK, WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT; no MPI anywhere) with pipeline.transport = tcp
+# compute exactly what the same pipeline computes in threads: for 2bw and
+# 1f1b with 2 stages, 1f1b with 3 (a middle rank that reads no data) and
+# 2bw with 2 stages x 2 data-parallel replicas (4 processes), 20 steps of a
+# tiny model on the built-in corpus give the same metrics (loss, val_loss,
+# lr, grad_norm at %.9g) and checkpoints whose tensors are identical (the
+# stored configuration differs only in pipeline.transport); a run resumed
+# under TCP from its step-10 checkpoint ends on the same tensors. A rank
+# that is killed makes the others exit at once, naming it; a rank that is
+# stopped is named after pipeline.timeout. Both carriers (MPI, TCP) are one
+# code path above sched/p2p.h, so this also covers that layer end to end.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set train.batch_size=4 --set log.every=5 --set train.threads=1)
+export ASYNCPP_CONNECT_TIMEOUT=30
+
+port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+		2> /dev/null || echo $((20000 + RANDOM % 40000))
+}
+
+# launch N ARGS...: N ranks on 127.0.0.1; rank r's stderr in err$r.txt;
+# rcs gets every rank's exit status ("0 0 ...")
+launch() {
+	local n=$1 p r pids=()
+	shift
+	p=$(port)
+	for ((r = n - 1; r >= 0; r--)); do
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
+			timeout 300 $A train -q "$@" > out$r.txt 2> err$r.txt &
+		pids[r]=$!
+	done
+	rcs=""
+	for ((r = 0; r < n; r++)); do
+		wait ${pids[r]}
+		rcs="$rcs$? "
+	done
+	rcs=${rcs% }
+}
+
+zeros() { [ "$rcs" = "$(printf '0 %.0s' $(seq "$1") | sed 's/ $//')" ]; }
+
+if ! $A train -q "${TINY[@]}" --set train.out_dir=base --set train.steps=1 --set eval.every=0 \
+	2> err.txt; then
+	fail tcp_pipeline "preparing the data: $(cat err.txt)"
+	exit 0
+fi
+DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/builtin_val.shard
+      --set data.tokenizer=base/data/builtin.tok)
+
+# columns that must agree: everything but the clock and the rates
+cols() { cut -d, -f1,2,4,5,6,7 "$1"; }
+same_tensors() {
+	$A inspect --diff "$1" "$2" > diff.txt 2>&1 &&
+		grep -Eq '^([0-9]+) tensors compared, \1 identical, 0 not comparable' diff.txt
+}
+
+# name kind stages replicas micro-batches
+for spec in "2bw 2 1 2" "1f1b 2 1 2" "1f1b 3 1 3" "2bw 2 2 4"; do
+	set -- $spec
+	kind=$1 S=$2 N=$3 M=$4
+	name="tcp_${kind}_s${S}_dp${N}"
+	RUN=("${TINY[@]}" "${DATA[@]}" --set model.n_layer=$((S > 2 ? S : 2))
+	     --set train.schedule=$kind --set pipeline.stages=$S
+	     --set pipeline.data_parallel=$N --set pipeline.micro_batches=$M --set train.steps=20
+	     --set eval.every=10 --set eval.batches=3 --set checkpoint.every=10)
+	rm -rf threads_$name tcp_$name
+	if ! $A train -q "${RUN[@]}" --set train.out_dir=threads_$name 2> err.txt; then
+		fail "${name}_threads" "threaded run failed: $(head -c 400 err.txt)"
+		continue
+	fi
+	launch $((S * N)) "${RUN[@]}" --set pipeline.transport=tcp --set train.out_dir=tcp_$name
+	if ! zeros $((S * N)); then
+		fail "${name}_runs" "exit statuses $rcs: $(head -c 600 err0.txt) $(head -c 300 err1.txt)"
+		continue
+	fi
+	if [ "$(wc -l < tcp_$name/metrics.csv)" -ge 21 ] &&
+	   diff <(cols threads_$name/metrics.csv) <(cols tcp_$name/metrics.csv) > d.txt; then
+		pass "${name}_metrics_equal_threads"
+	else
+		fail "${name}_metrics_equal_threads" "$(head -n 6 d.txt | tr '\n' ' ')"
+	fi
+	if same_tensors threads_$name/ckpt-00000020.ckpt tcp_$name/ckpt-00000020.ckpt &&
+	   same_tensors threads_$name/ckpt-00000010.ckpt tcp_$name/ckpt-00000010.ckpt; then
+		pass "${name}_checkpoint_tensors_identical"
+	else
+		fail "${name}_checkpoint_tensors_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
+	fi
+done
+
+# resume under TCP from the step-10 checkpoint: the same final tensors
+name=tcp_2bw_s2_dp1
+if [ -f tcp_$name/ckpt-00000010.ckpt ]; then
+	rm -rf resumed
+	mkdir resumed
+	cp tcp_$name/ckpt-00000010.ckpt resumed/
+	head -n 12 tcp_$name/metrics.csv > resumed/metrics.csv
+	launch 2 --resume resumed --set train.out_dir=resumed
+	if zeros 2 && same_tensors resumed/ckpt-00000020.ckpt threads_$name/ckpt-00000020.ckpt &&
+	   diff <(cols threads_$name/metrics.csv) <(cols resumed/metrics.csv) > d.txt; then
+		pass tcp_resume_is_exact
+	else
+		fail tcp_resume_is_exact "exit $rcs: $(head -c 300 err0.txt) $(head -n 4 d.txt | tr '\n' ' ')"
+	fi
+fi
+
+# wait_for PID SECONDS: its exit status, or 124 after killing it when it
+# outlives the seconds
+wait_for() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		kill -0 $1 2> /dev/null || break
+		sleep 0.1
+	done
+	kill -0 $1 2> /dev/null && { kill -9 $1; wait $1 2> /dev/null; return 124; }
+	wait $1
+}
+
+# two ranks of a long run in the background: pid0, pid1 (no wrapper, so
+# that a signal reaches asyncpp itself)
+long_pair() {
+	local p
+	p=$(port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=1 WORLD_SIZE=2 $A train -q "${LONG[@]}" "$@" \
+		> /dev/null 2> err1.txt &
+	pid1=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=0 WORLD_SIZE=2 $A train -q "${LONG[@]}" "$@" \
+		> /dev/null 2> err0.txt &
+	pid0=$!
+}
+
+# a rank killed mid-run: the other exits at once and names it
+LONG=("${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw --set pipeline.stages=2
+      --set pipeline.micro_batches=2 --set train.steps=100000 --set eval.every=0
+      --set checkpoint.every=0 --set pipeline.transport=tcp)
+long_pair --set pipeline.timeout=120 --set train.out_dir=killed
+sleep 3
+kill -9 $pid1
+t0=$(date +%s)
+wait_for $pid0 60
+rc0=$?
+wait $pid1 2> /dev/null
+if [ $rc0 -eq 1 ] && [ $(($(date +%s) - t0)) -lt 20 ] &&
+   grep -q "rank 1 closed its connection without saying goodbye" err0.txt; then
+	pass tcp_killed_rank_named_at_once
+else
+	fail tcp_killed_rank_named_at_once "exit $rc0 after $(($(date +%s) - t0)) s: $(head -c 300 err0.txt)"
+fi
+
+# a rank stopped mid-run: the other names what it waits for after the timeout
+long_pair --set pipeline.timeout=3 --set train.out_dir=stopped
+sleep 3
+kill -STOP $pid1
+wait_for $pid0 60
+rc0=$?
+kill -9 $pid1
+wait $pid1 2> /dev/null
+if [ $rc0 -eq 1 ] && grep -Eq "rank 0 \(stage 0\) waited [0-9]+ s for .*rank 1.*which never came" err0.txt; then
+	pass tcp_stopped_rank_named_after_the_timeout
+else
+	fail tcp_stopped_rank_named_after_the_timeout "exit $rc0: $(head -c 300 err0.txt)"
+fi
