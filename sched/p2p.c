@@ -55,11 +55,20 @@ void p2p_close(struct p2p *c)
 
 int p2p_tag_limit(const struct p2p *c) { return c->k->tag_limit(c->ch); }
 
+/* A carrier that failed has said why: the job ends (p2p.h). */
+static void end_if_broken(const struct p2p_carrier *k)
+{
+	if (k->broken && k->broken())
+		dist_abort();
+}
+
 struct p2p_op *p2p_isend(struct p2p *c, const void *buf, size_t n, int to, int tag)
 {
 	if (to < 0 || to >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
 		die("internal error: send to rank %d with tag %d (world %d)", to, tag, c->k->world);
-	return c->k->isend(c->ch, buf, n, to, tag);
+	struct p2p_op *op = c->k->isend(c->ch, buf, n, to, tag);
+	end_if_broken(c->k);
+	return op;
 }
 
 struct p2p_op *p2p_irecv(struct p2p *c, void *buf, size_t n, int from, int tag)
@@ -67,7 +76,9 @@ struct p2p_op *p2p_irecv(struct p2p *c, void *buf, size_t n, int from, int tag)
 	if (from < 0 || from >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
 		die("internal error: receive from rank %d with tag %d (world %d)", from, tag,
 		    c->k->world);
-	return c->k->irecv(c->ch, buf, n, from, tag);
+	struct p2p_op *op = c->k->irecv(c->ch, buf, n, from, tag);
+	end_if_broken(c->k);
+	return op;
 }
 
 /* Frees the completed operations of ops; 1 when none is left. */
@@ -88,6 +99,7 @@ int p2p_test(struct p2p_op **ops, int n)
 	if (!k)
 		return 1;
 	k->progress(0);
+	end_if_broken(k);
 	return reap(k, ops, n);
 }
 
@@ -101,6 +113,7 @@ void p2p_wait(struct p2p_op **ops, int n, double timeout, int stage, const char 
 		/* a short spin first: messages usually come soon */
 		double left = timeout > 0 ? timeout - (now_sec() - t0) : 0.05;
 		k->progress(polls < 2000 ? 0 : MAX(0.0, MIN(left, 0.05)));
+		end_if_broken(k);
 		if (reap(k, ops, n))
 			return;
 		double waited = now_sec() - t0;

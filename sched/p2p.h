@@ -71,4 +71,10 @@ int p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout);
  * end of the run for a crash. */
 void p2p_tcp_stop(void);
 
+/* For the fuzzer (tests/fuzz/fuzz_p2p.c): the bytes as what rank 1 sent on
+ * its connection to rank 0 of a mesh of 3 with three receives posted, read
+ * to the end or refused. 1 when they were refused (a protocol error, named
+ * by error()), 0 when read, -1 when no socket pair could be made. */
+int p2p_tcp_fuzz(const unsigned char *data, size_t n);
+
 #endif

@@ -19,6 +19,9 @@ struct p2p_carrier {
 	int (*done)(struct p2p_op *op);
 	/* move bytes; wait up to `wait` seconds for something to happen */
 	void (*progress)(double wait);
+	/* 1 when the carrier failed (after error() said why): the job ends;
+	 * NULL for a carrier that ends the job itself */
+	int (*broken)(void);
 };
 
 /* The running carrier of each kind, or NULL. */

@@ -109,7 +109,7 @@ static void m_progress(double wait)
 const struct p2p_carrier *p2p_mpi_carrier(void)
 {
 	static struct p2p_carrier k = {"mpi", 0, 1, m_open, m_close, m_tag_limit, m_isend,
-				       m_irecv, m_done, m_progress};
+				       m_irecv, m_done, m_progress, NULL};
 	k.rank = dist_rank();
 	k.world = dist_world();
 	return dist_mpi() ? &k : NULL;

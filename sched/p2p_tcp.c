@@ -61,7 +61,9 @@ struct umsg {
 	int from;
 	uint32_t chan, tag;
 	size_t n;
-	char *data;
+	char *data;           /* grows as the bytes come (a header cannot make
+			       * this rank allocate more than was sent) */
+	size_t cap;
 	int complete;
 	struct p2p_op *bound; /* the receive posted while it was still arriving */
 };
@@ -91,7 +93,7 @@ struct conn {
 };
 
 static struct {
-	int on, stopping, rank, world;
+	int on, stopping, broken, rank, world;
 	double timeout, connect_timeout;
 	int lfd;
 	struct sockaddr_storage *addr;  /* [world] where rank q listens */
@@ -107,15 +109,19 @@ static struct {
 	int cap_pfd;
 } M = {.lfd = -1};
 
-static NORETURN PRINTF_LIKE(1, 2) void fail(const char *fmt, ...)
+/* The mesh is broken: say why (once); p2p.c ends the job when it sees it.
+ * Nothing reads or writes after it. */
+static PRINTF_LIKE(1, 2) void fail(const char *fmt, ...)
 {
+	if (M.broken)
+		return;
 	char msg[600];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	error("rank %d: %s", M.rank, msg);
-	dist_abort();
+	M.broken = 1;
 }
 
 static void put_frame(unsigned char *h, unsigned type, uint32_t chan, uint32_t tag, uint64_t n)
@@ -130,12 +136,14 @@ static void put_frame(unsigned char *h, unsigned type, uint32_t chan, uint32_t t
 	put_le64(h + 16, n);
 }
 
-static void check_size(const struct p2p_op *op, int from, uint64_t n)
+static int size_differs(const struct p2p_op *op, int from, uint64_t n)
 {
-	if (n != op->n)
-		fail("a message from rank %d (channel %u, tag %u) has %llu bytes where %zu were "
-		     "expected: the ranks run different code or configurations", from, op->chan,
-		     op->tag, (unsigned long long)n, op->n);
+	if (n == op->n)
+		return 0;
+	fail("a message from rank %d (channel %u, tag %u) has %llu bytes where %zu were "
+	     "expected: the ranks run different code or configurations", from, op->chan, op->tag,
+	     (unsigned long long)n, op->n);
+	return 1;
 }
 
 /* ---- matching ---- */
@@ -162,7 +170,8 @@ static struct p2p_op *take_posted(int from, uint32_t chan, uint32_t tag)
 static struct umsg *add_unexpected(int from, uint32_t chan, uint32_t tag, size_t n)
 {
 	struct umsg *u = xcalloc(1, sizeof(*u));
-	*u = (struct umsg){NULL, from, chan, tag, n, xmalloc(n ? n : 1), 0, NULL};
+	size_t cap = MIN(n, (size_t)1 << 20);
+	*u = (struct umsg){NULL, from, chan, tag, n, xmalloc(cap ? cap : 1), cap, 0, NULL};
 	if (M.unexp_tail)
 		M.unexp_tail->next = u;
 	else
@@ -235,12 +244,15 @@ static int write_all(int fd, const void *buf, size_t n, double deadline)
 	return 0;
 }
 
-static void connect_to(int q)
+/* 0, or -1 after fail(). */
+static int connect_to(int q)
 {
 	struct conn *c = &M.out[q];
 	int fd = socket(M.addr[q].ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
+	if (fd < 0) {
 		fail("cannot make a socket to reach rank %d: %s", q, strerror(errno));
+		return -1;
+	}
 	int rc = connect(fd, (struct sockaddr *)&M.addr[q], M.alen[q]);
 	if (rc && errno == EINPROGRESS) {
 		struct pollfd pf = {fd, POLLOUT, 0};
@@ -255,16 +267,22 @@ static void connect_to(int q)
 		rc = err ? -1 : 0;
 		errno = err;
 	}
-	if (rc)
-		fail("cannot connect to rank %d at the address it announced: %s (is a firewall "
-		     "between the hosts? every rank listens on a port of its own)", q,
-		     strerror(errno));
-	set_fast(fd);
-	unsigned char h[HDR];
-	put_frame(h, F_HELLO, (uint32_t)M.world, (uint32_t)M.rank, 0);
-	if (write_all(fd, h, HDR, 0))
-		fail("cannot greet rank %d: %s", q, strerror(errno));
-	c->fd = fd;
+	if (!rc) {
+		set_fast(fd);
+		unsigned char h[HDR];
+		put_frame(h, F_HELLO, (uint32_t)M.world, (uint32_t)M.rank, 0);
+		if (write_all(fd, h, HDR, 0)) {
+			fail("cannot greet rank %d: %s", q, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		c->fd = fd;
+		return 0;
+	}
+	fail("cannot connect to rank %d at the address it announced: %s (is a firewall between "
+	     "the hosts? every rank listens on a port of its own)", q, strerror(errno));
+	close(fd);
+	return -1;
 }
 
 /* The peer ended the connection: the end of the run after a BYE (or while
@@ -274,8 +292,9 @@ static void conn_closed(struct conn *c)
 	if (!c->bye && !M.stopping) {
 		if (c->peer < 0)
 			fail("a connection closed before saying which rank it came from");
-		fail("rank %d closed its connection without saying goodbye: it exited or was "
-		     "killed (see its own messages); stopping", c->peer);
+		else
+			fail("rank %d closed its connection without saying goodbye: it exited or was "
+			     "killed (see its own messages); stopping", c->peer);
 	}
 	close(c->fd);
 	c->fd = -1;
@@ -285,7 +304,7 @@ static void conn_closed(struct conn *c)
 /* Write what the send queue holds until the socket is full. */
 static void write_some(struct conn *c)
 {
-	while (c->sq && c->fd >= 0) {
+	while (c->sq && c->fd >= 0 && !M.broken) {
 		struct p2p_op *op = c->sq;
 		size_t total = HDR + op->n;
 		const char *p = op->off < HDR ? (const char *)op->hdr + op->off
@@ -307,6 +326,7 @@ static void write_some(struct conn *c)
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		fail("cannot send to rank %d: %s: that rank is gone", c->peer, strerror(errno));
+		return;
 	}
 }
 
@@ -329,10 +349,17 @@ static void on_header(struct conn *c)
 	uint32_t chan = get_le32(h + 8), tag = get_le32(h + 12);
 	uint64_t n = get_le64(h + 16);
 	if (get_le32(h) != MAGIC || h[4] != VERSION || h[5] || h[7] || type < F_HELLO ||
-	    type > F_BYE)
-		fail("a connection %s rank %d carries bytes that are not asyncpp messages (another "
-		     "program on this port, or another asyncpp version)", c->incoming ? "from" : "to",
-		     c->peer);
+	    type > F_BYE) {
+		char who[48];
+		if (c->peer < 0)
+			snprintf(who, sizeof(who), "a connection that did not say its rank");
+		else
+			snprintf(who, sizeof(who), "the connection %s rank %d",
+				 c->incoming ? "from" : "to", c->peer);
+		fail("%s carries bytes that are not asyncpp messages (another program on this "
+		     "port, or another asyncpp version)", who);
+		return;
+	}
 	c->hgot = 0;
 	if (type == F_BYE) {
 		c->bye = 1;
@@ -341,22 +368,29 @@ static void on_header(struct conn *c)
 	if (type == F_HELLO) {
 		if (!c->incoming || c->peer >= 0 || n)
 			fail("a second greeting on a connection of rank %d", c->peer);
-		if (chan != (uint32_t)M.world)
+		else if (chan != (uint32_t)M.world)
 			fail("a rank of a world of %u processes connected to this one of %d: two runs "
 			     "share MASTER_ADDR:MASTER_PORT, or WORLD_SIZE differs between ranks", chan,
 			     M.world);
-		if (tag >= (uint32_t)M.world || (int)tag == M.rank)
+		else if (tag >= (uint32_t)M.world || (int)tag == M.rank)
 			fail("a connection says it comes from rank %u of %d", tag, M.world);
-		c->peer = (int)tag;
+		else
+			c->peer = (int)tag;
 		return;
 	}
-	if (!c->incoming || c->peer < 0)
+	if (!c->incoming || c->peer < 0) {
 		fail("a message on a connection that carries none (from rank %d)", c->peer);
-	if (n > SIZE_MAX)
+		return;
+	}
+	if (n > SIZE_MAX) {
 		fail("a message of %llu bytes from rank %d", (unsigned long long)n, c->peer);
+		return;
+	}
+	/* a message for a receive not posted yet is kept until it is */
 	struct p2p_op *op = take_posted(c->peer, chan, tag);
+	if (op && size_differs(op, c->peer, n))
+		return;
 	if (op) {
-		check_size(op, c->peer, n);
 		c->rop = op;
 		c->dst = op->buf;
 	} else {
@@ -373,10 +407,17 @@ static void on_header(struct conn *c)
 /* Read everything that has arrived on c. */
 static void read_some(struct conn *c)
 {
-	while (c->fd >= 0) {
+	while (c->fd >= 0 && !M.broken) {
 		int in_hdr = c->hgot < HDR;
+		if (!in_hdr && c->rmsg && c->got == c->rmsg->cap) { /* room for more */
+			struct umsg *u = c->rmsg;
+			u->cap = u->n - u->cap < u->cap ? u->n : 2 * u->cap;
+			u->data = xrealloc(u->data, u->cap);
+			c->dst = u->data;
+		}
 		char *p = in_hdr ? (char *)c->hdr + c->hgot : c->dst + c->got;
-		size_t len = in_hdr ? HDR - c->hgot : c->want - c->got;
+		size_t len = in_hdr ? HDR - c->hgot
+				    : (c->rmsg ? c->rmsg->cap : c->want) - c->got;
 		ssize_t k = recv(c->fd, p, len, MSG_DONTWAIT);
 		if (k == 0) {
 			conn_closed(c);
@@ -392,6 +433,7 @@ static void read_some(struct conn *c)
 				return;
 			}
 			fail("reading from rank %d: %s", c->peer, strerror(errno));
+			return;
 		}
 		if (in_hdr) {
 			c->hgot += (size_t)k;
@@ -415,6 +457,7 @@ static void accept_all(void)
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
 			fail("accepting a connection: %s", strerror(errno));
+			return;
 		}
 		set_fast(fd);
 		fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -455,7 +498,7 @@ static void t_progress(double wait)
 	int got = poll(M.pfd, (nfds_t)n, wait > 0 ? (int)(wait * 1000) + 1 : 0);
 	if (got < 0 && errno != EINTR)
 		fail("poll: %s", strerror(errno));
-	for (int i = 0; got > 0 && i < n; i++) {
+	for (int i = 0; got > 0 && i < n && !M.broken; i++) {
 		short ev = M.pfd[i].revents;
 		struct conn *c = M.pconn[i];
 		if (!ev)
@@ -499,12 +542,13 @@ static struct p2p_op *t_isend(void *ch, const void *buf, size_t n, int to, int t
 	struct p2p_op *op = new_op(0, ch, buf, n, to, tag);
 	if (to == M.rank) { /* to itself: delivered at once */
 		struct p2p_op *r = take_posted(to, op->chan, op->tag);
-		if (r) {
-			check_size(r, to, n);
+		if (r && !size_differs(r, to, n)) {
 			memcpy(r->buf, buf, n);
 			r->done = 1;
-		} else {
+		} else if (!r) {
 			struct umsg *u = add_unexpected(to, op->chan, op->tag, n);
+			u->data = xrealloc(u->data, n ? n : 1);
+			u->cap = n;
 			memcpy(u->data, buf, n);
 			u->complete = 1;
 		}
@@ -512,10 +556,12 @@ static struct p2p_op *t_isend(void *ch, const void *buf, size_t n, int to, int t
 		return op;
 	}
 	struct conn *c = &M.out[to];
-	if (c->bye)
+	if (c->bye) {
 		fail("a message for rank %d, which has finished", to);
-	if (c->fd < 0)
-		connect_to(to);
+		return op;
+	}
+	if (c->fd < 0 && connect_to(to))
+		return op;
 	put_frame(op->hdr, F_DATA, op->chan, op->tag, n);
 	if (c->sq_tail)
 		c->sq_tail->next = op;
@@ -532,7 +578,8 @@ static struct p2p_op *t_irecv(void *ch, void *buf, size_t n, int from, int tag)
 	for (struct umsg *u = M.unexp; u; u = u->next) {
 		if (u->bound || u->from != from || u->chan != op->chan || u->tag != op->tag)
 			continue;
-		check_size(op, from, u->n);
+		if (size_differs(op, from, u->n))
+			return op;
 		if (u->complete) {
 			memcpy(buf, u->data, n);
 			op->done = 1;
@@ -550,6 +597,8 @@ static struct p2p_op *t_irecv(void *ch, void *buf, size_t n, int from, int tag)
 	return op;
 }
 
+static int t_broken(void) { return M.broken; }
+
 static int t_done(struct p2p_op *op)
 {
 	if (!op->done)
@@ -561,7 +610,7 @@ static int t_done(struct p2p_op *op)
 const struct p2p_carrier *p2p_tcp_carrier(void)
 {
 	static struct p2p_carrier k = {"tcp", 0, 1, t_open, t_close, t_tag_limit, t_isend,
-				       t_irecv, t_done, t_progress};
+				       t_irecv, t_done, t_progress, t_broken};
 	k.rank = M.rank;
 	k.world = M.world;
 	return M.on ? &k : NULL;
@@ -639,12 +688,14 @@ static int all_closed(void)
 	return 1;
 }
 
+static void teardown(void);
+
 void p2p_tcp_stop(void)
 {
 	if (!M.on)
 		return;
 	double deadline = M.timeout > 0 ? now_sec() + M.timeout : 0;
-	while (!queues_empty() && (!deadline || now_sec() < deadline))
+	while (!queues_empty() && !M.broken && (!deadline || now_sec() < deadline))
 		t_progress(0.05);
 	/* goodbye on every connection, then read until each peer has said it
 	 * and closed: closing with its goodbye unread would reset the
@@ -658,8 +709,14 @@ void p2p_tcp_stop(void)
 	for (int i = 0; i < M.n_in; i++)
 		if (M.in[i]->fd >= 0 && !write_all(M.in[i]->fd, bye, HDR, deadline))
 			shutdown(M.in[i]->fd, SHUT_WR);
-	while (!all_closed() && (!deadline || now_sec() < deadline))
+	while (!all_closed() && !M.broken && (!deadline || now_sec() < deadline))
 		t_progress(0.05);
+	teardown();
+}
+
+/* Close and free everything; the mesh is off. */
+static void teardown(void)
+{
 	for (int q = 0; q < M.world; q++)
 		if (M.out[q].fd >= 0)
 			close(M.out[q].fd);
@@ -670,7 +727,8 @@ void p2p_tcp_stop(void)
 	}
 	while (M.unexp)
 		drop_unexpected(M.unexp);
-	close(M.lfd);
+	if (M.lfd >= 0)
+		close(M.lfd);
 	free(M.addr);
 	free(M.alen);
 	free(M.out);
@@ -679,4 +737,47 @@ void p2p_tcp_stop(void)
 	free(M.pconn);
 	memset(&M, 0, sizeof(M));
 	M.lfd = -1;
+}
+
+/* ---- for the fuzzer ---- */
+
+int p2p_tcp_fuzz(const unsigned char *data, size_t n)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return -1;
+	M.on = 1;
+	M.rank = 0;
+	M.world = 3;
+	M.lfd = -1;
+	M.out = xcalloc(3, sizeof(*M.out));
+	for (int q = 0; q < 3; q++)
+		M.out[q] = (struct conn){.fd = -1, .peer = q};
+	struct conn *c = xcalloc(1, sizeof(*c));
+	*c = (struct conn){.fd = sv[0], .peer = -1, .incoming = 1};
+	set_fast(sv[0]);
+	set_fast(sv[1]);
+	M.in = xcalloc(1, sizeof(*M.in));
+	M.in[0] = c;
+	M.n_in = M.cap_in = 1;
+	/* rank 1, channel 1: tags 0, 1, 2 of 0, 16 and 1000 bytes */
+	static char buf[1016];
+	struct p2p_op *ops[3] = {t_irecv((void *)1, buf, 0, 1, 0), t_irecv((void *)1, buf, 16, 1, 1),
+				 t_irecv((void *)1, buf + 16, 1000, 1, 2)};
+	size_t off = 0;
+	while (off < n && !M.broken && c->fd >= 0) {
+		ssize_t k = send(sv[1], data + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0)
+			off += (size_t)k;
+		t_progress(0);
+	}
+	close(sv[1]);
+	for (int i = 0; i < 100000 && c->fd >= 0 && !M.broken; i++)
+		t_progress(0);
+	int broken = M.broken;
+	for (int i = 0; i < 3; i++)
+		free(ops[i]);
+	M.posted = M.posted_tail = NULL;
+	teardown();
+	return broken;
 }

@@ -315,3 +315,67 @@ TEST(test_p2p_tcp_staggered_ends_are_clean)
 	}
 }
 
+
+/* ---- the frame reader (what tests/fuzz/fuzz_p2p.c fuzzes) ---- */
+
+static size_t frame(unsigned char *b, unsigned type, uint32_t chan, uint32_t tag, uint64_t n)
+{
+	put_le32(b, 0x50325041u);
+	b[4] = 1, b[5] = 0, b[6] = (unsigned char)type, b[7] = 0;
+	put_le32(b + 8, chan);
+	put_le32(b + 12, tag);
+	put_le64(b + 16, n);
+	return 24;
+}
+
+/* feed the bytes; 1 when refused, with the message containing want */
+static int refused_with(const unsigned char *b, size_t n, const char *want)
+{
+	set_error_quiet(1);
+	int rc = p2p_tcp_fuzz(b, n);
+	set_error_quiet(0);
+	if (rc == 1 && want && !strstr(last_error(), want)) {
+		fprintf(stderr, "refused with '%s', expected '%s'\n", last_error(), want);
+		return 0;
+	}
+	return rc == 1;
+}
+
+TEST(test_p2p_tcp_frames_read_or_refused)
+{
+	static unsigned char b[4096];
+	size_t n = frame(b, 1, 3, 1, 0); /* hello from rank 1 of 3 */
+	size_t hello = n;
+	n += frame(b + n, 2, 1, 0, 0);
+	n += frame(b + n, 2, 1, 1, 16);
+	n += 16;
+	n += frame(b + n, 2, 1, 2, 1000);
+	n += 1000;
+	n += frame(b + n, 2, 5, 5, 100); /* unexpected: kept */
+	n += 100;
+	size_t bye = n;
+	n += frame(b + n, 3, 0, 0, 0);
+	CHECK(!refused_with(b, n, NULL));
+	/* the same without the goodbye: the end is a crash */
+	CHECK(refused_with(b, bye, "rank 1 closed its connection without saying goodbye"));
+	/* a receive of 16 bytes meets 15 */
+	n = hello + frame(b + hello, 2, 1, 1, 15) + 15;
+	CHECK(refused_with(b, n, "has 15 bytes where 16 were expected"));
+	/* data before the hello */
+	n = frame(b, 2, 1, 0, 0);
+	CHECK(refused_with(b, n, "a message on a connection that carries none"));
+	/* another world, another rank, a second hello, not a frame at all */
+	CHECK(refused_with(b, frame(b, 1, 4, 1, 0), "world of 4 processes"));
+	CHECK(refused_with(b, frame(b, 1, 3, 0, 0), "comes from rank 0 of 3"));
+	n = frame(b, 1, 3, 1, 0);
+	n += frame(b + n, 1, 3, 1, 0);
+	CHECK(refused_with(b, n, "a second greeting"));
+	memcpy(b, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
+	CHECK(refused_with(b, 27, "not asyncpp messages"));
+	/* a header that claims 2^60 bytes and sends 64: refused at the end,
+	 * having held only what came */
+	n = frame(b, 1, 3, 1, 0);
+	n += frame(b + n, 2, 9, 9, (uint64_t)1 << 60) + 64;
+	memset(b + n - 64, 7, 64);
+	CHECK(refused_with(b, n, "closed its connection without saying goodbye"));
+}
