@@ -1,7 +1,7 @@
 /* replica_nccl.c - the replicas' gradient sum between GPU processes over
  * NCCL (nccl.h), in replica order.
  *
- * The same three phases as replica_mpi.c, on the stage's dp channel, so the
+ * The same three phases as replica_p2p.c, on the stage's dp channel, so the
  * bits are the threaded run's (ncclAllReduce would be faster to write but
  * sums in an order of NCCL's choosing, which depends on the topology):
  *   1. grouped sends and receives: chunk q of g to replica q, chunk r of
