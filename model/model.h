@@ -143,6 +143,10 @@ struct stage {
 	int n_slots;           /* activation slots (in-flight micro-batches) */
 	void **slot_acts;      /* per slot: saved activations */
 	void *scratch;         /* activation gradients, logits; shared by slots */
+	int head_rows;         /* the head (logits, loss, their gradient) runs on
+				* this many rows at a time: the logits of all
+				* B*T rows are never held at once (stage_init
+				* picks it; it may be lowered, never raised) */
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs (bytes: activations in the backend's act_dtype) */
 	size_t act_bytes_per_slot, scratch_bytes;

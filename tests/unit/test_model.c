@@ -546,6 +546,48 @@ static void grad_check(int arch, int tied)
 	run_close(&r);
 }
 
+/* The head in chunks of a few rows (3 rows, which divide neither B*T nor
+ * B) gives the loss and every gradient of the head in one chunk: the same
+ * logits row by row, the head's gradient summed chunk after chunk. Both
+ * tied (the head's gradient goes to wte) and untied. */
+static void head_chunks(int arch, int tied)
+{
+	struct model_config c = tiny(arch, tied);
+	struct run r;
+	CHECK(run_open(&r, &c, 2, 8, 21 + arch + 2 * tied) == 0);
+	perturb(&r.m, r.params, 98, 8.0f);
+	CHECK(r.st.head_rows == r.B * r.T); /* a tiny model's logits fit at once */
+	float whole = run_grad(&r);
+	float *g1 = xmalloc(r.m.numel * sizeof(float));
+	memcpy(g1, r.grads, r.m.numel * sizeof(float));
+	r.st.head_rows = 3;
+	float chunked = run_grad(&r);
+	CHECK_MSG(fabsf(chunked - whole) <= 1e-6f * fabsf(whole), "loss %.9g chunked, %.9g whole",
+		  chunked, whole);
+	double gmax = 0, dmax = 0;
+	for (size_t i = 0; i < r.m.numel; i++) {
+		gmax = fmax(gmax, fabs(g1[i]));
+		dmax = fmax(dmax, fabs(g1[i] - r.grads[i]));
+	}
+	CHECK_MSG(gmax > 0 && dmax <= 1e-5 * gmax, "gradients differ by %g (largest %g)", dmax, gmax);
+	float loss_only = run_loss(&r);
+	CHECK(loss_only == chunked); /* without gradients: the same chunks, the same loss */
+	free(g1);
+	run_close(&r);
+}
+
+TEST(head_chunks_match_one_chunk_gpt2)
+{
+	NEED_BACKEND();
+	head_chunks(ARCH_GPT2, 1);
+}
+
+TEST(head_chunks_match_one_chunk_llama_untied)
+{
+	NEED_BACKEND();
+	head_chunks(ARCH_LLAMA, 0);
+}
+
 TEST(grad_check_gpt2)
 {
 	NEED_BACKEND();
