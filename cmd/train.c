@@ -23,7 +23,7 @@
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
-#include "../sched/dist.h"
+#include "../sched/comm/dist.h"
 #include "../sched/trainer.h"
 #include "builtin.h"
 #include "generate.h"

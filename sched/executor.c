@@ -5,7 +5,7 @@
  * exchanging activations and gradients through a transport (local queues
  * between threads, or MPI between processes). An OPTIM_STEP only *posts*
  * the stage's part of the step-finish sequence (trainer.h) to a board
- * (sched/board.h); the update itself is completed lazily, when a later
+ * (sched/comm/board.h); the update itself is completed lazily, when a later
  * action needs it: a forward that uses the new version, a backward that
  * needs the gradient buffer, or the end of the segment. Completion waits
  * until every stage has posted, then applies the same global norm, clip and
@@ -44,13 +44,13 @@
 
 #include "../io/util.h"
 #include "../optim/optim.h"
-#include "board.h"
-#include "dist.h"
-#include "nccl.h"
-#include "replica.h"
+#include "comm/board.h"
+#include "comm/dist.h"
+#include "comm/nccl.h"
+#include "comm/replica.h"
 #include "schedule.h"
 #include "trainer.h"
-#include "transport.h"
+#include "comm/transport.h"
 
 struct pipeline {
 	struct trainer *tr;

@@ -7,8 +7,8 @@
 
 #include "../io/util.h"
 #include "../optim/optim.h"
-#include "dist.h"
-#include "replica.h"
+#include "comm/dist.h"
+#include "comm/replica.h"
 #include "schedule.h"
 
 int trainer_stage_delay(const struct config *cfg, int s, int S)

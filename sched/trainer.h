@@ -19,7 +19,7 @@
  *      The norm is global, so all stages and replicas skip together and the
  *      schedules' equivalences hold through a skipped step.
  *
- * Data parallelism (pipeline.data_parallel = N, sched/replica.h): N replicas
+ * Data parallelism (pipeline.data_parallel = N, sched/comm/replica.h): N replicas
  * of the S-stage pipeline. Replica r takes micro-batches [r*M/N, (r+1)*M/N)
  * of every step (the data indices of N = 1, so the global batch is the
  * same; pipedream, whose step is one micro-batch per pipeline, takes N

@@ -66,7 +66,7 @@ char *config_to_string(const struct config *cfg);
  * "SECTION.KEY = A on rank RANK_A, but SECTION.KEY = B on rank 0" in msg (a
  * is rank rank_a's text, b rank 0's), or "their lengths differ". Used by
  * the multi-process checks that every rank runs the same configuration
- * (sched/dist.c over MPI, sched/rendezvous.c over TCP). */
+ * (sched/comm/dist.c over MPI, sched/comm/rendezvous.c over TCP). */
 void config_first_difference(const char *a, const char *b, int rank_a, char *msg, size_t len);
 void config_free(struct config *cfg);
 /* Deep copy. */

@@ -39,7 +39,7 @@ int cuda_nccl_recv(struct cuda_nccl_comm *comm, float *buf, size_t count, int pe
 int cuda_nccl_allreduce_sum(struct cuda_nccl_comm *comm, const float *send, float *recv,
 			    size_t count);
 
-/* ---- channels: what sched/transport_nccl.c and replica_nccl.c build on ----
+/* ---- channels: what sched/comm/transport_nccl.c and replica_nccl.c build on ----
  *
  * A channel is a communicator with a CUDA stream of its own. NCCL matches
  * sends and receives by their order on a communicator, and a send waits on

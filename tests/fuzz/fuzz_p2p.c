@@ -1,5 +1,5 @@
 /* fuzz_p2p.c - fuzz entry point for the TCP mesh's frame reader
- * (sched/p2p_tcp.c): any bytes a peer sends are read or refused with a
+ * (sched/comm/p2p_tcp.c): any bytes a peer sends are read or refused with a
  * message, never a crash, a hang or an allocation larger than what came.
  * The bytes arrive as rank 1's connection to rank 0 of a mesh of 3, with
  * receives posted for channel 1, tags 0, 1, 2 (0, 16 and 1000 bytes). */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "../../io/util.h"
-#include "../../sched/p2p.h"
+#include "../../sched/comm/p2p.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,7 +10,7 @@
 # under TCP from its step-10 checkpoint ends on the same tensors. A rank
 # that is killed makes the others exit at once, naming it; a rank that is
 # stopped is named after pipeline.timeout. Both carriers (MPI, TCP) are one
-# code path above sched/p2p.h, so this also covers that layer end to end.
+# code path above sched/comm/p2p.h, so this also covers that layer end to end.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tcp_rendezvous.sh - processes started torchrun-style (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT; no MPI launcher) with pipeline.transport = tcp
-# meet at asyncpp's TCP rendezvous (sched/rendezvous.h), on 127.0.0.1:
+# meet at asyncpp's TCP rendezvous (sched/comm/rendezvous.h), on 127.0.0.1:
 # a rank with another configuration is named with its first differing key;
 # ranks that agree train; a missing MASTER_PORT and a rank 0 that never
 # comes are named; nccl is refused where CUDA is not built in. No GPU.

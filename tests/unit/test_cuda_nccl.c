@@ -19,8 +19,8 @@
 
 #ifdef ASYNCPP_CUDA
 #include "../../kernels/cuda/cuda_nccl.h"
-#include "../../sched/nccl.h"
-#include "../../sched/replica.h"
+#include "../../sched/comm/nccl.h"
+#include "../../sched/comm/replica.h"
 
 static const struct backend *cu;
 

@@ -1,4 +1,4 @@
-/* test_p2p.c - the point-to-point messages of sched/p2p.h over the TCP
+/* test_p2p.c - the point-to-point messages of sched/comm/p2p.h over the TCP
  * mesh (p2p_tcp.c), between forked processes on 127.0.0.1: every message
  * arrives whole, in order per (source, channel, tag), whether its receive
  * was posted before or after it came, to itself too, empty or 48 MB (two
@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "../../io/util.h"
-#include "../../sched/p2p.h"
-#include "../../sched/rendezvous.h"
+#include "../../sched/comm/p2p.h"
+#include "../../sched/comm/rendezvous.h"
 #include "../test.h"
 
 #define MAXW 4

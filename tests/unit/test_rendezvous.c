@@ -1,4 +1,4 @@
-/* test_rendezvous.c - the TCP rendezvous (sched/rendezvous.h) between
+/* test_rendezvous.c - the TCP rendezvous (sched/comm/rendezvous.h) between
  * forked processes on 127.0.0.1: the collectives' contents for worlds of
  * 1, 2 and 4, and every failure named, in time, without a hang: a wrong
  * WORLD_SIZE, a RANK claimed twice, a configuration that differs in one
@@ -22,7 +22,7 @@
 
 #include "../../io/config/config.h"
 #include "../../io/util.h"
-#include "../../sched/rendezvous.h"
+#include "../../sched/comm/rendezvous.h"
 #include "../test.h"
 
 #define MAXW 8

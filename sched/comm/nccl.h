@@ -31,8 +31,8 @@
 
 #include <stddef.h>
 
-#include "../io/util.h"
-#include "../kernels/backend.h"
+#include "../../io/util.h"
+#include "../../kernels/backend.h"
 
 struct cuda_nccl_chan;
 struct transport;

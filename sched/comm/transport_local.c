@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 #include "transport.h"
 
 struct msg {

@@ -28,7 +28,7 @@ struct replicas *replicas_nccl(const struct backend *be, struct nccl_world *w, d
 
 #include <stdlib.h>
 
-#include "../kernels/cuda/cuda_nccl.h"
+#include "../../kernels/cuda/cuda_nccl.h"
 
 struct nccl_replicas {
 	struct replicas x;

@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../io/config/config.h"
-#include "../io/util.h"
+#include "../../io/config/config.h"
+#include "../../io/util.h"
 
 enum {
 	OP_HELLO = 1, /* rank q -> 0: payload = host name */

@@ -37,7 +37,7 @@
 
 #include <stddef.h>
 
-#include "../kernels/backend.h"
+#include "../../kernels/backend.h"
 
 struct board {
 	const char *name;

@@ -15,7 +15,7 @@ const struct p2p_carrier *p2p_mpi_carrier(void) { return NULL; }
 #include <stdlib.h>
 #include <time.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 #include "dist.h"
 
 #define PIECE ((size_t)1 << 30)

@@ -21,7 +21,7 @@
  */
 #include "board.h"
 
-#include "../io/util.h"
+#include "../../io/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 #include "replica.h"
 #include "transport.h"
 

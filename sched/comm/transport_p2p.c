@@ -23,7 +23,7 @@
 
 #include <stdlib.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 #include "dist.h"
 #include "p2p.h"
 

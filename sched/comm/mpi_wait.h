@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 
 /* MPI_Waitall(n, req, st) (st may be MPI_STATUSES_IGNORE) that gives up
  * after timeout seconds (0: waits forever): it then prints "rank R (stage

@@ -50,9 +50,9 @@
 
 #include <stddef.h>
 
-#include "../io/config/config.h"
-#include "../io/data/dataloader.h"
-#include "../kernels/backend.h"
+#include "../../io/config/config.h"
+#include "../../io/data/dataloader.h"
+#include "../../kernels/backend.h"
 
 struct dist_env {
 	int rank, world, local_rank;
@@ -105,7 +105,7 @@ int dist_bcast(void *buf, size_t bytes, int root);
  * write directly (else the messages are staged through host buffers). */
 int dist_backend_is_host(const struct backend *be);
 
-/* The mpi and tcp transports (sched/transport_p2p.c over p2p.h; belongs in
+/* The mpi and tcp transports (sched/comm/transport_p2p.c over p2p.h; belongs in
  * transport.h): stage s is rank s of S (for replicas, S is the world and
  * transport_shift of replica.h maps a replica's stages to its ranks);
  * messages of msg_bytes bytes; ranks are replica * stages + stage; a

@@ -32,7 +32,7 @@ struct transport *transport_nccl(const struct backend *be, struct nccl_world *w,
 
 #include <stdlib.h>
 
-#include "../kernels/cuda/cuda_nccl.h"
+#include "../../kernels/cuda/cuda_nccl.h"
 
 struct pending {
 	struct cuda_nccl_event *ev;

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "../kernels/backend.h"
+#include "../../kernels/backend.h"
 
 enum msg_kind { MSG_ACT = 0, MSG_GRAD = 1 };
 

@@ -29,7 +29,7 @@
 
 #include <stddef.h>
 
-#include "../kernels/backend.h"
+#include "../../kernels/backend.h"
 
 struct transport;
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 #include "p2p.h"
 #include "rendezvous.h"
 

@@ -22,7 +22,7 @@
  */
 #include "replica.h"
 
-#include "../io/util.h"
+#include "../../io/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -34,7 +34,7 @@ double nccl_wait(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch, double ti
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../kernels/cuda/cuda_nccl.h"
+#include "../../kernels/cuda/cuda_nccl.h"
 
 /* The ids a rank creates: [0] its act channel to stage + 1, [1] its grad
  * channel from stage + 1, [2] (replica 0 only) its stage's dp channel. */

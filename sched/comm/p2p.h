@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "../io/util.h"
+#include "../../io/util.h"
 
 struct p2p;     /* a channel */
 struct p2p_op;  /* one pending send or receive */
