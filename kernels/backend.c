@@ -8,6 +8,7 @@
 
 #ifndef ASYNCPP_CUDA
 const struct backend *backend_cuda(void) { return NULL; }
+const struct backend *backend_cuda_bf16(void) { return NULL; }
 int cuda_available(char *why, size_t why_len)
 {
 	snprintf(why, why_len, "this asyncpp was built without CUDA (rebuild with nvcc on PATH)");

@@ -100,7 +100,9 @@ void cuda_soap_adam(float *out, const float *mr, const float *gr, float *v, size
 void cuda_row_normalize(float *o, float *v, int rows, int cols, float beta2, float eps);
 void cuda_gemm_f32(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb,
 		   float alpha, float beta);
-/* dst[c] += sum over rows of x[N,C] (fixed order); for bias gradients. */
+/* dst[c] += sum over rows of x[N,C] (fixed order, float sums); for bias
+ * gradients, over activations of either storage type. */
 void cuda_colsum_acc(float *dst, const float *x, int N, int C);
+void cuda_colsum_acc(float *dst, const __nv_bfloat16 *x, int N, int C);
 
 #endif
