@@ -252,7 +252,7 @@ const struct backend *backend_with_act_dtype(const struct backend *be, int dtype
  * writes the reason to why (e.g. "no CUDA driver found"). */
 const struct backend *backend_cuda(void);
 /* Its twin that stores activations as bf16 (kernels/cuda/cuda_act.h), NULL
- * without CUDA. Work in progress: its matmul and attention slots are NULL,
+ * without CUDA. Work in progress: its attention slots are NULL,
  * so backend_with_act_dtype does not give it out yet. */
 const struct backend *backend_cuda_bf16(void);
 int cuda_available(char *why, size_t why_len);

@@ -1388,16 +1388,17 @@ static void act_rmsnorm_backward(void *dinp, float *dw, const void *dout, const 
 {
 	cu_rmsnorm_backward((A *)dinp, dw, (const A *)dout, (const A *)inp, w, rstd, N, C);
 }
+template <typename A>
 static void act_matmul_forward(void *out, const void *inp, const float *w, const float *bias,
 			       int N, int C, int OC)
 {
-	cuda_matmul_forward((float *)out, (const float *)inp, w, bias, N, C, OC);
+	cuda_matmul_forward((A *)out, (const A *)inp, w, bias, N, C, OC);
 }
+template <typename A>
 static void act_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC)
 {
-	cuda_matmul_backward((float *)dinp, dw, dbias, (const float *)dout, (const float *)inp, w,
-			     N, C, OC);
+	cuda_matmul_backward((A *)dinp, dw, dbias, (const A *)dout, (const A *)inp, w, N, C, OC);
 }
 template <typename A>
 static void act_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta)
@@ -1460,6 +1461,8 @@ template <typename A> static void fill_act_slots(struct backend &t)
 {
 	t.embed_forward = act_embed_forward<A>;
 	t.embed_backward = act_embed_backward<A>;
+	t.matmul_forward = act_matmul_forward<A>;
+	t.matmul_backward = act_matmul_backward<A>;
 	t.layernorm_forward = act_layernorm_forward<A>;
 	t.layernorm_backward = act_layernorm_backward<A>;
 	t.rmsnorm_forward = act_rmsnorm_forward<A>;
@@ -1509,8 +1512,8 @@ static void fill_common_slots(struct backend &t)
 
 /* Filled by assignment (not positional initialisers) so that a reordered or
  * extended backend.h cannot silently shift the slots. The bf16 table has no
- * matmul or attention yet (NULL: unsupported), so backend_with_act_dtype
- * does not hand it out; test_cuda_ops tests what it has. */
+ * attention yet (NULL: unsupported), so backend_with_act_dtype does not
+ * hand it out; test_cuda_ops tests what it has. */
 static void fill_tables(void)
 {
 	struct backend &f = cuda_table, &h = cuda_bf16_table;
@@ -1519,8 +1522,6 @@ static void fill_tables(void)
 	f.act_from_f32 = f32_from_f32;
 	f.act_to_f32 = f32_to_f32;
 	fill_act_slots<float>(f);
-	f.matmul_forward = act_matmul_forward;
-	f.matmul_backward = act_matmul_backward;
 	f.attention_forward = act_attention_forward;
 	f.attention_backward = act_attention_backward;
 

@@ -67,10 +67,17 @@ void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfl
 int cuda_blaslt_load(char *why, size_t len);
 
 /* ---- ops the table points at, defined across the .cu files ---- */
+/* Activations are float (the f32 table) or __nv_bfloat16 (the bf16 table),
+ * one overload each; weights, biases and their gradients are float. */
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
 			 int N, int C, int OC);
+void cuda_matmul_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const float *w,
+			 const float *bias, int N, int C, int OC);
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 			  const float *inp, const float *w, int N, int C, int OC);
+void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
+			  const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
+			  int N, int C, int OC);
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,

@@ -59,7 +59,7 @@ TEST(cuda_bf16_table)
 	ACT_SLOT(rmsnorm_forward); ACT_SLOT(rmsnorm_backward); ACT_SLOT(rope_forward);
 	ACT_SLOT(rope_backward); ACT_SLOT(gelu_forward); ACT_SLOT(gelu_backward);
 	ACT_SLOT(swiglu_forward); ACT_SLOT(swiglu_backward); ACT_SLOT(add_act);
-	ACT_SLOT(softmax_xent);
+	ACT_SLOT(softmax_xent); ACT_SLOT(matmul_forward); ACT_SLOT(matmul_backward);
 #undef ACT_SLOT
 #define SAME(s) CHECK_MSG(h->s == f->s, "cuda bf16 table: " #s " is not the f32 table's")
 	SAME(alloc); SAME(free); SAME(to_device); SAME(to_host); SAME(copy); SAME(zero);

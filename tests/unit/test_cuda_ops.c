@@ -1830,6 +1830,83 @@ TEST(cuda_bf16_softmax_xent)
 	bf16_xent_case();
 }
 
+/* ---- matmul: bf16 activations, fp32 weights and weight gradients ---- */
+
+/* n activations of dev's act_dtype, all NaN, `off` elements past a fresh
+ * allocation (*base, for free) */
+static void *nan_act_at(size_t n, int off, void **base)
+{
+	*base = nan_act(n + off);
+	return act_at(*base, off, act_size(dev));
+}
+
+/* forward and backward on dev, every activation `off` elements past its
+ * allocation: out[N,OC], dinp[N,C] (widened), dw[OC,C] = dw0 + ..., db[OC]
+ * = db0 + ... (when bias) */
+static void bf16_mm_run(float *r[4], int off, const uint16_t *x, const float *w,
+			const float *bias, const uint16_t *dy, const float *dw0, const float *db0,
+			int N, int C, int OC)
+{
+	size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+	void *base[4];
+	void *x_d = put_act_at(x, nx, off, &base[0]), *dy_d = put_act_at(dy, no, off, &base[1]);
+	void *o_d = nan_act_at(no, off, &base[2]), *dx_d = nan_act_at(nx, off, &base[3]);
+	float *w_d = putf(w, nw), *dw_d = putf(dw0, nw);
+	float *b_d = bias ? putf(bias, OC) : NULL, *db_d = bias ? putf(db0, OC) : NULL;
+	dev->matmul_forward(o_d, x_d, w_d, b_d, N, C, OC);
+	dev->matmul_backward(dx_d, dw_d, db_d, dy_d, x_d, w_d, N, C, OC);
+	r[0] = get_act(o_d, no), r[1] = get_act(dx_d, nx), r[2] = getf(dw_d, nw);
+	r[3] = bias ? getf(db_d, OC) : NULL;
+	for (int i = 0; i < 4; i++)
+		dev->free(base[i]);
+	dev->free(w_d), dev->free(dw_d), dev->free(b_d), dev->free(db_d);
+}
+
+static void bf16_matmul_case(int N, int C, int OC, int with_bias)
+{
+	size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+	snprintf(ctx, sizeof(ctx), "matmul N=%d C=%d OC=%d %s on %s bf16", N, C, OC,
+		 with_bias ? "bias" : "no bias", tb->name);
+	uint16_t *x = randb(nx, 1), *dy = randb(no, 1);
+	float *w = randn(nw, 0.1f), *bias = with_bias ? randn(OC, 1) : NULL;
+	float *dw0 = randn(nw, 1), *db0 = randn(OC, 1);
+	float *r[BF16_RUNS][4], *m[4];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		bf16_mm_run(r[k], 0, x, w, bias, dy, dw0, db0, N, C, OC);
+	}
+	dev = tb; /* activations 2 bytes off every vector alignment */
+	bf16_mm_run(m, 1, x, w, bias, dy, dw0, db0, N, C, OC);
+	bf16_check("out", r[0][0], r[1][0], r[2][0], N, OC, OC, 1e-4, 1e-2);
+	bf16_check("dinp", r[0][1], r[1][1], r[2][1], N, C, C, 1e-4, 1e-2);
+	bf16_check_f("dw", r[0][2], r[1][2], r[2][2], nw, 1e-2);
+	if (with_bias)
+		bf16_check_f("dbias", r[0][3], r[1][3], r[2][3], OC, 1e-5);
+	CHECK_MSG(!memcmp(m[0], r[0][0], no * 4) && !memcmp(m[1], r[0][1], nx * 4) &&
+		  !memcmp(m[2], r[0][2], nw * 4) && (!bias || !memcmp(m[3], r[0][3], OC * 4)),
+		  "%s: activations 2 bytes off alignment change the result" SEED_FMT, ctx,
+		  SEED_ARG);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 4);
+	free_all(m, 4);
+	free(x), free(dy), free(w), free(bias), free(dw0), free(db0);
+}
+
+TEST(cuda_bf16_matmul)
+{
+	NEED_BF16(matmul_forward);
+	NEED_BF16(matmul_backward);
+	bf16_matmul_case(64, 96, 80, 1);
+	if (!test_failed())
+		bf16_matmul_case(33, 40, 24, 1);
+	if (!test_failed())
+		bf16_matmul_case(37, 53, 71, 1); /* odd leading dimensions */
+	if (!test_failed())
+		bf16_matmul_case(256, 768, 2304, 0);
+	if (!test_failed())
+		bf16_matmul_case(300, 256, 1000, 1);
+}
+
 /* Every bf16 case above, on dev's pair (tb, tf); for the harness */
 static void bf16_all_cases(void)
 {
@@ -1846,6 +1923,8 @@ static void bf16_all_cases(void)
 		bf16_pointwise_case();
 	if (!test_failed())
 		bf16_xent_case();
+	if (!test_failed())
+		bf16_matmul_case(33, 40, 24, 1);
 }
 
 /* ==== contracts of backend.h, the same code on both backends ==== */
