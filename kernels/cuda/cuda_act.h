@@ -8,7 +8,9 @@
  * arithmetic for both types, so a bf16 kernel gives the f32 kernel's result
  * on the widened inputs, rounded once per stored element: the contract of
  * backend.h, and what the CPU's backend_cpu_bf16 computes. (A NaN stays a
- * NaN; its payload may differ from the CPU's f32_to_bf16.)
+ * NaN; its payload may differ from the CPU's f32_to_bf16.) The index keeps
+ * the caller's integer type, so p[i] is the very expression an f32 kernel
+ * had before it was templated (the same address arithmetic and code).
  *
  * cuda_flash.cu also includes this under its CPU emulator (FLASH_EMULATE,
  * dev/flash_emu.h), which supplies the two bf16 conversions.
@@ -19,24 +21,25 @@
 #ifndef FLASH_EMULATE
 #include <cuda_bf16.h>
 #endif
-#include <stddef.h>
 
-__device__ static __forceinline__ float act_ld(const float *p, size_t i)
+template <typename I> __device__ static __forceinline__ float act_ld(const float *p, I i)
 {
 	return p[i];
 }
 
-__device__ static __forceinline__ float act_ld(const __nv_bfloat16 *p, size_t i)
+template <typename I>
+__device__ static __forceinline__ float act_ld(const __nv_bfloat16 *p, I i)
 {
 	return __bfloat162float(p[i]);
 }
 
-__device__ static __forceinline__ void act_st(float *p, size_t i, float v)
+template <typename I> __device__ static __forceinline__ void act_st(float *p, I i, float v)
 {
 	p[i] = v;
 }
 
-__device__ static __forceinline__ void act_st(__nv_bfloat16 *p, size_t i, float v)
+template <typename I>
+__device__ static __forceinline__ void act_st(__nv_bfloat16 *p, I i, float v)
 {
 	p[i] = __float2bfloat16_rn(v);
 }

@@ -810,7 +810,8 @@ static void cu_layernorm_forward(A *out, float *mean, float *rstd, const A *inp,
 
 template <typename A>
 static void cu_layernorm_backward(A *dinp, float *dw, float *db, const A *dout, const A *inp,
-				  const float *w, const float *mean, const float *rstd, int N, int C)
+				  const float *w, const float *mean, const float *rstd, int N,
+				  int C)
 {
 	/* weight/bias gradients first: dinp may alias dout */
 	colsums(dw, db, dout, inp, mean, rstd, N, C);
@@ -1024,7 +1025,7 @@ __global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *l
 	const A *x = logits + (size_t)n * Vp;
 	int t = targets[n];
 	if (tid == 0)
-		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write (aliasing) */
+		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write */
 	float m = -INFINITY, s = 0;
 	for (int j = tid; j < V; j += XENT_THREADS) {
 		float v = act_ld(x, j);
@@ -1410,17 +1411,19 @@ static void act_rope_backward(void *dqkv, int B, int T, int NH, int NKV, int HD,
 {
 	cu_rope_backward((A *)dqkv, B, T, NH, NKV, HD, theta);
 }
+template <typename A>
 static void act_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int NH,
 				  int NKV, int HD)
 {
-	cuda_attention_forward((float *)out, lse, (const float *)qkv, B, T, NH, NKV, HD);
+	cuda_attention_forward((A *)out, lse, (const A *)qkv, B, T, NH, NKV, HD);
 }
+template <typename A>
 static void act_attention_backward(void *dqkv, const void *dout, const void *qkv,
 				   const void *out, const float *lse, int B, int T, int NH,
 				   int NKV, int HD)
 {
-	cuda_attention_backward((float *)dqkv, (const float *)dout, (const float *)qkv,
-				(const float *)out, lse, B, T, NH, NKV, HD);
+	cuda_attention_backward((A *)dqkv, (const A *)dout, (const A *)qkv, (const A *)out, lse, B,
+				T, NH, NKV, HD);
 }
 template <typename A> static void act_gelu_forward(void *out, const void *inp, size_t n)
 {
@@ -1467,6 +1470,8 @@ template <typename A> static void fill_act_slots(struct backend &t)
 	t.layernorm_backward = act_layernorm_backward<A>;
 	t.rmsnorm_forward = act_rmsnorm_forward<A>;
 	t.rmsnorm_backward = act_rmsnorm_backward<A>;
+	t.attention_forward = act_attention_forward<A>;
+	t.attention_backward = act_attention_backward<A>;
 	t.rope_forward = act_rope_forward<A>;
 	t.rope_backward = act_rope_backward<A>;
 	t.gelu_forward = act_gelu_forward<A>;
@@ -1511,9 +1516,8 @@ static void fill_common_slots(struct backend &t)
 }
 
 /* Filled by assignment (not positional initialisers) so that a reordered or
- * extended backend.h cannot silently shift the slots. The bf16 table has no
- * attention yet (NULL: unsupported), so backend_with_act_dtype does not
- * hand it out; test_cuda_ops tests what it has. */
+ * extended backend.h cannot silently shift the slots. backend_with_act_dtype
+ * goes from one table to the other (train.act_dtype). */
 static void fill_tables(void)
 {
 	struct backend &f = cuda_table, &h = cuda_bf16_table;
@@ -1522,8 +1526,6 @@ static void fill_tables(void)
 	f.act_from_f32 = f32_from_f32;
 	f.act_to_f32 = f32_to_f32;
 	fill_act_slots<float>(f);
-	f.attention_forward = act_attention_forward;
-	f.attention_backward = act_attention_backward;
 
 	fill_common_slots(h);
 	h.act_dtype = ACT_BF16;

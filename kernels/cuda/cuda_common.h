@@ -2,8 +2,10 @@
  *
  * Legend: see kernels/backend.h (B, T, N = B*T, C, NH, NKV, HD, F, V, Vp).
  *
- * Data in the backend interface is fp32; matrix products convert operands to
- * bf16 and run on tensor cores with fp32 accumulation (cuBLASLt). All work is
+ * Activations are fp32 or bf16 (the two tables of cuda_backend.cu; kernels
+ * templated on the type through cuda_act.h); everything else is fp32. Matrix
+ * products run on tensor cores with bf16 operands and fp32 accumulation
+ * (cuBLASLt). All work is
  * queued on one stream per process (cuda_stream()); scratch memory comes from
  * the stream-ordered pool (cudaMallocAsync), so ops called from several
  * threads on the same stream never race on it.
@@ -82,20 +84,32 @@ void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int ste
 			float *scratch);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
 			    int NH, int NKV, int HD);
+void cuda_attention_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B,
+			    int T, int NH, int NKV, int HD);
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 			     const float *out, const float *lse, int B, int T, int NH,
 			     int NKV, int HD);
+void cuda_attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+			     const __nv_bfloat16 *qkv, const __nv_bfloat16 *out, const float *lse,
+			     int B, int T, int NH, int NKV, int HD);
 /* D[b,h,t] = sum_d dout[n, h*HD + d] * out[n, h*HD + d] (cuda_attention.cu),
  * queued; shared by the SIMT and flash backwards. */
 void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T,
 			  int NH, int HD);
+void cuda_attention_delta(float *Dd, const __nv_bfloat16 *dout, const __nv_bfloat16 *out, int B,
+			  int T, int NH, int HD);
 /* bf16 tensor-core attention (cuda_flash.cu), same contract as the two
  * above; HD 64 or 128 only (cuda_flash_supported). */
 int cuda_flash_supported(int NH, int NKV, int HD);
 void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
 			int NKV, int HD);
+void cuda_flash_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T,
+			int NH, int NKV, int HD);
 void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
 			 const float *lse, int B, int T, int NH, int NKV, int HD);
+void cuda_flash_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+			 const __nv_bfloat16 *qkv, const __nv_bfloat16 *out, const float *lse,
+			 int B, int T, int NH, int NKV, int HD);
 /* optimizer pieces of cuda_optim.cu (contracts in kernels/backend.h) */
 void cuda_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
 		       float lr, float beta1, float beta2, float beta3, float alpha, float eps,

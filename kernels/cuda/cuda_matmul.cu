@@ -195,8 +195,8 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 	if (k->bias && k->out_bf16) {
 		/* the bias is fp32 whatever D is (cuBLASLt's default: D's type) */
 		int32_t bt = CUDA_R_32F;
-		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-							   &bt, sizeof(bt)));
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
 	}
 	/* column-major views: lt A = our B, lt B = our A, C/D = D^T [N, M] */
 	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
@@ -257,8 +257,8 @@ static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __n
 	struct plan *p = plan_get_locked(&k);
 	if (!p->ok) {
 		if (beta != 0.0f)
-			cuda_fatal(__FILE__, __LINE__, "gemm: a bf16 D with beta != 0 (M=%d N=%d K=%d)",
-				   M, N, K);
+			cuda_fatal(__FILE__, __LINE__,
+				   "gemm: a bf16 D with beta != 0 (M=%d N=%d K=%d)", M, N, K);
 		float *f = (float *)cuda_scratch((size_t)M * N * sizeof(float));
 		gemm_locked(f, 0, A, B, bias, M, N, K, ta, tb, alpha, 0.0f);
 		cuda_to_bf16((__nv_bfloat16 *)D, f, (size_t)M * N);

@@ -60,6 +60,7 @@ TEST(cuda_bf16_table)
 	ACT_SLOT(rope_backward); ACT_SLOT(gelu_forward); ACT_SLOT(gelu_backward);
 	ACT_SLOT(swiglu_forward); ACT_SLOT(swiglu_backward); ACT_SLOT(add_act);
 	ACT_SLOT(softmax_xent); ACT_SLOT(matmul_forward); ACT_SLOT(matmul_backward);
+	ACT_SLOT(attention_forward); ACT_SLOT(attention_backward);
 #undef ACT_SLOT
 #define SAME(s) CHECK_MSG(h->s == f->s, "cuda bf16 table: " #s " is not the f32 table's")
 	SAME(alloc); SAME(free); SAME(to_device); SAME(to_host); SAME(copy); SAME(zero);
@@ -69,6 +70,8 @@ TEST(cuda_bf16_table)
 	SAME(newton_schulz); SAME(apply_update); SAME(elementwise_step); SAME(sumsq);
 	SAME(sumsq_many); SAME(scale);
 #undef SAME
+	/* train.act_dtype picks one or the other */
+	CHECK(backend_with_act_dtype(f, ACT_BF16) == h && backend_with_act_dtype(h, ACT_F32) == f);
 }
 
 TEST(cuda_available_answers)

@@ -51,6 +51,13 @@
  *                                             2e-3 of max|ref| at worst;
  *                                             misaligned operands: bit-identical
  *   matmul dbias (fp32 column sums)           1e-5
+ *   bf16 table (cuda_bf16_*)                  bit for bit the f32 table's
+ *                                             result on the same values,
+ *                                             rounded (matmul out, dinp: 1
+ *                                             bf16 ulp + 1e-4); vs the CPU's
+ *                                             bf16 ops: exact where f32 is,
+ *                                             else 1 bf16 ulp + the f32
+ *                                             tolerance (see the section)
  *   newton_schulz (bf16 GEMMs, 5 steps)       Frobenius 6e-2 of |ref|_F vs
  *                                             double, and the diagonal of the
  *                                             short side's Gram matrix in
@@ -1653,7 +1660,8 @@ static void bf16_norm_case(int ln, int N, int C)
 		dev = bf16_be(k);
 		void *x_d = put_act(x, nc), *dy_d = put_act(dy, nc);
 		void *out_d = nan_act(nc), *dx_d = nan_act(nc);
-		float *w_d = putf(w, C), *b_d = putf(b, C), *dw_d = putf(dw0, C), *db_d = putf(db0, C);
+		float *w_d = putf(w, C), *b_d = putf(b, C);
+		float *dw_d = putf(dw0, C), *db_d = putf(db0, C);
 		float *m_d = nan_dev(N), *rs_d = nan_dev(N);
 		if (ln)
 			dev->layernorm_forward(out_d, m_d, rs_d, x_d, w_d, b_d, N, C, 1e-5f);
@@ -1757,8 +1765,9 @@ static void bf16_pointwise_case(void)
 		r[k][2] = get_act(sy_d, no), r[k][3] = get_act(sdx_d, ni);
 		r[k][4] = get_act(s_d, n), r[k][5] = get_act(x_d, n);
 		r[k][6] = NULL;
-		dev->free(x_d), dev->free(dy_d), dev->free(b_d), dev->free(y_d), dev->free(dx_d);
-		dev->free(s_d), dev->free(sx_d), dev->free(sdy_d), dev->free(sy_d), dev->free(sdx_d);
+		dev->free(x_d), dev->free(dy_d), dev->free(b_d), dev->free(y_d);
+		dev->free(dx_d), dev->free(s_d), dev->free(sx_d), dev->free(sdy_d);
+		dev->free(sy_d), dev->free(sdx_d);
 	}
 	bf16_check("gelu out", r[0][0], r[1][0], r[2][0], 1, n, n, -1, 1e-5);
 	bf16_check("gelu dinp", r[0][1], r[1][1], r[2][1], 1, n, n, -1, 1e-5);
@@ -1907,6 +1916,90 @@ TEST(cuda_bf16_matmul)
 		bf16_matmul_case(300, 256, 1000, 1);
 }
 
+/* ---- attention: bf16 qkv, out, dout, dqkv; lse float ---- */
+
+/* One shape with the attention kernels the CUDA backend runs now; every
+ * backward gets the CPU's out and lse. tf, tb: tolerances of the forward
+ * and backward against the CPU (1 ulp + tol * max|ref|, dq, dk, dv each on
+ * its own). */
+static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb)
+{
+	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, N = B * T;
+	size_t nq = (size_t)N * QKV, no = (size_t)N * C, nl = (size_t)B * NH * T;
+	uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1), *out_ref = NULL;
+	float *r[BF16_RUNS][3];
+	for (int k = BF16_RUNS - 1; k >= 0; k--) { /* the CPU first: its out and lse */
+		dev = bf16_be(k);
+		void *q_d = put_act(qkv, nq), *dy_d = put_act(dy, no);
+		void *o_d = nan_act(no), *dq_d = nan_act(nq);
+		float *l_d = nan_dev(nl);
+		dev->attention_forward(o_d, l_d, q_d, B, T, NH, NKV, HD);
+		r[k][0] = get_act(o_d, no), r[k][1] = getf(l_d, nl);
+		if (!out_ref) {
+			out_ref = xmalloc(no * sizeof(uint16_t));
+			for (size_t i = 0; i < no; i++)
+				out_ref[i] = f32_to_bf16(r[k][0][i]); /* exact: bf16 values */
+		}
+		dev->free(o_d);
+		o_d = put_act(out_ref, no);
+		dev->to_device(l_d, r[BF16_RUNS - 1][1], nl * sizeof(float));
+		dev->attention_backward(dq_d, dy_d, q_d, o_d, l_d, B, T, NH, NKV, HD);
+		r[k][2] = get_act(dq_d, nq);
+		dev->free(q_d), dev->free(dy_d), dev->free(o_d), dev->free(dq_d), dev->free(l_d);
+	}
+	bf16_check("out", r[0][0], r[1][0], r[2][0], N, C, C, -1, tolf);
+	bf16_check_f("lse", r[0][1], r[1][1], r[2][1], nl, tolf);
+	bf16_check("dq", r[0][2], r[1][2], r[2][2], N, C, QKV, -1, tolb);
+	bf16_check("dk", r[0][2] + C, r[1][2] + C, r[2][2] + C, N, (size_t)NKV * HD, QKV, -1,
+		   tolb);
+	size_t vo = (size_t)C + (size_t)NKV * HD;
+	bf16_check("dv", r[0][2] + vo, r[1][2] + vo, r[2][2] + vo, N, (size_t)NKV * HD, QKV, -1,
+		   tolb);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 3);
+	free(qkv), free(dy), free(out_ref);
+}
+
+/* SIMT (1e-4, 1e-3 as against double) and, on CUDA where the shape allows,
+ * flash (1e-2, 2e-2); the choice in force before is restored. */
+static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
+{
+	int nimpl = 1;
+#ifdef ASYNCPP_CUDA
+	int prev = -1;
+	if (tb == backend_cuda_bf16()) {
+		nimpl = cuda_attention_flash_supported(NH, NKV, HD) ? 2 : 1;
+		prev = cuda_attention_set_impl(CUDA_ATTENTION_SIMT);
+	}
+#endif
+	for (int impl = 0; impl < nimpl && !test_failed(); impl++) {
+		snprintf(ctx, sizeof(ctx), "%sattention B=%d T=%d NH=%d NKV=%d HD=%d on %s bf16",
+			 impl ? "flash " : "", B, T, NH, NKV, HD, tb->name);
+#ifdef ASYNCPP_CUDA
+		if (impl)
+			cuda_attention_set_impl(CUDA_ATTENTION_FLASH);
+#endif
+		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3);
+	}
+#ifdef ASYNCPP_CUDA
+	if (prev >= 0)
+		cuda_attention_set_impl(prev);
+#endif
+}
+
+TEST(cuda_bf16_attention)
+{
+	NEED_BF16(attention_forward);
+	NEED_BF16(attention_backward);
+	static const int shapes[][5] = {
+		{2, 70, 4, 2, 64}, {1, 33, 3, 3, 32}, {1, 129, 2, 1, 128}, {1, 17, 6, 2, 48},
+		{2, 1, 4, 2, 64},  {1, 1024, 12, 12, 64}, {2, 1023, 4, 2, 64}, {3, 257, 6, 3, 128},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(shapes) && !test_failed(); i++)
+		bf16_attention_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+				    shapes[i][4]);
+}
+
 /* Every bf16 case above, on dev's pair (tb, tf); for the harness */
 static void bf16_all_cases(void)
 {
@@ -1925,6 +2018,8 @@ static void bf16_all_cases(void)
 		bf16_xent_case();
 	if (!test_failed())
 		bf16_matmul_case(33, 40, 24, 1);
+	if (!test_failed())
+		bf16_attention_case(2, 70, 4, 2, 64);
 }
 
 /* ==== contracts of backend.h, the same code on both backends ==== */
