@@ -1919,7 +1919,7 @@ TEST(cuda_bf16_matmul)
 /* ---- attention: bf16 qkv, out, dout, dqkv; lse float ---- */
 
 /* One shape with the attention kernels the CUDA backend runs now; every
- * backward gets the CPU's out and lse. tf, tb: tolerances of the forward
+ * backward gets the CPU's out and lse. tolf, tolb: tolerances of the forward
  * and backward against the CPU (1 ulp + tol * max|ref|, dq, dk, dv each on
  * its own). */
 static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb)
