@@ -25,11 +25,9 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 		rc = config_load_string(&lm->cfg, ckpt_config(k), lm->path);
 	if (!rc && device)
 		rc = config_set_key(&lm->cfg, "train", "device", device, "--device");
-	/* train.act_dtype is how the run stored activations, not a property of
-	 * the weights: a bf16 run's checkpoint is read in bf16 on the cpu and
-	 * in f32 on a device without bf16 storage (cuda, for now) */
-	if (!rc && device && strcmp(device, "cpu"))
-		rc = config_set_key(&lm->cfg, "train", "act_dtype", "f32", "--device");
+	/* train.act_dtype is how the run stored activations: a bf16 run's
+	 * checkpoint is read in bf16 on the device asked for (cpu and cuda both
+	 * have bf16 storage) */
 	if (!rc && !(lm->be = backend_from_config(&lm->cfg)))
 		rc = -1;
 	if (!rc)

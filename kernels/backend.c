@@ -8,6 +8,7 @@
 
 #ifndef ASYNCPP_CUDA
 const struct backend *backend_cuda(void) { return NULL; }
+const struct backend *backend_cuda_bf16(void) { return NULL; }
 int cuda_available(char *why, size_t why_len)
 {
 	snprintf(why, why_len, "this asyncpp was built without CUDA (rebuild with nvcc on PATH)");
@@ -69,8 +70,9 @@ const struct backend *backend_with_act_dtype(const struct backend *be, int dtype
 		return be;
 	if (be == &backend_cpu || be == &backend_cpu_bf16)
 		return dtype == ACT_BF16 ? &backend_cpu_bf16 : &backend_cpu;
-	error("train.act_dtype = %s: the %s backend stores activations as %s only (bf16 "
-	      "storage on CUDA is to come; see kernels/cuda/NOTES.md)", act_dtype_name(dtype),
-	      be->name, act_dtype_name(be->act_dtype));
+	if (backend_cuda() && (be == backend_cuda() || be == backend_cuda_bf16()))
+		return dtype == ACT_BF16 ? backend_cuda_bf16() : backend_cuda();
+	error("train.act_dtype = %s: the %s backend stores activations as %s only",
+	      act_dtype_name(dtype), be->name, act_dtype_name(be->act_dtype));
 	return NULL;
 }

@@ -251,6 +251,10 @@ const struct backend *backend_with_act_dtype(const struct backend *be, int dtype
  * cuda_available() says whether a device can be used right now, and if not,
  * writes the reason to why (e.g. "no CUDA driver found"). */
 const struct backend *backend_cuda(void);
+/* Its twin that stores activations as bf16 (train.act_dtype = bf16; the same
+ * kernels with widening loads and rounding stores, kernels/cuda/cuda_act.h),
+ * NULL without CUDA. backend_with_act_dtype goes from one to the other. */
+const struct backend *backend_cuda_bf16(void);
 int cuda_available(char *why, size_t why_len);
 /* Which GPU the CUDA backend uses, chosen once per process before its first
  * operation: index >= 0 is that device (an error naming the count when there

@@ -4,7 +4,9 @@
  *
  * Legend: see kernels/backend.h. qkv[N,QKV] rows are [q (NH*HD) | k (NKV*HD)
  * | v (NKV*HD)], row n = b*T + t; out[N,NH*HD]; lse[B,NH,T] (natural log of
- * the sum of exp of the scaled scores).
+ * the sum of exp of the scaled scores). qkv, out, dout and dqkv are
+ * activations of type A (float or __nv_bfloat16, cuda_act.h): read widened,
+ * written rounded, everything between fp32; lse and D are fp32.
  *
  * fp32 SIMT kernels (HD <= 128, HD even): a block of 4 warps owns 16 queries
  * (or 16 keys), 4 per warp; inside a tile of 32 keys (queries) lane j owns
@@ -23,6 +25,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "cuda_act.h"
 #include "cuda_common.h"
 #include "cuda_flash.h"
 
@@ -49,8 +52,9 @@ __device__ static inline float att_warp_max(float x)
 
 /* ---- forward ---- */
 
-__global__ static void attention_forward_kernel(float *out, float *lse, const float *qkv, int T,
-						int NH, int NKV, int HD, float scale2)
+template <typename A>
+__global__ static void attention_forward_kernel(A *out, float *lse, const A *qkv, int T, int NH,
+						int NKV, int HD, float scale2)
 {
 	extern __shared__ float smem[];
 	float *Qs = smem;                          /* [ATT_Q][HD] */
@@ -60,12 +64,12 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
 	int kvh = h / (NH / NKV);
 	int QKV = (NH + 2 * NKV) * HD;
 	int tid = threadIdx.x, lane = tid & 31, w = tid / 32;
-	const float *base = qkv + (size_t)b * T * QKV;
+	const A *base = qkv + (size_t)b * T * QKV;
 	int koff = NH * HD + kvh * HD, voff = (NH + NKV) * HD + kvh * HD;
 
 	for (int i = tid; i < ATT_Q * HD; i += ATT_THREADS) {
 		int qi = i / HD, d = i % HD, t = q0 + qi;
-		Qs[i] = t < T ? base[(size_t)t * QKV + h * HD + d] : 0.0f;
+		Qs[i] = t < T ? act_ld(base, (size_t)t * QKV + h * HD + d) : 0.0f;
 	}
 	float m[4], l[4], acc[4][ATT_MAXD];
 	int tq[4];
@@ -84,8 +88,8 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
 		for (int i = tid; i < ATT_TILE * HD; i += ATT_THREADS) {
 			int j = i / HD, d = i % HD, t = k0 + j;
 			int ok = t < T;
-			Ks[j * (HD + 1) + d] = ok ? base[(size_t)t * QKV + koff + d] : 0.0f;
-			Vs[j * HD + d] = ok ? base[(size_t)t * QKV + voff + d] : 0.0f;
+			Ks[j * (HD + 1) + d] = ok ? act_ld(base, (size_t)t * QKV + koff + d) : 0.0f;
+			Vs[j * HD + d] = ok ? act_ld(base, (size_t)t * QKV + voff + d) : 0.0f;
 		}
 		__syncthreads();
 		if (k0 > tq[3] && k0 > tq[0])
@@ -137,12 +141,12 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
 		if (t >= T)
 			continue;
 		float inv = 1.0f / l[r];
-		float *o = out + ((size_t)b * T + t) * C + h * HD;
+		A *o = out + ((size_t)b * T + t) * C + h * HD;
 #pragma unroll
 		for (int k = 0; k < ATT_MAXD; k++) {
 			int d = lane + 32 * k;
 			if (d < HD)
-				o[d] = acc[r][k] * inv;
+				act_st(o, d, acc[r][k] * inv);
 		}
 		if (lane == 0)
 			lse[((size_t)b * NH + h) * T + t] = (m[r] + log2f(l[r])) * LN2;
@@ -163,8 +167,9 @@ static void launch_setup(const void *kernel, size_t smem)
 					(int)smem));
 }
 
-void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-			    int NKV, int HD)
+template <typename A>
+static void attention_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV,
+			      int HD)
 {
 	if (B <= 0 || T <= 0)
 		return;
@@ -174,19 +179,32 @@ void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int
 	}
 	check_shape(NH, NKV, HD);
 	size_t smem = (size_t)(ATT_Q * HD + ATT_TILE * (HD + 1) + ATT_TILE * HD) * sizeof(float);
-	launch_setup((const void *)attention_forward_kernel, smem);
+	launch_setup((const void *)attention_forward_kernel<A>, smem);
 	dim3 grid((T + ATT_Q - 1) / ATT_Q, NH, B);
 	float scale2 = LOG2E / sqrtf((float)HD);
-	attention_forward_kernel<<<grid, ATT_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH,
-									      NKV, HD, scale2);
+	attention_forward_kernel<A><<<grid, ATT_THREADS, smem, cuda_stream()>>>(
+		out, lse, qkv, T, NH, NKV, HD, scale2);
 	CUDA_LAUNCHED();
+}
+
+void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+			    int NKV, int HD)
+{
+	attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+}
+
+void cuda_attention_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B,
+			    int T, int NH, int NKV, int HD)
+{
+	attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
 }
 
 /* ---- backward ---- */
 
 /* Dd[b,h,t] = sum_d dout[n, h*HD + d] * out[n, h*HD + d]: one warp each */
-__global__ static void attention_delta_kernel(float *Dd, const float *dout, const float *out,
-					      int B, int T, int NH, int HD)
+template <typename A>
+__global__ static void attention_delta_kernel(float *Dd, const A *dout, const A *out, int B, int T,
+					      int NH, int HD)
 {
 	int lane = threadIdx.x & 31;
 	size_t rows = (size_t)B * NH * T, nwarps = (size_t)gridDim.x * blockDim.x / 32;
@@ -196,27 +214,40 @@ __global__ static void attention_delta_kernel(float *Dd, const float *dout, cons
 		size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
 		float s = 0;
 		for (int d = lane; d < HD; d += 32)
-			s += dout[off + d] * out[off + d];
+			s += act_ld(dout, off + d) * act_ld(out, off + d);
 		s = att_warp_sum(s);
 		if (lane == 0)
 			Dd[wid] = s; /* wid = (b*NH + h)*T + t */
 	}
 }
 
-void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T, int NH,
-			  int HD)
+template <typename A>
+static void attention_delta(float *Dd, const A *dout, const A *out, int B, int T, int NH, int HD)
 {
 	size_t rows = (size_t)B * NH * T;
-	attention_delta_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, cuda_stream()>>>(
+	attention_delta_kernel<A><<<cuda_blocks(rows * 32, 256), 256, 0, cuda_stream()>>>(
 		Dd, dout, out, B, T, NH, HD);
 	CUDA_LAUNCHED();
 }
 
+void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T, int NH,
+			  int HD)
+{
+	attention_delta(Dd, dout, out, B, T, NH, HD);
+}
+
+void cuda_attention_delta(float *Dd, const __nv_bfloat16 *dout, const __nv_bfloat16 *out, int B,
+			  int T, int NH, int HD)
+{
+	attention_delta(Dd, dout, out, B, T, NH, HD);
+}
+
 /* dq for 16 queries of head h: sum over visible keys j of ds_ij * k_j * scale,
  * ds = p * (dp - D), p = exp(s*scale - lse), dp = dout_i . v_j */
-__global__ static void attention_dq_kernel(float *dqkv, const float *dout, const float *qkv,
-					   const float *lse, const float *Dd, int T, int NH,
-					   int NKV, int HD, float scale)
+template <typename A>
+__global__ static void attention_dq_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse,
+					   const float *Dd, int T, int NH, int NKV, int HD,
+					   float scale)
 {
 	extern __shared__ float smem[];
 	float *Qs = smem;                          /* [ATT_Q][HD] */
@@ -227,15 +258,15 @@ __global__ static void attention_dq_kernel(float *dqkv, const float *dout, const
 	int kvh = h / (NH / NKV);
 	int QKV = (NH + 2 * NKV) * HD, C = NH * HD;
 	int tid = threadIdx.x, lane = tid & 31, w = tid / 32;
-	const float *base = qkv + (size_t)b * T * QKV;
+	const A *base = qkv + (size_t)b * T * QKV;
 	int koff = NH * HD + kvh * HD, voff = (NH + NKV) * HD + kvh * HD;
 	float scale2 = scale * LOG2E;
 
 	for (int i = tid; i < ATT_Q * HD; i += ATT_THREADS) {
 		int qi = i / HD, d = i % HD, t = q0 + qi;
 		int ok = t < T;
-		Qs[i] = ok ? base[(size_t)t * QKV + h * HD + d] : 0.0f;
-		Os[i] = ok ? dout[((size_t)b * T + t) * C + h * HD + d] : 0.0f;
+		Qs[i] = ok ? act_ld(base, (size_t)t * QKV + h * HD + d) : 0.0f;
+		Os[i] = ok ? act_ld(dout, ((size_t)b * T + t) * C + h * HD + d) : 0.0f;
 	}
 	int tq[4];
 	float lse2[4], D[4], dq[4][ATT_MAXD];
@@ -255,8 +286,8 @@ __global__ static void attention_dq_kernel(float *dqkv, const float *dout, const
 		for (int i = tid; i < ATT_TILE * HD; i += ATT_THREADS) {
 			int j = i / HD, d = i % HD, t = k0 + j;
 			int ok = t < T;
-			Ks[j * (HD + 1) + d] = ok ? base[(size_t)t * QKV + koff + d] : 0.0f;
-			Vs[j * (HD + 1) + d] = ok ? base[(size_t)t * QKV + voff + d] : 0.0f;
+			Ks[j * (HD + 1) + d] = ok ? act_ld(base, (size_t)t * QKV + koff + d) : 0.0f;
+			Vs[j * (HD + 1) + d] = ok ? act_ld(base, (size_t)t * QKV + voff + d) : 0.0f;
 		}
 		__syncthreads();
 		if (k0 > tq[3] && k0 > tq[0])
@@ -299,21 +330,22 @@ __global__ static void attention_dq_kernel(float *dqkv, const float *dout, const
 		int t = q0 + w * 4 + r;
 		if (t >= T)
 			continue;
-		float *o = dqkv + ((size_t)b * T + t) * QKV + h * HD;
+		A *o = dqkv + ((size_t)b * T + t) * QKV + h * HD;
 #pragma unroll
 		for (int k = 0; k < ATT_MAXD; k++) {
 			int d = lane + 32 * k;
 			if (d < HD)
-				o[d] = dq[r][k] * scale;
+				act_st(o, d, dq[r][k] * scale);
 		}
 	}
 }
 
 /* dk, dv for 16 keys of kv head kvh: sums over every query head of the group
  * and every query i >= j: dv_j += p_ij dout_i, dk_j += ds_ij q_i * scale */
-__global__ static void attention_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
-					    const float *lse, const float *Dd, int T, int NH,
-					    int NKV, int HD, float scale)
+template <typename A>
+__global__ static void attention_dkv_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse,
+					    const float *Dd, int T, int NH, int NKV, int HD,
+					    float scale)
 {
 	extern __shared__ float smem[];
 	float *Ks = smem;                          /* [ATT_Q][HD] this block's keys */
@@ -326,15 +358,15 @@ __global__ static void attention_dkv_kernel(float *dqkv, const float *dout, cons
 	int G = NH / NKV;
 	int QKV = (NH + 2 * NKV) * HD, C = NH * HD;
 	int tid = threadIdx.x, lane = tid & 31, w = tid / 32;
-	const float *base = qkv + (size_t)b * T * QKV;
+	const A *base = qkv + (size_t)b * T * QKV;
 	int koff = NH * HD + kvh * HD, voff = (NH + NKV) * HD + kvh * HD;
 	float scale2 = scale * LOG2E;
 
 	for (int i = tid; i < ATT_Q * HD; i += ATT_THREADS) {
 		int j = i / HD, d = i % HD, t = k0 + j;
 		int ok = t < T;
-		Ks[i] = ok ? base[(size_t)t * QKV + koff + d] : 0.0f;
-		Vs[i] = ok ? base[(size_t)t * QKV + voff + d] : 0.0f;
+		Ks[i] = ok ? act_ld(base, (size_t)t * QKV + koff + d) : 0.0f;
+		Vs[i] = ok ? act_ld(base, (size_t)t * QKV + voff + d) : 0.0f;
 	}
 	int tk[4];
 	float dk[4][ATT_MAXD], dv[4][ATT_MAXD];
@@ -352,9 +384,10 @@ __global__ static void attention_dkv_kernel(float *dqkv, const float *dout, cons
 			for (int i = tid; i < ATT_TILE * HD; i += ATT_THREADS) {
 				int qi = i / HD, d = i % HD, t = qs + qi;
 				int ok = t < T;
-				Qs[qi * (HD + 1) + d] = ok ? base[(size_t)t * QKV + h * HD + d] : 0.0f;
-				Os[qi * (HD + 1) + d] =
-					ok ? dout[((size_t)b * T + t) * C + h * HD + d] : 0.0f;
+				Qs[qi * (HD + 1) + d] =
+					ok ? act_ld(base, (size_t)t * QKV + h * HD + d) : 0.0f;
+				size_t oi = ((size_t)b * T + t) * C + h * HD + d;
+				Os[qi * (HD + 1) + d] = ok ? act_ld(dout, oi) : 0.0f;
 			}
 			if (tid < ATT_TILE) {
 				int t = qs + tid;
@@ -409,21 +442,21 @@ __global__ static void attention_dkv_kernel(float *dqkv, const float *dout, cons
 		int t = tk[r];
 		if (t >= T)
 			continue;
-		float *row = dqkv + ((size_t)b * T + t) * QKV;
+		A *row = dqkv + ((size_t)b * T + t) * QKV;
 #pragma unroll
 		for (int k = 0; k < ATT_MAXD; k++) {
 			int d = lane + 32 * k;
 			if (d < HD) {
-				row[koff + d] = dk[r][k] * scale;
-				row[voff + d] = dv[r][k];
+				act_st(row, koff + d, dk[r][k] * scale);
+				act_st(row, voff + d, dv[r][k]);
 			}
 		}
 	}
 }
 
-void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-			     const float *out, const float *lse, int B, int T, int NH, int NKV,
-			     int HD)
+template <typename A>
+static void attention_backward(A *dqkv, const A *dout, const A *qkv, const A *out,
+			       const float *lse, int B, int T, int NH, int NKV, int HD)
 {
 	if (B <= 0 || T <= 0)
 		return;
@@ -438,18 +471,31 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 	cuda_attention_delta(Dd, dout, out, B, T, NH, HD);
 
 	size_t smem_q = (size_t)(2 * ATT_Q * HD + 2 * ATT_TILE * (HD + 1)) * sizeof(float);
-	launch_setup((const void *)attention_dq_kernel, smem_q);
+	launch_setup((const void *)attention_dq_kernel<A>, smem_q);
 	dim3 gq((T + ATT_Q - 1) / ATT_Q, NH, B);
-	attention_dq_kernel<<<gq, ATT_THREADS, smem_q, cuda_stream()>>>(dqkv, dout, qkv, lse, Dd,
-									 T, NH, NKV, HD, scale);
+	attention_dq_kernel<A><<<gq, ATT_THREADS, smem_q, cuda_stream()>>>(
+		dqkv, dout, qkv, lse, Dd, T, NH, NKV, HD, scale);
 	CUDA_LAUNCHED();
 
 	size_t smem_kv = (size_t)(2 * ATT_Q * HD + 2 * ATT_TILE * (HD + 1) + 2 * ATT_TILE) *
 			 sizeof(float);
-	launch_setup((const void *)attention_dkv_kernel, smem_kv);
+	launch_setup((const void *)attention_dkv_kernel<A>, smem_kv);
 	dim3 gkv((T + ATT_Q - 1) / ATT_Q, NKV, B);
-	attention_dkv_kernel<<<gkv, ATT_THREADS, smem_kv, cuda_stream()>>>(
+	attention_dkv_kernel<A><<<gkv, ATT_THREADS, smem_kv, cuda_stream()>>>(
 		dqkv, dout, qkv, lse, Dd, T, NH, NKV, HD, scale);
 	CUDA_LAUNCHED();
 	cuda_scratch_free(Dd);
+}
+
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+			     const float *lse, int B, int T, int NH, int NKV, int HD)
+{
+	attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+}
+
+void cuda_attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+			     const __nv_bfloat16 *qkv, const __nv_bfloat16 *out, const float *lse,
+			     int B, int T, int NH, int NKV, int HD)
+{
+	attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_act.h"
 #include "cuda_common.h"
 
 extern "C" {
@@ -496,7 +497,8 @@ static void cu_sumsq_many(double *out, const float *const *x, const size_t *n, i
 	CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-/* Column sums for weight/bias gradients, in a fixed order:
+/* Column sums for weight/bias gradients, in a fixed order (A: the storage
+ * type of dout and inp, cuda_act.h; the sums are float):
  * rows are cut into chunks of COLSUM_ROWS; block (x: 32 columns, y: chunk)
  * sums its chunk with 8 row-strided threads per column, combined in order;
  * a second kernel adds the chunk partials in chunk order.
@@ -505,9 +507,9 @@ static void cu_sumsq_many(double *out, const float *const *x, const size_t *n, i
  *   pb[chunk,C] = sum dout (pb non-NULL) */
 #define COLSUM_ROWS 256
 
-__global__ static void colsum_partial_kernel(float *pw, float *pb, const float *dout,
-					     const float *inp, const float *mean,
-					     const float *rstd, int N, int C)
+template <typename A>
+__global__ static void colsum_partial_kernel(float *pw, float *pb, const A *dout, const A *inp,
+					     const float *mean, const float *rstd, int N, int C)
 {
 	__shared__ float shw[8][33], shb[8][33];
 	int tx = threadIdx.x, ty = threadIdx.y;
@@ -516,10 +518,10 @@ __global__ static void colsum_partial_kernel(float *pw, float *pb, const float *
 	float sw = 0, sb = 0;
 	if (c < C) {
 		for (int r = r0 + ty; r < r1; r += 8) {
-			float d = dout[(size_t)r * C + c];
+			float d = act_ld(dout, (size_t)r * C + c);
 			if (pw) {
 				float m = mean ? mean[r] : 0.0f;
-				sw += d * ((inp[(size_t)r * C + c] - m) * rstd[r]);
+				sw += d * ((act_ld(inp, (size_t)r * C + c) - m) * rstd[r]);
 			}
 			sb += d;
 		}
@@ -559,9 +561,11 @@ __global__ static void colsum_final_kernel(float *dw, float *db, const float *pw
 		db[c] += ab;
 }
 
-/* dw[C] += sum dout*xhat (if dw), db[C] += sum dout (if db). */
-static void colsums(float *dw, float *db, const float *dout, const float *inp,
-		    const float *mean, const float *rstd, int N, int C)
+/* dw[C] += sum dout*xhat (if dw), db[C] += sum dout (if db); dout[N,C],
+ * inp[N,C] (A), mean[N], rstd[N]. */
+template <typename A>
+static void colsums(float *dw, float *db, const A *dout, const A *inp, const float *mean,
+		    const float *rstd, int N, int C)
 {
 	if (N <= 0 || C <= 0 || (!dw && !db))
 		return;
@@ -581,13 +585,21 @@ static void colsums(float *dw, float *db, const float *dout, const float *inp,
 
 void cuda_colsum_acc(float *dst, const float *x, int N, int C)
 {
-	colsums(NULL, dst, x, NULL, NULL, NULL, N, C);
+	colsums<float>(NULL, dst, x, NULL, NULL, NULL, N, C);
+}
+
+void cuda_colsum_acc(float *dst, const __nv_bfloat16 *x, int N, int C)
+{
+	colsums<__nv_bfloat16>(NULL, dst, x, NULL, NULL, NULL, N, C);
 }
 
 /* ------------------------------------------------------------------ */
 /* embeddings                                                           */
 
-__global__ static void embed_forward_kernel(float *out, const int32_t *tokens, const float *wte,
+/* out[N,C] (A) = wte[tokens[n],:] + wpe[n % T,:] (wpe NULL: 0), summed in
+ * float and stored once */
+template <typename A>
+__global__ static void embed_forward_kernel(A *out, const int32_t *tokens, const float *wte,
 					    const float *wpe, int N, int T, int C)
 {
 	size_t total = (size_t)N * C;
@@ -597,29 +609,28 @@ __global__ static void embed_forward_kernel(float *out, const int32_t *tokens, c
 		float v = wte[(size_t)tokens[n] * C + c];
 		if (wpe)
 			v += wpe[(n % T) * C + c];
-		out[i] = v;
+		act_st(out, i, v);
 	}
 }
 
-static void cu_embed_forward(float *out, const int32_t *tokens, const float *wte,
-			     const float *wpe, int B, int T, int C)
+template <typename A>
+static void cu_embed_forward(A *out, const int32_t *tokens, const float *wte, const float *wpe,
+			     int B, int T, int C)
 {
 	size_t total = (size_t)B * T * C;
-	embed_forward_kernel<<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(
+	embed_forward_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(
 		out, tokens, wte, wpe, B * T, T, C);
 	CUDA_LAUNCHED();
 }
 
-/* dwte: rows sorted by token on the host (stable), so each token's rows are
- * summed in index order by one thread per channel: no atomics. */
 /* dwte[tok] += the rows of dout at the positions holding tok, summed from 0
  * in ascending position. keys[N] are the tokens sorted (stably), pos[N] the
  * positions in that order, so each token's run lists its positions in
  * ascending order; the block at the head of a run sums it, the others
  * return at once. The bits depend on the tokens only. */
-__global__ static void embed_backward_wte_kernel(float *dwte, const float *dout,
-						 const int32_t *keys, const int32_t *pos, int N,
-						 int C)
+template <typename A>
+__global__ static void embed_backward_wte_kernel(float *dwte, const A *dout, const int32_t *keys,
+						 const int32_t *pos, int N, int C)
 {
 	int i = blockIdx.x;
 	int c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -628,7 +639,7 @@ __global__ static void embed_backward_wte_kernel(float *dwte, const float *dout,
 	int tok = keys[i];
 	float s = 0;
 	for (int j = i; j < N && keys[j] == tok; j++)
-		s += dout[(size_t)pos[j] * C + c];
+		s += act_ld(dout, (size_t)pos[j] * C + c);
 	dwte[(size_t)tok * C + c] += s;
 }
 
@@ -639,20 +650,21 @@ __global__ static void iota_kernel(int32_t *x, int n)
 		x[i] = i;
 }
 
-__global__ static void embed_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T,
-						 int C)
+template <typename A>
+__global__ static void embed_backward_wpe_kernel(float *dwpe, const A *dout, int B, int T, int C)
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= (size_t)T * C)
 		return;
 	float s = 0;
 	for (int b = 0; b < B; b++)
-		s += dout[(size_t)b * T * C + i];
+		s += act_ld(dout, (size_t)b * T * C + i);
 	dwpe[i] += s;
 }
 
-static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
-			      const int32_t *tokens, int B, int T, int C)
+template <typename A>
+static void cu_embed_backward(float *dwte, float *dwpe, const A *dout, const int32_t *tokens,
+			      int B, int T, int C)
 {
 	int N = B * T;
 	if (N <= 0)
@@ -660,7 +672,7 @@ static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
 	cudaStream_t stream = cuda_stream();
 	if (dwpe) {
 		size_t tc = (size_t)T * C;
-		embed_backward_wpe_kernel<<<cuda_blocks(tc, 256), 256, 0, stream>>>(
+		embed_backward_wpe_kernel<A><<<cuda_blocks(tc, 256), 256, 0, stream>>>(
 			dwpe, dout, B, T, C);
 		CUDA_LAUNCHED();
 	}
@@ -680,7 +692,7 @@ static void cu_embed_backward(float *dwte, float *dwpe, const float *dout,
 	CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys, pos_in, pos, N,
 						   0, 32, stream));
 	dim3 grid(N, (C + 127) / 128);
-	embed_backward_wte_kernel<<<grid, 128, 0, stream>>>(dwte, dout, keys, pos, N, C);
+	embed_backward_wte_kernel<A><<<grid, 128, 0, stream>>>(dwte, dout, keys, pos, N, C);
 	CUDA_LAUNCHED();
 	cuda_scratch_free(temp);
 	cuda_scratch_free(d);
@@ -716,7 +728,8 @@ static void cu_loss_mean(float *out, const float *losses, int N)
 
 /* LayerNorm when is_ln is set (mean subtracted), RMSNorm otherwise (mean
  * NULL). w NULL means weight 1, b NULL bias 0 (backend.h). */
-__global__ static void norm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+template <typename A>
+__global__ static void norm_forward_kernel(A *out, float *mean, float *rstd, const A *inp,
 					   const float *w, const float *b, int N, int C, float eps,
 					   int is_ln)
 {
@@ -724,26 +737,26 @@ __global__ static void norm_forward_kernel(float *out, float *mean, float *rstd,
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	if (row >= N)
 		return;
-	const float *x = inp + (size_t)row * C;
+	const A *x = inp + (size_t)row * C;
 	float m = 0;
 	if (is_ln) {
 		float s = 0;
 		for (int c = lane; c < C; c += 32)
-			s += x[c];
+			s += act_ld(x, c);
 		m = warp_sum(s) / C;
 	}
 	float v = 0;
 	for (int c = lane; c < C; c += 32) {
-		float d = x[c] - m;
+		float d = act_ld(x, c) - m;
 		v += d * d;
 	}
 	float rs = rsqrtf(warp_sum(v) / C + eps);
-	float *o = out + (size_t)row * C;
+	A *o = out + (size_t)row * C;
 	for (int c = lane; c < C; c += 32) {
-		float y = (x[c] - m) * rs * (w ? w[c] : 1.0f);
+		float y = (act_ld(x, c) - m) * rs * (w ? w[c] : 1.0f);
 		if (b)
 			y += b[c];
-		o[c] = y;
+		act_st(o, c, y);
 	}
 	if (lane == 0) {
 		if (mean)
@@ -756,7 +769,8 @@ __global__ static void norm_forward_kernel(float *out, float *mean, float *rstd,
 /* dinp = rstd * (dnorm - [mean(dnorm)] - xhat * mean(dnorm * xhat)),
  * dnorm = dout * w (w NULL: 1); the bracketed term only for LayerNorm (mean
  * non-NULL). */
-__global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, const float *inp,
+template <typename A>
+__global__ static void norm_backward_dx_kernel(A *dinp, const A *dout, const A *inp,
 					       const float *w, const float *mean,
 					       const float *rstd, int N, int C)
 {
@@ -764,65 +778,69 @@ __global__ static void norm_backward_dx_kernel(float *dinp, const float *dout, c
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	if (row >= N)
 		return;
-	const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+	const A *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
 	float m = mean ? mean[row] : 0.0f, rs = rstd[row];
 	float s1 = 0, s2 = 0;
 	for (int c = lane; c < C; c += 32) {
-		float dn = dy[c] * (w ? w[c] : 1.0f);
+		float dn = act_ld(dy, c) * (w ? w[c] : 1.0f);
 		s1 += dn;
-		s2 += dn * ((x[c] - m) * rs);
+		s2 += dn * ((act_ld(x, c) - m) * rs);
 	}
 	s1 = mean ? warp_sum(s1) / C : 0.0f;
 	s2 = warp_sum(s2) / C;
-	float *dx = dinp + (size_t)row * C;
+	A *dx = dinp + (size_t)row * C;
 	for (int c = lane; c < C; c += 32) {
-		float dn = dy[c] * (w ? w[c] : 1.0f);
-		float xh = (x[c] - m) * rs;
-		dx[c] = (dn - s1 - xh * s2) * rs;
+		float dn = act_ld(dy, c) * (w ? w[c] : 1.0f);
+		float xh = (act_ld(x, c) - m) * rs;
+		act_st(dx, c, (dn - s1 - xh * s2) * rs);
 	}
 }
 
 #define NORM_ROWS_PER_BLOCK 8
 
-static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-				 const float *w, const float *b, int N, int C, float eps)
+template <typename A>
+static void cu_layernorm_forward(A *out, float *mean, float *rstd, const A *inp, const float *w,
+				 const float *b, int N, int C, float eps)
 {
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	norm_forward_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+	norm_forward_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
 		out, mean, rstd, inp, w, b, N, C, eps, 1);
 	CUDA_LAUNCHED();
 }
 
-static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-				  const float *inp, const float *w, const float *mean,
-				  const float *rstd, int N, int C)
+template <typename A>
+static void cu_layernorm_backward(A *dinp, float *dw, float *db, const A *dout, const A *inp,
+				  const float *w, const float *mean, const float *rstd, int N,
+				  int C)
 {
 	/* weight/bias gradients first: dinp may alias dout */
 	colsums(dw, db, dout, inp, mean, rstd, N, C);
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
 	if (dinp) {
-		norm_backward_dx_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
 			dinp, dout, inp, w, mean, rstd, N, C);
 		CUDA_LAUNCHED();
 	}
 }
 
-static void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-			       int N, int C, float eps)
+template <typename A>
+static void cu_rmsnorm_forward(A *out, float *rstd, const A *inp, const float *w, int N, int C,
+			       float eps)
 {
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	norm_forward_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+	norm_forward_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
 		out, NULL, rstd, inp, w, NULL, N, C, eps, 0);
 	CUDA_LAUNCHED();
 }
 
-static void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-				const float *w, const float *rstd, int N, int C)
+template <typename A>
+static void cu_rmsnorm_backward(A *dinp, float *dw, const A *dout, const A *inp, const float *w,
+				const float *rstd, int N, int C)
 {
 	colsums(dw, NULL, dout, inp, NULL, rstd, N, C);
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
 	if (dinp) {
-		norm_backward_dx_kernel<<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
 			dinp, dout, inp, w, NULL, rstd, N, C);
 		CUDA_LAUNCHED();
 	}
@@ -834,8 +852,9 @@ static void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const
 /* One thread per (row, head of q or k, pair i < HD/2). The angle is
  * pos * theta^(-2i/HD), computed in double so long contexts keep fp32
  * accuracy; dir = +1 rotates, -1 applies the inverse (the backward). */
-__global__ static void rope_kernel(float *qkv, int N, int T, int NH, int NKV, int HD,
-				   float theta, float dir)
+template <typename A>
+__global__ static void rope_kernel(A *qkv, int N, int T, int NH, int NKV, int HD, float theta,
+				   float dir)
 {
 	int half = HD / 2, heads = NH + NKV;
 	int QKV = (NH + 2 * NKV) * HD;
@@ -852,29 +871,32 @@ __global__ static void rope_kernel(float *qkv, int N, int T, int NH, int NKV, in
 		sincos(pos * freq, &s, &c);
 		float sf = (float)s * dir, cf = (float)c;
 		/* q heads then k heads are contiguous at the start of the row */
-		float *x = qkv + n * QKV + (size_t)h * HD;
-		float x1 = x[p], x2 = x[p + half];
-		x[p] = x1 * cf - x2 * sf;
-		x[p + half] = x2 * cf + x1 * sf;
+		A *x = qkv + n * QKV + (size_t)h * HD;
+		float x1 = act_ld(x, p), x2 = act_ld(x, p + half);
+		act_st(x, p, x1 * cf - x2 * sf);
+		act_st(x, p + half, x2 * cf + x1 * sf);
 	}
 }
 
-static void rope(float *qkv, int B, int T, int NH, int NKV, int HD, float theta, float dir)
+template <typename A>
+static void rope(A *qkv, int B, int T, int NH, int NKV, int HD, float theta, float dir)
 {
 	size_t total = (size_t)B * T * (NH + NKV) * (HD / 2);
 	if (!total)
 		return;
-	rope_kernel<<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, B * T, T, NH, NKV,
+	rope_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, B * T, T, NH, NKV,
 									HD, theta, dir);
 	CUDA_LAUNCHED();
 }
 
-static void cu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HD, float theta)
+template <typename A>
+static void cu_rope_forward(A *qkv, int B, int T, int NH, int NKV, int HD, float theta)
 {
 	rope(qkv, B, T, NH, NKV, HD, theta, 1.0f);
 }
 
-static void cu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HD, float theta)
+template <typename A>
+static void cu_rope_backward(A *dqkv, int B, int T, int NH, int NKV, int HD, float theta)
 {
 	rope(dqkv, B, T, NH, NKV, HD, theta, -1.0f);
 }
@@ -888,86 +910,91 @@ static void cu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HD,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
+template <typename A>
+__global__ static void gelu_forward_kernel(A *out, const A *inp, size_t n)
 {
 	GRID_STRIDE(i, n) {
-		float x = inp[i];
+		float x = act_ld(inp, i);
 		float u = GELU_K * (x + 0.044715f * x * x * x);
-		out[i] = 0.5f * x * (1.0f + tanhf(u));
+		act_st(out, i, 0.5f * x * (1.0f + tanhf(u)));
 	}
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
-					    size_t n)
+template <typename A>
+__global__ static void gelu_backward_kernel(A *dinp, const A *inp, const A *dout, size_t n)
 {
 	GRID_STRIDE(i, n) {
-		float x = inp[i];
+		float x = act_ld(inp, i);
 		float u = GELU_K * (x + 0.044715f * x * x * x);
 		float th = tanhf(u);
 		float sech2 = 1.0f - th * th;
 		float g = 0.5f * (1.0f + th) +
 			  0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-		dinp[i] = g * dout[i];
+		act_st(dinp, i, g * act_ld(dout, i));
 	}
 }
 
-static void cu_gelu_forward(float *out, const float *inp, size_t n)
+template <typename A> static void cu_gelu_forward(A *out, const A *inp, size_t n)
 {
-	gelu_forward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp, n);
+	gelu_forward_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp, n);
 	CUDA_LAUNCHED();
 }
 
-static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+template <typename A>
+static void cu_gelu_backward(A *dinp, const A *inp, const A *dout, size_t n)
 {
-	gelu_backward_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dinp, inp, dout, n);
+	gelu_backward_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dinp, inp, dout, n);
 	CUDA_LAUNCHED();
 }
 
-__global__ static void swiglu_forward_kernel(float *out, const float *inp, int N, int F)
+template <typename A>
+__global__ static void swiglu_forward_kernel(A *out, const A *inp, int N, int F)
 {
 	GRID_STRIDE(i, (size_t)N * F) {
 		size_t n = i / F, f = i % F;
-		float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
-		out[i] = g / (1.0f + expf(-g)) * u;
+		float g = act_ld(inp, n * 2 * F + f), u = act_ld(inp, n * 2 * F + F + f);
+		act_st(out, i, g / (1.0f + expf(-g)) * u);
 	}
 }
 
-__global__ static void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp,
-					      int N, int F)
+template <typename A>
+__global__ static void swiglu_backward_kernel(A *dinp, const A *dout, const A *inp, int N, int F)
 {
 	GRID_STRIDE(i, (size_t)N * F) {
 		size_t n = i / F, f = i % F;
-		float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+		float g = act_ld(inp, n * 2 * F + f), u = act_ld(inp, n * 2 * F + F + f);
 		float sg = 1.0f / (1.0f + expf(-g));
-		float d = dout[i];
-		dinp[n * 2 * F + f] = d * u * sg * (1.0f + g * (1.0f - sg));
-		dinp[n * 2 * F + F + f] = d * g * sg;
+		float d = act_ld(dout, i);
+		act_st(dinp, n * 2 * F + f, d * u * sg * (1.0f + g * (1.0f - sg)));
+		act_st(dinp, n * 2 * F + F + f, d * g * sg);
 	}
 }
 
-static void cu_swiglu_forward(float *out, const float *inp, int N, int F)
+template <typename A> static void cu_swiglu_forward(A *out, const A *inp, int N, int F)
 {
-	swiglu_forward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
+	swiglu_forward_kernel<A><<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
 		out, inp, N, F);
 	CUDA_LAUNCHED();
 }
 
-static void cu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F)
+template <typename A>
+static void cu_swiglu_backward(A *dinp, const A *dout, const A *inp, int N, int F)
 {
-	swiglu_backward_kernel<<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
+	swiglu_backward_kernel<A><<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
 		dinp, dout, inp, N, F);
 	CUDA_LAUNCHED();
 }
 
-__global__ static void add_kernel(float *out, const float *a, const float *b, size_t n)
+/* out[n] = a[n] + b[n]: activations (add_act) or floats (add) */
+template <typename A> __global__ static void add_kernel(A *out, const A *a, const A *b, size_t n)
 {
 	GRID_STRIDE(i, n)
-		out[i] = a[i] + b[i];
+		act_st(out, i, act_ld(a, i) + act_ld(b, i));
 }
 
-static void cu_add(float *out, const float *a, const float *b, size_t n)
+template <typename A> static void cu_add(A *out, const A *a, const A *b, size_t n)
 {
-	add_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
+	add_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
 	CUDA_LAUNCHED();
 }
 
@@ -986,19 +1013,22 @@ __device__ static inline void lse_merge(float &m, float &s, float m2, float s2)
 	m = mm;
 }
 
-__global__ static void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
+/* logits[N,Vp], dlogits[N,Vp] (A; may alias logits: a thread reads an
+ * element before it writes it, and only it touches that element) */
+template <typename A>
+__global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *logits,
 					   const int32_t *targets, int V, int Vp, float dloss)
 {
 	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32];
 	__shared__ float sh_lse, sh_xt;
 	int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
-	const float *x = logits + (size_t)n * Vp;
+	const A *x = logits + (size_t)n * Vp;
 	int t = targets[n];
 	if (tid == 0)
-		sh_xt = (t >= 0 && t < V) ? x[t] : 0.0f; /* read before any write (aliasing) */
+		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write */
 	float m = -INFINITY, s = 0;
 	for (int j = tid; j < V; j += XENT_THREADS) {
-		float v = x[j];
+		float v = act_ld(x, j);
 		if (v > m) {
 			s = s * expf(m - v) + 1.0f;
 			m = v;
@@ -1031,22 +1061,23 @@ __global__ static void softmax_xent_kernel(float *losses, float *dlogits, const 
 	if (!dlogits)
 		return;
 	float lse = sh_lse;
-	float *d = dlogits + (size_t)n * Vp;
+	A *d = dlogits + (size_t)n * Vp;
 	int valid = t >= 0 && t < V;
 	for (int j = tid; j < Vp; j += XENT_THREADS) {
 		float g = 0;
 		if (j < V && valid)
-			g = (expf(x[j] - lse) - (j == t ? 1.0f : 0.0f)) * dloss;
-		d[j] = g;
+			g = (expf(act_ld(x, j) - lse) - (j == t ? 1.0f : 0.0f)) * dloss;
+		act_st(d, j, g);
 	}
 }
 
-static void cu_softmax_xent(float *losses, float *dlogits, const float *logits,
-			    const int32_t *targets, int N, int V, int Vp, float dloss)
+template <typename A>
+static void cu_softmax_xent(float *losses, A *dlogits, const A *logits, const int32_t *targets,
+			    int N, int V, int Vp, float dloss)
 {
 	if (N <= 0)
 		return;
-	softmax_xent_kernel<<<N, XENT_THREADS, 0, cuda_stream()>>>(losses, dlogits, logits,
+	softmax_xent_kernel<A><<<N, XENT_THREADS, 0, cuda_stream()>>>(losses, dlogits, logits,
 								    targets, V, Vp, dloss);
 	CUDA_LAUNCHED();
 }
@@ -1271,141 +1302,190 @@ static void cu_scale(float *x, float s, size_t n)
 	CUDA_LAUNCHED();
 }
 
-__global__ static void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+/* dst[n] = src[n] from one storage type into another (cuda_act.h: widening
+ * is exact, narrowing rounds to nearest even) */
+template <typename O, typename I>
+__global__ static void convert_kernel(O *dst, const I *src, size_t n)
 {
 	GRID_STRIDE(i, n)
-		dst[i] = __float2bfloat16_rn(src[i]);
+		act_st(dst, i, act_ld(src, i));
+}
+
+template <typename O, typename I> static void convert(O *dst, const I *src, size_t n)
+{
+	if (!n)
+		return;
+	convert_kernel<O, I><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src, n);
+	CUDA_LAUNCHED();
 }
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
-	if (!n)
-		return;
-	to_bf16_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src, n);
-	CUDA_LAUNCHED();
+	convert(dst, src, n);
 }
 
 /* ------------------------------------------------------------------ */
 /* activation slots: the interface passes activations as void * in the  */
-/* backend's act_dtype; CUDA declares ACT_F32 for now (kernels/cuda/     */
-/* NOTES.md: what bf16 storage needs), so these only restore the types.  */
+/* backend's act_dtype; each slot restores the type A of its table       */
+/* (float for "cuda", __nv_bfloat16 for its ACT_BF16 twin) and calls the */
+/* kernels above, instantiated for A.                                    */
 
-#define AF(p) ((float *)(p))
-#define ACF(p) ((const float *)(p))
-
-static void act_from_f32(void *out, const float *in, size_t n)
+/* f32: copies (in place: nothing) */
+static void f32_from_f32(void *out, const float *in, size_t n)
 {
 	if (out != (const void *)in)
 		cu_copy(out, in, n * sizeof(float));
 }
-static void act_to_f32(float *out, const void *in, size_t n)
+static void f32_to_f32(float *out, const void *in, size_t n)
 {
 	if ((const void *)out != in)
 		cu_copy(out, in, n * sizeof(float));
 }
+/* bf16: out[n] rounded from in[n]; out[n] widened from in[n] */
+static void bf16_from_f32(void *out, const float *in, size_t n)
+{
+	convert((__nv_bfloat16 *)out, in, n);
+}
+static void bf16_to_f32(float *out, const void *in, size_t n)
+{
+	convert(out, (const __nv_bfloat16 *)in, n);
+}
+
+template <typename A>
 static void act_embed_forward(void *out, const int32_t *tokens, const float *wte,
 			      const float *wpe, int B, int T, int C)
 {
-	cu_embed_forward(AF(out), tokens, wte, wpe, B, T, C);
+	cu_embed_forward((A *)out, tokens, wte, wpe, B, T, C);
 }
+template <typename A>
 static void act_embed_backward(float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
 			       int B, int T, int C)
 {
-	cu_embed_backward(dwte, dwpe, ACF(dout), tokens, B, T, C);
+	cu_embed_backward(dwte, dwpe, (const A *)dout, tokens, B, T, C);
 }
+template <typename A>
 static void act_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
 				  const float *w, const float *b, int N, int C, float eps)
 {
-	cu_layernorm_forward(AF(out), mean, rstd, ACF(inp), w, b, N, C, eps);
+	cu_layernorm_forward((A *)out, mean, rstd, (const A *)inp, w, b, N, C, eps);
 }
+template <typename A>
 static void act_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
 				   const void *inp, const float *w, const float *mean,
 				   const float *rstd, int N, int C)
 {
-	cu_layernorm_backward(AF(dinp), dw, db, ACF(dout), ACF(inp), w, mean, rstd, N, C);
+	cu_layernorm_backward((A *)dinp, dw, db, (const A *)dout, (const A *)inp, w, mean, rstd, N,
+			      C);
 }
+template <typename A>
 static void act_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *w, int N,
 				int C, float eps)
 {
-	cu_rmsnorm_forward(AF(out), rstd, ACF(inp), w, N, C, eps);
+	cu_rmsnorm_forward((A *)out, rstd, (const A *)inp, w, N, C, eps);
 }
+template <typename A>
 static void act_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
 				 const float *w, const float *rstd, int N, int C)
 {
-	cu_rmsnorm_backward(AF(dinp), dw, ACF(dout), ACF(inp), w, rstd, N, C);
+	cu_rmsnorm_backward((A *)dinp, dw, (const A *)dout, (const A *)inp, w, rstd, N, C);
 }
+template <typename A>
 static void act_matmul_forward(void *out, const void *inp, const float *w, const float *bias,
 			       int N, int C, int OC)
 {
-	cuda_matmul_forward(AF(out), ACF(inp), w, bias, N, C, OC);
+	cuda_matmul_forward((A *)out, (const A *)inp, w, bias, N, C, OC);
 }
+template <typename A>
 static void act_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC)
 {
-	cuda_matmul_backward(AF(dinp), dw, dbias, ACF(dout), ACF(inp), w, N, C, OC);
+	cuda_matmul_backward((A *)dinp, dw, dbias, (const A *)dout, (const A *)inp, w, N, C, OC);
 }
+template <typename A>
 static void act_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta)
 {
-	cu_rope_forward(AF(qkv), B, T, NH, NKV, HD, theta);
+	cu_rope_forward((A *)qkv, B, T, NH, NKV, HD, theta);
 }
+template <typename A>
 static void act_rope_backward(void *dqkv, int B, int T, int NH, int NKV, int HD, float theta)
 {
-	cu_rope_backward(AF(dqkv), B, T, NH, NKV, HD, theta);
+	cu_rope_backward((A *)dqkv, B, T, NH, NKV, HD, theta);
 }
+template <typename A>
 static void act_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int NH,
 				  int NKV, int HD)
 {
-	cuda_attention_forward(AF(out), lse, ACF(qkv), B, T, NH, NKV, HD);
+	cuda_attention_forward((A *)out, lse, (const A *)qkv, B, T, NH, NKV, HD);
 }
+template <typename A>
 static void act_attention_backward(void *dqkv, const void *dout, const void *qkv,
 				   const void *out, const float *lse, int B, int T, int NH,
 				   int NKV, int HD)
 {
-	cuda_attention_backward(AF(dqkv), ACF(dout), ACF(qkv), ACF(out), lse, B, T, NH, NKV, HD);
+	cuda_attention_backward((A *)dqkv, (const A *)dout, (const A *)qkv, (const A *)out, lse, B,
+				T, NH, NKV, HD);
 }
-static void act_gelu_forward(void *out, const void *inp, size_t n)
+template <typename A> static void act_gelu_forward(void *out, const void *inp, size_t n)
 {
-	cu_gelu_forward(AF(out), ACF(inp), n);
+	cu_gelu_forward((A *)out, (const A *)inp, n);
 }
+template <typename A>
 static void act_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n)
 {
-	cu_gelu_backward(AF(dinp), ACF(inp), ACF(dout), n);
+	cu_gelu_backward((A *)dinp, (const A *)inp, (const A *)dout, n);
 }
-static void act_swiglu_forward(void *out, const void *inp, int N, int F)
+template <typename A> static void act_swiglu_forward(void *out, const void *inp, int N, int F)
 {
-	cu_swiglu_forward(AF(out), ACF(inp), N, F);
+	cu_swiglu_forward((A *)out, (const A *)inp, N, F);
 }
+template <typename A>
 static void act_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F)
 {
-	cu_swiglu_backward(AF(dinp), ACF(dout), ACF(inp), N, F);
+	cu_swiglu_backward((A *)dinp, (const A *)dout, (const A *)inp, N, F);
 }
-static void act_add(void *out, const void *a, const void *b, size_t n)
+template <typename A> static void act_add(void *out, const void *a, const void *b, size_t n)
 {
-	cu_add(AF(out), ACF(a), ACF(b), n);
+	cu_add((A *)out, (const A *)a, (const A *)b, n);
 }
+template <typename A>
 static void act_softmax_xent(float *losses, void *dlogits, const void *logits,
 			     const int32_t *targets, int N, int V, int Vp, float dloss)
 {
-	cu_softmax_xent(losses, AF(dlogits), ACF(logits), targets, N, V, Vp, dloss);
+	cu_softmax_xent(losses, (A *)dlogits, (const A *)logits, targets, N, V, Vp, dloss);
 }
 
-#undef AF
-#undef ACF
-
 /* ------------------------------------------------------------------ */
-/* the table                                                            */
+/* the tables                                                           */
 
-static struct backend cuda_table;
+static struct backend cuda_table, cuda_bf16_table;
 
-/* Filled by assignment (not positional initialisers) so that a reordered or
- * extended backend.h cannot silently shift the slots. */
-static void fill_table(void)
+/* The activation slots for storage type A. */
+template <typename A> static void fill_act_slots(struct backend &t)
 {
-	struct backend &t = cuda_table;
+	t.embed_forward = act_embed_forward<A>;
+	t.embed_backward = act_embed_backward<A>;
+	t.matmul_forward = act_matmul_forward<A>;
+	t.matmul_backward = act_matmul_backward<A>;
+	t.layernorm_forward = act_layernorm_forward<A>;
+	t.layernorm_backward = act_layernorm_backward<A>;
+	t.rmsnorm_forward = act_rmsnorm_forward<A>;
+	t.rmsnorm_backward = act_rmsnorm_backward<A>;
+	t.attention_forward = act_attention_forward<A>;
+	t.attention_backward = act_attention_backward<A>;
+	t.rope_forward = act_rope_forward<A>;
+	t.rope_backward = act_rope_backward<A>;
+	t.gelu_forward = act_gelu_forward<A>;
+	t.gelu_backward = act_gelu_backward<A>;
+	t.swiglu_forward = act_swiglu_forward<A>;
+	t.swiglu_backward = act_swiglu_backward<A>;
+	t.add_act = act_add<A>;
+	t.softmax_xent = act_softmax_xent<A>;
+}
+
+/* Every slot that does not touch activations: the same in both tables. */
+static void fill_common_slots(struct backend &t)
+{
 	t.name = "cuda";
-	t.act_dtype = ACT_F32;
-	t.act_from_f32 = act_from_f32;
-	t.act_to_f32 = act_to_f32;
 	t.alloc = cu_alloc;
 	t.free = cu_free;
 	t.to_device = cu_to_device;
@@ -1415,25 +1495,7 @@ static void fill_table(void)
 	t.synchronize = cu_synchronize;
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
-	t.embed_forward = act_embed_forward;
-	t.embed_backward = act_embed_backward;
-	t.layernorm_forward = act_layernorm_forward;
-	t.layernorm_backward = act_layernorm_backward;
-	t.rmsnorm_forward = act_rmsnorm_forward;
-	t.rmsnorm_backward = act_rmsnorm_backward;
-	t.matmul_forward = act_matmul_forward;
-	t.matmul_backward = act_matmul_backward;
-	t.rope_forward = act_rope_forward;
-	t.rope_backward = act_rope_backward;
-	t.attention_forward = act_attention_forward;
-	t.attention_backward = act_attention_backward;
-	t.gelu_forward = act_gelu_forward;
-	t.gelu_backward = act_gelu_backward;
-	t.swiglu_forward = act_swiglu_forward;
-	t.swiglu_backward = act_swiglu_backward;
-	t.add_act = act_add;
-	t.add = cu_add;
-	t.softmax_xent = act_softmax_xent;
+	t.add = cu_add<float>;
 	t.adamw_dir = cu_adamw_dir;
 	t.adan_dir = cu_adan_dir;
 	t.ademamix_dir = cuda_ademamix_dir;
@@ -1453,11 +1515,35 @@ static void fill_table(void)
 	t.scale = cu_scale;
 }
 
-static std::once_flag table_once;
+/* Filled by assignment (not positional initialisers) so that a reordered or
+ * extended backend.h cannot silently shift the slots. backend_with_act_dtype
+ * goes from one table to the other (train.act_dtype). */
+static void fill_tables(void)
+{
+	struct backend &f = cuda_table, &h = cuda_bf16_table;
+	fill_common_slots(f);
+	f.act_dtype = ACT_F32;
+	f.act_from_f32 = f32_from_f32;
+	f.act_to_f32 = f32_to_f32;
+	fill_act_slots<float>(f);
 
+	fill_common_slots(h);
+	h.act_dtype = ACT_BF16;
+	h.act_from_f32 = bf16_from_f32;
+	h.act_to_f32 = bf16_to_f32;
+	fill_act_slots<__nv_bfloat16>(h);
+}
+
+static std::once_flag table_once;
 
 extern "C" const struct backend *backend_cuda(void)
 {
-	std::call_once(table_once, fill_table);
+	std::call_once(table_once, fill_tables);
 	return &cuda_table;
+}
+
+extern "C" const struct backend *backend_cuda_bf16(void)
+{
+	std::call_once(table_once, fill_tables);
+	return &cuda_bf16_table;
 }

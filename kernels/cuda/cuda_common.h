@@ -2,8 +2,10 @@
  *
  * Legend: see kernels/backend.h (B, T, N = B*T, C, NH, NKV, HD, F, V, Vp).
  *
- * Data in the backend interface is fp32; matrix products convert operands to
- * bf16 and run on tensor cores with fp32 accumulation (cuBLASLt). All work is
+ * Activations are fp32 or bf16 (the two tables of cuda_backend.cu; kernels
+ * templated on the type through cuda_act.h); everything else is fp32. Matrix
+ * products run on tensor cores with bf16 operands and fp32 accumulation
+ * (cuBLASLt). All work is
  * queued on one stream per process (cuda_stream()); scratch memory comes from
  * the stream-ordered pool (cudaMallocAsync), so ops called from several
  * threads on the same stream never race on it.
@@ -67,28 +69,47 @@ void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfl
 int cuda_blaslt_load(char *why, size_t len);
 
 /* ---- ops the table points at, defined across the .cu files ---- */
+/* Activations are float (the f32 table) or __nv_bfloat16 (the bf16 table),
+ * one overload each; weights, biases and their gradients are float. */
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
 			 int N, int C, int OC);
+void cuda_matmul_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const float *w,
+			 const float *bias, int N, int C, int OC);
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 			  const float *inp, const float *w, int N, int C, int OC);
+void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
+			  const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
+			  int N, int C, int OC);
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
 			    int NH, int NKV, int HD);
+void cuda_attention_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B,
+			    int T, int NH, int NKV, int HD);
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
 			     const float *out, const float *lse, int B, int T, int NH,
 			     int NKV, int HD);
+void cuda_attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+			     const __nv_bfloat16 *qkv, const __nv_bfloat16 *out, const float *lse,
+			     int B, int T, int NH, int NKV, int HD);
 /* D[b,h,t] = sum_d dout[n, h*HD + d] * out[n, h*HD + d] (cuda_attention.cu),
  * queued; shared by the SIMT and flash backwards. */
 void cuda_attention_delta(float *Dd, const float *dout, const float *out, int B, int T,
 			  int NH, int HD);
+void cuda_attention_delta(float *Dd, const __nv_bfloat16 *dout, const __nv_bfloat16 *out, int B,
+			  int T, int NH, int HD);
 /* bf16 tensor-core attention (cuda_flash.cu), same contract as the two
  * above; HD 64 or 128 only (cuda_flash_supported). */
 int cuda_flash_supported(int NH, int NKV, int HD);
 void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
 			int NKV, int HD);
+void cuda_flash_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T,
+			int NH, int NKV, int HD);
 void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
 			 const float *lse, int B, int T, int NH, int NKV, int HD);
+void cuda_flash_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+			 const __nv_bfloat16 *qkv, const __nv_bfloat16 *out, const float *lse,
+			 int B, int T, int NH, int NKV, int HD);
 /* optimizer pieces of cuda_optim.cu (contracts in kernels/backend.h) */
 void cuda_ademamix_dir(float *u, const float *g, float *m1, float *m2, float *nu, size_t n,
 		       float lr, float beta1, float beta2, float beta3, float alpha, float eps,
@@ -100,7 +121,9 @@ void cuda_soap_adam(float *out, const float *mr, const float *gr, float *v, size
 void cuda_row_normalize(float *o, float *v, int rows, int cols, float beta2, float eps);
 void cuda_gemm_f32(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb,
 		   float alpha, float beta);
-/* dst[c] += sum over rows of x[N,C] (fixed order); for bias gradients. */
+/* dst[c] += sum over rows of x[N,C] (fixed order, float sums); for bias
+ * gradients, over activations of either storage type. */
 void cuda_colsum_acc(float *dst, const float *x, int N, int C);
+void cuda_colsum_acc(float *dst, const __nv_bfloat16 *x, int N, int C);
 
 #endif

@@ -8,9 +8,12 @@
  * the sum of exp of the scaled scores). Query head h reads key/value head
  * h / (NH/NKV). Scale 1/sqrt(HD), causal.
  *
- * Numbers: q, k, v and dout are fp32 in memory and rounded to bf16 (nearest
- * even) as their tiles are copied into shared memory; p and ds are rounded
- * to bf16 as the A operand of the second product. Every product runs on
+ * Numbers: q, k, v and dout are activations of type A in memory (fp32, or
+ * bf16 for the bf16 table: cuda_act.h); fp32 ones are rounded to bf16
+ * (nearest even) as their tiles are copied into shared memory, bf16 ones are
+ * copied as they are, so bf16 inputs give the fp32 path's bits on the same
+ * values. p and ds are rounded to bf16 as the A operand of the second
+ * product. out and dqkv are stored as A (rounded once for bf16). Every product runs on
  * mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 (fp32 accumulation); softmax,
  * lse, delta and the outputs are fp32. Scores are pre-scaled by
  * log2(e)/sqrt(HD) so the online softmax uses exp2f.
@@ -71,6 +74,7 @@
 #else
 #include FLASH_EMULATE
 #endif
+#include "cuda_act.h"
 
 #define FL_THREADS 128
 #define FL_ROWS 64 /* rows of a block: 4 warps x 16 */
@@ -149,12 +153,51 @@ template <int HD> struct fl_ld {
 	static const int v = HD + 8;
 };
 
-/* rows x HD fp32 from g (row stride ld floats) into s (bf16, rows of HD+8);
- * rows at or past nvalid are zeros. vec: g and ld allow float4 loads (the
- * values, hence the bits, are the same either way). */
-template <int HD, int ROWS>
-__device__ static __forceinline__ void fl_load_tile(bf16 *s, const float *g, size_t ld,
-						    int nvalid, bool vec)
+/* Four elements at p as four bf16 in two registers (lowest first), zeros
+ * when !valid: fp32 rounded to nearest even, bf16 as stored. vec: one
+ * 16-byte (fp32) or 8-byte (bf16) load, else four scalar ones (the same
+ * values, hence the bits). */
+__device__ static __forceinline__ uint2 fl_load4(const float *p, bool valid, bool vec)
+{
+	float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	if (valid) {
+		if (vec)
+			v = __ldg((const float4 *)p);
+		else
+			v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+	}
+	uint2 u;
+	u.x = fl_pack(v.x, v.y);
+	u.y = fl_pack(v.z, v.w);
+	return u;
+}
+
+__device__ static __forceinline__ uint2 fl_load4(const bf16 *p, bool valid, bool vec)
+{
+	uint2 u = make_uint2(0u, 0u); /* bf16 zeros */
+	if (!valid)
+		return u;
+	if (vec)
+		return __ldg((const uint2 *)p);
+	const unsigned short *h = (const unsigned short *)p;
+	u.x = (uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16;
+	u.y = (uint32_t)__ldg(h + 2) | (uint32_t)__ldg(h + 3) << 16;
+	return u;
+}
+
+/* Whether rows of activations at p (row strides and head offsets are
+ * multiples of HD) allow fl_load4's vector load: 4 elements aligned. */
+template <typename A> __device__ static __forceinline__ bool fl_vec(const A *p)
+{
+	return (uintptr_t)p % (4 * sizeof(A)) == 0;
+}
+
+/* rows x HD activations from g (row stride ld elements) into s (bf16, rows
+ * of HD+8); rows at or past nvalid are zeros. vec: g and ld allow fl_load4's
+ * vector loads. */
+template <int HD, int ROWS, typename A>
+__device__ static __forceinline__ void fl_load_tile(bf16 *s, const A *g, size_t ld, int nvalid,
+						    bool vec)
 {
 	const int LD = fl_ld<HD>::v, C4 = HD / 4, PER = ROWS * C4 / FL_THREADS;
 	static_assert(ROWS * C4 % FL_THREADS == 0, "tile must split evenly over the threads");
@@ -163,17 +206,7 @@ __device__ static __forceinline__ void fl_load_tile(bf16 *s, const float *g, siz
 #pragma unroll 4
 	for (int it = 0; it < PER; it++) {
 		int i = threadIdx.x + it * FL_THREADS, r = i / C4, c = (i % C4) * 4;
-		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		if (r < nvalid) {
-			const float *p = g + (size_t)r * ld + c;
-			if (vec)
-				v = __ldg((const float4 *)p);
-			else
-				v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-		}
-		uint2 u;
-		u.x = fl_pack(v.x, v.y);
-		u.y = fl_pack(v.z, v.w);
+		uint2 u = fl_load4(g + (size_t)r * ld + c, r < nvalid, vec);
 		*(uint2 *)(s + r * LD + c) = u;
 	}
 }
@@ -181,10 +214,9 @@ __device__ static __forceinline__ void fl_load_tile(bf16 *s, const float *g, siz
 /* ---- forward ---- */
 
 /* grid (ceil(T/64), NH, B); the last query blocks (the most keys) first */
-template <int HD>
+template <int HD, typename A>
 __global__ static void __launch_bounds__(FL_THREADS)
-	flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int NH, int NKV,
-			     float scale2)
+	flash_forward_kernel(A *out, float *lse, const A *qkv, int T, int NH, int NKV, float scale2)
 {
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
 	bf16 *Qs = (bf16 *)fl_smem();         /* [64][LD] */
@@ -195,9 +227,9 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
 	int C = NH * HD;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-	const float *base = qkv + (size_t)b * T * QKV;
+	const A *base = qkv + (size_t)b * T * QKV;
 	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
-	bool vec = ((uintptr_t)qkv & 15) == 0;
+	bool vec = fl_vec(qkv);
 
 	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
 	__syncthreads();
@@ -305,11 +337,11 @@ __global__ static void __launch_bounds__(FL_THREADS)
 		if (row[r] >= T)
 			continue;
 		float inv = 1.0f / l[r];
-		float *orow = out + ((size_t)b * T + row[r]) * C + (size_t)h * HD + 2 * t4;
+		A *orow = out + ((size_t)b * T + row[r]) * C + (size_t)h * HD + 2 * t4;
 #pragma unroll
 		for (int d = 0; d < ND; d++) {
-			orow[d * 8] = o[d][2 * r] * inv;
-			orow[d * 8 + 1] = o[d][2 * r + 1] * inv;
+			act_st(orow, d * 8, o[d][2 * r] * inv);
+			act_st(orow, d * 8 + 1, o[d][2 * r + 1] * inv);
 		}
 		if (t4 == 0)
 			lse[((size_t)b * NH + h) * T + row[r]] = (m[r] + log2f(l[r])) * FL_LN2;
@@ -326,10 +358,10 @@ template <int HD> struct fl_dkv_bq {
 
 /* grid (ceil(T/64), NKV, B): 64 keys of one (b, kv head) per block; the
  * first key blocks (the most queries) first */
-template <int HD>
+template <int HD, typename A>
 __global__ static void __launch_bounds__(FL_THREADS)
-	flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-			 const float *Dd, int T, int NH, int NKV, float scale2, float scale)
+	flash_dkv_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse, const float *Dd,
+			 int T, int NH, int NKV, float scale2, float scale)
 {
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8, BQ = fl_dkv_bq<HD>::v;
 	const int NQ = BQ / 8;
@@ -343,10 +375,10 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	int G = NH / NKV, C = NH * HD;
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
 	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
-	const float *base = qkv + (size_t)b * T * QKV;
-	const float *dbase = dout + (size_t)b * T * C;
+	const A *base = qkv + (size_t)b * T * QKV;
+	const A *dbase = dout + (size_t)b * T * C;
 	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
-	bool vec = ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0;
+	bool vec = fl_vec(qkv) && fl_vec(dout);
 
 	fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
 	fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
@@ -443,13 +475,13 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	for (int r = 0; r < 2; r++) {
 		if (key[r] >= T)
 			continue;
-		float *drow = dqkv + ((size_t)b * T + key[r]) * QKV + 2 * t4;
+		A *drow = dqkv + ((size_t)b * T + key[r]) * QKV + 2 * t4;
 #pragma unroll
 		for (int d = 0; d < ND; d++) {
-			drow[koff + d * 8] = dk[d][2 * r] * scale;
-			drow[koff + d * 8 + 1] = dk[d][2 * r + 1] * scale;
-			drow[voff + d * 8] = dv[d][2 * r];
-			drow[voff + d * 8 + 1] = dv[d][2 * r + 1];
+			act_st(drow, koff + d * 8, dk[d][2 * r] * scale);
+			act_st(drow, koff + d * 8 + 1, dk[d][2 * r + 1] * scale);
+			act_st(drow, voff + d * 8, dv[d][2 * r]);
+			act_st(drow, voff + d * 8 + 1, dv[d][2 * r + 1]);
 		}
 	}
 }
@@ -458,10 +490,10 @@ __global__ static void __launch_bounds__(FL_THREADS)
 
 /* grid (ceil(T/64), NH, B): 64 queries of one (b, h) per block, key tiles of
  * 64 from 0 to the diagonal; the last query blocks first */
-template <int HD>
+template <int HD, typename A>
 __global__ static void __launch_bounds__(FL_THREADS)
-	flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-			const float *Dd, int T, int NH, int NKV, float scale2, float scale)
+	flash_dq_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse, const float *Dd,
+			int T, int NH, int NKV, float scale2, float scale)
 {
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
 	bf16 *Qs = (bf16 *)fl_smem();          /* [64][LD] */
@@ -472,9 +504,9 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	int q0 = qb * FL_ROWS, kvh = h / (NH / NKV), C = NH * HD;
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-	const float *base = qkv + (size_t)b * T * QKV;
+	const A *base = qkv + (size_t)b * T * QKV;
 	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
-	bool vec = ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0;
+	bool vec = fl_vec(qkv) && fl_vec(dout);
 
 	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
 	fl_load_tile<HD, FL_ROWS>(Os, dout + ((size_t)b * T + q0) * C + (size_t)h * HD, C, T - q0,
@@ -557,11 +589,11 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	for (int r = 0; r < 2; r++) {
 		if (row[r] >= T)
 			continue;
-		float *drow = dqkv + ((size_t)b * T + row[r]) * QKV + (size_t)h * HD + 2 * t4;
+		A *drow = dqkv + ((size_t)b * T + row[r]) * QKV + (size_t)h * HD + 2 * t4;
 #pragma unroll
 		for (int d = 0; d < ND; d++) {
-			drow[d * 8] = dq[d][2 * r] * scale;
-			drow[d * 8 + 1] = dq[d][2 * r + 1] * scale;
+			act_st(drow, d * 8, dq[d][2 * r] * scale);
+			act_st(drow, d * 8 + 1, dq[d][2 * r + 1] * scale);
 		}
 	}
 }
@@ -590,21 +622,21 @@ static void fl_setup(const void *kernel, size_t smem)
 					(int)smem));
 }
 
-template <int HD>
-static void fl_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV)
+template <int HD, typename A>
+static void fl_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV)
 {
 	size_t smem = fl_smem_forward<HD>();
-	fl_setup((const void *)flash_forward_kernel<HD>, smem);
+	fl_setup((const void *)flash_forward_kernel<HD, A>, smem);
 	dim3 grid((T + FL_ROWS - 1) / FL_ROWS, NH, B);
 	float scale2 = FL_LOG2E / sqrtf((float)HD);
-	flash_forward_kernel<HD><<<grid, FL_THREADS, smem, cuda_stream()>>>(out, lse, qkv, T, NH,
-									    NKV, scale2);
+	flash_forward_kernel<HD, A><<<grid, FL_THREADS, smem, cuda_stream()>>>(
+		out, lse, qkv, T, NH, NKV, scale2);
 	CUDA_LAUNCHED();
 }
 
-template <int HD>
-static void fl_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-			const float *lse, int B, int T, int NH, int NKV)
+template <int HD, typename A>
+static void fl_backward(A *dqkv, const A *dout, const A *qkv, const A *out, const float *lse,
+			int B, int T, int NH, int NKV)
 {
 	float scale = 1.0f / sqrtf((float)HD), scale2 = scale * FL_LOG2E;
 	size_t rows = (size_t)B * NH * T;
@@ -612,16 +644,16 @@ static void fl_backward(float *dqkv, const float *dout, const float *qkv, const 
 	cuda_attention_delta(Dd, dout, out, B, T, NH, HD);
 
 	size_t smem_q = fl_smem_dq<HD>();
-	fl_setup((const void *)flash_dq_kernel<HD>, smem_q);
+	fl_setup((const void *)flash_dq_kernel<HD, A>, smem_q);
 	dim3 gq((T + FL_ROWS - 1) / FL_ROWS, NH, B);
-	flash_dq_kernel<HD><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(dqkv, dout, qkv, lse, Dd,
-								       T, NH, NKV, scale2, scale);
+	flash_dq_kernel<HD, A><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(
+		dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
 	CUDA_LAUNCHED();
 
 	size_t smem_kv = fl_smem_dkv<HD>();
-	fl_setup((const void *)flash_dkv_kernel<HD>, smem_kv);
+	fl_setup((const void *)flash_dkv_kernel<HD, A>, smem_kv);
 	dim3 gkv((T + FL_ROWS - 1) / FL_ROWS, NKV, B);
-	flash_dkv_kernel<HD><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
+	flash_dkv_kernel<HD, A><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
 		dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
 	CUDA_LAUNCHED();
 	cuda_scratch_free(Dd);
@@ -632,8 +664,8 @@ int cuda_flash_supported(int NH, int NKV, int HD)
 	return (HD == 64 || HD == 128) && NKV > 0 && NH > 0 && NH % NKV == 0;
 }
 
-void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-			int HD)
+template <typename A>
+static void flash_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV, int HD)
 {
 	if (B <= 0 || T <= 0)
 		return;
@@ -645,8 +677,9 @@ void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, 
 		cuda_fatal(__FILE__, __LINE__, "flash attention: HD=%d (only 64 and 128)", HD);
 }
 
-void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-			 const float *lse, int B, int T, int NH, int NKV, int HD)
+template <typename A>
+static void flash_backward(A *dqkv, const A *dout, const A *qkv, const A *out, const float *lse,
+			   int B, int T, int NH, int NKV, int HD)
 {
 	if (B <= 0 || T <= 0)
 		return;
@@ -656,6 +689,30 @@ void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const
 		fl_backward<128>(dqkv, dout, qkv, out, lse, B, T, NH, NKV);
 	else
 		cuda_fatal(__FILE__, __LINE__, "flash attention: HD=%d (only 64 and 128)", HD);
+}
+
+void cuda_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+			int HD)
+{
+	flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
+}
+
+void cuda_flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NKV,
+			int HD)
+{
+	flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
+}
+
+void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+			 const float *lse, int B, int T, int NH, int NKV, int HD)
+{
+	flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+}
+
+void cuda_flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+			 const float *lse, int B, int T, int NH, int NKV, int HD)
+{
+	flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
 }
 
 /* ---- which kernels the attention slots run ---- */

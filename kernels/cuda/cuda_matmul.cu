@@ -1,10 +1,14 @@
 /* cuda_matmul.cu - matrix products and Newton-Schulz through cuBLASLt.
  *
- * Legend: see kernels/backend.h. The interface holds fp32; operands are
- * rounded to bf16 (round to nearest even) and multiplied on tensor cores with
- * fp32 accumulation and fp32 output (CUBLAS_COMPUTE_32F, bf16 A/B, fp32
- * C/D). Expected error against the fp32 reference: about 2^-8 relative per
- * operand, so |err| <~ 1e-2 * max|ref| on random data (the tests' bound).
+ * Legend: see kernels/backend.h. Every product multiplies bf16 operands on
+ * tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F, bf16 A/B): fp32
+ * weights and fp32 activations are rounded to bf16 (nearest even) into
+ * scratch first; bf16 activations (the ACT_BF16 table) are used as stored.
+ * The output is fp32 (C/D fp32), or bf16 for bf16 activations (D bf16, the
+ * fp32 result plus the fp32 bias rounded once, as backend.h asks); weight
+ * gradients are always fp32, accumulated with beta = 1. Expected error
+ * against the fp32 reference: about 2^-8 relative per operand, so |err| <~
+ * 1e-2 * max|ref| on random data (the tests' bound).
  *
  * cuBLASLt exists only as a shared library: it is loaded with dlopen at first
  * use, so the binary starts without it; the header is included only for
@@ -140,6 +144,7 @@ struct plan_key {
 
 struct plan {
 	struct plan_key key;
+	int ok; /* 0: the heuristic offered no algorithm (bf16 D only; see gemm) */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc;
 	cublasLtMatmulAlgo_t algo;
@@ -187,6 +192,12 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 							   &ep, sizeof(ep)));
 	}
+	if (k->bias && k->out_bf16) {
+		/* the bias is fp32 whatever D is (cuBLASLt's default: D's type) */
+		int32_t bt = CUDA_R_32F;
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+	}
 	/* column-major views: lt A = our B, lt B = our A, C/D = D^T [N, M] */
 	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
 	uint64_t br = k->ta ? k->M : k->K, bc = k->ta ? k->K : k->M;
@@ -212,13 +223,16 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 	cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->la, p->lb,
 							      p->lc, p->lc, pref, 1, &res, &found);
 	lt.cublasLtMatmulPreferenceDestroy(pref);
+	nplans++;
+	if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && k->out_bf16)
+		return p; /* not ok: gemm computes fp32 and rounds */
 	if (st != CUBLAS_STATUS_SUCCESS || found == 0)
 		cuda_fatal(__FILE__, __LINE__,
 			   "cuBLASLt has no bf16 algorithm for M=%d N=%d K=%d ta=%d tb=%d bias=%d "
 			   "(%s)", k->M, k->N, k->K, k->ta, k->tb, k->bias,
 			   lt.cublasLtGetStatusString(st));
 	p->algo = res.algo;
-	nplans++;
+	p->ok = 1;
 	return p;
 }
 
@@ -229,18 +243,28 @@ static void *aligned_copy(const void *src, size_t bytes)
 	return dst;
 }
 
-static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
-		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
+/* Called with lt_mutex held. A bf16 D for which cuBLASLt offers no
+ * algorithm (with an fp32 bias, say) is computed with an fp32 D in scratch
+ * and rounded to nearest even: the same contract, one more pass. */
+static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+			const float *bias, int M, int N, int K, int ta, int tb, float alpha,
+			float beta)
 {
-	if (M <= 0 || N <= 0)
-		return;
-	std::lock_guard<std::mutex> lock(lt_mutex);
-	lt_ready_locked();
 	struct plan_key k;
 	memset(&k, 0, sizeof(k));
 	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias != NULL;
 	k.out_bf16 = out_bf16;
 	struct plan *p = plan_get_locked(&k);
+	if (!p->ok) {
+		if (beta != 0.0f)
+			cuda_fatal(__FILE__, __LINE__,
+				   "gemm: a bf16 D with beta != 0 (M=%d N=%d K=%d)", M, N, K);
+		float *f = (float *)cuda_scratch((size_t)M * N * sizeof(float));
+		gemm_locked(f, 0, A, B, bias, M, N, K, ta, tb, alpha, 0.0f);
+		cuda_to_bf16((__nv_bfloat16 *)D, f, (size_t)M * N);
+		cuda_scratch_free(f);
+		return;
+	}
 
 	/* misaligned pointers go through aligned scratch (see plan_key) */
 	size_t esz = out_bf16 ? 2 : 4, dbytes = (size_t)M * N * esz;
@@ -273,6 +297,16 @@ static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloa
 		cuda_scratch_free((void *)bias);
 }
 
+static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
+{
+	if (M <= 0 || N <= 0)
+		return;
+	std::lock_guard<std::mutex> lock(lt_mutex);
+	lt_ready_locked();
+	gemm_locked(D, out_bf16, A, B, bias, M, N, K, ta, tb, alpha, beta);
+}
+
 void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		    const float *bias, int M, int N, int K, int ta, int tb,
 		    float alpha, float beta)
@@ -298,36 +332,86 @@ static __nv_bfloat16 *bf16_copy(const float *x, size_t n)
 	return b;
 }
 
-/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] */
-void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-			 int N, int C, int OC)
+/* The bf16 operand for x[n]: rounded into scratch (*own, freed by the
+ * caller) from fp32, or x itself when it is stored as bf16 already. */
+static const __nv_bfloat16 *bf16_operand(const float *x, size_t n, __nv_bfloat16 **own)
 {
-	__nv_bfloat16 *ib = bf16_copy(inp, (size_t)N * C);
+	return *own = bf16_copy(x, n);
+}
+
+static const __nv_bfloat16 *bf16_operand(const __nv_bfloat16 *x, size_t n, __nv_bfloat16 **own)
+{
+	(void)n;
+	*own = NULL;
+	return x;
+}
+
+/* Whether an activation pointer's D is bf16 (gemm's out_bf16). */
+static int is_bf16(const float *) { return 0; }
+static int is_bf16(const __nv_bfloat16 *) { return 1; }
+
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; out, inp activations (A) */
+template <typename A>
+static void matmul_forward(A *out, const A *inp, const float *w, const float *bias, int N, int C,
+			   int OC)
+{
+	__nv_bfloat16 *own;
+	const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own);
 	__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
-	cuda_gemm_bf16(out, ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f);
-	cuda_scratch_free(ib);
+	/* the bias always goes through the epilogue (a misaligned vector is
+	 * staged by gemm), so where it sits never changes the arithmetic */
+	gemm(out, is_bf16(out), ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f);
+	cuda_scratch_free(own);
 	cuda_scratch_free(wb);
 }
 
-/* dinp[N,C] = dout[N,OC] @ w[OC,C]; dw[OC,C] += dout^T @ inp[N,C];
- * dbias[OC] += column sums of dout (deterministic, cuda_colsum_acc) */
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-			  const float *inp, const float *w, int N, int C, int OC)
+/* dinp[N,C] = dout[N,OC] @ w[OC,C]; dw[OC,C] += dout^T @ inp[N,C] (fp32,
+ * beta 1); dbias[OC] += column sums of dout (deterministic,
+ * cuda_colsum_acc). dinp, dout, inp activations (A). */
+template <typename A>
+static void matmul_backward(A *dinp, float *dw, float *dbias, const A *dout, const A *inp,
+			    const float *w, int N, int C, int OC)
 {
 	if (dbias)
 		cuda_colsum_acc(dbias, dout, N, OC);
-	__nv_bfloat16 *db = bf16_copy(dout, (size_t)N * OC);
+	__nv_bfloat16 *own_d, *own_i;
+	const __nv_bfloat16 *db = bf16_operand(dout, (size_t)N * OC, &own_d);
 	if (dinp) {
 		__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
-		cuda_gemm_bf16(dinp, db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f);
+		gemm(dinp, is_bf16(dinp), db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f);
 		cuda_scratch_free(wb);
 	}
 	if (dw) {
-		__nv_bfloat16 *ib = bf16_copy(inp, (size_t)N * C);
-		cuda_gemm_bf16(dw, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f);
-		cuda_scratch_free(ib);
+		const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own_i);
+		gemm(dw, 0, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f);
+		cuda_scratch_free(own_i);
 	}
-	cuda_scratch_free(db);
+	cuda_scratch_free(own_d);
+}
+
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+			 int C, int OC)
+{
+	matmul_forward(out, inp, w, bias, N, C, OC);
+}
+
+void cuda_matmul_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const float *w,
+			 const float *bias, int N, int C, int OC)
+{
+	matmul_forward(out, inp, w, bias, N, C, OC);
+}
+
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+			  const float *inp, const float *w, int N, int C, int OC)
+{
+	matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+
+void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
+			  const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
+			  int N, int C, int OC)
+{
+	matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 
 /* ------------------------------------------------------------------ */

@@ -742,8 +742,8 @@ TEST(bf16_logits_for_sampling_are_float)
 	mrun_close(&b);
 }
 
-/* A backend without bf16 storage (CUDA, for now) is refused with a
- * message naming the key; f32 on it is the backend itself. */
+/* A backend without bf16 storage is refused with a message naming the key;
+ * f32 on it is the backend itself. CUDA has both (its bf16 twin). */
 TEST(bf16_is_refused_where_the_backend_has_none)
 {
 	struct backend fake = backend_cpu;
@@ -752,7 +752,12 @@ TEST(bf16_is_refused_where_the_backend_has_none)
 	CHECK(backend_with_act_dtype(&fake, ACT_BF16) == NULL);
 	CHECK_MSG(strstr(last_error(), "train.act_dtype = bf16") && strstr(last_error(), "fake"),
 		  "message: %s", last_error());
-	const struct backend *cu = backend_cuda();
-	if (cu)
-		CHECK(cu->act_dtype == ACT_F32 && !backend_with_act_dtype(cu, ACT_BF16));
+	const struct backend *cu = backend_cuda(), *cb = backend_cuda_bf16();
+	if (!cu)
+		return;
+	CHECK(cu->act_dtype == ACT_F32 && cb && cb->act_dtype == ACT_BF16);
+	CHECK(backend_with_act_dtype(cu, ACT_BF16) == cb);
+	CHECK(backend_with_act_dtype(cb, ACT_BF16) == cb);
+	CHECK(backend_with_act_dtype(cb, ACT_F32) == cu);
+	CHECK(backend_with_act_dtype(cu, ACT_F32) == cu);
 }

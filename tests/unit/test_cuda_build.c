@@ -39,8 +39,39 @@ TEST(cuda_table_complete)
 	SLOT(apply_update); SLOT(sumsq); SLOT(sumsq_many); SLOT(scale); SLOT(memory_peak);
 	SLOT(add_act); SLOT(act_from_f32); SLOT(act_to_f32);
 #undef SLOT
-	/* activations in f32 until the bf16 kernels exist (cuda/NOTES.md) */
 	CHECK(b->act_dtype == ACT_F32);
+}
+
+/* The twin table that stores activations as bf16: the same name, ACT_BF16,
+ * its own activation slots, the f32 table's slots for everything else. */
+TEST(cuda_bf16_table)
+{
+	const struct backend *f = backend_cuda(), *h = backend_cuda_bf16();
+	if (!f) {
+		CHECK(h == NULL);
+		SKIP("built without CUDA");
+	}
+	CHECK(h != NULL && h != f);
+	CHECK(h->act_dtype == ACT_BF16 && !strcmp(h->name, "cuda"));
+#define ACT_SLOT(s) CHECK_MSG(h->s != NULL && h->s != f->s, "cuda bf16 table: " #s)
+	ACT_SLOT(act_from_f32); ACT_SLOT(act_to_f32); ACT_SLOT(embed_forward);
+	ACT_SLOT(embed_backward); ACT_SLOT(layernorm_forward); ACT_SLOT(layernorm_backward);
+	ACT_SLOT(rmsnorm_forward); ACT_SLOT(rmsnorm_backward); ACT_SLOT(rope_forward);
+	ACT_SLOT(rope_backward); ACT_SLOT(gelu_forward); ACT_SLOT(gelu_backward);
+	ACT_SLOT(swiglu_forward); ACT_SLOT(swiglu_backward); ACT_SLOT(add_act);
+	ACT_SLOT(softmax_xent); ACT_SLOT(matmul_forward); ACT_SLOT(matmul_backward);
+	ACT_SLOT(attention_forward); ACT_SLOT(attention_backward);
+#undef ACT_SLOT
+#define SAME(s) CHECK_MSG(h->s == f->s, "cuda bf16 table: " #s " is not the f32 table's")
+	SAME(alloc); SAME(free); SAME(to_device); SAME(to_host); SAME(copy); SAME(zero);
+	SAME(synchronize); SAME(set_threads); SAME(memory_peak); SAME(add); SAME(loss_mean);
+	SAME(adamw_dir); SAME(adan_dir); SAME(ademamix_dir); SAME(mars_correct); SAME(ema);
+	SAME(soap_adam); SAME(row_normalize); SAME(gemm); SAME(lion_dir); SAME(momentum);
+	SAME(newton_schulz); SAME(apply_update); SAME(elementwise_step); SAME(sumsq);
+	SAME(sumsq_many); SAME(scale);
+#undef SAME
+	/* train.act_dtype picks one or the other */
+	CHECK(backend_with_act_dtype(f, ACT_BF16) == h && backend_with_act_dtype(h, ACT_F32) == f);
 }
 
 TEST(cuda_available_answers)

@@ -51,6 +51,13 @@
  *                                             2e-3 of max|ref| at worst;
  *                                             misaligned operands: bit-identical
  *   matmul dbias (fp32 column sums)           1e-5
+ *   bf16 table (cuda_bf16_*)                  bit for bit the f32 table's
+ *                                             result on the same values,
+ *                                             rounded (matmul out, dinp: 1
+ *                                             bf16 ulp + 1e-4); vs the CPU's
+ *                                             bf16 ops: exact where f32 is,
+ *                                             else 1 bf16 ulp + the f32
+ *                                             tolerance (see the section)
  *   newton_schulz (bf16 GEMMs, 5 steps)       Frobenius 6e-2 of |ref|_F vs
  *                                             double, and the diagonal of the
  *                                             short side's Gram matrix in
@@ -1390,6 +1397,631 @@ TEST(cuda_newton_schulz)
 		ns_case(ns_shapes[k][0], ns_shapes[k][1]);
 }
 
+/* ==== bf16 activation storage (train.act_dtype = bf16) ==== */
+
+/* Each bf16 op runs three times on the same bf16 inputs: on the bf16 table
+ * under test (tb), on the f32 table it shares its kernels with (tf, given
+ * the inputs widened), and on backend_cpu_bf16 (the reference). Outputs
+ * come back as floats (bf16 values widened). Two checks per output:
+ *  - tb's result is tf's rounded to bf16, bit for bit (float outputs such as
+ *    mean, rstd, losses and parameter gradients: equal bits): the bf16
+ *    kernels are the f32 kernels with widening loads and rounding stores
+ *    (kernels/cuda/cuda_act.h), as the CPU's bf16 ops are its f32 ops.
+ *    Matmul's out and dinp are the exception: cuBLASLt picks its algorithm
+ *    for a bf16 D separately from an f32 D, so they agree within 1 bf16 ulp
+ *    + 1e-4 of max|ref| (fp32 sums in another order), not bit for bit.
+ *  - against the CPU's bf16 result: where CUDA's f32 op is bit-exact with
+ *    the CPU's (embed_forward, add, the conversions) so is its bf16 op, bit
+ *    for bit; elsewhere within one bf16 ulp of the element plus the f32
+ *    op's tolerance (table at the top) times max|ref|: two f32 results that
+ *    differ by e round to bf16 values at most e + 1 ulp apart.
+ * cuda_ops_harness_on_cpu runs the same cases with the CPU's two tables as
+ * tb and tf. */
+
+static const struct backend *tb, *tf;
+static const struct backend *const refb = &backend_cpu_bf16;
+
+static int cuda_bf16_ready(void)
+{
+	if (!cuda_ready())
+		return 0;
+	tb = backend_cuda_bf16();
+	tf = cu;
+	return 1;
+}
+
+#define NEED_BF16(slot)                                                           \
+	do {                                                                      \
+		if (!cuda_bf16_ready())                                           \
+			SKIP(why);                                                \
+		if (!tb || !tb->slot)                                             \
+			SKIP("the cuda bf16 table lacks " #slot);                 \
+	} while (0)
+
+/* n bf16 values (bits) of s * N(0,1) */
+static uint16_t *randb(size_t n, float s)
+{
+	uint16_t *x = xmalloc(st_mult(n ? n : 1, sizeof(uint16_t)));
+	for (size_t i = 0; i < n; i++)
+		x[i] = f32_to_bf16(s * rng_normal(&seed));
+	return x;
+}
+
+/* bf16 values x[n] uploaded to dev in its act_dtype (widened for f32),
+ * `off` elements past a fresh allocation (*base, for free) */
+static void *put_act_at(const uint16_t *x, size_t n, int off, void **base)
+{
+	int dt = dev->act_dtype;
+	size_t esz = act_dtype_size(dt);
+	void *h = xmalloc(st_mult(n + off, esz));
+	for (size_t i = 0; i < n; i++)
+		act_store(h, off + i, dt, bf16_to_f32(x[i]));
+	*base = put(h, (n + off) * esz);
+	free(h);
+	return act_at(*base, off, esz);
+}
+
+static void *put_act(const uint16_t *x, size_t n)
+{
+	void *base;
+	return put_act_at(x, n, 0, &base);
+}
+
+/* n activations of dev's act_dtype, all NaN */
+static void *nan_act(size_t n)
+{
+	int dt = dev->act_dtype;
+	void *h = xmalloc(st_mult(n ? n : 1, act_dtype_size(dt)));
+	for (size_t i = 0; i < n; i++)
+		act_store(h, i, dt, NAN);
+	void *d = put(h, n * act_dtype_size(dt));
+	free(h);
+	return d;
+}
+
+/* n activations of dev's act_dtype, widened to floats on the host */
+static float *get_act(const void *d, size_t n)
+{
+	int dt = dev->act_dtype;
+	void *h = xmalloc(st_mult(n ? n : 1, act_dtype_size(dt)));
+	float *f = xmalloc(st_mult(n ? n : 1, sizeof(float)));
+	dev->to_host(h, d, n * act_dtype_size(dt));
+	for (size_t i = 0; i < n; i++)
+		f[i] = act_load(h, i, dt);
+	free(h);
+	return f;
+}
+
+/* One bf16 ulp at x (the spacing of bf16 values around |x|) */
+static double bf16_ulp(double x)
+{
+	int e;
+	if (x == 0 || !isfinite(x))
+		return 0;
+	frexp(x, &e); /* |x| in [2^(e-1), 2^e): 8 significant bits */
+	return ldexp(1.0, e - 8);
+}
+
+/* The three runs of one output (see above): got (tb), f32 (tf, unrounded),
+ * want (CPU bf16); rows x cols with row stride `stride`. tb against tf
+ * rounded: bit for bit when near < 0, else within 1 ulp + near * max|want|;
+ * against want: bit for bit when tol < 0, else within 1 ulp + tol *
+ * max|want|. */
+static void bf16_check(const char *what, const float *got, const float *f32, const float *want,
+		       size_t rows, size_t cols, size_t stride, double near, double tol)
+{
+	double mw = 0;
+	for (size_t r = 0; r < rows; r++)
+		for (size_t c = 0; c < cols; c++)
+			mw = fmax(mw, fabs(want[r * stride + c]));
+	for (size_t r = 0; r < rows; r++)
+		for (size_t c = 0; c < cols; c++) {
+			size_t i = r * stride + c;
+			float g = got[i], rf = round_bf16(f32[i]), w = want[i];
+			double ulp = fmax(bf16_ulp(g), bf16_ulp(w));
+			int same_f = !memcmp(&g, &rf, sizeof(g));
+			int ok_f = near < 0 ? same_f : fabs((double)g - rf) <= ulp + near * mw;
+			CHECK_MSG(ok_f, "%s: %s[%zu][%zu] = %.9g on the bf16 table, %.9g = the f32 "
+				  "table's %.9g rounded" SEED_FMT, ctx, what, r, c, g, rf, f32[i],
+				  SEED_ARG);
+			int ok_w = tol < 0 ? !memcmp(&g, &w, sizeof(g))
+					   : fabs((double)g - w) <= ulp + tol * mw;
+			CHECK_MSG(ok_w, "%s: %s[%zu][%zu] = %.9g, CPU bf16 %.9g (max %.3g, tol %g)"
+				  SEED_FMT, ctx, what, r, c, g, w, mw, tol, SEED_ARG);
+		}
+}
+
+/* A float output of a bf16 op (statistics, losses, parameter gradients):
+ * tb's bits are tf's; against the CPU within tol (relative, rel_err). */
+static void bf16_check_f(const char *what, const float *got, const float *f32, const float *want,
+			 size_t n, double tol)
+{
+	size_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff += memcmp(&got[i], &f32[i], sizeof(float)) != 0;
+	CHECK_MSG(diff == 0, "%s: %s: %zu of %zu elements differ from the f32 table's" SEED_FMT,
+		  ctx, what, diff, n, SEED_ARG);
+	double e = rel_err(got, want, n);
+	CHECK_MSG(e <= tol, "%s: %s: relative error %.3g > %g against the CPU" SEED_FMT, ctx,
+		  what, e, tol, SEED_ARG);
+}
+
+/* the three backends of a bf16 case, in the order of the checks' arguments */
+#define BF16_RUNS 3
+static const struct backend *bf16_be(int k)
+{
+	return k == 0 ? tb : k == 1 ? tf : refb;
+}
+
+static void free_all(float **p, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(p[i]);
+}
+
+/* ---- conversions ---- */
+
+static void bf16_convert_case(void)
+{
+	/* ties to even (both ways), overflow to infinity, denormals, signed
+	 * zeros and infinities, then random values */
+	static const uint32_t special[] = {
+		0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+		0x3f80ffffu, 0x7f7fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0xff7f8000u, 0x00008000u,
+		0x00018000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
+	};
+	size_t ns = sizeof(special) / sizeof(special[0]), n = 5000;
+	snprintf(ctx, sizeof(ctx), "act_from_f32 / act_to_f32 on %s bf16", tb->name);
+	float *x = randn(n, 100);
+	for (size_t i = 0; i < ns; i++)
+		x[i] = f32_from_bits(special[i]);
+	x[ns] = NAN;
+	dev = tb;
+	float *x_d = putf(x, n), *back_d = nan_dev(n);
+	void *a_d = nan_act(n);
+	tb->act_from_f32(a_d, x_d, n);
+	tb->act_to_f32(back_d, a_d, n);
+	uint16_t *h = xmalloc(n * sizeof(uint16_t));
+	tb->to_host(h, a_d, n * sizeof(uint16_t));
+	float *back = getf(back_d, n);
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(x[i])) {
+			CHECK_MSG(isnan(bf16_to_f32(h[i])) && isnan(back[i]), "%s: NaN became %04x"
+				  SEED_FMT, ctx, h[i], SEED_ARG);
+			continue;
+		}
+		CHECK_MSG(h[i] == f32_to_bf16(x[i]), "%s: %08x rounded to %04x, CPU %04x" SEED_FMT,
+			  ctx, f32_bits(x[i]), h[i], f32_to_bf16(x[i]), SEED_ARG);
+		CHECK_MSG(f32_bits(back[i]) == f32_bits(bf16_to_f32(h[i])), "%s: %04x widened to "
+			  "%08x" SEED_FMT, ctx, h[i], f32_bits(back[i]), SEED_ARG);
+	}
+	tb->free(x_d), tb->free(back_d), tb->free(a_d);
+	free(x), free(h), free(back);
+}
+
+TEST(cuda_bf16_convert)
+{
+	NEED_BF16(act_from_f32);
+	NEED_BF16(act_to_f32);
+	bf16_convert_case();
+}
+
+/* ---- embeddings ---- */
+
+static void bf16_embed_case(void)
+{
+	int B = 3, T = 37, C = 70, Vp = 50, N = B * T;
+	size_t nc = (size_t)N * C, nw = (size_t)Vp * C, np = (size_t)T * C;
+	snprintf(ctx, sizeof(ctx), "embed B=%d T=%d C=%d on %s bf16", B, T, C, tb->name);
+	int32_t tok[3 * 37];
+	for (int i = 0; i < N; i++)
+		tok[i] = (int32_t)(rng_next(&seed) % 7) * 7; /* many repeats */
+	float *wte = randn(nw, 1), *wpe = randn(np, 1), *gw0 = randn(nw, 1), *gp0 = randn(np, 1);
+	uint16_t *dy = randb(nc, 1);
+	float *r[BF16_RUNS][3];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		int32_t *tok_d = put(tok, sizeof(tok));
+		float *wte_d = putf(wte, nw), *wpe_d = putf(wpe, np);
+		float *gw_d = putf(gw0, nw), *gp_d = putf(gp0, np);
+		void *out_d = nan_act(nc), *dy_d = put_act(dy, nc);
+		dev->embed_forward(out_d, tok_d, wte_d, wpe_d, B, T, C);
+		dev->embed_backward(gw_d, gp_d, dy_d, tok_d, B, T, C);
+		r[k][0] = get_act(out_d, nc), r[k][1] = getf(gw_d, nw), r[k][2] = getf(gp_d, np);
+		dev->free(tok_d), dev->free(wte_d), dev->free(wpe_d), dev->free(gw_d);
+		dev->free(gp_d), dev->free(out_d), dev->free(dy_d);
+	}
+	bf16_check("out", r[0][0], r[1][0], r[2][0], 1, nc, nc, -1, -1);
+	bf16_check_f("dwte", r[0][1], r[1][1], r[2][1], nw, 1e-5);
+	bf16_check_f("dwpe", r[0][2], r[1][2], r[2][2], np, 1e-5);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 3);
+	free(wte), free(wpe), free(gw0), free(gp0), free(dy);
+}
+
+TEST(cuda_bf16_embed)
+{
+	NEED_BF16(embed_forward);
+	NEED_BF16(embed_backward);
+	bf16_embed_case();
+}
+
+/* ---- norms: every run's backward gets the CPU's mean and rstd ---- */
+
+static void bf16_norm_case(int ln, int N, int C)
+{
+	size_t nc = (size_t)N * C;
+	snprintf(ctx, sizeof(ctx), "%s N=%d C=%d on %s bf16", ln ? "layernorm" : "rmsnorm", N, C,
+		 tb->name);
+	uint16_t *x = randb(nc, 2), *dy = randb(nc, 1);
+	float *w = randn(C, 1), *b = randn(C, 1), *dw0 = randn(C, 1), *db0 = randn(C, 1);
+	float *r[BF16_RUNS][6];
+	for (int k = BF16_RUNS - 1; k >= 0; k--) { /* the CPU first: its statistics */
+		dev = bf16_be(k);
+		void *x_d = put_act(x, nc), *dy_d = put_act(dy, nc);
+		void *out_d = nan_act(nc), *dx_d = nan_act(nc);
+		float *w_d = putf(w, C), *b_d = putf(b, C);
+		float *dw_d = putf(dw0, C), *db_d = putf(db0, C);
+		float *m_d = nan_dev(N), *rs_d = nan_dev(N);
+		if (ln)
+			dev->layernorm_forward(out_d, m_d, rs_d, x_d, w_d, b_d, N, C, 1e-5f);
+		else
+			dev->rmsnorm_forward(out_d, rs_d, x_d, w_d, N, C, 1e-5f);
+		r[k][0] = get_act(out_d, nc), r[k][1] = getf(m_d, N), r[k][2] = getf(rs_d, N);
+		dev->to_device(m_d, r[BF16_RUNS - 1][1], N * sizeof(float));
+		dev->to_device(rs_d, r[BF16_RUNS - 1][2], N * sizeof(float));
+		if (ln)
+			dev->layernorm_backward(dx_d, dw_d, db_d, dy_d, x_d, w_d, m_d, rs_d, N, C);
+		else
+			dev->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, rs_d, N, C);
+		r[k][3] = get_act(dx_d, nc), r[k][4] = getf(dw_d, C), r[k][5] = getf(db_d, C);
+		dev->free(x_d), dev->free(dy_d), dev->free(out_d), dev->free(dx_d), dev->free(w_d);
+		dev->free(b_d), dev->free(dw_d), dev->free(db_d), dev->free(m_d), dev->free(rs_d);
+	}
+	bf16_check("out", r[0][0], r[1][0], r[2][0], 1, nc, nc, -1, 1e-5);
+	if (ln)
+		bf16_check_f("mean", r[0][1], r[1][1], r[2][1], N, 1e-5);
+	bf16_check_f("rstd", r[0][2], r[1][2], r[2][2], N, 1e-5);
+	bf16_check("dinp", r[0][3], r[1][3], r[2][3], 1, nc, nc, -1, 1e-5);
+	bf16_check_f("dw", r[0][4], r[1][4], r[2][4], C, 1e-5);
+	if (ln)
+		bf16_check_f("db", r[0][5], r[1][5], r[2][5], C, 1e-5);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 6);
+	free(x), free(dy), free(w), free(b), free(dw0), free(db0);
+}
+
+TEST(cuda_bf16_norms)
+{
+	NEED_BF16(layernorm_forward);
+	NEED_BF16(layernorm_backward);
+	NEED_BF16(rmsnorm_forward);
+	NEED_BF16(rmsnorm_backward);
+	bf16_norm_case(1, 67, 100);
+	if (!test_failed())
+		bf16_norm_case(1, 600, 768); /* several row chunks */
+	if (!test_failed())
+		bf16_norm_case(0, 67, 100);
+	if (!test_failed())
+		bf16_norm_case(0, 600, 576);
+}
+
+/* ---- rope, in place ---- */
+
+static void bf16_rope_case(void)
+{
+	int B = 2, T = 300, NH = 4, NKV = 2, HD = 64;
+	size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
+	snprintf(ctx, sizeof(ctx), "rope B=%d T=%d NH=%d NKV=%d HD=%d on %s bf16", B, T, NH, NKV,
+		 HD, tb->name);
+	uint16_t *x = randb(n, 1), *dy = randb(n, 1);
+	float *r[BF16_RUNS][2];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		void *x_d = put_act(x, n), *dy_d = put_act(dy, n);
+		dev->rope_forward(x_d, B, T, NH, NKV, HD, 10000.0f);
+		dev->rope_backward(dy_d, B, T, NH, NKV, HD, 10000.0f);
+		r[k][0] = get_act(x_d, n), r[k][1] = get_act(dy_d, n);
+		dev->free(x_d), dev->free(dy_d);
+	}
+	bf16_check("forward", r[0][0], r[1][0], r[2][0], 1, n, n, -1, 1e-5);
+	bf16_check("backward", r[0][1], r[1][1], r[2][1], 1, n, n, -1, 1e-5);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 2);
+	free(x), free(dy);
+}
+
+TEST(cuda_bf16_rope)
+{
+	NEED_BF16(rope_forward);
+	NEED_BF16(rope_backward);
+	bf16_rope_case();
+}
+
+/* ---- gelu, swiglu, add_act ---- */
+
+static void bf16_pointwise_case(void)
+{
+	size_t n = 10007;
+	int N = 37, F = 130;
+	size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+	snprintf(ctx, sizeof(ctx), "gelu, swiglu, add_act on %s bf16", tb->name);
+	uint16_t *x = randb(n, 3), *dy = randb(n, 1), *b = randb(n, 1);
+	uint16_t *sx = randb(ni, 2), *sdy = randb(no, 1);
+	float *r[BF16_RUNS][7];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		void *x_d = put_act(x, n), *dy_d = put_act(dy, n), *b_d = put_act(b, n);
+		void *y_d = nan_act(n), *dx_d = nan_act(n), *s_d = nan_act(n);
+		void *sx_d = put_act(sx, ni), *sdy_d = put_act(sdy, no);
+		void *sy_d = nan_act(no), *sdx_d = nan_act(ni);
+		dev->gelu_forward(y_d, x_d, n);
+		dev->gelu_backward(dx_d, x_d, dy_d, n);
+		dev->swiglu_forward(sy_d, sx_d, N, F);
+		dev->swiglu_backward(sdx_d, sdy_d, sx_d, N, F);
+		dev->add_act(s_d, x_d, b_d, n);
+		dev->add_act(x_d, x_d, b_d, n); /* out aliases a */
+		r[k][0] = get_act(y_d, n), r[k][1] = get_act(dx_d, n);
+		r[k][2] = get_act(sy_d, no), r[k][3] = get_act(sdx_d, ni);
+		r[k][4] = get_act(s_d, n), r[k][5] = get_act(x_d, n);
+		r[k][6] = NULL;
+		dev->free(x_d), dev->free(dy_d), dev->free(b_d), dev->free(y_d);
+		dev->free(dx_d), dev->free(s_d), dev->free(sx_d), dev->free(sdy_d);
+		dev->free(sy_d), dev->free(sdx_d);
+	}
+	bf16_check("gelu out", r[0][0], r[1][0], r[2][0], 1, n, n, -1, 1e-5);
+	bf16_check("gelu dinp", r[0][1], r[1][1], r[2][1], 1, n, n, -1, 1e-5);
+	bf16_check("swiglu out", r[0][2], r[1][2], r[2][2], 1, no, no, -1, 1e-5);
+	bf16_check("swiglu dinp", r[0][3], r[1][3], r[2][3], 1, ni, ni, -1, 1e-5);
+	bf16_check("add_act", r[0][4], r[1][4], r[2][4], 1, n, n, -1, -1);
+	bf16_check("add_act in place", r[0][5], r[1][5], r[2][5], 1, n, n, -1, -1);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 7);
+	free(x), free(dy), free(b), free(sx), free(sdy);
+}
+
+TEST(cuda_bf16_pointwise)
+{
+	NEED_BF16(gelu_forward);
+	NEED_BF16(gelu_backward);
+	NEED_BF16(swiglu_forward);
+	NEED_BF16(swiglu_backward);
+	NEED_BF16(add_act);
+	bf16_pointwise_case();
+}
+
+/* ---- softmax + cross-entropy: losses float, dlogits bf16 ---- */
+
+static void bf16_xent_case(void)
+{
+	int N = 9, V = 1000, Vp = 1024;
+	size_t nl = (size_t)N * Vp;
+	snprintf(ctx, sizeof(ctx), "softmax_xent N=%d V=%d Vp=%d on %s bf16", N, V, Vp, tb->name);
+	uint16_t *lg = randb(nl, 4);
+	int32_t tg[9];
+	for (int i = 0; i < N; i++)
+		tg[i] = (int32_t)(rng_next(&seed) % V);
+	tg[0] = V - 1;
+	tg[1] = -1; /* ignored: loss 0, zero row */
+	float *r[BF16_RUNS][5];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		void *lg_d = put_act(lg, nl), *dl_d = nan_act(nl);
+		int32_t *tg_d = put(tg, sizeof(tg));
+		float *loss_d = nan_dev(N);
+		dev->softmax_xent(loss_d, dl_d, lg_d, tg_d, N, V, Vp, 1.0f / N);
+		r[k][0] = getf(loss_d, N), r[k][1] = get_act(dl_d, nl);
+		poison(loss_d, N);
+		dev->softmax_xent(loss_d, NULL, lg_d, tg_d, N, V, Vp, 1.0f / N); /* loss only */
+		r[k][2] = getf(loss_d, N);
+		poison(loss_d, N);
+		dev->softmax_xent(loss_d, lg_d, lg_d, tg_d, N, V, Vp, 1.0f / N); /* in place */
+		r[k][3] = getf(loss_d, N), r[k][4] = get_act(lg_d, nl);
+		dev->free(lg_d), dev->free(dl_d), dev->free(tg_d), dev->free(loss_d);
+	}
+	bf16_check_f("losses", r[0][0], r[1][0], r[2][0], N, 1e-5);
+	bf16_check("dlogits", r[0][1], r[1][1], r[2][1], 1, nl, nl, -1, 1e-5);
+	for (int k = 0; k < BF16_RUNS && !test_failed(); k++) {
+		const char *who = k == 0 ? "the bf16 table" : k == 1 ? "the f32 table" : "the CPU";
+		CHECK_MSG(!memcmp(r[k][2], r[k][0], N * sizeof(float)) &&
+			  !memcmp(r[k][3], r[k][0], N * sizeof(float)) &&
+			  !memcmp(r[k][4], r[k][1], nl * sizeof(float)), "%s: on %s, the loss-only "
+			  "or in-place call gives other bits" SEED_FMT, ctx, who, SEED_ARG);
+	}
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 5);
+	free(lg);
+}
+
+TEST(cuda_bf16_softmax_xent)
+{
+	NEED_BF16(softmax_xent);
+	bf16_xent_case();
+}
+
+/* ---- matmul: bf16 activations, fp32 weights and weight gradients ---- */
+
+/* n activations of dev's act_dtype, all NaN, `off` elements past a fresh
+ * allocation (*base, for free) */
+static void *nan_act_at(size_t n, int off, void **base)
+{
+	*base = nan_act(n + off);
+	return act_at(*base, off, act_size(dev));
+}
+
+/* forward and backward on dev, every activation `off` elements past its
+ * allocation: out[N,OC], dinp[N,C] (widened), dw[OC,C] = dw0 + ..., db[OC]
+ * = db0 + ... (when bias) */
+static void bf16_mm_run(float *r[4], int off, const uint16_t *x, const float *w,
+			const float *bias, const uint16_t *dy, const float *dw0, const float *db0,
+			int N, int C, int OC)
+{
+	size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+	void *base[4];
+	void *x_d = put_act_at(x, nx, off, &base[0]), *dy_d = put_act_at(dy, no, off, &base[1]);
+	void *o_d = nan_act_at(no, off, &base[2]), *dx_d = nan_act_at(nx, off, &base[3]);
+	float *w_d = putf(w, nw), *dw_d = putf(dw0, nw);
+	float *b_d = bias ? putf(bias, OC) : NULL, *db_d = bias ? putf(db0, OC) : NULL;
+	dev->matmul_forward(o_d, x_d, w_d, b_d, N, C, OC);
+	dev->matmul_backward(dx_d, dw_d, db_d, dy_d, x_d, w_d, N, C, OC);
+	r[0] = get_act(o_d, no), r[1] = get_act(dx_d, nx), r[2] = getf(dw_d, nw);
+	r[3] = bias ? getf(db_d, OC) : NULL;
+	for (int i = 0; i < 4; i++)
+		dev->free(base[i]);
+	dev->free(w_d), dev->free(dw_d), dev->free(b_d), dev->free(db_d);
+}
+
+static void bf16_matmul_case(int N, int C, int OC, int with_bias)
+{
+	size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+	snprintf(ctx, sizeof(ctx), "matmul N=%d C=%d OC=%d %s on %s bf16", N, C, OC,
+		 with_bias ? "bias" : "no bias", tb->name);
+	uint16_t *x = randb(nx, 1), *dy = randb(no, 1);
+	float *w = randn(nw, 0.1f), *bias = with_bias ? randn(OC, 1) : NULL;
+	float *dw0 = randn(nw, 1), *db0 = randn(OC, 1);
+	float *r[BF16_RUNS][4], *m[4];
+	for (int k = 0; k < BF16_RUNS; k++) {
+		dev = bf16_be(k);
+		bf16_mm_run(r[k], 0, x, w, bias, dy, dw0, db0, N, C, OC);
+	}
+	dev = tb; /* activations 2 bytes off every vector alignment */
+	bf16_mm_run(m, 1, x, w, bias, dy, dw0, db0, N, C, OC);
+	bf16_check("out", r[0][0], r[1][0], r[2][0], N, OC, OC, 1e-4, 1e-2);
+	bf16_check("dinp", r[0][1], r[1][1], r[2][1], N, C, C, 1e-4, 1e-2);
+	bf16_check_f("dw", r[0][2], r[1][2], r[2][2], nw, 1e-2);
+	if (with_bias)
+		bf16_check_f("dbias", r[0][3], r[1][3], r[2][3], OC, 1e-5);
+	CHECK_MSG(!memcmp(m[0], r[0][0], no * 4) && !memcmp(m[1], r[0][1], nx * 4) &&
+		  !memcmp(m[2], r[0][2], nw * 4) && (!bias || !memcmp(m[3], r[0][3], OC * 4)),
+		  "%s: activations 2 bytes off alignment change the result" SEED_FMT, ctx,
+		  SEED_ARG);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 4);
+	free_all(m, 4);
+	free(x), free(dy), free(w), free(bias), free(dw0), free(db0);
+}
+
+TEST(cuda_bf16_matmul)
+{
+	NEED_BF16(matmul_forward);
+	NEED_BF16(matmul_backward);
+	bf16_matmul_case(64, 96, 80, 1);
+	if (!test_failed())
+		bf16_matmul_case(33, 40, 24, 1);
+	if (!test_failed())
+		bf16_matmul_case(37, 53, 71, 1); /* odd leading dimensions */
+	if (!test_failed())
+		bf16_matmul_case(256, 768, 2304, 0);
+	if (!test_failed())
+		bf16_matmul_case(300, 256, 1000, 1);
+}
+
+/* ---- attention: bf16 qkv, out, dout, dqkv; lse float ---- */
+
+/* One shape with the attention kernels the CUDA backend runs now; every
+ * backward gets the CPU's out and lse. tolf, tolb: tolerances of the forward
+ * and backward against the CPU (1 ulp + tol * max|ref|, dq, dk, dv each on
+ * its own). */
+static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb)
+{
+	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, N = B * T;
+	size_t nq = (size_t)N * QKV, no = (size_t)N * C, nl = (size_t)B * NH * T;
+	uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1), *out_ref = NULL;
+	float *r[BF16_RUNS][3];
+	for (int k = BF16_RUNS - 1; k >= 0; k--) { /* the CPU first: its out and lse */
+		dev = bf16_be(k);
+		void *q_d = put_act(qkv, nq), *dy_d = put_act(dy, no);
+		void *o_d = nan_act(no), *dq_d = nan_act(nq);
+		float *l_d = nan_dev(nl);
+		dev->attention_forward(o_d, l_d, q_d, B, T, NH, NKV, HD);
+		r[k][0] = get_act(o_d, no), r[k][1] = getf(l_d, nl);
+		if (!out_ref) {
+			out_ref = xmalloc(no * sizeof(uint16_t));
+			for (size_t i = 0; i < no; i++)
+				out_ref[i] = f32_to_bf16(r[k][0][i]); /* exact: bf16 values */
+		}
+		dev->free(o_d);
+		o_d = put_act(out_ref, no);
+		dev->to_device(l_d, r[BF16_RUNS - 1][1], nl * sizeof(float));
+		dev->attention_backward(dq_d, dy_d, q_d, o_d, l_d, B, T, NH, NKV, HD);
+		r[k][2] = get_act(dq_d, nq);
+		dev->free(q_d), dev->free(dy_d), dev->free(o_d), dev->free(dq_d), dev->free(l_d);
+	}
+	bf16_check("out", r[0][0], r[1][0], r[2][0], N, C, C, -1, tolf);
+	bf16_check_f("lse", r[0][1], r[1][1], r[2][1], nl, tolf);
+	bf16_check("dq", r[0][2], r[1][2], r[2][2], N, C, QKV, -1, tolb);
+	bf16_check("dk", r[0][2] + C, r[1][2] + C, r[2][2] + C, N, (size_t)NKV * HD, QKV, -1,
+		   tolb);
+	size_t vo = (size_t)C + (size_t)NKV * HD;
+	bf16_check("dv", r[0][2] + vo, r[1][2] + vo, r[2][2] + vo, N, (size_t)NKV * HD, QKV, -1,
+		   tolb);
+	for (int k = 0; k < BF16_RUNS; k++)
+		free_all(r[k], 3);
+	free(qkv), free(dy), free(out_ref);
+}
+
+/* SIMT (1e-4, 1e-3 as against double) and, on CUDA where the shape allows,
+ * flash (1e-2, 2e-2); the choice in force before is restored. */
+static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
+{
+	int nimpl = 1;
+#ifdef ASYNCPP_CUDA
+	int prev = -1;
+	if (tb == backend_cuda_bf16()) {
+		nimpl = cuda_attention_flash_supported(NH, NKV, HD) ? 2 : 1;
+		prev = cuda_attention_set_impl(CUDA_ATTENTION_SIMT);
+	}
+#endif
+	for (int impl = 0; impl < nimpl && !test_failed(); impl++) {
+		snprintf(ctx, sizeof(ctx), "%sattention B=%d T=%d NH=%d NKV=%d HD=%d on %s bf16",
+			 impl ? "flash " : "", B, T, NH, NKV, HD, tb->name);
+#ifdef ASYNCPP_CUDA
+		if (impl)
+			cuda_attention_set_impl(CUDA_ATTENTION_FLASH);
+#endif
+		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3);
+	}
+#ifdef ASYNCPP_CUDA
+	if (prev >= 0)
+		cuda_attention_set_impl(prev);
+#endif
+}
+
+TEST(cuda_bf16_attention)
+{
+	NEED_BF16(attention_forward);
+	NEED_BF16(attention_backward);
+	static const int shapes[][5] = {
+		{2, 70, 4, 2, 64}, {1, 33, 3, 3, 32}, {1, 129, 2, 1, 128}, {1, 17, 6, 2, 48},
+		{2, 1, 4, 2, 64},  {1, 1024, 12, 12, 64}, {2, 1023, 4, 2, 64}, {3, 257, 6, 3, 128},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(shapes) && !test_failed(); i++)
+		bf16_attention_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+				    shapes[i][4]);
+}
+
+/* Every bf16 case above, on dev's pair (tb, tf); for the harness */
+static void bf16_all_cases(void)
+{
+	bf16_convert_case();
+	if (!test_failed())
+		bf16_embed_case();
+	if (!test_failed())
+		bf16_norm_case(1, 67, 100);
+	if (!test_failed())
+		bf16_norm_case(0, 67, 100);
+	if (!test_failed())
+		bf16_rope_case();
+	if (!test_failed())
+		bf16_pointwise_case();
+	if (!test_failed())
+		bf16_xent_case();
+	if (!test_failed())
+		bf16_matmul_case(33, 40, 24, 1);
+	if (!test_failed())
+		bf16_attention_case(2, 70, 4, 2, 64);
+}
+
 /* ==== contracts of backend.h, the same code on both backends ==== */
 
 /* softmax_xent: target < 0 ignored (loss 0, zero gradient row), target >= V
@@ -1539,5 +2171,8 @@ TEST(cuda_ops_harness_on_cpu)
 		copy_contract_case();
 	if (!test_failed())
 		ln_null_contract_case(67, 100);
+	tb = &backend_cpu_bf16, tf = &backend_cpu;
+	if (!test_failed())
+		bf16_all_cases();
 	dev = cu;
 }

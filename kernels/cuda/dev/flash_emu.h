@@ -37,6 +37,10 @@ struct float4 {
 struct uint2 {
 	uint32_t x, y;
 };
+static inline uint2 make_uint2(uint32_t x, uint32_t y)
+{
+	return uint2{x, y};
+}
 static inline float4 make_float4(float x, float y, float z, float w)
 {
 	return float4{x, y, z, w};
@@ -73,6 +77,14 @@ static inline float emu_bf2f(uint16_t h)
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b)
 {
 	return __nv_bfloat162{{emu_f2bf(a)}, {emu_f2bf(b)}};
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float a)
+{
+	return __nv_bfloat16{emu_f2bf(a)};
+}
+static inline float __bfloat162float(__nv_bfloat16 h)
+{
+	return emu_bf2f(h.u);
 }
 
 /* ---- the emulated block ---- */

@@ -17,8 +17,11 @@
  * max|reference| (the measure test_cuda_ops uses), checks that every output
  * element was written (outputs start as NaN), that a second backward gives
  * the same bits, and that qkv and dout 4 bytes off 16-byte alignment (the
- * scalar load path) give the same bits as aligned ones. Exit status 0 when
- * every error is within the flash tolerances of test_cuda_ops.
+ * scalar load path) give the same bits as aligned ones, and that the kernels
+ * on bf16 activations (the bf16 table's) give the fp32 kernels' results on
+ * the same values, rounded, bit for bit (aligned and 2 bytes off). Exit
+ * status 0 when every error is within the flash tolerances of
+ * test_cuda_ops and every bit comparison holds.
  */
 #include <math.h>
 #include <stdio.h>
@@ -127,8 +130,8 @@ template <class F> static void launch(dim3 grid, size_t smem, F fn)
 			}
 }
 
-static void emu_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-			int HD)
+template <typename A>
+static void emu_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV, int HD)
 {
 	dim3 grid{(unsigned)(T + 63) / 64, (unsigned)NH, (unsigned)B};
 	float scale2 = FL_LOG2E / sqrtf((float)HD);
@@ -140,8 +143,9 @@ static void emu_forward(float *out, float *lse, const float *qkv, int B, int T, 
 		       [&] { flash_forward_kernel<128>(out, lse, qkv, T, NH, NKV, scale2); });
 }
 
-static void emu_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-			 const float *lse, int B, int T, int NH, int NKV, int HD)
+template <typename A>
+static void emu_backward(A *dqkv, const A *dout, const A *qkv, const A *out, const float *lse,
+			 int B, int T, int NH, int NKV, int HD)
 {
 	float scale = 1.0f / sqrtf((float)HD), scale2 = scale * FL_LOG2E;
 	std::vector<float> Dd((size_t)B * NH * T);
@@ -151,7 +155,7 @@ static void emu_backward(float *dqkv, const float *dout, const float *qkv, const
 				size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
 				float s = 0;
 				for (int d = 0; d < HD; d++)
-					s += dout[off + d] * out[off + d];
+					s += act_ld(dout, off + d) * act_ld(out, off + d);
 				Dd[((size_t)b * NH + h) * T + t] = s;
 			}
 	const float *D = Dd.data();
@@ -256,6 +260,43 @@ static double rel_err(const float *got, const double *ref, size_t rows, size_t c
 	return den > 0 ? num / den : num;
 }
 
+/* The bf16 activation path: q, k, v, dout rounded to bf16, run through the
+ * kernels both as bf16 and widened to fp32; the bf16 outputs must be the
+ * fp32 ones rounded, lse the same bits (the backward gets the bf16 forward's
+ * out in both). off: elements past alignment. */
+static int bf16_case(const float *qkv, const float *dy, int B, int T, int NH, int NKV, int HD,
+		     int off)
+{
+	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, N = B * T;
+	size_t nq = (size_t)N * QKV, no = (size_t)N * C, nl = (size_t)B * NH * T;
+	std::vector<__nv_bfloat16> qb(nq + off), db(no + off), ob(no), dqb(nq);
+	std::vector<float> qf(nq + off), df(no + off), of(no, NAN), dqf(nq, NAN), of2(no);
+	std::vector<float> lf(nl, NAN), lb(nl, NAN);
+	for (size_t i = 0; i < nq; i++) {
+		qb[off + i] = __float2bfloat16_rn(qkv[i]);
+		qf[off + i] = __bfloat162float(qb[off + i]);
+	}
+	for (size_t i = 0; i < no; i++) {
+		db[off + i] = __float2bfloat16_rn(dy[i]);
+		df[off + i] = __bfloat162float(db[off + i]);
+	}
+	memset(ob.data(), 0xff, no * 2), memset(dqb.data(), 0xff, nq * 2); /* NaN */
+	emu_forward(of.data(), lf.data(), qf.data() + off, B, T, NH, NKV, HD);
+	emu_forward(ob.data(), lb.data(), qb.data() + off, B, T, NH, NKV, HD);
+	for (size_t i = 0; i < no; i++)
+		of2[i] = __bfloat162float(ob[i]);
+	emu_backward(dqf.data(), df.data() + off, qf.data() + off, of2.data(), lb.data(), B, T, NH,
+		     NKV, HD);
+	emu_backward(dqb.data(), db.data() + off, qb.data() + off, ob.data(), lb.data(), B, T, NH,
+		     NKV, HD);
+	size_t bad = memcmp(lf.data(), lb.data(), nl * sizeof(float)) != 0;
+	for (size_t i = 0; i < no; i++)
+		bad += ob[i].u != __float2bfloat16_rn(of[i]).u;
+	for (size_t i = 0; i < nq; i++)
+		bad += dqb[i].u != __float2bfloat16_rn(dqf[i]).u;
+	return bad == 0;
+}
+
 static uint64_t rng = 88172645463325252ull;
 static double unif(void)
 {
@@ -303,12 +344,16 @@ static int run_case(int B, int T, int NH, int NKV, int HD)
 	int align = !memcmp(ho.data(), ho3.data(), no * sizeof(float)) &&
 		    !memcmp(hl.data(), hl3.data(), nl * sizeof(float)) &&
 		    !memcmp(hd.data(), hd3.data(), nq * sizeof(float));
+	memmove(qkv, qkv + 1, nq * sizeof(float));
+	memmove(dy, dy + 1, no * sizeof(float));
+	int bf = bf16_case(qkv, dy, B, T, NH, NKV, HD, 0) &&
+		 bf16_case(qkv, dy, B, T, NH, NKV, HD, 1);
 	int ok = e[0] <= 1e-2 && e[1] <= 1e-2 && e[2] <= 2e-2 && e[3] <= 2e-2 && e[4] <= 2e-2 &&
-		 det && align;
+		 det && align && bf;
 	printf("B=%d T=%d NH=%d NKV=%d HD=%d  out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  "
-	       "repeat %s  misaligned %s  %s\n",
+	       "repeat %s  misaligned %s  bf16 %s  %s\n",
 	       B, T, NH, NKV, HD, e[0], e[1], e[2], e[3], e[4], det ? "same" : "DIFFERENT",
-	       align ? "same" : "DIFFERENT", ok ? "ok" : "FAIL");
+	       align ? "same" : "DIFFERENT", bf ? "rounded fp32" : "DIFFERENT", ok ? "ok" : "FAIL");
 	fflush(stdout);
 	return ok;
 }
