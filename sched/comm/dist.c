@@ -471,6 +471,17 @@ int dist_bcast(void *buf, size_t bytes, int root)
 	return 0; /* one process: the buffer already holds the value */
 }
 
+void dist_never_came(int rank, int stage, double waited, double timeout, const char *fmt,
+		     va_list ap)
+{
+	char what[300];
+	vsnprintf(what, sizeof(what), fmt, ap);
+	error("rank %d (stage %d) waited %.0f s for %s, which never came: that rank is stuck, "
+	      "stopped or gone (pipeline.timeout = %g s; 0 waits forever); aborting the job", rank,
+	      stage, waited, what, timeout);
+	dist_abort();
+}
+
 void dist_abort(void)
 {
 	fflush(stdout);

@@ -48,6 +48,7 @@
 #ifndef ASYNCPP_DIST_H
 #define ASYNCPP_DIST_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "../../io/config/config.h"
@@ -90,6 +91,11 @@ int dist_max_int(int v);
  * MPI (the launcher stops every rank), else exit(1) (under the TCP
  * rendezvous the other ranks see this one's socket close). */
 void dist_abort(void) __attribute__((noreturn));
+/* A wait on another rank past pipeline.timeout: prints "rank R (stage s)
+ * waited T s for WHAT, which never came: ..." (WHAT from fmt and ap) and
+ * ends the job (dist_abort). */
+void dist_never_came(int rank, int stage, double waited, double timeout, const char *fmt,
+		     va_list ap) __attribute__((noreturn));
 
 /* Point to point and collectives on a communicator of their own, for the
  * control traffic between segments (any size: large buffers go in pieces).

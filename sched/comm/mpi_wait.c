@@ -28,16 +28,9 @@ void mpi_wait_all(int n, MPI_Request *req, MPI_Status *st, double timeout, int s
 		}
 		double waited = now_sec() - t0;
 		if (waited > timeout) {
-			char what[300];
 			va_list ap;
 			va_start(ap, fmt);
-			vsnprintf(what, sizeof(what), fmt, ap);
-			va_end(ap);
-			error("rank %d (stage %d) waited %.0f s for %s, which never came: that rank "
-			      "is stuck, stopped or gone (pipeline.timeout = %g s; 0 waits forever); "
-			      "aborting the job", dist_rank(), stage, waited, what, timeout);
-			fflush(stderr);
-			MPI_Abort(MPI_COMM_WORLD, 1);
+			dist_never_came(dist_rank(), stage, waited, timeout, fmt, ap);
 		}
 	}
 }

@@ -118,15 +118,9 @@ void p2p_wait(struct p2p_op **ops, int n, double timeout, int stage, const char 
 			return;
 		double waited = now_sec() - t0;
 		if (timeout > 0 && waited > timeout) {
-			char what[300];
 			va_list ap;
 			va_start(ap, fmt);
-			vsnprintf(what, sizeof(what), fmt, ap);
-			va_end(ap);
-			error("rank %d (stage %d) waited %.0f s for %s, which never came: that rank "
-			      "is stuck, stopped or gone (pipeline.timeout = %g s; 0 waits forever); "
-			      "aborting the job", k->rank, stage, waited, what, timeout);
-			dist_abort();
+			dist_never_came(k->rank, stage, waited, timeout, fmt, ap);
 		}
 	}
 }
