@@ -359,12 +359,15 @@ static int sumsq_blocks(size_t n)
 }
 
 
-__global__ static void sumsq_partial_kernel(double *part, const float *x, size_t n)
+/* Block lb of nb over x[n]: its grid-stride share of the squares, then a
+ * fixed tree; thread 0 stores the block's partial at *part. The one body of
+ * both partial kernels, so cu_sumsq and cu_sumsq_many give the same bits. */
+__device__ static void sumsq_partial_body(double *part, const float *x, size_t n, int lb, int nb)
 {
 	__shared__ double sh[SUMSQ_THREADS];
 	double s = 0;
-	size_t stride = (size_t)gridDim.x * SUMSQ_THREADS;
-	for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
+	size_t stride = (size_t)nb * SUMSQ_THREADS;
+	for (size_t i = (size_t)lb * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
 		double v = x[i];
 		s += v * v;
 	}
@@ -376,7 +379,12 @@ __global__ static void sumsq_partial_kernel(double *part, const float *x, size_t
 		__syncthreads();
 	}
 	if (threadIdx.x == 0)
-		part[blockIdx.x] = sh[0];
+		*part = sh[0];
+}
+
+__global__ static void sumsq_partial_kernel(double *part, const float *x, size_t n)
+{
+	sumsq_partial_body(part + blockIdx.x, x, n, blockIdx.x, gridDim.x);
 }
 
 /* One block of SUMSQ_MAX_BLOCKS threads adds nparts partials in a fixed tree. */
@@ -438,28 +446,10 @@ struct sumsq_group {
 
 __global__ static void sumsq_many_partial_kernel(double *part, const struct sumsq_group g)
 {
-	__shared__ double sh[SUMSQ_THREADS];
 	int b = blockIdx.x, k = 0;
 	while (k + 1 < g.count && g.first[k + 1] <= b)
 		k++;
-	int lb = b - g.first[k], nb = g.first[k + 1] - g.first[k];
-	const float *x = g.x[k];
-	size_t n = g.n[k];
-	double s = 0;
-	size_t stride = (size_t)nb * SUMSQ_THREADS;
-	for (size_t i = (size_t)lb * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
-		double v = x[i];
-		s += v * v;
-	}
-	sh[threadIdx.x] = s;
-	__syncthreads();
-	for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
-		if (threadIdx.x < w)
-			sh[threadIdx.x] += sh[threadIdx.x + w];
-		__syncthreads();
-	}
-	if (threadIdx.x == 0)
-		part[b] = sh[0];
+	sumsq_partial_body(part + b, g.x[k], g.n[k], b - g.first[k], g.first[k + 1] - g.first[k]);
 }
 
 __global__ static void sumsq_many_final_kernel(double *out, const double *part,
