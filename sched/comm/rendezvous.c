@@ -260,9 +260,10 @@ static void close_all(struct rdv *r)
 		close_fd(&r->peer[q].fd);
 }
 
-/* Rank 0: say why on stderr, tell every connected rank (best effort, a
- * bounded wait), close everything. Returns -1. */
-PRINTF_LIKE(2, 3) static int root_fail(struct rdv *r, const char *fmt, ...)
+/* Say why on stderr and close everything; rank 0 first tells every
+ * connected rank (best effort, a bounded wait), while the others' closing is
+ * what rank 0 sees and stops the rest on. Returns -1. */
+PRINTF_LIKE(2, 3) static int fail(struct rdv *r, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -271,24 +272,10 @@ PRINTF_LIKE(2, 3) static int root_fail(struct rdv *r, const char *fmt, ...)
 	va_end(ap);
 	error("%s", msg);
 	double deadline = deadline_in(2.0);
-	for (int q = 1; q < r->world; q++)
+	for (int q = 1; r->rank == 0 && q < r->world; q++)
 		if (r->peer[q].fd >= 0)
 			send_msg(r->peer[q].fd, OP_ABORT, 0, r->world, r->seq, msg, strlen(msg),
 				 deadline);
-	close_all(r);
-	r->broken = 1;
-	return -1;
-}
-
-/* A rank > 0: say why, close (rank 0 sees it and stops the others). */
-PRINTF_LIKE(2, 3) static int peer_fail(struct rdv *r, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	error("%s", msg);
 	close_all(r);
 	r->broken = 1;
 	return -1;
@@ -306,41 +293,41 @@ static int read_hdr(struct rdv *r, int q, unsigned op, struct hdr *h, double dea
 	char w[320];
 	int rc = io_full(fd, b, HDR, 0, deadline);
 	if (rc && r->rank == 0)
-		return root_fail(r, "%s %s during the %s (#%u)%s", who(r, q, w, sizeof(w)),
+		return fail(r, "%s %s during the %s (#%u)%s", who(r, q, w, sizeof(w)),
 				 io_what(rc), op_name(op), r->seq,
 				 rc == IO_CLOSED ? ": that process exited or was killed (see its "
 						   "own messages)" :
 				 rc == IO_TIMEOUT ? ": it is stuck, stopped or gone (the rendezvous "
 						    "timeout, pipeline.timeout, ran out)" : "");
 	if (rc)
-		return peer_fail(r, "rank %d: %s %s during the %s (#%u)%s", r->rank,
+		return fail(r, "rank %d: %s %s during the %s (#%u)%s", r->rank,
 				 who(r, q, w, sizeof(w)), io_what(rc), op_name(op), r->seq,
 				 rc == IO_CLOSED ? ": rank 0 exited or was killed (see its messages)" :
 				 rc == IO_TIMEOUT ? ": rank 0 is stuck or waits for another rank "
 						    "(pipeline.timeout ran out)" : "");
 	get_hdr(b, h);
 	if (h->magic != RDV_MAGIC || h->version != RDV_VERSION)
-		return r->rank == 0 ? root_fail(r, "%s sent a message that is not asyncpp's "
+		return r->rank == 0 ? fail(r, "%s sent a message that is not asyncpp's "
 						"rendezvous protocol version %d", who(r, q, w, sizeof(w)),
 						RDV_VERSION)
-				    : peer_fail(r, "rank %d: %s sent a message that is not asyncpp's "
+				    : fail(r, "rank %d: %s sent a message that is not asyncpp's "
 						"rendezvous protocol version %d", r->rank,
 						who(r, q, w, sizeof(w)), RDV_VERSION);
 	if (r->rank != 0 && h->op == OP_ABORT) {
 		int trc;
 		char *why = read_text(fd, h->len, deadline_in(2.0), &trc);
-		peer_fail(r, "rank %d stops: rank 0 reports: %s", r->rank,
+		fail(r, "rank %d stops: rank 0 reports: %s", r->rank,
 			  why ? why : "(its message was lost)");
 		free(why);
 		return -1;
 	}
 	if (h->op != op || h->seq != r->seq || (int)h->rank != (r->rank == 0 ? q : 0))
 		return r->rank == 0
-			       ? root_fail(r, "%s sent a %s (#%u) while rank 0 is in a %s (#%u): the "
+			       ? fail(r, "%s sent a %s (#%u) while rank 0 is in a %s (#%u): the "
 					   "ranks run the collectives in different orders (internal "
 					   "error)", who(r, q, w, sizeof(w)), op_name(h->op), h->seq,
 					   op_name(op), r->seq)
-			       : peer_fail(r, "rank %d: %s sent a %s (#%u) while rank %d is in a %s "
+			       : fail(r, "rank %d: %s sent a %s (#%u) while rank %d is in a %s "
 					   "(#%u): the ranks run the collectives in different orders "
 					   "(internal error)", r->rank, who(r, q, w, sizeof(w)),
 					   op_name(h->op), h->seq, r->rank, op_name(op), r->seq);
@@ -356,20 +343,20 @@ static int recv_exact(struct rdv *r, int q, unsigned op, void *buf, size_t n, do
 		return -1;
 	if (h.len != n)
 		return r->rank == 0
-			       ? root_fail(r, "%s sent %llu bytes in the %s (#%u), rank 0 expects %zu: "
+			       ? fail(r, "%s sent %llu bytes in the %s (#%u), rank 0 expects %zu: "
 					   "the ranks disagree on the size (internal error)",
 					   who(r, q, w, sizeof(w)), (unsigned long long)h.len,
 					   op_name(op), r->seq, n)
-			       : peer_fail(r, "rank %d: %s sent %llu bytes in the %s (#%u), this rank "
+			       : fail(r, "rank %d: %s sent %llu bytes in the %s (#%u), this rank "
 					   "expects %zu (internal error)", r->rank,
 					   who(r, q, w, sizeof(w)), (unsigned long long)h.len,
 					   op_name(op), r->seq, n);
 	int rc = n ? io_full(r->peer[q].fd, buf, n, 0, deadline) : IO_OK;
 	if (rc && r->rank == 0)
-		return root_fail(r, "%s %s in the middle of the %s (#%u)", who(r, q, w, sizeof(w)),
+		return fail(r, "%s %s in the middle of the %s (#%u)", who(r, q, w, sizeof(w)),
 				 io_what(rc), op_name(op), r->seq);
 	if (rc)
-		return peer_fail(r, "rank %d: %s %s in the middle of the %s (#%u)", r->rank,
+		return fail(r, "rank %d: %s %s in the middle of the %s (#%u)", r->rank,
 				 who(r, q, w, sizeof(w)), io_what(rc), op_name(op), r->seq);
 	return 0;
 }
@@ -381,9 +368,9 @@ static int send_to(struct rdv *r, int q, unsigned op, const void *p, size_t n, d
 		return 0;
 	char w[320];
 	if (r->rank == 0)
-		return root_fail(r, "cannot send the %s (#%u) to %s: it %s", op_name(op), r->seq,
+		return fail(r, "cannot send the %s (#%u) to %s: it %s", op_name(op), r->seq,
 				 who(r, q, w, sizeof(w)), io_what(rc));
-	return peer_fail(r, "rank %d: cannot send the %s (#%u) to %s: it %s", r->rank, op_name(op),
+	return fail(r, "rank %d: cannot send the %s (#%u) to %s: it %s", r->rank, op_name(op),
 			 r->seq, who(r, q, w, sizeof(w)), io_what(rc));
 }
 
@@ -407,7 +394,7 @@ static int root_collect(struct rdv *r, unsigned op, int only, char *dst, size_t 
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
-			rc = root_fail(r, "rank 0: poll failed during the %s: %s", op_name(op),
+			rc = fail(r, "rank 0: poll failed during the %s: %s", op_name(op),
 				       strerror(errno));
 			break;
 		}
@@ -422,12 +409,12 @@ static int root_collect(struct rdv *r, unsigned op, int only, char *dst, size_t 
 					first = first ? first : q;
 				}
 			if (count == 1)
-				rc = root_fail(r, "rank 0 waited %g s in the %s (#%u) for %s: it is "
+				rc = fail(r, "rank 0 waited %g s in the %s (#%u) for %s: it is "
 					       "stuck, stopped or gone (pipeline.timeout = %g s)",
 					       r->timeout, op_name(op), r->seq,
 					       who(r, first, w, sizeof(w)), r->timeout);
 			else
-				rc = root_fail(r, "rank 0 waited %g s in the %s (#%u) for ranks %s "
+				rc = fail(r, "rank 0 waited %g s in the %s (#%u) for ranks %s "
 					       "(the first: %s): they are stuck, stopped or gone "
 					       "(pipeline.timeout = %g s)", r->timeout, op_name(op),
 					       r->seq, names, who(r, first, w, sizeof(w)), r->timeout);
@@ -440,7 +427,7 @@ static int root_collect(struct rdv *r, unsigned op, int only, char *dst, size_t 
 				/* nothing is due from q: this is its end, or a stray message */
 				struct hdr h;
 				rc = read_hdr(r, q, op, &h, deadline) ? -1
-					: root_fail(r, "internal error: rank %d sent a %s out of turn",
+					: fail(r, "internal error: rank %d sent a %s out of turn",
 						    q, op_name(op));
 				break;
 			}
@@ -559,7 +546,7 @@ int rdv_agree(struct rdv *r, const char *text, char *diff, size_t len)
 		return -1;
 	uint64_t theirs_n = get_le64(len8);
 	if (theirs_n > MAX_TEXT)
-		return root_fail(r, "rank %d sends a configuration of %llu bytes (internal error)",
+		return fail(r, "rank %d sends a configuration of %llu bytes (internal error)",
 				 odd, (unsigned long long)theirs_n);
 	char *theirs = xmalloc((size_t)theirs_n + 1);
 	if (recv_exact(r, odd, OP_TEXT, theirs, (size_t)theirs_n, dl)) {
@@ -645,7 +632,7 @@ PRINTF_LIKE(3, 4) static int root_reject(struct rdv *r, int fd, const char *fmt,
 	va_end(ap);
 	send_msg(fd, OP_REJECT, 0, r->world, 0, msg, strlen(msg), deadline_in(2.0));
 	close(fd);
-	return root_fail(r, "%s", msg);
+	return fail(r, "%s", msg);
 }
 
 /* Rank 0: accept the other W - 1 ranks and check their hellos. */
@@ -672,7 +659,7 @@ static int root_join(struct rdv *r, double connect_timeout)
 				if (r->peer[q].fd < 0)
 					k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%d",
 							      count++ ? ", " : "", q);
-			rc = root_fail(r, "rank 0 waited %g s for rank%s %s (of WORLD_SIZE = %d) to "
+			rc = fail(r, "rank 0 waited %g s for rank%s %s (of WORLD_SIZE = %d) to "
 				       "connect to port %d of host %s: start every rank, with "
 				       "MASTER_ADDR naming this host and MASTER_PORT = %d (or give them "
 				       "longer: ASYNCPP_CONNECT_TIMEOUT)", connect_timeout,
@@ -680,7 +667,7 @@ static int root_join(struct rdv *r, double connect_timeout)
 			break;
 		}
 		if (got < 0) {
-			rc = root_fail(r, "rank 0: poll on MASTER_PORT %d failed: %s", r->port,
+			rc = fail(r, "rank 0: poll on MASTER_PORT %d failed: %s", r->port,
 				       strerror(errno));
 			break;
 		}
@@ -769,7 +756,7 @@ static int peer_join(struct rdv *r, const char *addr, double connect_timeout)
 		hints.ai_socktype = SOCK_STREAM;
 		int g = getaddrinfo(addr, port, &hints, &res);
 		if (g && g != EAI_AGAIN)
-			return peer_fail(r, "rank %d: MASTER_ADDR '%s' cannot be resolved (%s): set it "
+			return fail(r, "rank %d: MASTER_ADDR '%s' cannot be resolved (%s): set it "
 					 "to rank 0's host name or address", r->rank, addr,
 					 gai_strerror(g));
 		if (g)
@@ -804,7 +791,7 @@ static int peer_join(struct rdv *r, const char *addr, double connect_timeout)
 		if (fd >= 0)
 			break;
 		if (dl > 0 && now_sec() >= dl)
-			return peer_fail(r, "rank %d could not connect to rank 0 at MASTER_ADDR:"
+			return fail(r, "rank %d could not connect to rank 0 at MASTER_ADDR:"
 					 "MASTER_PORT = %s in %g s (last error: %s): is rank 0 running, "
 					 "and do MASTER_ADDR and MASTER_PORT name its host and port? "
 					 "(ASYNCPP_CONNECT_TIMEOUT sets the wait)", r->rank, r->master,
@@ -819,40 +806,40 @@ static int peer_join(struct rdv *r, const char *addr, double connect_timeout)
 	my_host(host, sizeof(host));
 	int rc = send_msg(fd, OP_HELLO, r->rank, r->world, 0, host, strlen(host), dl);
 	if (rc)
-		return peer_fail(r, "rank %d: cannot say hello to rank 0 at %s: it %s", r->rank,
+		return fail(r, "rank %d: cannot say hello to rank 0 at %s: it %s", r->rank,
 				 r->master, io_what(rc));
 	/* rank 0 answers when every rank has joined; wait a little longer
 	 * than it does, so that its word on who is missing comes first */
 	unsigned char b[HDR];
 	rc = io_full(fd, b, HDR, 0, dl > 0 ? dl + MIN(connect_timeout * 0.5, 5.0) : 0);
 	if (rc == IO_TIMEOUT)
-		return peer_fail(r, "rank %d reached rank 0 at %s, but not all %d ranks joined in %g s "
+		return fail(r, "rank %d reached rank 0 at %s, but not all %d ranks joined in %g s "
 				 "(rank 0 names the missing ones)", r->rank, r->master, r->world,
 				 connect_timeout);
 	if (rc)
-		return peer_fail(r, "rank %d: rank 0 at %s %s before every rank had joined (see rank "
+		return fail(r, "rank %d: rank 0 at %s %s before every rank had joined (see rank "
 				 "0's messages; is something else listening on MASTER_PORT?)", r->rank,
 				 r->master, io_what(rc));
 	struct hdr h;
 	get_hdr(b, &h);
 	if (h.magic != RDV_MAGIC)
-		return peer_fail(r, "rank %d: what answers at MASTER_ADDR:MASTER_PORT = %s is not "
+		return fail(r, "rank %d: what answers at MASTER_ADDR:MASTER_PORT = %s is not "
 				 "asyncpp's rendezvous (another program on that port?)", r->rank,
 				 r->master);
 	if (h.op == OP_REJECT || h.op == OP_ABORT) {
 		char *msg = read_text(fd, h.len, deadline_in(2.0), &rc);
-		peer_fail(r, "rank %d: rank 0 (%s) %s: %s", r->rank, r->master,
+		fail(r, "rank %d: rank 0 (%s) %s: %s", r->rank, r->master,
 			  h.op == OP_REJECT ? "refused this process" : "stopped the rendezvous",
 			  msg ? msg : "(its message was lost)");
 		free(msg);
 		return -1;
 	}
 	if (h.op != OP_WELCOME || h.version != RDV_VERSION)
-		return peer_fail(r, "rank %d: rank 0 at %s answered with a %s of protocol version %u "
+		return fail(r, "rank %d: rank 0 at %s answered with a %s of protocol version %u "
 				 "(this rank speaks version %d): run the same asyncpp build everywhere",
 				 r->rank, r->master, op_name(h.op), h.version, RDV_VERSION);
 	if ((int)h.world != r->world)
-		return peer_fail(r, "rank %d: rank 0 has WORLD_SIZE = %u, this rank %d", r->rank,
+		return fail(r, "rank %d: rank 0 has WORLD_SIZE = %u, this rank %d", r->rank,
 				 h.world, r->world);
 	return 0;
 }

@@ -178,70 +178,15 @@ static void emu_backward(A *dqkv, const A *dout, const A *qkv, const A *out, con
 	}
 }
 
-/* ---- the reference, as in tests/unit/test_cuda_ops.c ---- */
+/* ---- the reference: test_cuda_ops' (tests/ref_attention.h) ---- */
 
-static double ddot(const float *a, const float *b, int n)
-{
-	double s = 0;
-	for (int i = 0; i < n; i++)
-		s += (double)a[i] * b[i];
-	return s;
-}
-
-static double ref_probs(double *p, const float *q, const float *qkv, int b, int i, int T, int QKV,
-			int koff, int HD)
-{
-	double scale = 1.0 / sqrt((double)HD), m = -INFINITY, z = 0;
-	for (int j = 0; j <= i; j++) {
-		p[j] = scale * ddot(q, qkv + ((size_t)b * T + j) * QKV + koff, HD);
-		m = fmax(m, p[j]);
-	}
-	for (int j = 0; j <= i; j++)
-		z += exp(p[j] - m);
-	for (int j = 0; j <= i; j++)
-		p[j] = exp(p[j] - m) / z;
-	return m + log(z);
-}
+#include "../../../tests/ref_attention.h"
 
 static void ref_attention(double *out, double *lse, double *dqkv, const float *qkv,
 			  const float *dout, int B, int T, int NH, int NKV, int HD)
 {
-	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, G = NH / NKV;
-	double scale = 1.0 / sqrt((double)HD);
-	std::vector<double> p(T), dp(T);
-	memset(dqkv, 0, (size_t)B * T * QKV * sizeof(double));
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			int kvh = h / G, koff = (NH + kvh) * HD, voff = (NH + NKV + kvh) * HD;
-			for (int i = 0; i < T; i++) {
-				const float *q = qkv + ((size_t)b * T + i) * QKV + h * HD;
-				const float *go = dout + ((size_t)b * T + i) * C + h * HD;
-				double *o = out + ((size_t)b * T + i) * C + h * HD;
-				lse[((size_t)b * NH + h) * T + i] =
-					ref_probs(p.data(), q, qkv, b, i, T, QKV, koff, HD);
-				double Dsum = 0;
-				for (int e = 0; e < HD; e++)
-					o[e] = 0;
-				for (int j = 0; j <= i; j++) {
-					const float *v = qkv + ((size_t)b * T + j) * QKV + voff;
-					for (int e = 0; e < HD; e++)
-						o[e] += p[j] * v[e];
-					dp[j] = ddot(go, v, HD);
-					Dsum += p[j] * dp[j];
-				}
-				double *dq = dqkv + ((size_t)b * T + i) * QKV + h * HD;
-				for (int j = 0; j <= i; j++) {
-					const float *k = qkv + ((size_t)b * T + j) * QKV + koff;
-					double ds = p[j] * (dp[j] - Dsum) * scale;
-					double *row = dqkv + ((size_t)b * T + j) * QKV;
-					for (int e = 0; e < HD; e++) {
-						dq[e] += ds * k[e];
-						row[koff + e] += ds * q[e];
-						row[voff + e] += p[j] * go[e];
-					}
-				}
-			}
-		}
+	ref_attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+	ref_attention_backward(dqkv, dout, qkv, B, T, NH, NKV, HD);
 }
 
 /* max |got - ref| / max |ref| over rows x cols of a [rows, ld] tensor; NaN
