@@ -52,9 +52,12 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 				!strcmp(cfg->pipeline_transport, "tcp");
 	if (between_processes && !dist_active())
 		return error("pipeline.transport = %s connects stage processes (one GPU each for "
-			     "nccl), started by mpirun, srun or torchrun (train(1), MULTI-PROCESS "
-			     "RUNS); within one process use pipeline.transport = local",
-			     cfg->pipeline_transport);
+			     "nccl): start pipeline.stages x pipeline.data_parallel = %ld of them "
+			     "with mpirun, srun or 'torchrun --nproc-per-node %ld --no-python "
+			     "asyncpp train ...' (asyncpp-distributed(7)); within one process use "
+			     "pipeline.transport = local", cfg->pipeline_transport,
+			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1),
+			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1));
 	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
 		return error("pipeline.transport = nccl moves tensors between GPUs: set "
 			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");

@@ -78,3 +78,12 @@ if [ $rc -eq 1 ] && grep -q "could not connect to rank 0 at MASTER_ADDR:MASTER_P
 else
 	fail tcp_rank_0_never_comes_named "exit $rc: $(head -c 300 err.txt)"
 fi
+
+# without a launcher, the tcp transport says how to start the processes
+$A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=nolaunch > /dev/null 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "torchrun --nproc-per-node 2 --no-python asyncpp train" err.txt; then
+	pass tcp_transport_without_launcher_rejected
+else
+	fail tcp_transport_without_launcher_rejected "exit $rc: $(head -c 300 err.txt)"
+fi
