@@ -142,7 +142,10 @@ const struct backend *backend_from_config(const struct config *cfg)
 		return NULL;
 	}
 	const struct backend *be = backend_by_name(cfg->train_device);
-	if (be && !strcmp(cfg->train_act_dtype, "bf16"))
+	/* auto: bf16 where it is the fast mode (cuda), f32 on the cpu, where
+	 * bf16 storage is a check of the plumbing and slower */
+	const char *dt = cfg->train_act_dtype;
+	if (be && (!strcmp(dt, "bf16") || (!strcmp(dt, "auto") && strcmp(be->name, "cpu"))))
 		be = backend_with_act_dtype(be, ACT_BF16);
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);

@@ -19,8 +19,9 @@
  * of every query head in the key's group. Each recomputes p = exp(s - lse).
  *
  * These are the reference. cuda_flash.cu has the same tiling on bf16 tensor
- * cores; the two entry points below run it when it is selected
- * (cuda_flash.h: ASYNCPP_ATTENTION=flash) and takes the shape.
+ * cores; the two entry points below run it unless the SIMT kernels are
+ * selected (cuda_flash.h: ASYNCPP_ATTENTION=simt) or it does not take the
+ * shape.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -173,7 +174,7 @@ static void attention_forward(A *out, float *lse, const A *qkv, int B, int T, in
 {
 	if (B <= 0 || T <= 0)
 		return;
-	if (cuda_attention_impl() == CUDA_ATTENTION_FLASH && cuda_flash_supported(NH, NKV, HD)) {
+	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
 		return;
 	}
@@ -460,7 +461,7 @@ static void attention_backward(A *dqkv, const A *dout, const A *qkv, const A *ou
 {
 	if (B <= 0 || T <= 0)
 		return;
-	if (cuda_attention_impl() == CUDA_ATTENTION_FLASH && cuda_flash_supported(NH, NKV, HD)) {
+	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
 		return;
 	}

@@ -192,6 +192,33 @@ static void bench_attention(struct bench *b, const struct backend *be, float *at
 		TIME(b, s, be->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
 		row_flops(b, op, shape, s, 2.5 * af);
 	}
+	/* bf16 activations (the default on cuda): the flash kernels with tiles
+	 * streamed by cp.async ("flash") and loaded synchronously ("flash-sync") */
+	const struct backend *b16 = backend_cuda_bf16();
+	if (b16 && cuda_attention_flash_supported(NH, NKV, HD)) {
+		size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+		__nv_bfloat16 *q16, *dq16, *o16, *dy16;
+		CUDA_CHECK(cudaMalloc((void **)&q16, nq * 2));
+		CUDA_CHECK(cudaMalloc((void **)&dq16, nq * 2));
+		CUDA_CHECK(cudaMalloc((void **)&o16, no * 2));
+		CUDA_CHECK(cudaMalloc((void **)&dy16, no * 2));
+		cuda_to_bf16(q16, qkv, nq);
+		cuda_to_bf16(dy16, dy, no);
+		static const struct {
+			int impl;
+			const char *name;
+		} fl[] = {{CUDA_ATTENTION_FLASH, "flash bf16"}, {CUDA_ATTENTION_FLASH_SYNC, "flash-sync bf16"}};
+		for (size_t k = 0; k < sizeof(fl) / sizeof(fl[0]); k++) {
+			cuda_attention_set_impl(fl[k].impl);
+			snprintf(op, sizeof(op), "attention_fwd %s", fl[k].name);
+			TIME(b, s, b16->attention_forward(o16, lse, q16, B, T, NH, NKV, HD));
+			row_flops(b, op, shape, s, af);
+			snprintf(op, sizeof(op), "attention_bwd %s", fl[k].name);
+			TIME(b, s, b16->attention_backward(dq16, dy16, q16, o16, lse, B, T, NH, NKV, HD));
+			row_flops(b, op, shape, s, 2.5 * af);
+		}
+		cudaFree(q16), cudaFree(dq16), cudaFree(o16), cudaFree(dy16);
+	}
 	cuda_attention_set_impl(prev);
 }
 

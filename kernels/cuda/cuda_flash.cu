@@ -127,6 +127,28 @@ __device__ static __forceinline__ float fl_xor(float x, int m)
 {
 	return __shfl_xor_sync(0xffffffffu, x, m);
 }
+
+/* 16 bytes global -> shared without registers (sm_80+), in the current
+ * group; zeros when !valid (src-size 0: nothing is read from g) */
+__device__ static __forceinline__ void fl_cp16(void *s, const void *g, bool valid)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g),
+		     "r"(valid ? 16 : 0)
+		     : "memory");
+}
+
+/* close the group of copies issued since the last commit */
+__device__ static __forceinline__ void fl_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* wait until at most N committed groups are in flight (this thread's) */
+template <int N> __device__ static __forceinline__ void fl_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 #endif
 
 /* two fp32 -> one register of two bf16, lo in the lower half */
@@ -211,17 +233,59 @@ __device__ static __forceinline__ void fl_load_tile(bf16 *s, const A *g, size_t 
 	}
 }
 
+/* Double buffering (bf16 activations at 16-byte aligned addresses): the next
+ * key (or query) tile is copied with cp.async while the tensor cores work on
+ * the current one, each thread its 16-byte pieces, one commit group per tile.
+ * fp32 activations are rounded on their way in, so they keep fl_load_tile
+ * and one buffer. Row strides and head offsets are multiples of HD elements,
+ * so an aligned base keeps every row aligned. */
+static __host__ __device__ __forceinline__ bool fl_async(const float *) { return false; }
+static __host__ __device__ __forceinline__ bool fl_async(const bf16 *p)
+{
+	return (uintptr_t)p % 16 == 0;
+}
+/* whether A has the cp.async kernels at all (a template argument: each
+ * instantiation holds one way of loading, so no registers go to the other) */
+template <typename A> struct fl_can_async {
+	static const bool v = false;
+};
+template <> struct fl_can_async<bf16> {
+	static const bool v = true;
+};
+
+/* rows x HD bf16 from g (row stride ld) into s (rows of HD+8), as fl_load_tile
+ * but asynchronous: complete after the group's fl_cp_wait and a barrier */
+template <int HD, int ROWS>
+__device__ static __forceinline__ void fl_cp_tile(bf16 *s, const bf16 *g, size_t ld, int nvalid)
+{
+	const int LD = fl_ld<HD>::v, C8 = HD / 8, PER = ROWS * C8 / FL_THREADS;
+	static_assert(ROWS * C8 % FL_THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+	for (int it = 0; it < PER; it++) {
+		int i = threadIdx.x + it * FL_THREADS, r = i / C8, c = (i % C8) * 8;
+		bool v = r < nvalid; /* row 0 is always valid: its address stands in */
+		fl_cp16(s + r * LD + c, g + (v ? (size_t)r * ld + c : 0), v);
+	}
+}
+
+/* never called (fl_async is false for fp32); keeps one kernel body */
+template <int HD, int ROWS>
+__device__ static __forceinline__ void fl_cp_tile(bf16 *, const float *, size_t, int)
+{
+}
+
 /* ---- forward ---- */
 
 /* grid (ceil(T/64), NH, B); the last query blocks (the most keys) first */
-template <int HD, typename A>
+template <int HD, typename A, bool AS>
 __global__ static void __launch_bounds__(FL_THREADS)
 	flash_forward_kernel(A *out, float *lse, const A *qkv, int T, int NH, int NKV, float scale2)
 {
+	const bool async = AS; /* tiles by cp.async, double-buffered (fl_async) */
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
+	const int BUF = 2 * FL_ROWS * LD;     /* one buffer: K then V, [64][LD] each */
 	bf16 *Qs = (bf16 *)fl_smem();         /* [64][LD] */
-	bf16 *Ks = Qs + FL_ROWS * LD;         /* [64][LD] */
-	bf16 *Vs = Ks + FL_ROWS * LD;         /* [64][LD] */
+	bf16 *KV = Qs + FL_ROWS * LD;         /* buffer 0; buffer 1 (KV + BUF) when async */
 	int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 	int q0 = qb * FL_ROWS, kvh = h / (NH / NKV);
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
@@ -231,6 +295,11 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
 	bool vec = fl_vec(qkv);
 
+	if (async) { /* key tile 0 on its way while Q loads */
+		fl_cp_tile<HD, FL_ROWS>(KV, base + koff, QKV, T);
+		fl_cp_tile<HD, FL_ROWS>(KV + FL_ROWS * LD, base + voff, QKV, T);
+		fl_cp_commit();
+	}
 	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
 	__syncthreads();
 	uint32_t qf[KS][4];
@@ -248,11 +317,26 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	/* key tiles 0..qb: tile qb is the diagonal one (and holds T-1 when
 	 * this is the last block); every earlier key is visible to every row */
 	for (int kt = 0; kt <= qb; kt++) {
-		int k0 = kt * FL_ROWS;
-		__syncthreads(); /* the previous tile's readers are done */
-		fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
-		fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
-		__syncthreads();
+		int k0 = kt * FL_ROWS, cur = async ? kt & 1 : 0;
+		const bf16 *Ks = KV + cur * BUF, *Vs = Ks + FL_ROWS * LD;
+		if (async) {
+			if (kt < qb) { /* the next tile into the other buffer */
+				size_t n0 = (size_t)(k0 + FL_ROWS) * QKV;
+				bf16 *nk = KV + (cur ^ 1) * BUF;
+				fl_cp_tile<HD, FL_ROWS>(nk, base + n0 + koff, QKV, T - k0 - FL_ROWS);
+				fl_cp_tile<HD, FL_ROWS>(nk + FL_ROWS * LD, base + n0 + voff, QKV,
+							T - k0 - FL_ROWS);
+			}
+			fl_cp_commit(); /* empty on the last tile: wait<1> stays right */
+			fl_cp_wait<1>(); /* this thread's copies of tile kt are in */
+			__syncthreads(); /* and everyone's */
+		} else {
+			__syncthreads(); /* the previous tile's readers are done */
+			fl_load_tile<HD, FL_ROWS>(KV, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
+			fl_load_tile<HD, FL_ROWS>(KV + FL_ROWS * LD, base + (size_t)k0 * QKV + voff, QKV,
+						  T - k0, vec);
+			__syncthreads();
+		}
 
 		float s[8][4];
 #pragma unroll
@@ -324,6 +408,8 @@ __global__ static void __launch_bounds__(FL_THREADS)
 				fl_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
 			}
 		}
+		if (async)
+			__syncthreads(); /* tile kt's readers are done before kt+2 lands in it */
 	}
 
 	/* the quad's row sums, then out = O / l and lse = ln 2 (m + log2 l) */
@@ -358,19 +444,21 @@ template <int HD> struct fl_dkv_bq {
 
 /* grid (ceil(T/64), NKV, B): 64 keys of one (b, kv head) per block; the
  * first key blocks (the most queries) first */
-template <int HD, typename A>
+template <int HD, typename A, bool AS>
 __global__ static void __launch_bounds__(FL_THREADS)
 	flash_dkv_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse, const float *Dd,
 			 int T, int NH, int NKV, float scale2, float scale)
 {
+	const bool async = AS; /* tiles by cp.async, double-buffered (fl_async) */
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8, BQ = fl_dkv_bq<HD>::v;
 	const int NQ = BQ / 8;
 	bf16 *Ks = (bf16 *)fl_smem();          /* [64][LD] this block's keys */
 	bf16 *Vs = Ks + FL_ROWS * LD;          /* [64][LD] */
-	bf16 *Qs = Vs + FL_ROWS * LD;          /* [BQ][LD] */
-	bf16 *Os = Qs + BQ * LD;               /* [BQ][LD] dout */
-	float *L2 = (float *)(Os + BQ * LD);   /* [BQ] lse * log2(e) */
-	float *Ds = L2 + BQ;                   /* [BQ] delta */
+	/* query tile buffers (buffer 1 only when async): Q then dout, [BQ][LD]
+	 * each, at QO + buf * 2 BQ LD; lse * log2(e) then delta, [BQ] each, at
+	 * LD2 + buf * 2 BQ */
+	bf16 *QO = Vs + FL_ROWS * LD;
+	float *LD2 = (float *)(QO + (async ? 2 : 1) * 2 * BQ * LD);
 	int k0 = blockIdx.x * FL_ROWS, kvh = blockIdx.y, b = blockIdx.z;
 	int G = NH / NKV, C = NH * HD;
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
@@ -391,25 +479,53 @@ __global__ static void __launch_bounds__(FL_THREADS)
 			dk[d][e] = dv[d][e] = 0.0f;
 	int key[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
 
-	for (int hg = 0; hg < G; hg++) {
-		int h = kvh * G + hg;
-		/* queries before k0 see none of these keys; BQ divides 64 */
-		for (int qs = k0; qs < T; qs += BQ) {
-			__syncthreads(); /* the previous tile's readers are done */
-			fl_load_tile<HD, BQ>(Qs, base + (size_t)qs * QKV + (size_t)h * HD, QKV, T - qs,
-					     vec);
-			fl_load_tile<HD, BQ>(Os, dbase + (size_t)qs * C + (size_t)h * HD, C, T - qs,
-					     vec);
-			if (tid < BQ) {
-				int t = qs + tid;
-				size_t li = ((size_t)b * NH + h) * T + t;
-				L2[tid] = t < T ? lse[li] * FL_LOG2E : 0.0f;
-				Ds[tid] = t < T ? Dd[li] : 0.0f;
-			}
+	/* Query tile i (in this order: the group's heads, then the queries from
+	 * k0 to T; those before k0 see none of these keys; BQ divides 64): head
+	 * kvh G + i / nqt, queries from k0 + (i % nqt) BQ. */
+	int nqt = (T - k0 + BQ - 1) / BQ, ntile = G * nqt;
+	/* tile i into buffer buf: Q, dout (asynchronously when async, else
+	 * rounded on the way), lse and delta (plain loads) */
+	auto stage = [&](int i, int buf) {
+		int h = kvh * G + i / nqt, qs = k0 + (i % nqt) * BQ;
+		const A *qg = base + (size_t)qs * QKV + (size_t)h * HD;
+		const A *og = dbase + (size_t)qs * C + (size_t)h * HD;
+		bf16 *q = QO + buf * 2 * BQ * LD;
+		if (async) {
+			fl_cp_tile<HD, BQ>(q, qg, QKV, T - qs);
+			fl_cp_tile<HD, BQ>(q + BQ * LD, og, C, T - qs);
+		} else {
+			fl_load_tile<HD, BQ>(q, qg, QKV, T - qs, vec);
+			fl_load_tile<HD, BQ>(q + BQ * LD, og, C, T - qs, vec);
+		}
+		if (tid < BQ) {
+			int t = qs + tid;
+			size_t li = ((size_t)b * NH + h) * T + t;
+			float *l2 = LD2 + buf * 2 * BQ;
+			l2[tid] = t < T ? lse[li] * FL_LOG2E : 0.0f;
+			l2[BQ + tid] = t < T ? Dd[li] : 0.0f;
+		}
+	};
+	if (async) {
+		stage(0, 0);
+		fl_cp_commit();
+	}
+	for (int i = 0; i < ntile; i++) {
+		int qs = k0 + (i % nqt) * BQ, cur = async ? i & 1 : 0;
+		const bf16 *Qs = QO + cur * 2 * BQ * LD, *Os = Qs + BQ * LD;
+		const float *L2 = LD2 + cur * 2 * BQ, *Ds = L2 + BQ;
+		if (async) { /* as the forward's key tiles */
+			if (i + 1 < ntile)
+				stage(i + 1, cur ^ 1);
+			fl_cp_commit();
+			fl_cp_wait<1>();
 			__syncthreads();
-			if (k0 + w * 16 > qs + BQ - 1)
-				continue; /* this warp's keys are all after the tile's queries */
-
+		} else {
+			__syncthreads(); /* the previous tile's readers are done */
+			stage(i, 0);
+			__syncthreads();
+		}
+		/* else this warp's keys are all after the tile's queries */
+		if (k0 + w * 16 <= qs + BQ - 1) {
 			/* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries */
 			float s[NQ][4], dp[NQ][4];
 #pragma unroll
@@ -469,6 +585,8 @@ __global__ static void __launch_bounds__(FL_THREADS)
 				}
 			}
 		}
+		if (async)
+			__syncthreads(); /* tile i's readers are done before i+2 lands in it */
 	}
 
 #pragma unroll
@@ -490,16 +608,17 @@ __global__ static void __launch_bounds__(FL_THREADS)
 
 /* grid (ceil(T/64), NH, B): 64 queries of one (b, h) per block, key tiles of
  * 64 from 0 to the diagonal; the last query blocks first */
-template <int HD, typename A>
+template <int HD, typename A, bool AS>
 __global__ static void __launch_bounds__(FL_THREADS)
 	flash_dq_kernel(A *dqkv, const A *dout, const A *qkv, const float *lse, const float *Dd,
 			int T, int NH, int NKV, float scale2, float scale)
 {
+	const bool async = AS; /* tiles by cp.async, double-buffered (fl_async) */
 	const int LD = fl_ld<HD>::v, KS = HD / 16, ND = HD / 8;
 	bf16 *Qs = (bf16 *)fl_smem();          /* [64][LD] */
 	bf16 *Os = Qs + FL_ROWS * LD;          /* [64][LD] dout */
-	bf16 *Ks = Os + FL_ROWS * LD;          /* [64][LD] */
-	bf16 *Vs = Ks + FL_ROWS * LD;          /* [64][LD] */
+	const int BUF = 2 * FL_ROWS * LD;      /* one buffer: K then V, [64][LD] each */
+	bf16 *KV = Os + FL_ROWS * LD;          /* buffer 0; buffer 1 (KV + BUF) when async */
 	int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 	int q0 = qb * FL_ROWS, kvh = h / (NH / NKV), C = NH * HD;
 	size_t QKV = (size_t)(NH + 2 * NKV) * HD;
@@ -508,6 +627,11 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	size_t koff = (size_t)(NH + kvh) * HD, voff = (size_t)(NH + NKV + kvh) * HD;
 	bool vec = fl_vec(qkv) && fl_vec(dout);
 
+	if (async) { /* key tile 0 on its way while Q and dO load */
+		fl_cp_tile<HD, FL_ROWS>(KV, base + koff, QKV, T);
+		fl_cp_tile<HD, FL_ROWS>(KV + FL_ROWS * LD, base + voff, QKV, T);
+		fl_cp_commit();
+	}
 	fl_load_tile<HD, FL_ROWS>(Qs, base + (size_t)q0 * QKV + (size_t)h * HD, QKV, T - q0, vec);
 	fl_load_tile<HD, FL_ROWS>(Os, dout + ((size_t)b * T + q0) * C + (size_t)h * HD, C, T - q0,
 				  vec);
@@ -525,11 +649,26 @@ __global__ static void __launch_bounds__(FL_THREADS)
 		dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
 
 	for (int kt = 0; kt <= qb; kt++) {
-		int k0 = kt * FL_ROWS;
-		__syncthreads();
-		fl_load_tile<HD, FL_ROWS>(Ks, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
-		fl_load_tile<HD, FL_ROWS>(Vs, base + (size_t)k0 * QKV + voff, QKV, T - k0, vec);
-		__syncthreads();
+		int k0 = kt * FL_ROWS, cur = async ? kt & 1 : 0;
+		const bf16 *Ks = KV + cur * BUF, *Vs = Ks + FL_ROWS * LD;
+		if (async) { /* as in the forward */
+			if (kt < qb) {
+				size_t n0 = (size_t)(k0 + FL_ROWS) * QKV;
+				bf16 *nk = KV + (cur ^ 1) * BUF;
+				fl_cp_tile<HD, FL_ROWS>(nk, base + n0 + koff, QKV, T - k0 - FL_ROWS);
+				fl_cp_tile<HD, FL_ROWS>(nk + FL_ROWS * LD, base + n0 + voff, QKV,
+							T - k0 - FL_ROWS);
+			}
+			fl_cp_commit();
+			fl_cp_wait<1>();
+			__syncthreads();
+		} else {
+			__syncthreads();
+			fl_load_tile<HD, FL_ROWS>(KV, base + (size_t)k0 * QKV + koff, QKV, T - k0, vec);
+			fl_load_tile<HD, FL_ROWS>(KV + FL_ROWS * LD, base + (size_t)k0 * QKV + voff, QKV,
+						  T - k0, vec);
+			__syncthreads();
+		}
 
 		/* S = Q K^T, dP = dO V^T: 16 queries x 64 keys per warp */
 		float s[8][4], dp[8][4];
@@ -583,6 +722,8 @@ __global__ static void __launch_bounds__(FL_THREADS)
 				fl_mma(dq[2 * dd + 1], da, kb[2], kb[3]);
 			}
 		}
+		if (async)
+			__syncthreads(); /* tile kt's readers are done before kt+2 lands in it */
 	}
 
 #pragma unroll
@@ -598,19 +739,21 @@ __global__ static void __launch_bounds__(FL_THREADS)
 	}
 }
 
-/* Shared memory of each kernel, bytes. */
-template <int HD> static size_t fl_smem_forward(void)
+/* Shared memory of each kernel, bytes; async: two buffers of the tiles
+ * that stream (forward, dq: K and V; dk/dv: Q, dout, lse and delta). */
+template <int HD> static size_t fl_smem_forward(bool async)
 {
-	return (size_t)3 * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
+	return (size_t)(async ? 5 : 3) * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
 }
-template <int HD> static size_t fl_smem_dkv(void)
+template <int HD> static size_t fl_smem_dkv(bool async)
 {
-	const int BQ = fl_dkv_bq<HD>::v;
-	return (size_t)(2 * FL_ROWS + 2 * BQ) * fl_ld<HD>::v * sizeof(bf16) + 2 * BQ * sizeof(float);
+	const int BQ = fl_dkv_bq<HD>::v, nb = async ? 2 : 1;
+	return (size_t)(2 * FL_ROWS + nb * 2 * BQ) * fl_ld<HD>::v * sizeof(bf16) +
+	       (size_t)nb * 2 * BQ * sizeof(float);
 }
-template <int HD> static size_t fl_smem_dq(void)
+template <int HD> static size_t fl_smem_dq(bool async)
 {
-	return (size_t)4 * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
+	return (size_t)(async ? 6 : 4) * FL_ROWS * fl_ld<HD>::v * sizeof(bf16);
 }
 
 #ifndef FLASH_EMULATE
@@ -625,12 +768,20 @@ static void fl_setup(const void *kernel, size_t smem)
 template <int HD, typename A>
 static void fl_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV)
 {
-	size_t smem = fl_smem_forward<HD>();
-	fl_setup((const void *)flash_forward_kernel<HD, A>, smem);
+	const bool CA = fl_can_async<A>::v;
+	bool async = fl_async(qkv) && cuda_attention_impl() == CUDA_ATTENTION_FLASH;
+	size_t smem = fl_smem_forward<HD>(async);
 	dim3 grid((T + FL_ROWS - 1) / FL_ROWS, NH, B);
 	float scale2 = FL_LOG2E / sqrtf((float)HD);
-	flash_forward_kernel<HD, A><<<grid, FL_THREADS, smem, cuda_stream()>>>(
-		out, lse, qkv, T, NH, NKV, scale2);
+	if (async) {
+		fl_setup((const void *)flash_forward_kernel<HD, A, CA>, smem);
+		flash_forward_kernel<HD, A, CA><<<grid, FL_THREADS, smem, cuda_stream()>>>(
+			out, lse, qkv, T, NH, NKV, scale2);
+	} else {
+		fl_setup((const void *)flash_forward_kernel<HD, A, false>, smem);
+		flash_forward_kernel<HD, A, false><<<grid, FL_THREADS, smem, cuda_stream()>>>(
+			out, lse, qkv, T, NH, NKV, scale2);
+	}
 	CUDA_LAUNCHED();
 }
 
@@ -643,18 +794,34 @@ static void fl_backward(A *dqkv, const A *dout, const A *qkv, const A *out, cons
 	float *Dd = (float *)cuda_scratch(rows * sizeof(float));
 	cuda_attention_delta(Dd, dout, out, B, T, NH, HD);
 
-	size_t smem_q = fl_smem_dq<HD>();
-	fl_setup((const void *)flash_dq_kernel<HD, A>, smem_q);
+	/* dq streams key tiles (qkv), dk/dv query tiles (qkv and dout) */
+	const bool CA = fl_can_async<A>::v;
+	bool pipe = cuda_attention_impl() == CUDA_ATTENTION_FLASH; /* not FLASH_SYNC */
+	bool async_q = pipe && fl_async(qkv), async_kv = async_q && fl_async(dout);
+	size_t smem_q = fl_smem_dq<HD>(async_q);
 	dim3 gq((T + FL_ROWS - 1) / FL_ROWS, NH, B);
-	flash_dq_kernel<HD, A><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(
-		dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	if (async_q) {
+		fl_setup((const void *)flash_dq_kernel<HD, A, CA>, smem_q);
+		flash_dq_kernel<HD, A, CA><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(
+			dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	} else {
+		fl_setup((const void *)flash_dq_kernel<HD, A, false>, smem_q);
+		flash_dq_kernel<HD, A, false><<<gq, FL_THREADS, smem_q, cuda_stream()>>>(
+			dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	}
 	CUDA_LAUNCHED();
 
-	size_t smem_kv = fl_smem_dkv<HD>();
-	fl_setup((const void *)flash_dkv_kernel<HD, A>, smem_kv);
+	size_t smem_kv = fl_smem_dkv<HD>(async_kv);
 	dim3 gkv((T + FL_ROWS - 1) / FL_ROWS, NKV, B);
-	flash_dkv_kernel<HD, A><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
-		dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	if (async_kv) {
+		fl_setup((const void *)flash_dkv_kernel<HD, A, CA>, smem_kv);
+		flash_dkv_kernel<HD, A, CA><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
+			dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	} else {
+		fl_setup((const void *)flash_dkv_kernel<HD, A, false>, smem_kv);
+		flash_dkv_kernel<HD, A, false><<<gkv, FL_THREADS, smem_kv, cuda_stream()>>>(
+			dqkv, dout, qkv, lse, Dd, T, NH, NKV, scale2, scale);
+	}
 	CUDA_LAUNCHED();
 	cuda_scratch_free(Dd);
 }
@@ -722,11 +889,15 @@ static std::atomic<int> fl_impl(-1);
 static int fl_impl_from_env(void)
 {
 	const char *e = getenv("ASYNCPP_ATTENTION");
-	if (!e || !*e || !strcmp(e, "simt"))
-		return CUDA_ATTENTION_SIMT;
-	if (!strcmp(e, "flash"))
+	/* flash by default since the H100 run of 2026-11-27 (NOTES.md) */
+	if (!e || !*e || !strcmp(e, "flash"))
 		return CUDA_ATTENTION_FLASH;
-	cuda_fatal(__FILE__, __LINE__, "ASYNCPP_ATTENTION='%s': expected 'simt' or 'flash'", e);
+	if (!strcmp(e, "flash-sync"))
+		return CUDA_ATTENTION_FLASH_SYNC;
+	if (!strcmp(e, "simt"))
+		return CUDA_ATTENTION_SIMT;
+	cuda_fatal(__FILE__, __LINE__,
+		   "ASYNCPP_ATTENTION='%s': expected 'flash', 'flash-sync' or 'simt'", e);
 }
 
 extern "C" int cuda_attention_impl(void)
@@ -743,7 +914,8 @@ extern "C" int cuda_attention_impl(void)
 extern "C" int cuda_attention_set_impl(int impl)
 {
 	int prev = cuda_attention_impl();
-	if (impl == CUDA_ATTENTION_SIMT || impl == CUDA_ATTENTION_FLASH)
+	if (impl == CUDA_ATTENTION_SIMT || impl == CUDA_ATTENTION_FLASH ||
+	    impl == CUDA_ATTENTION_FLASH_SYNC)
 		fl_impl.store(impl);
 	return prev;
 }

@@ -4,13 +4,14 @@
  * The backend's attention_forward/attention_backward slots run either the
  * fp32 SIMT kernels of cuda_attention.cu (the reference) or the bf16
  * tensor-core kernels of cuda_flash.cu. The choice is read once from the
- * environment, ASYNCPP_ATTENTION=simt|flash (unset or empty: simt; anything
+ * environment, ASYNCPP_ATTENTION=flash|flash-sync|simt (unset or empty: flash; anything
  * else stops the program with a message), and tests and benchmarks may
  * change it. Flash covers HD 64 and 128; other head sizes run the SIMT
  * kernels whichever is chosen.
  *
- * The default is simt until a GPU run (tools/gpu-check) has shown the flash
- * kernels pass test_cuda_ops and train faster; see kernels/cuda/NOTES.md.
+ * The default became flash once a GPU run (tools/gpu-check, H100,
+ * 2026-11-27) showed it 2.5x faster in training with its tests passing;
+ * see kernels/cuda/NOTES.md.
  */
 #ifndef ASYNCPP_CUDA_FLASH_H
 #define ASYNCPP_CUDA_FLASH_H
@@ -19,13 +20,17 @@
 extern "C" {
 #endif
 
-enum { CUDA_ATTENTION_SIMT = 0, CUDA_ATTENTION_FLASH = 1 };
+/* FLASH_SYNC: the flash kernels with every tile loaded synchronously, as
+ * for fp32 or misaligned activations; FLASH streams the tiles of aligned
+ * bf16 activations with cp.async, double-buffered. The two give the same
+ * bits (test_cuda_ops); FLASH_SYNC is there to show it and to measure. */
+enum { CUDA_ATTENTION_SIMT = 0, CUDA_ATTENTION_FLASH = 1, CUDA_ATTENTION_FLASH_SYNC = 2 };
 
 /* The implementation the attention slots run now. */
 int cuda_attention_impl(void);
-/* Choose one (CUDA_ATTENTION_SIMT or _FLASH; other values change nothing);
- * returns the previous choice. Not for use while attention ops are queued
- * from other threads. */
+/* Choose one (CUDA_ATTENTION_SIMT, _FLASH or _FLASH_SYNC; other values
+ * change nothing); returns the previous choice. Not for use while attention
+ * ops are queued from other threads. */
 int cuda_attention_set_impl(int impl);
 /* 1 when the flash kernels take this shape (HD 64 or 128, NH % NKV == 0). */
 int cuda_attention_flash_supported(int NH, int NKV, int HD);

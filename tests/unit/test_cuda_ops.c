@@ -241,17 +241,18 @@ static double rel_err(const float *got, const float *want, size_t n)
 	} while (0)
 
 /* The worst element of got[rows, cols] (row stride `stride`) against a
- * double reference laid out alike: |got - want| / max|want|, NaN worst. */
+ * double reference laid out alike: |got - want| / max(max|want|, floor),
+ * NaN worst. */
 struct worst {
 	double rel, got, want;
 	size_t row, col;
 };
 
-static struct worst cmp_ref(const float *got, const double *want, size_t rows, size_t cols,
-			    size_t stride)
+static struct worst cmp_ref_floor(const float *got, const double *want, size_t rows,
+				  size_t cols, size_t stride, double floor)
 {
 	struct worst w = {0, 0, 0, 0, 0};
-	double mw = 0, md = -1;
+	double mw = floor, md = -1;
 	for (size_t r = 0; r < rows; r++)
 		for (size_t c = 0; c < cols; c++)
 			mw = fmax(mw, fabs(want[r * stride + c]));
@@ -270,8 +271,12 @@ static struct worst cmp_ref(const float *got, const double *want, size_t rows, s
 static char ctx[160];
 
 #define CHECK_REF(got_, want_, rows, cols, stride, tol, what)                        \
+	CHECK_REF_FLOOR(got_, want_, rows, cols, stride, 0, tol, what)
+/* The same, the error relative to at least `floor` (a block whose exact
+ * values cancel to 0 holds only rounding noise of terms of that size). */
+#define CHECK_REF_FLOOR(got_, want_, rows, cols, stride, floor, tol, what)           \
 	do {                                                                       \
-		struct worst w_ = cmp_ref(got_, want_, rows, cols, stride);          \
+		struct worst w_ = cmp_ref_floor(got_, want_, rows, cols, stride, floor); \
 		CHECK_MSG(w_.rel <= (tol),                                         \
 			  "%s: %s: relative error %.3g > %g at [%zu][%zu]: got %.9g, " \
 			  "want %.9g" SEED_FMT, ctx, what, w_.rel, (double)(tol),  \
@@ -947,9 +952,19 @@ static void attention_check(const struct att_result *r, const double *out, const
 	size_t nl = (size_t)B * NH * T;
 	CHECK_REF(r->out, out, N, C, C, tf, "out");
 	CHECK_REF(r->lse, lse, nl, 1, 1, tf, "lse");
-	CHECK_REF(r->dqkv, dq, N, C, QKV, tb, "dq");
-	CHECK_REF(r->dqkv + C, dq + C, N, (size_t)NKV * HD, QKV, tb, "dk");
-	CHECK_REF(r->dqkv + C + NKV * HD, dq + C + NKV * HD, N, (size_t)NKV * HD, QKV, tb, "dv");
+	/* A query that sees one key (the first of every sequence; all of
+	 * them at T = 1) has dq = 0 and gives its key dk = 0 exactly: the
+	 * softmax of one score is 1 whatever the score. Computed, they are the
+	 * difference of dP and D = rowsum(dout * out), two rounded sums of
+	 * dout's size, so the backward's errors are relative to the largest
+	 * of dq, dk and dv (dv = dout there), never to a block of zeros. */
+	double gmax = 0;
+	for (size_t i = 0; i < (size_t)N * QKV; i++)
+		gmax = fmax(gmax, fabs(dq[i]));
+	CHECK_REF_FLOOR(r->dqkv, dq, N, C, QKV, gmax, tb, "dq");
+	CHECK_REF_FLOOR(r->dqkv + C, dq + C, N, (size_t)NKV * HD, QKV, gmax, tb, "dk");
+	CHECK_REF_FLOOR(r->dqkv + C + NKV * HD, dq + C + NKV * HD, N, (size_t)NKV * HD, QKV, gmax,
+			tb, "dv");
 }
 
 #ifdef ASYNCPP_CUDA
@@ -1405,10 +1420,11 @@ static double bf16_ulp(double x)
  * rounded: bit for bit when near < 0, else within 1 ulp + near * max|want|;
  * against want: bit for bit when tol < 0, else within 1 ulp + tol *
  * max|want|. */
-static void bf16_check(const char *what, const float *got, const float *f32, const float *want,
-		       size_t rows, size_t cols, size_t stride, double near, double tol)
+static void bf16_check_floor(const char *what, const float *got, const float *f32,
+			     const float *want, size_t rows, size_t cols, size_t stride,
+			     double near, double tol, double floor)
 {
-	double mw = 0;
+	double mw = floor;
 	for (size_t r = 0; r < rows; r++)
 		for (size_t c = 0; c < cols; c++)
 			mw = fmax(mw, fabs(want[r * stride + c]));
@@ -1427,6 +1443,13 @@ static void bf16_check(const char *what, const float *got, const float *f32, con
 			CHECK_MSG(ok_w, "%s: %s[%zu][%zu] = %.9g, CPU bf16 %.9g (max %.3g, tol %g)"
 				  SEED_FMT, ctx, what, r, c, g, w, mw, tol, SEED_ARG);
 		}
+}
+
+/* max|want| at least floor: see attention_check */
+static void bf16_check(const char *what, const float *got, const float *f32, const float *want,
+		       size_t rows, size_t cols, size_t stride, double near, double tol)
+{
+	bf16_check_floor(what, got, f32, want, rows, cols, stride, near, tol, 0);
 }
 
 /* A float output of a bf16 op (statistics, losses, parameter gradients):
@@ -1820,7 +1843,9 @@ TEST(cuda_bf16_matmul)
  * backward gets the CPU's out and lse. tolf, tolb: tolerances of the forward
  * and backward against the CPU (1 ulp + tol * max|ref|, dq, dk, dv each on
  * its own). */
-static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb)
+/* keep (or NULL): takes the bf16 table's out, lse and dqkv (as floats) */
+static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb,
+			       float *keep[3])
 {
 	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, N = B * T;
 	size_t nq = (size_t)N * QKV, no = (size_t)N * C, nl = (size_t)B * NH * T;
@@ -1847,14 +1872,23 @@ static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tol
 	}
 	bf16_check("out", r[0][0], r[1][0], r[2][0], N, C, C, -1, tolf);
 	bf16_check_f("lse", r[0][1], r[1][1], r[2][1], nl, tolf);
-	bf16_check("dq", r[0][2], r[1][2], r[2][2], N, C, QKV, -1, tolb);
-	bf16_check("dk", r[0][2] + C, r[1][2] + C, r[2][2] + C, N, (size_t)NKV * HD, QKV, -1,
-		   tolb);
+	/* errors relative to the largest of dq, dk, dv (attention_check) */
+	double gmax = 0;
+	for (size_t i = 0; i < nq; i++)
+		gmax = fmax(gmax, fabs(r[2][2][i]));
+	bf16_check_floor("dq", r[0][2], r[1][2], r[2][2], N, C, QKV, -1, tolb, gmax);
+	bf16_check_floor("dk", r[0][2] + C, r[1][2] + C, r[2][2] + C, N, (size_t)NKV * HD, QKV,
+			 -1, tolb, gmax);
 	size_t vo = (size_t)C + (size_t)NKV * HD;
-	bf16_check("dv", r[0][2] + vo, r[1][2] + vo, r[2][2] + vo, N, (size_t)NKV * HD, QKV, -1,
-		   tolb);
-	for (int k = 0; k < BF16_RUNS; k++)
+	bf16_check_floor("dv", r[0][2] + vo, r[1][2] + vo, r[2][2] + vo, N, (size_t)NKV * HD, QKV,
+			 -1, tolb, gmax);
+	for (int k = 0; k < BF16_RUNS; k++) {
+		if (k == 0 && keep) {
+			memcpy(keep, r[0], sizeof(r[0]));
+			continue;
+		}
 		free_all(r[k], 3);
+	}
 	free(qkv), free(dy), free(out_ref);
 }
 
@@ -1863,22 +1897,38 @@ static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tol
 static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
 {
 	int nimpl = 1;
+	static const char *names[] = {"", "flash ", "flash-sync "};
+	float *kept[3][3] = {{NULL}};
 #ifdef ASYNCPP_CUDA
 	int prev = -1;
+	static const int impls[] = {CUDA_ATTENTION_SIMT, CUDA_ATTENTION_FLASH,
+				    CUDA_ATTENTION_FLASH_SYNC};
 	if (tb == backend_cuda_bf16()) {
-		nimpl = cuda_attention_flash_supported(NH, NKV, HD) ? 2 : 1;
+		nimpl = cuda_attention_flash_supported(NH, NKV, HD) ? 3 : 1;
 		prev = cuda_attention_set_impl(CUDA_ATTENTION_SIMT);
 	}
 #endif
 	for (int impl = 0; impl < nimpl && !test_failed(); impl++) {
 		snprintf(ctx, sizeof(ctx), "%sattention B=%d T=%d NH=%d NKV=%d HD=%d on %s bf16",
-			 impl ? "flash " : "", B, T, NH, NKV, HD, tb->name);
+			 names[impl], B, T, NH, NKV, HD, tb->name);
 #ifdef ASYNCPP_CUDA
-		if (impl)
-			cuda_attention_set_impl(CUDA_ATTENTION_FLASH);
+		cuda_attention_set_impl(impls[impl]);
 #endif
-		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3);
+		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3,
+				   kept[impl]);
 	}
+	/* tiles streamed by cp.async or loaded synchronously: the same bits */
+	if (nimpl == 3 && !test_failed()) {
+		size_t n[3] = {(size_t)B * T * NH * HD, (size_t)B * NH * T,
+			       (size_t)B * T * (NH + 2 * NKV) * HD};
+		for (int o = 0; o < 3; o++)
+			CHECK_MSG(!memcmp(kept[1][o], kept[2][o], n[o] * sizeof(float)),
+				  "%s: flash and flash-sync differ in %s" SEED_FMT, ctx,
+				  (const char *[]){"out", "lse", "dqkv"}[o], SEED_ARG);
+	}
+	for (int impl = 0; impl < 3; impl++)
+		if (kept[impl][0])
+			free_all(kept[impl], 3);
 #ifdef ASYNCPP_CUDA
 	if (prev >= 0)
 		cuda_attention_set_impl(prev);

@@ -22,9 +22,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <vector>
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 
@@ -94,6 +96,7 @@ static inline float __bfloat162float(__nv_bfloat16 h)
  * turn until they wait at a barrier (flash_emulate.cpp schedules them):
  * much faster than 128 OS threads meeting at every warp instruction. */
 void emu_yield(void);
+extern unsigned long emu_arrivals; /* barrier arrivals: progress, for the scheduler */
 struct emu_barrier {
 	int n, count = 0;
 	unsigned gen = 0;
@@ -101,6 +104,7 @@ struct emu_barrier {
 	void arrive_and_wait()
 	{
 		unsigned g = gen;
+		emu_arrivals++;
 		if (++count == n) {
 			count = 0;
 			gen++;
@@ -121,9 +125,19 @@ struct emu_warp {
 	float c[32][4];
 	const unsigned char *p[32];
 };
+/* one thread's cp.async copies (fl_cp16 below) */
+struct emu_copy {
+	unsigned char *dst;
+	unsigned char src[16];
+};
+struct emu_groups {
+	std::vector<std::vector<emu_copy>> done; /* committed, in order */
+	std::vector<emu_copy> open;
+};
 struct emu_block {
 	emu_barrier bar{128};
 	emu_warp warp[4];
+	emu_groups cp[128];
 	unsigned char *smem;
 	size_t smem_bytes;
 };
@@ -220,6 +234,44 @@ static inline void fl_ldsm(uint32_t r[4], const __nv_bfloat16 *p)
 static inline void fl_ldsm_t(uint32_t r[4], const __nv_bfloat16 *p)
 {
 	emu_ldsm(r, p, true);
+}
+
+/* cp.async lands some time between the copy and the wait that completes its
+ * group; the emulation takes either end. Late (emu_cp_early false): at that
+ * wait, so a tile read before its wait and barrier shows the previous tile
+ * or the NaN fill. Early: at once, so a buffer refilled while another warp
+ * still reads it (a missing barrier) shows the new tile there. Either way a
+ * wrong result. */
+extern bool emu_cp_early;
+static inline void fl_cp16(void *s, const void *g, bool valid)
+{
+	emu_copy c;
+	c.dst = (unsigned char *)s;
+	assert(((uintptr_t)c.dst & 15) == 0 && ((uintptr_t)g & 15) == 0);
+	assert(c.dst >= emu_cur->smem && c.dst + 16 <= emu_cur->smem + emu_cur->smem_bytes);
+	if (valid)
+		memcpy(c.src, g, 16); /* the global inputs do not change during a kernel */
+	else
+		memset(c.src, 0, 16);
+	if (emu_cp_early)
+		memcpy(c.dst, c.src, 16);
+	else
+		emu_cur->cp[threadIdx.x].open.push_back(c);
+}
+static inline void fl_cp_commit(void)
+{
+	emu_groups &G = emu_cur->cp[threadIdx.x];
+	G.done.push_back(G.open);
+	G.open.clear();
+}
+template <int N> static inline void fl_cp_wait(void)
+{
+	emu_groups &G = emu_cur->cp[threadIdx.x];
+	while (G.done.size() > (size_t)N) {
+		for (const emu_copy &c : G.done.front())
+			memcpy(c.dst, c.src, 16);
+		G.done.erase(G.done.begin());
+	}
 }
 
 #endif
