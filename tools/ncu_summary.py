@@ -12,7 +12,8 @@ skipped.
 import csv
 import sys
 
-UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,
+        "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def rows(path):

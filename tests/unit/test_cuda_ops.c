@@ -1843,13 +1843,14 @@ TEST(cuda_bf16_matmul)
  * backward gets the CPU's out and lse. tolf, tolb: tolerances of the forward
  * and backward against the CPU (1 ulp + tol * max|ref|, dq, dk, dv each on
  * its own). */
-/* keep (or NULL): takes the bf16 table's out, lse and dqkv (as floats) */
+/* On bf16 inputs qkv[N, QKV] and dy[N, C]; keep (or NULL): takes the bf16
+ * table's out, lse and dqkv (as floats). */
 static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tolf, double tolb,
-			       float *keep[3])
+			       const uint16_t *qkv, const uint16_t *dy, float *keep[3])
 {
 	int QKV = (NH + 2 * NKV) * HD, C = NH * HD, N = B * T;
 	size_t nq = (size_t)N * QKV, no = (size_t)N * C, nl = (size_t)B * NH * T;
-	uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1), *out_ref = NULL;
+	uint16_t *out_ref = NULL;
 	float *r[BF16_RUNS][3];
 	for (int k = BF16_RUNS - 1; k >= 0; k--) { /* the CPU first: its out and lse */
 		dev = bf16_be(k);
@@ -1889,7 +1890,7 @@ static void bf16_attention_run(int B, int T, int NH, int NKV, int HD, double tol
 		}
 		free_all(r[k], 3);
 	}
-	free(qkv), free(dy), free(out_ref);
+	free(out_ref);
 }
 
 /* SIMT (1e-4, 1e-3 as against double) and, on CUDA where the shape allows,
@@ -1899,6 +1900,10 @@ static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
 	int nimpl = 1;
 	static const char *names[] = {"", "flash ", "flash-sync "};
 	float *kept[3][3] = {{NULL}};
+	/* the same inputs for every implementation: flash and flash-sync are
+	 * compared bit for bit below */
+	size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+	uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1);
 #ifdef ASYNCPP_CUDA
 	int prev = -1;
 	static const int impls[] = {CUDA_ATTENTION_SIMT, CUDA_ATTENTION_FLASH,
@@ -1914,7 +1919,7 @@ static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
 #ifdef ASYNCPP_CUDA
 		cuda_attention_set_impl(impls[impl]);
 #endif
-		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3,
+		bf16_attention_run(B, T, NH, NKV, HD, impl ? 1e-2 : 1e-4, impl ? 2e-2 : 1e-3, qkv, dy,
 				   kept[impl]);
 	}
 	/* tiles streamed by cp.async or loaded synchronously: the same bits */
@@ -1929,6 +1934,7 @@ static void bf16_attention_case(int B, int T, int NH, int NKV, int HD)
 	for (int impl = 0; impl < 3; impl++)
 		if (kept[impl][0])
 			free_all(kept[impl], 3);
+	free(qkv), free(dy);
 #ifdef ASYNCPP_CUDA
 	if (prev >= 0)
 		cuda_attention_set_impl(prev);
