@@ -107,6 +107,13 @@ struct backend {
 	 * dbias[OC] += column sums of dout (if non-NULL) */
 	void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC);
+	/* Optional (NULL on the cpu backend): the products that follow may read
+	 * any weight inside w[0..n) from a copy made now in the backend's
+	 * operand type (CUDA: bf16, rounded as each product would round it, so
+	 * results are the same bits), instead of converting it per product.
+	 * The copy is not kept in step with w: call again before the products
+	 * whenever w may have changed (model/ does before every pass). */
+	void (*weights_bf16)(const float *w, size_t n);
 
 	/* ---- attention ---- */
 	/* Rotary embedding on the q and k heads of qkv[N,QKV], in place; position

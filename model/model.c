@@ -1004,6 +1004,16 @@ double stage_aux_loss(const struct stage *st, int slot)
 	return sum;
 }
 
+/* Before every pass over the weights: the backend's operand copy of them
+ * (backend.h, weights_bf16), made from params as they are now. Each pass
+ * asks again, so no product ever reads a copy older than its weights,
+ * whatever the schedule did to them between passes. */
+static void weights_prepare(const struct stage *st, const float *params)
+{
+	if (st->be->weights_bf16)
+		st->be->weights_bf16(params, st->numel);
+}
+
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
 		   float *loss_dev, float *grads, float dloss)
@@ -1015,6 +1025,7 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	struct scratch_view sv;
 	const void *x;
 
+	weights_prepare(st, params);
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, x_in);
@@ -1070,6 +1081,7 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	struct slot_view v;
 	struct scratch_view sv;
 
+	weights_prepare(st, params);
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
 	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
@@ -1099,6 +1111,7 @@ void model_logits_at(struct stage *st, const float *params, const int32_t *token
 	struct scratch_view sv;
 	const void *x;
 
+	weights_prepare(st, params);
 	slot_view(st, st->slot_acts[0], &v);
 	scratch_view(st, st->scratch, &sv);
 	x = body_forward(st, &v, params, tokens, NULL);

@@ -259,6 +259,16 @@ static void cu_free(void *p)
 	}
 }
 
+void *cuda_alloc_tracked(size_t bytes)
+{
+	return cu_alloc(bytes);
+}
+
+void cuda_free_tracked(void *p)
+{
+	cu_free(p);
+}
+
 /* Small uploads (a micro-batch's tokens) go through a ring of pinned
  * staging slots instead of waiting for the stream: the source is copied
  * into a slot at once (so the caller may reuse it, as backend.h allows), the
@@ -1485,6 +1495,7 @@ static void fill_common_slots(struct backend &t)
 	t.synchronize = cu_synchronize;
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
+	t.weights_bf16 = cuda_weights_bf16;
 	t.add = cu_add<float>;
 	t.adamw_dir = cu_adamw_dir;
 	t.adan_dir = cu_adan_dir;

@@ -42,6 +42,10 @@ cudaStream_t cuda_stream(void);
 /* Stream-ordered scratch; freed in stream order. */
 void *cuda_scratch(size_t bytes);
 void cuda_scratch_free(void *p);
+/* The table's alloc and free (zeroed, counted in memory_peak; NULL with
+ * error() set when the device is out of memory; free(NULL) does nothing). */
+void *cuda_alloc_tracked(size_t bytes);
+void cuda_free_tracked(void *p);
 
 static inline int cuda_blocks(size_t n, int threads)
 {
@@ -82,6 +86,7 @@ void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 			  int N, int C, int OC);
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
+void cuda_weights_bf16(const float *w, size_t n);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
 			    int NH, int NKV, int HD);
 void cuda_attention_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B,

@@ -346,6 +346,87 @@ static const __nv_bfloat16 *bf16_operand(const __nv_bfloat16 *x, size_t n, __nv_
 	return x;
 }
 
+/* ---- bf16 copies of the weights (backend.h: weights_bf16) ----
+ *
+ * model/ calls weights_bf16(params, n) before every pass over a stage's
+ * weights; the matmuls of the pass then read each weight's bf16 copy instead
+ * of rounding it into scratch per product (158 conversions in a GPT-2 124M
+ * step, 12% of its GPU time on an H100, NOTES.md). The copy is the same
+ * rounding (cuda_to_bf16), so products give the same bits either way.
+ *
+ * A few ranges are kept (a stage's weights, two versions under 2bw, ...);
+ * preparing another reuses the least recently prepared buffer. Lookups hold
+ * shadow_mutex until their GEMM is queued, and prepares hold it while they
+ * queue their conversion: with every op on one stream, a buffer is never
+ * rewritten before the GEMMs queued against it have run. (Per-stage
+ * streams will need an event per buffer here.) A weight outside every
+ * prepared range, or a failed allocation, falls back to the per-product
+ * conversion. */
+#define SHADOWS 8
+static struct shadow {
+	const float *w;    /* the fp32 range, NULL when free */
+	size_t n;          /* floats in it */
+	__nv_bfloat16 *b;  /* [cap] its copy */
+	size_t cap;
+	unsigned long used; /* when last prepared (shadow_clock) */
+} shadows[SHADOWS];
+static std::mutex shadow_mutex;
+static unsigned long shadow_clock;
+
+void cuda_weights_bf16(const float *w, size_t n)
+{
+	std::lock_guard<std::mutex> lock(shadow_mutex);
+	struct shadow *e = NULL;
+	for (int i = 0; i < SHADOWS; i++) {
+		struct shadow *s = &shadows[i];
+		if (s->w == w && s->n == n)
+			e = s;
+		else if (s->w && s->w < w + n && w < s->w + s->n)
+			s->w = NULL; /* overlaps the new range: one copy per weight */
+	}
+	for (int i = 0; !e && i < SHADOWS; i++) /* else a free entry */
+		if (!shadows[i].w)
+			e = &shadows[i];
+	if (!e) { /* else the least recently prepared */
+		e = &shadows[0];
+		for (int i = 1; i < SHADOWS; i++)
+			if (shadows[i].used < e->used)
+				e = &shadows[i];
+	}
+	e->w = NULL;
+	if (e->cap < n) {
+		cuda_free_tracked(e->b);
+		e->cap = 0;
+		if (!(e->b = (__nv_bfloat16 *)cuda_alloc_tracked(n * sizeof(__nv_bfloat16))))
+			return; /* out of memory: the products convert per call */
+		e->cap = n;
+	}
+	cuda_to_bf16(e->b, w, n);
+	e->w = w, e->n = n, e->used = ++shadow_clock;
+}
+
+/* The bf16 copy of w[count] if a prepared range holds it; call with
+ * shadow_mutex held, and queue the product before releasing it. */
+static const __nv_bfloat16 *shadow_find(const float *w, size_t count)
+{
+	for (int i = 0; i < SHADOWS; i++) {
+		const struct shadow *s = &shadows[i];
+		if (s->w && w >= s->w && w + count <= s->w + s->n)
+			return s->b + (w - s->w);
+	}
+	return NULL;
+}
+
+/* The bf16 weight w[count]: its prepared copy, else rounded into scratch
+ * (*own, freed by the caller after queueing the product). shadow_mutex
+ * held. */
+static const __nv_bfloat16 *bf16_weight(const float *w, size_t count, __nv_bfloat16 **own)
+{
+	const __nv_bfloat16 *b = shadow_find(w, count);
+	*own = b ? NULL : bf16_copy(w, count);
+	return b ? b : *own;
+}
+
 /* Whether an activation pointer's D is bf16 (gemm's out_bf16). */
 static int is_bf16(const float *) { return 0; }
 static int is_bf16(const __nv_bfloat16 *) { return 1; }
@@ -355,14 +436,15 @@ template <typename A>
 static void matmul_forward(A *out, const A *inp, const float *w, const float *bias, int N, int C,
 			   int OC)
 {
-	__nv_bfloat16 *own;
+	__nv_bfloat16 *own, *own_w;
 	const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own);
-	__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
+	std::lock_guard<std::mutex> lock(shadow_mutex);
+	const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
 	/* the bias always goes through the epilogue (a misaligned vector is
 	 * staged by gemm), so where it sits never changes the arithmetic */
 	gemm(out, is_bf16(out), ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f);
 	cuda_scratch_free(own);
-	cuda_scratch_free(wb);
+	cuda_scratch_free(own_w);
 }
 
 /* dinp[N,C] = dout[N,OC] @ w[OC,C]; dw[OC,C] += dout^T @ inp[N,C] (fp32,
@@ -377,9 +459,11 @@ static void matmul_backward(A *dinp, float *dw, float *dbias, const A *dout, con
 	__nv_bfloat16 *own_d, *own_i;
 	const __nv_bfloat16 *db = bf16_operand(dout, (size_t)N * OC, &own_d);
 	if (dinp) {
-		__nv_bfloat16 *wb = bf16_copy(w, (size_t)OC * C);
+		__nv_bfloat16 *own_w;
+		std::lock_guard<std::mutex> lock(shadow_mutex);
+		const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
 		gemm(dinp, is_bf16(dinp), db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f);
-		cuda_scratch_free(wb);
+		cuda_scratch_free(own_w);
 	}
 	if (dw) {
 		const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own_i);

@@ -21,6 +21,7 @@
  * on a backend without bf16 storage.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -121,6 +122,9 @@ static int model_for(struct model *m, const struct config *cfg)
 	return model_init(m, &mc);
 }
 
+static const struct backend *spy_backend(void);
+static int spy_on; /* train() below runs on spy_backend() */
+
 /* Train `steps` steps (in chunks of `chunk`) under cfg, optionally resuming
  * from checkpoint `resume_from`, optionally saving to `save_to` at the end.
  * Losses go to r->loss[first_step ...]. */
@@ -136,7 +140,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	struct model m;
 	if (model_for(&m, cfg))
 		return -1;
-	const struct backend *be = test_backend();
+	const struct backend *be = spy_on ? spy_backend() : test_backend();
 	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
 		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
@@ -952,6 +956,161 @@ TEST(checkpoint_with_nan_is_refused)
 	free(params);
 	free(r.weights);
 	config_free(&cfg);
+}
+
+/* ---- the weights' operand copies (backend.h, weights_bf16) ----
+ *
+ * The CUDA backend keeps a bf16 copy of a stage's weights that products read
+ * instead of the weights, made when model/ asks (weights_bf16) and never
+ * updated by itself. A product reading a copy older than its weights would
+ * train on stale weights. The spy below is the cpu table with such copies
+ * (exact float copies): its products read a weight from the copy whenever one
+ * covers it and check, every time, that the copy still equals the weight. On
+ * every schedule, delay, correction and resume, no copy may ever be stale,
+ * the copies must be used, and the run must equal the plain cpu run bit for
+ * bit. */
+
+#define SPY_RANGES 64
+static struct backend spy_table;
+static const struct backend *spy_base;
+static struct spy_range {
+	const float *w;
+	size_t n;
+	float *copy;
+} spy_ranges[SPY_RANGES];
+static long spy_hits, spy_stale;
+static pthread_mutex_t spy_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static void spy_prepare(const float *w, size_t n)
+{
+	pthread_mutex_lock(&spy_mutex);
+	struct spy_range *e = NULL;
+	for (int i = 0; i < SPY_RANGES && !e; i++)
+		if (spy_ranges[i].w == w && spy_ranges[i].n == n)
+			e = &spy_ranges[i];
+	for (int i = 0; i < SPY_RANGES && !e; i++)
+		if (!spy_ranges[i].w)
+			e = &spy_ranges[i];
+	if (!e) {
+		test_fail(__FILE__, __LINE__, "spy: more than %d weight ranges", SPY_RANGES);
+	} else {
+		if (e->w != w || e->n != n) {
+			free(e->copy);
+			e->copy = xmalloc(n * sizeof(float));
+		}
+		memcpy(e->copy, w, n * sizeof(float));
+		e->w = w, e->n = n;
+	}
+	pthread_mutex_unlock(&spy_mutex);
+}
+
+/* w[count] as a product reads it: from a copy that covers it, else w */
+static const float *spy_weight(const float *w, size_t count)
+{
+	const float *r = w;
+	pthread_mutex_lock(&spy_mutex);
+	for (int i = 0; i < SPY_RANGES; i++) {
+		const struct spy_range *e = &spy_ranges[i];
+		if (e->w && w >= e->w && w + count <= e->w + e->n) {
+			r = e->copy + (w - e->w);
+			spy_hits++;
+			spy_stale += memcmp(r, w, count * sizeof(float)) != 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&spy_mutex);
+	return r;
+}
+
+static void spy_matmul_forward(void *out, const void *inp, const float *w, const float *bias,
+			       int N, int C, int OC)
+{
+	spy_base->matmul_forward(out, inp, spy_weight(w, (size_t)OC * C), bias, N, C, OC);
+}
+
+static void spy_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+				const void *inp, const float *w, int N, int C, int OC)
+{
+	spy_base->matmul_backward(dinp, dw, dbias, dout, inp, spy_weight(w, (size_t)OC * C), N, C,
+				  OC);
+}
+
+static const struct backend *spy_backend(void)
+{
+	return &spy_table;
+}
+
+static void spy_reset(void)
+{
+	for (int i = 0; i < SPY_RANGES; i++) {
+		free(spy_ranges[i].copy);
+		memset(&spy_ranges[i], 0, sizeof(spy_ranges[i]));
+	}
+	spy_hits = spy_stale = 0;
+	spy_base = test_backend();
+	spy_table = *spy_base;
+	spy_table.weights_bf16 = spy_prepare;
+	spy_table.matmul_forward = spy_matmul_forward;
+	spy_table.matmul_backward = spy_matmul_backward;
+}
+
+/* cfg on the cpu table and on the spy: the same bits, copies used and
+ * never stale; with resume_at, the spy run also stops there and resumes. */
+static void spy_check(const char *what, const struct config *cfg, int resume_at)
+{
+	struct run_result ra = {0}, rb = {0};
+	const char *ck = "spy.ckpt";
+	spy_reset();
+	int ok = !train(cfg, STEPS, 5, NULL, NULL, &ra);
+	spy_on = 1;
+	if (resume_at)
+		ok = ok && !train(cfg, resume_at, 3, NULL, ck, &rb) &&
+		     !train(cfg, STEPS - resume_at, 4, ck, NULL, &rb);
+	else
+		ok = ok && !train(cfg, STEPS, 5, NULL, NULL, &rb);
+	spy_on = 0;
+	unlink(ck);
+	CHECK_MSG(ok, "%s: training failed: %s", what, last_error());
+	if (ok) {
+		CHECK_MSG(spy_hits > 0, "%s: no product read a weight copy", what);
+		CHECK_MSG(spy_stale == 0, "%s: %ld of %ld products read a stale weight copy", what,
+			  spy_stale, spy_hits);
+		CHECK_MSG(!memcmp(ra.loss, rb.loss, sizeof(ra.loss)), "%s: losses differ", what);
+		CHECK_MSG(ra.numel == rb.numel &&
+				  !memcmp(ra.weights, rb.weights, ra.numel * sizeof(float)),
+			  "%s: final weights differ", what);
+	}
+	free(ra.weights);
+	free(rb.weights);
+	spy_reset();
+}
+
+TEST(weight_copies_are_never_stale)
+{
+	if (strcmp(test_backend()->name, "cpu"))
+		SKIP("the spy wraps the cpu backend (on cuda the copies are the backend's own)");
+	static const struct {
+		const char *what, *arch, *optim, *schedule, *stages, *delay, *correction;
+		int resume_at;
+	} runs[] = {
+		{"one worker", "gpt2", "adamw", "none", "1", "0", "none", 0},
+		{"delay 1 + ef", "llama", "muon", "none", "1", "1", "ef", 0},
+		{"delay 1 + predict", "gpt2", "adamw", "none", "1", "1", "predict", 0},
+		{"1f1b S=2", "llama", "adamw", "1f1b", "2", "0", "none", 0},
+		{"2bw S=2 + ef, resumed", "gpt2", "muon", "2bw", "2", "0", "ef", 7},
+		{"2bw S=4 + predict", "llama", "adamw", "2bw", "4", "0", "predict", 0},
+		{"pipedream S=3", "gpt2", "adamw", "pipedream", "3", "0", "none", 0},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config cfg;
+		base_config(&cfg, runs[i].arch, runs[i].optim);
+		config_set_key(&cfg, "train", "schedule", runs[i].schedule, "test");
+		config_set_key(&cfg, "pipeline", "stages", runs[i].stages, "test");
+		config_set_key(&cfg, "train", "delay", runs[i].delay, "test");
+		config_set_key(&cfg, "optim", "correction", runs[i].correction, "test");
+		spy_check(runs[i].what, &cfg, runs[i].resume_at);
+		config_free(&cfg);
+	}
 }
 
 /* ---- the same in bf16 storage (train.act_dtype = bf16) ---- */
