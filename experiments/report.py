@@ -1189,8 +1189,10 @@ def build_report(runs, exp, asyncpp, work):
     add('')
     add('from the repository root (`experiments/run.sh report` only rebuilds results.csv, the '
         'plots and this file from the runs already finished). Runs are kept in '
-        '`experiments/work/runs/` (not committed); a finished run is never run again, so '
-        'the script resumes where it stopped.')
+        '`experiments/work/runs/` (not committed), and each finished run\'s configuration, '
+        'metrics and status also in `experiments/archive/` (committed, restored into '
+        '`work/runs/` by a fresh checkout); a finished run is never run again, so the '
+        'script resumes where it stopped, on any machine.')
     add('')
     if missing:
         add('**The grid is not complete: %d of %d runs are missing** (listed under '

@@ -24,6 +24,11 @@
 #   4. runs experiments/report.py, which writes results.csv (one row per
 #      finished run), the SVG plots in plots/ (with asyncpp plot) and the
 #      report README.md.
+# work/ is not committed, and the grid takes longer than a machine may
+# live: each finished run's small files (its configurations, done, and
+# metrics.csv compressed) are also copied to experiments/archive/NAME,
+# which is committed, and a fresh checkout restores them into work/runs
+# first, so the grid goes on where any earlier machine stopped.
 #
 # The grid (the same learning rates for every arm of an optimizer); each phase
 # is planned by report.py when it starts, from the results before it:
@@ -75,16 +80,51 @@ export ASYNCPP WORK STEPS
 log() { echo "run.sh: $*" >&2; }
 die() { echo "run.sh: $*" >&2; exit 1; }
 
+# ---- finished runs outlive the machine (experiments/archive) ------------
+ARCHIVE=$EXP/archive
+# archive_run NAME: work/runs/NAME's small files into archive/NAME
+archive_run() {
+	local d=$WORK/runs/$1 a=$ARCHIVE/$1
+	[ -f "$d/done" ] && [ -f "$d/metrics.csv" ] || return 0
+	rm -rf "$a.tmp" && mkdir -p "$a.tmp" &&
+		cp "$d/planned.ini" "$d/config.ini" "$d/done" "$a.tmp/" &&
+		gzip -9nc "$d/metrics.csv" > "$a.tmp/metrics.csv.gz" &&
+		rm -rf "$a" && mv "$a.tmp" "$a" || log "cannot archive $1"
+}
+# every archived run missing from work/runs comes back; finished runs not
+# archived yet (a grid run before the archive existed) go in
+sync_archive() {
+	local a d name
+	mkdir -p "$WORK/runs" "$ARCHIVE"
+	for a in "$ARCHIVE"/*/; do
+		[ -f "$a/done" ] || continue
+		name=$(basename "$a")
+		d=$WORK/runs/$name
+		[ -f "$d/done" ] && continue
+		rm -rf "$d" && mkdir -p "$d" &&
+			cp "$a/planned.ini" "$a/config.ini" "$d/" &&
+			gzip -dc "$a/metrics.csv.gz" > "$d/metrics.csv" &&
+			cp "$a/done" "$d/done" || log "cannot restore $name"
+	done
+	for d in "$WORK"/runs/*/; do
+		name=$(basename "$d")
+		[ -f "$d/done" ] && [ ! -f "$ARCHIVE/$name/done" ] && archive_run "$name"
+	done
+	return 0
+}
+
 report() {
 	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" --asyncpp "$ASYNCPP" all ||
 		log "report.py failed"
 }
 
 if [ "$MODE" = report ]; then
+	sync_archive
 	report
 	exit 0
 fi
 if [ "$MODE" = status ]; then
+	sync_archive
 	python3 "$EXP/report.py" --work "$WORK" --exp "$EXP" --asyncpp "$ASYNCPP" status
 	exit 0
 fi
@@ -135,6 +175,8 @@ if [ ! -s "$DATA/kjv_val.shard" ]; then
 	"$ASYNCPP" tokenize encode -q -t "$DATA/kjv.tok" -o "$DATA/kjv" --val-fraction 0.05 \
 		--seed 1 --docs blank-line "$DATA/kjv.txt" || die "tokenize encode failed"
 fi
+
+sync_archive
 
 # ---- 3. the grid ---------------------------------------------------------
 COMMON=(
@@ -197,6 +239,7 @@ run_one() {
 		"$(awk '{ s = $1 + $2 } END { printf "%.1f", s }' "$dir/cpu.txt")" \
 		"$CODE" "$([ "${start[0]}" = --resume ] && echo yes || echo no)" > "$dir/done.tmp"
 	mv "$dir/done.tmp" "$dir/done"
+	archive_run "$name"
 	log "$name $status ($(sed -n 's/^wall_s=//p' "$dir/done") s)"
 }
 
