@@ -64,6 +64,13 @@ size_t newton_schulz_scratch(int rows, int cols)
 	return 2 * m * n + 3 * m * m;
 }
 
+size_t newton_schulz_many_scratch(int count, int rows, int cols)
+{
+	/* each matrix's slices padded to 256 bytes (the CUDA batch strides) */
+	return st_mult((size_t)(count > 0 ? count : 0),
+		       st_add(newton_schulz_scratch(rows, cols), 256));
+}
+
 const struct backend *backend_with_act_dtype(const struct backend *be, int dtype)
 {
 	if (be->act_dtype == dtype)

@@ -211,6 +211,14 @@ struct backend {
 	 * newton_schulz_scratch(rows, cols) floats. */
 	void (*newton_schulz)(float *out, const float *in, int rows, int cols, int steps,
 			      float *scratch);
+	/* newton_schulz of count matrices of one shape, in[k] into out[k], each
+	 * the same bits as newton_schulz(out[k], in[k], ...) alone; batched
+	 * where the backend can (CUDA: one strided-batched GEMM per product,
+	 * which keeps the GPU busy where one small matrix cannot; NULL on the
+	 * cpu, whose products are as wide as its cores already). scratch holds
+	 * newton_schulz_many_scratch(count, rows, cols) floats. */
+	void (*newton_schulz_many)(float *const *out, const float *const *in, int count,
+				   int rows, int cols, int steps, float *scratch);
 	/* w = w*(1 - decay) + u + lambda*(u - u_prev); then u_prev = u.
 	 * u_prev NULL means lambda is ignored (no correction). */
 	void (*apply_update)(float *w, const float *u, float *u_prev, size_t n,
@@ -235,6 +243,8 @@ struct backend {
 
 /* Scratch floats newton_schulz needs for a rows x cols matrix. */
 size_t newton_schulz_scratch(int rows, int cols);
+/* Scratch floats newton_schulz_many needs for count such matrices. */
+size_t newton_schulz_many_scratch(int count, int rows, int cols);
 /* n floats rounded up to a multiple of 64 (256 bytes): a slice of a scratch
  * buffer that starts at such an offset keeps the buffer's alignment, which
  * the CUDA GEMMs and Newton-Schulz need to run without staging copies. */

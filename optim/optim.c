@@ -216,6 +216,64 @@ static size_t work_floats(const struct optim_tensor *t)
 	}
 }
 
+/* ---- Newton-Schulz in batches (backend newton_schulz_many) ----
+ *
+ * Muon's and NorMuon's matrices of one shape are orthogonalised together:
+ * their momenta go into o->ns side by side, one newton_schulz_many call
+ * turns them into directions, and each is then scaled and applied as alone.
+ * Tensors are independent and newton_schulz_many gives each matrix the bits
+ * newton_schulz gives it, so the weights are those of the per-tensor loop. */
+static size_t ns_limit = (size_t)1 << 24;
+
+size_t optim_ns_batch_limit(size_t floats)
+{
+	size_t prev = ns_limit;
+	ns_limit = floats ? floats : 1;
+	return prev;
+}
+
+static int ns_rule(int rule)
+{
+	return rule == RULE_MUON || rule == RULE_NORMUON;
+}
+
+/* Matrices of n floats in one batch of a group of count */
+static int ns_batch_len(size_t n, int count)
+{
+	size_t k = ns_limit / scratch_floats_aligned(n);
+	return (int)MIN((size_t)count, MAX(k, (size_t)1));
+}
+
+/* Floats of o->ns for a batch of len rows x cols matrices: momenta and
+ * directions in 256-byte slices, then newton_schulz_many's scratch. */
+static size_t ns_batch_floats(int len, int rows, int cols)
+{
+	size_t al = scratch_floats_aligned((size_t)rows * cols);
+	return st_add(st_mult(2 * (size_t)len, al), newton_schulz_many_scratch(len, rows, cols));
+}
+
+/* Mark the tensors that share their shape with another one; returns the
+ * floats o->ns needs (0: nothing to batch). */
+static size_t ns_plan(struct optimizer *o)
+{
+	size_t need = 0;
+	for (int k = 0; k < o->n; k++) {
+		struct optim_tensor *t = &o->t[k];
+		if (!ns_rule(t->rule) || !t->info.numel)
+			continue;
+		int count = 0;
+		for (int j = 0; j < o->n; j++)
+			count += ns_rule(o->t[j].rule) && o->t[j].info.numel &&
+				 o->t[j].info.rows == t->info.rows && o->t[j].info.cols == t->info.cols;
+		if (count < 2)
+			continue;
+		t->ns_batch = 1;
+		need = MAX(need, ns_batch_floats(ns_batch_len(t->info.numel, count), t->info.rows,
+						 t->info.cols));
+	}
+	return need;
+}
+
 /* The backend operations each rule calls. */
 static int check_ops(const struct backend *be, int rule)
 {
@@ -248,7 +306,7 @@ static int check_ops(const struct backend *be, int rule)
 
 size_t optim_bytes(const struct optimizer *o)
 {
-	size_t n = st_add(o->u_floats, o->work_floats);
+	size_t n = st_add(st_add(o->u_floats, o->work_floats), o->ns_floats);
 	for (int i = 0; i < o->n_state; i++)
 		n = st_add(n, o->state[i].numel);
 	return st_mult(n, sizeof(float));
@@ -333,7 +391,9 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 	o->work_floats = max_work;
 	o->u = max_numel ? be->alloc(st_mult(max_numel, sizeof(float))) : NULL;
 	o->work = max_work ? be->alloc(st_mult(max_work, sizeof(float))) : NULL;
-	if ((max_numel && !o->u) || (max_work && !o->work)) {
+	o->ns_floats = be->newton_schulz_many ? ns_plan(o) : 0;
+	o->ns = o->ns_floats ? be->alloc(st_mult(o->ns_floats, sizeof(float))) : NULL;
+	if ((max_numel && !o->u) || (max_work && !o->work) || (o->ns_floats && !o->ns)) {
 		error("optimizer: cannot allocate scratch on backend '%s'", be->name);
 		goto fail;
 	}
@@ -358,6 +418,8 @@ void optim_free(struct optimizer *o)
 		be->free(o->u);
 	if (o->work && be && be->free)
 		be->free(o->work);
+	if (o->ns && be && be->free)
+		be->free(o->ns);
 	free(o->t);
 	memset(o, 0, sizeof(*o));
 }
@@ -411,6 +473,17 @@ static void normuon_rows(struct optimizer *o, float *O, float *v, int rows, int 
 	be->scale(O, (float)(-lr * s), n);
 }
 
+/* Muon's or NorMuon's direction from the orthogonalised momentum O of t,
+ * in place: Muon's scale, or NorMuon's row normalisation and scale. */
+static void ns_finish(struct optimizer *o, const struct optim_tensor *t, float *O, float lr)
+{
+	int rows = t->info.rows, cols = t->info.cols;
+	if (t->rule == RULE_MUON)
+		o->be->scale(O, -lr * muon_scale(o, rows, cols), t->info.numel);
+	else
+		normuon_rows(o, O, t->part[1].data, rows, cols, lr);
+}
+
 /* u = the direction of tensor t (times -lr), advancing its state. */
 static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, const float *g,
 			     float lr, long step)
@@ -460,16 +533,11 @@ static void tensor_direction(struct optimizer *o, const struct optim_tensor *t, 
 		be->scale(o->u, -lr, n);
 		break;
 	case RULE_MUON:
-		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
-		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps,
-				  o->work + scratch_floats_aligned(n));
-		be->scale(o->u, -lr * muon_scale(o, rows, cols), n);
-		break;
 	case RULE_NORMUON:
 		be->momentum(o->work, g, s[0], n, o->momentum, o->nesterov);
 		be->newton_schulz(o->u, o->work, rows, cols, o->ns_steps,
 				  o->work + scratch_floats_aligned(n));
-		normuon_rows(o, o->u, s[1], rows, cols, lr);
+		ns_finish(o, t, o->u, lr);
 		break;
 	case RULE_SOAP: {
 		struct soap_state st = {s[0], s[1], s[2], s[3], s[4], s[5]};
@@ -520,6 +588,77 @@ static int elementwise_batch(struct optimizer *o, float *weights, const float *g
 	return 1;
 }
 
+/* w of tensor t += its direction u (decay, and the correction when t->ef). */
+static void apply_direction(struct optimizer *o, const struct optim_tensor *t, float *weights,
+			    const float *u, float lr, long step)
+{
+	const struct backend *be = o->be;
+	size_t n = t->info.numel;
+	float *w = weights + t->offset;
+	float decay = t->info.decay ? lr * o->wd : 0.0f;
+	float *u_prev = t->ef ? t->part[t->n_part - 1].data : NULL;
+	/* SOAP's first step only builds its bases (u = 0): its first update,
+	 * the one without a correction, is step 2 */
+	long first = t->rule == RULE_SOAP ? 2 : 1;
+	if (t->rule == RULE_SOAP && step == 1)
+		decay = 0.0f;
+	if (!t->ef) {
+		be->apply_update(w, u, NULL, n, decay, 0.0f);
+	} else if (step <= first || o->ef_lambda == 0.0f) {
+		/* u[-1] = u[0]: no correction on the first step; lambda 0
+		 * leaves the term out so it matches correction = none bit for
+		 * bit. Either way u_prev records this update. */
+		be->apply_update(w, u, NULL, n, decay, 0.0f);
+		be->copy(u_prev, u, n * sizeof(float));
+	} else {
+		be->apply_update(w, u, u_prev, n, decay, o->ef_lambda);
+	}
+}
+
+/* Every ns_batch tensor: grouped by shape (in tensor order), in batches
+ * of ns_batch_len: momenta into o->ns, one newton_schulz_many, then each
+ * direction finished and applied as tensor_direction and the loop would. */
+static void ns_batches(struct optimizer *o, float *weights, const float *grads, float lr,
+		       long step)
+{
+	const struct backend *be = o->be;
+	char *done = xcalloc((size_t)o->n, 1);
+	int *idx = xmalloc(sizeof(int) * (size_t)o->n);
+	const float **in = xmalloc(sizeof(*in) * (size_t)o->n);
+	float **out = xmalloc(sizeof(*out) * (size_t)o->n);
+	for (int k = 0; k < o->n; k++) {
+		const struct optim_tensor *t = &o->t[k];
+		if (!t->ns_batch || done[k])
+			continue;
+		int rows = t->info.rows, cols = t->info.cols, count = 0;
+		for (int j = k; j < o->n; j++)
+			if (o->t[j].ns_batch && !done[j] && o->t[j].info.rows == rows &&
+			    o->t[j].info.cols == cols)
+				idx[count++] = j, done[j] = 1;
+		size_t n = t->info.numel, al = scratch_floats_aligned(n);
+		int len = ns_batch_len(n, count);
+		float *mom = o->ns, *dir = o->ns + (size_t)len * al, *scratch = dir + (size_t)len * al;
+		for (int b0 = 0; b0 < count; b0 += len) {
+			int nb = MIN(len, count - b0);
+			for (int i = 0; i < nb; i++) {
+				const struct optim_tensor *u = &o->t[idx[b0 + i]];
+				float *m = mom + (size_t)i * al;
+				be->momentum(m, grads + u->offset, u->part[0].data, n, o->momentum,
+					     o->nesterov);
+				in[i] = m;
+				out[i] = dir + (size_t)i * al;
+			}
+			be->newton_schulz_many(out, in, nb, rows, cols, o->ns_steps, scratch);
+			for (int i = 0; i < nb; i++) {
+				const struct optim_tensor *u = &o->t[idx[b0 + i]];
+				ns_finish(o, u, out[i], lr);
+				apply_direction(o, u, weights, out[i], lr, step);
+			}
+		}
+	}
+	free(done), free(idx), free(in), free(out);
+}
+
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step)
 {
 	const struct backend *be = o->be;
@@ -529,32 +668,15 @@ void optim_step(struct optimizer *o, float *weights, const float *grads, float l
 	/* AdamW and Lion tensors go to the backend together (one pass, one
 	 * launch per group on CUDA; the same bits as the calls below) */
 	int batched = be->elementwise_step ? elementwise_batch(o, weights, grads, lr, step) : 0;
+	if (o->ns)
+		ns_batches(o, weights, grads, lr, step);
 	for (int k = 0; k < o->n; k++) {
 		const struct optim_tensor *t = &o->t[k];
-		size_t n = t->info.numel;
-		float *w = weights + t->offset;
-		float decay = t->info.decay ? lr * o->wd : 0.0f;
-		float *u_prev = t->ef ? t->part[t->n_part - 1].data : NULL;
-
-		if (!n || (batched && elementwise_rule(t->rule) >= 0))
+		if (!t->info.numel || (batched && elementwise_rule(t->rule) >= 0) ||
+		    (o->ns && t->ns_batch))
 			continue;
 		tensor_direction(o, t, grads + t->offset, lr, step);
-		/* SOAP's first step only builds its bases (u = 0): its first update,
-		 * the one without a correction, is step 2 */
-		long first = t->rule == RULE_SOAP ? 2 : 1;
-		if (t->rule == RULE_SOAP && step == 1)
-			decay = 0.0f;
-		if (!t->ef) {
-			be->apply_update(w, o->u, NULL, n, decay, 0.0f);
-		} else if (step <= first || o->ef_lambda == 0.0f) {
-			/* u[-1] = u[0]: no correction on the first step; lambda 0
-			 * leaves the term out so it matches correction = none bit for
-			 * bit. Either way u_prev records this update. */
-			be->apply_update(w, o->u, NULL, n, decay, 0.0f);
-			be->copy(u_prev, o->u, n * sizeof(float));
-		} else {
-			be->apply_update(w, o->u, u_prev, n, decay, o->ef_lambda);
-		}
+		apply_direction(o, t, weights, o->u, lr, step);
 	}
 	o->last_step = step;
 }

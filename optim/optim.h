@@ -116,6 +116,8 @@ struct optim_tensor {
 	int tied_copy;          /* last stage's copy of the tied wte */
 	int rule;               /* enum optim_rule */
 	int ef;                 /* the correction acts on this tensor */
+	int ns_batch;           /* orthogonalised with the others of its shape
+				 * (backend newton_schulz_many) */
 	int n_part;
 	/* the rule's parts in the order of its optim_rule_def (SOAP's sides
 	 * past SOAP_MAX_DIM have data NULL: not preconditioned), then the
@@ -148,6 +150,11 @@ struct optimizer {
 	 * corrected gradient, SOAP's rotated copies) */
 	float *u, *work;
 	size_t u_floats, work_floats;  /* their sizes */
+	/* Newton-Schulz in batches of one shape (backend newton_schulz_many):
+	 * a batch's momenta, directions and scratch; NULL when the backend has
+	 * no batched form or no two matrices share a shape */
+	float *ns;
+	size_t ns_floats;
 	long last_step;                /* step of the last optim_step, 0 = none */
 };
 
@@ -164,6 +171,10 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
  * step, the 1-based optimizer step count. */
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step);
 void optim_free(struct optimizer *o);
+/* The most floats of momenta one Newton-Schulz batch holds (default 2^24,
+ * 64 MB; as many again for the directions, plus the scratch). For tests;
+ * returns the previous limit. Affects optimizers set up after the call. */
+size_t optim_ns_batch_limit(size_t floats);
 /* "adamw", "muon", ..., for logs and inspect. */
 const char *optim_rule_name(int rule);
 

@@ -57,7 +57,7 @@ static void test_config(struct config *cfg, const char *name)
 	cfg->train_steps = 110;
 }
 
-#define MAX_T 4
+#define MAX_T 8
 
 /* A fake model (no model/ code) of up to MAX_T tensors laid out back to
  * back; the stage holds all of them. */
@@ -1424,4 +1424,77 @@ TEST(elementwise_step_matches_per_tensor_calls)
 			  "%s/%s lambda %g: state differs", cases[k].name, cases[k].correction,
 			  cases[k].lambda);
 	}
+}
+
+/* ---- Newton-Schulz in batches of one shape (optim.c ns_batches) ---- */
+
+/* The backend's newton_schulz_many, or (the cpu has none) one matrix after
+ * another through newton_schulz; records the largest batch and the calls. */
+static int ns_calls, ns_most;
+static void ns_many_loop(float *const *out, const float *const *in, int count, int rows, int cols,
+			 int steps, float *scratch)
+{
+	ns_calls++;
+	ns_most = MAX(ns_most, count);
+	if (be->newton_schulz_many) {
+		be->newton_schulz_many(out, in, count, rows, cols, steps, scratch);
+		return;
+	}
+	for (int k = 0; k < count; k++)
+		be->newton_schulz(out[k], in[k], rows, cols, steps, scratch);
+}
+
+TEST(newton_schulz_batches_match_per_tensor_calls)
+{
+	static const struct {
+		const char *name, *correction;
+	} cases[] = {{"muon", "none"}, {"muon", "ef"}, {"normuon", "none"}, {"normuon", "ef"}};
+	NEED_BACKEND();
+	struct backend batched = *be, plain = *be;
+	batched.newton_schulz_many = ns_many_loop;
+	plain.newton_schulz_many = NULL;
+	/* three 24 x 40 matrices, two 40 x 24, one 16 x 40 alone, and AdamW's */
+	struct fixture fx;
+	memset(&fx, 0, sizeof(fx));
+	fx_add(&fx, "h.0.qkvw", 24, 40, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.0.fcw", 40, 24, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.1.qkvw", 24, 40, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.0.ln1w", 40, 0, GROUP_OTHER, 0);
+	fx_add(&fx, "h.1.fcw", 40, 24, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.2.qkvw", 24, 40, GROUP_MATRIX, 1);
+	fx_add(&fx, "h.0.attprojw", 16, 40, GROUP_MATRIX, 1);
+	fx_add(&fx, "wte", 70, 40, GROUP_OTHER, 1);
+	enum { CAP = 40000 };
+	static float wa[16384], wb[16384], sa[CAP], sb[CAP];
+	CHECK(fx.numel <= ARRAY_SIZE(wa));
+	/* all of a shape in one batch, then at most 2 (a batch of 2 and one
+	 * of 1 for the three 24 x 40 matrices) */
+	size_t limits[] = {0, 2 * scratch_floats_aligned(24 * 40)};
+	for (size_t l = 0; l < ARRAY_SIZE(limits); l++)
+		for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+			struct config cfg;
+			size_t na = 0, nb = 0, prev = 0;
+			test_config(&cfg, cases[k].name);
+			cfg.optim_correction = (char *)cases[k].correction;
+			if (limits[l])
+				prev = optim_ns_batch_limit(limits[l]);
+			ns_calls = ns_most = 0;
+			int rc = steps_and_state(&batched, &cfg, &fx, 5, wa, sa, CAP, &na);
+			if (limits[l])
+				optim_ns_batch_limit(prev);
+			CHECK(rc == 0 && steps_and_state(&plain, &cfg, &fx, 5, wb, sb, CAP, &nb) == 0);
+			CHECK(na == nb && na <= CAP);
+			/* 5 steps: the 24 x 40 group (1 batch, or 2) and the 40 x 24 one */
+			CHECK_MSG(ns_most == (limits[l] ? 2 : 3) && ns_calls == 5 * (limits[l] ? 3 : 2),
+				  "%s: %d calls, the largest of %d matrices", cases[k].name, ns_calls,
+				  ns_most);
+			CHECK_MSG(memcmp(wa, wb, fx.numel * sizeof(float)) == 0,
+				  "%s/%s, limit %zu: weights differ", cases[k].name,
+				  cases[k].correction, limits[l]);
+			CHECK_MSG(memcmp(sa, sb, MIN(na, (size_t)CAP) * sizeof(float)) == 0,
+				  "%s/%s, limit %zu: state differs", cases[k].name,
+				  cases[k].correction, limits[l]);
+			if (test_failed())
+				return;
+		}
 }
