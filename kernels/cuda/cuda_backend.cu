@@ -1496,6 +1496,7 @@ static void fill_common_slots(struct backend &t)
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
 	t.weights_bf16 = cuda_weights_bf16;
+	t.newton_schulz_many = cuda_newton_schulz_many;
 	t.add = cu_add<float>;
 	t.adamw_dir = cu_adamw_dir;
 	t.adan_dir = cu_adan_dir;

@@ -408,6 +408,21 @@ extern "C" int cuda_bench_kernels(FILE *out, int iters)
 		row_flops(&b, "newton_schulz", shape, s,
 			  5 * (4.0 * mm * mm * nn + 2.0 * mm * mm * mm));
 		cudaFree(scr);
+		/* 8 of them batched (newton_schulz_many, as optim.c calls it):
+		 * the per-matrix time is the figure to compare with the row above */
+		enum { NB = 8 };
+		size_t rc = (size_t)r * c;
+		float *in8 = rnd(NB * rc, 1), *out8 = rnd(NB * rc, 0);
+		float *scr8 = rnd(newton_schulz_many_scratch(NB, r, c), 0);
+		float *outs[NB];
+		const float *ins[NB];
+		for (int i = 0; i < NB; i++)
+			ins[i] = in8 + i * rc, outs[i] = out8 + i * rc;
+		snprintf(shape, sizeof(shape), "8 x %dx%d, per matrix", r, c);
+		TIME(&b, s, be->newton_schulz_many(outs, ins, NB, r, c, 5, scr8));
+		row_flops(&b, "newton_schulz_many", shape, s / NB,
+			  5 * (4.0 * mm * mm * nn + 2.0 * mm * mm * mm));
+		cudaFree(in8), cudaFree(out8), cudaFree(scr8);
 	}
 	cudaFree(w), cudaFree(g), cudaFree(m), cudaFree(v), cudaFree(u), cudaFree(up);
 	cudaEventDestroy(b.e0);

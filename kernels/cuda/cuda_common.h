@@ -87,6 +87,8 @@ void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
 void cuda_weights_bf16(const float *w, size_t n);
+void cuda_newton_schulz_many(float *const *out, const float *const *in, int count, int rows,
+			     int cols, int steps, float *scratch);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
 			    int NH, int NKV, int HD);
 void cuda_attention_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B,

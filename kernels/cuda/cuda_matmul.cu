@@ -43,6 +43,8 @@ extern "C" {
 	X(cublasLtMatmulDescSetAttribute)                                         \
 	X(cublasLtMatrixLayoutCreate)                                             \
 	X(cublasLtMatrixLayoutDestroy)                                            \
+	X(cublasLtMatrixLayoutSetAttribute)                                       \
+	X(cublasLtMatmulAlgoCheck)                                                \
 	X(cublasLtMatmulPreferenceCreate)                                         \
 	X(cublasLtMatmulPreferenceDestroy)                                        \
 	X(cublasLtMatmulPreferenceSetAttribute)                                   \
@@ -295,6 +297,103 @@ static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __n
 		cuda_scratch_free((void *)b);
 	if (bias != bias_in)
 		cuda_scratch_free((void *)bias);
+}
+
+/* ---- strided batches with the single product's algorithm ----
+ *
+ * count products of one shape, matrix i at A + i sA, B + i sB, D + i sD
+ * (elements), fp32 D, no bias. Each runs the algorithm the plan of one such
+ * product chose (plan_get_locked), given batched layouts: an algorithm's
+ * tiles and split of K do not depend on the batch, which cuBLASLt runs as
+ * one more grid dimension, so every matrix gets the bits a product of its
+ * own gets (test_cuda_ops checks it on the GPU). Where cuBLASLt refuses
+ * that algorithm for the batch (cublasLtMatmulAlgoCheck), or a pointer is
+ * not PLAN_ALIGN-aligned, the products run one by one. */
+struct bplan_key {
+	int M, N, K, ta, tb, count;
+	long long sA, sB, sD;
+};
+struct bplan {
+	struct bplan_key key;
+	int ok; /* the single plan's algorithm takes the batch */
+	cublasLtMatrixLayout_t la, lb, lc;
+};
+#define BPLAN_CACHE 64
+static struct bplan bplans[BPLAN_CACHE];
+static int nbplans;
+
+static void batch_layout(cublasLtMatrixLayout_t l, int count, long long stride)
+{
+	int32_t c = count;
+	int64_t s = stride;
+	LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c,
+						     sizeof(c)));
+	LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+						     &s, sizeof(s)));
+}
+
+static struct bplan *bplan_get_locked(const struct bplan_key *k, const struct plan *single)
+{
+	for (int i = 0; i < nbplans; i++)
+		if (!memcmp(&bplans[i].key, k, sizeof(*k)))
+			return &bplans[i];
+	if (nbplans == BPLAN_CACHE)
+		nbplans = 0;
+	struct bplan *p = &bplans[nbplans++];
+	if (p->la) {
+		lt.cublasLtMatrixLayoutDestroy(p->la);
+		lt.cublasLtMatrixLayoutDestroy(p->lb);
+		lt.cublasLtMatrixLayoutDestroy(p->lc);
+	}
+	memset(p, 0, sizeof(*p));
+	p->key = *k;
+	/* as plan_get_locked: lt's A = our B, lt's B = our A, C/D = D^T */
+	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
+	uint64_t br = k->ta ? k->M : k->K, bc = k->ta ? k->K : k->M;
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, ar));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, br));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, k->N, k->M, k->N));
+	batch_layout(p->la, k->count, k->sB);
+	batch_layout(p->lb, k->count, k->sA);
+	batch_layout(p->lc, k->count, k->sD);
+	cublasLtMatmulHeuristicResult_t res;
+	memset(&res, 0, sizeof(res));
+	p->ok = lt.cublasLtMatmulAlgoCheck(lt_handle, single->desc, p->la, p->lb, p->lc, p->lc,
+					   &single->algo, &res) == CUBLAS_STATUS_SUCCESS &&
+		res.workspaceSize <= LT_WORKSPACE_BYTES;
+	return p;
+}
+
+static void gemm_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B, int M, int N,
+			 int K, int ta, int tb, float alpha, float beta, int count, long long sA,
+			 long long sB, long long sD)
+{
+	if (M <= 0 || N <= 0 || count <= 0)
+		return;
+	std::lock_guard<std::mutex> lock(lt_mutex);
+	lt_ready_locked();
+	struct plan_key k;
+	memset(&k, 0, sizeof(k));
+	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb;
+	struct plan *single = plan_get_locked(&k);
+	int aligned = ptr_align(A) >= PLAN_ALIGN && ptr_align(B) >= PLAN_ALIGN &&
+		      ptr_align(D) >= PLAN_ALIGN && (sA * 2) % PLAN_ALIGN == 0 &&
+		      (sB * 2) % PLAN_ALIGN == 0 && (sD * 4) % PLAN_ALIGN == 0;
+	if (count > 1 && single->ok && aligned) {
+		struct bplan_key bk;
+		memset(&bk, 0, sizeof(bk));
+		bk.M = M, bk.N = N, bk.K = K, bk.ta = ta, bk.tb = tb, bk.count = count;
+		bk.sA = sA, bk.sB = sB, bk.sD = sD;
+		struct bplan *bp = bplan_get_locked(&bk, single);
+		if (bp->ok) {
+			LT_CHECK(lt.cublasLtMatmul(lt_handle, single->desc, &alpha, B, bp->la, A,
+						   bp->lb, &beta, D, bp->lc, D, bp->lc, &single->algo,
+						   lt_workspace, LT_WORKSPACE_BYTES, cuda_stream()));
+			return;
+		}
+	}
+	for (int i = 0; i < count; i++)
+		gemm_locked(D + i * sD, 0, A + i * sA, B + i * sB, NULL, M, N, K, ta, tb, alpha, beta);
 }
 
 static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
@@ -598,6 +697,63 @@ void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int ste
 	} else {
 		CUDA_CHECK(cudaMemcpyAsync(out, X, mn * sizeof(float), cudaMemcpyDeviceToDevice,
 					   cuda_stream()));
+	}
+	cuda_scratch_free(own);
+}
+
+/* newton_schulz of count matrices of one shape (backend.h): the same steps
+ * on X[count][sX] and A[count][sA] (256-byte strides), each product one
+ * strided-batched GEMM (gemm_batched), each matrix the bits
+ * cuda_newton_schulz gives it alone. */
+void cuda_newton_schulz_many(float *const *out, const float *const *in, int count, int rows,
+			     int cols, int steps, float *scratch)
+{
+	if (count <= 0 || rows <= 0 || cols <= 0)
+		return;
+	if (count == 1) {
+		cuda_newton_schulz(out[0], in[0], rows, cols, steps, scratch);
+		return;
+	}
+	int tr = rows > cols;
+	int m = tr ? cols : rows, n = tr ? rows : cols;
+	size_t mn = (size_t)m * n, sX = up64(mn), sA = up64((size_t)m * m);
+	size_t need = (size_t)count * (sX + sA + sX / 2 + sA / 2);
+	float *base = scratch, *own = NULL;
+	if (!scratch || (uintptr_t)scratch % 256 ||
+	    need > newton_schulz_many_scratch(count, rows, cols))
+		base = own = (float *)cuda_scratch(need * sizeof(float));
+	float *X = base, *A = X + count * sX;
+	__nv_bfloat16 *Xb = (__nv_bfloat16 *)(A + count * sA); /* [count][sX] */
+	__nv_bfloat16 *Ab = Xb + count * sX;                    /* [count][sA] */
+
+	double *ss = (double *)cuda_scratch((size_t)count * sizeof(double));
+	dim3 grid((cols + 31) / 32, (rows + 31) / 32), block(32, 8);
+	for (int k = 0; k < count; k++) {
+		cuda_sumsq_device(ss + k, in[k], mn);
+		transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(X + k * sX, in[k], rows,
+									  cols, ss + k, tr);
+		CUDA_LAUNCHED();
+	}
+	cuda_scratch_free(ss);
+	long long lX = (long long)sX, lA = (long long)sA;
+	for (int s = 0; s < steps; s++) {
+		/* the padding between matrices converts too, and is never read */
+		cuda_to_bf16(Xb, X, count * sX);
+		gemm_batched(A, Xb, Xb, m, m, n, 0, 1, 1.0f, 0.0f, count, lX, lX, lA); /* X X^T */
+		cuda_to_bf16(Ab, A, count * sA);
+		gemm_batched(A, Ab, Ab, m, m, m, 0, 0, NS_C, NS_B, count, lA, lA, lA); /* cAA + bA */
+		cuda_to_bf16(Ab, A, count * sA);
+		gemm_batched(X, Ab, Xb, m, n, m, 0, 0, 1.0f, NS_A, count, lA, lX, lX); /* BX + aX */
+	}
+	for (int k = 0; k < count; k++) {
+		if (tr) {
+			dim3 g2((n + 31) / 32, (m + 31) / 32);
+			transpose_kernel<<<g2, block, 0, cuda_stream()>>>(out[k], X + k * sX, m, n);
+			CUDA_LAUNCHED();
+		} else {
+			CUDA_CHECK(cudaMemcpyAsync(out[k], X + k * sX, mn * sizeof(float),
+						   cudaMemcpyDeviceToDevice, cuda_stream()));
+		}
 	}
 	cuda_scratch_free(own);
 }

@@ -1310,6 +1310,43 @@ TEST(cuda_newton_schulz)
 		ns_case(ns_shapes[k][0], ns_shapes[k][1]);
 }
 
+/* newton_schulz_many: each matrix the bits newton_schulz gives it alone
+ * (the batched GEMMs run the single product's algorithm; optim.c relies on
+ * it for the schedule equivalences), at odd shapes, both orientations and
+ * SmolLM's largest. */
+TEST(cuda_newton_schulz_many)
+{
+	if (!cuda_ready())
+		SKIP(why);
+	CHECK_MSG(cu->newton_schulz_many != NULL, "the cuda table lacks newton_schulz_many");
+	static const int cases[][3] = {{48, 96, 3}, {96, 48, 2}, {300, 77, 5}, {768, 768, 4},
+				       {2560, 960, 3}};
+	dev = cu;
+	for (size_t c = 0; c < ARRAY_SIZE(cases) && !test_failed(); c++) {
+		int r = cases[c][0], cl = cases[c][1], count = cases[c][2];
+		size_t n = (size_t)r * cl;
+		snprintf(ctx, sizeof(ctx), "newton_schulz_many %d x %dx%d", count, r, cl);
+		float *x = randn(n * count, 1), *in[8], *out[8];
+		for (int k = 0; k < count; k++)
+			in[k] = putf(x + (size_t)k * n, n), out[k] = nan_dev(n);
+		float *s_many = nan_dev(newton_schulz_many_scratch(count, r, cl));
+		float *s_one = nan_dev(newton_schulz_scratch(r, cl)), *one = nan_dev(n);
+		cu->newton_schulz_many(out, (const float *const *)in, count, r, cl, 5, s_many);
+		for (int k = 0; k < count && !test_failed(); k++) {
+			cu->newton_schulz(one, in[k], r, cl, 5, s_one);
+			float *a = getf(out[k], n), *b = getf(one, n);
+			CHECK_MSG(!memcmp(a, b, n * sizeof(float)),
+				  "%s: matrix %d differs from newton_schulz alone" SEED_FMT, ctx, k,
+				  SEED_ARG);
+			free(a), free(b);
+		}
+		for (int k = 0; k < count; k++)
+			cu->free(in[k]), cu->free(out[k]);
+		cu->free(s_many), cu->free(s_one), cu->free(one);
+		free(x);
+	}
+}
+
 /* ==== bf16 activation storage (train.act_dtype = bf16) ==== */
 
 /* Each bf16 op runs three times on the same bf16 inputs: on the bf16 table
