@@ -249,6 +249,74 @@ static double timed_steps(struct trainer *tr, int steps, double *best, double *c
 	return total;
 }
 
+/* ---- time per phase (schedule none) ---- */
+
+/* The trainer's on_phase hook: a marker at each boundary of a step (a
+ * device marker where the backend has them, else the host clock, which
+ * times a backend whose ops finish before they return); the intervals are
+ * summed per phase once the step has ended, so the device is waited for
+ * once a step. */
+#define PHASE_MARKS 4096
+struct phase_timer {
+	const struct backend *be;
+	int n;                  /* markers of the current step */
+	int phase[PHASE_MARKS]; /* the phase each one starts */
+	void *mark[PHASE_MARKS];
+	double t[PHASE_MARKS];
+	double ms[TRAINER_PHASES];
+	int steps;
+};
+
+static void phase_mark(void *ctx, int p)
+{
+	struct phase_timer *pt = ctx;
+	const struct backend *be = pt->be;
+	if (pt->n == PHASE_MARKS) /* more micro-batches than markers: stop timing */
+		return;
+	pt->phase[pt->n] = p;
+	pt->mark[pt->n] = be->mark_new ? be->mark_new() : NULL;
+	pt->t[pt->n] = be->mark_new ? 0 : now_sec();
+	pt->n++;
+	if (p != TRAINER_PHASE_END)
+		return;
+	for (int i = 0; i + 1 < pt->n; i++)
+		pt->ms[pt->phase[i]] += be->mark_new ? be->mark_ms(pt->mark[i], pt->mark[i + 1])
+						     : 1e3 * (pt->t[i + 1] - pt->t[i]);
+	for (int i = 0; be->mark_new && i < pt->n; i++)
+		be->mark_free(pt->mark[i]);
+	pt->n = 0;
+	pt->steps++;
+}
+
+/* `steps` more steps of tr with the hook on: *pt gets the sums. */
+static int measure_phases(struct trainer *tr, int steps, struct phase_timer *pt)
+{
+	memset(pt, 0, sizeof(*pt));
+	pt->be = tr->be;
+	tr->on_phase = phase_mark;
+	tr->on_phase_ctx = pt;
+	int rc = run_steps(tr, steps, NULL);
+	tr->on_phase = NULL;
+	return rc;
+}
+
+static void print_phases(const struct phase_timer *pt)
+{
+	static const char *const names[TRAINER_PHASES] = {"data", "forward", "backward",
+							   "optimizer"};
+	double total = 0;
+	if (pt->steps < 1)
+		return;
+	for (int p = 0; p < TRAINER_PHASES; p++)
+		total += pt->ms[p];
+	printf("\ntime per phase (mean of %d further step%s, %s):\n", pt->steps,
+	       pt->steps == 1 ? "" : "s", pt->be->mark_new ? "device markers" : "host clock");
+	for (int p = 0; p < TRAINER_PHASES; p++)
+		printf("  %-10s %9.2f ms  %5.1f%%\n", names[p], pt->ms[p] / pt->steps,
+		       total > 0 ? 100 * pt->ms[p] / total : 0);
+	printf("  %-10s %9.2f ms\n", "step", total / pt->steps);
+}
+
 static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, int steps,
 			 int warmup)
 {
@@ -259,6 +327,7 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 			  cfg->model_seq_len;
 	double rss_start = peak_rss_mb(), rss_first = 0, dev_first = 0;
 	struct mem mm = {0};
+	struct phase_timer *pt = xcalloc(1, sizeof(*pt)); /* no steps: nothing printed */
 	if (b->be->memory_peak)
 		nthreads = 1; /* a device backend: CPU threads do not change its rate */
 
@@ -282,15 +351,15 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 		double loss = 0, best, cpu;
 		if (b->be->set_threads)
 			b->be->set_threads(nt);
-		if (make_trainer(b, &tr, &dl))
-			return -1;
-		if (run_steps(&tr, warmup, NULL)) {
-			drop_trainer(&tr, &dl);
+		if (make_trainer(b, &tr, &dl)) {
+			free(pt);
 			return -1;
 		}
-		double dt = timed_steps(&tr, steps, &best, &cpu, &loss);
+		double dt = run_steps(&tr, warmup, NULL) ? -1 : timed_steps(&tr, steps, &best, &cpu,
+									      &loss);
 		if (dt < 0) {
 			drop_trainer(&tr, &dl);
+			free(pt);
 			return -1;
 		}
 		/* a pipeline runs S stage threads of nt threads each */
@@ -305,10 +374,19 @@ static int bench_threads(struct bench_ctx *b, const int *threads, int nthreads, 
 			rss_first = peak_rss_mb();
 			dev_first = b->be->memory_peak ? (double)b->be->memory_peak() : 0;
 		}
+		/* the per-phase split (schedule none), on the first row's trainer,
+		 * after its timed steps: device markers wait once a step */
+		if (i == 0 && tr.kind < 0 && measure_phases(&tr, 2, pt)) {
+			drop_trainer(&tr, &dl);
+			free(pt);
+			return -1;
+		}
 		drop_trainer(&tr, &dl);
 	}
 	printf("(best ms: fastest single step; cpu ms: process CPU time per step; peak: nominal\n"
 	       " GFLOP/s of the threads used; GFLOP/s and MFU from the mean step)\n");
+	print_phases(pt);
+	free(pt);
 	print_memory(&mm, rss_start, rss_first, dev_first);
 	return 0;
 }

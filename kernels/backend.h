@@ -239,6 +239,14 @@ struct backend {
 	void (*sumsq_many)(double *out, const float *const *x, const size_t *n, int count);
 	/* x *= s */
 	void (*scale)(float *x, float s, size_t n);
+
+	/* ---- timing (optional; NULL where every op has finished when it
+	 * returns, so the host clock times them: the cpu) ---- */
+	/* A marker of the moment the ops queued so far have run. */
+	void *(*mark_new)(void);
+	/* Milliseconds from marker a to b (waits for b). */
+	double (*mark_ms)(void *a, void *b);
+	void (*mark_free)(void *mark);
 };
 
 /* Scratch floats newton_schulz needs for a rows x cols matrix. */

@@ -294,6 +294,12 @@ double trainer_finish_step(struct trainer *tr, long step, double *lr_out)
 	return norm;
 }
 
+static void phase(struct trainer *tr, int p)
+{
+	if (tr->on_phase)
+		tr->on_phase(tr->on_phase_ctx, p);
+}
+
 int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	if (tr->kind >= 0)
@@ -308,17 +314,22 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 		for (int r = 0; r < tr->N; r++)
 			for (int k = 0; k < tr->mb_per_replica; k++) {
 				int mb = r * tr->mb_per_replica + k;
+				phase(tr, TRAINER_PHASE_DATA);
 				load_batch(tr, tr->data, t * tr->mb_per_step + mb);
+				phase(tr, TRAINER_PHASE_FORWARD);
 				sum += forward_all(tr, r, t, 1, t + 1);
 				for (int s = 0; mw && s < tr->S; s++)
 					stage_moe_stats(&trainer_worker(tr, r, s)->st, 0,
 							moe + (size_t)mb * mw + (size_t)s * (mw / tr->S));
+				phase(tr, TRAINER_PHASE_BACKWARD);
 				backward_all(tr, r, t, t + 1);
 			}
 		struct step_stats st = {.loss = sum / tr->mb_per_step};
 		trainer_moe_step(tr, moe, i, &st);
 		st.nonfinite = !isfinite(st.loss);
+		phase(tr, TRAINER_PHASE_OPTIMIZER);
 		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
+		phase(tr, TRAINER_PHASE_END);
 		st.skipped = !isfinite(st.grad_norm);
 		tr->step = t + 1;
 		tr->last = st;

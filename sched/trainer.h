@@ -89,6 +89,20 @@ struct trainer {
 	/* when non-NULL and set, trainer_run stops after the current step
 	 * (one worker) or segment (pipelines); the caller sees it in step */
 	const volatile int *stop;
+	/* For measuring (bench train), schedule none only: when non-NULL,
+	 * called as each part of a step begins (enum trainer_phase), and with
+	 * TRAINER_PHASE_END once the step's update is queued. */
+	void (*on_phase)(void *ctx, int phase);
+	void *on_phase_ctx;
+};
+
+enum trainer_phase {
+	TRAINER_PHASE_DATA,      /* a micro-batch's tokens to the device */
+	TRAINER_PHASE_FORWARD,   /* every stage forward, the loss, the head's backward */
+	TRAINER_PHASE_BACKWARD,  /* every stage backward */
+	TRAINER_PHASE_OPTIMIZER, /* replica sums, gradient norm, clipping, update */
+	TRAINER_PHASE_END,
+	TRAINER_PHASES = TRAINER_PHASE_END
 };
 
 /* Build N x S workers from the global host arena `params` (m->numel

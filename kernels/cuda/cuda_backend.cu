@@ -341,6 +341,28 @@ static void cu_synchronize(void)
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
+/* timing markers: CUDA events recorded on the stream */
+static void *cu_mark_new(void)
+{
+	cudaEvent_t e;
+	CUDA_CHECK(cudaEventCreate(&e));
+	CUDA_CHECK(cudaEventRecord(e, cuda_stream()));
+	return (void *)e;
+}
+
+static double cu_mark_ms(void *a, void *b)
+{
+	float ms = 0.0f;
+	CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b));
+	CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+	return ms;
+}
+
+static void cu_mark_free(void *m)
+{
+	CUDA_CHECK(cudaEventDestroy((cudaEvent_t)m));
+}
+
 static void cu_set_threads(int n)
 {
 	(void)n;
@@ -1493,6 +1515,9 @@ static void fill_common_slots(struct backend &t)
 	t.copy = cu_copy;
 	t.zero = cu_zero;
 	t.synchronize = cu_synchronize;
+	t.mark_new = cu_mark_new;
+	t.mark_ms = cu_mark_ms;
+	t.mark_free = cu_mark_free;
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
 	t.weights_bf16 = cuda_weights_bf16;

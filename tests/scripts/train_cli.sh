@@ -243,6 +243,22 @@ else
 	fail sample_during_training_matches_sample "got '$got', sample gives '$want': $(head -c 300 err.txt) $(head -c 200 d.txt)"
 fi
 
+# 15b. bench train splits a step (schedule none) into its phases: data,
+# forward, backward, optimizer, each timed (here by the host clock), summing
+# to a step of the order of the measured ms/step; a pipeline prints no split
+BT=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=32
+    --set train.batch_size=4 --set model.vocab_size=512 --steps 2 --warmup 1 --threads 1)
+$A bench train "${BT[@]}" > bt.txt 2> err.txt
+$A bench train "${BT[@]}" --set train.schedule=2bw --set pipeline.stages=2 > bt2.txt 2>> err.txt
+phases=$(awk '/^time per phase/ {on = 1; next} on && NF == 4 && $3 == "ms" && $2 >= 0 {n++} on && $1 == "step" {print n, ($2 > 0)}' bt.txt)
+ratio=$(awk '$1 ~ /^[0-9]+$/ && NF == 9 {ms = $3} /^  step / {s = $2} END {if (ms > 0) printf "%.0f", 10 * s / ms}' bt.txt)
+if [ "$phases" = "4 1" ] && [ "${ratio:-0}" -ge 2 ] && [ "${ratio:-0}" -le 50 ] &&
+   ! grep -q 'time per phase' bt2.txt; then
+	pass bench_train_time_per_phase
+else
+	fail bench_train_time_per_phase "phases '$phases', step/ms ratio x10 '$ratio': $(cat bt.txt err.txt | head -c 600)"
+fi
+
 # 16. bench train --sweep overhead: a row for every optimizer x {sync, 2bw,
 # 2bw+ef, 2bw+predict}; 2bw keeps one extra version, ef one buffer, predict
 # one more version and a predicted copy of each; the bytes accounted explain
