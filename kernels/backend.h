@@ -107,6 +107,17 @@ struct backend {
 	 * dbias[OC] += column sums of dout (if non-NULL) */
 	void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC);
+	/* Optional fused forms (NULL: the model runs the ops apart; CUDA: one
+	 * GEMM with a GELU epilogue, whose GELU may round apart from
+	 * gelu_forward's by a few ulp, else the ops apart).
+	 * pre[N,OC] = inp @ w^T + bias; out[N,OC] = gelu(pre). */
+	void (*matmul_gelu_forward)(void *out, void *pre, const void *inp, const float *w,
+				    const float *bias, int N, int C, int OC);
+	/* dpre[N,C] = gelu_backward through pre[N,C] of dout @ w (matmul_backward's
+	 * dinp); dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout. */
+	void (*matmul_backward_dgelu)(void *dpre, float *dw, float *dbias, const void *dout,
+				      const void *inp, const float *w, const void *pre, int N,
+				      int C, int OC);
 	/* Optional (NULL on the cpu backend): the products that follow may read
 	 * any weight inside w[0..n) from a copy made now in the backend's
 	 * operand type (CUDA: bf16, rounded as each product would round it, so

@@ -835,12 +835,17 @@ static void ffn_forward(const struct stage *st, const float *params, int li,
 		moe_forward(be, &d, &w, a->ln2, out, &a->moe);
 		return;
 	}
-	be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW), PW(st, params, li, K_FCB),
-			   N, C, fc_rows(c));
-	if (c->arch == ARCH_GPT2)
-		be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
-	else
-		be->swiglu_forward(a->fca, a->fch, N, c->F);
+	if (c->arch == ARCH_GPT2 && be->matmul_gelu_forward) {
+		be->matmul_gelu_forward(a->fca, a->fch, a->ln2, PW(st, params, li, K_FCW),
+					PW(st, params, li, K_FCB), N, C, c->F);
+	} else {
+		be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW),
+				   PW(st, params, li, K_FCB), N, C, fc_rows(c));
+		if (c->arch == ARCH_GPT2)
+			be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
+		else
+			be->swiglu_forward(a->fca, a->fch, N, c->F);
+	}
 	be->matmul_forward(out, a->fca, PW(st, params, li, K_FCPROJW),
 			   PW(st, params, li, K_FCPROJB), N, c->F, C);
 }
@@ -868,12 +873,19 @@ static void ffn_backward(const struct stage *st, const float *params, float *gra
 		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
 		return;
 	}
-	be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
-			    dout, a->fca, PW(st, params, li, K_FCPROJW), N, c->F, C);
-	if (c->arch == ARCH_GPT2)
-		be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
-	else
-		be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	if (c->arch == ARCH_GPT2 && be->matmul_backward_dgelu) {
+		be->matmul_backward_dgelu(sv->dfch, GW(st, grads, li, K_FCPROJW),
+					  GW(st, grads, li, K_FCPROJB), dout, a->fca,
+					  PW(st, params, li, K_FCPROJW), a->fch, N, c->F, C);
+	} else {
+		be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW),
+				    GW(st, grads, li, K_FCPROJB), dout, a->fca,
+				    PW(st, params, li, K_FCPROJW), N, c->F, C);
+		if (c->arch == ARCH_GPT2)
+			be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+		else
+			be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	}
 	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
 			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
 }

@@ -251,12 +251,17 @@ static void cu_free(void *p)
 		return;
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	CUDA_CHECK(cudaFree(p));
-	std::lock_guard<std::mutex> lock(held_mutex);
-	auto it = held.find(p);
-	if (it != held.end()) {
-		held_bytes -= it->second;
-		held.erase(it);
+	size_t bytes = 0;
+	{
+		std::lock_guard<std::mutex> lock(held_mutex);
+		auto it = held.find(p);
+		if (it != held.end()) {
+			bytes = it->second;
+			held_bytes -= it->second;
+			held.erase(it);
+		}
 	}
+	cuda_weights_forget(p, bytes);
 }
 
 void *cuda_alloc_tracked(size_t bytes)
@@ -1456,6 +1461,28 @@ static void act_gelu_backward(void *dinp, const void *inp, const void *dout, siz
 {
 	cu_gelu_backward((A *)dinp, (const A *)inp, (const A *)dout, n);
 }
+/* the fused forms: one GEMM with a GELU epilogue where cuBLASLt takes it,
+ * else the two ops (gelu_backward in place on the product's dinp) */
+template <typename A>
+static void act_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w,
+				    const float *bias, int N, int C, int OC)
+{
+	if (!cuda_matmul_gelu_forward((A *)out, (A *)pre, (const A *)inp, w, bias, N, C, OC))
+		return;
+	cuda_matmul_forward((A *)pre, (const A *)inp, w, bias, N, C, OC);
+	cu_gelu_forward((A *)out, (const A *)pre, (size_t)N * OC);
+}
+template <typename A>
+static void act_matmul_backward_dgelu(void *dpre, float *dw, float *dbias, const void *dout,
+				      const void *inp, const float *w, const void *pre, int N,
+				      int C, int OC)
+{
+	if (!cuda_matmul_backward_dgelu((A *)dpre, dw, dbias, (const A *)dout, (const A *)inp, w,
+					(const A *)pre, N, C, OC))
+		return;
+	cuda_matmul_backward((A *)dpre, dw, dbias, (const A *)dout, (const A *)inp, w, N, C, OC);
+	cu_gelu_backward((A *)dpre, (const A *)pre, (const A *)dpre, (size_t)N * C);
+}
 template <typename A> static void act_swiglu_forward(void *out, const void *inp, int N, int F)
 {
 	cu_swiglu_forward((A *)out, (const A *)inp, N, F);
@@ -1488,6 +1515,8 @@ template <typename A> static void fill_act_slots(struct backend &t)
 	t.embed_backward = act_embed_backward<A>;
 	t.matmul_forward = act_matmul_forward<A>;
 	t.matmul_backward = act_matmul_backward<A>;
+	t.matmul_gelu_forward = act_matmul_gelu_forward<A>;
+	t.matmul_backward_dgelu = act_matmul_backward_dgelu<A>;
 	t.layernorm_forward = act_layernorm_forward<A>;
 	t.layernorm_backward = act_layernorm_backward<A>;
 	t.rmsnorm_forward = act_rmsnorm_forward<A>;

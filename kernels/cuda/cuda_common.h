@@ -84,9 +84,24 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
 void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 			  const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
 			  int N, int C, int OC);
+/* matmul_forward + gelu_forward, matmul_backward + gelu_backward, each
+ * in one cuBLASLt call with a GELU epilogue; -1 (nothing queued) where
+ * that cannot run: the caller runs the ops apart. */
+int cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+			     const float *bias, int N, int C, int OC);
+int cuda_matmul_gelu_forward(__nv_bfloat16 *out, __nv_bfloat16 *pre, const __nv_bfloat16 *inp,
+			     const float *w, const float *bias, int N, int C, int OC);
+int cuda_matmul_backward_dgelu(float *dpre, float *dw, float *dbias, const float *dout,
+			       const float *inp, const float *w, const float *pre, int N, int C,
+			       int OC);
+int cuda_matmul_backward_dgelu(__nv_bfloat16 *dpre, float *dw, float *dbias,
+			       const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
+			       const __nv_bfloat16 *pre, int N, int C, int OC);
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
 void cuda_weights_bf16(const float *w, size_t n);
+/* Called by free: no prepared range lies in [p, p + bytes) any more. */
+void cuda_weights_forget(const void *p, size_t bytes);
 void cuda_newton_schulz_many(float *const *out, const float *const *in, int count, int rows,
 			     int cols, int steps, float *scratch);
 void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T,

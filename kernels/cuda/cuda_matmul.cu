@@ -140,8 +140,11 @@ static void lt_ready_locked(void)
 
 #define PLAN_ALIGN 16
 
+/* epilogues beyond the bias (plan_key.epi) */
+enum { EPI_NONE = 0, EPI_GELU_AUX = 1, EPI_DGELU = 2 };
+
 struct plan_key {
-	int M, N, K, ta, tb, bias, out_bf16;
+	int M, N, K, ta, tb, bias, out_bf16, epi;
 };
 
 struct plan {
@@ -189,10 +192,22 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 						   sizeof(opa)));
 	LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
 						   sizeof(opb)));
-	if (k->bias) {
-		cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+	if (k->bias || k->epi) {
+		cublasLtEpilogue_t ep = k->epi == EPI_GELU_AUX ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+									  : CUBLASLT_EPILOGUE_GELU_AUX)
+					: k->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+							      : CUBLASLT_EPILOGUE_BIAS;
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 							   &ep, sizeof(ep)));
+	}
+	if (k->epi) {
+		/* the aux matrix (GELU's input) is laid out as D, in D's type */
+		int64_t ld = k->N;
+		int32_t at = k->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+							   &ld, sizeof(ld)));
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
 	}
 	if (k->bias && k->out_bf16) {
 		/* the bias is fp32 whatever D is (cuBLASLt's default: D's type) */
@@ -226,8 +241,8 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 							      p->lc, p->lc, pref, 1, &res, &found);
 	lt.cublasLtMatmulPreferenceDestroy(pref);
 	nplans++;
-	if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && k->out_bf16)
-		return p; /* not ok: gemm computes fp32 and rounds */
+	if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && (k->out_bf16 || k->epi))
+		return p; /* not ok: gemm computes fp32 and rounds; gemm_epi declines */
 	if (st != CUBLAS_STATUS_SUCCESS || found == 0)
 		cuda_fatal(__FILE__, __LINE__,
 			   "cuBLASLt has no bf16 algorithm for M=%d N=%d K=%d ta=%d tb=%d bias=%d "
@@ -396,6 +411,50 @@ static void gemm_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *
 		gemm_locked(D + i * sD, 0, A + i * sA, B + i * sB, NULL, M, N, K, ta, tb, alpha, beta);
 }
 
+/* D = op(A) op(B) (+ bias) through epilogue epi with its aux matrix (laid
+ * out as D, in D's type; EPI_GELU_AUX writes it, EPI_DGELU reads it),
+ * alpha 1, beta 0. Returns -1 with nothing queued where the epilogue is
+ * switched off (ASYNCPP_GEMM_EPILOGUES=0), cuBLASLt offers no algorithm for
+ * it, or a pointer or the aux's leading dimension does not suit it: the
+ * caller then runs the product and the elementwise op apart. */
+static int epilogues_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("ASYNCPP_GEMM_EPILOGUES");
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
+}
+
+static int gemm_epi(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+		    const float *bias, int M, int N, int K, int ta, int tb, int epi, void *aux)
+{
+	if (!epilogues_on() || M <= 0 || N <= 0 || N % 8 ||
+	    ptr_align(A) < PLAN_ALIGN || ptr_align(B) < PLAN_ALIGN || ptr_align(D) < PLAN_ALIGN ||
+	    ptr_align(aux) < PLAN_ALIGN || (bias && ptr_align(bias) < PLAN_ALIGN))
+		return -1;
+	std::lock_guard<std::mutex> lock(lt_mutex);
+	lt_ready_locked();
+	struct plan_key k;
+	memset(&k, 0, sizeof(k));
+	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias != NULL;
+	k.out_bf16 = out_bf16, k.epi = epi;
+	struct plan *p = plan_get_locked(&k);
+	if (!p->ok)
+		return -1;
+	float alpha = 1.0f, beta = 0.0f;
+	if (bias)
+		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							   &bias, sizeof(bias)));
+	LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+						   &aux, sizeof(aux)));
+	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, D, p->lc,
+				   D, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
+				   cuda_stream()));
+	return 0;
+}
+
 static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
 {
@@ -504,6 +563,19 @@ void cuda_weights_bf16(const float *w, size_t n)
 	e->w = w, e->n = n, e->used = ++shadow_clock;
 }
 
+/* Memory being freed holds no prepared range any more: a later allocation
+ * there, weights or not, must never be read through an old copy. */
+void cuda_weights_forget(const void *p, size_t bytes)
+{
+	const char *lo = (const char *)p, *hi = lo + bytes;
+	std::lock_guard<std::mutex> lock(shadow_mutex);
+	for (int i = 0; i < SHADOWS; i++) {
+		struct shadow *s = &shadows[i];
+		if (s->w && (const char *)s->w < hi && lo < (const char *)(s->w + s->n))
+			s->w = NULL;
+	}
+}
+
 /* The bf16 copy of w[count] if a prepared range holds it; call with
  * shadow_mutex held, and queue the product before releasing it. */
 static const __nv_bfloat16 *shadow_find(const float *w, size_t count)
@@ -595,6 +667,82 @@ void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 			  int N, int C, int OC)
 {
 	matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+
+/* ---- products with GELU in their epilogue (backend.h) ----
+ * pre[N,OC] = inp w^T + bias and out = gelu(pre) from one GEMM
+ * (GELU_AUX_BIAS: the GELU input goes to the aux matrix); dpre[N,C] =
+ * (dout w) * gelu'(pre) from the dinp GEMM (DGELU reads pre as aux), with
+ * dw and dbias as matmul_backward. -1, nothing queued, where gemm_epi
+ * declines: the caller (cuda_backend.cu) runs the ops apart. */
+template <typename A>
+static int matmul_gelu_forward(A *out, A *pre, const A *inp, const float *w, const float *bias,
+			       int N, int C, int OC)
+{
+	__nv_bfloat16 *own, *own_w;
+	const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own);
+	int rc;
+	{
+		std::lock_guard<std::mutex> lock(shadow_mutex);
+		const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
+		rc = gemm_epi(out, is_bf16(out), ib, wb, bias, N, OC, C, 0, 1, EPI_GELU_AUX, pre);
+		cuda_scratch_free(own_w);
+	}
+	cuda_scratch_free(own);
+	return rc;
+}
+
+template <typename A>
+static int matmul_backward_dgelu(A *dpre, float *dw, float *dbias, const A *dout, const A *inp,
+				 const float *w, const A *pre, int N, int C, int OC)
+{
+	__nv_bfloat16 *own_d, *own_i, *own_w;
+	const __nv_bfloat16 *db = bf16_operand(dout, (size_t)N * OC, &own_d);
+	int rc;
+	{
+		std::lock_guard<std::mutex> lock(shadow_mutex);
+		const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
+		rc = gemm_epi(dpre, is_bf16(dpre), db, wb, NULL, N, C, OC, 0, 0, EPI_DGELU,
+			      (void *)pre);
+		cuda_scratch_free(own_w);
+	}
+	if (!rc) {
+		if (dbias)
+			cuda_colsum_acc(dbias, dout, N, OC);
+		if (dw) {
+			const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own_i);
+			gemm(dw, 0, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f);
+			cuda_scratch_free(own_i);
+		}
+	}
+	cuda_scratch_free(own_d);
+	return rc;
+}
+
+int cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+			     const float *bias, int N, int C, int OC)
+{
+	return matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
+}
+
+int cuda_matmul_gelu_forward(__nv_bfloat16 *out, __nv_bfloat16 *pre, const __nv_bfloat16 *inp,
+			     const float *w, const float *bias, int N, int C, int OC)
+{
+	return matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
+}
+
+int cuda_matmul_backward_dgelu(float *dpre, float *dw, float *dbias, const float *dout,
+			       const float *inp, const float *w, const float *pre, int N, int C,
+			       int OC)
+{
+	return matmul_backward_dgelu(dpre, dw, dbias, dout, inp, w, pre, N, C, OC);
+}
+
+int cuda_matmul_backward_dgelu(__nv_bfloat16 *dpre, float *dw, float *dbias,
+			       const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
+			       const __nv_bfloat16 *pre, int N, int C, int OC)
+{
+	return matmul_backward_dgelu(dpre, dw, dbias, dout, inp, w, pre, N, C, OC);
 }
 
 /* ------------------------------------------------------------------ */

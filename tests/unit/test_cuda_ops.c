@@ -1310,6 +1310,138 @@ TEST(cuda_newton_schulz)
 		ns_case(ns_shapes[k][0], ns_shapes[k][1]);
 }
 
+static const struct backend *tb; /* the bf16 section's tables (below) */
+static int cuda_bf16_ready(void);
+
+/* ---- products with a GELU epilogue (matmul_gelu_forward,
+ * matmul_backward_dgelu) against the ops apart, on table t ---- */
+
+/* t's activations of device floats f[n] (freed by the caller) */
+static void *acts_of(const struct backend *t, const float *f, size_t n)
+{
+	void *a = t->alloc(n * act_dtype_size(t->act_dtype));
+	t->act_from_f32(a, f, n);
+	return a;
+}
+
+/* host floats of t's activations a[n] */
+static float *floats_of(const struct backend *t, const void *a, size_t n)
+{
+	float *f = t->alloc(n * sizeof(float));
+	t->act_to_f32(f, a, n);
+	float *h = xmalloc(n * sizeof(float));
+	t->to_host(h, f, n * sizeof(float));
+	t->free(f);
+	return h;
+}
+
+static void gelu_fused_case(const struct backend *t, int N, int C, int OC, double tol)
+{
+	size_t A = act_dtype_size(t->act_dtype), nx = (size_t)N * C, no = (size_t)N * OC;
+	snprintf(ctx, sizeof(ctx), "fused gelu products N=%d C=%d OC=%d on %s %s", N, C, OC,
+		 t->name, act_dtype_name(t->act_dtype));
+	float *x = randn(nx, 1), *w = randn((size_t)OC * C, 0.2f), *b = randn(OC, 0.5f);
+	float *w2 = randn((size_t)C * OC, 0.2f), *dy = randn(nx, 1);
+	float *xf = putf(x, nx), *wf = putf(w, (size_t)OC * C), *bf = putf(b, OC);
+	float *w2f = putf(w2, (size_t)C * OC), *dyf = putf(dy, nx);
+	void *xa = acts_of(t, xf, nx), *dya = acts_of(t, dyf, nx);
+	void *out[2], *pre[2], *dpre[2], *dfca = t->alloc(no * A);
+	float *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		out[k] = t->alloc(no * A), pre[k] = t->alloc(no * A), dpre[k] = t->alloc(no * A);
+		dw[k] = t->alloc((size_t)C * OC * sizeof(float)), db[k] = t->alloc(C * sizeof(float));
+		t->zero(dw[k], (size_t)C * OC * sizeof(float));
+		t->zero(db[k], C * sizeof(float));
+	}
+	/* forward: fc and GELU; backward: the projection back to them */
+	t->matmul_gelu_forward(out[0], pre[0], xa, wf, bf, N, C, OC);
+	t->matmul_forward(pre[1], xa, wf, bf, N, C, OC);
+	t->gelu_forward(out[1], pre[1], no);
+	t->matmul_backward_dgelu(dpre[0], dw[0], db[0], dya, out[1], w2f, pre[1], N, OC, C);
+	t->matmul_backward(dfca, dw[1], db[1], dya, out[1], w2f, N, OC, C);
+	t->gelu_backward(dpre[1], pre[1], dfca, no);
+	struct {
+		const char *what;
+		float *got, *want;
+		size_t n;
+	} r[] = {
+		{"out", floats_of(t, out[0], no), floats_of(t, out[1], no), no},
+		{"pre", floats_of(t, pre[0], no), floats_of(t, pre[1], no), no},
+		{"dpre", floats_of(t, dpre[0], no), floats_of(t, dpre[1], no), no},
+		{"dw", getf(dw[0], (size_t)C * OC), getf(dw[1], (size_t)C * OC), (size_t)C * OC},
+		{"dbias", getf(db[0], C), getf(db[1], C), (size_t)C},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(r); i++) {
+		double e = rel_err(r[i].got, r[i].want, r[i].n);
+		CHECK_MSG(e <= tol, "%s: %s: relative error %.3g > %g" SEED_FMT, ctx, r[i].what, e,
+			  tol, SEED_ARG);
+		free(r[i].got), free(r[i].want);
+	}
+	for (int k = 0; k < 2; k++)
+		t->free(out[k]), t->free(pre[k]), t->free(dpre[k]), t->free(dw[k]), t->free(db[k]);
+	t->free(dfca), t->free(xa), t->free(dya), t->free(xf), t->free(wf), t->free(bf);
+	t->free(w2f), t->free(dyf);
+	free(x), free(w), free(b), free(w2), free(dy);
+}
+
+/* The epilogue's GELU and product may round apart from the kernels' (and
+ * cuBLASLt may pick another algorithm with an epilogue): within 1e-2 of
+ * max|ref| in f32 (the matmul tests' bound), 2e-2 in bf16. OC 100 is not a
+ * multiple of 8: the ops run apart inside the fused slot. */
+TEST(cuda_matmul_gelu)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	CHECK_MSG(cu->matmul_gelu_forward && cu->matmul_backward_dgelu && tb->matmul_gelu_forward &&
+			  tb->matmul_backward_dgelu,
+		  "the cuda tables lack the fused gelu products");
+	static const int shapes[][3] = {{256, 128, 512}, {1024, 768, 3072}, {37, 64, 100}};
+	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++) {
+		dev = cu;
+		gelu_fused_case(cu, shapes[k][0], shapes[k][1], shapes[k][2], 1e-2);
+		dev = tb;
+		gelu_fused_case(tb, shapes[k][0], shapes[k][1], shapes[k][2], 2e-2);
+	}
+	dev = cu;
+}
+
+/* weights_bf16's copies: a product reads a prepared copy (the same bits as
+ * its own conversion), and memory freed forgets its copies, so weights
+ * allocated later where an old range was are read as they are. */
+TEST(cuda_weight_copies)
+{
+	if (!cuda_ready())
+		SKIP(why);
+	CHECK_MSG(cu->weights_bf16 != NULL, "the cuda table lacks weights_bf16");
+	dev = cu;
+	int N = 64, C = 96, OC = 160;
+	size_t nw = (size_t)OC * C, no = (size_t)N * OC;
+	float *x = randn((size_t)N * C, 1), *wa = randn(nw, 1), *wb = randn(nw, 1);
+	float *x_d = putf(x, (size_t)N * C), *o1 = nan_dev(no), *o2 = nan_dev(no);
+	/* the same product with and without a prepared copy: the same bits */
+	float *w_d = putf(wa, nw), *other = putf(wa, nw);
+	cu->weights_bf16(w_d, nw);
+	cu->matmul_forward(o1, x_d, w_d, NULL, N, C, OC);
+	cu->matmul_forward(o2, x_d, other, NULL, N, C, OC);
+	float *h1 = getf(o1, no), *h2 = getf(o2, no);
+	CHECK_MSG(!memcmp(h1, h2, no * sizeof(float)), "a prepared copy changes the product");
+	free(h1), free(h2);
+	/* freed, and new weights where they were (the allocator's first
+	 * choice): read as they are, not through the old copy */
+	cu->free(w_d);
+	float *w2_d = putf(wb, nw);
+	cu->to_device(other, wb, nw * sizeof(float));
+	cu->matmul_forward(o1, x_d, w2_d, NULL, N, C, OC);
+	cu->matmul_forward(o2, x_d, other, NULL, N, C, OC);
+	h1 = getf(o1, no), h2 = getf(o2, no);
+	CHECK_MSG(!memcmp(h1, h2, no * sizeof(float)),
+		  "weights allocated after a free are read through an old copy (same address: %s)",
+		  w2_d == w_d ? "yes" : "no");
+	free(h1), free(h2);
+	cu->free(w2_d), cu->free(other), cu->free(x_d), cu->free(o1), cu->free(o2);
+	free(x), free(wa), free(wb);
+}
+
 /* newton_schulz_many: each matrix the bits newton_schulz gives it alone
  * (the batched GEMMs run the single product's algorithm; optim.c relies on
  * it for the schedule equivalences), at odd shapes, both orientations and

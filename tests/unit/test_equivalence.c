@@ -122,8 +122,8 @@ static int model_for(struct model *m, const struct config *cfg)
 	return model_init(m, &mc);
 }
 
-static const struct backend *spy_backend(void);
-static int spy_on; /* train() below runs on spy_backend() */
+/* when set, train() below runs on this table instead of test_backend() */
+static const struct backend *train_with;
 
 /* Train `steps` steps (in chunks of `chunk`) under cfg, optionally resuming
  * from checkpoint `resume_from`, optionally saving to `save_to` at the end.
@@ -140,7 +140,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	struct model m;
 	if (model_for(&m, cfg))
 		return -1;
-	const struct backend *be = spy_on ? spy_backend() : test_backend();
+	const struct backend *be = train_with ? train_with : test_backend();
 	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
 		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
@@ -981,6 +981,50 @@ static struct spy_range {
 static long spy_hits, spy_stale;
 static pthread_mutex_t spy_mutex = PTHREAD_MUTEX_INITIALIZER;
 
+/* ranges overlapping [lo, hi) are dropped (kept: keep); spy_mutex held */
+static void spy_drop(const char *lo, const char *hi, const struct spy_range *keep)
+{
+	for (int i = 0; i < SPY_RANGES; i++) {
+		struct spy_range *e = &spy_ranges[i];
+		if (e != keep && e->w && (const char *)e->w < hi && lo < (const char *)(e->w + e->n))
+			e->w = NULL;
+	}
+}
+
+/* the allocations' sizes, so that free can drop the ranges in them, as the
+ * CUDA backend's free does */
+#define SPY_ALLOCS 4096
+static struct {
+	void *p;
+	size_t bytes;
+} spy_allocs[SPY_ALLOCS];
+
+static void *spy_alloc(size_t bytes)
+{
+	void *p = spy_base->alloc(bytes);
+	pthread_mutex_lock(&spy_mutex);
+	for (int i = 0; p && i < SPY_ALLOCS; i++)
+		if (!spy_allocs[i].p) {
+			spy_allocs[i].p = p, spy_allocs[i].bytes = bytes;
+			break;
+		}
+	pthread_mutex_unlock(&spy_mutex);
+	return p;
+}
+
+static void spy_free(void *p)
+{
+	pthread_mutex_lock(&spy_mutex);
+	for (int i = 0; p && i < SPY_ALLOCS; i++)
+		if (spy_allocs[i].p == p) {
+			spy_drop(p, (const char *)p + spy_allocs[i].bytes, NULL);
+			spy_allocs[i].p = NULL;
+			break;
+		}
+	pthread_mutex_unlock(&spy_mutex);
+	spy_base->free(p);
+}
+
 static void spy_prepare(const float *w, size_t n)
 {
 	pthread_mutex_lock(&spy_mutex);
@@ -988,6 +1032,7 @@ static void spy_prepare(const float *w, size_t n)
 	for (int i = 0; i < SPY_RANGES && !e; i++)
 		if (spy_ranges[i].w == w && spy_ranges[i].n == n)
 			e = &spy_ranges[i];
+	spy_drop((const char *)w, (const char *)(w + n), e); /* one copy per weight */
 	for (int i = 0; i < SPY_RANGES && !e; i++)
 		if (!spy_ranges[i].w)
 			e = &spy_ranges[i];
@@ -1035,21 +1080,19 @@ static void spy_matmul_backward(void *dinp, float *dw, float *dbias, const void 
 				  OC);
 }
 
-static const struct backend *spy_backend(void)
-{
-	return &spy_table;
-}
-
 static void spy_reset(void)
 {
 	for (int i = 0; i < SPY_RANGES; i++) {
 		free(spy_ranges[i].copy);
 		memset(&spy_ranges[i], 0, sizeof(spy_ranges[i]));
 	}
+	memset(spy_allocs, 0, sizeof(spy_allocs));
 	spy_hits = spy_stale = 0;
 	spy_base = test_backend();
 	spy_table = *spy_base;
 	spy_table.weights_bf16 = spy_prepare;
+	spy_table.alloc = spy_alloc;
+	spy_table.free = spy_free;
 	spy_table.matmul_forward = spy_matmul_forward;
 	spy_table.matmul_backward = spy_matmul_backward;
 }
@@ -1062,13 +1105,13 @@ static void spy_check(const char *what, const struct config *cfg, int resume_at)
 	const char *ck = "spy.ckpt";
 	spy_reset();
 	int ok = !train(cfg, STEPS, 5, NULL, NULL, &ra);
-	spy_on = 1;
+	train_with = &spy_table;
 	if (resume_at)
 		ok = ok && !train(cfg, resume_at, 3, NULL, ck, &rb) &&
 		     !train(cfg, STEPS - resume_at, 4, ck, NULL, &rb);
 	else
 		ok = ok && !train(cfg, STEPS, 5, NULL, NULL, &rb);
-	spy_on = 0;
+	train_with = NULL;
 	unlink(ck);
 	CHECK_MSG(ok, "%s: training failed: %s", what, last_error());
 	if (ok) {
@@ -1109,6 +1152,62 @@ TEST(weight_copies_are_never_stale)
 		config_set_key(&cfg, "train", "delay", runs[i].delay, "test");
 		config_set_key(&cfg, "optim", "correction", runs[i].correction, "test");
 		spy_check(runs[i].what, &cfg, runs[i].resume_at);
+		config_free(&cfg);
+	}
+}
+
+/* ---- fused products (backend.h: matmul_gelu_forward, matmul_backward_dgelu) ----
+ * The model calls them for GPT-2's feed-forward where a backend has them
+ * (CUDA). Here the cpu table gets them as exactly the ops they fuse, so
+ * every schedule must give the plain run's bits: the model passes the right
+ * buffers, shapes and weights to them, in the right place. */
+static struct backend fused_table;
+static int fused_calls;
+
+static void fused_gelu_forward(void *out, void *pre, const void *inp, const float *w,
+			       const float *bias, int N, int C, int OC)
+{
+	__atomic_add_fetch(&fused_calls, 1, __ATOMIC_RELAXED);
+	test_backend()->matmul_forward(pre, inp, w, bias, N, C, OC);
+	test_backend()->gelu_forward(out, pre, (size_t)N * OC);
+}
+
+static void fused_backward_dgelu(void *dpre, float *dw, float *dbias, const void *dout,
+				 const void *inp, const float *w, const void *pre, int N, int C,
+				 int OC)
+{
+	__atomic_add_fetch(&fused_calls, 1, __ATOMIC_RELAXED);
+	test_backend()->matmul_backward(dpre, dw, dbias, dout, inp, w, N, C, OC);
+	test_backend()->gelu_backward(dpre, pre, dpre, (size_t)N * C);
+}
+
+TEST(fused_gelu_products_equal_the_ops_apart)
+{
+	if (strcmp(test_backend()->name, "cpu"))
+		SKIP("the composites wrap the cpu backend (cuda has its own fused products)");
+	fused_table = *test_backend();
+	fused_table.matmul_gelu_forward = fused_gelu_forward;
+	fused_table.matmul_backward_dgelu = fused_backward_dgelu;
+	static const char *const sched[][2] = {{"none", "1"}, {"2bw", "2"}, {"1f1b", "4"}};
+	for (size_t i = 0; i < ARRAY_SIZE(sched) && !test_failed(); i++) {
+		struct config cfg;
+		struct run_result ra = {0}, rb = {0};
+		base_config(&cfg, "gpt2", "adamw");
+		config_set_key(&cfg, "train", "schedule", sched[i][0], "test");
+		config_set_key(&cfg, "pipeline", "stages", sched[i][1], "test");
+		fused_calls = 0;
+		int ok = !train(&cfg, STEPS, 5, NULL, NULL, &ra);
+		train_with = &fused_table;
+		ok = ok && !train(&cfg, STEPS, 5, NULL, NULL, &rb);
+		train_with = NULL;
+		CHECK_MSG(ok, "%s: training failed: %s", sched[i][0], last_error());
+		CHECK_MSG(fused_calls > 0, "%s: the model never called the fused products",
+			  sched[i][0]);
+		CHECK_MSG(ok && !memcmp(ra.loss, rb.loss, sizeof(ra.loss)) &&
+				  !memcmp(ra.weights, rb.weights, ra.numel * sizeof(float)),
+			  "%s: the fused products change the run", sched[i][0]);
+		free(ra.weights);
+		free(rb.weights);
 		config_free(&cfg);
 	}
 }
