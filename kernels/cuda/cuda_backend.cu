@@ -245,23 +245,38 @@ static void *cu_alloc(size_t bytes)
 	return p;
 }
 
-static void cu_free(void *p)
+/* free without the weight copies' bookkeeping (for their own buffers:
+ * cuda_weights_bf16 calls it with its lock held) */
+static void cu_free_raw(void *p)
 {
 	if (!p)
 		return;
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	CUDA_CHECK(cudaFree(p));
+	std::lock_guard<std::mutex> lock(held_mutex);
+	auto it = held.find(p);
+	if (it != held.end()) {
+		held_bytes -= it->second;
+		held.erase(it);
+	}
+}
+
+/* The table's free: the copies of weights in p are forgotten first, so no
+ * allocation at those addresses (another thread's, even) is ever read
+ * through them. */
+static void cu_free(void *p)
+{
+	if (!p)
+		return;
 	size_t bytes = 0;
 	{
 		std::lock_guard<std::mutex> lock(held_mutex);
 		auto it = held.find(p);
-		if (it != held.end()) {
+		if (it != held.end())
 			bytes = it->second;
-			held_bytes -= it->second;
-			held.erase(it);
-		}
 	}
 	cuda_weights_forget(p, bytes);
+	cu_free_raw(p);
 }
 
 void *cuda_alloc_tracked(size_t bytes)
@@ -271,7 +286,7 @@ void *cuda_alloc_tracked(size_t bytes)
 
 void cuda_free_tracked(void *p)
 {
-	cu_free(p);
+	cu_free_raw(p);
 }
 
 /* Small uploads (a micro-batch's tokens) go through a ring of pinned

@@ -43,7 +43,8 @@ cudaStream_t cuda_stream(void);
 void *cuda_scratch(size_t bytes);
 void cuda_scratch_free(void *p);
 /* The table's alloc and free (zeroed, counted in memory_peak; NULL with
- * error() set when the device is out of memory; free(NULL) does nothing). */
+ * error() set when the device is out of memory; free(NULL) does nothing);
+ * this free leaves the weight copies' table alone (it is theirs). */
 void *cuda_alloc_tracked(size_t bytes);
 void cuda_free_tracked(void *p);
 

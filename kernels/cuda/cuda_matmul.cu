@@ -201,13 +201,19 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 							   &ep, sizeof(ep)));
 	}
 	if (k->epi) {
-		/* the aux matrix (GELU's input) is laid out as D, in D's type */
+		/* the aux matrix (GELU's input) is laid out as D, in D's type
+		 * (cuBLASLt's default aux type). The heuristic reads the bias and
+		 * aux pointers for their alignment: promise PLAN_ALIGN, what
+		 * gemm_epi hands it, not the full alignment NULL would mean. */
 		int64_t ld = k->N;
-		int32_t at = k->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+		const void *al = (const void *)(uintptr_t)PLAN_ALIGN;
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
 							   &ld, sizeof(ld)));
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
-			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &al, sizeof(al)));
+		if (k->bias)
+			LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
+				p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &al, sizeof(al)));
 	}
 	if (k->bias && k->out_bf16) {
 		/* the bias is fp32 whatever D is (cuBLASLt's default: D's type) */
@@ -400,12 +406,14 @@ static void gemm_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *
 		bk.M = M, bk.N = N, bk.K = K, bk.ta = ta, bk.tb = tb, bk.count = count;
 		bk.sA = sA, bk.sB = sB, bk.sD = sD;
 		struct bplan *bp = bplan_get_locked(&bk, single);
-		if (bp->ok) {
-			LT_CHECK(lt.cublasLtMatmul(lt_handle, single->desc, &alpha, B, bp->la, A,
-						   bp->lb, &beta, D, bp->lc, D, bp->lc, &single->algo,
-						   lt_workspace, LT_WORKSPACE_BYTES, cuda_stream()));
+		/* cublasLtMatmulAlgoCheck's success does not promise a run: a
+		 * refusal here also falls back to one product at a time */
+		if (bp->ok &&
+		    lt.cublasLtMatmul(lt_handle, single->desc, &alpha, B, bp->la, A, bp->lb, &beta,
+				      D, bp->lc, D, bp->lc, &single->algo, lt_workspace,
+				      LT_WORKSPACE_BYTES, cuda_stream()) == CUBLAS_STATUS_SUCCESS)
 			return;
-		}
+		bp->ok = 0;
 	}
 	for (int i = 0; i < count; i++)
 		gemm_locked(D + i * sD, 0, A + i * sA, B + i * sB, NULL, M, N, K, ta, tb, alpha, beta);
@@ -413,10 +421,13 @@ static void gemm_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *
 
 /* D = op(A) op(B) (+ bias) through epilogue epi with its aux matrix (laid
  * out as D, in D's type; EPI_GELU_AUX writes it, EPI_DGELU reads it),
- * alpha 1, beta 0. Returns -1 with nothing queued where the epilogue is
- * switched off (ASYNCPP_GEMM_EPILOGUES=0), cuBLASLt offers no algorithm for
- * it, or a pointer or the aux's leading dimension does not suit it: the
- * caller then runs the product and the elementwise op apart. */
+ * alpha 1, beta 0. Returns -1 with nothing that matters queued where the
+ * epilogue is switched off (ASYNCPP_GEMM_EPILOGUES=0), the aux's leading
+ * dimension (N) is not a multiple of 8, or cuBLASLt offers or runs no
+ * algorithm for it: all of them facts of the shape, never of where a
+ * buffer sits (misaligned pointers are staged as in gemm_locked), so a
+ * pipeline stage and one device take the same path. The caller then runs
+ * the product and the elementwise op apart. */
 static int epilogues_on(void)
 {
 	static int on = -1;
@@ -430,9 +441,7 @@ static int epilogues_on(void)
 static int gemm_epi(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		    const float *bias, int M, int N, int K, int ta, int tb, int epi, void *aux)
 {
-	if (!epilogues_on() || M <= 0 || N <= 0 || N % 8 ||
-	    ptr_align(A) < PLAN_ALIGN || ptr_align(B) < PLAN_ALIGN || ptr_align(D) < PLAN_ALIGN ||
-	    ptr_align(aux) < PLAN_ALIGN || (bias && ptr_align(bias) < PLAN_ALIGN))
+	if (!epilogues_on() || M <= 0 || N <= 0 || N % 8)
 		return -1;
 	std::lock_guard<std::mutex> lock(lt_mutex);
 	lt_ready_locked();
@@ -443,16 +452,46 @@ static int gemm_epi(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bf
 	struct plan *p = plan_get_locked(&k);
 	if (!p->ok)
 		return -1;
+	size_t dbytes = (size_t)M * N * (out_bf16 ? 2 : 4);
+	const void *a = A, *b = B;
+	const float *bi = bias;
+	void *d = D, *x = aux;
+	if (ptr_align(A) < PLAN_ALIGN)
+		a = aligned_copy(A, (size_t)M * K * sizeof(__nv_bfloat16));
+	if (ptr_align(B) < PLAN_ALIGN)
+		b = aligned_copy(B, (size_t)K * N * sizeof(__nv_bfloat16));
+	if (bias && ptr_align(bias) < PLAN_ALIGN)
+		bi = (const float *)aligned_copy(bias, (size_t)N * sizeof(float));
+	if (ptr_align(D) < PLAN_ALIGN)
+		d = cuda_scratch(dbytes);
+	if (ptr_align(aux) < PLAN_ALIGN) /* DGELU reads it, GELU_AUX writes it */
+		x = epi == EPI_DGELU ? aligned_copy(aux, dbytes) : cuda_scratch(dbytes);
 	float alpha = 1.0f, beta = 0.0f;
-	if (bias)
+	if (bi)
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-							   &bias, sizeof(bias)));
+							   &bi, sizeof(bi)));
 	LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-						   &aux, sizeof(aux)));
-	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, D, p->lc,
-				   D, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
-				   cuda_stream()));
-	return 0;
+						   &x, sizeof(x)));
+	cublasStatus_t st = lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta,
+					      d, p->lc, d, p->lc, &p->algo, lt_workspace,
+					      LT_WORKSPACE_BYTES, cuda_stream());
+	if (st != CUBLAS_STATUS_SUCCESS)
+		p->ok = 0; /* never again for this shape */
+	if (st == CUBLAS_STATUS_SUCCESS && d != D)
+		CUDA_CHECK(cudaMemcpyAsync(D, d, dbytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	if (st == CUBLAS_STATUS_SUCCESS && x != aux && epi == EPI_GELU_AUX)
+		CUDA_CHECK(cudaMemcpyAsync(aux, x, dbytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	if (a != A)
+		cuda_scratch_free((void *)a);
+	if (b != B)
+		cuda_scratch_free((void *)b);
+	if (bi != bias)
+		cuda_scratch_free((void *)bi);
+	if (d != D)
+		cuda_scratch_free(d);
+	if (x != aux)
+		cuda_scratch_free(x);
+	return st == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }
 
 static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
@@ -542,7 +581,10 @@ void cuda_weights_bf16(const float *w, size_t n)
 		else if (s->w && s->w < w + n && w < s->w + s->n)
 			s->w = NULL; /* overlaps the new range: one copy per weight */
 	}
-	for (int i = 0; !e && i < SHADOWS; i++) /* else a free entry */
+	for (int i = 0; !e && i < SHADOWS; i++) /* else a free entry large enough */
+		if (!shadows[i].w && shadows[i].cap >= n)
+			e = &shadows[i];
+	for (int i = 0; !e && i < SHADOWS; i++) /* else any free entry */
 		if (!shadows[i].w)
 			e = &shadows[i];
 	if (!e) { /* else the least recently prepared */
