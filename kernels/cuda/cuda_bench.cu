@@ -165,6 +165,22 @@ static void bench_matmul(struct bench *b, const struct backend *be, const char *
 	cudaFree(dw), cudaFree(db);
 }
 
+/* Rows "attention_fwd NAME" and "attention_bwd NAME": table t's attention
+ * on its activations (att, qkv, dqkv, dy); af the forward's FLOPs. */
+static void time_attention(struct bench *b, const struct backend *t, const char *name,
+			   const char *shape, void *att, float *lse, const void *qkv, void *dqkv,
+			   const void *dy, int B, int T, int NH, int NKV, int HD, double af)
+{
+	char op[64];
+	double s;
+	snprintf(op, sizeof(op), "attention_fwd %s", name);
+	TIME(b, s, t->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
+	row_flops(b, op, shape, s, af);
+	snprintf(op, sizeof(op), "attention_bwd %s", name);
+	TIME(b, s, t->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
+	row_flops(b, op, shape, s, 2.5 * af);
+}
+
 /* Causal attention forward and backward with each implementation
  * (cuda_flash.h) that takes the shape: rows "attention_fwd simt",
  * "attention_fwd flash", ... The choice in force before is restored. */
@@ -176,8 +192,8 @@ static void bench_attention(struct bench *b, const struct backend *be, float *at
 		int impl;
 		const char *name;
 	} impls[] = {{CUDA_ATTENTION_SIMT, "simt"}, {CUDA_ATTENTION_FLASH, "flash"}};
-	char shape[64], op[64];
-	double s, af = 2.0 * B * NH * (double)T * T * HD;
+	char shape[64];
+	double af = 2.0 * B * NH * (double)T * T * HD;
 	snprintf(shape, sizeof(shape), "B %d T %d H %d/%d D %d", B, T, NH, NKV, HD);
 	int prev = cuda_attention_impl();
 	for (size_t k = 0; k < sizeof(impls) / sizeof(impls[0]); k++) {
@@ -185,12 +201,8 @@ static void bench_attention(struct bench *b, const struct backend *be, float *at
 		    !cuda_attention_flash_supported(NH, NKV, HD))
 			continue;
 		cuda_attention_set_impl(impls[k].impl);
-		snprintf(op, sizeof(op), "attention_fwd %s", impls[k].name);
-		TIME(b, s, be->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-		row_flops(b, op, shape, s, af);
-		snprintf(op, sizeof(op), "attention_bwd %s", impls[k].name);
-		TIME(b, s, be->attention_backward(dqkv, dy, qkv, att, lse, B, T, NH, NKV, HD));
-		row_flops(b, op, shape, s, 2.5 * af);
+		time_attention(b, be, impls[k].name, shape, att, lse, qkv, dqkv, dy, B, T, NH, NKV,
+			       HD, af);
 	}
 	/* bf16 activations (the default on cuda): the flash kernels with tiles
 	 * streamed by cp.async ("flash") and loaded synchronously ("flash-sync") */
@@ -210,12 +222,8 @@ static void bench_attention(struct bench *b, const struct backend *be, float *at
 		} fl[] = {{CUDA_ATTENTION_FLASH, "flash bf16"}, {CUDA_ATTENTION_FLASH_SYNC, "flash-sync bf16"}};
 		for (size_t k = 0; k < sizeof(fl) / sizeof(fl[0]); k++) {
 			cuda_attention_set_impl(fl[k].impl);
-			snprintf(op, sizeof(op), "attention_fwd %s", fl[k].name);
-			TIME(b, s, b16->attention_forward(o16, lse, q16, B, T, NH, NKV, HD));
-			row_flops(b, op, shape, s, af);
-			snprintf(op, sizeof(op), "attention_bwd %s", fl[k].name);
-			TIME(b, s, b16->attention_backward(dq16, dy16, q16, o16, lse, B, T, NH, NKV, HD));
-			row_flops(b, op, shape, s, 2.5 * af);
+			time_attention(b, b16, fl[k].name, shape, o16, lse, q16, dq16, dy16, B, T, NH,
+				       NKV, HD, af);
 		}
 		cudaFree(q16), cudaFree(dq16), cudaFree(o16), cudaFree(dy16);
 	}
