@@ -422,20 +422,19 @@ static void gemm_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *
 /* D = op(A) op(B) (+ bias) through epilogue epi with its aux matrix (laid
  * out as D, in D's type; EPI_GELU_AUX writes it, EPI_DGELU reads it),
  * alpha 1, beta 0. Returns -1 with nothing that matters queued where the
- * epilogue is switched off (ASYNCPP_GEMM_EPILOGUES=0), the aux's leading
+ * epilogues are off (unless ASYNCPP_GEMM_EPILOGUES=1), the aux's leading
  * dimension (N) is not a multiple of 8, or cuBLASLt offers or runs no
  * algorithm for it: all of them facts of the shape, never of where a
  * buffer sits (misaligned pointers are staged as in gemm_locked), so a
  * pipeline stage and one device take the same path. The caller then runs
  * the product and the elementwise op apart. */
+/* Off until a GPU run has measured them (NOTES.md): ASYNCPP_GEMM_EPILOGUES=1
+ * turns them on. Read at every call (a getenv beside a GEMM), so a test can
+ * switch them. */
 static int epilogues_on(void)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("ASYNCPP_GEMM_EPILOGUES");
-		on = !(e && !strcmp(e, "0"));
-	}
-	return on;
+	const char *e = getenv("ASYNCPP_GEMM_EPILOGUES");
+	return e && !strcmp(e, "1");
 }
 
 static int gemm_epi(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,

@@ -1392,6 +1392,7 @@ TEST(cuda_matmul_gelu)
 {
 	if (!cuda_bf16_ready())
 		SKIP(why);
+	setenv("ASYNCPP_GEMM_EPILOGUES", "1", 1); /* off by default (NOTES.md) */
 	CHECK_MSG(cu->matmul_gelu_forward && cu->matmul_backward_dgelu && tb->matmul_gelu_forward &&
 			  tb->matmul_backward_dgelu,
 		  "the cuda tables lack the fused gelu products");
@@ -1403,6 +1404,7 @@ TEST(cuda_matmul_gelu)
 		gelu_fused_case(tb, shapes[k][0], shapes[k][1], shapes[k][2], 2e-2);
 	}
 	dev = cu;
+	unsetenv("ASYNCPP_GEMM_EPILOGUES");
 }
 
 /* weights_bf16's copies: a product reads a prepared copy (the same bits as
