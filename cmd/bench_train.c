@@ -260,6 +260,7 @@ static double timed_steps(struct trainer *tr, int steps, double *best, double *c
 struct phase_timer {
 	const struct backend *be;
 	int n;                  /* markers of the current step */
+	int full;               /* the step had more boundaries than markers */
 	int phase[PHASE_MARKS]; /* the phase each one starts */
 	void *mark[PHASE_MARKS];
 	double t[PHASE_MARKS];
@@ -267,25 +268,36 @@ struct phase_timer {
 	int steps;
 };
 
+/* the current step's markers freed, none kept */
+static void phase_drop(struct phase_timer *pt)
+{
+	for (int i = 0; pt->be->mark_free && i < pt->n; i++)
+		pt->be->mark_free(pt->mark[i]);
+	pt->n = 0;
+	pt->full = 0;
+}
+
 static void phase_mark(void *ctx, int p)
 {
 	struct phase_timer *pt = ctx;
 	const struct backend *be = pt->be;
-	if (pt->n == PHASE_MARKS) /* more micro-batches than markers: stop timing */
-		return;
-	pt->phase[pt->n] = p;
-	pt->mark[pt->n] = be->mark_new ? be->mark_new() : NULL;
-	pt->t[pt->n] = be->mark_new ? 0 : now_sec();
-	pt->n++;
+	if (pt->n == PHASE_MARKS) /* more micro-batches than markers: this step is not timed */
+		pt->full = 1;
+	if (!pt->full) {
+		pt->phase[pt->n] = p;
+		pt->mark[pt->n] = be->mark_new ? be->mark_new() : NULL;
+		pt->t[pt->n] = be->mark_new ? 0 : now_sec();
+		pt->n++;
+	}
 	if (p != TRAINER_PHASE_END)
 		return;
-	for (int i = 0; i + 1 < pt->n; i++)
-		pt->ms[pt->phase[i]] += be->mark_new ? be->mark_ms(pt->mark[i], pt->mark[i + 1])
-						     : 1e3 * (pt->t[i + 1] - pt->t[i]);
-	for (int i = 0; be->mark_new && i < pt->n; i++)
-		be->mark_free(pt->mark[i]);
-	pt->n = 0;
-	pt->steps++;
+	if (!pt->full) {
+		for (int i = 0; i + 1 < pt->n; i++)
+			pt->ms[pt->phase[i]] += be->mark_new ? be->mark_ms(pt->mark[i], pt->mark[i + 1])
+							     : 1e3 * (pt->t[i + 1] - pt->t[i]);
+		pt->steps++;
+	}
+	phase_drop(pt);
 }
 
 /* `steps` more steps of tr with the hook on: *pt gets the sums. */
@@ -297,6 +309,7 @@ static int measure_phases(struct trainer *tr, int steps, struct phase_timer *pt)
 	tr->on_phase_ctx = pt;
 	int rc = run_steps(tr, steps, NULL);
 	tr->on_phase = NULL;
+	phase_drop(pt); /* a step cut short leaves markers */
 	return rc;
 }
 

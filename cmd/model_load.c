@@ -27,7 +27,8 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 		rc = config_set_key(&lm->cfg, "train", "device", device, "--device");
 	/* train.act_dtype is how the run stored activations: a bf16 run's
 	 * checkpoint is read in bf16 on the device asked for (cpu and cuda both
-	 * have bf16 storage) */
+	 * have bf16 storage); auto, the default, is resolved for that device
+	 * (bf16 on cuda, f32 on cpu), as for training */
 	if (!rc && !(lm->be = backend_from_config(&lm->cfg)))
 		rc = -1;
 	if (!rc)

@@ -145,8 +145,14 @@ const struct backend *backend_from_config(const struct config *cfg)
 	/* auto: bf16 where it is the fast mode (cuda), f32 on the cpu, where
 	 * bf16 storage is a check of the plumbing and slower */
 	const char *dt = cfg->train_act_dtype;
-	if (be && (!strcmp(dt, "bf16") || (!strcmp(dt, "auto") && strcmp(be->name, "cpu"))))
+	if (be && !strcmp(dt, "bf16"))
 		be = backend_with_act_dtype(be, ACT_BF16);
+	else if (be && !strcmp(dt, "auto") && strcmp(be->name, "cpu")) {
+		set_error_quiet(1); /* a backend without bf16 storage keeps f32 */
+		const struct backend *b16 = backend_with_act_dtype(be, ACT_BF16);
+		set_error_quiet(0);
+		be = b16 ? b16 : be;
+	}
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);
 	return be;

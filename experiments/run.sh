@@ -86,9 +86,11 @@ ARCHIVE=$EXP/archive
 archive_run() {
 	local d=$WORK/runs/$1 a=$ARCHIVE/$1
 	[ -f "$d/done" ] && [ -f "$d/metrics.csv" ] || return 0
+	# done last, so a folder without it was never finished
 	rm -rf "$a.tmp" && mkdir -p "$a.tmp" &&
-		cp "$d/planned.ini" "$d/config.ini" "$d/done" "$a.tmp/" &&
+		cp "$d/planned.ini" "$d/config.ini" "$a.tmp/" &&
 		gzip -9nc "$d/metrics.csv" > "$a.tmp/metrics.csv.gz" &&
+		cp "$d/done" "$a.tmp/" &&
 		rm -rf "$a" && mv "$a.tmp" "$a" || log "cannot archive $1"
 }
 # every archived run missing from work/runs comes back; finished runs not
@@ -96,11 +98,13 @@ archive_run() {
 sync_archive() {
 	local a d name
 	mkdir -p "$WORK/runs" "$ARCHIVE"
+	rm -rf "$ARCHIVE"/*.tmp # an archive_run cut off half-way
 	for a in "$ARCHIVE"/*/; do
 		[ -f "$a/done" ] || continue
 		name=$(basename "$a")
 		d=$WORK/runs/$name
-		[ -f "$d/done" ] && continue
+		# finished here, or being run (or cut off) here: left alone
+		[ -f "$d/done" ] || [ -f "$d/log.txt" ] && continue
 		rm -rf "$d" && mkdir -p "$d" &&
 			cp "$a/planned.ini" "$a/config.ini" "$d/" &&
 			gzip -dc "$a/metrics.csv.gz" > "$d/metrics.csv" &&
@@ -108,6 +112,7 @@ sync_archive() {
 	done
 	for d in "$WORK"/runs/*/; do
 		name=$(basename "$d")
+		case "$name" in *.tmp) continue ;; esac
 		[ -f "$d/done" ] && [ ! -f "$ARCHIVE/$name/done" ] && archive_run "$name"
 	done
 	return 0

@@ -237,10 +237,10 @@ static int ns_rule(int rule)
 	return rule == RULE_MUON || rule == RULE_NORMUON;
 }
 
-/* Matrices of n floats in one batch of a group of count */
-static int ns_batch_len(size_t n, int count)
+/* Matrices of n floats in one batch of a group of count, under limit */
+static int ns_batch_len(size_t limit, size_t n, int count)
 {
-	size_t k = ns_limit / scratch_floats_aligned(n);
+	size_t k = limit / scratch_floats_aligned(n);
 	return (int)MIN((size_t)count, MAX(k, (size_t)1));
 }
 
@@ -252,11 +252,12 @@ static size_t ns_batch_floats(int len, int rows, int cols)
 	return st_add(st_mult(2 * (size_t)len, al), newton_schulz_many_scratch(len, rows, cols));
 }
 
-/* Mark the tensors that share their shape with another one; returns the
- * floats o->ns needs (0: nothing to batch). */
+/* Mark the tensors that share their shape with another one and fit two to
+ * a batch; returns the floats o->ns needs (0: nothing to batch). */
 static size_t ns_plan(struct optimizer *o)
 {
 	size_t need = 0;
+	o->ns_limit = ns_limit;
 	for (int k = 0; k < o->n; k++) {
 		struct optim_tensor *t = &o->t[k];
 		if (!ns_rule(t->rule) || !t->info.numel)
@@ -265,11 +266,11 @@ static size_t ns_plan(struct optimizer *o)
 		for (int j = 0; j < o->n; j++)
 			count += ns_rule(o->t[j].rule) && o->t[j].info.numel &&
 				 o->t[j].info.rows == t->info.rows && o->t[j].info.cols == t->info.cols;
-		if (count < 2)
+		int len = ns_batch_len(o->ns_limit, t->info.numel, count);
+		if (len < 2) /* alone, or too large for two: the per-tensor path */
 			continue;
 		t->ns_batch = 1;
-		need = MAX(need, ns_batch_floats(ns_batch_len(t->info.numel, count), t->info.rows,
-						 t->info.cols));
+		need = MAX(need, ns_batch_floats(len, t->info.rows, t->info.cols));
 	}
 	return need;
 }
@@ -636,7 +637,7 @@ static void ns_batches(struct optimizer *o, float *weights, const float *grads, 
 			    o->t[j].info.cols == cols)
 				idx[count++] = j, done[j] = 1;
 		size_t n = t->info.numel, al = scratch_floats_aligned(n);
-		int len = ns_batch_len(n, count);
+		int len = ns_batch_len(o->ns_limit, n, count);
 		float *mom = o->ns, *dir = o->ns + (size_t)len * al, *scratch = dir + (size_t)len * al;
 		for (int b0 = 0; b0 < count; b0 += len) {
 			int nb = MIN(len, count - b0);

@@ -155,6 +155,7 @@ struct optimizer {
 	 * no batched form or no two matrices share a shape */
 	float *ns;
 	size_t ns_floats;
+	size_t ns_limit;               /* optim_ns_batch_limit when set up */
 	long last_step;                /* step of the last optim_step, 0 = none */
 };
 
@@ -172,8 +173,9 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step);
 void optim_free(struct optimizer *o);
 /* The most floats of momenta one Newton-Schulz batch holds (default 2^24,
- * 64 MB; as many again for the directions, plus the scratch). For tests;
- * returns the previous limit. Affects optimizers set up after the call. */
+ * 64 MB; as many again for the directions, and newton_schulz_many's scratch,
+ * about 2.5 times that for wide matrices). For tests; returns the previous
+ * limit. Optimizers keep the limit in force when they were set up. */
 size_t optim_ns_batch_limit(size_t floats);
 /* "adamw", "muon", ..., for logs and inspect. */
 const char *optim_rule_name(int rule);

@@ -1002,13 +1002,16 @@ static struct {
 static void *spy_alloc(size_t bytes)
 {
 	void *p = spy_base->alloc(bytes);
+	int i = 0;
 	pthread_mutex_lock(&spy_mutex);
-	for (int i = 0; p && i < SPY_ALLOCS; i++)
+	for (; p && i < SPY_ALLOCS; i++)
 		if (!spy_allocs[i].p) {
 			spy_allocs[i].p = p, spy_allocs[i].bytes = bytes;
 			break;
 		}
 	pthread_mutex_unlock(&spy_mutex);
+	if (p && i == SPY_ALLOCS)
+		test_fail(__FILE__, __LINE__, "spy: more than %d live allocations", SPY_ALLOCS);
 	return p;
 }
 
@@ -1162,12 +1165,12 @@ TEST(weight_copies_are_never_stale)
  * every schedule must give the plain run's bits: the model passes the right
  * buffers, shapes and weights to them, in the right place. */
 static struct backend fused_table;
-static int fused_calls;
+static int fused_calls[2]; /* forward, backward */
 
 static void fused_gelu_forward(void *out, void *pre, const void *inp, const float *w,
 			       const float *bias, int N, int C, int OC)
 {
-	__atomic_add_fetch(&fused_calls, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&fused_calls[0], 1, __ATOMIC_RELAXED);
 	test_backend()->matmul_forward(pre, inp, w, bias, N, C, OC);
 	test_backend()->gelu_forward(out, pre, (size_t)N * OC);
 }
@@ -1176,7 +1179,7 @@ static void fused_backward_dgelu(void *dpre, float *dw, float *dbias, const void
 				 const void *inp, const float *w, const void *pre, int N, int C,
 				 int OC)
 {
-	__atomic_add_fetch(&fused_calls, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&fused_calls[1], 1, __ATOMIC_RELAXED);
 	test_backend()->matmul_backward(dpre, dw, dbias, dout, inp, w, N, C, OC);
 	test_backend()->gelu_backward(dpre, pre, dpre, (size_t)N * C);
 }
@@ -1195,14 +1198,15 @@ TEST(fused_gelu_products_equal_the_ops_apart)
 		base_config(&cfg, "gpt2", "adamw");
 		config_set_key(&cfg, "train", "schedule", sched[i][0], "test");
 		config_set_key(&cfg, "pipeline", "stages", sched[i][1], "test");
-		fused_calls = 0;
+		fused_calls[0] = fused_calls[1] = 0;
 		int ok = !train(&cfg, STEPS, 5, NULL, NULL, &ra);
 		train_with = &fused_table;
 		ok = ok && !train(&cfg, STEPS, 5, NULL, NULL, &rb);
 		train_with = NULL;
 		CHECK_MSG(ok, "%s: training failed: %s", sched[i][0], last_error());
-		CHECK_MSG(fused_calls > 0, "%s: the model never called the fused products",
-			  sched[i][0]);
+		CHECK_MSG(fused_calls[0] > 0 && fused_calls[1] > 0,
+			  "%s: the model called the fused forward %d times, the backward %d",
+			  sched[i][0], fused_calls[0], fused_calls[1]);
 		CHECK_MSG(ok && !memcmp(ra.loss, rb.loss, sizeof(ra.loss)) &&
 				  !memcmp(ra.weights, rb.weights, ra.numel * sizeof(float)),
 			  "%s: the fused products change the run", sched[i][0]);

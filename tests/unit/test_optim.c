@@ -1430,12 +1430,18 @@ TEST(elementwise_step_matches_per_tensor_calls)
 
 /* The backend's newton_schulz_many, or (the cpu has none) one matrix after
  * another through newton_schulz; records the largest batch and the calls. */
-static int ns_calls, ns_most;
+static int ns_calls, ns_most, ns_misaligned;
 static void ns_many_loop(float *const *out, const float *const *in, int count, int rows, int cols,
 			 int steps, float *scratch)
 {
 	ns_calls++;
 	ns_most = MAX(ns_most, count);
+	/* every slice where the CUDA batch wants it: 256-byte offsets from the
+	 * start of the optimizer's buffer (in[0]; the cpu allocates 64-byte
+	 * aligned, the GPU 256) */
+	for (int k = 0; k < count; k++)
+		ns_misaligned += (in[k] - in[0]) % 64 != 0 || (out[k] - in[0]) % 64 != 0;
+	ns_misaligned += (scratch - in[0]) % 64 != 0;
 	if (be->newton_schulz_many) {
 		be->newton_schulz_many(out, in, count, rows, cols, steps, scratch);
 		return;
@@ -1448,7 +1454,9 @@ TEST(newton_schulz_batches_match_per_tensor_calls)
 {
 	static const struct {
 		const char *name, *correction;
-	} cases[] = {{"muon", "none"}, {"muon", "ef"}, {"normuon", "none"}, {"normuon", "ef"}};
+		float lambda;
+	} cases[] = {{"muon", "none", 1}, {"muon", "ef", 1}, {"muon", "ef", 0},
+		     {"normuon", "none", 1}, {"normuon", "ef", 1}};
 	NEED_BACKEND();
 	struct backend batched = *be, plain = *be;
 	batched.newton_schulz_many = ns_many_loop;
@@ -1476,9 +1484,10 @@ TEST(newton_schulz_batches_match_per_tensor_calls)
 			size_t na = 0, nb = 0, prev = 0;
 			test_config(&cfg, cases[k].name);
 			cfg.optim_correction = (char *)cases[k].correction;
+			cfg.optim_ef_lambda = cases[k].lambda;
 			if (limits[l])
 				prev = optim_ns_batch_limit(limits[l]);
-			ns_calls = ns_most = 0;
+			ns_calls = ns_most = ns_misaligned = 0;
 			int rc = steps_and_state(&batched, &cfg, &fx, 5, wa, sa, CAP, &na);
 			if (limits[l])
 				optim_ns_batch_limit(prev);
@@ -1488,6 +1497,8 @@ TEST(newton_schulz_batches_match_per_tensor_calls)
 			CHECK_MSG(ns_most == (limits[l] ? 2 : 3) && ns_calls == 5 * (limits[l] ? 3 : 2),
 				  "%s: %d calls, the largest of %d matrices", cases[k].name, ns_calls,
 				  ns_most);
+			CHECK_MSG(!ns_misaligned, "%s: %d slices off 256-byte alignment",
+				  cases[k].name, ns_misaligned);
 			CHECK_MSG(memcmp(wa, wb, fx.numel * sizeof(float)) == 0,
 				  "%s/%s, limit %zu: weights differ", cases[k].name,
 				  cases[k].correction, limits[l]);
