@@ -67,6 +67,12 @@ void cuda_sumsq_device(double *out, const float *x, size_t n);
 void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 		    const float *bias, int M, int N, int K, int ta, int tb,
 		    float alpha, float beta);
+/* count products of one shape at element strides sA, sB, sD (fp32 D, no
+ * bias), each matrix the bits cuda_gemm_bf16 gives it alone (the single
+ * product's algorithm; one by one where the batch cannot take it). */
+void cuda_gemm_bf16_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B, int M,
+			    int N, int K, int ta, int tb, float alpha, float beta, int count,
+			    long long sA, long long sB, long long sD);
 /* The same with bf16 D (no C input, beta 0): the reference rate for bench. */
 void cuda_gemm_bf16_out(__nv_bfloat16 *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 			int M, int N, int K, int ta, int tb);
