@@ -159,6 +159,7 @@ static int run_steps(struct trainer *tr, int n, double *loss)
 
 struct mem {
 	double weights, grads, optim, acts, exchange, data;
+	double copies; /* the weights' operand copies (backend weights_bf16) */
 	int versions, slots, n_grads;
 };
 
@@ -176,7 +177,11 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 		mm->acts += (double)w->st.act_bytes_per_slot * w->st.n_slots + w->st.scratch_bytes;
 		mm->versions = MAX(mm->versions, w->n_versions);
 		mm->slots = MAX(mm->slots, w->st.n_slots);
+		/* a bf16 copy of each version a pass runs on (at most 8 kept) */
+		if (tr->be->weights_bf16)
+			mm->copies += (double)w->st.numel * 2 * w->n_versions * (1 + w->predict);
 	}
+	mm->weights += mm->copies; /* counted with the weights (their line says so) */
 	/* the trainer's activations between stages, input and target tokens */
 	mm->exchange = 2.0 * (tr->S + 1) * act * act_size(tr->be) +
 		       2.0 * tr->B * tr->T * sizeof(int32_t);
@@ -195,8 +200,8 @@ static void print_memory(const struct mem *mm, double rss_start, double rss_peak
 	       rss_peak * 1.048576, rss_start * 1.048576);
 	if (dev_peak > 0)
 		printf("device memory: peak %.1f MB (allocations and scratch pool)\n", dev_peak / mb);
-	printf("  weights          %8.1f MB  (%d version%s)\n", mm->weights / mb, mm->versions,
-	       mm->versions == 1 ? "" : "s");
+	printf("  weights          %8.1f MB  (%d version%s%s)\n", mm->weights / mb, mm->versions,
+	       mm->versions == 1 ? "" : "s", mm->copies > 0 ? ", and their bf16 copies" : "");
 	printf("  gradients        %8.1f MB  (%s)\n", mm->grads / mb,
 	       mm->n_grads == 2 ? "2 accumulators, by step parity" : "1 accumulator");
 	printf("  optimizer        %8.1f MB  (state + update scratch)\n", mm->optim / mb);
