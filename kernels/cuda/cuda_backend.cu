@@ -12,6 +12,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <atomic>
 #include <math.h>
 #include <mutex>
 #include <unordered_map>
@@ -22,6 +23,7 @@
 
 #include "cuda_act.h"
 #include "cuda_common.h"
+#include "cuda_flash.h" /* cuda_xent_impl */
 
 extern "C" {
 #include "../../io/util.h"
@@ -1113,14 +1115,144 @@ __global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *l
 	}
 }
 
+/* The same with 16-byte loads and stores (4 floats or 8 bf16 a thread at a
+ * time) and one online-softmax update per vector instead of per element;
+ * rows must start 16-byte aligned (Vp * sizeof(A) a multiple of 16 and an
+ * aligned base). The result differs from softmax_xent_kernel's only by the
+ * order of the fp32 sums. Not the default until a GPU run has compared them
+ * (cuda_xent_set_impl; NOTES.md). */
+template <typename A> struct xent_vec {
+	static const int n = 16 / sizeof(A); /* elements per 16 bytes */
+};
+
+/* the n elements of one 16-byte vector at p, as floats */
+template <typename A> __device__ static __forceinline__ void xent_load(float *v, const A *p)
+{
+	uint4 u = *(const uint4 *)p;
+	const A *e = (const A *)&u;
+#pragma unroll
+	for (int i = 0; i < xent_vec<A>::n; i++)
+		v[i] = act_ld(e, i);
+}
+
+template <typename A> __device__ static __forceinline__ void xent_store(A *p, const float *v)
+{
+	uint4 u;
+	A *e = (A *)&u;
+#pragma unroll
+	for (int i = 0; i < xent_vec<A>::n; i++)
+		act_st(e, i, v[i]);
+	*(uint4 *)p = u;
+}
+
+template <typename A>
+__global__ static void softmax_xent_vec_kernel(float *losses, A *dlogits, const A *logits,
+					       const int32_t *targets, int V, int Vp, float dloss)
+{
+	const int NV = xent_vec<A>::n;
+	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32];
+	__shared__ float sh_lse, sh_xt;
+	int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
+	const A *x = logits + (size_t)n * Vp;
+	int t = targets[n], nvec = (V + NV - 1) / NV;
+	if (tid == 0)
+		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write */
+	float m = -INFINITY, s = 0;
+	for (int k = tid; k < nvec; k += XENT_THREADS) {
+		float v[NV], vm = -INFINITY;
+		xent_load(v, x + (size_t)k * NV);
+#pragma unroll
+		for (int i = 0; i < NV; i++)
+			if (k * NV + i < V)
+				vm = fmaxf(vm, v[i]);
+		float mm = fmaxf(m, vm), add = 0;
+#pragma unroll
+		for (int i = 0; i < NV; i++)
+			if (k * NV + i < V)
+				add += expf(v[i] - mm);
+		s = (m == -INFINITY ? 0.0f : s * expf(m - mm)) + add;
+		m = mm;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+		lse_merge(m, s, m2, s2);
+	}
+	if (lane == 0) {
+		shm[wid] = m;
+		shs[wid] = s;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		float mm = shm[0], ss = shs[0];
+		for (int w = 1; w < XENT_THREADS / 32; w++)
+			lse_merge(mm, ss, shm[w], shs[w]);
+		float lse = mm + logf(ss);
+		sh_lse = lse;
+		float bad = t < 0 ? 0.0f : __int_as_float(0x7fc00000); /* as softmax_xent_kernel */
+		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : bad;
+	}
+	__syncthreads();
+	if (!dlogits)
+		return;
+	float lse = sh_lse;
+	A *d = dlogits + (size_t)n * Vp;
+	int valid = t >= 0 && t < V;
+	for (int k = tid; k < Vp / NV; k += XENT_THREADS) {
+		float v[NV];
+		xent_load(v, x + (size_t)k * NV);
+#pragma unroll
+		for (int i = 0; i < NV; i++) {
+			int j = k * NV + i;
+			v[i] = (j < V && valid) ? (expf(v[i] - lse) - (j == t ? 1.0f : 0.0f)) * dloss
+						: 0.0f;
+		}
+		xent_store(d + (size_t)k * NV, v);
+	}
+}
+
+/* CUDA_XENT_PLAIN or CUDA_XENT_VEC (cuda_flash.h); from ASYNCPP_XENT=vec|plain
+ * once, plain by default */
+static std::atomic<int> xent_impl(-1);
+
+extern "C" int cuda_xent_impl(void)
+{
+	int v = xent_impl.load();
+	if (v < 0) {
+		const char *e = getenv("ASYNCPP_XENT");
+		int want = CUDA_XENT_PLAIN, expect = -1;
+		if (e && !strcmp(e, "vec"))
+			want = CUDA_XENT_VEC;
+		else if (e && *e && strcmp(e, "plain"))
+			cuda_fatal(__FILE__, __LINE__, "ASYNCPP_XENT='%s': expected 'plain' or 'vec'", e);
+		xent_impl.compare_exchange_strong(expect, want);
+		v = xent_impl.load();
+	}
+	return v;
+}
+
+extern "C" int cuda_xent_set_impl(int impl)
+{
+	int prev = cuda_xent_impl();
+	if (impl == CUDA_XENT_PLAIN || impl == CUDA_XENT_VEC)
+		xent_impl.store(impl);
+	return prev;
+}
+
 template <typename A>
 static void cu_softmax_xent(float *losses, A *dlogits, const A *logits, const int32_t *targets,
 			    int N, int V, int Vp, float dloss)
 {
 	if (N <= 0)
 		return;
-	softmax_xent_kernel<A><<<N, XENT_THREADS, 0, cuda_stream()>>>(losses, dlogits, logits,
-								    targets, V, Vp, dloss);
+	int vec = cuda_xent_impl() == CUDA_XENT_VEC && (Vp * sizeof(A)) % 16 == 0 &&
+		  (uintptr_t)logits % 16 == 0 && (!dlogits || (uintptr_t)dlogits % 16 == 0);
+	if (vec)
+		softmax_xent_vec_kernel<A><<<N, XENT_THREADS, 0, cuda_stream()>>>(
+			losses, dlogits, logits, targets, V, Vp, dloss);
+	else
+		softmax_xent_kernel<A><<<N, XENT_THREADS, 0, cuda_stream()>>>(losses, dlogits, logits,
+									    targets, V, Vp, dloss);
 	CUDA_LAUNCHED();
 }
 

@@ -383,6 +383,24 @@ extern "C" int cuda_bench_kernels(FILE *out, int iters)
 	snprintf(shape, sizeof(shape), "N %d, Vp %d", N, Vp);
 	TIME(&b, s, be->softmax_xent(losses, logits, logits, tok, N, V, Vp, 1.0f / N));
 	row_bytes(&b, "softmax_xent (in place)", shape, s, 8.0 * N * Vp);
+	/* the vectorised kernel (cuda_flash.h), and both on bf16 logits */
+	int xprev = cuda_xent_set_impl(CUDA_XENT_VEC);
+	TIME(&b, s, be->softmax_xent(losses, logits, logits, tok, N, V, Vp, 1.0f / N));
+	row_bytes(&b, "softmax_xent vec", shape, s, 8.0 * N * Vp);
+	const struct backend *x16 = backend_cuda_bf16();
+	if (x16) {
+		__nv_bfloat16 *lg16;
+		CUDA_CHECK(cudaMalloc((void **)&lg16, (size_t)N * Vp * 2));
+		cuda_to_bf16(lg16, logits, (size_t)N * Vp);
+		cuda_xent_set_impl(CUDA_XENT_PLAIN);
+		TIME(&b, s, x16->softmax_xent(losses, lg16, lg16, tok, N, V, Vp, 1.0f / N));
+		row_bytes(&b, "softmax_xent bf16", shape, s, 4.0 * N * Vp);
+		cuda_xent_set_impl(CUDA_XENT_VEC);
+		TIME(&b, s, x16->softmax_xent(losses, lg16, lg16, tok, N, V, Vp, 1.0f / N));
+		row_bytes(&b, "softmax_xent vec bf16", shape, s, 4.0 * N * Vp);
+		cudaFree(lg16);
+	}
+	cuda_xent_set_impl(xprev);
 	cudaFree(tok), cudaFree(wte), cudaFree(wpe), cudaFree(x), cudaFree(dwte), cudaFree(dwpe);
 	cudaFree(logits), cudaFree(losses);
 

@@ -1,5 +1,6 @@
-/* cuda_flash.h - which attention kernels the CUDA backend runs (C linkage;
- * defined only in CUDA builds, so callers guard with #ifdef ASYNCPP_CUDA).
+/* cuda_flash.h - which attention (and softmax + cross-entropy) kernels the
+ * CUDA backend runs (C linkage; defined only in CUDA builds, so callers
+ * guard with #ifdef ASYNCPP_CUDA).
  *
  * The backend's attention_forward/attention_backward slots run either the
  * fp32 SIMT kernels of cuda_attention.cu (the reference) or the bf16
@@ -34,6 +35,15 @@ int cuda_attention_impl(void);
 int cuda_attention_set_impl(int impl);
 /* 1 when the flash kernels take this shape (HD 64 or 128, NH % NKV == 0). */
 int cuda_attention_flash_supported(int NH, int NKV, int HD);
+
+/* The softmax + cross-entropy kernel (cuda_backend.cu): PLAIN, the
+ * reference and the default, or VEC (16-byte loads and stores, one update
+ * of the online softmax per vector), where rows are 16-byte aligned. Read
+ * from ASYNCPP_XENT=plain|vec once; the same rules as the attention's
+ * choice above. */
+enum { CUDA_XENT_PLAIN = 0, CUDA_XENT_VEC = 1 };
+int cuda_xent_impl(void);
+int cuda_xent_set_impl(int impl);
 
 #ifdef __cplusplus
 }

@@ -577,19 +577,17 @@ TEST(cuda_add_scale)
 
 /* ---- loss ---- */
 
-TEST(cuda_softmax_xent)
+static void xent_case(int N, int V, int Vp)
 {
-	NEED(softmax_xent);
-	int N = 9, V = 1000, Vp = 1024;
 	size_t nl = (size_t)N * Vp;
 	float *logits = randn(nl, 4), *loss = fill(N, 0), *dl = fill(nl, 0);
-	int32_t tg[9];
+	int32_t *tg = xmalloc((size_t)N * sizeof(int32_t));
 	for (int i = 0; i < N; i++)
 		tg[i] = (int32_t)(rng_next(&seed) % V);
 	tg[0] = V - 1;
 	ref->softmax_xent(loss, dl, logits, tg, N, V, Vp, 1.0f / N);
 	float *lg_c = putf(logits, nl), *loss_c = nan_dev(N), *dl_c = nan_dev(nl);
-	int32_t *tg_c = put(tg, sizeof(tg));
+	int32_t *tg_c = put(tg, (size_t)N * sizeof(int32_t));
 	cu->softmax_xent(loss_c, dl_c, lg_c, tg_c, N, V, Vp, 1.0f / N);
 	float *hl = getf(loss_c, N), *hd = getf(dl_c, nl);
 	CHECK_CLOSE(hl, loss, N, 1e-5);
@@ -604,8 +602,59 @@ TEST(cuda_softmax_xent)
 	hl = getf(loss_c, N);
 	CHECK_CLOSE(hl, loss, N, 1e-5);
 	cu->free(lg_c), cu->free(loss_c), cu->free(dl_c), cu->free(tg_c);
-	free(logits), free(loss), free(dl), free(hl), free(hd), free(hd2);
+	free(logits), free(loss), free(dl), free(hl), free(hd), free(hd2), free(tg);
 }
+
+TEST(cuda_softmax_xent)
+{
+	NEED(softmax_xent);
+	xent_case(9, 1000, 1024);
+	if (!test_failed())
+		xent_case(3, 50257, 50304); /* GPT-2's vocabulary, padded */
+}
+
+#ifdef ASYNCPP_CUDA
+static void bf16_xent_case(void);
+static void xent_contract_case(void);
+static int cuda_bf16_ready(void);
+/* The vectorised kernel (cuda_flash.h, CUDA_XENT_VEC) through the same
+ * cases as the plain one: against the CPU, in bf16, the contracts; then
+ * against the plain kernel at GPT-2's size (fp32 sums in another order). */
+TEST(cuda_softmax_xent_vec)
+{
+	NEED(softmax_xent);
+	int prev = cuda_xent_set_impl(CUDA_XENT_VEC);
+	xent_case(9, 1000, 1024);
+	if (!test_failed())
+		xent_case(3, 50257, 50304);
+	if (!test_failed() && cuda_bf16_ready())
+		bf16_xent_case();
+	dev = cu;
+	if (!test_failed())
+		xent_contract_case();
+	int N = 64, V = 50257, Vp = 50304;
+	size_t nl = (size_t)N * Vp;
+	float *lg = randn(nl, 4), *got[2][2];
+	int32_t *tg = xmalloc((size_t)N * sizeof(int32_t));
+	for (int i = 0; i < N; i++)
+		tg[i] = (int32_t)(rng_next(&seed) % V);
+	float *lg_c = putf(lg, nl), *l_c = nan_dev(N), *d_c = nan_dev(nl);
+	int32_t *tg_c = put(tg, (size_t)N * sizeof(int32_t));
+	for (int k = 0; k < 2; k++) {
+		cuda_xent_set_impl(k ? CUDA_XENT_VEC : CUDA_XENT_PLAIN);
+		cu->softmax_xent(l_c, d_c, lg_c, tg_c, N, V, Vp, 1.0f / N);
+		got[k][0] = getf(l_c, N), got[k][1] = getf(d_c, nl);
+	}
+	snprintf(ctx, sizeof(ctx), "softmax_xent vec against plain, N=%d V=%d", N, V);
+	CHECK_MSG(rel_err(got[1][0], got[0][0], N) <= 1e-6 &&
+			  rel_err(got[1][1], got[0][1], nl) <= 1e-5,
+		  "%s: losses %.3g, dlogits %.3g apart" SEED_FMT, ctx,
+		  rel_err(got[1][0], got[0][0], N), rel_err(got[1][1], got[0][1], nl), SEED_ARG);
+	cuda_xent_set_impl(prev);
+	cu->free(lg_c), cu->free(l_c), cu->free(d_c), cu->free(tg_c);
+	free(lg), free(tg), free(got[0][0]), free(got[0][1]), free(got[1][0]), free(got[1][1]);
+}
+#endif
 
 /* ---- optimizer pieces ---- */
 
