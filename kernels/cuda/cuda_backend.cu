@@ -1057,29 +1057,14 @@ __device__ static inline void lse_merge(float &m, float &s, float m2, float s2)
 	m = mm;
 }
 
-/* logits[N,Vp], dlogits[N,Vp] (A; may alias logits: a thread reads an
- * element before it writes it, and only it touches that element) */
-template <typename A>
-__global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *logits,
-					   const int32_t *targets, int V, int Vp, float dloss)
+/* The end of a row's first pass, for both kernels below: every thread's
+ * (max, sum of exp) merged across the block, thread 0 writes the row's
+ * loss from xt (the target's logit, read before any write), every thread
+ * gets the row's lse. */
+__device__ static float xent_row_lse(float m, float s, int t, int V, float xt, float *loss)
 {
-	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32];
-	__shared__ float sh_lse, sh_xt;
-	int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
-	const A *x = logits + (size_t)n * Vp;
-	int t = targets[n];
-	if (tid == 0)
-		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write */
-	float m = -INFINITY, s = 0;
-	for (int j = tid; j < V; j += XENT_THREADS) {
-		float v = act_ld(x, j);
-		if (v > m) {
-			s = s * expf(m - v) + 1.0f;
-			m = v;
-		} else {
-			s += expf(v - m);
-		}
-	}
+	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32], sh_lse;
+	int tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
 	for (int o = 16; o > 0; o >>= 1) {
 		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
 		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -1097,14 +1082,39 @@ __global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *l
 		float lse = mm + logf(ss);
 		sh_lse = lse;
 		/* a target outside [0, V) (backend.h): t < 0 is ignored (0),
-		 * t >= V a bad input (NaN); its gradient row is 0 below */
+		 * t >= V a bad input (NaN); its gradient row is 0 */
 		float bad = t < 0 ? 0.0f : __int_as_float(0x7fc00000);
-		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : bad;
+		*loss = (t >= 0 && t < V) ? lse - xt : bad;
 	}
 	__syncthreads();
+	return sh_lse;
+}
+
+/* logits[N,Vp], dlogits[N,Vp] (A; may alias logits: a thread reads an
+ * element before it writes it, and only it touches that element) */
+template <typename A>
+__global__ static void softmax_xent_kernel(float *losses, A *dlogits, const A *logits,
+					   const int32_t *targets, int V, int Vp, float dloss)
+{
+	int n = blockIdx.x, tid = threadIdx.x;
+	const A *x = logits + (size_t)n * Vp;
+	int t = targets[n];
+	float xt = 0.0f; /* thread 0's read, before any write */
+	if (tid == 0)
+		xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f;
+	float m = -INFINITY, s = 0;
+	for (int j = tid; j < V; j += XENT_THREADS) {
+		float v = act_ld(x, j);
+		if (v > m) {
+			s = s * expf(m - v) + 1.0f;
+			m = v;
+		} else {
+			s += expf(v - m);
+		}
+	}
+	float lse = xent_row_lse(m, s, t, V, xt, &losses[n]);
 	if (!dlogits)
 		return;
-	float lse = sh_lse;
 	A *d = dlogits + (size_t)n * Vp;
 	int valid = t >= 0 && t < V;
 	for (int j = tid; j < Vp; j += XENT_THREADS) {
@@ -1150,13 +1160,12 @@ __global__ static void softmax_xent_vec_kernel(float *losses, A *dlogits, const 
 					       const int32_t *targets, int V, int Vp, float dloss)
 {
 	const int NV = xent_vec<A>::n;
-	__shared__ float shm[XENT_THREADS / 32], shs[XENT_THREADS / 32];
-	__shared__ float sh_lse, sh_xt;
-	int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
+	int n = blockIdx.x, tid = threadIdx.x;
 	const A *x = logits + (size_t)n * Vp;
 	int t = targets[n], nvec = (V + NV - 1) / NV;
+	float xt = 0.0f; /* thread 0's read, before any write */
 	if (tid == 0)
-		sh_xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f; /* read before any write */
+		xt = (t >= 0 && t < V) ? act_ld(x, t) : 0.0f;
 	float m = -INFINITY, s = 0;
 	for (int k = tid; k < nvec; k += XENT_THREADS) {
 		float v[NV], vm = -INFINITY;
@@ -1173,29 +1182,9 @@ __global__ static void softmax_xent_vec_kernel(float *losses, A *dlogits, const 
 		s = (m == -INFINITY ? 0.0f : s * expf(m - mm)) + add;
 		m = mm;
 	}
-	for (int o = 16; o > 0; o >>= 1) {
-		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-		lse_merge(m, s, m2, s2);
-	}
-	if (lane == 0) {
-		shm[wid] = m;
-		shs[wid] = s;
-	}
-	__syncthreads();
-	if (tid == 0) {
-		float mm = shm[0], ss = shs[0];
-		for (int w = 1; w < XENT_THREADS / 32; w++)
-			lse_merge(mm, ss, shm[w], shs[w]);
-		float lse = mm + logf(ss);
-		sh_lse = lse;
-		float bad = t < 0 ? 0.0f : __int_as_float(0x7fc00000); /* as softmax_xent_kernel */
-		losses[n] = (t >= 0 && t < V) ? lse - sh_xt : bad;
-	}
-	__syncthreads();
+	float lse = xent_row_lse(m, s, t, V, xt, &losses[n]);
 	if (!dlogits)
 		return;
-	float lse = sh_lse;
 	A *d = dlogits + (size_t)n * Vp;
 	int valid = t >= 0 && t < V;
 	for (int k = tid; k < Vp / NV; k += XENT_THREADS) {
