@@ -426,6 +426,7 @@ extern "C" int cuda_bench_kernels(FILE *out, int iters)
 	/* the bf16 copy of the weights a pass makes (model/: weights_bf16) */
 	TIME(&b, s, be->weights_bf16(w, P));
 	row_bytes(&b, "weights_bf16 (copy)", shape, s, 6.0 * P);
+	cuda_weights_forget(w, P * sizeof(float)); /* w is freed with cudaFree below */
 	/* Newton-Schulz, 5 steps, on the largest Muon matrices */
 	int ns_shapes[][2] = {{768, 3072}, {3072, 768}, {960, 2560}, {768, 768}};
 	for (size_t k = 0; k < sizeof(ns_shapes) / sizeof(ns_shapes[0]); k++) {
