@@ -21,12 +21,14 @@ extern "C" {
 #include "../backend.h"
 }
 
-/* out[c,r] = in[r,c] * scale (R rows, C cols), scale = 1/(sqrt(*ss) + 1e-7) */
+/* out = in * scale (R rows, C cols), transposed (out[c,r]) when transpose;
+ * scale = 1/(sqrt(*ss) + 1e-7), or 1 when ss is NULL (multiplying by 1 is
+ * exact: a plain copy or transpose) */
 __global__ static void transpose_scale_kernel(float *out, const float *in, int R, int C,
 					      const double *ss, int transpose)
 {
 	__shared__ float tile[32][33];
-	float s = (float)(1.0 / (sqrt(*ss) + 1e-7));
+	float s = ss ? (float)(1.0 / (sqrt(*ss) + 1e-7)) : 1.0f;
 	int bx = blockIdx.x * 32, by = blockIdx.y * 32;
 	int tx = threadIdx.x, ty = threadIdx.y; /* 32 x 8 */
 	if (!transpose) {
@@ -50,22 +52,26 @@ __global__ static void transpose_scale_kernel(float *out, const float *in, int R
 	}
 }
 
-/* plain transpose: out[c,r] = in[r,c] */
-__global__ static void transpose_kernel(float *out, const float *in, int R, int C)
+/* X[m,n] (m <= n) = in[rows,cols] / (|in|_F + 1e-7), transposed when tr;
+ * ss: a device double for the sum of squares */
+static void ns_load(float *X, const float *in, int rows, int cols, int tr, double *ss)
 {
-	__shared__ float tile[32][33];
-	int bx = blockIdx.x * 32, by = blockIdx.y * 32;
-	int tx = threadIdx.x, ty = threadIdx.y;
-	for (int k = ty; k < 32; k += 8) {
-		int r = by + k, c = bx + tx;
-		if (r < R && c < C)
-			tile[k][tx] = in[(size_t)r * C + c];
-	}
-	__syncthreads();
-	for (int k = ty; k < 32; k += 8) {
-		int c = bx + k, r = by + tx;
-		if (r < R && c < C)
-			out[(size_t)c * R + r] = tile[tx][k];
+	cuda_sumsq_device(ss, in, (size_t)rows * cols);
+	dim3 grid((cols + 31) / 32, (rows + 31) / 32), block(32, 8);
+	transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(X, in, rows, cols, ss, tr);
+	CUDA_LAUNCHED();
+}
+
+/* out[rows,cols] from X[m,n], transposed back when tr */
+static void ns_store(float *out, const float *X, int m, int n, int tr)
+{
+	if (tr) {
+		dim3 grid((n + 31) / 32, (m + 31) / 32), block(32, 8);
+		transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(out, X, m, n, NULL, 1);
+		CUDA_LAUNCHED();
+	} else {
+		CUDA_CHECK(cudaMemcpyAsync(out, X, (size_t)m * n * sizeof(float),
+					   cudaMemcpyDeviceToDevice, cuda_stream()));
 	}
 }
 
@@ -98,10 +104,7 @@ void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int ste
 	__nv_bfloat16 *Ab = (__nv_bfloat16 *)(A + up64(mm) + up64((mn + 1) / 2));
 
 	double *ss = (double *)cuda_scratch(sizeof(double));
-	cuda_sumsq_device(ss, in, mn);
-	dim3 grid((cols + 31) / 32, (rows + 31) / 32), block(32, 8);
-	transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(X, in, rows, cols, ss, tr);
-	CUDA_LAUNCHED();
+	ns_load(X, in, rows, cols, tr, ss);
 	cuda_scratch_free(ss);
 	for (int s = 0; s < steps; s++) {
 		cuda_to_bf16(Xb, X, mn);
@@ -111,14 +114,7 @@ void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int ste
 		cuda_to_bf16(Ab, A, mm);
 		cuda_gemm_bf16(X, Ab, Xb, NULL, m, n, m, 0, 0, 1.0f, NS_A);   /* B X + a X */
 	}
-	if (tr) {
-		dim3 g2((n + 31) / 32, (m + 31) / 32);
-		transpose_kernel<<<g2, block, 0, cuda_stream()>>>(out, X, m, n);
-		CUDA_LAUNCHED();
-	} else {
-		CUDA_CHECK(cudaMemcpyAsync(out, X, mn * sizeof(float), cudaMemcpyDeviceToDevice,
-					   cuda_stream()));
-	}
+	ns_store(out, X, m, n, tr);
 	cuda_scratch_free(own);
 }
 
@@ -148,13 +144,8 @@ void cuda_newton_schulz_many(float *const *out, const float *const *in, int coun
 	__nv_bfloat16 *Ab = Xb + count * sX;                    /* [count][sA] */
 
 	double *ss = (double *)cuda_scratch((size_t)count * sizeof(double));
-	dim3 grid((cols + 31) / 32, (rows + 31) / 32), block(32, 8);
-	for (int k = 0; k < count; k++) {
-		cuda_sumsq_device(ss + k, in[k], mn);
-		transpose_scale_kernel<<<grid, block, 0, cuda_stream()>>>(X + k * sX, in[k], rows,
-									  cols, ss + k, tr);
-		CUDA_LAUNCHED();
-	}
+	for (int k = 0; k < count; k++)
+		ns_load(X + k * sX, in[k], rows, cols, tr, ss + k);
 	cuda_scratch_free(ss);
 	long long lX = (long long)sX, lA = (long long)sA;
 	for (int s = 0; s < steps; s++) {
@@ -166,15 +157,7 @@ void cuda_newton_schulz_many(float *const *out, const float *const *in, int coun
 		cuda_to_bf16(Ab, A, count * sA);
 		cuda_gemm_bf16_batched(X, Ab, Xb, m, n, m, 0, 0, 1.0f, NS_A, count, lA, lX, lX); /* BX + aX */
 	}
-	for (int k = 0; k < count; k++) {
-		if (tr) {
-			dim3 g2((n + 31) / 32, (m + 31) / 32);
-			transpose_kernel<<<g2, block, 0, cuda_stream()>>>(out[k], X + k * sX, m, n);
-			CUDA_LAUNCHED();
-		} else {
-			CUDA_CHECK(cudaMemcpyAsync(out[k], X + k * sX, mn * sizeof(float),
-						   cudaMemcpyDeviceToDevice, cuda_stream()));
-		}
-	}
+	for (int k = 0; k < count; k++)
+		ns_store(out[k], X + k * sX, m, n, tr);
 	cuda_scratch_free(own);
 }
