@@ -123,7 +123,8 @@ struct backend {
 	 * operand type (CUDA: bf16, rounded as each product would round it, so
 	 * results are the same bits), instead of converting it per product.
 	 * The copy is not kept in step with w: call again before the products
-	 * whenever w may have changed (model/ does before every pass). */
+	 * whenever w may have changed (model/ does before every pass). Memory
+	 * given back through free loses the copies inside it. */
 	void (*weights_bf16)(const float *w, size_t n);
 
 	/* ---- attention ---- */
