@@ -153,7 +153,52 @@ const struct backend *backend_from_config(const struct config *cfg)
 		set_error_quiet(0);
 		be = b16 ? b16 : be;
 	}
+	if (be && *cfg->pipeline_devices && backend_lanes_from_config(be, cfg))
+		return NULL;
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);
 	return be;
+}
+
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg)
+{
+	const char *list = cfg->pipeline_devices;
+	long S = cfg->pipeline_stages;
+	if (strcmp(cfg->pipeline_transport, "local"))
+		return error("pipeline.devices = %s places the stages of one process; with "
+			     "pipeline.transport = %s each process takes its local rank's GPU: leave "
+			     "pipeline.devices empty", list, cfg->pipeline_transport);
+	if (!strcmp(cfg->train_schedule, "none"))
+		return error("pipeline.devices = %s needs a pipeline schedule (train.schedule = "
+			     "1f1b, gpipe, 2bw or pipedream): train.schedule = none runs the stages "
+			     "one after another on one device", list);
+	if (!be->set_lanes)
+		return error("pipeline.devices = %s: the %s backend runs every stage on the host; set "
+			     "train.device = cuda", list, be->name);
+	int *dev = xcalloc((size_t)S, sizeof(int)), n = 0, rc = 0;
+	const char *p = list;
+	while (!rc && *p) {
+		size_t len = strcspn(p, ",");
+		char item[32] = "";
+		if (len < sizeof(item))
+			memcpy(item, p, len);
+		int d = device_index_from_name(item);
+		if (d < 0)
+			rc = error("pipeline.devices = %s: '%.*s' is not a GPU; list one cuda:N per stage, "
+				   "e.g. cuda:0,cuda:1", list, (int)len, p);
+		else if (n == S)
+			rc = error("pipeline.devices = %s lists more devices than pipeline.stages = %ld",
+				   list, S);
+		else
+			dev[n++] = d;
+		p += len + (p[len] == ',');
+	}
+	if (!rc && n != S)
+		rc = error("pipeline.devices = %s lists %d device(s); pipeline.stages = %ld needs one "
+			   "per stage", list, n, S);
+	char why[256] = "";
+	if (!rc && !be->set_lanes(dev, n, why, sizeof(why)))
+		rc = error("pipeline.devices = %s cannot be served: %s", list, why);
+	free(dev);
+	return rc;
 }

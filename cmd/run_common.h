@@ -21,5 +21,8 @@ int list_checkpoints(const char *dir, char ***paths);
 double device_peak_flops(const struct backend *be, int threads);
 /* Backend for a config, with threads set. */
 const struct backend *backend_from_config(const struct config *cfg);
+/* pipeline.devices (one cuda:N per stage) declared as be's lanes, stage s
+ * on lane s; 0, or -1 after error() naming what to change. */
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg);
 
 #endif

@@ -83,3 +83,44 @@ const struct backend *backend_with_act_dtype(const struct backend *be, int dtype
 	      act_dtype_name(dtype), be->name, act_dtype_name(be->act_dtype));
 	return NULL;
 }
+
+int backend_lane_count(const struct backend *be)
+{
+	return be->lanes ? be->lanes() : 1;
+}
+
+/* the lane this thread bound last through these helpers */
+static _Thread_local int bound_lane;
+
+void backend_lane_bind(const struct backend *be, int lane)
+{
+	if (backend_lane_count(be) > 1) {
+		be->lane_bind(lane);
+		bound_lane = lane;
+	}
+}
+
+int backend_lane_enter(const struct backend *be, int lane)
+{
+	int before = bound_lane;
+	backend_lane_bind(be, lane);
+	return before;
+}
+
+int backend_same_device(const struct backend *be, int a, int b)
+{
+	return backend_lane_count(be) <= 1 || be->lane_device(a) == be->lane_device(b);
+}
+
+void *backend_fence(const struct backend *be)
+{
+	return backend_lane_count(be) > 1 ? be->fence_new() : NULL;
+}
+
+void backend_fence_take(const struct backend *be, void *fence)
+{
+	if (!fence)
+		return;
+	be->fence_wait(fence);
+	be->fence_free(fence);
+}

@@ -63,7 +63,7 @@ struct backend {
 	 * not promise memmove semantics); other overlaps are not allowed. */
 	void (*copy)(void *dst, const void *src, size_t bytes);
 	void (*zero)(void *p, size_t bytes);
-	void (*synchronize)(void);
+	void (*synchronize)(void); /* waits for every op queued so far, every lane */
 	void (*set_threads)(int n); /* 0 = all cores */
 	/* Most bytes of device memory held at once so far (allocations plus the
 	 * backend's scratch pool); NULL where memory is the host's. */
@@ -252,6 +252,29 @@ struct backend {
 	/* x *= s */
 	void (*scale)(float *x, float s, size_t n);
 
+	/* ---- lanes (optional; NULL on the cpu, whose ops have finished when
+	 * they return, so there is one lane and nothing to order) ----
+	 * A lane is one ordered queue of operations on one device (CUDA: a
+	 * stream on a GPU). set_lanes declares them before the first op; by
+	 * default there is one, lane 0, on the backend's device. A thread's ops
+	 * go to the lane it bound last (lane 0 before it binds one). Ops on one
+	 * lane run in the order they were issued, whichever thread issued them;
+	 * ops on two lanes run in any order unless a fence orders them, or a
+	 * synchronize (which waits for every lane). Memory belongs to the
+	 * device of the lane that allocated it, and an op may touch only memory
+	 * of its lane's device; copy alone may read another device's memory
+	 * (once a fence orders it). sched/ places stage s on lane s (pipeline.devices). */
+	int (*set_lanes)(const int *device, int n, char *why, size_t why_len); /* 1, or 0 + why */
+	int (*lanes)(void);                   /* how many */
+	int (*lane_device)(int lane);         /* the device index lane runs on */
+	void (*lane_bind)(int lane);          /* the calling thread's ops go to lane */
+	/* A fence after the ops the caller's lane was given so far; waiting on
+	 * it from any lane orders that lane's later ops after them. Freed once
+	 * waited on (fence_wait may be called for it more than once before). */
+	void *(*fence_new)(void);
+	void (*fence_wait)(void *fence);
+	void (*fence_free)(void *fence);
+
 	/* ---- timing (optional; NULL where every op has finished when it
 	 * returns, so the host clock times them: the cpu) ---- */
 	/* A marker of the moment the ops queued so far have run. */
@@ -269,6 +292,23 @@ size_t newton_schulz_many_scratch(int count, int rows, int cols);
  * buffer that starts at such an offset keeps the buffer's alignment, which
  * the CUDA GEMMs and Newton-Schulz need to run without staging copies. */
 size_t scratch_floats_aligned(size_t n);
+
+/* Lanes (the table's set_lanes ... fence_free) for code that runs on any
+ * backend: with one lane they do nothing. */
+int backend_lane_count(const struct backend *be);
+/* The calling thread's ops go to lane (a no-op with one lane). Code that
+ * binds lanes does it through these, never the table's lane_bind. */
+void backend_lane_bind(const struct backend *be, int lane);
+/* backend_lane_bind(be, lane), returning the lane bound before, for
+ * binding it again when done: the main thread touching stage s's memory
+ * (checkpoints, evaluation) works on lane s and then goes back. */
+int backend_lane_enter(const struct backend *be, int lane);
+/* Whether lanes a and b sit on one device (memory of one is the other's). */
+int backend_same_device(const struct backend *be, int a, int b);
+/* A fence after the caller's lane's ops so far, NULL with one lane. */
+void *backend_fence(const struct backend *be);
+/* The caller's lane waits for fence, which is then freed; NULL is nothing. */
+void backend_fence_take(const struct backend *be, void *fence);
 
 /* Bytes per activation element of be. */
 static inline size_t act_size(const struct backend *be)

@@ -197,6 +197,7 @@ static void *stage_main(void *arg)
 	struct board *board = p->board[c->r];
 	int s = c->s, S = tr->S, last = s == S - 1;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	backend_lane_bind(be, s); /* this thread's ops, of every replica's stage s */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
 	void *x_in = NULL, *x_out = NULL, *dx_out = NULL, *dx_in = NULL; /* act_dtype */
@@ -467,7 +468,10 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
 	p.losses = xcalloc(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float));
+	/* on the last stages' lane, which writes it (one lane with MPI) */
+	backend_lane_bind(tr->be, S - 1);
 	p.loss_dev = tr->be->alloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
+	backend_lane_bind(tr->be, 0);
 	if (!p.loss_dev)
 		die("cannot allocate the segment's %ld losses on backend '%s'",
 		    (long)n * p.mb_per_step, tr->be->name);
@@ -491,6 +495,11 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		for (int i = 0; i < N * S; i++)
 			pthread_join(th[i], NULL);
 		free(th);
+		/* the stages' lanes may still run their last ops; everything
+		 * after this (losses, checkpoints, the next segment's first
+		 * ops on other lanes) is ordered after them */
+		if (backend_lane_count(tr->be) > 1)
+			tr->be->synchronize();
 	}
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
@@ -501,9 +510,11 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	}
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
+	backend_lane_bind(tr->be, S - 1);
 	tr->be->to_host(p.losses, p.loss_dev,
 			st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
 	tr->be->free(p.loss_dev);
+	backend_lane_bind(tr->be, 0);
 	if (mpi)
 		mpi_segment_end(&p, &ctx[lo], n);
 	int rc = 0;

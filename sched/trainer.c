@@ -123,16 +123,30 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		}
 	}
 	sched_free(probe);
-	size_t n = act_elems(tr);
+	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
+	 * them, x[s] written by stage s-1 on its lane, the inputs read on
+	 * stage 0's, the targets on the last stage's */
+	size_t n = act_elems(tr), bytes = st_mult(n, act_size(be));
 	tr->x = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	tr->dx = xcalloc((size_t)tr->S + 1, sizeof(void *));
+	tr->x_peer = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	for (int s = 0; s <= tr->S; s++) {
-		tr->x[s] = be->alloc(st_mult(n, act_size(be)));
-		tr->dx[s] = be->alloc(st_mult(n, act_size(be)));
+		int writer = MAX(0, MIN(s - 1, tr->S - 1));
+		backend_lane_bind(be, writer);
+		tr->x[s] = be->alloc(bytes);
+		backend_lane_bind(be, 0);
+		tr->dx[s] = be->alloc(bytes);
+		if (s > 0 && s < tr->S && !backend_same_device(be, writer, s)) {
+			backend_lane_bind(be, s);
+			tr->x_peer[s] = be->alloc(bytes);
+			backend_lane_bind(be, 0);
+		}
 	}
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	tr->inputs = be->alloc(bt * sizeof(int32_t));
+	backend_lane_bind(be, tr->S - 1);
 	tr->targets = be->alloc(bt * sizeof(int32_t));
+	backend_lane_bind(be, 0);
 	return 0;
 }
 
@@ -141,18 +155,26 @@ void trainer_free(struct trainer *tr)
 	cut_free(&tr->cut);
 	if (!tr->w)
 		return;
+	tr->be->synchronize(); /* nothing still uses what is freed below */
 	for (int i = 0; i < tr->N * tr->S; i++)
 		worker_free(&tr->w[i]);
 	for (int s = 0; s <= tr->S; s++) {
+		backend_lane_bind(tr->be, MAX(0, MIN(s - 1, tr->S - 1)));
 		tr->be->free(tr->x[s]);
+		backend_lane_bind(tr->be, MIN(s, tr->S - 1));
+		tr->be->free(tr->x_peer[s]);
+		backend_lane_bind(tr->be, 0);
 		tr->be->free(tr->dx[s]);
 	}
 	free(tr->x);
 	free(tr->dx);
+	free(tr->x_peer);
 	free(tr->w);
 	free(tr->moe_tokens);
 	tr->be->free(tr->inputs);
+	backend_lane_bind(tr->be, tr->S - 1);
 	tr->be->free(tr->targets);
+	backend_lane_bind(tr->be, 0);
 	memset(tr, 0, sizeof(*tr));
 }
 
@@ -198,27 +220,42 @@ static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	dataloader_batch(dl, index, in, tg);
 	tr->be->to_device(tr->inputs, in, bt * sizeof(int32_t));
+	backend_lane_bind(tr->be, tr->S - 1);
 	tr->be->to_device(tr->targets, tg, bt * sizeof(int32_t));
+	backend_lane_bind(tr->be, 0);
 	free(in);
 	free(tg);
 }
 
 /* Forward one micro-batch through every stage of replica r in order (slot
- * 0). With grads, the last stage also back-propagates through its head. */
+ * 0). With grads, the last stage also back-propagates through its head.
+ * With lanes (evaluation only) stage s runs on lane s and waits for every
+ * lane before the next stage reads its output: evaluation need not be
+ * fast, and a full wait is plainly enough. */
 static float forward_all(struct trainer *tr, int r, long version_step, int with_grads, long step)
 {
 	float loss = 0.0f;
+	int lanes = backend_lane_count(tr->be) > 1;
 	for (int s = 0; s < tr->S; s++) {
 		struct stage_worker *w = trainer_worker(tr, r, s);
 		long v = with_grads ? version_step - w->delay : w->newest;
 		int last = s == tr->S - 1;
+		backend_lane_bind(tr->be, s);
+		void *x_in = s == 0 ? NULL : tr->x[s];
+		if (tr->x_peer[s]) { /* stage s-1 wrote it on another device */
+			tr->be->copy(tr->x_peer[s], x_in,
+				     st_mult(act_elems(tr), act_size(tr->be)));
+			x_in = tr->x_peer[s];
+		}
 		stage_forward(&w->st, 0, with_grads ? worker_grad_weights(w, v) : worker_weights(w, v),
-			      s == 0 ? tr->inputs : NULL,
-			      s == 0 ? NULL : tr->x[s], last ? tr->targets : NULL,
+			      s == 0 ? tr->inputs : NULL, x_in, last ? tr->targets : NULL,
 			      last ? NULL : tr->x[s + 1], last ? &loss : NULL, NULL,
 			      last && with_grads ? worker_grads(w, step) : NULL,
 			      1.0f / (float)tr->mb_per_step);
+		if (lanes)
+			tr->be->synchronize();
 	}
+	backend_lane_bind(tr->be, 0);
 	return loss;
 }
 

@@ -80,8 +80,12 @@ struct trainer {
 	long step;                 /* optimizer steps done */
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
-	void **x, **dx;            /* [S+1][B*T*C] activations (act_dtype) */
-	int32_t *inputs, *targets; /* [B*T] */
+	void **x, **dx;            /* [S+1][B*T*C] activations (act_dtype); with
+				    * lanes x[s] sits on stage s-1's device */
+	void **x_peer;             /* [S+1] with lanes: x[s] copied to stage s's
+				    * device where that differs, else NULL */
+	int32_t *inputs, *targets; /* [B*T]; with lanes on stage 0's and the
+				    * last stage's device */
 	float *tied_part;          /* [Vp*C] exchange buffer for tied weights (S > 1) */
 	/* statistics of the last step */
 	struct step_stats last;

@@ -7,9 +7,10 @@
 
 #include "../io/util.h"
 
-int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
-		const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
-		int n_slots, int delay, int overlapped, const float *params)
+/* worker_init's work, on the stage's lane */
+static int init_on_lane(struct stage_worker *w, const struct model *m, const struct backend *be,
+			const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
+			int n_slots, int delay, int overlapped, const float *params)
 {
 	memset(w, 0, sizeof(*w));
 	if (delay < 0 || delay + 1 > WORKER_MAX_VERSIONS)
@@ -52,10 +53,22 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	return 0;
 }
 
+int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
+		const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
+		int n_slots, int delay, int overlapped, const float *params)
+{
+	/* stage s's memory on its lane's device (backend.h: lanes) */
+	int before = backend_lane_enter(be, s);
+	int rc = init_on_lane(w, m, be, cfg, cut, s, B, T, n_slots, delay, overlapped, params);
+	backend_lane_bind(be, before);
+	return rc;
+}
+
 void worker_free(struct stage_worker *w)
 {
 	if (!w->be)
 		return;
+	int before = backend_lane_enter(w->be, w->s);
 	for (int v = 0; v < w->n_versions; v++) {
 		w->be->free(w->ver[v]);
 		if (w->pred[v])
@@ -67,6 +80,7 @@ void worker_free(struct stage_worker *w)
 	optim_free(&w->opt);
 	stage_free(&w->st);
 	free(w->sumsq);
+	backend_lane_bind(w->be, before);
 	memset(w, 0, sizeof(*w));
 }
 
@@ -108,10 +122,12 @@ void worker_predict_held(struct stage_worker *w)
 {
 	if (!w->predict)
 		return;
+	int before = backend_lane_enter(w->be, w->s);
 	/* the oldest version held lacks its predecessor; it is never computed
 	 * on again (that is why the ring holds one more) */
 	for (long v = MAX(0, w->newest - (w->n_versions - 2)); v <= w->newest; v++)
 		predict_version(w, v);
+	backend_lane_bind(w->be, before);
 }
 
 float *worker_grads(struct stage_worker *w, long step) { return w->grads[step % 2]; }
@@ -168,7 +184,9 @@ void worker_save_version(struct stage_worker *w, long v, float *global)
 {
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);
+	int before = backend_lane_enter(w->be, w->s);
 	w->be->to_host(host, worker_weights(w, v), bytes);
+	backend_lane_bind(w->be, before);
 	stage_scatter(&w->st, global, host);
 	free(host);
 }
@@ -178,6 +196,8 @@ void worker_load_version(struct stage_worker *w, long v, const float *global)
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);
 	stage_gather(&w->st, host, global);
+	int before = backend_lane_enter(w->be, w->s);
 	w->be->to_device(w->ver[(v < 0 ? 0 : v) % w->n_versions], host, bytes);
+	backend_lane_bind(w->be, before);
 	free(host);
 }

@@ -46,11 +46,21 @@ void cuda_fatal(const char *file, int line, const char *fmt, ...)
 }
 
 static std::once_flag init_once;
-static cudaStream_t stream;
 static std::mutex select_mutex;
 static int device = -1;      /* chosen by cuda_select_device, -1 until then */
-static bool device_in_use;   /* set once the stream exists */
-static thread_local bool thread_bound;
+static bool device_in_use;   /* set once the streams exist */
+
+/* The lanes (backend.h): a stream each, on its device. Without set_lanes
+ * there is one, on the chosen device. */
+#define MAX_LANES CUDA_MAX_LANES
+static struct lane {
+	int device;
+	cudaStream_t stream;
+} lanes[MAX_LANES];
+static int n_lanes = 1;
+static bool lanes_set;                 /* by cu_set_lanes, before init */
+static thread_local int my_lane;       /* the calling thread's lane */
+static thread_local int bound_device = -1;
 
 /* The local rank a launcher gave this process, or -1. */
 static int local_rank(void)
@@ -86,6 +96,11 @@ extern "C" int cuda_select_device(int index, char *why, size_t len)
 			 device, want);
 		return 0;
 	}
+	if (lanes_set && want != lanes[0].device) {
+		snprintf(why, len, "the lanes put lane 0 on CUDA device %d, not %d", lanes[0].device,
+			 want);
+		return 0;
+	}
 	device = want;
 	return 1;
 }
@@ -101,6 +116,9 @@ static int chosen_device(void)
 	return device;
 }
 
+/* One stream per lane; per device, the pool keeps freed scratch and each
+ * device may read its peers' memory where the hardware allows (copies
+ * between devices work either way). */
 static void cuda_init(void)
 {
 	int count = 0, dev = chosen_device();
@@ -110,18 +128,43 @@ static void cuda_init(void)
 			   cudaGetErrorString(err));
 	if (count == 0)
 		cuda_fatal(__FILE__, __LINE__, "no CUDA device found");
-	CUDA_CHECK(cudaSetDevice(dev));
 	{
 		std::lock_guard<std::mutex> lock(select_mutex);
+		if (!lanes_set)
+			lanes[0].device = dev;
 		device_in_use = true;
 	}
-	CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-	/* Keep freed scratch in the pool instead of returning it to the driver
-	 * at every synchronisation. */
-	cudaMemPool_t pool;
-	CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-	uint64_t threshold = UINT64_MAX;
-	CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+	for (int l = 0; l < n_lanes; l++) {
+		int d = lanes[l].device;
+		CUDA_CHECK(cudaSetDevice(d));
+		CUDA_CHECK(cudaStreamCreateWithFlags(&lanes[l].stream, cudaStreamNonBlocking));
+		bool first = true; /* the first lane on d sets d up */
+		for (int k = 0; k < l; k++)
+			first = first && lanes[k].device != d;
+		if (!first)
+			continue;
+		/* Keep freed scratch in the pool instead of returning it to the
+		 * driver at every synchronisation. */
+		cudaMemPool_t pool;
+		CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, d));
+		uint64_t threshold = UINT64_MAX;
+		CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+		for (int k = 0; k < l; k++) {
+			int can = 0, e = lanes[k].device;
+			if (e == d)
+				continue;
+			/* both ways; the flag is per (current device, peer) pair */
+			CUDA_CHECK(cudaDeviceCanAccessPeer(&can, d, e));
+			if (can && cudaDeviceEnablePeerAccess(e, 0) != cudaSuccess)
+				cudaGetLastError(); /* already enabled: fine */
+			CUDA_CHECK(cudaSetDevice(e));
+			CUDA_CHECK(cudaDeviceCanAccessPeer(&can, e, d));
+			if (can && cudaDeviceEnablePeerAccess(d, 0) != cudaSuccess)
+				cudaGetLastError();
+			CUDA_CHECK(cudaSetDevice(d));
+		}
+	}
+	bound_device = -1; /* the calling thread's device is set again below */
 }
 
 cudaStream_t cuda_stream(void)
@@ -130,11 +173,89 @@ cudaStream_t cuda_stream(void)
 	/* The current device is per thread: a stage's worker thread would
 	 * otherwise allocate on device 0 and launch into another device's
 	 * stream. */
-	if (!thread_bound) {
-		CUDA_CHECK(cudaSetDevice(device));
-		thread_bound = true;
+	const struct lane *l = &lanes[my_lane];
+	if (bound_device != l->device) {
+		CUDA_CHECK(cudaSetDevice(l->device));
+		bound_device = l->device;
 	}
-	return stream;
+	return l->stream;
+}
+
+int cuda_lane(void)
+{
+	return my_lane;
+}
+
+static int cu_set_lanes(const int *devs, int n, char *why, size_t len)
+{
+	int count = 0;
+	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+		return cuda_available(why, len);
+	if (n < 1 || n > MAX_LANES) {
+		snprintf(why, len, "%d lanes: between 1 and %d can be used", n, MAX_LANES);
+		return 0;
+	}
+	for (int l = 0; l < n; l++)
+		if (devs[l] < 0 || devs[l] >= count) {
+			snprintf(why, len, "there is no CUDA device %d: %d visible (numbered from 0%s)",
+				 devs[l], count,
+				 getenv("CUDA_VISIBLE_DEVICES") ? ", after CUDA_VISIBLE_DEVICES" : "");
+			return 0;
+		}
+	std::lock_guard<std::mutex> lock(select_mutex);
+	if (device_in_use) {
+		bool same = n == n_lanes;
+		for (int l = 0; same && l < n; l++)
+			same = lanes[l].device == devs[l];
+		if (!same)
+			snprintf(why, len, "this process already runs on its CUDA lanes; they are set "
+				 "once, before the first operation");
+		return same;
+	}
+	for (int l = 0; l < n; l++)
+		lanes[l].device = devs[l];
+	n_lanes = n;
+	lanes_set = true;
+	device = devs[0];
+	return 1;
+}
+
+static int cu_lanes(void)
+{
+	return n_lanes;
+}
+
+static int cu_lane_device(int lane)
+{
+	return lane >= 0 && lane < n_lanes ? lanes[lane].device : -1;
+}
+
+static void cu_lane_bind(int lane)
+{
+	if (lane < 0 || lane >= n_lanes)
+		cuda_fatal(__FILE__, __LINE__, "internal error: lane %d of %d", lane, n_lanes);
+	my_lane = lane;
+}
+
+/* fences: events without timing, recorded on the caller's stream */
+static void *cu_fence_new(void)
+{
+	cudaStream_t st = cuda_stream();
+	cudaEvent_t e;
+	CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+	CUDA_CHECK(cudaEventRecord(e, st));
+	return (void *)e;
+}
+
+static void cu_fence_wait(void *f)
+{
+	CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(), (cudaEvent_t)f, 0));
+}
+
+static void cu_fence_free(void *f)
+{
+	/* legal while the event is pending: it is released once complete */
+	CUDA_CHECK(cudaEventDestroy((cudaEvent_t)f));
 }
 
 void *cuda_scratch(size_t bytes)
@@ -217,12 +338,24 @@ static size_t held_bytes, held_peak;
 
 static size_t cu_memory_peak(void)
 {
-	cudaMemPool_t pool;
-	uint64_t pool_high = 0;
-	CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, chosen_device()));
-	CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &pool_high));
+	/* every lane's device once (the pools' highs add: an upper bound of
+	 * the sum at any one moment) */
+	uint64_t pools = 0;
+	cuda_stream();
+	for (int l = 0; l < n_lanes; l++) {
+		bool first = true;
+		for (int k = 0; k < l; k++)
+			first = first && lanes[k].device != lanes[l].device;
+		if (!first)
+			continue;
+		cudaMemPool_t pool;
+		uint64_t high = 0;
+		CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, lanes[l].device));
+		CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
+		pools += high;
+	}
 	std::lock_guard<std::mutex> lock(held_mutex);
-	return held_peak + (size_t)pool_high;
+	return held_peak + (size_t)pools;
 }
 
 static void *cu_alloc(size_t bytes)
@@ -238,8 +371,8 @@ static void *cu_alloc(size_t bytes)
 		return NULL;
 	}
 	CUDA_CHECK(err);
-	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
-	CUDA_CHECK(cudaStreamSynchronize(stream));
+	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	std::lock_guard<std::mutex> lock(held_mutex);
 	held[p] = bytes;
 	held_bytes += bytes;
@@ -335,13 +468,13 @@ static void cu_to_device(void *dst, const void *src, size_t bytes)
 	if (staged_upload(dst, src, bytes))
 		return;
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
-	CUDA_CHECK(cudaStreamSynchronize(stream));
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
 static void cu_to_host(void *dst, const void *src, size_t bytes)
 {
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
-	CUDA_CHECK(cudaStreamSynchronize(stream));
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
 /* dst == src is a no-op (backend.h): no copy is queued, since
@@ -350,7 +483,7 @@ static void cu_copy(void *dst, const void *src, size_t bytes)
 {
 	if (dst == src || !bytes)
 		return;
-	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream()));
 }
 
 static void cu_zero(void *p, size_t bytes)
@@ -360,7 +493,9 @@ static void cu_zero(void *p, size_t bytes)
 
 static void cu_synchronize(void)
 {
-	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+	cuda_stream(); /* the streams exist */
+	for (int l = 0; l < n_lanes; l++)
+		CUDA_CHECK(cudaStreamSynchronize(lanes[l].stream));
 }
 
 /* timing markers: CUDA events recorded on the stream */
@@ -468,7 +603,7 @@ void cuda_sumsq_device(double *out, const float *x, size_t n)
 	double *part = (double *)cuda_scratch(nb * sizeof(double));
 	sumsq_partial_kernel<<<nb, SUMSQ_THREADS, 0, cuda_stream()>>>(part, x, n);
 	CUDA_LAUNCHED();
-	sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, stream>>>(out, part, nb);
+	sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, cuda_stream()>>>(out, part, nb);
 	CUDA_LAUNCHED();
 	cuda_scratch_free(part);
 }
@@ -477,9 +612,9 @@ static double cu_sumsq(const float *x, size_t n)
 {
 	double *d = (double *)cuda_scratch(sizeof(double)), h = 0;
 	cuda_sumsq_device(d, x, n);
-	CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, stream));
+	CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, cuda_stream()));
 	cuda_scratch_free(d);
-	CUDA_CHECK(cudaStreamSynchronize(stream));
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	return h;
 }
 
@@ -531,14 +666,14 @@ static void cu_sumsq_many(double *out, const float *const *x, const size_t *n, i
 		double *part = (double *)cuda_scratch((size_t)blocks * sizeof(double));
 		sumsq_many_partial_kernel<<<blocks, SUMSQ_THREADS, 0, cuda_stream()>>>(part, g);
 		CUDA_LAUNCHED();
-		sumsq_many_final_kernel<<<g.count, SUMSQ_MAX_BLOCKS, 0, stream>>>(d + k0, part, g);
+		sumsq_many_final_kernel<<<g.count, SUMSQ_MAX_BLOCKS, 0, cuda_stream()>>>(d + k0, part, g);
 		CUDA_LAUNCHED();
 		cuda_scratch_free(part);
 	}
 	CUDA_CHECK(cudaMemcpyAsync(out, d, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost,
-				   stream));
+				   cuda_stream()));
 	cuda_scratch_free(d);
-	CUDA_CHECK(cudaStreamSynchronize(stream));
+	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
 /* Column sums for weight/bias gradients, in a fixed order (A: the storage
@@ -621,7 +756,7 @@ static void colsums(float *dw, float *db, const A *dout, const A *inp, const flo
 	colsum_partial_kernel<<<grid, block, 0, cuda_stream()>>>(pw, pb, dout, inp, mean, rstd,
 								  N, C);
 	CUDA_LAUNCHED();
-	colsum_final_kernel<<<(C + 255) / 256, 256, 0, stream>>>(dw, db, pw, pb, nchunks, C);
+	colsum_final_kernel<<<(C + 255) / 256, 256, 0, cuda_stream()>>>(dw, db, pw, pb, nchunks, C);
 	CUDA_LAUNCHED();
 	cuda_scratch_free(pw);
 	cuda_scratch_free(pb);
@@ -861,7 +996,7 @@ static void cu_layernorm_backward(A *dinp, float *dw, float *db, const A *dout, 
 	colsums(dw, db, dout, inp, mean, rstd, N, C);
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
 	if (dinp) {
-		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
 			dinp, dout, inp, w, mean, rstd, N, C);
 		CUDA_LAUNCHED();
 	}
@@ -884,7 +1019,7 @@ static void cu_rmsnorm_backward(A *dinp, float *dw, const A *dout, const A *inp,
 	colsums(dw, NULL, dout, inp, NULL, rstd, N, C);
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
 	if (dinp) {
-		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, stream>>>(
+		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
 			dinp, dout, inp, w, NULL, rstd, N, C);
 		CUDA_LAUNCHED();
 	}
@@ -1683,6 +1818,13 @@ static void fill_common_slots(struct backend &t)
 	t.mark_new = cu_mark_new;
 	t.mark_ms = cu_mark_ms;
 	t.mark_free = cu_mark_free;
+	t.set_lanes = cu_set_lanes;
+	t.lanes = cu_lanes;
+	t.lane_device = cu_lane_device;
+	t.lane_bind = cu_lane_bind;
+	t.fence_new = cu_fence_new;
+	t.fence_wait = cu_fence_wait;
+	t.fence_free = cu_fence_free;
 	t.set_threads = cu_set_threads;
 	t.memory_peak = cu_memory_peak;
 	t.weights_bf16 = cuda_weights_bf16;

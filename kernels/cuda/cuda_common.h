@@ -6,9 +6,13 @@
  * templated on the type through cuda_act.h); everything else is fp32. Matrix
  * products run on tensor cores with bf16 operands and fp32 accumulation
  * (cuBLASLt). All work is
- * queued on one stream per process (cuda_stream()); scratch memory comes from
- * the stream-ordered pool (cudaMallocAsync), so ops called from several
- * threads on the same stream never race on it.
+ * queued on the calling thread's lane (backend.h: a stream on a device,
+ * cuda_stream(); one per process unless pipeline.devices asks for more);
+ * scratch memory comes from the device's stream-ordered pool
+ * (cudaMallocAsync), so ops called from several threads never race on it.
+ * Anything else an op reuses between calls (cuBLASLt workspace, the weight
+ * copies) is kept per lane, so one lane never overwrites what another
+ * lane's queued work still reads.
  *
  * Errors: a failing CUDA call leaves the context unusable (errors are
  * sticky), and the void ops of backend.h cannot return one, so cuda_fatal()
@@ -37,8 +41,12 @@ void cuda_fatal(const char *file, int line, const char *fmt, ...) CUDA_NORETURN
 /* After a kernel launch: launch-configuration errors surface here. */
 #define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
 
-/* Lazily initialised (once per process): device, stream, memory pool. */
+/* Lazily initialised (once per process): devices, streams, memory pools.
+ * Returns the calling thread's lane's stream, its device made current. */
 cudaStream_t cuda_stream(void);
+/* The calling thread's lane, 0 .. lanes-1 (see MAX_LANES). */
+int cuda_lane(void);
+#define CUDA_MAX_LANES 64
 /* Stream-ordered scratch; freed in stream order. */
 void *cuda_scratch(size_t bytes);
 void cuda_scratch_free(void *p);

@@ -61,8 +61,14 @@ static struct {
 static std::mutex lt_mutex; /* loading, the plan cache, issuing matmuls */
 static int lt_state;        /* 0 not tried, 1 loaded, -1 failed */
 static char lt_why[512];
-static cublasLtHandle_t lt_handle;
-static void *lt_workspace;
+/* A handle (handles belong to a device) and a workspace per lane: two
+ * lanes' products may run at once, and must not share scratch. */
+static struct {
+	cublasLtHandle_t handle;
+	void *workspace;
+} lt_lane[CUDA_MAX_LANES];
+#define lt_handle (lt_lane[cuda_lane()].handle)
+#define lt_workspace (lt_lane[cuda_lane()].workspace)
 #define LT_WORKSPACE_BYTES (32u << 20) /* what Hopper's kernels like */
 
 static int lt_load_locked(void)
@@ -116,14 +122,14 @@ int cuda_blaslt_load(char *why, size_t len)
 				   lt.cublasLtGetStatusString(st_));              \
 	} while (0)
 
-/* Handle and workspace; called with lt_mutex held. */
+/* The calling lane's handle and workspace; called with lt_mutex held. */
 static void lt_ready_locked(void)
 {
+	cuda_stream(); /* the lane's device is current */
 	if (lt_handle)
 		return;
 	if (lt_load_locked() < 0)
 		cuda_fatal(__FILE__, __LINE__, "%s", lt_why);
-	cuda_stream();
 	LT_CHECK(lt.cublasLtCreate(&lt_handle));
 	CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE_BYTES));
 }
@@ -556,18 +562,21 @@ static const __nv_bfloat16 *bf16_operand(const __nv_bfloat16 *x, size_t n, __nv_
  * preparing another reuses the least recently prepared buffer. Lookups hold
  * shadow_mutex until their GEMM is queued, and prepares hold it while they
  * queue their conversion: with every op on one stream, a buffer is never
- * rewritten before the GEMMs queued against it have run. (Per-stage
- * streams will need an event per buffer here.) A weight outside every
- * prepared range, or a failed allocation, falls back to the per-product
- * conversion. */
+ * rewritten before the GEMMs queued against it have run. Each lane
+ * (backend.h) has its own copies, made and read on its stream only, so the
+ * same holds with several lanes, and no lane reads another device's copy.
+ * A weight outside every prepared range of the lane, or a failed
+ * allocation, falls back to the per-product conversion. */
 #define SHADOWS 8
-static struct shadow {
+struct shadow {
 	const float *w;    /* the fp32 range, NULL when free */
 	size_t n;          /* floats in it */
 	__nv_bfloat16 *b;  /* [cap] its copy */
 	size_t cap;
 	unsigned long used; /* when last prepared (shadow_clock) */
-} shadows[SHADOWS];
+};
+static struct shadow shadow_lanes[CUDA_MAX_LANES][SHADOWS];
+#define shadows (shadow_lanes[cuda_lane()])
 static std::mutex shadow_mutex;
 static unsigned long shadow_clock;
 
@@ -612,11 +621,12 @@ void cuda_weights_forget(const void *p, size_t bytes)
 {
 	const char *lo = (const char *)p, *hi = lo + bytes;
 	std::lock_guard<std::mutex> lock(shadow_mutex);
-	for (int i = 0; i < SHADOWS; i++) {
-		struct shadow *s = &shadows[i];
-		if (s->w && (const char *)s->w < hi && lo < (const char *)(s->w + s->n))
-			s->w = NULL;
-	}
+	for (int l = 0; l < CUDA_MAX_LANES; l++) /* every lane's */
+		for (int i = 0; i < SHADOWS; i++) {
+			struct shadow *s = &shadow_lanes[l][i];
+			if (s->w && (const char *)s->w < hi && lo < (const char *)(s->w + s->n))
+				s->w = NULL;
+		}
 }
 
 /* The bf16 copy of w[count] if a prepared range holds it; call with

@@ -4,6 +4,13 @@
  * global order, how many stages posted and finished, and the two raw tied
  * parts (backend copies, returned to a small pool when every stage is done
  * with the step, so that a segment allocates them only for its first steps).
+ *
+ * With lanes (backend.h; stage s on lane s) a part carries fences: the
+ * poster's after its copy, which the other end waits on before reading,
+ * and the reader's after its last read, which whoever takes the buffer
+ * from the pool next waits on. A reader on another device reads a peer
+ * copy of the part made on its own lane. Pools are per stage (per lane,
+ * so a buffer never leaves its device).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,19 +19,34 @@
 #include "../../io/util.h"
 #include "board.h"
 
+/* a tied part in backend memory, and the stage (lane) that allocated it */
+struct part {
+	float *p;                 /* [tied_n], NULL when absent */
+	int owner;
+};
+
 struct entry {
 	int posted, consumed;
 	double *sumsq;            /* [total] */
-	float *part[2];           /* stage 0's embedding part, the last stage's head part */
+	struct part part[2];      /* stage 0's embedding part, the last stage's head part */
+	void *posted_fence[2];    /* after the copy into part[k] (NULL: one lane) */
+	struct part peer[2];      /* part[k] copied to the reader's device, if it differs */
+	void *read_fence[2];      /* after the reader's last use of part[k], */
+	void *peer_fence[2];      /* and of peer[k] */
 };
 
-/* tied parts kept for reuse: two steps in flight, two parts each */
-#define TIED_POOL 4
+/* free parts of one stage's device, each with the fence after its last
+ * use; kept until the board is destroyed (a stage has at most two steps in
+ * flight, an own part and a peer copy each, so a pool stays small) */
+struct tied_pool {
+	float **p;
+	void **fence;
+	int n, cap;
+};
 
 struct local_board {
 	struct board b;
-	float *pool[TIED_POOL];   /* free tied parts, [tied_n] each */
-	int npool;
+	struct tied_pool *pool;   /* [S] */
 	const struct backend *be;
 	int *n_tensors;
 	size_t *offset;           /* [S] first sum of stage s in sumsq */
@@ -58,33 +80,48 @@ static void lb_begin(struct board *b, long first_step, int n_steps)
 /* part index of stage s: 0 for stage 0, 1 for the last stage */
 static int part_of(const struct board *b, int s) { return s == 0 ? 0 : 1; }
 
-/* A tied part from the pool, or a new one. */
-static float *take_part(struct local_board *l)
+/* A tied part for stage s (on its lane), from its pool or new, ready to
+ * be written. */
+static struct part take_part(struct local_board *l, int s)
 {
 	float *p = NULL;
+	void *fence = NULL;
 	pthread_mutex_lock(&l->mu);
-	if (l->npool)
-		p = l->pool[--l->npool];
+	struct tied_pool *tp = &l->pool[s];
+	if (tp->n) {
+		tp->n--;
+		p = tp->p[tp->n], fence = tp->fence[tp->n];
+	}
 	pthread_mutex_unlock(&l->mu);
-	return p ? p : l->be->alloc(l->tied_n * sizeof(float));
+	backend_fence_take(l->be, fence);
+	if (!p && !(p = l->be->alloc(l->tied_n * sizeof(float))))
+		die("cannot allocate the tied embedding's gradient part for stage %d", s);
+	return (struct part){p, s};
 }
 
-/* Back to the pool, or freed when it is full. Called with l->mu held. */
-static void give_part(struct local_board *l, float *p)
+/* Back to its owner's pool. Called with l->mu held, on any thread. */
+static void give_part(struct local_board *l, struct part pt, void *fence)
 {
-	if (l->npool < TIED_POOL)
-		l->pool[l->npool++] = p;
-	else
-		l->be->free(p);
+	struct tied_pool *tp = &l->pool[pt.owner];
+	if (tp->n == tp->cap) {
+		tp->cap = tp->cap ? 2 * tp->cap : 4;
+		tp->p = xrealloc(tp->p, sizeof(*tp->p) * (size_t)tp->cap);
+		tp->fence = xrealloc(tp->fence, sizeof(*tp->fence) * (size_t)tp->cap);
+	}
+	tp->p[tp->n] = pt.p, tp->fence[tp->n] = fence;
+	tp->n++;
 }
 
 static void lb_tied_post(struct board *b, int s, long step, const float *part)
 {
 	struct local_board *l = (struct local_board *)b;
-	float *copy = take_part(l);
-	l->be->copy(copy, part, l->tied_n * sizeof(float));
+	struct part copy = take_part(l, s);
+	l->be->copy(copy.p, part, l->tied_n * sizeof(float));
+	void *fence = backend_fence(l->be);
 	pthread_mutex_lock(&l->mu);
-	entry(l, step)->part[part_of(b, s)] = copy;
+	struct entry *e = entry(l, step);
+	e->part[part_of(b, s)] = copy;
+	e->posted_fence[part_of(b, s)] = fence;
 	pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
 }
@@ -96,12 +133,23 @@ static const float *lb_tied_wait(struct board *b, int s, long step, double *wait
 	pthread_mutex_lock(&l->mu);
 	struct entry *e = entry(l, step);
 	int other = 1 - part_of(b, s);
-	while (!e->part[other])
+	while (!e->part[other].p)
 		pthread_cond_wait(&l->cv, &l->mu);
-	const float *p = e->part[other];
+	struct part p = e->part[other];
+	void *fence = e->posted_fence[other];
+	e->posted_fence[other] = NULL;
 	pthread_mutex_unlock(&l->mu);
+	backend_fence_take(l->be, fence);
+	if (!backend_same_device(l->be, p.owner, s)) {
+		struct part own = take_part(l, s);
+		l->be->copy(own.p, p.p, l->tied_n * sizeof(float));
+		pthread_mutex_lock(&l->mu);
+		e->peer[other] = own;
+		pthread_mutex_unlock(&l->mu);
+		p = own;
+	}
 	*waited = now_sec() - t0;
-	return p;
+	return p.p;
 }
 
 static void lb_post(struct board *b, int s, long step, const double *sumsq)
@@ -133,11 +181,25 @@ static void lb_done(struct board *b, int s, long step)
 	struct local_board *l = (struct local_board *)b;
 	pthread_mutex_lock(&l->mu);
 	struct entry *e = entry(l, step);
+	/* stage s has queued its last read of the other end's part (or of
+	 * its peer copy): fences after it for the next users of the buffers */
+	if (s == 0 || s == b->S - 1) {
+		int read = 1 - part_of(b, s);
+		if (e->part[read].p)
+			e->read_fence[read] = backend_fence(l->be);
+		if (e->peer[read].p)
+			e->peer_fence[read] = backend_fence(l->be);
+	}
 	if (++e->consumed == b->S) {
 		for (int i = 0; i < 2; i++) {
-			if (e->part[i])
-				give_part(l, e->part[i]);
-			e->part[i] = NULL;
+			if (e->peer[i].p)
+				give_part(l, e->peer[i], e->peer_fence[i]);
+			if (e->part[i].p)
+				give_part(l, e->part[i], e->read_fence[i]);
+			if (e->posted_fence[i]) /* never waited on: nobody read it */
+				l->be->fence_free(e->posted_fence[i]);
+			e->part[i] = e->peer[i] = (struct part){NULL, 0};
+			e->read_fence[i] = e->peer_fence[i] = e->posted_fence[i] = NULL;
 		}
 	}
 	pthread_mutex_unlock(&l->mu);
@@ -147,11 +209,22 @@ static void lb_end(struct board *b)
 {
 	struct local_board *l = (struct local_board *)b;
 	for (int i = 0; i < l->n_steps; i++) {
-		for (int k = 0; k < 2; k++)
-			if (l->e[i].part[k])
-				l->be->free(l->e[i].part[k]);
-		free(l->e[i].sumsq);
+		struct entry *e = &l->e[i];
+		for (int k = 0; k < 2; k++) {
+			void *fences[3] = {e->posted_fence[k], e->read_fence[k], e->peer_fence[k]};
+			for (int f = 0; f < 3; f++)
+				if (fences[f])
+					l->be->fence_free(fences[f]);
+			struct part parts[2] = {e->part[k], e->peer[k]};
+			for (int q = 0; q < 2; q++)
+				if (parts[q].p) {
+					backend_lane_bind(l->be, parts[q].owner);
+					l->be->free(parts[q].p);
+				}
+		}
+		free(e->sumsq);
 	}
+	backend_lane_bind(l->be, 0);
 	free(l->e);
 	l->e = NULL;
 	l->n_steps = 0;
@@ -162,8 +235,18 @@ static void lb_destroy(struct board *b)
 	struct local_board *l = (struct local_board *)b;
 	if (l->e)
 		lb_end(b);
-	for (int i = 0; i < l->npool; i++)
-		l->be->free(l->pool[i]);
+	for (int s = 0; s < b->S; s++) {
+		backend_lane_bind(l->be, s);
+		for (int i = 0; i < l->pool[s].n; i++) {
+			if (l->pool[s].fence[i])
+				l->be->fence_free(l->pool[s].fence[i]);
+			l->be->free(l->pool[s].p[i]);
+		}
+		free(l->pool[s].p);
+		free(l->pool[s].fence);
+	}
+	backend_lane_bind(l->be, 0);
+	free(l->pool);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l->n_tensors);
@@ -177,6 +260,7 @@ struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 	struct local_board *l = xcalloc(1, sizeof(*l));
 	l->be = be;
 	l->tied_n = tied_n;
+	l->pool = xcalloc((size_t)S, sizeof(*l->pool));
 	l->n_tensors = xcalloc((size_t)S, sizeof(int));
 	l->offset = xcalloc((size_t)S, sizeof(size_t));
 	size_t total = 0;

@@ -34,7 +34,8 @@ struct transport {
 };
 
 /* In-process queues between S stage threads; buffers of msg_bytes from
- * backend be. */
+ * backend be. With lanes (backend.h), stage s runs on lane s and its thread
+ * is bound to it; hand-offs are fenced and cross devices by peer copies. */
 struct transport *transport_local(const struct backend *be, int S, size_t msg_bytes);
 
 #endif
