@@ -711,7 +711,7 @@ int bench_train(int argc, char **argv)
 		return EXIT_FAIL;
 	b.cfg = &cfg;
 	int rc = EXIT_FAIL;
-	if (!(b.be = backend_from_config(&cfg)))
+	if (!(b.be = backend_from_config(&cfg)) || backend_lanes_from_config(b.be, &cfg))
 		goto out_cfg;
 	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))
 		goto out_cfg;

@@ -9,6 +9,7 @@
 
 #include "../io/formats/checkpoint.h"
 #include "../io/util.h"
+#include "../sched/comm/dist.h"
 
 int model_from_config(struct model *m, const struct config *cfg, int vocab)
 {
@@ -153,8 +154,6 @@ const struct backend *backend_from_config(const struct config *cfg)
 		set_error_quiet(0);
 		be = b16 ? b16 : be;
 	}
-	if (be && *cfg->pipeline_devices && backend_lanes_from_config(be, cfg))
-		return NULL;
 	if (be && be->set_threads)
 		be->set_threads((int)cfg->train_threads);
 	return be;
@@ -164,17 +163,18 @@ int backend_lanes_from_config(const struct backend *be, const struct config *cfg
 {
 	const char *list = cfg->pipeline_devices;
 	long S = cfg->pipeline_stages;
-	if (strcmp(cfg->pipeline_transport, "local"))
+	if (!*list)
+		return 0;
+	if (strcmp(cfg->pipeline_transport, "local") || dist_active())
 		return error("pipeline.devices = %s places the stages of one process; with "
-			     "pipeline.transport = %s each process takes its local rank's GPU: leave "
-			     "pipeline.devices empty", list, cfg->pipeline_transport);
+			     "pipeline.transport = %s (or under a launcher) each process takes its local "
+			     "rank's GPU: leave pipeline.devices empty", list,
+			     dist_active() && !strcmp(cfg->pipeline_transport, "local") ? "mpi"
+											  : cfg->pipeline_transport);
 	if (!strcmp(cfg->train_schedule, "none"))
 		return error("pipeline.devices = %s needs a pipeline schedule (train.schedule = "
 			     "1f1b, gpipe, 2bw or pipedream): train.schedule = none runs the stages "
 			     "one after another on one device", list);
-	if (!be->set_lanes)
-		return error("pipeline.devices = %s: the %s backend runs every stage on the host; set "
-			     "train.device = cuda", list, be->name);
 	int *dev = xcalloc((size_t)S, sizeof(int)), n = 0, rc = 0;
 	const char *p = list;
 	while (!rc && *p) {
@@ -197,7 +197,10 @@ int backend_lanes_from_config(const struct backend *be, const struct config *cfg
 		rc = error("pipeline.devices = %s lists %d device(s); pipeline.stages = %ld needs one "
 			   "per stage", list, n, S);
 	char why[256] = "";
-	if (!rc && !be->set_lanes(dev, n, why, sizeof(why)))
+	if (!rc && !be->set_lanes)
+		rc = error("pipeline.devices = %s: the %s backend runs every stage on the host; set "
+			   "train.device = cuda", list, be->name);
+	else if (!rc && !be->set_lanes(dev, n, why, sizeof(why)))
 		rc = error("pipeline.devices = %s cannot be served: %s", list, why);
 	free(dev);
 	return rc;

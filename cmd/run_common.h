@@ -22,7 +22,9 @@ double device_peak_flops(const struct backend *be, int threads);
 /* Backend for a config, with threads set. */
 const struct backend *backend_from_config(const struct config *cfg);
 /* pipeline.devices (one cuda:N per stage) declared as be's lanes, stage s
- * on lane s; 0, or -1 after error() naming what to change. */
+ * on lane s (empty: nothing to do); 0, or -1 after error() naming what to
+ * change. train and bench train call it: eval, sample and export run one
+ * stage and ignore the key. */
 int backend_lanes_from_config(const struct backend *be, const struct config *cfg);
 
 #endif

@@ -835,7 +835,8 @@ int cmd_train(int argc, char **argv)
 	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path) : 0;
 	if (dist_max_int(claimed != 0)) /* every rank stops when the root could not */
 		return EXIT_FAIL;
-	if (!(r.be = backend_from_config(cfg)) || setup_data(&r))
+	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg) ||
+	    setup_data(&r))
 		return EXIT_FAIL;
 	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
 		return EXIT_FAIL;
