@@ -590,6 +590,54 @@ int stage_param_count(const struct model *m, const struct stage_cut *cut, int s)
 	return n + (m->cfg.tied && s == S - 1 && s != 0); /* the tied copy of wte */
 }
 
+/* When stage_backward has finished each tensor's gradient (model.h:
+ * grads_done): the embedding tables at the end (after the lookup's
+ * backward), a layer's tensors after that layer, the rest (final norm,
+ * head, the tied copy) at the start, since the forward of the last stage
+ * finished them. Each tensor's range reaches to the next one's offset, so
+ * the runs tile the arena; neighbours done at the same point are one run. */
+enum { GRADS_AT_START = -2, GRADS_AT_END = -1 };
+
+static void grad_runs(struct stage *st)
+{
+	st->runs_ = xcalloc((size_t)st->n_params + 1, sizeof(*st->runs_));
+	st->n_runs_ = 0;
+	size_t covered = 0;
+	for (int i = 0; i < st->n_params; i++) {
+		const struct param_info *p = &st->m->params[st->params[i].global];
+		const char *b = base_name(p);
+		int when = p->layer >= 0 ? p->layer - st->layer_begin
+			   : !st->params[i].tied_copy && (!strcmp(b, "wte") || !strcmp(b, "wpe"))
+				 ? GRADS_AT_END
+				 : GRADS_AT_START;
+		size_t lo = st->params[i].offset;
+		size_t hi = i + 1 < st->n_params ? st->params[i + 1].offset : st->numel;
+		if (lo != covered || hi < lo)
+			die("internal error: stage %d's tensor %s at %zu, expected at %zu", st->s,
+			    p->name, lo, covered);
+		struct grad_run *last = st->n_runs_ ? &st->runs_[st->n_runs_ - 1] : NULL;
+		if (last && last->when == when)
+			last->n += hi - lo;
+		else
+			st->runs_[st->n_runs_++] = (struct grad_run){lo, hi - lo, when};
+		covered = hi;
+	}
+	if (covered != st->numel)
+		die("internal error: stage %d's tensors cover %zu of %zu floats", st->s, covered,
+		    st->numel);
+}
+
+/* Report the runs done at point `when` (stage_backward). */
+static void grads_done_at(const struct stage *st, int when)
+{
+	if (!st->grads_done)
+		return;
+	/* the later runs first: the order in which a backward finishes them */
+	for (int i = st->n_runs_ - 1; i >= 0; i--)
+		if (st->runs_[i].when == when)
+			st->grads_done(st->grads_done_ctx, st->runs_[i].lo, st->runs_[i].n);
+}
+
 int stage_init(struct stage *st, const struct model *m, const struct backend *be,
 	       const struct stage_cut *cut, int s, int B, int T, int n_slots)
 {
@@ -681,6 +729,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		}
 	}
 
+	grad_runs(st);
 	st->head_rows = head_rows(st);
 	slot_view(st, NULL, &sv);
 	scratch_view(st, NULL, &xv);
@@ -730,6 +779,7 @@ void stage_free(struct stage *st)
 	if (st->tied_head_grad)
 		st->be->free(st->tied_head_grad);
 	free(st->params);
+	free(st->runs_);
 	free(st->off_);
 	if (st->loss_dev_)
 		st->be->free(st->loss_dev_);
@@ -1097,6 +1147,7 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	slot_view(st, st->slot_acts[slot], &v);
 	scratch_view(st, st->scratch, &sv);
 	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
+	grads_done_at(st, GRADS_AT_START);
 	for (int li = nl - 1; li >= 0; li--) {
 		struct layer_acts a, prev;
 		const void *x = v.x0;
@@ -1106,12 +1157,14 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 			x = prev.res3;
 		}
 		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
+		grads_done_at(st, li);
 	}
 	if (st->has_embed)
 		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,
 				   st->B, st->T, c->C);
 	else if (dx_in)
 		be->copy(dx_in, sv.dres, NCb);
+	grads_done_at(st, GRADS_AT_END);
 }
 
 void model_logits_at(struct stage *st, const float *params, const int32_t *tokens, int pos,

@@ -150,8 +150,23 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs (bytes: activations in the backend's act_dtype) */
 	size_t act_bytes_per_slot, scratch_bytes;
+	/* When set, stage_backward reports each range of the gradient arena as
+	 * soon as it has made its last contribution to it: grads_done(ctx, lo,
+	 * n) for the n floats at grads + lo. The ranges tile the arena, every
+	 * backward in the same order: the head's and final norm's (finished by
+	 * the forward), then each layer's from the last, then the embeddings'
+	 * (after the lookup's backward). So the replicas' gradient sum of a
+	 * step's last micro-batch can start while its backward goes on. */
+	void (*grads_done)(void *ctx, size_t lo, size_t n);
+	void *grads_done_ctx;
 	/* private to model.c: tensor offsets within the stage arena, the
-	 * mean loss in backend memory (last stage) */
+	 * mean loss in backend memory (last stage), the runs of tensors whose
+	 * gradients are done at one point of the backward */
+	struct grad_run {
+		size_t lo, n;
+		int when;      /* GRADS_AT_START, a stage layer index, GRADS_AT_END */
+	} *runs_;
+	int n_runs_;
 	size_t *off_;
 	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */

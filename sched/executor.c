@@ -71,6 +71,7 @@ struct pipeline {
 	size_t moe_w;             /* S * (2 + E) */
 	double *norm, *lr;        /* [n_steps] */
 	size_t act_bytes, tied_n; /* a message (act_dtype), the tied wte (floats) */
+	size_t bucket_floats;     /* per bucket of the replicas' sum; 0: no buckets */
 };
 
 struct stage_ctx {
@@ -79,6 +80,12 @@ struct stage_ctx {
 	long completed;           /* global steps whose update this stage applied */
 	long posted;
 	double busy, idle;
+	/* the replicas' sum in buckets (replica.h), gathered from the ranges
+	 * the step's last backward reports (stage.grads_done) */
+	long bucketed;            /* the step whose sum went out in buckets; 0: none */
+	float *bk_g;              /* that step's gradient arena */
+	size_t bk_lo, bk_n;       /* the bucket being gathered: bk_g[bk_lo, +bk_n) */
+	double bk_waited;         /* seconds the buckets blocked (threads) */
 };
 
 static long global_step(const struct pipeline *p, int seg_step) { return p->first_step + seg_step + 1; }
@@ -110,9 +117,13 @@ static void post_step(struct stage_ctx *c, long gstep)
 	double t0 = now_sec();
 	if (p->rx) {
 		/* the replicas' sum first: everything below sees the step's
-		 * whole gradient (S = 1 keeps the tied head part apart) */
+		 * whole gradient (S = 1 keeps the tied head part apart); its
+		 * buckets, if the last backward sent it in buckets */
 		double waited, head_waited = 0.0;
-		p->rx->allreduce(p->rx, c->r, c->s, g, w->st.numel, &waited);
+		if (c->bucketed == gstep)
+			p->rx->finish(p->rx, c->r, c->s, &waited);
+		else
+			p->rx->allreduce(p->rx, c->r, c->s, g, w->st.numel, &waited);
 		if (w->st.tied_head_grad)
 			p->rx->allreduce(p->rx, c->r, c->s, w->st.tied_head_grad, p->tied_n,
 					 &head_waited);
@@ -140,6 +151,33 @@ static void post_step(struct stage_ctx *c, long gstep)
 	b->post(b, c->s, gstep, w->sumsq);
 	c->posted = gstep;
 	c->busy += now_sec() - t0;
+}
+
+/* Start the sum of the bucket gathered so far. */
+static void bucket_send(struct stage_ctx *c)
+{
+	struct replicas *rx = c->p->rx;
+	if (!c->bk_n)
+		return;
+	double waited = 0.0;
+	rx->bucket(rx, c->r, c->s, c->bk_g + c->bk_lo, c->bk_n, &waited);
+	c->bk_waited += waited;
+	trainer_worker(c->p->tr, c->r, c->s)->buckets++;
+	c->bk_n = 0;
+}
+
+/* stage.grads_done of a step's last backward: ranges come from the end of
+ * the arena towards its start, each one just below the last, and join the
+ * bucket until it holds bucket_floats. */
+static void on_grads_done(void *arg, size_t lo, size_t n)
+{
+	struct stage_ctx *c = arg;
+	if (c->bk_n && lo + n != c->bk_lo)
+		bucket_send(c); /* not adjacent: never with the model's order */
+	c->bk_lo = lo;
+	c->bk_n += n;
+	if (c->bk_n >= c->p->bucket_floats)
+		bucket_send(c);
 }
 
 /* Apply the update of step gstep on this stage once every stage posted. */
@@ -254,8 +292,27 @@ static void *stage_main(void *arg)
 				complete_step(c, c->completed + 1);
 			t0 = now_sec();
 			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_bytes);
+			/* the step's last backward sends the replicas' sum out in
+			 * buckets as it finishes layers (the micro-batches of a
+			 * step run in ascending order) */
+			int buckets = p->rx && p->rx->bucket && p->bucket_floats &&
+				      a[i].mb % p->mb_r == p->mb_r - 1;
+			if (buckets) {
+				c->bucketed = gstep;
+				c->bk_g = worker_grads(w, gstep);
+				c->bk_n = 0;
+				c->bk_waited = 0.0;
+				w->st.grads_done = on_grads_done;
+				w->st.grads_done_ctx = c;
+			}
 			stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv), worker_grads(w, gstep),
 				       dx_out, dx_in);
+			if (buckets) {
+				bucket_send(c);
+				w->st.grads_done = NULL;
+				c->idle += c->bk_waited;
+				t0 += c->bk_waited; /* not busy */
+			}
 			if (dx_out)
 				tp->release(tp, s, dx_out);
 			dx_out = NULL;
@@ -446,6 +503,9 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			    i % S, ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
 	p.act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
+	p.bucket_floats = tr->cfg->pipeline_bucket_mb > 0
+				  ? (size_t)MAX(1.0, tr->cfg->pipeline_bucket_mb * 1048576.0 / 4.0)
+				  : 0;
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	p.tp = xcalloc((size_t)N, sizeof(*p.tp));
 	p.board = xcalloc((size_t)N, sizeof(*p.board));

@@ -49,8 +49,10 @@ struct stage_worker {
 	float *grads[2];                    /* [st.numel] each, by step parity (may alias) */
 	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq */
 	int wte_param;                      /* index in st.params of wte or its tied copy, -1 */
-	/* accounting for logs: seconds computing and waiting */
+	/* accounting for logs: seconds computing and waiting, buckets of the
+	 * replicas' gradient sum started during a backward */
 	double busy_s, idle_s;
+	long buckets;
 };
 
 /* Build stage s of cut (NULL: the whole model) with the given delay, n_slots activation slots for

@@ -19,7 +19,7 @@
  * per step (the gradient arena, then the S = 1 tied head part) as long as
  * every replica makes the same calls.
  *
- * Both implementations split the buffer into N chunks, replica q reduces
+ * Every implementation splits the buffer into N chunks, replica q reduces
  * chunk q (summing all N replicas' chunk q in replica order) and hands the
  * result to the others: a reduce-scatter then an all-gather, each element
  * summed once, in the fixed order.
@@ -41,6 +41,17 @@ struct replicas {
 	 * order. Blocks until the stage's other replicas made the same call;
 	 * *waited gets the seconds spent blocked. */
 	void (*allreduce)(struct replicas *x, int r, int s, float *g, size_t n, double *waited);
+	/* Optional (NULL: allreduce only). The same sum in buckets, started
+	 * while the step's last backward still runs (stage.grads_done) and
+	 * finished at the step's end: bucket(x, r, s, g, n) starts the sum of
+	 * the n floats at g (it may return before the sum is done: g must not
+	 * change until finish); finish(x, r, s, waited) completes every bucket
+	 * started since the last finish. Each element is summed in replica
+	 * order as allreduce sums it, so any split into buckets gives
+	 * allreduce's bits. Every replica of stage s starts the same buckets in
+	 * the same order. */
+	void (*bucket)(struct replicas *x, int r, int s, float *g, size_t n, double *waited);
+	void (*finish)(struct replicas *x, int r, int s, double *waited);
 	void (*destroy)(struct replicas *x);
 };
 

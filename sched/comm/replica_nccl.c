@@ -12,6 +12,12 @@
  * Each phase's receives are waited for on the host under pipeline.timeout
  * (a replica that never comes is named); the adds and what follows queue
  * on the compute stream after them.
+ *
+ * Buckets (replica.h, pipeline.bucket_mb): phase 1 of each bucket is queued
+ * as soon as the step's last backward has finished its layers, so those
+ * transfers run during the rest of the backward; the step's end waits for
+ * them, sums and runs phase 3, bucket by bucket. Each element's sum is the
+ * same, so the bits do not depend on the buckets.
  */
 #include "nccl.h"
 #include "replica.h"
@@ -27,16 +33,28 @@ struct replicas *replicas_nccl(const struct backend *be, struct nccl_world *w, d
 #else
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../kernels/cuda/cuda_nccl.h"
+
+/* A bucket in flight (replica.h): its phase 1 queued at bucket(), its sum
+ * and phase 3 made at finish(). Kept from step to step (the same buckets
+ * come every step), with their scratch. */
+struct nbucket {
+	float *g;                  /* the bucket's n floats */
+	size_t n;
+	float *tmp;                /* [N][chunk] received chunks, backend memory */
+	size_t tmp_cap;
+	struct cuda_nccl_event *ev; /* after its phase 1; NULL when done */
+};
 
 struct nccl_replicas {
 	struct replicas x;
 	const struct backend *be;
 	struct nccl_world *w;
 	double timeout;
-	float *tmp;               /* [N][chunk] received chunks, backend memory */
-	size_t tmp_cap;
+	struct nbucket *b;         /* buckets started since the last finish: [0, nb) */
+	int nb, cap;
 };
 
 static void chunk(size_t n, int N, int q, size_t *lo, size_t *len)
@@ -45,11 +63,11 @@ static void chunk(size_t n, int N, int q, size_t *lo, size_t *len)
 	*len = n * (size_t)(q + 1) / (size_t)N - *lo;
 }
 
-/* One grouped exchange on the dp channel with every other replica q (phase
- * 1: g's chunk q out, q's chunk r into tmp[q]; phase 3: own out, q's summed
- * chunk into g), then a wait for all of it. */
-static double exchange(struct nccl_replicas *m, int phase, float *g, size_t n, size_t len,
-		       float *own)
+/* Queue one grouped exchange on the dp channel with every other replica q
+ * (phase 1: g's chunk q out, q's chunk r into tmp[q]; phase 3: own out,
+ * q's summed chunk into g); returns the event after it. */
+static struct cuda_nccl_event *queue_exchange(struct nccl_replicas *m, int phase, float *g,
+					      size_t n, size_t len, float *own, float *tmp)
 {
 	struct nccl_world *w = m->w;
 	int N = m->x.N, r = w->replica;
@@ -63,7 +81,7 @@ static double exchange(struct nccl_replicas *m, int phase, float *g, size_t n, s
 		chunk(n, N, q, &qlo, &qlen);
 		struct cuda_nccl_event *a, *b;
 		if (phase == 1) {
-			a = cuda_nccl_chan_recv(w->dp, m->tmp + (size_t)q * len, len * sizeof(float), q);
+			a = cuda_nccl_chan_recv(w->dp, tmp + (size_t)q * len, len * sizeof(float), q);
 			b = cuda_nccl_chan_send(w->dp, g + qlo, qlen * sizeof(float), q);
 		} else {
 			a = cuda_nccl_chan_recv(w->dp, g + qlo, qlen * sizeof(float), q);
@@ -79,6 +97,13 @@ static double exchange(struct nccl_replicas *m, int phase, float *g, size_t n, s
 		die("rank %d: cannot end an NCCL group", w->rank);
 	if (!(ev = cuda_nccl_chan_mark(w->dp)))
 		die("rank %d: cannot mark the gradient exchange", w->rank);
+	return ev;
+}
+
+/* Wait for an exchange on the host, under pipeline.timeout; frees ev. */
+static double wait_exchange(struct nccl_replicas *m, struct cuda_nccl_event *ev, int phase)
+{
+	struct nccl_world *w = m->w;
 	double waited = nccl_wait(ev, w->dp, m->timeout, w->rank, w->stage,
 				  "the other replicas' stage-%d gradients (phase %d of the sum)",
 				  w->stage, phase);
@@ -86,42 +111,91 @@ static double exchange(struct nccl_replicas *m, int phase, float *g, size_t n, s
 	return waited;
 }
 
+static void check_caller(const struct nccl_replicas *m, int r, int s)
+{
+	if (r != m->w->replica || s != m->w->stage)
+		die("internal error: rank of replica %d stage %d reduces as replica %d stage %d",
+		    m->w->replica, m->w->stage, r, s);
+}
+
+/* Phase 1 of the sum of g[n], queued behind the compute stream's work so
+ * far: the exchange runs while the backward goes on. */
+static void nccl_bucket(struct replicas *xr, int r, int s, float *g, size_t n, double *waited)
+{
+	struct nccl_replicas *m = (struct nccl_replicas *)xr;
+	check_caller(m, r, s);
+	if (m->nb == m->cap) {
+		m->cap = m->cap ? 2 * m->cap : 16;
+		m->b = xrealloc(m->b, sizeof(*m->b) * (size_t)m->cap);
+		memset(m->b + m->nb, 0, sizeof(*m->b) * (size_t)(m->cap - m->nb));
+	}
+	struct nbucket *b = &m->b[m->nb++];
+	size_t lo, len;
+	chunk(n, xr->N, r, &lo, &len);
+	size_t need = st_mult((size_t)xr->N, len ? len : 1);
+	if (need > b->tmp_cap) {
+		if (b->tmp)
+			m->be->free(b->tmp);
+		b->tmp = m->be->alloc(st_mult(need, sizeof(float)));
+		if (!b->tmp)
+			die("rank %d: cannot allocate %zu floats for the gradient sum", m->w->rank,
+			    need);
+		b->tmp_cap = need;
+	}
+	b->g = g, b->n = n;
+	b->ev = queue_exchange(m, 1, g, n, len, g + lo, b->tmp);
+	if (waited)
+		*waited = 0.0;
+}
+
+/* Every bucket in order: wait for its phase 1, sum chunk r in replica
+ * order (tmp[r] = own; own = tmp[0]; own += tmp[q]) on the compute stream,
+ * then phase 3 hands the sum to the others. */
+static void nccl_finish(struct replicas *xr, int r, int s, double *waited)
+{
+	struct nccl_replicas *m = (struct nccl_replicas *)xr;
+	check_caller(m, r, s);
+	int N = xr->N;
+	double wt = 0.0;
+	for (int i = 0; i < m->nb; i++) {
+		struct nbucket *b = &m->b[i];
+		size_t lo, len;
+		chunk(b->n, N, r, &lo, &len);
+		float *own = b->g + lo;
+		wt += wait_exchange(m, b->ev, 1);
+		b->ev = NULL;
+		m->be->copy(b->tmp + (size_t)r * len, own, len * sizeof(float));
+		m->be->copy(own, b->tmp, len * sizeof(float));
+		for (int q = 1; q < N; q++)
+			m->be->add(own, own, b->tmp + (size_t)q * len, len);
+		wt += wait_exchange(m, queue_exchange(m, 3, b->g, b->n, len, own, NULL), 3);
+	}
+	m->nb = 0;
+	if (waited)
+		*waited = wt;
+}
+
+/* One bucket, finished at once. */
 static void nccl_allreduce(struct replicas *xr, int r, int s, float *g, size_t n, double *waited)
 {
 	struct nccl_replicas *m = (struct nccl_replicas *)xr;
-	struct nccl_world *w = m->w;
-	int N = xr->N;
-	if (r != w->replica || s != w->stage)
-		die("internal error: rank of replica %d stage %d reduces as replica %d stage %d",
-		    w->replica, w->stage, r, s);
-	size_t lo, len;
-	chunk(n, N, r, &lo, &len);
-	size_t need = st_mult((size_t)N, len ? len : 1);
-	if (need > m->tmp_cap) {
-		if (m->tmp)
-			m->be->free(m->tmp);
-		m->tmp = m->be->alloc(st_mult(need, sizeof(float)));
-		if (!m->tmp)
-			die("rank %d: cannot allocate %zu floats for the gradient sum", w->rank, need);
-		m->tmp_cap = need;
-	}
-	float *own = g + lo;
-	double wt = exchange(m, 1, g, n, len, own);
-	/* chunk r in replica order: tmp[r] = own; own = tmp[0]; own += tmp[q] */
-	m->be->copy(m->tmp + (size_t)r * len, own, len * sizeof(float));
-	m->be->copy(own, m->tmp, len * sizeof(float));
-	for (int q = 1; q < N; q++)
-		m->be->add(own, own, m->tmp + (size_t)q * len, len);
-	wt += exchange(m, 3, g, n, len, own);
-	if (waited)
-		*waited = wt;
+	if (m->nb)
+		die("internal error: stage %d sums a whole buffer with %d buckets in flight", s,
+		    m->nb);
+	nccl_bucket(xr, r, s, g, n, NULL);
+	nccl_finish(xr, r, s, waited);
 }
 
 static void nccl_destroy(struct replicas *xr)
 {
 	struct nccl_replicas *m = (struct nccl_replicas *)xr;
-	if (m->tmp)
-		m->be->free(m->tmp);
+	for (int i = 0; i < m->cap; i++) {
+		if (m->b[i].ev)
+			cuda_nccl_event_free(m->b[i].ev);
+		if (m->b[i].tmp)
+			m->be->free(m->b[i].tmp);
+	}
+	free(m->b);
 	free(m);
 }
 
@@ -133,7 +207,8 @@ struct replicas *replicas_nccl(const struct backend *be, struct nccl_world *w, d
 	}
 	struct nccl_replicas *m = xcalloc(1, sizeof(*m));
 	m->x = (struct replicas){.name = "nccl", .N = w->replicas, .S = w->stages,
-				 .allreduce = nccl_allreduce, .destroy = nccl_destroy};
+				 .allreduce = nccl_allreduce, .bucket = nccl_bucket,
+				 .finish = nccl_finish, .destroy = nccl_destroy};
 	m->be = be;
 	m->w = w;
 	m->timeout = timeout;

@@ -171,6 +171,19 @@ TEST(nccl_replicas_of_one_keep_the_gradient)
 	cu->to_host(got, g, sizeof(got));
 	CHECK(memcmp(got, h, sizeof(h)) == 0);
 	CHECK(waited >= 0);
+	/* in buckets (pipeline.bucket_mb), three of them, twice (the buckets'
+	 * scratch is reused the second time), the last one empty */
+	for (int round = 0; round < 2; round++) {
+		CHECK(rx->bucket && rx->finish);
+		rx->bucket(rx, 0, 0, g + 500, 277, NULL);
+		rx->bucket(rx, 0, 0, g, 500, NULL);
+		rx->bucket(rx, 0, 0, g, 0, NULL);
+		waited = -1;
+		rx->finish(rx, 0, 0, &waited);
+		cu->to_host(got, g, sizeof(got));
+		CHECK(memcmp(got, h, sizeof(h)) == 0);
+		CHECK(waited >= 0);
+	}
 	rx->destroy(rx);
 	cu->free(g);
 	cuda_nccl_chan_close(w.dp);

@@ -57,6 +57,7 @@ struct run_result {
 	double loss[STEPS];
 	float *weights; /* final newest weights of replica 0, global arena */
 	size_t numel;
+	long buckets;   /* of the replicas' sum, every stage of every replica */
 };
 
 static void base_config(struct config *cfg, const char *arch, const char *optim)
@@ -215,6 +216,9 @@ static int train(const struct config *cfg, enum data_kind data, int steps, int c
 			return error("after step %ld: %s", tr.step, why);
 	}
 	r->numel = m.numel;
+	r->buckets = 0;
+	for (int i = 0; i < tr.N * tr.S; i++)
+		r->buckets += tr.w[i].buckets;
 	free(r->weights);
 	r->weights = xmalloc(m.numel * sizeof(float));
 	trainer_gather_weights(&tr, 0, r->weights);
@@ -318,6 +322,53 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 		config_free(&one);
 		config_free(&pipe);
 	}
+}
+
+/* The replicas' sum in buckets started during the step's last backward
+ * (pipeline.bucket_mb) gives the one sum's bits, on every schedule. Tiny
+ * buckets (26 floats) make one bucket per run of tensors finished together
+ * (the head's, each layer's, the embeddings'), so every point of the
+ * backward that reports ranges is crossed; 0.1 MiB joins neighbouring
+ * layers into one bucket. */
+TEST(bucketed_replica_sums_equal_one_sum)
+{
+	static const char *const kinds[][2] = {{"gpipe", "2"}, {"1f1b", "2"}, {"2bw", "2"},
+					       {"pipedream", "3"}, {"1f1b", "1"}};
+	static const char *const sizes[] = {"0", "0.0001", "0.1"};
+	for (size_t k = 0; k < ARRAY_SIZE(kinds) && !test_failed(); k++)
+		for (int ia = 0; ia < 2 && !test_failed(); ia++) {
+			struct run_result r[3];
+			memset(r, 0, sizeof(r));
+			char what[96];
+			for (int i = 0; i < 3; i++) {
+				struct config cfg;
+				base_config(&cfg, archs[ia], "adamw");
+				set(&cfg, "train", "schedule", kinds[k][0]);
+				set(&cfg, "pipeline", "stages", kinds[k][1]);
+				set(&cfg, "pipeline", "data_parallel", "2");
+				set(&cfg, "pipeline", "bucket_mb", sizes[i]);
+				snprintf(what, sizeof(what), "%s S=%s N=2 %s, bucket_mb %s",
+					 kinds[k][0], kinds[k][1], archs[ia], sizes[i]);
+				if (train(&cfg, DATA_NOISY, STEPS, 7, NULL, NULL, &r[i]))
+					test_fail(__FILE__, __LINE__, "%s: %s", what, last_error());
+				else if (i && (memcmp(r[0].loss, r[i].loss, sizeof(r[0].loss)) ||
+					       memcmp(r[0].weights, r[i].weights,
+						      r[0].numel * sizeof(float))))
+					test_fail(__FILE__, __LINE__, "%s: the bits differ from one sum's "
+						  "(step 1 %.9g vs %.9g)", what, r[0].loss[0],
+						  r[i].loss[0]);
+				config_free(&cfg);
+			}
+			/* none with 0; with tiny ones, at least one per stage of both
+			 * replicas and step, more than with 0.1 MiB, which has some */
+			long S = atol(kinds[k][1]);
+			CHECK_MSG(r[0].buckets == 0 && r[1].buckets >= 2 * STEPS * 2 * S &&
+					  r[2].buckets >= 2 * STEPS * S && r[2].buckets < r[1].buckets,
+				  "%s S=%s %s: %ld / %ld / %ld buckets", kinds[k][0], kinds[k][1],
+				  archs[ia], r[0].buckets, r[1].buckets, r[2].buckets);
+			for (int i = 0; i < 3; i++)
+				free(r[i].weights);
+		}
 }
 
 /* The same with activations stored as bf16 (train.act_dtype = bf16). */

@@ -760,10 +760,12 @@ TEST(lanes_resume_replicas_and_corrections_are_race_free_and_exact)
 	config_set_key(&cfg, "optim", "correction", "ef", "test");
 	check_lanes("2bw S=4 + ef, saved at 5 and resumed, devices 0,1,2,3", &cfg, four_devices, 5);
 	config_free(&cfg);
-	/* replicas of a stage share its lane */
+	/* replicas of a stage share its lane; their sum in buckets of 26
+	 * floats, started during the backward */
 	base_config(&cfg, "gpt2", "adamw", "1f1b", 2);
 	config_set_key(&cfg, "pipeline", "data_parallel", "2", "test");
-	check_lanes("1f1b S=2 x 2 replicas, devices 0,1", &cfg, two_devices, 0);
+	config_set_key(&cfg, "pipeline", "bucket_mb", "0.0001", "test");
+	check_lanes("1f1b S=2 x 2 replicas, bucketed sums, devices 0,1", &cfg, two_devices, 0);
 	config_free(&cfg);
 	/* weight prediction's extra versions */
 	base_config(&cfg, "gpt2", "adamw", "pipedream", 4);
