@@ -711,6 +711,12 @@ int bench_train(int argc, char **argv)
 		return EXIT_FAIL;
 	b.cfg = &cfg;
 	int rc = EXIT_FAIL;
+	if (sweep && *cfg.pipeline_devices) {
+		error("--sweep %s changes the stage count, and pipeline.devices = %s lists a device "
+		      "per stage: leave pipeline.devices empty for a sweep", sweep,
+		      cfg.pipeline_devices);
+		goto out_cfg;
+	}
 	if (!(b.be = backend_from_config(&cfg)) || backend_lanes_from_config(b.be, &cfg))
 		goto out_cfg;
 	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))

@@ -503,9 +503,9 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			    i % S, ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
 	p.act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
-	p.bucket_floats = tr->cfg->pipeline_bucket_mb > 0
-				  ? (size_t)MAX(1.0, tr->cfg->pipeline_bucket_mb * 1048576.0 / 4.0)
-				  : 0;
+	double bucket = tr->cfg->pipeline_bucket_mb * 1048576.0 / 4.0; /* floats */
+	p.bucket_floats = bucket <= 0 ? 0 : bucket >= 0x1p62 ? (size_t)1 << 62
+					: (size_t)MAX(1.0, bucket);
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	p.tp = xcalloc((size_t)N, sizeof(*p.tp));
 	p.board = xcalloc((size_t)N, sizeof(*p.board));

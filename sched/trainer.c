@@ -77,6 +77,9 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
 			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
 			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
+	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
+		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
+			     "list one device per stage", backend_lane_count(be), tr->S);
 	if (tr->kind >= 0 && cfg->train_delay)
 		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
 			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);

@@ -195,13 +195,40 @@ static int cu_set_lanes(const int *devs, int n, char *why, size_t len)
 		snprintf(why, len, "%d lanes: between 1 and %d can be used", n, MAX_LANES);
 		return 0;
 	}
-	for (int l = 0; l < n; l++)
+	cudaDeviceProp first;
+	for (int l = 0; l < n; l++) {
 		if (devs[l] < 0 || devs[l] >= count) {
 			snprintf(why, len, "there is no CUDA device %d: %d visible (numbered from 0%s)",
 				 devs[l], count,
 				 getenv("CUDA_VISIBLE_DEVICES") ? ", after CUDA_VISIBLE_DEVICES" : "");
 			return 0;
 		}
+		/* what cuda_available checks of the first device, for each; and
+		 * one model throughout: the products' algorithm is chosen once
+		 * per shape for every lane (the same bits everywhere) */
+		cudaDeviceProp prop;
+		if (cudaGetDeviceProperties(&prop, devs[l]) != cudaSuccess) {
+			cudaGetLastError();
+			snprintf(why, len, "cannot query CUDA device %d", devs[l]);
+			return 0;
+		}
+		if (prop.major < 8) {
+			snprintf(why, len, "device %d (%s) has compute capability %d.%d; asyncpp needs "
+				 "8.0 or newer", devs[l], prop.name, prop.major, prop.minor);
+			return 0;
+		}
+		if (!l)
+			first = prop;
+		else if (prop.major != first.major || prop.minor != first.minor ||
+			 prop.multiProcessorCount != first.multiProcessorCount) {
+			snprintf(why, len, "device %d is a %s (sm_%d%d, %d SMs) and device %d a %s "
+				 "(sm_%d%d, %d SMs): the stages' GPUs must be of one model",
+				 devs[l], prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+				 devs[0], first.name, first.major, first.minor,
+				 first.multiProcessorCount);
+			return 0;
+		}
+	}
 	std::lock_guard<std::mutex> lock(select_mutex);
 	if (device_in_use) {
 		bool same = n == n_lanes;
@@ -235,6 +262,8 @@ static void cu_lane_bind(int lane)
 	if (lane < 0 || lane >= n_lanes)
 		cuda_fatal(__FILE__, __LINE__, "internal error: lane %d of %d", lane, n_lanes);
 	my_lane = lane;
+	cuda_stream(); /* its device current now: every runtime call that
+			* follows (events, kernel attributes) acts on it */
 }
 
 /* fences: events without timing, recorded on the caller's stream */
@@ -380,13 +409,20 @@ static void *cu_alloc(size_t bytes)
 	return p;
 }
 
+static void cu_synchronize(void);
+
 /* free without the weight copies' bookkeeping (for their own buffers:
  * cuda_weights_bf16 calls it with its lock held) */
 static void cu_free_raw(void *p)
 {
 	if (!p)
 		return;
-	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+	/* with lanes, any of them may still use p (sched/ frees after a
+	 * synchronize anyway; frees are rare) */
+	if (n_lanes > 1)
+		cu_synchronize();
+	else
+		CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 	CUDA_CHECK(cudaFree(p));
 	std::lock_guard<std::mutex> lock(held_mutex);
 	auto it = held.find(p);
@@ -438,18 +474,21 @@ static struct staging_slot {
 	void *buf;          /* pinned, STAGING_SLOT_BYTES */
 	cudaEvent_t done;   /* recorded after the copy out of buf */
 	bool pending;
-} staging[STAGING_SLOTS];
-static int staging_next;
-static std::mutex staging_mutex;
+} staging[MAX_LANES][STAGING_SLOTS]; /* a ring per lane: an event belongs to
+				      * its device, and one lane's slot wait
+				      * must not stall another lane */
+static int staging_next[MAX_LANES];
+static std::mutex staging_mutex[MAX_LANES];
 
 static bool staged_upload(void *dst, const void *src, size_t bytes)
 {
 	if (bytes > STAGING_SLOT_BYTES)
 		return false;
 	cudaStream_t st = cuda_stream();
-	std::lock_guard<std::mutex> lock(staging_mutex);
-	struct staging_slot *slot = &staging[staging_next];
-	staging_next = (staging_next + 1) % STAGING_SLOTS;
+	int l = my_lane;
+	std::lock_guard<std::mutex> lock(staging_mutex[l]);
+	struct staging_slot *slot = &staging[l][staging_next[l]];
+	staging_next[l] = (staging_next[l] + 1) % STAGING_SLOTS;
 	if (!slot->buf) {
 		CUDA_CHECK(cudaMallocHost(&slot->buf, STAGING_SLOT_BYTES));
 		CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
@@ -501,9 +540,10 @@ static void cu_synchronize(void)
 /* timing markers: CUDA events recorded on the stream */
 static void *cu_mark_new(void)
 {
+	cudaStream_t st = cuda_stream(); /* first: the event is made on its device */
 	cudaEvent_t e;
 	CUDA_CHECK(cudaEventCreate(&e));
-	CUDA_CHECK(cudaEventRecord(e, cuda_stream()));
+	CUDA_CHECK(cudaEventRecord(e, st));
 	return (void *)e;
 }
 

@@ -778,3 +778,23 @@ TEST(lanes_resume_replicas_and_corrections_are_race_free_and_exact)
 	check_lanes("2bw S=2, bf16 activations, devices 0,1", &cfg, two_devices, 0);
 	config_free(&cfg);
 }
+
+/* A lane per stage: a trainer with another stage count is refused by name
+ * (bench train's sweeps would otherwise bind lanes that do not exist). */
+TEST(lanes_must_match_the_stages)
+{
+	if (!cpu_base())
+		SKIP("the spy wraps the cpu backend");
+	struct config cfg;
+	base_config(&cfg, "gpt2", "adamw", "1f1b", 2);
+	struct lanes_run r = {0};
+	const struct backend *be = spy_on(cpu_base(), four_devices, 4);
+	set_error_quiet(1);
+	int rc = lanes_train(&cfg, be, 0, &r);
+	set_error_quiet(0);
+	spy_off();
+	CHECK_MSG(rc && strstr(last_error(), "4 lanes (pipeline.devices) and this run 2 stages"),
+		  "rc %d: %s", rc, last_error());
+	free(r.weights);
+	config_free(&cfg);
+}
