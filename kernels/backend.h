@@ -92,6 +92,20 @@ struct backend {
 	void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout,
 				   const void *inp, const float *w, const float *mean,
 				   const float *rstd, int N, int C);
+	/* Optional fused forms (NULL: the model runs the ops apart; CUDA: one
+	 * kernel each, saving the residual add's pass over memory), the same
+	 * bits as the ops apart. add_norm_forward: res[N,C] = a + b as add_act
+	 * computes it, then out, mean, rstd from res as layernorm_forward
+	 * (is_ln) or rmsnorm_forward (mean and bias unused) compute them.
+	 * norm_backward_add: dacc[N,C] = dacc + dinp as add_act adds, dinp
+	 * being what layernorm_backward (is_ln) or rmsnorm_backward (mean, db
+	 * unused) would store; dw (db) accumulated as there. */
+	void (*add_norm_forward)(void *res, void *out, float *mean, float *rstd, const void *a,
+				 const void *b, const float *w, const float *bias, int N, int C,
+				 float eps, int is_ln);
+	void (*norm_backward_add)(void *dacc, float *dw, float *db, const void *dout,
+				  const void *inp, const float *w, const float *mean,
+				  const float *rstd, int N, int C, int is_ln);
 	/* out[N,C] = inp * rstd * w, rstd[N] = 1/sqrt(mean(inp^2) + eps) */
 	void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const float *w,
 				int N, int C, float eps);

@@ -860,6 +860,42 @@ static void norm_backward(const struct stage *st, void *dinp, float *dw, float *
 		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
 }
 
+/* res = a + b, then out = norm(res): one op where the backend fuses them
+ * (the same bits), else the two. */
+static void add_norm_forward(const struct stage *st, void *res, void *out, float *mean,
+			     float *rstd, const void *a, const void *b, const float *w,
+			     const float *bias)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (st->be->add_norm_forward) {
+		st->be->add_norm_forward(res, out, mean, rstd, a, b, w, bias, N, c->C, c->eps,
+					 c->arch == ARCH_GPT2);
+		return;
+	}
+	st->be->add_act(res, a, b, (size_t)N * c->C);
+	norm_forward(st, out, mean, rstd, res, w, bias);
+}
+
+/* dacc += the norm's dinp (through scratch[N,C] where the backend does not
+ * fuse the two), dw/db accumulated. */
+static void norm_backward_add(const struct stage *st, void *dacc, void *scratch, float *dw,
+			      float *db, const void *dout, const void *inp, const float *w,
+			      const float *mean, const float *rstd)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (st->be->norm_backward_add) {
+		st->be->norm_backward_add(dacc, dw, db, dout, inp, w, mean, rstd, N, c->C,
+					  c->arch == ARCH_GPT2);
+		return;
+	}
+	norm_backward(st, scratch, dw, db, dout, inp, w, mean, rstd);
+	st->be->add_act(dacc, dacc, scratch, (size_t)N * c->C);
+}
+
 static struct moe_params moe_params_of(const struct stage *st, const float *params, int li)
 {
 	return (struct moe_params){
@@ -959,9 +995,8 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->NH, c->NKV, c->HD);
 	be->matmul_forward(tmp, a->atty, PW(st, params, li, K_ATTPROJW),
 			   PW(st, params, li, K_ATTPROJB), N, C, C);
-	be->add_act(a->res2, x, tmp, NC);
-	norm_forward(st, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(st, params, li, K_LN2W),
-		     PW(st, params, li, K_LN2B));
+	add_norm_forward(st, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, tmp,
+			 PW(st, params, li, K_LN2W), PW(st, params, li, K_LN2B));
 	ffn_forward(st, params, li, a, tmp);
 	be->add_act(a->res3, a->res2, tmp, NC);
 }
@@ -975,14 +1010,13 @@ static void block_backward(const struct stage *st, const float *params, float *g
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
 	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
-	size_t NC = (size_t)N * C;
 	void *dres = sv->dres;
 
 	/* res3 = res2 + ffn(ln2) */
 	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
-	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), sv->dln,
-		      a->res2, PW(st, params, li, K_LN2W), a->ln2_mean, a->ln2_rstd);
-	be->add_act(dres, dres, sv->dbuf, NC); /* now d(res2) */
+	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B),
+			  sv->dln, a->res2, PW(st, params, li, K_LN2W), a->ln2_mean,
+			  a->ln2_rstd); /* now d(res2) */
 
 	/* res2 = x + atty @ attprojw^T + attprojb */
 	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
@@ -994,9 +1028,9 @@ static void block_backward(const struct stage *st, const float *params, float *g
 		be->rope_backward(sv->dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
 	be->matmul_backward(sv->dln, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB),
 			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
-	norm_backward(st, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B), sv->dln,
-		      x, PW(st, params, li, K_LN1W), a->ln1_mean, a->ln1_rstd);
-	be->add_act(dres, dres, sv->dbuf, NC); /* now d(x) */
+	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B),
+			  sv->dln, x, PW(st, params, li, K_LN1W), a->ln1_mean,
+			  a->ln1_rstd); /* now d(x) */
 }
 
 /* Forward through the embeddings (stage 0) and the stage's layers; returns

@@ -44,4 +44,17 @@ __device__ static __forceinline__ void act_st(__nv_bfloat16 *p, I i, float v)
 	p[i] = __float2bfloat16_rn(v);
 }
 
+/* v as stored and read back (act_st then act_ld): exact for float, rounded
+ * to nearest even for bf16. For fused kernels that must give the bits of
+ * two kernels, the first of which stored its result. */
+__device__ static __forceinline__ float act_rt(const float *, float v)
+{
+	return v;
+}
+
+__device__ static __forceinline__ float act_rt(const __nv_bfloat16 *, float v)
+{
+	return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 #endif

@@ -946,16 +946,26 @@ static void cu_loss_mean(float *out, const float *losses, int N)
 /* normalisation: one warp per row                                      */
 
 /* LayerNorm when is_ln is set (mean subtracted), RMSNorm otherwise (mean
- * NULL). w NULL means weight 1, b NULL bias 0 (backend.h). */
-template <typename A>
-__global__ static void norm_forward_kernel(A *out, float *mean, float *rstd, const A *inp,
-					   const float *w, const float *b, int N, int C, float eps,
-					   int is_ln)
+ * NULL). w NULL means weight 1, b NULL bias 0 (backend.h). RES: inp is
+ * first made as ra + rb (add_kernel's arithmetic, stored into inp), the
+ * fused add_norm_forward; each lane then reads back only elements it wrote
+ * itself, so no barrier is needed, and the rest is the same code, so the
+ * same bits as the two kernels. */
+template <typename A, bool RES>
+__global__ static void norm_forward_kernel(A *out, float *mean, float *rstd, A *inp,
+					   const A *ra, const A *rb, const float *w,
+					   const float *b, int N, int C, float eps, int is_ln)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	if (row >= N)
 		return;
+	if (RES) {
+		A *r = inp + (size_t)row * C;
+		const A *xa = ra + (size_t)row * C, *xb = rb + (size_t)row * C;
+		for (int c = lane; c < C; c += 32)
+			act_st(r, c, act_ld(xa, c) + act_ld(xb, c));
+	}
 	const A *x = inp + (size_t)row * C;
 	float m = 0;
 	if (is_ln) {
@@ -987,8 +997,9 @@ __global__ static void norm_forward_kernel(A *out, float *mean, float *rstd, con
 
 /* dinp = rstd * (dnorm - [mean(dnorm)] - xhat * mean(dnorm * xhat)),
  * dnorm = dout * w (w NULL: 1); the bracketed term only for LayerNorm (mean
- * non-NULL). */
-template <typename A>
+ * non-NULL). ACC: dinp += that, as stored and then added by add_kernel
+ * (norm_backward_add). */
+template <typename A, bool ACC>
 __global__ static void norm_backward_dx_kernel(A *dinp, const A *dout, const A *inp,
 					       const float *w, const float *mean,
 					       const float *rstd, int N, int C)
@@ -1011,20 +1022,57 @@ __global__ static void norm_backward_dx_kernel(A *dinp, const A *dout, const A *
 	for (int c = lane; c < C; c += 32) {
 		float dn = act_ld(dy, c) * (w ? w[c] : 1.0f);
 		float xh = (act_ld(x, c) - m) * rs;
-		act_st(dx, c, (dn - s1 - xh * s2) * rs);
+		float d = (dn - s1 - xh * s2) * rs;
+		if (ACC)
+			act_st(dx, c, act_ld(dx, c) + act_rt(dx, d));
+		else
+			act_st(dx, c, d);
 	}
 }
 
 #define NORM_ROWS_PER_BLOCK 8
 
+/* The forward of either norm, res = a + b first when RES (a, b non-NULL). */
+template <typename A>
+static void norm_forward(A *out, float *mean, float *rstd, A *inp, const A *a, const A *b,
+			 const float *w, const float *bias, int N, int C, float eps, int is_ln)
+{
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	if (a)
+		norm_forward_kernel<A, true><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+			out, mean, rstd, inp, a, b, w, bias, N, C, eps, is_ln);
+	else
+		norm_forward_kernel<A, false><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+			out, mean, rstd, inp, NULL, NULL, w, bias, N, C, eps, is_ln);
+	CUDA_LAUNCHED();
+}
+
+/* The backward of either norm (mean NULL: RMSNorm): dw, db, then dinp
+ * stored, or added into it (acc). */
+template <typename A>
+static void norm_backward(A *dinp, float *dw, float *db, const A *dout, const A *inp,
+			  const float *w, const float *mean, const float *rstd, int N, int C,
+			  bool acc)
+{
+	/* weight/bias gradients first: dinp may alias dout (not with acc) */
+	colsums(dw, db, dout, inp, mean, rstd, N, C);
+	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
+	if (!dinp)
+		return;
+	if (acc)
+		norm_backward_dx_kernel<A, true><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+			dinp, dout, inp, w, mean, rstd, N, C);
+	else
+		norm_backward_dx_kernel<A, false><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
+			dinp, dout, inp, w, mean, rstd, N, C);
+	CUDA_LAUNCHED();
+}
+
 template <typename A>
 static void cu_layernorm_forward(A *out, float *mean, float *rstd, const A *inp, const float *w,
 				 const float *b, int N, int C, float eps)
 {
-	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	norm_forward_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
-		out, mean, rstd, inp, w, b, N, C, eps, 1);
-	CUDA_LAUNCHED();
+	norm_forward<A>(out, mean, rstd, (A *)inp, NULL, NULL, w, b, N, C, eps, 1);
 }
 
 template <typename A>
@@ -1032,37 +1080,40 @@ static void cu_layernorm_backward(A *dinp, float *dw, float *db, const A *dout, 
 				  const float *w, const float *mean, const float *rstd, int N,
 				  int C)
 {
-	/* weight/bias gradients first: dinp may alias dout */
-	colsums(dw, db, dout, inp, mean, rstd, N, C);
-	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	if (dinp) {
-		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
-			dinp, dout, inp, w, mean, rstd, N, C);
-		CUDA_LAUNCHED();
-	}
+	norm_backward<A>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, false);
 }
 
 template <typename A>
 static void cu_rmsnorm_forward(A *out, float *rstd, const A *inp, const float *w, int N, int C,
 			       float eps)
 {
-	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	norm_forward_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
-		out, NULL, rstd, inp, w, NULL, N, C, eps, 0);
-	CUDA_LAUNCHED();
+	norm_forward<A>(out, NULL, rstd, (A *)inp, NULL, NULL, w, NULL, N, C, eps, 0);
 }
 
 template <typename A>
 static void cu_rmsnorm_backward(A *dinp, float *dw, const A *dout, const A *inp, const float *w,
 				const float *rstd, int N, int C)
 {
-	colsums(dw, NULL, dout, inp, NULL, rstd, N, C);
-	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
-	if (dinp) {
-		norm_backward_dx_kernel<A><<<nb, 32 * NORM_ROWS_PER_BLOCK, 0, cuda_stream()>>>(
-			dinp, dout, inp, w, NULL, rstd, N, C);
-		CUDA_LAUNCHED();
-	}
+	norm_backward<A>(dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C, false);
+}
+
+/* the fused forms (backend.h): the same kernels with RES / ACC */
+template <typename A>
+static void cu_add_norm_forward(A *res, A *out, float *mean, float *rstd, const A *a, const A *b,
+				const float *w, const float *bias, int N, int C, float eps,
+				int is_ln)
+{
+	norm_forward<A>(out, is_ln ? mean : NULL, rstd, res, a, b, w, is_ln ? bias : NULL, N, C,
+			eps, is_ln);
+}
+
+template <typename A>
+static void cu_norm_backward_add(A *dacc, float *dw, float *db, const A *dout, const A *inp,
+				 const float *w, const float *mean, const float *rstd, int N,
+				 int C, int is_ln)
+{
+	norm_backward<A>(dacc, dw, is_ln ? db : NULL, dout, inp, w, is_ln ? mean : NULL, rstd, N,
+			 C, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1716,6 +1767,22 @@ static void act_layernorm_backward(void *dinp, float *dw, float *db, const void 
 			      C);
 }
 template <typename A>
+static void act_add_norm_forward(void *res, void *out, float *mean, float *rstd, const void *a,
+				 const void *b, const float *w, const float *bias, int N, int C,
+				 float eps, int is_ln)
+{
+	cu_add_norm_forward((A *)res, (A *)out, mean, rstd, (const A *)a, (const A *)b, w, bias, N,
+			    C, eps, is_ln);
+}
+template <typename A>
+static void act_norm_backward_add(void *dacc, float *dw, float *db, const void *dout,
+				  const void *inp, const float *w, const float *mean,
+				  const float *rstd, int N, int C, int is_ln)
+{
+	cu_norm_backward_add((A *)dacc, dw, db, (const A *)dout, (const A *)inp, w, mean, rstd, N,
+			     C, is_ln);
+}
+template <typename A>
 static void act_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *w, int N,
 				int C, float eps)
 {
@@ -1832,6 +1899,11 @@ template <typename A> static void fill_act_slots(struct backend &t)
 	t.layernorm_backward = act_layernorm_backward<A>;
 	t.rmsnorm_forward = act_rmsnorm_forward<A>;
 	t.rmsnorm_backward = act_rmsnorm_backward<A>;
+	/* ASYNCPP_FUSED_NORM=0 runs the residual adds apart (gpu-check times both) */
+	const char *fused = getenv("ASYNCPP_FUSED_NORM");
+	bool fuse = !(fused && !strcmp(fused, "0"));
+	t.add_norm_forward = fuse ? act_add_norm_forward<A> : NULL;
+	t.norm_backward_add = fuse ? act_norm_backward_add<A> : NULL;
 	t.attention_forward = act_attention_forward<A>;
 	t.attention_backward = act_attention_backward<A>;
 	t.rope_forward = act_rope_forward<A>;

@@ -1361,6 +1361,7 @@ TEST(cuda_newton_schulz)
 
 static const struct backend *tb; /* the bf16 section's tables (below) */
 static int cuda_bf16_ready(void);
+static void free_all(float **p, int n);
 
 /* ---- products with a GELU epilogue (matmul_gelu_forward,
  * matmul_backward_dgelu) against the ops apart, on table t ---- */
@@ -1454,6 +1455,85 @@ TEST(cuda_matmul_gelu)
 	}
 	dev = cu;
 	unsetenv("ASYNCPP_GEMM_EPILOGUES");
+}
+
+/* ---- residual add + norm in one kernel (add_norm_forward,
+ * norm_backward_add) against the ops apart, on table t: the same bits ---- */
+static void norm_fused_case(const struct backend *t, int ln, int N, int C)
+{
+	size_t n = (size_t)N * C, A = act_dtype_size(t->act_dtype);
+	snprintf(ctx, sizeof(ctx), "fused %s N=%d C=%d on %s %s", ln ? "layernorm" : "rmsnorm", N,
+		 C, t->name, t->act_dtype == ACT_BF16 ? "bf16" : "f32");
+	float *ha = randn(n, 1.0f), *hb = randn(n, 0.5f), *hd = randn(n, 0.3f);
+	float *hacc = randn(n, 0.7f), *hw = randn((size_t)C, 1.0f), *hbias = randn((size_t)C, 0.1f);
+	float *fa = putf(ha, n), *fb = putf(hb, n), *fd = putf(hd, n), *facc = putf(hacc, n);
+	float *w = putf(hw, (size_t)C), *bias = putf(hbias, (size_t)C);
+	void *a = acts_of(t, fa, n), *b = acts_of(t, fb, n), *dout = acts_of(t, fd, n);
+	void *acc1 = acts_of(t, facc, n), *acc2 = acts_of(t, facc, n);
+	void *res1 = t->alloc(n * A), *res2 = t->alloc(n * A), *out1 = t->alloc(n * A),
+	     *out2 = t->alloc(n * A), *dx = t->alloc(n * A);
+	float *m1 = t->alloc(N * 4), *m2 = t->alloc(N * 4), *r1 = t->alloc(N * 4),
+	      *r2 = t->alloc(N * 4);
+	float *dw1 = t->alloc(C * 4), *dw2 = t->alloc(C * 4), *db1 = t->alloc(C * 4),
+	      *db2 = t->alloc(C * 4);
+	/* apart */
+	t->add_act(res1, a, b, n);
+	if (ln) {
+		t->layernorm_forward(out1, m1, r1, res1, w, bias, N, C, 1e-5f);
+		t->layernorm_backward(dx, dw1, db1, dout, res1, w, m1, r1, N, C);
+	} else {
+		t->rmsnorm_forward(out1, r1, res1, w, N, C, 1e-5f);
+		t->rmsnorm_backward(dx, dw1, dout, res1, w, r1, N, C);
+	}
+	t->add_act(acc1, acc1, dx, n);
+	/* fused */
+	t->add_norm_forward(res2, out2, m2, r2, a, b, w, bias, N, C, 1e-5f, ln);
+	t->norm_backward_add(acc2, dw2, db2, dout, res2, w, m2, r2, N, C, ln);
+	struct {
+		const char *what;
+		const void *x, *y;
+		size_t bytes;
+	} cmp[] = {{"res", res1, res2, n * A},	 {"out", out1, out2, n * A},
+		   {"rstd", r1, r2, (size_t)N * 4}, {"mean", m1, m2, ln ? (size_t)N * 4 : 0},
+		   {"dacc", acc1, acc2, n * A},	 {"dw", dw1, dw2, (size_t)C * 4},
+		   {"db", db1, db2, ln ? (size_t)C * 4 : 0}};
+	for (size_t k = 0; k < ARRAY_SIZE(cmp); k++) {
+		if (!cmp[k].bytes)
+			continue;
+		unsigned char *x = xmalloc(cmp[k].bytes), *y = xmalloc(cmp[k].bytes);
+		t->to_host(x, cmp[k].x, cmp[k].bytes);
+		t->to_host(y, cmp[k].y, cmp[k].bytes);
+		CHECK_MSG(!memcmp(x, y, cmp[k].bytes), "%s: %s differs from the ops apart", ctx,
+			  cmp[k].what);
+		free(x);
+		free(y);
+	}
+	void *dev_all[] = {fa, fb, fd, facc, w, bias, a, b, dout, acc1, acc2, res1, res2, out1,
+			   out2, dx, m1, m2, r1, r2, dw1, dw2, db1, db2};
+	for (size_t k = 0; k < ARRAY_SIZE(dev_all); k++)
+		t->free(dev_all[k]);
+	float *host_all[] = {ha, hb, hd, hacc, hw, hbias};
+	free_all(host_all, 6);
+}
+
+TEST(cuda_fused_norms)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	CHECK_MSG(cu->add_norm_forward && cu->norm_backward_add && tb->add_norm_forward &&
+			  tb->norm_backward_add,
+		  "the cuda tables lack the fused norms (ASYNCPP_FUSED_NORM=0 in the environment?)");
+	if (test_failed())
+		return;
+	static const int shapes[][2] = {{64, 768}, {37, 77}, {8, 2048}, {5, 31}};
+	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++)
+		for (int ln = 0; ln < 2; ln++) {
+			dev = cu;
+			norm_fused_case(cu, ln, shapes[k][0], shapes[k][1]);
+			dev = tb;
+			norm_fused_case(tb, ln, shapes[k][0], shapes[k][1]);
+		}
+	dev = cu;
 }
 
 /* weights_bf16's copies: a product reads a prepared copy (the same bits as

@@ -1216,6 +1216,77 @@ TEST(fused_gelu_products_equal_the_ops_apart)
 	}
 }
 
+/* ---- fused residual add + norm (backend.h: add_norm_forward,
+ * norm_backward_add) ----
+ * CUDA fuses each residual add into the norm beside it. Here the cpu table
+ * gets them as exactly the ops they fuse: every schedule must give the
+ * plain run's bits, for LayerNorm (gpt2) and RMSNorm (llama), so the model
+ * hands them the right buffers and is_ln. */
+static struct backend norm_table;
+static int norm_calls[2]; /* forward, backward */
+
+static void fused_add_norm_forward(void *res, void *out, float *mean, float *rstd, const void *a,
+				   const void *b, const float *w, const float *bias, int N, int C,
+				   float eps, int is_ln)
+{
+	const struct backend *be = test_backend();
+	__atomic_add_fetch(&norm_calls[0], 1, __ATOMIC_RELAXED);
+	be->add_act(res, a, b, (size_t)N * C);
+	if (is_ln)
+		be->layernorm_forward(out, mean, rstd, res, w, bias, N, C, eps);
+	else
+		be->rmsnorm_forward(out, rstd, res, w, N, C, eps);
+}
+
+static void fused_norm_backward_add(void *dacc, float *dw, float *db, const void *dout,
+				    const void *inp, const float *w, const float *mean,
+				    const float *rstd, int N, int C, int is_ln)
+{
+	const struct backend *be = test_backend();
+	__atomic_add_fetch(&norm_calls[1], 1, __ATOMIC_RELAXED);
+	void *d = be->alloc((size_t)N * C * act_size(be));
+	if (is_ln)
+		be->layernorm_backward(d, dw, db, dout, inp, w, mean, rstd, N, C);
+	else
+		be->rmsnorm_backward(d, dw, dout, inp, w, rstd, N, C);
+	be->add_act(dacc, dacc, d, (size_t)N * C);
+	be->free(d);
+}
+
+TEST(fused_norms_equal_the_ops_apart)
+{
+	if (strcmp(test_backend()->name, "cpu"))
+		SKIP("the composites wrap the cpu backend (cuda has its own fused kernels)");
+	norm_table = *test_backend();
+	norm_table.add_norm_forward = fused_add_norm_forward;
+	norm_table.norm_backward_add = fused_norm_backward_add;
+	static const char *const runs[][3] = {{"gpt2", "none", "1"}, {"gpt2", "2bw", "2"},
+					      {"llama", "1f1b", "4"}, {"llama", "pipedream", "2"}};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config cfg;
+		struct run_result ra = {0}, rb = {0};
+		base_config(&cfg, runs[i][0], "adamw");
+		config_set_key(&cfg, "train", "schedule", runs[i][1], "test");
+		config_set_key(&cfg, "pipeline", "stages", runs[i][2], "test");
+		norm_calls[0] = norm_calls[1] = 0;
+		int ok = !train(&cfg, STEPS, 5, NULL, NULL, &ra);
+		train_with = &norm_table;
+		ok = ok && !train(&cfg, STEPS, 5, NULL, NULL, &rb);
+		train_with = NULL;
+		CHECK_MSG(ok, "%s %s: training failed: %s", runs[i][0], runs[i][1], last_error());
+		/* per layer and micro-batch: one forward, two backward */
+		CHECK_MSG(norm_calls[0] > 0 && norm_calls[1] == 2 * norm_calls[0],
+			  "%s %s: the model called the fused forward %d times, the backward %d",
+			  runs[i][0], runs[i][1], norm_calls[0], norm_calls[1]);
+		CHECK_MSG(ok && !memcmp(ra.loss, rb.loss, sizeof(ra.loss)) &&
+				  !memcmp(ra.weights, rb.weights, ra.numel * sizeof(float)),
+			  "%s %s: the fused norms change the run", runs[i][0], runs[i][1]);
+		free(ra.weights);
+		free(rb.weights);
+		config_free(&cfg);
+	}
+}
+
 /* ---- the same in bf16 storage (train.act_dtype = bf16) ---- */
 
 /* the cpu backend's bf16 twin, or CUDA's on the GPU (tools/gpu-check) */

@@ -515,7 +515,8 @@ static const struct backend *spy_on(const struct backend *base, const int *dev, 
 	t.sumsq = s_sumsq, t.sumsq_many = s_sumsq_many, t.scale = s_scale;
 	/* ops the cpu lacks stay absent; any it gains must be wrapped here */
 	if (base->matmul_gelu_forward || base->matmul_backward_dgelu || base->weights_bf16 ||
-	    base->newton_schulz_many || base->mark_new)
+	    base->newton_schulz_many || base->mark_new || base->add_norm_forward ||
+	    base->norm_backward_add)
 		test_fail(__FILE__, __LINE__, "spy: the cpu backend has an op the spy does not wrap");
 	spy_table = t;
 	return &spy_table;
