@@ -718,46 +718,83 @@ static void cu_sumsq_many(double *out, const float *const *x, const size_t *n, i
 
 /* Column sums for weight/bias gradients, in a fixed order (A: the storage
  * type of dout and inp, cuda_act.h; the sums are float):
- * rows are cut into chunks of COLSUM_ROWS; block (x: 32 columns, y: chunk)
- * sums its chunk with 8 row-strided threads per column, combined in order;
- * a second kernel adds the chunk partials in chunk order.
+ * rows are cut into chunks of COLSUM_ROWS; block (x: 32 x V columns, y:
+ * chunk) sums its chunk with 8 row-strided threads per column, combined in
+ * order; a second kernel adds the chunk partials in chunk order.
  *   pw[chunk,C] = sum dout * xhat, xhat = (inp - mean) * rstd (pw non-NULL;
  *                 mean NULL means 0, as for RMSNorm)
- *   pb[chunk,C] = sum dout (pb non-NULL) */
+ *   pb[chunk,C] = sum dout (pb non-NULL)
+ * A thread sums V neighbouring columns (V = 8 bytes of A: one load per row
+ * instead of V) when the rows allow it, else one; each column's sum is the
+ * same sequence of additions either way, so the bits never depend on
+ * where a buffer sits. */
 #define COLSUM_ROWS 256
 
-template <typename A>
+/* V elements of A at p (8-byte aligned) as floats */
+template <typename A, int V> __device__ static __forceinline__ void ld8(float *out, const A *p)
+{
+	static_assert(sizeof(A) * V == 8, "8 bytes");
+	uint2 u = *reinterpret_cast<const uint2 *>(p);
+	const A *e = reinterpret_cast<const A *>(&u);
+#pragma unroll
+	for (int v = 0; v < V; v++)
+		out[v] = act_ld(e, v);
+}
+
+template <typename A, int V>
 __global__ static void colsum_partial_kernel(float *pw, float *pb, const A *dout, const A *inp,
 					     const float *mean, const float *rstd, int N, int C)
 {
-	__shared__ float shw[8][33], shb[8][33];
+	__shared__ float shw[8][32 * V + 1], shb[8][32 * V + 1];
 	int tx = threadIdx.x, ty = threadIdx.y;
-	int c = blockIdx.x * 32 + tx;
+	int c = (blockIdx.x * 32 + tx) * V; /* the first of this thread's V columns */
 	int r0 = blockIdx.y * COLSUM_ROWS, r1 = min(r0 + COLSUM_ROWS, N);
-	float sw = 0, sb = 0;
-	if (c < C) {
+	float sw[V], sb[V];
+#pragma unroll
+	for (int v = 0; v < V; v++)
+		sw[v] = sb[v] = 0;
+	if (c < C) { /* V > 1 only when C % V == 0: all V columns exist */
 		for (int r = r0 + ty; r < r1; r += 8) {
-			float d = act_ld(dout, (size_t)r * C + c);
+			float d[V], x[V];
+			if constexpr (V == 1)
+				d[0] = act_ld(dout, (size_t)r * C + c);
+			else
+				ld8<A, V>(d, dout + (size_t)r * C + c);
 			if (pw) {
-				float m = mean ? mean[r] : 0.0f;
-				sw += d * ((act_ld(inp, (size_t)r * C + c) - m) * rstd[r]);
+				if constexpr (V == 1)
+					x[0] = act_ld(inp, (size_t)r * C + c);
+				else
+					ld8<A, V>(x, inp + (size_t)r * C + c);
 			}
-			sb += d;
+#pragma unroll
+			for (int v = 0; v < V; v++) {
+				if (pw) {
+					float m = mean ? mean[r] : 0.0f;
+					sw[v] += d[v] * ((x[v] - m) * rstd[r]);
+				}
+				sb[v] += d[v];
+			}
 		}
 	}
-	shw[ty][tx] = sw;
-	shb[ty][tx] = sb;
+#pragma unroll
+	for (int v = 0; v < V; v++) {
+		shw[ty][tx * V + v] = sw[v];
+		shb[ty][tx * V + v] = sb[v];
+	}
 	__syncthreads();
 	if (ty == 0 && c < C) {
-		float aw = 0, ab = 0;
-		for (int k = 0; k < 8; k++) {
-			aw += shw[k][tx];
-			ab += shb[k][tx];
+#pragma unroll
+		for (int v = 0; v < V; v++) {
+			float aw = 0, ab = 0;
+			for (int k = 0; k < 8; k++) {
+				aw += shw[k][tx * V + v];
+				ab += shb[k][tx * V + v];
+			}
+			if (pw)
+				pw[(size_t)blockIdx.y * C + c + v] = aw;
+			if (pb)
+				pb[(size_t)blockIdx.y * C + c + v] = ab;
 		}
-		if (pw)
-			pw[(size_t)blockIdx.y * C + c] = aw;
-		if (pb)
-			pb[(size_t)blockIdx.y * C + c] = ab;
 	}
 }
 
@@ -780,6 +817,18 @@ __global__ static void colsum_final_kernel(float *dw, float *db, const float *pw
 		db[c] += ab;
 }
 
+/* Whether colsums may read 8 bytes at a time: every row starts 8-byte
+ * aligned. ASYNCPP_COLSUM=scalar forces one column per thread (the test
+ * that both give the same bits). */
+template <typename A> static bool colsum_vec(const A *dout, const A *inp, int C)
+{
+	static const char *env = getenv("ASYNCPP_COLSUM");
+	if (env && !strcmp(env, "scalar"))
+		return false;
+	const int V = 8 / (int)sizeof(A);
+	return C % V == 0 && (uintptr_t)dout % 8 == 0 && (uintptr_t)inp % 8 == 0;
+}
+
 /* dw[C] += sum dout*xhat (if dw), db[C] += sum dout (if db); dout[N,C],
  * inp[N,C] (A), mean[N], rstd[N]. */
 template <typename A>
@@ -792,9 +841,17 @@ static void colsums(float *dw, float *db, const A *dout, const A *inp, const flo
 	size_t sz = (size_t)nchunks * C * sizeof(float);
 	float *pw = dw ? (float *)cuda_scratch(sz) : NULL;
 	float *pb = db ? (float *)cuda_scratch(sz) : NULL;
-	dim3 grid((C + 31) / 32, nchunks), block(32, 8);
-	colsum_partial_kernel<<<grid, block, 0, cuda_stream()>>>(pw, pb, dout, inp, mean, rstd,
-								  N, C);
+	constexpr int V = 8 / (int)sizeof(A);
+	dim3 block(32, 8);
+	if (colsum_vec(dout, dw ? inp : dout, C)) {
+		dim3 grid((C / V + 31) / 32, nchunks);
+		colsum_partial_kernel<A, V><<<grid, block, 0, cuda_stream()>>>(pw, pb, dout, inp,
+									       mean, rstd, N, C);
+	} else {
+		dim3 grid((C + 31) / 32, nchunks);
+		colsum_partial_kernel<A, 1><<<grid, block, 0, cuda_stream()>>>(pw, pb, dout, inp,
+									       mean, rstd, N, C);
+	}
 	CUDA_LAUNCHED();
 	colsum_final_kernel<<<(C + 255) / 256, 256, 0, cuda_stream()>>>(dw, db, pw, pb, nchunks, C);
 	CUDA_LAUNCHED();

@@ -1516,6 +1516,63 @@ static void norm_fused_case(const struct backend *t, int ln, int N, int C)
 	free_all(host_all, 6);
 }
 
+/* The norms' weight and bias gradients (column sums) read 8 bytes at a
+ * time where rows are 8-byte aligned and one element at a time elsewhere:
+ * the same sums, so a buffer's offset (a pipeline stage's, say) never
+ * changes the bits. */
+static void colsum_offset_case(const struct backend *t, int ln, int N, int C)
+{
+	size_t n = (size_t)N * C, A = act_dtype_size(t->act_dtype);
+	snprintf(ctx, sizeof(ctx), "%s weight gradients at offsets, N=%d C=%d on %s",
+		 ln ? "layernorm" : "rmsnorm", N, C, t->act_dtype == ACT_BF16 ? "bf16" : "f32");
+	float *hd = randn(n, 1.0f), *hx = randn(n, 1.0f), *hm = randn((size_t)N, 0.2f);
+	float *hr = fill((size_t)N, 1.3f), *hw = randn((size_t)C, 1.0f);
+	float *fd = putf(hd, n), *fx = putf(hx, n), *m = putf(hm, N), *r = putf(hr, N);
+	float *w = putf(hw, C);
+	float *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) { /* k = 0 aligned, 1 one element off */
+		char *bd = t->alloc((n + 1) * A), *bx = t->alloc((n + 1) * A);
+		void *d = bd + k * A, *x = bx + k * A;
+		t->act_from_f32(d, fd, n);
+		t->act_from_f32(x, fx, n);
+		dw[k] = t->alloc(C * 4);
+		db[k] = t->alloc(C * 4);
+		if (ln)
+			t->layernorm_backward(NULL, dw[k], db[k], d, x, w, m, r, N, C);
+		else
+			t->rmsnorm_backward(NULL, dw[k], d, x, w, r, N, C);
+		t->free(bd);
+		t->free(bx);
+	}
+	float *g[4] = {getf(dw[0], C), getf(dw[1], C), getf(db[0], C), getf(db[1], C)};
+	CHECK_MSG(!memcmp(g[0], g[1], (size_t)C * 4), "%s: dw differs", ctx);
+	CHECK_MSG(!ln || !memcmp(g[2], g[3], (size_t)C * 4), "%s: db differs", ctx);
+	for (int k = 0; k < 2; k++) {
+		t->free(dw[k]);
+		t->free(db[k]);
+	}
+	void *dev_all[] = {fd, fx, m, r, w};
+	for (size_t k = 0; k < ARRAY_SIZE(dev_all); k++)
+		t->free(dev_all[k]);
+	float *host_all[] = {hd, hx, hm, hr, hw, g[0], g[1], g[2], g[3]};
+	free_all(host_all, 9);
+}
+
+TEST(cuda_colsum_offsets)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	static const int shapes[][2] = {{300, 768}, {1024, 64}, {77, 40}};
+	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++)
+		for (int ln = 0; ln < 2; ln++) {
+			dev = cu;
+			colsum_offset_case(cu, ln, shapes[k][0], shapes[k][1]);
+			dev = tb;
+			colsum_offset_case(tb, ln, shapes[k][0], shapes[k][1]);
+		}
+	dev = cu;
+}
+
 TEST(cuda_fused_norms)
 {
 	if (!cuda_bf16_ready())
