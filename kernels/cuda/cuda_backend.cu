@@ -1235,42 +1235,116 @@ static void cu_rope_backward(A *dqkv, int B, int T, int NH, int NKV, int HD, flo
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
 	     i += (size_t)gridDim.x * blockDim.x)
 
+/* Elementwise kernels move 4 elements per thread and step (8 bytes of
+ * bf16, 16 of float) wherever every pointer is aligned to that and n is a
+ * multiple of 4 (vec4_ok), else one; the arithmetic of each element is
+ * one __device__ function either way, so the bits are the same. */
+template <typename A> struct vec4_of;
+template <> struct vec4_of<float> { typedef float4 T; };
+template <> struct vec4_of<__nv_bfloat16> { typedef uint2 T; };
+
+template <typename A> __device__ static __forceinline__ void ld4(float *o, const A *p)
+{
+	typename vec4_of<A>::T u = *reinterpret_cast<const typename vec4_of<A>::T *>(p);
+	const A *e = reinterpret_cast<const A *>(&u);
+#pragma unroll
+	for (int v = 0; v < 4; v++)
+		o[v] = act_ld(e, v);
+}
+
+template <typename A> __device__ static __forceinline__ void st4(A *p, const float *x)
+{
+	typename vec4_of<A>::T u;
+	A *e = reinterpret_cast<A *>(&u);
+#pragma unroll
+	for (int v = 0; v < 4; v++)
+		act_st(e, v, x[v]);
+	*reinterpret_cast<typename vec4_of<A>::T *>(p) = u;
+}
+
+/* Whether n elements at every pointer given (NULL skipped) go 4 at a time. */
+template <typename A>
+static bool vec4_ok(size_t n, const void *a, const void *b = NULL, const void *c = NULL)
+{
+	uintptr_t m = 4 * sizeof(A) - 1;
+	return n % 4 == 0 && !((uintptr_t)a & m) && !((uintptr_t)b & m) && !((uintptr_t)c & m);
+}
+
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-template <typename A>
+__device__ static __forceinline__ float gelu_f(float x)
+{
+	float u = GELU_K * (x + 0.044715f * x * x * x);
+	return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu(x) / dx times dy */
+__device__ static __forceinline__ float gelu_grad_f(float x, float dy)
+{
+	float u = GELU_K * (x + 0.044715f * x * x * x);
+	float th = tanhf(u);
+	float sech2 = 1.0f - th * th;
+	float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+	return g * dy;
+}
+
+template <typename A, bool V4>
 __global__ static void gelu_forward_kernel(A *out, const A *inp, size_t n)
 {
-	GRID_STRIDE(i, n) {
-		float x = act_ld(inp, i);
-		float u = GELU_K * (x + 0.044715f * x * x * x);
-		act_st(out, i, 0.5f * x * (1.0f + tanhf(u)));
+	if (V4) {
+		GRID_STRIDE(j, n / 4) {
+			float x[4];
+			ld4(x, inp + 4 * j);
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				x[v] = gelu_f(x[v]);
+			st4(out + 4 * j, x);
+		}
+	} else {
+		GRID_STRIDE(i, n)
+			act_st(out, i, gelu_f(act_ld(inp, i)));
 	}
 }
 
-template <typename A>
+template <typename A, bool V4>
 __global__ static void gelu_backward_kernel(A *dinp, const A *inp, const A *dout, size_t n)
 {
-	GRID_STRIDE(i, n) {
-		float x = act_ld(inp, i);
-		float u = GELU_K * (x + 0.044715f * x * x * x);
-		float th = tanhf(u);
-		float sech2 = 1.0f - th * th;
-		float g = 0.5f * (1.0f + th) +
-			  0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-		act_st(dinp, i, g * act_ld(dout, i));
+	if (V4) {
+		GRID_STRIDE(j, n / 4) {
+			float x[4], dy[4];
+			ld4(x, inp + 4 * j);
+			ld4(dy, dout + 4 * j);
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				x[v] = gelu_grad_f(x[v], dy[v]);
+			st4(dinp + 4 * j, x);
+		}
+	} else {
+		GRID_STRIDE(i, n)
+			act_st(dinp, i, gelu_grad_f(act_ld(inp, i), act_ld(dout, i)));
 	}
 }
 
 template <typename A> static void cu_gelu_forward(A *out, const A *inp, size_t n)
 {
-	gelu_forward_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp, n);
+	if (vec4_ok<A>(n, out, inp))
+		gelu_forward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
+			out, inp, n);
+	else
+		gelu_forward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp,
+											   n);
 	CUDA_LAUNCHED();
 }
 
 template <typename A>
 static void cu_gelu_backward(A *dinp, const A *inp, const A *dout, size_t n)
 {
-	gelu_backward_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dinp, inp, dout, n);
+	if (vec4_ok<A>(n, dinp, inp, dout))
+		gelu_backward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
+			dinp, inp, dout, n);
+	else
+		gelu_backward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
+			dinp, inp, dout, n);
 	CUDA_LAUNCHED();
 }
 
@@ -1313,15 +1387,31 @@ static void cu_swiglu_backward(A *dinp, const A *dout, const A *inp, int N, int 
 }
 
 /* out[n] = a[n] + b[n]: activations (add_act) or floats (add) */
-template <typename A> __global__ static void add_kernel(A *out, const A *a, const A *b, size_t n)
+template <typename A, bool V4>
+__global__ static void add_kernel(A *out, const A *a, const A *b, size_t n)
 {
-	GRID_STRIDE(i, n)
-		act_st(out, i, act_ld(a, i) + act_ld(b, i));
+	if (V4) {
+		GRID_STRIDE(j, n / 4) {
+			float x[4], y[4];
+			ld4(x, a + 4 * j);
+			ld4(y, b + 4 * j);
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				x[v] = x[v] + y[v];
+			st4(out + 4 * j, x);
+		}
+	} else {
+		GRID_STRIDE(i, n)
+			act_st(out, i, act_ld(a, i) + act_ld(b, i));
+	}
 }
 
 template <typename A> static void cu_add(A *out, const A *a, const A *b, size_t n)
 {
-	add_kernel<A><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
+	if (vec4_ok<A>(n, out, a, b))
+		add_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
+	else
+		add_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
 	CUDA_LAUNCHED();
 }
 
@@ -1750,18 +1840,31 @@ static void cu_scale(float *x, float s, size_t n)
 
 /* dst[n] = src[n] from one storage type into another (cuda_act.h: widening
  * is exact, narrowing rounds to nearest even) */
-template <typename O, typename I>
+template <typename O, typename I, bool V4>
 __global__ static void convert_kernel(O *dst, const I *src, size_t n)
 {
-	GRID_STRIDE(i, n)
-		act_st(dst, i, act_ld(src, i));
+	if (V4) {
+		GRID_STRIDE(j, n / 4) {
+			float x[4];
+			ld4(x, src + 4 * j);
+			st4(dst + 4 * j, x);
+		}
+	} else {
+		GRID_STRIDE(i, n)
+			act_st(dst, i, act_ld(src, i));
+	}
 }
 
 template <typename O, typename I> static void convert(O *dst, const I *src, size_t n)
 {
 	if (!n)
 		return;
-	convert_kernel<O, I><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src, n);
+	if (vec4_ok<O>(n, dst) && vec4_ok<I>(n, src))
+		convert_kernel<O, I, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(dst, src,
+											     n);
+	else
+		convert_kernel<O, I, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src,
+											      n);
 	CUDA_LAUNCHED();
 }
 

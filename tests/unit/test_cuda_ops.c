@@ -1558,6 +1558,61 @@ static void colsum_offset_case(const struct backend *t, int ln, int N, int C)
 	free_all(host_all, 9);
 }
 
+/* Elementwise ops (gelu forward and backward, add) move 4 elements at a
+ * time where every pointer allows it and one elsewhere: the same bits. */
+static void elementwise_offset_case(const struct backend *t, size_t n)
+{
+	size_t A = act_dtype_size(t->act_dtype);
+	snprintf(ctx, sizeof(ctx), "gelu and add at offsets, n=%zu on %s", n,
+		 t->act_dtype == ACT_BF16 ? "bf16" : "f32");
+	float *hx = randn(n, 2.0f), *hy = randn(n, 1.0f);
+	float *fx = putf(hx, n), *fy = putf(hy, n);
+	unsigned char *got[2][3];
+	for (int k = 0; k < 2; k++) { /* k = 0 aligned, 1 one element off */
+		char *b[5];
+		void *p[5];
+		for (int i = 0; i < 5; i++) {
+			b[i] = t->alloc((n + 1) * A);
+			p[i] = b[i] + k * A;
+		}
+		t->act_from_f32(p[0], fx, n);
+		t->act_from_f32(p[1], fy, n);
+		t->gelu_forward(p[2], p[0], n);
+		t->gelu_backward(p[3], p[0], p[1], n);
+		t->add_act(p[4], p[0], p[1], n);
+		for (int i = 0; i < 3; i++) {
+			got[k][i] = xmalloc(n * A);
+			t->to_host(got[k][i], p[2 + i], n * A);
+		}
+		for (int i = 0; i < 5; i++)
+			t->free(b[i]);
+	}
+	static const char *const what[] = {"gelu_forward", "gelu_backward", "add_act"};
+	for (int i = 0; i < 3; i++) {
+		CHECK_MSG(!memcmp(got[0][i], got[1][i], n * A), "%s: %s differs", ctx, what[i]);
+		free(got[0][i]);
+		free(got[1][i]);
+	}
+	t->free(fx);
+	t->free(fy);
+	free(hx);
+	free(hy);
+}
+
+TEST(cuda_elementwise_offsets)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	static const size_t sizes[] = {4096, 1000, 77};
+	for (size_t k = 0; k < ARRAY_SIZE(sizes) && !test_failed(); k++) {
+		dev = cu;
+		elementwise_offset_case(cu, sizes[k]);
+		dev = tb;
+		elementwise_offset_case(tb, sizes[k]);
+	}
+	dev = cu;
+}
+
 TEST(cuda_colsum_offsets)
 {
 	if (!cuda_bf16_ready())
