@@ -562,7 +562,9 @@ static void scratch_view(const struct stage *st, void *base, struct scratch_view
 
 	memset(v, 0, sizeof(*v));
 	v->dres = TAKE_ACT(base, &pos, N * C);
-	v->dbuf = TAKE_ACT(base, &pos, N * C);
+	/* the norms' dinp before its residual add; a backend that fuses the
+	 * two (norm_backward_add) needs none */
+	v->dbuf = st->be->norm_backward_add ? NULL : TAKE_ACT(base, &pos, N * C);
 	v->dln = TAKE_ACT(base, &pos, N * C);
 	v->dqkv = TAKE_ACT(base, &pos, N * qkv_width(c));
 	v->datty = TAKE_ACT(base, &pos, N * C);

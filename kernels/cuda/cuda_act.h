@@ -46,7 +46,9 @@ __device__ static __forceinline__ void act_st(__nv_bfloat16 *p, I i, float v)
 
 /* v as stored and read back (act_st then act_ld): exact for float, rounded
  * to nearest even for bf16. For fused kernels that must give the bits of
- * two kernels, the first of which stored its result. */
+ * two kernels, the first of which stored its result. Not a barrier to
+ * contraction: for float, an add of the result may still fuse with the
+ * multiply that made v (use __fadd_rn there). */
 __device__ static __forceinline__ float act_rt(const float *, float v)
 {
 	return v;

@@ -745,7 +745,8 @@ template <typename A, int V>
 __global__ static void colsum_partial_kernel(float *pw, float *pb, const A *dout, const A *inp,
 					     const float *mean, const float *rstd, int N, int C)
 {
-	__shared__ float shw[8][32 * V + 1], shb[8][32 * V + 1];
+	/* [ty][v * 32 + tx]: a warp's 32 lanes on 32 banks */
+	__shared__ float shw[8][32 * V], shb[8][32 * V];
 	int tx = threadIdx.x, ty = threadIdx.y;
 	int c = (blockIdx.x * 32 + tx) * V; /* the first of this thread's V columns */
 	int r0 = blockIdx.y * COLSUM_ROWS, r1 = min(r0 + COLSUM_ROWS, N);
@@ -778,8 +779,8 @@ __global__ static void colsum_partial_kernel(float *pw, float *pb, const A *dout
 	}
 #pragma unroll
 	for (int v = 0; v < V; v++) {
-		shw[ty][tx * V + v] = sw[v];
-		shb[ty][tx * V + v] = sb[v];
+		shw[ty][v * 32 + tx] = sw[v];
+		shb[ty][v * 32 + tx] = sb[v];
 	}
 	__syncthreads();
 	if (ty == 0 && c < C) {
@@ -787,8 +788,8 @@ __global__ static void colsum_partial_kernel(float *pw, float *pb, const A *dout
 		for (int v = 0; v < V; v++) {
 			float aw = 0, ab = 0;
 			for (int k = 0; k < 8; k++) {
-				aw += shw[k][tx * V + v];
-				ab += shb[k][tx * V + v];
+				aw += shw[k][v * 32 + tx];
+				ab += shb[k][v * 32 + tx];
 			}
 			if (pw)
 				pw[(size_t)blockIdx.y * C + c + v] = aw;
@@ -818,11 +819,12 @@ __global__ static void colsum_final_kernel(float *dw, float *db, const float *pw
 }
 
 /* Whether colsums may read 8 bytes at a time: every row starts 8-byte
- * aligned. ASYNCPP_COLSUM=scalar forces one column per thread (the test
- * that both give the same bits). */
+ * aligned. ASYNCPP_COLSUM=scalar (read at each call) forces one column per
+ * thread, for timing the two; test_cuda_ops cuda_colsum_offsets proves the
+ * same bits with buffers one element off. */
 template <typename A> static bool colsum_vec(const A *dout, const A *inp, int C)
 {
-	static const char *env = getenv("ASYNCPP_COLSUM");
+	const char *env = getenv("ASYNCPP_COLSUM");
 	if (env && !strcmp(env, "scalar"))
 		return false;
 	const int V = 8 / (int)sizeof(A);
@@ -1080,8 +1082,10 @@ __global__ static void norm_backward_dx_kernel(A *dinp, const A *dout, const A *
 		float dn = act_ld(dy, c) * (w ? w[c] : 1.0f);
 		float xh = (act_ld(x, c) - m) * rs;
 		float d = (dn - s1 - xh * s2) * rs;
-		if (ACC)
-			act_st(dx, c, act_ld(dx, c) + act_rt(dx, d));
+		if (ACC) /* __fadd_rn: never contracted with d's multiply into an
+			  * fma, which would round once where the ops apart round
+			  * twice (f32) */
+			act_st(dx, c, __fadd_rn(act_ld(dx, c), act_rt(dx, d)));
 		else
 			act_st(dx, c, d);
 	}
@@ -1111,7 +1115,7 @@ static void norm_backward(A *dinp, float *dw, float *db, const A *dout, const A 
 			  const float *w, const float *mean, const float *rstd, int N, int C,
 			  bool acc)
 {
-	/* weight/bias gradients first: dinp may alias dout (not with acc) */
+	/* weight/bias gradients first: dinp may alias dout */
 	colsums(dw, db, dout, inp, mean, rstd, N, C);
 	int nb = (N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK;
 	if (!dinp)
