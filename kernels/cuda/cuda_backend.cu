@@ -1182,10 +1182,34 @@ static void cu_norm_backward_add(A *dacc, float *dw, float *db, const A *dout, c
 
 /* One thread per (row, head of q or k, pair i < HD/2). The angle is
  * pos * theta^(-2i/HD), computed in double so long contexts keep fp32
- * accuracy; dir = +1 rotates, -1 applies the inverse (the backward). */
+ * accuracy; dir = +1 rotates, -1 applies the inverse (the backward). The
+ * cos and sin of each (pos, i) come from a table made once per shape and
+ * lane (rope_table), by the same double arithmetic rounded to float, so
+ * the bits are those of computing them in place (where no table could be
+ * had, cs is NULL and they are). */
+__device__ static __forceinline__ void rope_cs(int pos, int p, int HD, float theta, float *c,
+					       float *s)
+{
+	double freq = pow((double)theta, -2.0 * p / HD);
+	double sd, cd;
+	sincos(pos * freq, &sd, &cd);
+	*c = (float)cd;
+	*s = (float)sd;
+}
+
+/* cs[0][T][half] = cos, cs[1][T][half] = sin */
+__global__ static void rope_table_kernel(float *cs, int T, int HD, float theta)
+{
+	int half = HD / 2;
+	size_t total = (size_t)T * half;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x)
+		rope_cs((int)(i / half), (int)(i % half), HD, theta, &cs[i], &cs[total + i]);
+}
+
 template <typename A>
-__global__ static void rope_kernel(A *qkv, int N, int T, int NH, int NKV, int HD, float theta,
-				   float dir)
+__global__ static void rope_kernel(A *qkv, const float *cs, int N, int T, int NH, int NKV,
+				   int HD, float theta, float dir)
 {
 	int half = HD / 2, heads = NH + NKV;
 	int QKV = (NH + 2 * NKV) * HD;
@@ -1197,10 +1221,14 @@ __global__ static void rope_kernel(A *qkv, int N, int T, int NH, int NKV, int HD
 		int h = (int)(rh % heads);
 		size_t n = rh / heads;
 		int pos = (int)(n % T);
-		double freq = pow((double)theta, -2.0 * p / HD);
-		double s, c;
-		sincos(pos * freq, &s, &c);
-		float sf = (float)s * dir, cf = (float)c;
+		float c, s;
+		if (cs) {
+			c = cs[(size_t)pos * half + p];
+			s = cs[(size_t)T * half + (size_t)pos * half + p];
+		} else {
+			rope_cs(pos, p, HD, theta, &c, &s);
+		}
+		float sf = s * dir, cf = c;
 		/* q heads then k heads are contiguous at the start of the row */
 		A *x = qkv + n * QKV + (size_t)h * HD;
 		float x1 = act_ld(x, p), x2 = act_ld(x, p + half);
@@ -1209,14 +1237,62 @@ __global__ static void rope_kernel(A *qkv, int N, int T, int NH, int NKV, int HD
 	}
 }
 
+/* The calling lane's table for (T, HD, theta), made on first use; a few
+ * shapes per lane are kept for the process's life (a model has one), none
+ * ever rewritten, so no queued kernel reads a table that changes. NULL
+ * when the lane has no room left or memory is short: the kernel then
+ * computes in place (the same bits). */
+#define ROPE_TABLES 4
+static struct rope_table {
+	int T, HD;
+	float theta;
+	float *cs;
+} rope_tables[MAX_LANES][ROPE_TABLES];
+static std::mutex rope_mutex;
+
+static const float *rope_table(int T, int HD, float theta)
+{
+	cuda_stream(); /* the lane's device is current */
+	std::lock_guard<std::mutex> lock(rope_mutex);
+	struct rope_table *t = rope_tables[my_lane];
+	for (int i = 0; i < ROPE_TABLES; i++) {
+		if (t[i].cs && t[i].T == T && t[i].HD == HD && t[i].theta == theta)
+			return t[i].cs;
+		if (!t[i].cs) {
+			size_t n = (size_t)T * (HD / 2);
+			/* counted with the allocations; short of memory, no table */
+			float *cs = NULL;
+			if (cudaMalloc(&cs, 2 * n * sizeof(float)) != cudaSuccess) {
+				cudaGetLastError();
+				return NULL;
+			}
+			{
+				std::lock_guard<std::mutex> hl(held_mutex);
+				held[cs] = 2 * n * sizeof(float);
+				held_bytes += 2 * n * sizeof(float);
+				held_peak = held_bytes > held_peak ? held_bytes : held_peak;
+			}
+			rope_table_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(cs, T, HD,
+										       theta);
+			CUDA_LAUNCHED();
+			t[i] = (struct rope_table){T, HD, theta, cs};
+			return cs;
+		}
+	}
+	return NULL;
+}
+
 template <typename A>
 static void rope(A *qkv, int B, int T, int NH, int NKV, int HD, float theta, float dir)
 {
 	size_t total = (size_t)B * T * (NH + NKV) * (HD / 2);
 	if (!total)
 		return;
-	rope_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, B * T, T, NH, NKV,
-									HD, theta, dir);
+	/* ASYNCPP_ROPE_TABLE=0: cos and sin in place (the test of equal bits) */
+	const char *env = getenv("ASYNCPP_ROPE_TABLE");
+	const float *cs = env && !strcmp(env, "0") ? NULL : rope_table(T, HD, theta);
+	rope_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, cs, B * T, T, NH,
+									    NKV, HD, theta, dir);
 	CUDA_LAUNCHED();
 }
 
@@ -1352,41 +1428,100 @@ static void cu_gelu_backward(A *dinp, const A *inp, const A *dout, size_t n)
 	CUDA_LAUNCHED();
 }
 
-template <typename A>
+__device__ static __forceinline__ float swiglu_f(float g, float u)
+{
+	return g / (1.0f + expf(-g)) * u;
+}
+
+/* the gradients of silu(g) * u: *dg, *du from d */
+__device__ static __forceinline__ void swiglu_grad_f(float g, float u, float d, float *dg,
+						     float *du)
+{
+	float sg = 1.0f / (1.0f + expf(-g));
+	*dg = d * u * sg * (1.0f + g * (1.0f - sg));
+	*du = d * g * sg;
+}
+
+/* V4: 4 neighbouring f of one row per thread and step (F % 4 == 0, every
+ * pointer aligned to 4 elements: swiglu_vec4) */
+template <typename A, bool V4>
 __global__ static void swiglu_forward_kernel(A *out, const A *inp, int N, int F)
 {
-	GRID_STRIDE(i, (size_t)N * F) {
-		size_t n = i / F, f = i % F;
-		float g = act_ld(inp, n * 2 * F + f), u = act_ld(inp, n * 2 * F + F + f);
-		act_st(out, i, g / (1.0f + expf(-g)) * u);
+	if (V4) {
+		GRID_STRIDE(j, (size_t)N * F / 4) {
+			size_t i = 4 * j, n = i / F, f = i % F;
+			float g[4], u[4];
+			ld4(g, inp + n * 2 * F + f);
+			ld4(u, inp + n * 2 * F + F + f);
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				g[v] = swiglu_f(g[v], u[v]);
+			st4(out + i, g);
+		}
+	} else {
+		GRID_STRIDE(i, (size_t)N * F) {
+			size_t n = i / F, f = i % F;
+			act_st(out, i, swiglu_f(act_ld(inp, n * 2 * F + f), act_ld(inp, n * 2 * F + F + f)));
+		}
+	}
+}
+
+template <typename A, bool V4>
+__global__ static void swiglu_backward_kernel(A *dinp, const A *dout, const A *inp, int N, int F)
+{
+	if (V4) {
+		GRID_STRIDE(j, (size_t)N * F / 4) {
+			size_t i = 4 * j, n = i / F, f = i % F;
+			float g[4], u[4], d[4], dg[4], du[4];
+			ld4(g, inp + n * 2 * F + f);
+			ld4(u, inp + n * 2 * F + F + f);
+			ld4(d, dout + i);
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				swiglu_grad_f(g[v], u[v], d[v], &dg[v], &du[v]);
+			st4(dinp + n * 2 * F + f, dg);
+			st4(dinp + n * 2 * F + F + f, du);
+		}
+	} else {
+		GRID_STRIDE(i, (size_t)N * F) {
+			size_t n = i / F, f = i % F;
+			float dg, du;
+			swiglu_grad_f(act_ld(inp, n * 2 * F + f), act_ld(inp, n * 2 * F + F + f),
+				      act_ld(dout, i), &dg, &du);
+			act_st(dinp, n * 2 * F + f, dg);
+			act_st(dinp, n * 2 * F + F + f, du);
+		}
 	}
 }
 
 template <typename A>
-__global__ static void swiglu_backward_kernel(A *dinp, const A *dout, const A *inp, int N, int F)
+static bool swiglu_vec4(int F, const void *a, const void *b, const void *c = NULL)
 {
-	GRID_STRIDE(i, (size_t)N * F) {
-		size_t n = i / F, f = i % F;
-		float g = act_ld(inp, n * 2 * F + f), u = act_ld(inp, n * 2 * F + F + f);
-		float sg = 1.0f / (1.0f + expf(-g));
-		float d = act_ld(dout, i);
-		act_st(dinp, n * 2 * F + f, d * u * sg * (1.0f + g * (1.0f - sg)));
-		act_st(dinp, n * 2 * F + F + f, d * g * sg);
-	}
+	return F % 4 == 0 && vec4_ok<A>(4, a, b, c);
 }
 
 template <typename A> static void cu_swiglu_forward(A *out, const A *inp, int N, int F)
 {
-	swiglu_forward_kernel<A><<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
-		out, inp, N, F);
+	size_t n = (size_t)N * F;
+	if (swiglu_vec4<A>(F, out, inp))
+		swiglu_forward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
+			out, inp, N, F);
+	else
+		swiglu_forward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
+			out, inp, N, F);
 	CUDA_LAUNCHED();
 }
 
 template <typename A>
 static void cu_swiglu_backward(A *dinp, const A *dout, const A *inp, int N, int F)
 {
-	swiglu_backward_kernel<A><<<cuda_blocks((size_t)N * F, 256), 256, 0, cuda_stream()>>>(
-		dinp, dout, inp, N, F);
+	size_t n = (size_t)N * F;
+	if (swiglu_vec4<A>(F, dinp, dout, inp))
+		swiglu_backward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
+			dinp, dout, inp, N, F);
+	else
+		swiglu_backward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
+			dinp, dout, inp, N, F);
 	CUDA_LAUNCHED();
 }
 

@@ -1628,6 +1628,96 @@ TEST(cuda_elementwise_offsets)
 	dev = cu;
 }
 
+/* SwiGLU forward and backward: 4 neighbouring columns per thread where
+ * F % 4 == 0 and the buffers are aligned, one elsewhere; the same bits. */
+static void swiglu_offset_case(const struct backend *t, int N, int F)
+{
+	size_t A = act_dtype_size(t->act_dtype), n2 = (size_t)N * 2 * F, n1 = (size_t)N * F;
+	snprintf(ctx, sizeof(ctx), "swiglu at offsets, N=%d F=%d on %s", N, F,
+		 t->act_dtype == ACT_BF16 ? "bf16" : "f32");
+	float *hx = randn(n2, 2.0f), *hd = randn(n1, 1.0f);
+	float *fx = putf(hx, n2), *fd = putf(hd, n1);
+	unsigned char *got[2][2];
+	for (int k = 0; k < 2; k++) {
+		char *bx = t->alloc((n2 + 1) * A), *bd = t->alloc((n1 + 1) * A);
+		char *bo = t->alloc((n1 + 1) * A), *bg = t->alloc((n2 + 1) * A);
+		void *x = bx + k * A, *d = bd + k * A, *o = bo + k * A, *g = bg + k * A;
+		t->act_from_f32(x, fx, n2);
+		t->act_from_f32(d, fd, n1);
+		t->swiglu_forward(o, x, N, F);
+		t->swiglu_backward(g, d, x, N, F);
+		got[k][0] = xmalloc(n1 * A);
+		got[k][1] = xmalloc(n2 * A);
+		t->to_host(got[k][0], o, n1 * A);
+		t->to_host(got[k][1], g, n2 * A);
+		t->free(bx);
+		t->free(bd);
+		t->free(bo);
+		t->free(bg);
+	}
+	CHECK_MSG(!memcmp(got[0][0], got[1][0], n1 * A), "%s: the forward differs", ctx);
+	CHECK_MSG(!memcmp(got[0][1], got[1][1], n2 * A), "%s: the backward differs", ctx);
+	for (int k = 0; k < 2; k++)
+		free(got[k][0]), free(got[k][1]);
+	t->free(fx);
+	t->free(fd);
+	free(hx);
+	free(hd);
+}
+
+TEST(cuda_swiglu_offsets)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	static const int shapes[][2] = {{64, 2560}, {33, 100}};
+	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++) {
+		dev = cu;
+		swiglu_offset_case(cu, shapes[k][0], shapes[k][1]);
+		dev = tb;
+		swiglu_offset_case(tb, shapes[k][0], shapes[k][1]);
+	}
+	dev = cu;
+}
+
+/* RoPE reads cos and sin from a table made once per shape: the bits of
+ * computing them in place (ASYNCPP_ROPE_TABLE=0), forward and backward,
+ * at two lengths (two tables), f32 and bf16. */
+TEST(cuda_rope_table)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	static const int shapes[][5] = {{2, 128, 15, 5, 64}, {1, 2048, 4, 2, 128}};
+	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++)
+		for (int b16 = 0; b16 < 2; b16++) {
+			const struct backend *t = b16 ? tb : cu;
+			dev = t;
+			int B = shapes[k][0], T = shapes[k][1], NH = shapes[k][2], NKV = shapes[k][3],
+			    HD = shapes[k][4];
+			size_t n = (size_t)B * T * (NH + 2 * NKV) * HD, A = act_dtype_size(t->act_dtype);
+			float *h = randn(n, 1.0f), *f = putf(h, n);
+			unsigned char *got[2];
+			for (int inplace = 0; inplace < 2; inplace++) {
+				if (inplace)
+					setenv("ASYNCPP_ROPE_TABLE", "0", 1);
+				void *q = acts_of(t, f, n);
+				t->rope_forward(q, B, T, NH, NKV, HD, 10000.0f);
+				t->rope_backward(q, B, T, NH, NKV, HD, 500000.0f);
+				got[inplace] = xmalloc(n * A);
+				t->to_host(got[inplace], q, n * A);
+				t->free(q);
+				unsetenv("ASYNCPP_ROPE_TABLE");
+			}
+			CHECK_MSG(!memcmp(got[0], got[1], n * A),
+				  "rope T=%d HD=%d on %s: the table's bits differ from in place", T,
+				  HD, b16 ? "bf16" : "f32");
+			free(got[0]);
+			free(got[1]);
+			t->free(f);
+			free(h);
+		}
+	dev = cu;
+}
+
 TEST(cuda_colsum_offsets)
 {
 	if (!cuda_bf16_ready())
