@@ -978,9 +978,14 @@ static void ffn_backward(const struct stage *st, const float *params, float *gra
 			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
 }
 
-/* x[N,C] -> a->res3[N,C], saving everything in a */
+/* x[N,C] -> a->res3[N,C], saving everything in a. With a backend that
+ * fuses the residual add into the norm (add_norm_forward) a layer may
+ * leave its last add to the next one: defer leaves res3 holding only the
+ * feed-forward's output, and the next layer, given that layer's res2 as
+ * x_res2, makes x = x_res2 + x in place as its first norm reads it (the
+ * same bits as the add apart). */
 static void block_forward(const struct stage *st, const float *params, int li, const void *x,
-			  struct layer_acts *a)
+			  const void *x_res2, int defer, struct layer_acts *a)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -988,8 +993,12 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	size_t NC = (size_t)N * C;
 	void *tmp = a->res3; /* projection outputs land here before the residual add */
 
-	norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
-		     PW(st, params, li, K_LN1B));
+	if (x_res2)
+		add_norm_forward(st, (void *)x, a->ln1, a->ln1_mean, a->ln1_rstd, x_res2, x,
+				 PW(st, params, li, K_LN1W), PW(st, params, li, K_LN1B));
+	else
+		norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
+			     PW(st, params, li, K_LN1B));
 	be->matmul_forward(a->qkv, a->ln1, PW(st, params, li, K_QKVW), PW(st, params, li, K_QKVB),
 			   N, C, QKV);
 	if (c->arch == ARCH_LLAMA)
@@ -1000,7 +1009,8 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 	add_norm_forward(st, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, tmp,
 			 PW(st, params, li, K_LN2W), PW(st, params, li, K_LN2B));
 	ffn_forward(st, params, li, a, tmp);
-	be->add_act(a->res3, a->res2, tmp, NC);
+	if (!defer)
+		be->add_act(a->res3, a->res2, tmp, NC);
 }
 
 /* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
@@ -1053,11 +1063,15 @@ static const void *body_forward(struct stage *st, const struct slot_view *v,
 		st->be->copy(v->x0, x_in, N * c->C * act_size(st->be));
 	}
 	x = v->x0;
+	const void *x_res2 = NULL; /* the last layer's res2, when it left its add */
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
 		slot_layer(st, v, li, &a);
-		block_forward(st, params, li, x, &a);
+		/* every layer but the stage's last leaves its add to the next */
+		int defer = st->be->add_norm_forward && li + 1 < nl;
+		block_forward(st, params, li, x, x_res2, defer, &a);
 		x = a.res3;
+		x_res2 = defer ? a.res2 : NULL;
 	}
 	return x;
 }
