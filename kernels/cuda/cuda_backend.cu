@@ -1208,8 +1208,8 @@ __global__ static void rope_table_kernel(float *cs, int T, int HD, float theta)
 }
 
 template <typename A>
-__global__ static void rope_kernel(A *qkv, const float *cs, int N, int T, int NH, int NKV,
-				   int HD, float theta, float dir)
+__global__ static void rope_kernel(A *qkv, const float *cs, int Tt, int N, int T, int NH,
+				   int NKV, int HD, float theta, float dir)
 {
 	int half = HD / 2, heads = NH + NKV;
 	int QKV = (NH + 2 * NKV) * HD;
@@ -1223,8 +1223,8 @@ __global__ static void rope_kernel(A *qkv, const float *cs, int N, int T, int NH
 		int pos = (int)(n % T);
 		float c, s;
 		if (cs) {
-			c = cs[(size_t)pos * half + p];
-			s = cs[(size_t)T * half + (size_t)pos * half + p];
+			c = cs[(size_t)pos * half + p]; /* the table holds Tt >= T positions */
+			s = cs[(size_t)Tt * half + (size_t)pos * half + p];
 		} else {
 			rope_cs(pos, p, HD, theta, &c, &s);
 		}
@@ -1237,49 +1237,70 @@ __global__ static void rope_kernel(A *qkv, const float *cs, int N, int T, int NH
 	}
 }
 
-/* The calling lane's table for (T, HD, theta), made on first use; a few
- * shapes per lane are kept for the process's life (a model has one), none
- * ever rewritten, so no queued kernel reads a table that changes. NULL
- * when the lane has no room left or memory is short: the kernel then
- * computes in place (the same bits). */
-#define ROPE_TABLES 4
+/* The calling lane's table for (HD, theta) of at least T positions (its
+ * stride *Tt), made on first use; a few per lane are kept for the
+ * process's life (a model has one), none ever rewritten, so no queued
+ * kernel reads a table that changes (a longer T makes a new one). NULL
+ * when the lane has no room left, theta is NaN or memory is short: the
+ * kernel then computes in place (the same bits). */
+#define ROPE_TABLES 8
 static struct rope_table {
 	int T, HD;
-	float theta;
+	uint32_t theta;  /* its bits */
 	float *cs;
 } rope_tables[MAX_LANES][ROPE_TABLES];
-static std::mutex rope_mutex;
+static bool rope_no_memory[MAX_LANES];
+static int rope_made;    /* tables made, for the test */
+static std::mutex rope_mutex[MAX_LANES];
 
-static const float *rope_table(int T, int HD, float theta)
+extern "C" int cuda_rope_tables_made(void)
+{
+	return __atomic_load_n(&rope_made, __ATOMIC_RELAXED);
+}
+
+static const float *rope_table(int T, int HD, float theta, int *Tt)
 {
 	cuda_stream(); /* the lane's device is current */
-	std::lock_guard<std::mutex> lock(rope_mutex);
-	struct rope_table *t = rope_tables[my_lane];
-	for (int i = 0; i < ROPE_TABLES; i++) {
-		if (t[i].cs && t[i].T == T && t[i].HD == HD && t[i].theta == theta)
+	if (!(theta == theta))
+		return NULL;
+	uint32_t tb;
+	memcpy(&tb, &theta, sizeof(tb));
+	int l = my_lane;
+	std::lock_guard<std::mutex> lock(rope_mutex[l]);
+	struct rope_table *t = rope_tables[l];
+	int i = 0;
+	for (; i < ROPE_TABLES && t[i].cs; i++)
+		if (t[i].HD == HD && t[i].theta == tb && t[i].T >= T) {
+			*Tt = t[i].T;
 			return t[i].cs;
-		if (!t[i].cs) {
-			size_t n = (size_t)T * (HD / 2);
-			/* counted with the allocations; short of memory, no table */
-			float *cs = NULL;
-			if (cudaMalloc(&cs, 2 * n * sizeof(float)) != cudaSuccess) {
-				cudaGetLastError();
-				return NULL;
-			}
-			{
-				std::lock_guard<std::mutex> hl(held_mutex);
-				held[cs] = 2 * n * sizeof(float);
-				held_bytes += 2 * n * sizeof(float);
-				held_peak = held_bytes > held_peak ? held_bytes : held_peak;
-			}
-			rope_table_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(cs, T, HD,
-										       theta);
-			CUDA_LAUNCHED();
-			t[i] = (struct rope_table){T, HD, theta, cs};
-			return cs;
 		}
+	if (i == ROPE_TABLES || rope_no_memory[l])
+		return NULL;
+	size_t n = (size_t)T * (HD / 2);
+	/* counted with the allocations; short of memory, no table */
+	float *cs = NULL;
+	cudaError_t err = cudaMalloc(&cs, 2 * n * sizeof(float));
+	if (err == cudaErrorMemoryAllocation) {
+		cudaGetLastError();
+		rope_no_memory[l] = true;
+		return NULL;
 	}
-	return NULL;
+	CUDA_CHECK(err);
+	{
+		std::lock_guard<std::mutex> hl(held_mutex);
+		held[cs] = 2 * n * sizeof(float);
+		held_bytes += 2 * n * sizeof(float);
+		held_peak = held_bytes > held_peak ? held_bytes : held_peak;
+	}
+	rope_table_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(cs, T, HD, theta);
+	CUDA_LAUNCHED();
+	t[i].T = T;
+	t[i].HD = HD;
+	t[i].theta = tb;
+	t[i].cs = cs;
+	__atomic_add_fetch(&rope_made, 1, __ATOMIC_RELAXED);
+	*Tt = T;
+	return cs;
 }
 
 template <typename A>
@@ -1290,9 +1311,10 @@ static void rope(A *qkv, int B, int T, int NH, int NKV, int HD, float theta, flo
 		return;
 	/* ASYNCPP_ROPE_TABLE=0: cos and sin in place (the test of equal bits) */
 	const char *env = getenv("ASYNCPP_ROPE_TABLE");
-	const float *cs = env && !strcmp(env, "0") ? NULL : rope_table(T, HD, theta);
-	rope_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, cs, B * T, T, NH,
-									    NKV, HD, theta, dir);
+	int Tt = T;
+	const float *cs = env && !strcmp(env, "0") ? NULL : rope_table(T, HD, theta, &Tt);
+	rope_kernel<A><<<cuda_blocks(total, 256), 256, 0, cuda_stream()>>>(qkv, cs, Tt, B * T, T,
+									    NH, NKV, HD, theta, dir);
 	CUDA_LAUNCHED();
 }
 

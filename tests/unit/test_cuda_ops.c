@@ -80,6 +80,7 @@
 #include "../../kernels/backend.h"
 #ifdef ASYNCPP_CUDA
 #include "../../kernels/cuda/cuda_flash.h"
+int cuda_rope_tables_made(void); /* cuda_backend.cu, for cuda_rope_table */
 #endif
 #include "../ref_attention.h"
 #include "../test.h"
@@ -1681,11 +1682,14 @@ TEST(cuda_swiglu_offsets)
 
 /* RoPE reads cos and sin from a table made once per shape: the bits of
  * computing them in place (ASYNCPP_ROPE_TABLE=0), forward and backward,
- * at two lengths (two tables), f32 and bf16. */
+ * at two lengths, f32 and bf16. Thetas no other test uses, so each table
+ * run makes its table (counted). */
 TEST(cuda_rope_table)
 {
 	if (!cuda_bf16_ready())
 		SKIP(why);
+	const char *had = getenv("ASYNCPP_ROPE_TABLE");
+	char *saved = had ? xstrdup(had) : NULL;
 	static const int shapes[][5] = {{2, 128, 15, 5, 64}, {1, 2048, 4, 2, 128}};
 	for (size_t k = 0; k < ARRAY_SIZE(shapes) && !test_failed(); k++)
 		for (int b16 = 0; b16 < 2; b16++) {
@@ -1697,15 +1701,23 @@ TEST(cuda_rope_table)
 			float *h = randn(n, 1.0f), *f = putf(h, n);
 			unsigned char *got[2];
 			for (int inplace = 0; inplace < 2; inplace++) {
-				if (inplace)
-					setenv("ASYNCPP_ROPE_TABLE", "0", 1);
+				setenv("ASYNCPP_ROPE_TABLE", inplace ? "0" : "1", 1);
+#ifdef ASYNCPP_CUDA
+				int made = cuda_rope_tables_made();
+#endif
 				void *q = acts_of(t, f, n);
-				t->rope_forward(q, B, T, NH, NKV, HD, 10000.0f);
-				t->rope_backward(q, B, T, NH, NKV, HD, 500000.0f);
+				t->rope_forward(q, B, T, NH, NKV, HD, 12345.0f);
+				t->rope_backward(q, B, T, NH, NKV, HD, 777777.0f);
 				got[inplace] = xmalloc(n * A);
 				t->to_host(got[inplace], q, n * A);
 				t->free(q);
-				unsetenv("ASYNCPP_ROPE_TABLE");
+#ifdef ASYNCPP_CUDA
+				/* the first pass of each shape makes its two tables */
+				if (!inplace && !b16)
+					CHECK_MSG(cuda_rope_tables_made() == made + 2,
+						  "rope T=%d: %d tables made, expected 2", T,
+						  cuda_rope_tables_made() - made);
+#endif
 			}
 			CHECK_MSG(!memcmp(got[0], got[1], n * A),
 				  "rope T=%d HD=%d on %s: the table's bits differ from in place", T,
@@ -1715,6 +1727,11 @@ TEST(cuda_rope_table)
 			t->free(f);
 			free(h);
 		}
+	if (saved)
+		setenv("ASYNCPP_ROPE_TABLE", saved, 1);
+	else
+		unsetenv("ASYNCPP_ROPE_TABLE");
+	free(saved);
 	dev = cu;
 }
 
