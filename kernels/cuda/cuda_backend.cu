@@ -1006,7 +1006,7 @@ static void cu_loss_mean(float *out, const float *losses, int N)
 
 /* LayerNorm when is_ln is set (mean subtracted), RMSNorm otherwise (mean
  * NULL). w NULL means weight 1, b NULL bias 0 (backend.h). RES: inp is
- * first made as ra + rb (add_kernel's arithmetic, stored into inp), the
+ * first made as ra + rb (add_op's arithmetic, stored into inp), the
  * fused add_norm_forward; each lane then reads back only elements it wrote
  * itself, so no barrier is needed, and the rest is the same code, so the
  * same bits as the two kernels. */
@@ -1056,7 +1056,7 @@ __global__ static void norm_forward_kernel(A *out, float *mean, float *rstd, A *
 
 /* dinp = rstd * (dnorm - [mean(dnorm)] - xhat * mean(dnorm * xhat)),
  * dnorm = dout * w (w NULL: 1); the bracketed term only for LayerNorm (mean
- * non-NULL). ACC: dinp += that, as stored and then added by add_kernel
+ * non-NULL). ACC: dinp += that, as stored and then added by add_op
  * (norm_backward_add). */
 template <typename A, bool ACC>
 __global__ static void norm_backward_dx_kernel(A *dinp, const A *dout, const A *inp,
@@ -1390,64 +1390,95 @@ __device__ static __forceinline__ float gelu_grad_f(float x, float dy)
 	return g * dy;
 }
 
-template <typename A, bool V4>
-__global__ static void gelu_forward_kernel(A *out, const A *inp, size_t n)
+/* out[i] = op(a[i]): 4 per thread and step with V4 (map1 chooses) */
+template <typename O, typename I, bool V4, typename Op>
+__global__ static void map1_kernel(O *out, const I *a, size_t n, Op op)
 {
 	if (V4) {
 		GRID_STRIDE(j, n / 4) {
 			float x[4];
-			ld4(x, inp + 4 * j);
+			ld4(x, a + 4 * j);
 #pragma unroll
 			for (int v = 0; v < 4; v++)
-				x[v] = gelu_f(x[v]);
+				x[v] = op(x[v]);
 			st4(out + 4 * j, x);
 		}
 	} else {
 		GRID_STRIDE(i, n)
-			act_st(out, i, gelu_f(act_ld(inp, i)));
+			act_st(out, i, op(act_ld(a, i)));
 	}
 }
 
-template <typename A, bool V4>
-__global__ static void gelu_backward_kernel(A *dinp, const A *inp, const A *dout, size_t n)
+/* out[i] = op(a[i], b[i]) */
+template <typename A, bool V4, typename Op>
+__global__ static void map2_kernel(A *out, const A *a, const A *b, size_t n, Op op)
 {
 	if (V4) {
 		GRID_STRIDE(j, n / 4) {
-			float x[4], dy[4];
-			ld4(x, inp + 4 * j);
-			ld4(dy, dout + 4 * j);
+			float x[4], y[4];
+			ld4(x, a + 4 * j);
+			ld4(y, b + 4 * j);
 #pragma unroll
 			for (int v = 0; v < 4; v++)
-				x[v] = gelu_grad_f(x[v], dy[v]);
-			st4(dinp + 4 * j, x);
+				x[v] = op(x[v], y[v]);
+			st4(out + 4 * j, x);
 		}
 	} else {
 		GRID_STRIDE(i, n)
-			act_st(dinp, i, gelu_grad_f(act_ld(inp, i), act_ld(dout, i)));
+			act_st(out, i, op(act_ld(a, i), act_ld(b, i)));
 	}
 }
 
+template <typename O, typename I, typename Op>
+static void map1(O *out, const I *a, size_t n, Op op)
+{
+	if (!n)
+		return;
+	if (vec4_ok<O>(n, out) && vec4_ok<I>(n, a))
+		map1_kernel<O, I, true, Op><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
+			out, a, n, op);
+	else
+		map1_kernel<O, I, false, Op><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, n,
+											    op);
+	CUDA_LAUNCHED();
+}
+
+template <typename A, typename Op>
+static void map2(A *out, const A *a, const A *b, size_t n, Op op)
+{
+	if (!n)
+		return;
+	if (vec4_ok<A>(n, out, a, b))
+		map2_kernel<A, true, Op><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(out, a, b,
+											     n, op);
+	else
+		map2_kernel<A, false, Op><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n,
+											      op);
+	CUDA_LAUNCHED();
+}
+
+struct gelu_op {
+	__device__ float operator()(float x) const { return gelu_f(x); }
+};
+struct gelu_grad_op { /* (x, dy) */
+	__device__ float operator()(float x, float dy) const { return gelu_grad_f(x, dy); }
+};
+struct add_op {
+	__device__ float operator()(float a, float b) const { return a + b; }
+};
+struct copy_op { /* a conversion between storage types */
+	__device__ float operator()(float x) const { return x; }
+};
+
 template <typename A> static void cu_gelu_forward(A *out, const A *inp, size_t n)
 {
-	if (vec4_ok<A>(n, out, inp))
-		gelu_forward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
-			out, inp, n);
-	else
-		gelu_forward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, inp,
-											   n);
-	CUDA_LAUNCHED();
+	map1(out, inp, n, gelu_op());
 }
 
 template <typename A>
 static void cu_gelu_backward(A *dinp, const A *inp, const A *dout, size_t n)
 {
-	if (vec4_ok<A>(n, dinp, inp, dout))
-		gelu_backward_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(
-			dinp, inp, dout, n);
-	else
-		gelu_backward_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
-			dinp, inp, dout, n);
-	CUDA_LAUNCHED();
+	map2(dinp, inp, dout, n, gelu_grad_op());
 }
 
 __device__ static __forceinline__ float swiglu_f(float g, float u)
@@ -1548,32 +1579,9 @@ static void cu_swiglu_backward(A *dinp, const A *dout, const A *inp, int N, int 
 }
 
 /* out[n] = a[n] + b[n]: activations (add_act) or floats (add) */
-template <typename A, bool V4>
-__global__ static void add_kernel(A *out, const A *a, const A *b, size_t n)
-{
-	if (V4) {
-		GRID_STRIDE(j, n / 4) {
-			float x[4], y[4];
-			ld4(x, a + 4 * j);
-			ld4(y, b + 4 * j);
-#pragma unroll
-			for (int v = 0; v < 4; v++)
-				x[v] = x[v] + y[v];
-			st4(out + 4 * j, x);
-		}
-	} else {
-		GRID_STRIDE(i, n)
-			act_st(out, i, act_ld(a, i) + act_ld(b, i));
-	}
-}
-
 template <typename A> static void cu_add(A *out, const A *a, const A *b, size_t n)
 {
-	if (vec4_ok<A>(n, out, a, b))
-		add_kernel<A, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
-	else
-		add_kernel<A, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, a, b, n);
-	CUDA_LAUNCHED();
+	map2(out, a, b, n, add_op());
 }
 
 /* ------------------------------------------------------------------ */
@@ -2001,32 +2009,9 @@ static void cu_scale(float *x, float s, size_t n)
 
 /* dst[n] = src[n] from one storage type into another (cuda_act.h: widening
  * is exact, narrowing rounds to nearest even) */
-template <typename O, typename I, bool V4>
-__global__ static void convert_kernel(O *dst, const I *src, size_t n)
-{
-	if (V4) {
-		GRID_STRIDE(j, n / 4) {
-			float x[4];
-			ld4(x, src + 4 * j);
-			st4(dst + 4 * j, x);
-		}
-	} else {
-		GRID_STRIDE(i, n)
-			act_st(dst, i, act_ld(src, i));
-	}
-}
-
 template <typename O, typename I> static void convert(O *dst, const I *src, size_t n)
 {
-	if (!n)
-		return;
-	if (vec4_ok<O>(n, dst) && vec4_ok<I>(n, src))
-		convert_kernel<O, I, true><<<cuda_blocks(n / 4, 256), 256, 0, cuda_stream()>>>(dst, src,
-											     n);
-	else
-		convert_kernel<O, I, false><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src,
-											      n);
-	CUDA_LAUNCHED();
+	map1(dst, src, n, copy_op());
 }
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)

@@ -133,7 +133,8 @@ long_pair() {
 }
 
 # a rank killed mid-run: the other exits at once and names it (seen by a
-# receive, or by a send when the kill lands between messages)
+# receive, or by a send when the kill lands between messages: a hand-off's
+# or a collective's, such as the step's allgather)
 LONG=("${TINY[@]}" "${DATA[@]}" --set train.schedule=2bw --set pipeline.stages=2
       --set pipeline.micro_batches=2 --set train.steps=100000 --set eval.every=0
       --set checkpoint.every=0 --set pipeline.transport=tcp)
@@ -145,7 +146,7 @@ wait_for $pid0 60
 rc0=$?
 wait $pid1 2> /dev/null
 if [ $rc0 -eq 1 ] && [ $(($(date +%s) - t0)) -lt 20 ] &&
-   grep -qE "rank 1 closed its connection without saying goodbye|cannot send to rank 1: .*that rank is gone" err0.txt; then
+   grep -qE "rank 1 closed its connection without saying goodbye|cannot send to rank 1: .*that rank is gone|cannot send .* to rank 1 \(.*\): it closed its connection" err0.txt; then
 	pass tcp_killed_rank_named_at_once
 else
 	fail tcp_killed_rank_named_at_once "exit $rc0 after $(($(date +%s) - t0)) s: $(head -c 300 err0.txt)"
