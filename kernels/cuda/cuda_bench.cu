@@ -268,6 +268,16 @@ static void bench_layer(struct bench *b, const struct backend *be, const char *m
 	}
 	TIME(b, s, be->add(y, x, dy, nc));
 	row_bytes(b, "add (residual)", shape, s, 12.0 * nc);
+	if (be->add_norm_forward && be->norm_backward_add) {
+		/* the residual add fused into the norm (what the model runs):
+		 * against the two rows above, the add's pass saved */
+		float *res = rnd(nc, 1);
+		TIME(b, s, be->add_norm_forward(res, y, mean, rstd, x, dy, w, bb, N, C, 1e-5f, gelu));
+		row_bytes(b, gelu ? "add+layernorm_fwd" : "add+rmsnorm_fwd", shape, s, 16.0 * nc);
+		TIME(b, s, be->norm_backward_add(dx, dw, db, dy, x, w, mean, rstd, N, C, gelu));
+		row_bytes(b, gelu ? "layernorm_bwd+add" : "rmsnorm_bwd+add", shape, s, 16.0 * nc);
+		cudaFree(res);
+	}
 
 	bench_matmul(b, be, "qkv", N, C, QKV, gelu);
 	float *qkv = rnd((size_t)N * QKV, 1), *dqkv = rnd((size_t)N * QKV, 1);
