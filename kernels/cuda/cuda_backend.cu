@@ -186,6 +186,8 @@ int cuda_lane(void)
 	return my_lane;
 }
 
+__global__ static void probe_kernel(int *x); /* cuda_available's */
+
 static int cu_set_lanes(const int *devs, int n, char *why, size_t len)
 {
 	int count = 0;
@@ -228,6 +230,20 @@ static int cu_set_lanes(const int *devs, int n, char *why, size_t len)
 				 first.multiProcessorCount);
 			return 0;
 		}
+	}
+	/* this binary has code for them (one model: the first tells) */
+	int cur = 0;
+	cudaFuncAttributes attr;
+	CUDA_CHECK(cudaGetDevice(&cur));
+	CUDA_CHECK(cudaSetDevice(devs[0]));
+	cudaError_t perr = cudaFuncGetAttributes(&attr, probe_kernel);
+	CUDA_CHECK(cudaSetDevice(cur));
+	if (perr != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, len, "this asyncpp has no code for device %d (%s, sm_%d%d): %s; rebuild "
+			 "with its -gencode in NVCC_FLAGS", devs[0], first.name, first.major,
+			 first.minor, cudaGetErrorString(perr));
+		return 0;
 	}
 	std::lock_guard<std::mutex> lock(select_mutex);
 	if (device_in_use) {
