@@ -712,8 +712,8 @@ int bench_train(int argc, char **argv)
 	b.cfg = &cfg;
 	int rc = EXIT_FAIL;
 	if (sweep && *cfg.pipeline_devices) {
-		error("--sweep %s changes the stage count, and pipeline.devices = %s lists a device "
-		      "per stage: leave pipeline.devices empty for a sweep", sweep,
+		error("--sweep %s builds trainers of other stage counts, and pipeline.devices = %s "
+		      "lists a device per stage: leave pipeline.devices empty for a sweep", sweep,
 		      cfg.pipeline_devices);
 		goto out_cfg;
 	}
