@@ -1380,10 +1380,16 @@ template <typename A> __device__ static __forceinline__ void st4(A *p, const flo
 	*reinterpret_cast<typename vec4_of<A>::T *>(p) = u;
 }
 
-/* Whether n elements at every pointer given (NULL skipped) go 4 at a time. */
+/* Whether n elements at every pointer given (NULL skipped) go 4 at a time.
+ * ASYNCPP_VEC4=0 (read at each launch) keeps every elementwise kernel to
+ * one element per thread: the same bits, for timing, or a way around a
+ * fault in the 4-wide path without a rebuild. */
 template <typename A>
 static bool vec4_ok(size_t n, const void *a, const void *b = NULL, const void *c = NULL)
 {
+	const char *env = getenv("ASYNCPP_VEC4");
+	if (env && !strcmp(env, "0"))
+		return false;
 	uintptr_t m = 4 * sizeof(A) - 1;
 	return n % 4 == 0 && !((uintptr_t)a & m) && !((uintptr_t)b & m) && !((uintptr_t)c & m);
 }
