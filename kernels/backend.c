@@ -100,6 +100,12 @@ void backend_lane_bind(const struct backend *be, int lane)
 	}
 }
 
+int backend_lane_current(const struct backend *be)
+{
+	(void)be;
+	return bound_lane;
+}
+
 int backend_lane_enter(const struct backend *be, int lane)
 {
 	int before = bound_lane;

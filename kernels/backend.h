@@ -317,6 +317,8 @@ void backend_lane_bind(const struct backend *be, int lane);
  * binding it again when done: the main thread touching stage s's memory
  * (checkpoints, evaluation) works on lane s and then goes back. */
 int backend_lane_enter(const struct backend *be, int lane);
+/* The lane the calling thread bound last (0 before it bound one). */
+int backend_lane_current(const struct backend *be);
 /* Whether lanes a and b sit on one device (memory of one is the other's). */
 int backend_same_device(const struct backend *be, int a, int b);
 /* A fence after the caller's lane's ops so far, NULL with one lane. */

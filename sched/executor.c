@@ -480,6 +480,7 @@ static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps
 
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
+	int before = backend_lane_current(tr->be); /* bound again when done */
 	struct pipeline p = {.tr = tr, .first_step = tr->step};
 	char err[256];
 	int mpi = dist_active();
@@ -531,7 +532,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	/* on the last stages' lane, which writes it (one lane with MPI) */
 	backend_lane_bind(tr->be, S - 1);
 	p.loss_dev = tr->be->alloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, before);
 	if (!p.loss_dev)
 		die("cannot allocate the segment's %ld losses on backend '%s'",
 		    (long)n * p.mb_per_step, tr->be->name);
@@ -574,7 +575,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	tr->be->to_host(p.losses, p.loss_dev,
 			st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
 	tr->be->free(p.loss_dev);
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, before);
 	if (mpi)
 		mpi_segment_end(&p, &ctx[lo], n);
 	int rc = 0;

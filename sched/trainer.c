@@ -34,6 +34,7 @@ static size_t act_elems(const struct trainer *tr)
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data)
 {
+	int before = backend_lane_current(be); /* bound again when done */
 	memset(tr, 0, sizeof(*tr));
 	tr->cfg = cfg;
 	tr->m = m;
@@ -137,24 +138,26 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		int writer = MAX(0, MIN(s - 1, tr->S - 1));
 		backend_lane_bind(be, writer);
 		tr->x[s] = be->alloc(bytes);
-		backend_lane_bind(be, 0);
+		backend_lane_bind(be, before);
 		tr->dx[s] = be->alloc(bytes);
 		if (s > 0 && s < tr->S && !backend_same_device(be, writer, s)) {
 			backend_lane_bind(be, s);
 			tr->x_peer[s] = be->alloc(bytes);
-			backend_lane_bind(be, 0);
+			backend_lane_bind(be, before);
 		}
 	}
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	backend_lane_bind(be, 0); /* stage 0's */
 	tr->inputs = be->alloc(bt * sizeof(int32_t));
 	backend_lane_bind(be, tr->S - 1);
 	tr->targets = be->alloc(bt * sizeof(int32_t));
-	backend_lane_bind(be, 0);
+	backend_lane_bind(be, before);
 	return 0;
 }
 
 void trainer_free(struct trainer *tr)
 {
+	int before = backend_lane_current(tr->be); /* bound again when done */
 	cut_free(&tr->cut);
 	if (!tr->w)
 		return;
@@ -166,7 +169,7 @@ void trainer_free(struct trainer *tr)
 		tr->be->free(tr->x[s]);
 		backend_lane_bind(tr->be, MIN(s, tr->S - 1));
 		tr->be->free(tr->x_peer[s]);
-		backend_lane_bind(tr->be, 0);
+		backend_lane_bind(tr->be, before);
 		tr->be->free(tr->dx[s]);
 	}
 	free(tr->x);
@@ -174,10 +177,11 @@ void trainer_free(struct trainer *tr)
 	free(tr->x_peer);
 	free(tr->w);
 	free(tr->moe_tokens);
+	backend_lane_bind(tr->be, 0);
 	tr->be->free(tr->inputs);
 	backend_lane_bind(tr->be, tr->S - 1);
 	tr->be->free(tr->targets);
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, before);
 	memset(tr, 0, sizeof(*tr));
 }
 
@@ -219,13 +223,15 @@ void trainer_moe_step(struct trainer *tr, const double *per_mb, int i, struct st
 /* Load micro-batch `index` into the backend's input and target buffers. */
 static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
 {
+	int before = backend_lane_current(tr->be); /* bound again when done */
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	dataloader_batch(dl, index, in, tg);
+	backend_lane_bind(tr->be, 0); /* the inputs on stage 0's lane, the targets on the last's */
 	tr->be->to_device(tr->inputs, in, bt * sizeof(int32_t));
 	backend_lane_bind(tr->be, tr->S - 1);
 	tr->be->to_device(tr->targets, tg, bt * sizeof(int32_t));
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, before);
 	free(in);
 	free(tg);
 }
@@ -237,6 +243,7 @@ static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
  * fast, and a full wait is plainly enough. */
 static float forward_all(struct trainer *tr, int r, long version_step, int with_grads, long step)
 {
+	int before = backend_lane_current(tr->be); /* bound again when done */
 	float loss = 0.0f;
 	int lanes = backend_lane_count(tr->be) > 1;
 	for (int s = 0; s < tr->S; s++) {
@@ -258,7 +265,7 @@ static float forward_all(struct trainer *tr, int r, long version_step, int with_
 		if (lanes)
 			tr->be->synchronize();
 	}
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, before);
 	return loss;
 }
 

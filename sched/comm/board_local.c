@@ -208,6 +208,7 @@ static void lb_done(struct board *b, int s, long step)
 static void lb_end(struct board *b)
 {
 	struct local_board *l = (struct local_board *)b;
+	int before = backend_lane_current(l->be); /* bound again when done */
 	for (int i = 0; i < l->n_steps; i++) {
 		struct entry *e = &l->e[i];
 		for (int k = 0; k < 2; k++) {
@@ -224,7 +225,7 @@ static void lb_end(struct board *b)
 		}
 		free(e->sumsq);
 	}
-	backend_lane_bind(l->be, 0);
+	backend_lane_bind(l->be, before);
 	free(l->e);
 	l->e = NULL;
 	l->n_steps = 0;
@@ -233,6 +234,7 @@ static void lb_end(struct board *b)
 static void lb_destroy(struct board *b)
 {
 	struct local_board *l = (struct local_board *)b;
+	int before = backend_lane_current(l->be); /* bound again when done */
 	if (l->e)
 		lb_end(b);
 	for (int s = 0; s < b->S; s++) {
@@ -245,7 +247,7 @@ static void lb_destroy(struct board *b)
 		free(l->pool[s].p);
 		free(l->pool[s].fence);
 	}
-	backend_lane_bind(l->be, 0);
+	backend_lane_bind(l->be, before);
 	free(l->pool);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);

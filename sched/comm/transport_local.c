@@ -170,6 +170,7 @@ static void local_release(struct transport *t, int stage, void *buf)
 static void local_destroy(struct transport *t)
 {
 	struct local *l = (struct local *)t;
+	int before = backend_lane_current(l->be); /* bound again when done */
 	for (int s = 0; s < l->S; s++) {
 		struct msg *m = l->box[s].head;
 		while (m) {
@@ -191,7 +192,7 @@ static void local_destroy(struct transport *t)
 		backend_lane_bind(l->be, l->all_stage[i]);
 		l->be->free(l->all[i]);
 	}
-	backend_lane_bind(l->be, 0);
+	backend_lane_bind(l->be, before);
 	free(l->all);
 	free(l->all_stage);
 	free(l->pool);
