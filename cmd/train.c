@@ -623,20 +623,23 @@ static void remove_checkpoints(char **paths, int n, const char *keep)
 			unlink(paths[i]);
 }
 
-/* Make train.out_dir this run's (cmd/train_dir.h): lock it, clear orphaned
- * temporaries, and refuse to write over another run's checkpoints or
- * metrics unless --overwrite, which removes them. Sets r->run_id. Only the
- * root calls it: it alone writes there. */
+/* Make train.out_dir this run's (cmd/train_dir.h), in two calls. The first
+ * (take = 0) locks it, clears orphaned temporaries and refuses to write over
+ * another run's checkpoints or metrics unless --overwrite; it changes nothing
+ * else, so a run that fails while it sets up (backend, data, model) loses the
+ * earlier run nothing. The second (take = 1, once the run is ready to start)
+ * removes what --overwrite replaces and sets r->run_id. Only the root calls
+ * it: it alone writes there. */
 static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, int overwrite,
-			 const char *metrics_path)
+			 const char *metrics_path, int take)
 {
 	const char *dir = r->cfg.train_out_dir;
-	if (train_dir_lock(dir, &r->lock_fd))
+	if (!take && train_dir_lock(dir, &r->lock_fd))
 		return -1;
 	if (!metrics_is_metrics_file(metrics_path))
 		return error("log.metrics = '%s' is a file that is not a metrics file; this run "
 			     "would replace it: choose another path", metrics_path);
-	train_dir_remove_temporaries(dir, overwrite, r->quiet);
+	train_dir_remove_temporaries(dir, take && overwrite, r->quiet);
 	char **old = NULL;
 	int n_old = list_checkpoints(dir, &old);
 	struct stat sb;
@@ -665,7 +668,7 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 			   n_old ? "with checkpoints" : "with metrics", ck_path,
 			   (unsigned long long)ck_id);
 	int removed = 0;
-	if (!rc && (!ck || !same) && (n_old || has_metrics)) { /* --overwrite */
+	if (!rc && take && (!ck || !same) && (n_old || has_metrics)) { /* --overwrite */
 		remove_checkpoints(old, n_old, ck_path);
 		removed = 1;
 		if (has_metrics)
@@ -676,14 +679,15 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 				has_metrics ? " and its metrics" : "", dir);
 	}
 	const char *ck_name = ck_path && strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path;
-	if (!rc && !removed && ck && n_old && strcmp(strrchr(old[n_old - 1], '/') + 1, ck_name) > 0)
+	if (!rc && take && !removed && ck && n_old &&
+	    strcmp(strrchr(old[n_old - 1], '/') + 1, ck_name) > 0)
 		warning("'%s' is newer than the checkpoint resumed; this run overwrites it when it "
 			"reaches that step, and --resume %s would pick it until then",
 			old[n_old - 1], dir);
 	for (int i = 0; i < n_old; i++)
 		free(old[i]);
 	free(old);
-	if (rc)
+	if (rc || !take)
 		return rc;
 	r->run_id = ck && ck_id ? ck_id : ck && same && dir_id ? dir_id : train_dir_new_run_id();
 	return train_dir_set_run_id(dir, r->run_id);
@@ -832,7 +836,7 @@ int cmd_train(int argc, char **argv)
 									 ? "metrics.csv"
 									 : "metrics.jsonl");
 	r.lock_fd = -1;
-	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path) : 0;
+	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 0) : 0;
 	if (dist_max_int(claimed != 0)) /* every rank stops when the root could not */
 		return EXIT_FAIL;
 	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg) ||
@@ -844,10 +848,6 @@ int cmd_train(int argc, char **argv)
 	char vocab[32];
 	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
 	config_set_key(cfg, "model", "vocab_size", vocab, "data");
-	int wrote = dist_is_root() ? write_run_config(cfg, cmdline) : 0;
-	free(cmdline);
-	if (wrote)
-		return EXIT_FAIL;
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
 	if (dist_active()) { /* one stage per process: the rest of the arena stays untouched */
 		struct stage_cut cut; /* the trainer's: both come from cut_from_config */
@@ -864,11 +864,19 @@ int cmd_train(int argc, char **argv)
 	if (ck) {
 		if (trainer_load(&r.tr, ck))
 			return EXIT_FAIL;
-		ckpt_close(ck);
 		if (!quiet)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
 	}
+	/* everything that can refuse the run has run: now --overwrite removes
+	 * the earlier run, and this run's files go in */
+	claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 1) : 0;
+	int wrote = claimed || !dist_is_root() ? 0 : write_run_config(cfg, cmdline);
+	free(cmdline);
 	free(ck_path);
+	if (ck)
+		ckpt_close(ck);
+	if (dist_max_int(claimed || wrote))
+		return EXIT_FAIL;
 	/* resuming from an earlier checkpoint rewrites history from there */
 	if (resume && dist_is_root() && metrics_keep_until(metrics_path, r.tr.step))
 		return EXIT_FAIL;

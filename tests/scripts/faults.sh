@@ -187,6 +187,28 @@ fi
 # resuming a run in its own directory (and a fork's continuation) still works
 if $A train -q --resume runy --set train.steps=15 2> err.txt; then pass resume_own_run; else fail resume_own_run "$(cat err.txt)"; fi
 
+# 7b. --overwrite removes the earlier run only once the new one is ready to
+# start: a run refused while it sets up (no data file, a model that cannot
+# be built, a pipeline cut that does not fit) leaves every file in place
+before=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id | md5sum)
+kept=1 why=
+for bad in "data.train=nosuch.shard" "model.n_head=3" "pipeline.stages=9"; do
+	$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=runx \
+		--set "$bad" --overwrite 2> err.txt
+	rc=$?
+	after=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id | md5sum)
+	if [ $rc -ne 1 ] || [ "$before" != "$after" ] || grep -q -- "--overwrite: removed" err.txt; then
+		kept=0 why="$why [$bad: exit $rc, $(head -c 300 err.txt)]"
+	fi
+done
+if [ $kept = 1 ]; then
+	pass overwrite_of_a_refused_run_loses_nothing
+	tally refused_overwrite 1 0
+else
+	fail overwrite_of_a_refused_run_loses_nothing "$why"
+	tally refused_overwrite 0 1
+fi
+
 # 8. a fresh run where an earlier one left metrics (but no checkpoint) is
 # refused; a log.metrics path that is not a metrics file is never touched
 rm -rf early && mkdir early && printf 'step,tokens\n1,128\n' > early/metrics.csv
