@@ -16,12 +16,14 @@
  *                  the memory bandwidth (AdamW: weights, gradient, moments).
  *   data parallel  a ring all-reduce of each stage's fp32 gradients over the
  *                  DP replicas, across nodes (InfiniBand): 2(N-1)/N x bytes
- *                  / bandwidth + 2(N-1) latencies. Sync 1F1B waits for it
- *                  after its flush; 2BW overlaps it with the next step (its
- *                  point), so only the part longer than a step shows.
+ *                  / bandwidth + 2(N-1) latencies, in buckets of --bucket-mb
+ *                  (pipeline.bucket_mb) sent as the step's last backward
+ *                  finishes them; the stage's optimizer step waits for the
+ *                  last (sim_reduce_end), under both kinds, as the executor
+ *                  does.
  * A step's time is the simulated makespan per step (2BW: the steady-state
  * window's), tokens/s = DP x M x B x T / step time, idle = the simulated
- * bubble (plus, for 1F1B, the all-reduce wait).
+ * bubble (waits for the replicas' sum included).
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,7 +36,7 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--stages LIST] [--dp LIST]",
+	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--bucket-mb MB] [--stages LIST] [--dp LIST]",
 	NULL,
 };
 
@@ -45,6 +47,7 @@ struct plan {
 	double latency;                      /* seconds per message */
 	long gpus_per_node;
 	double act_bytes;
+	double bucket_mb;                    /* 0: one sum after the backward */
 };
 
 struct prediction {
@@ -65,17 +68,21 @@ static int predict(const struct plan *p, int kind, int S, int N, struct predicti
 	double lf = layer_fwd_s(p), head_f = 2 * bt * C * (double)p->V / (p->tflops * 1e12);
 	double hop_bytes = bt * C * p->act_bytes;
 	struct sim_times *t = xcalloc((size_t)S, sizeof(*t));
-	double max_stage_params = 0;
 	for (int s = 0; s < S; s++) {
 		long layers = p->L / S + (s < p->L % S);
 		double f = (double)layers * lf + (s == S - 1 ? head_f : 0);
 		double params = (double)layers * 12 * C * C + (s == S - 1 || s == 0 ? C * (double)p->V : 0);
-		max_stage_params = MAX(max_stage_params, params);
 		int crosses = (s + 1) % p->gpus_per_node == 0; /* s -> s+1 leaves the node */
 		double bw = (crosses ? p->ib : p->nvlink) * 1e9;
+		double bytes = params * 4, bucket = p->bucket_mb * 1048576.0;
 		t[s] = (struct sim_times){.fwd = f, .bwd = 2 * f,
 					  .comm = p->latency + hop_bytes / bw,
 					  .optim = params * 16 / (p->hbm * 1e9)};
+		if (N > 1) { /* the stage's gradients, fp32, ring over the replicas */
+			t[s].reduce = 2.0 * (N - 1) / N * bytes / (p->ib * 1e9) +
+				      2.0 * (N - 1) * p->latency;
+			t[s].buckets = bucket > 0 ? (int)MIN(ceil(bytes / bucket), 1 << 20) : 1;
+		}
 	}
 	int steps = kind == SCHED_2BW ? 6 : 1;
 	char err[256];
@@ -95,19 +102,6 @@ static int predict(const struct plan *p, int kind, int S, int N, struct predicti
 	if (kind == SCHED_2BW && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
 		step = (r.steady_t1 - r.steady_t0) / (r.steady_hi - r.steady_lo);
 		idle = r.steady_bubble;
-	}
-	double ar = 0;
-	if (N > 1) /* the largest stage's gradients, fp32, ring over the replicas */
-		ar = 2.0 * (N - 1) / N * max_stage_params * 4 / (p->ib * 1e9) +
-		     2.0 * (N - 1) * p->latency;
-	if (kind == SCHED_2BW) { /* overlapped with the next step */
-		if (ar > step) {
-			idle = 1 - (1 - idle) * step / ar;
-			step = ar;
-		}
-	} else {
-		idle = 1 - (1 - idle) * step / (step + ar);
-		step += ar;
 	}
 	out->step_s = step;
 	out->idle = idle;
@@ -132,6 +126,7 @@ int bench_plan(int argc, char **argv)
 	const char *model = "gpt3-175b";
 	long L = 0, C = 0, V = -1, T = 2048, B = 1, K = 2, gpn = 8;
 	double tflops = 400, nvlink = 450, ib = 50, hbm = 3000, latency_us = 10, act_bytes = 2;
+	double bucket_mb = 25;
 	const char *stages_list = "4,8,16,32,64", *dp_list = "1,8,64,1024";
 	const struct option opts[] = {
 		OPT_GROUP("Model:"),
@@ -152,6 +147,8 @@ int bench_plan(int argc, char **argv)
 		OPT_DOUBLE(0, "latency", &latency_us, "US", "per message, microseconds (default 10)"),
 		OPT_INT(0, "gpus-per-node", &gpn, "G", "GPUs in a node (default 8)"),
 		OPT_DOUBLE(0, "act-bytes", &act_bytes, "N", "bytes per activation value (default 2: bf16)"),
+		OPT_DOUBLE(0, "bucket-mb", &bucket_mb, "MB",
+			   "replicas' sum in buckets of MB MiB during the backward (pipeline.bucket_mb; default 25; 0: one sum after it)"),
 		OPT_GROUP("Grid:"),
 		OPT_STRING(0, "stages", &stages_list, "LIST", "pipeline stages S (default 4,8,16,32,64)"),
 		OPT_STRING(0, "dp", &dp_list, "LIST", "data-parallel replicas (default 1,8,64,1024)"),
@@ -177,13 +174,20 @@ int bench_plan(int argc, char **argv)
 	if (L < 1 || C < 1 || V < 0 || T < 1 || B < 1 || K < 1 || gpn < 1)
 		opts_usage_error(usage, opts, "--layers, --d-model, --seq, --batch, --micro-per-stage "
 				 "and --gpus-per-node must be at least 1, --vocab at least 0");
-	if (!(tflops > 0 && nvlink > 0 && ib > 0 && hbm > 0 && latency_us >= 0 && act_bytes > 0))
-		opts_usage_error(usage, opts, "rates must be positive and the latency >= 0");
-	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes};
+	if (!(tflops > 0 && nvlink > 0 && ib > 0 && hbm > 0 && latency_us >= 0 && act_bytes > 0 &&
+	      bucket_mb >= 0) || !isfinite(bucket_mb))
+		opts_usage_error(usage, opts, "rates must be positive, the latency and --bucket-mb >= 0");
+	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes,
+			 bucket_mb};
 	printf("model: %ld layers, width %ld, vocabulary %ld, T %ld, micro-batch %ld x %ld tokens, "
 	       "M = %ld x S\n", L, C, V, T, B, T, K);
 	printf("machine: %g TFLOP/s, NVLink %g GB/s, InfiniBand %g GB/s, HBM %g GB/s, %g us a "
 	       "message, %ld GPUs a node\n", tflops, nvlink, ib, hbm, latency_us, gpn);
+	if (bucket_mb > 0)
+		printf("replicas' sum: in buckets of %g MiB during each step's last backward\n",
+		       bucket_mb);
+	else
+		printf("replicas' sum: after each step's last backward\n");
 	printf("layer forward %.3f ms per micro-batch\n\n", layer_fwd_s(&p) * 1e3);
 	printf("%6s %6s %6s %16s %8s %16s %8s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s", "idle",
 	       "2bw tokens/s", "idle", "2bw/1f1b");

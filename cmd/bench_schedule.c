@@ -42,7 +42,7 @@ static struct sim_times *model_times(const struct model *m, const struct stage_c
 	struct sim_times *per = xmalloc(st_mult((size_t)cut->S, sizeof(*per)));
 	for (int s = 0; s < cut->S; s++) {
 		double g = cut_stage_flops(m, cut, s) / 1e9;
-		per[s] = (struct sim_times){g / 3, 2 * g / 3, comm, optim};
+		per[s] = (struct sim_times){.fwd = g / 3, .bwd = 2 * g / 3, .comm = comm, .optim = optim};
 	}
 	return per;
 }
@@ -203,7 +203,7 @@ int bench_schedule(int argc, char **argv)
 	struct schedule *sc = sched_build(kind, (int)S, (int)M, (int)steps, err, sizeof(err));
 	if (!sc)
 		opts_usage_error(usage, opts, "%s", err);
-	struct sim_times t = {fwd, bwd, comm, optim};
+	struct sim_times t = {.fwd = fwd, .bwd = bwd, .comm = comm, .optim = optim};
 	struct sim_times *per = with_model ? model_times(&m, &cut, comm, optim) : NULL;
 	struct sim_result r;
 	int bad = per ? sched_simulate_stages(sc, per, &r) : sched_simulate(sc, &t, &r);

@@ -179,10 +179,20 @@ int sched_check_channel_order(const struct schedule *sc, char *why, size_t len);
 /* ---- simulation (sched/simulate.c) ---- */
 
 /* Durations in any unit. comm is the latency of one message (sends do not
- * occupy the sender); optim is one OPTIM_STEP. */
+ * occupy the sender); optim is one OPTIM_STEP. reduce is the sum of the
+ * stage's gradients over data-parallel replicas (0: none), sent in buckets
+ * (>= 1) as the step's last backward finishes them, one bucket at a time
+ * (sched/executor.c): it ends at that backward's start + max(bwd/buckets +
+ * reduce, bwd + reduce/buckets), and the stage's OPTIM_STEP waits for it. */
 struct sim_times {
 	double fwd, bwd, comm, optim;
+	double reduce;
+	int buckets;
 };
+
+/* When a stage's replica sum ends, from the start of the step's last
+ * backward (see struct sim_times); start + bwd when reduce is 0. */
+double sim_reduce_end(const struct sim_times *t, double bwd_start);
 
 struct sim_result {
 	int S;

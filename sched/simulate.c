@@ -3,7 +3,9 @@
  *
  * Model: one worker per stage runs its list in order. FORWARD, BACKWARD and
  * OPTIM_STEP take their time; a SEND takes none on the sender and its
- * message arrives comm later; a RECV waits for its message. The lists are
+ * message arrives comm later; a RECV waits for its message; an OPTIM_STEP
+ * also waits for the replicas' sum the step's last backward started
+ * (sim_reduce_end; what the executor does, for every kind). The lists are
  * swept stage by stage, each running until it blocks on a receive, until no
  * stage moves; a stage left unfinished means deadlock.
  */
@@ -29,6 +31,18 @@ static double op_time(const struct sim_times *t, enum sched_op op)
 	}
 }
 
+double sim_reduce_end(const struct sim_times *t, double bwd_start)
+{
+	if (!(t->reduce > 0))
+		return bwd_start + t->bwd;
+	/* bucket i (of n, equal) is ready at (i+1) bwd/n and the buckets go
+	 * one after another: the last ends at the latest of bwd/n + reduce
+	 * (transfers back to back from the first) and bwd + reduce/n (the
+	 * last bucket after the backward) */
+	double n = t->buckets > 1 ? t->buckets : 1;
+	return bwd_start + MAX(t->bwd / n + t->reduce, t->bwd + t->reduce / n);
+}
+
 static int is_compute(enum sched_op op)
 {
 	return op == SCHED_FORWARD || op == SCHED_BACKWARD || op == SCHED_OPTIM_STEP;
@@ -37,7 +51,7 @@ static int is_compute(enum sched_op op)
 int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 	      double **start, double **end, char *why, size_t len)
 {
-	static const struct sim_times unit = {1, 2, 0, 0};
+	static const struct sim_times unit = {.fwd = 1, .bwd = 2};
 	char dummy[1];
 	if (!why || !len)
 		why = dummy, len = sizeof(dummy);
@@ -51,6 +65,7 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 		act[i] = grad[i] = -1;
 	int *pc = xcalloc((size_t)S, sizeof(int));
 	double *clock = xcalloc((size_t)S, sizeof(double));
+	double *reduced = xcalloc((size_t)S, sizeof(double)); /* the replicas' sum ends */
 	int ret = 0, progress;
 	do {
 		progress = 0;
@@ -94,9 +109,16 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 						goto blocked;
 					t0 = MAX(t0, box[(size_t)s * nmb + mb]);
 					break;
+				case SCHED_OPTIM_STEP:
+					t0 = MAX(t0, reduced[s]);
+					break;
 				default:
 					break;
 				}
+				/* the step's last backward starts the replicas' sum */
+				if (a->op == SCHED_BACKWARD &&
+				    (mb + 1 == nmb || sched_mb_step(sc, mb + 1) != a->step))
+					reduced[s] = sim_reduce_end(t, t0);
 				if (start)
 					start[s][pc[s]] = t0;
 				clock[s] = t0 + op_time(t, a->op);
@@ -125,6 +147,7 @@ blocked:;
 	free(grad);
 	free(pc);
 	free(clock);
+	free(reduced);
 	return ret;
 }
 
@@ -208,8 +231,9 @@ int sched_simulate_stages(const struct schedule *sc, const struct sim_times *per
 	r->stage_bubble = xcalloc((size_t)S, sizeof(double));
 	for (int s = 0; s < S; s++) {
 		const struct sim_times *t = &per_stage[s];
-		if (!(t->fwd >= 0 && t->bwd >= 0 && t->comm >= 0 && t->optim >= 0) ||
-		    !isfinite(t->fwd + t->bwd + t->comm + t->optim)) {
+		if (!(t->fwd >= 0 && t->bwd >= 0 && t->comm >= 0 && t->optim >= 0 &&
+		      t->reduce >= 0 && t->buckets >= 0) ||
+		    !isfinite(t->fwd + t->bwd + t->comm + t->optim + t->reduce)) {
 			sim_result_free(r);
 			return error("simulate: stage %d: times must be finite and >= 0", s);
 		}

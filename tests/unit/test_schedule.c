@@ -127,7 +127,8 @@ TEST(test_cross_stage_order_and_no_deadlock)
 		int S = sc->S, N = sc->n_mb;
 		struct sim_times *t = xmalloc(sizeof(*t) * S);
 		for (int s = 0; s < S; s++)
-			t[s] = (struct sim_times){1 + 0.25 * (s % 3), 2 + 0.5 * (s % 2), 0.125, 0.5};
+			t[s] = (struct sim_times){.fwd = 1 + 0.25 * (s % 3), .bwd = 2 + 0.5 * (s % 2),
+						  .comm = 0.125, .optim = 0.5};
 		struct sim_result r;
 		CHECK(sched_simulate_stages(sc, t, &r) == 0);
 		double *fend = xmalloc(sizeof(double) * S * N), *bend = xmalloc(sizeof(double) * S * N);
@@ -382,7 +383,7 @@ TEST(test_sync_bubble_matches_formula)
 					struct schedule *sc = sched_build(kind, S_[i], M_[j], n, err,
 									  sizeof(err));
 					CHECK(sc);
-					struct sim_times t = {1, 2, 0, 0};
+					struct sim_times t = {.fwd = 1, .bwd = 2};
 					struct sim_result r;
 					CHECK(sched_simulate(sc, &t, &r) == 0);
 					double want = sched_bubble_formula(S_[i], M_[j]);
@@ -401,7 +402,7 @@ TEST(test_async_steady_state_bubble_zero)
 	for (size_t i = 0; i < ARRAY_SIZE(S_); i++) {
 		int S = S_[i];
 		char err[128];
-		struct sim_times t = {1, 2, 0, 0};
+		struct sim_times t = {.fwd = 1, .bwd = 2};
 		struct sim_result r;
 		struct schedule *sc = sched_build(SCHED_2BW, S, 2 * S, 12, err, sizeof(err));
 		CHECK(sc && sched_simulate(sc, &t, &r) == 0);
@@ -492,7 +493,7 @@ TEST(test_check_rejects_broken_lists)
 	CHECK(strstr(why, "deadlock"));
 	CHECK(sched_check(sc, why, sizeof(why)) == -1);
 	set_error_quiet(1);
-	struct sim_times t = {1, 2, 0, 0};
+	struct sim_times t = {.fwd = 1, .bwd = 2};
 	struct sim_result r;
 	CHECK(sched_simulate(sc, &t, &r) == -1);
 	set_error_quiet(0);
@@ -544,13 +545,94 @@ TEST(test_check_rejects_broken_lists)
 	sched_free(sc);
 }
 
+/* The replicas' sum in buckets (sim_reduce_end) against an event-by-event
+ * count of the buckets: bucket i of n ready at (i+1) bwd/n, each taking
+ * reduce/n after the one before it and after it is ready. */
+TEST(test_reduce_end_counts_buckets)
+{
+	const double bwds[] = {0, 1, 3, 10}, reduces[] = {0, 0.5, 2, 7, 40};
+	const int ns[] = {1, 2, 3, 8, 25};
+	for (size_t i = 0; i < ARRAY_SIZE(bwds); i++)
+		for (size_t j = 0; j < ARRAY_SIZE(reduces); j++)
+			for (size_t k = 0; k < ARRAY_SIZE(ns); k++) {
+				struct sim_times t = {.bwd = bwds[i], .reduce = reduces[j],
+						      .buckets = ns[k]};
+				double start = 5, sent = start;
+				for (int b = 0; b < ns[k]; b++)
+					sent = MAX(sent, start + (b + 1) * bwds[i] / ns[k]) +
+					       reduces[j] / ns[k];
+				double want = MAX(sent, start + bwds[i]);
+				CHECK_NEAR(sim_reduce_end(&t, start), want, 1e-9);
+			}
+	struct sim_times none = {.bwd = 3, .buckets = 4};
+	CHECK_NEAR(sim_reduce_end(&none, 1), 4, 0);
+}
+
+/* Every OPTIM_STEP waits for the replicas' sum its step's last backward
+ * started, under every kind; with no sum the times are those of the plain
+ * model, and a sum never makes a step shorter. gpipe S = 1 by hand: two
+ * forwards, two backwards, then the sum not overlapped (one bucket). */
+TEST(test_optim_step_waits_for_the_replicas_sum)
+{
+	FOR_EACH_SCHEDULE(0, sc)
+	{
+		int S = sc->S;
+		struct sim_times *plain = xcalloc((size_t)S, sizeof(*plain));
+		struct sim_times *dp = xcalloc((size_t)S, sizeof(*dp));
+		for (int s = 0; s < S; s++) {
+			plain[s] = (struct sim_times){.fwd = 1 + 0.25 * (s % 3), .bwd = 2,
+						      .comm = 0.125, .optim = 0.5, .buckets = 3};
+			dp[s] = plain[s];
+			dp[s].reduce = 1.5 + s;
+		}
+		struct sim_result a, b, c;
+		CHECK(sched_simulate_stages(sc, plain, &a) == 0);
+		plain[0].buckets = 0; /* no sum: the bucket count means nothing */
+		CHECK(sched_simulate_stages(sc, plain, &c) == 0);
+		CHECK(sched_simulate_stages(sc, dp, &b) == 0);
+		CHECK(b.makespan >= a.makespan - 1e-12);
+		for (int s = 0; s < S; s++) {
+			int n;
+			const struct sched_action *act = sched_actions(sc, s, &n);
+			double reduced = 0;
+			for (int i = 0; i < n; i++) {
+				CHECK(a.start[s][i] == c.start[s][i] && a.end[s][i] == c.end[s][i]);
+				if (act[i].op == SCHED_BACKWARD &&
+				    (act[i].mb + 1 == sc->n_mb ||
+				     sched_mb_step(sc, act[i].mb + 1) != act[i].step))
+					reduced = b.start[s][i] +
+						  MAX(dp[s].bwd / 3 + dp[s].reduce,
+						      dp[s].bwd + dp[s].reduce / 3);
+				if (act[i].op == SCHED_OPTIM_STEP) {
+					CHECK_MSG(reduced > 0 && b.start[s][i] >= reduced - 1e-12,
+						  WHERE(sc, s));
+					reduced = 0;
+				}
+			}
+		}
+		sim_result_free(&a);
+		sim_result_free(&b);
+		sim_result_free(&c);
+		free(plain);
+		free(dp);
+	}
+	char err[128];
+	struct schedule *sc = sched_build(SCHED_GPIPE, 1, 2, 2, err, sizeof(err));
+	struct sim_times t = {.fwd = 1, .bwd = 2, .optim = 0.5, .reduce = 3, .buckets = 1};
+	struct sim_result r;
+	CHECK(sc && sched_simulate(sc, &t, &r) == 0);
+	CHECK_NEAR(r.makespan, 2 * (2 * 1 + 2 * 2 + 3 + 0.5), 1e-12);
+	sim_result_free(&r);
+	sched_free(sc);
+}
+
 TEST(test_large_schedule)
 {
 	char err[128], why[256];
 	struct schedule *sc = sched_build(SCHED_2BW, 64, 256, 3, err, sizeof(err));
 	CHECK(sc);
 	CHECK(sched_check(sc, why, sizeof(why)) == 0);
-	struct sim_times t = {1, 2, 0, 0};
+	struct sim_times t = {.fwd = 1, .bwd = 2};
 	struct sim_result r;
 	CHECK(sched_simulate(sc, &t, &r) == 0);
 	CHECK_NEAR(r.steady_bubble, 0, 1e-12);
@@ -563,7 +645,7 @@ TEST(test_timeline_and_svg)
 {
 	char err[128], path[512], text[4096];
 	struct schedule *sc = sched_build(SCHED_GPIPE, 2, 2, 1, err, sizeof(err));
-	struct sim_times t = {1, 2, 0, 0};
+	struct sim_times t = {.fwd = 1, .bwd = 2};
 	struct sim_result r;
 	CHECK(sc && sched_simulate(sc, &t, &r) == 0);
 	snprintf(path, sizeof(path), "%s/timeline.txt", test_tmpdir());
