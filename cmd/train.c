@@ -624,11 +624,12 @@ static void remove_checkpoints(char **paths, int n, const char *keep)
 }
 
 /* Make train.out_dir this run's (cmd/train_dir.h), in two calls. The first
- * (take = 0) locks it, clears orphaned temporaries and refuses to write over
- * another run's checkpoints or metrics unless --overwrite; it changes nothing
- * else, so a run that fails while it sets up (backend, data, model) loses the
- * earlier run nothing. The second (take = 1, once the run is ready to start)
- * removes what --overwrite replaces and sets r->run_id. Only the root calls
+ * (take = 0) locks it and refuses to write over another run's checkpoints
+ * or metrics unless --overwrite; it changes nothing, so a run that fails
+ * while it sets up (backend, data, model, log files) loses the earlier run
+ * nothing. The second (take = 1, once the run is ready to start) clears
+ * orphaned temporaries, removes what --overwrite replaces and sets
+ * r->run_id. Only the root calls
  * it: it alone writes there. */
 static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, int overwrite,
 			 const char *metrics_path, int take)
@@ -639,7 +640,8 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 	if (!metrics_is_metrics_file(metrics_path))
 		return error("log.metrics = '%s' is a file that is not a metrics file; this run "
 			     "would replace it: choose another path", metrics_path);
-	train_dir_remove_temporaries(dir, take && overwrite, r->quiet);
+	if (take)
+		train_dir_remove_temporaries(dir, overwrite, r->quiet);
 	char **old = NULL;
 	int n_old = list_checkpoints(dir, &old);
 	struct stat sb;
@@ -691,6 +693,19 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 		return rc;
 	r->run_id = ck && ck_id ? ck_id : ck && same && dir_id ? dir_id : train_dir_new_run_id();
 	return train_dir_set_run_id(dir, r->run_id);
+}
+
+/* The directory path lies in ("." for a bare name; malloc'ed). */
+static char *parent_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return xstrdup(".");
+	if (slash == path)
+		return xstrdup("/");
+	char *dir = xstrdup(path);
+	dir[slash - path] = 0;
+	return dir;
 }
 
 /* The command line, shell-quoted where a word needs it (malloc'ed). */
@@ -867,6 +882,21 @@ int cmd_train(int argc, char **argv)
 		if (!quiet)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
 	}
+	/* the log files that can still refuse the run, before anything of an
+	 * earlier run is touched (the tensorboard file is new, never another's) */
+	int logs = 0;
+	if (dist_is_root()) {
+		char *mdir = parent_dir(metrics_path);
+		if (access(mdir, W_OK | X_OK))
+			logs = error("cannot write the metrics '%s': its directory '%s': %s; "
+				     "create it or set log.metrics", metrics_path, mdir,
+				     strerror(errno));
+		free(mdir);
+		if (!logs && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
+			logs = -1;
+	}
+	if (dist_max_int(logs != 0))
+		return EXIT_FAIL;
 	/* everything that can refuse the run has run: now --overwrite removes
 	 * the earlier run, and this run's files go in */
 	claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 1) : 0;
@@ -882,8 +912,6 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
 			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL, r.m.cfg.E))
-		return EXIT_FAIL;
-	if (dist_is_root() && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
 		return EXIT_FAIL;
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);

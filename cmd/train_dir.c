@@ -123,11 +123,25 @@ uint64_t train_dir_new_run_id(void)
 	return id ? id : 1;
 }
 
-/* The writer's pid of "NAME.tmp.PID", or 0 when name is not such a file. */
+/* Is NAME (the part before ".tmp.PID", len bytes) a file train writes
+ * into its directory: a checkpoint, config.ini, run-id or the metrics?
+ * Only those temporaries are train's to remove; a user's "notes.tmp.1" is
+ * not. */
+static int train_file(const char *name, size_t len)
+{
+	static const char *const fixed[] = {"config.ini", "run-id", "metrics.csv", "metrics.jsonl"};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (len == strlen(fixed[i]) && !strncmp(name, fixed[i], len))
+			return 1;
+	return len > 10 && !strncmp(name, "ckpt-", 5) && !strncmp(name + len - 5, ".ckpt", 5);
+}
+
+/* The writer's pid of "NAME.tmp.PID" where NAME is a file train writes
+ * (train_file), or 0 when name is not such a file. */
 static long temporary_pid(const char *name)
 {
 	const char *t = strstr(name, ".tmp.");
-	if (!t || t == name)
+	if (!t || t == name || !train_file(name, (size_t)(t - name)))
 		return 0;
 	const char *digits = t + 5;
 	while (strstr(digits, ".tmp.")) /* the last one */

@@ -39,8 +39,9 @@ int train_dir_set_run_id(const char *dir, uint64_t id);
 /* A fresh, non-zero run id (from the kernel's random source). */
 uint64_t train_dir_new_run_id(void);
 
-/* Remove DIR's temporaries "*.tmp.PID": those whose process is gone, or
- * every one but this process's when all is set. Each removal is reported
+/* Remove DIR's temporaries "NAME.tmp.PID" of the files train writes there
+ * (checkpoints, config.ini, run-id, metrics): those whose process is gone,
+ * or every one but this process's when all is set. Each removal is reported
  * on stderr unless quiet. Returns how many were removed. */
 int train_dir_remove_temporaries(const char *dir, int all, int quiet);
 

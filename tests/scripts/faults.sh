@@ -189,18 +189,27 @@ if $A train -q --resume runy --set train.steps=15 2> err.txt; then pass resume_o
 
 # 7b. --overwrite removes the earlier run only once the new one is ready to
 # start: a run refused while it sets up (no data file, a model that cannot
-# be built, a pipeline cut that does not fit) leaves every file in place
-before=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id | md5sum)
+# be built, a pipeline cut that does not fit, log files that cannot be
+# written) leaves every file in place, a user's own "*.tmp.N" file too; so
+# does a resume refused for its tensorboard folder (no metrics cut back)
+printf 'mine' > runx/notes.tmp.2147483646 && printf 'x' > tbfile
+before=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id runx/notes.tmp.* | md5sum)
 kept=1 why=
-for bad in "data.train=nosuch.shard" "model.n_head=3" "pipeline.stages=9"; do
+for bad in "data.train=nosuch.shard" "model.n_head=3" "pipeline.stages=9" \
+	   "log.tensorboard=tbfile" "log.metrics=nodir/metrics.csv"; do
 	$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=runx \
 		--set "$bad" --overwrite 2> err.txt
 	rc=$?
-	after=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id | md5sum)
+	after=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id runx/notes.tmp.* | md5sum)
 	if [ $rc -ne 1 ] || [ "$before" != "$after" ] || grep -q -- "--overwrite: removed" err.txt; then
 		kept=0 why="$why [$bad: exit $rc, $(head -c 300 err.txt)]"
 	fi
 done
+$A train -q --resume runx/ckpt-00000015.ckpt --set log.tensorboard=tbfile 2> err.txt
+rc=$?
+after=$(cat runx/ckpt-*.ckpt runx/metrics.csv runx/config.ini runx/run-id runx/notes.tmp.* | md5sum)
+[ $rc -eq 1 ] && [ "$before" = "$after" ] || kept=0 why="$why [resume: exit $rc, $(head -c 300 err.txt)]"
+rm -f runx/notes.tmp.2147483646
 if [ $kept = 1 ]; then
 	pass overwrite_of_a_refused_run_loses_nothing
 	tally refused_overwrite 1 0
