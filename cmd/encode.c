@@ -10,10 +10,12 @@
  */
 #include "encode.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -242,9 +244,9 @@ static int open_writer(struct shard_writer **w, const char *path, const struct e
 }
 
 /* Rewrite the two shards split by position: the documents in input order,
- * read back from the shards they were written to, the last nval tokens to
- * val. */
-static int split_by_position(struct encoder *e)
+ * read back from the staged shards (pass[2]) they were written to, the last
+ * nval tokens to val, into the output paths. */
+static int split_by_position(struct encoder *e, char *const pass[2])
 {
 	const struct encode_opts *o = e->o;
 	uint64_t total = e->r->train_tokens + e->r->val_tokens;
@@ -255,7 +257,7 @@ static int split_by_position(struct encoder *e)
 	struct shard_writer *dst[2] = {NULL, NULL};
 	uint32_t *buf = NULL;
 	int rc = -1;
-	if (shard_open(&src[0], o->train_path) || shard_open(&src[1], o->val_path) ||
+	if (shard_open(&src[0], pass[0]) || shard_open(&src[1], pass[1]) ||
 	    open_writer(&dst[0], o->train_path, o) || open_writer(&dst[1], o->val_path, o))
 		goto out;
 	buf = xmalloc(COPY_TOKENS * sizeof(*buf));
@@ -310,9 +312,20 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 	}
 	e.t0 = now_sec();
 	int rc = -1;
-	if (o->train_path && open_writer(&e.train, o->train_path, o))
+	/* a split is staged beside the outputs (PATH.pass.PID) and moved into
+	 * place only once it is final (renamed, or rewritten by position), so
+	 * shards the outputs replace stay until then */
+	char *pass[2] = {NULL, NULL};
+	if (splitting)
+		for (int i = 0; i < 2; i++) {
+			const char *final = i ? o->val_path : o->train_path;
+			size_t n = strlen(final) + 32;
+			pass[i] = xmalloc(n);
+			snprintf(pass[i], n, "%s.pass.%ld", final, (long)getpid());
+		}
+	if (o->train_path && open_writer(&e.train, splitting ? pass[0] : o->train_path, o))
 		goto out;
-	if (splitting && open_writer(&e.val, o->val_path, o))
+	if (splitting && open_writer(&e.val, pass[1], o))
 		goto out;
 	/* encode batch after batch as the reader fills them */
 	struct reader rd = {.c = c};
@@ -358,15 +371,21 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 	e.val = NULL;
 	if (bad)
 		goto out;
-	rc = 0;
-	if (splitting && e.recording && r->train_tokens + r->val_tokens > 0 &&
-	    split_by_position(&e)) {
-		/* the shards of the document split are committed: no half result */
-		unlink(o->train_path);
-		unlink(o->val_path);
-		rc = -1;
-	}
+	if (!splitting)
+		rc = 0;
+	else if (e.recording && r->train_tokens + r->val_tokens > 0)
+		rc = split_by_position(&e, pass);
+	else if (rename(pass[0], o->train_path) || rename(pass[1], o->val_path))
+		rc = error("cannot move the shards into place ('%s', '%s'): %s", o->train_path,
+			   o->val_path, strerror(errno));
+	else
+		rc = 0;
 out:
+	for (int i = 0; i < 2; i++) {
+		if (pass[i])
+			unlink(pass[i]); /* gone already where renamed */
+		free(pass[i]);
+	}
 	shard_writer_abort(e.train);
 	shard_writer_abort(e.val);
 	free(e.pieces);

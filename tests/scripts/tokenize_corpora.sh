@@ -105,6 +105,16 @@ if grep -q "1 document is too few to split by document at --val-fraction 0.1" on
 else fail position_fallback_said "val $nval of $total, want $want: $(head -c 300 one.err)"; fi
 $A tokenize decode -t t.tok one_train.shard one_val.shard > back.txt
 if cmp -s one.txt back.txt; then pass position_fallback_keeps_order; else fail position_fallback_keeps_order "train+val != input"; fi
+# --force keeps the shards it replaces until the new ones are final: a
+# split by position that cannot open its files (6 descriptors) leaves them,
+# and no staged file behind
+before=$(cat one_train.shard one_val.shard | md5sum)
+(ulimit -n 6; exec $A tokenize encode -q -t t.tok --val-fraction 0.1 -o one --force one.txt) 2> force.err
+rc=$?
+if [ $rc -eq 1 ] && [ "$(cat one_train.shard one_val.shard | md5sum)" = "$before" ] &&
+   [ -z "$(ls | grep 'one_.*\.pass\.')" ]; then
+	pass force_failure_keeps_the_old_shards
+else fail force_failure_keeps_the_old_shards "exit $rc, $(ls | grep one_ | tr '\n' ' ') $(head -c 300 force.err)"; fi
 # a few documents (fewer than 1/F) also split by position, in input order
 head -n 5 c.jsonl > few.jsonl
 $A tokenize encode -q -t t.tok --val-fraction 0.1 --seed 3 -o few --format jsonl few.jsonl 2> few.err
