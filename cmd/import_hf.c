@@ -159,13 +159,19 @@ int cmd_import_hf(int argc, char **argv)
 		params = xmalloc(st_mult(m.numel, sizeof(float)));
 		rc = hf_read_weights(dir, &m, params);
 	}
-	FILE *probe = tok ? fopen(tok_path, "rb") : NULL;
-	int tok_existed = probe != NULL;
-	if (probe)
-		fclose(probe);
-	if (!rc && tok)
-		rc = tokenizer_save(tok, tok_path);
-	int tok_written = !rc && tok;
+	/* the tokenizer is written to its temporary first and moved into place
+	 * only after the checkpoint: a failed import replaces neither file */
+	struct atomic_file tok_file;
+	int tok_open = 0;
+	if (!rc && tok) {
+		struct buf b = {0};
+		tokenizer_serialize(tok, &b);
+		rc = atomic_open(&tok_file, tok_path);
+		tok_open = !rc;
+		if (!rc)
+			rc = atomic_write(&tok_file, b.data, b.len);
+		buf_free(&b);
+	}
 	if (!rc) {
 		char meta[1024];
 		int k = snprintf(meta, sizeof(meta), "step = 0\nversions = 1\nseed = %ld\n",
@@ -175,8 +181,12 @@ int cmd_import_hf(int argc, char **argv)
 				      (unsigned long long)tokenizer_hash(tok));
 		snprintf(meta + k, sizeof(meta) - k, "imported_from = %.900s\n", dir);
 		rc = write_ckpt(out, &cfg, &m, params, meta);
-		if (rc && tok_written && !tok_existed)
-			remove(tok_path); /* a failed import leaves no file */
+	}
+	if (tok_open) {
+		if (rc)
+			atomic_abort(&tok_file);
+		else
+			rc = atomic_commit(&tok_file);
 	}
 	if (!rc) {
 		const struct model_config *c = &m.cfg;
