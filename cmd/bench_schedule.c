@@ -28,7 +28,7 @@
 
 static const char *const usage[] = {
 	"asyncpp bench schedule --kind K --stages S --micro M [--steps N] [--fwd T] [--bwd T] "
-	"[--comm T] [--optim T] [-c FILE] [--set SECTION.KEY=VALUE]... [--svg FILE] [--no-timeline]",
+	"[--comm T] [--optim T] [-c FILE] [--set SECTION.KEY=VALUE]... [--svg FILE [--force]] [--no-timeline]",
 	NULL,
 };
 
@@ -131,7 +131,7 @@ int bench_schedule(int argc, char **argv)
 	struct opt_list sets = {0};
 	long S = LONG_MIN, M = LONG_MIN, steps = 0; /* LONG_MIN: not given */
 	double fwd = -1, bwd = -1, comm = 0, optim = 0; /* -1: not given */
-	int no_timeline = 0;
+	int no_timeline = 0, force = 0;
 	const struct option opts[] = {
 		OPT_STRING('k', "kind", &kind_name, "K", "schedule: gpipe, 1f1b, 2bw or pipedream"),
 		OPT_INT('s', "stages", &S, "S", "pipeline stages"),
@@ -151,6 +151,7 @@ int bench_schedule(int argc, char **argv)
 		OPT_LIST(0, "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
 		OPT_GROUP("Output:"),
 		OPT_STRING(0, "svg", &svg, "FILE", "also draw the timeline as SVG into FILE"),
+		OPT_FLAG(0, "force", &force, "replace the --svg file if it exists (it is kept otherwise)"),
 		OPT_FLAG(0, "no-timeline", &no_timeline, "do not print the text timeline"),
 		OPT_END(),
 	};
@@ -176,6 +177,8 @@ int bench_schedule(int argc, char **argv)
 		steps = kind == SCHED_2BW ? 4 : kind == SCHED_PIPEDREAM ? 4 * MAX(M, S) : 1;
 	if (steps < 1 || steps > 100000000)
 		opts_usage_error(usage, opts, "--steps must be positive (got %ld)", steps);
+	if (svg && opts_output_is_new(svg, force))
+		return EXIT_FAIL;
 	int with_model = config_file || sets.n;
 	if (with_model && (fwd != -1 || bwd != -1))
 		opts_usage_error(usage, opts, "--fwd and --bwd come from the model with -c or --set");
@@ -260,7 +263,7 @@ int bench_schedule(int argc, char **argv)
 	int ret = EXIT_OK;
 	if (with_model && compare_cuts(sc, &cfg, &m, comm, optim))
 		ret = EXIT_FAIL;
-	if (svg) {
+	if (svg && ret == EXIT_OK) {
 		if (sched_write_svg(svg, sc, &r) < 0)
 			ret = EXIT_FAIL;
 		else
