@@ -10,14 +10,6 @@
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = xmalloc(n);
-	snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 static int exists(const char *path)
 {
 	struct stat sb;
@@ -96,9 +88,9 @@ static void write_paragraph(const unsigned char *p, size_t n, void *arg)
 
 int builtin_prepare(const char *dir, int quiet, char **tok_path, char **train_path, char **val_path)
 {
-	*tok_path = join(dir, "builtin.tok");
-	*train_path = join(dir, "builtin_train.shard");
-	*val_path = join(dir, "builtin_val.shard");
+	*tok_path = path_join(dir, "builtin.tok");
+	*train_path = path_join(dir, "builtin_train.shard");
+	*val_path = path_join(dir, "builtin_val.shard");
 	if (exists(*tok_path) && exists(*train_path) && exists(*val_path))
 		return 0;
 	if (make_dirs(dir))

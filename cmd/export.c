@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../io/formats/hf_model.h"
 #include "../io/formats/safetensors.h"
@@ -22,15 +23,14 @@ static const char *const usage[] = {
 	NULL,
 };
 
-/* DIR absent (made), or an empty folder, or anything with force. */
+/* DIR absent (made at the end, by move_staged), or an empty folder, or
+ * anything with force. */
 static int prepare_dir(const char *dir, int force)
 {
 	struct stat st;
 	if (stat(dir, &st)) {
 		if (errno != ENOENT)
 			return error("cannot stat '%s': %s", dir, strerror(errno));
-		if (mkdir(dir, 0777))
-			return error("cannot create '%s': %s", dir, strerror(errno));
 		return 0;
 	}
 	if (!S_ISDIR(st.st_mode))
@@ -72,6 +72,55 @@ static int load_tokenizer(struct tokenizer **tok, const struct loaded_model *lm,
 	return 0;
 }
 
+/* Remove the staging folder and what is in it. */
+static void remove_staged(const char *stage)
+{
+	DIR *d = opendir(stage);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *path = path_join(stage, e->d_name);
+		unlink(path);
+		free(path);
+	}
+	if (d)
+		closedir(d);
+	rmdir(stage);
+}
+
+/* Move every file of stage into dir (made if absent), after checking that
+ * none would land on a folder, so that a refusal leaves dir as it was. */
+static int move_staged(const char *stage, const char *dir)
+{
+	if (mkdir(dir, 0777) && errno != EEXIST)
+		return error("cannot create '%s': %s", dir, strerror(errno));
+	int rc = 0;
+	for (int pass = 0; pass < 2 && !rc; pass++) {
+		DIR *d = opendir(stage);
+		if (!d)
+			return error("cannot open '%s': %s", stage, strerror(errno));
+		struct dirent *e;
+		while (!rc && (e = readdir(d))) {
+			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+				continue;
+			char *from = path_join(stage, e->d_name), *to = path_join(dir, e->d_name);
+			struct stat st;
+			if (pass == 0 && !lstat(to, &st) && S_ISDIR(st.st_mode))
+				rc = error("'%s' is a folder; the export would replace it with a file: "
+					   "remove it or choose another output", to);
+			else if (pass == 1 && rename(from, to))
+				rc = error("cannot move '%s' to '%s': %s", from, to, strerror(errno));
+			free(from);
+			free(to);
+		}
+		closedir(d);
+	}
+	return rc;
+}
+
+/* The folder's files are written into DIR.partial.PID beside it and moved
+ * into DIR once all of them are: a failed export leaves DIR as it was. */
 static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 		     const char *tok_path, int no_tok)
 {
@@ -81,9 +130,22 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	long eos = -1;
 	if (tok && tokenizer_eot_id(tok) != TOKENIZER_NO_ID)
 		eos = tokenizer_eot_id(tok);
-	int rc = hf_write_model(dir, &lm->m, lm->host, (enum st_dtype)dtype, eos);
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	char *stage = xmalloc(n + 40);
+	snprintf(stage, n + 40, "%.*s.partial.%ld", (int)n, dir, (long)getpid());
+	int rc = 0;
+	if (mkdir(stage, 0777))
+		rc = error("cannot create '%s': %s", stage, strerror(errno));
+	if (!rc)
+		rc = hf_write_model(stage, &lm->m, lm->host, (enum st_dtype)dtype, eos);
 	if (!rc && tok)
-		rc = hf_tokenizer_write(tok, dir, lm->m.cfg.arch == ARCH_GPT2, lm->m.cfg.T);
+		rc = hf_tokenizer_write(tok, stage, lm->m.cfg.arch == ARCH_GPT2, lm->m.cfg.T);
+	if (!rc)
+		rc = move_staged(stage, dir);
+	remove_staged(stage); /* empty by now when it worked */
+	free(stage);
 	if (!rc)
 		printf("wrote %s: %s, %s, %zu parameters (step %ld of %s)%s\n", dir,
 		       lm->m.cfg.arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",

@@ -60,8 +60,8 @@ static int set_model_keys(struct config *cfg, const struct model_config *mc, con
 /* The tokenizer of DIR: tokenizer.json, else GPT-2's vocab.json + merges.txt. */
 static int read_tokenizer(struct tokenizer **tok, const char *dir, long eos, int V)
 {
-	char *json = hf_path(dir, "tokenizer.json"), *vocab = hf_path(dir, "vocab.json"),
-	     *merges = hf_path(dir, "merges.txt");
+	char *json = path_join(dir, "tokenizer.json"), *vocab = path_join(dir, "vocab.json"),
+	     *merges = path_join(dir, "merges.txt");
 	FILE *f;
 	int rc;
 	if ((f = fopen(json, "rb"))) {

@@ -60,14 +60,6 @@ static void on_signal(int sig)
  * (S-1)/(PIPELINE_SEGMENT*M+S-1) of the time. */
 #define PIPELINE_SEGMENT 20
 
-static char *path_in(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = xmalloc(n);
-	snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 static void fmt_duration(char *out, size_t len, double s)
 {
 	if (!isfinite(s) || s < 0)
@@ -84,7 +76,7 @@ static int save_checkpoint(struct trainer *tr, const struct config *cfg, char **
 {
 	char name[64];
 	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
-	char *path = path_in(cfg->train_out_dir, name);
+	char *path = path_join(cfg->train_out_dir, name);
 	char *text = config_to_string(cfg);
 	char meta[64] = "";
 	if (tr->data && tr->data->tokenizer_hash)
@@ -134,7 +126,7 @@ static int setup_data(struct run *r)
 {
 	struct config *cfg = &r->cfg;
 	if (!cfg->data_train[0]) {
-		char *dir = path_in(cfg->train_out_dir, "data");
+		char *dir = path_join(cfg->train_out_dir, "data");
 		char *tok, *tr_path, *val_path;
 		int rc = builtin_prepare(dir, r->quiet, &tok, &tr_path, &val_path);
 		free(dir);
@@ -303,7 +295,7 @@ static int sample_now(struct run *r)
 	struct sampler *sp = r->sampler;
 	if (!sp) {
 		sp = r->sampler = xcalloc(1, sizeof(*sp));
-		char *path = path_in(cfg->train_out_dir, "samples.txt");
+		char *path = path_join(cfg->train_out_dir, "samples.txt");
 		sp->fp = fopen(path, "a");
 		int bad = !sp->fp ? error("cannot open '%s': %s", path, strerror(errno)) : 0;
 		free(path);
@@ -742,7 +734,7 @@ static char *command_line(int argc, char **argv)
  * OUT_DIR/config.ini` reruns it; the command line and build in comments. */
 static int write_run_config(const struct config *cfg, const char *cmdline)
 {
-	char *path = path_in(cfg->train_out_dir, "config.ini");
+	char *path = path_join(cfg->train_out_dir, "config.ini");
 	char *text = config_to_string(cfg);
 	struct atomic_file af;
 	int rc = atomic_open(&af, path);
@@ -847,7 +839,7 @@ int cmd_train(int argc, char **argv)
 		return EXIT_FAIL;
 	char *metrics_path = cfg->log_metrics[0]
 				     ? xstrdup(cfg->log_metrics)
-				     : path_in(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
+				     : path_join(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
 									 ? "metrics.csv"
 									 : "metrics.jsonl");
 	r.lock_fd = -1;

@@ -18,17 +18,9 @@
 
 #include "../io/util.h"
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = xmalloc(n);
-	snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 int train_dir_lock(const char *dir, int *fd)
 {
-	char *path = join(dir, "train.lock");
+	char *path = path_join(dir, "train.lock");
 	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (*fd < 0) {
 		int rc = error("cannot create '%s': %s (train.out_dir must be writable)", path,
@@ -68,7 +60,7 @@ int train_dir_lock(const char *dir, int *fd)
 
 uint64_t train_dir_run_id(const char *dir)
 {
-	char *path = join(dir, "run-id");
+	char *path = path_join(dir, "run-id");
 	FILE *fp = fopen(path, "r");
 	free(path);
 	uint64_t id = 0;
@@ -94,7 +86,7 @@ uint64_t train_dir_run_id_of(const char *ckpt_path)
 
 int train_dir_set_run_id(const char *dir, uint64_t id)
 {
-	char *path = join(dir, "run-id");
+	char *path = path_join(dir, "run-id");
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "0x%016" PRIx64 "\n", id);
 	int rc = atomic_write_file(path, buf, (size_t)n);
@@ -169,7 +161,7 @@ int train_dir_remove_temporaries(const char *dir, int all, int quiet)
 		int gone = kill((pid_t)pid, 0) && errno == ESRCH;
 		if (!gone && !all)
 			continue;
-		char *path = join(dir, e->d_name);
+		char *path = path_join(dir, e->d_name);
 		struct stat sb;
 		if (!lstat(path, &sb) && S_ISREG(sb.st_mode) && !unlink(path)) {
 			removed++;

@@ -44,6 +44,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* "dir/name" (no second slash when dir ends in one); malloc'ed. */
+char *path_join(const char *dir, const char *name);
 size_t st_mult(size_t a, size_t b); /* a*b, die on overflow */
 size_t st_add(size_t a, size_t b);  /* a+b, die on overflow */
 /* 64-byte aligned, zeroed; free with free(). */

@@ -9,14 +9,6 @@
 #include "../text/json.h"
 #include "../util.h"
 
-char *hf_path(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = xmalloc(n);
-	snprintf(p, n, "%s%s%s", dir, *dir && dir[strlen(dir) - 1] == '/' ? "" : "/", name);
-	return p;
-}
-
 /* ---- config.json ---- */
 
 struct cfgr {
@@ -206,7 +198,7 @@ static int read_llama(const struct cfgr *c, struct model_config *mc)
 
 int hf_read_config(const char *dir, struct model_config *mc, long *eos)
 {
-	char *path = hf_path(dir, "config.json");
+	char *path = path_join(dir, "config.json");
 	struct json *root;
 	int rc = -1;
 	memset(mc, 0, sizeof(*mc));
@@ -400,7 +392,7 @@ static int add_file(struct hf_tensors *ts, const char *path)
 /* model.safetensors, or the shards of model.safetensors.index.json */
 static int open_tensors(const char *dir, struct hf_tensors *ts)
 {
-	char *single = hf_path(dir, "model.safetensors"), *index = NULL;
+	char *single = path_join(dir, "model.safetensors"), *index = NULL;
 	struct json *root = NULL;
 	int rc = -1;
 	FILE *probe = fopen(single, "rb");
@@ -409,7 +401,7 @@ static int open_tensors(const char *dir, struct hf_tensors *ts)
 		rc = add_file(ts, single);
 		goto out;
 	}
-	index = hf_path(dir, "model.safetensors.index.json");
+	index = path_join(dir, "model.safetensors.index.json");
 	probe = fopen(index, "rb");
 	if (!probe) {
 		error("%s: no model.safetensors or model.safetensors.index.json (only safetensors "
@@ -437,7 +429,7 @@ static int open_tensors(const char *dir, struct hf_tensors *ts)
 		for (size_t j = 0; j < i && !seen; j++)
 			seen = !strcmp(wm->kids[j].str, v->str);
 		if (!seen) {
-			char *shard = hf_path(dir, v->str);
+			char *shard = path_join(dir, v->str);
 			int bad = add_file(ts, shard);
 			free(shard);
 			if (bad)
@@ -447,7 +439,7 @@ static int open_tensors(const char *dir, struct hf_tensors *ts)
 	/* the index and the shards agree */
 	for (size_t i = 0; i < wm->len; i++) {
 		int k = tfind(ts, wm->kids[i].key);
-		char *shard = hf_path(dir, wm->kids[i].str);
+		char *shard = path_join(dir, wm->kids[i].str);
 		int ok = k >= 0 && !strcmp(st_path(ts->f[ts->t[k].file]), shard);
 		free(shard);
 		if (!ok) {
@@ -589,7 +581,7 @@ static void put(struct buf *b, const char *fmt, ...)
 
 static int write_text(const char *dir, const char *name, const struct buf *b)
 {
-	char *path = hf_path(dir, name);
+	char *path = path_join(dir, name);
 	int rc = atomic_write_file(path, b->data, b->len);
 	free(path);
 	return rc;
@@ -669,7 +661,7 @@ int hf_write_model(const char *dir, const struct model *m, const float *params,
 			t[i].data = d;
 		}
 	}
-	char *st = hf_path(dir, "model.safetensors");
+	char *st = path_join(dir, "model.safetensors");
 	int rc = st_write(st, t, ps.n, dtype, NULL);
 	free(st);
 	for (int i = 0; i < ps.n; i++)

@@ -48,7 +48,4 @@ int hf_read_weights(const char *dir, const struct model *m, float *params);
 int hf_write_model(const char *dir, const struct model *m, const float *params,
 		   enum st_dtype dtype, long eos);
 
-/* "DIR/NAME" (malloc'ed). */
-char *hf_path(const char *dir, const char *name);
-
 #endif

@@ -200,7 +200,7 @@ TEST(half_conversions)
 
 static struct tokenizer *fixture_tok(const char *name)
 {
-	char *dir = fixture(name), *path = hf_path(dir, "tokenizer.json");
+	char *dir = fixture(name), *path = path_join(dir, "tokenizer.json");
 	struct tokenizer *tok = NULL;
 	if (hf_tokenizer_read(&tok, path, -1))
 		tok = NULL;
@@ -231,8 +231,8 @@ TEST(tokenizer_round_trip)
 	CHECK(tok);
 	char *out = tmpdir_named("tok");
 	CHECK_MSG(hf_tokenizer_write(tok, out, 1, 16) == 0, "%s", last_error());
-	char *json = hf_path(out, "tokenizer.json"), *vocab = hf_path(out, "vocab.json"),
-	     *merges = hf_path(out, "merges.txt");
+	char *json = path_join(out, "tokenizer.json"), *vocab = path_join(out, "vocab.json"),
+	     *merges = path_join(out, "merges.txt");
 	CHECK_MSG(hf_tokenizer_read(&back, json, -1) == 0, "%s", last_error());
 	CHECK(tokenizer_hash(back) == tokenizer_hash(tok));
 	/* GPT-2's own files read by `tokenize import-gpt2` agree too */
@@ -306,7 +306,7 @@ static char *edited(const char *name, const char *file, const char *from, const 
 	snprintf(sub, sizeof(sub), "edit%d", serial++);
 	char *dst = tmpdir_named(sub);
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
-		char *a = hf_path(src, files[i]), *b = hf_path(dst, files[i]);
+		char *a = path_join(src, files[i]), *b = path_join(dst, files[i]);
 		struct buf buf = {0};
 		set_error_quiet(1);
 		if (!read_file(a, &buf)) {
@@ -339,7 +339,7 @@ static int refused(const char *dir, const char *want)
 	struct model m;
 	float *p;
 	struct tokenizer *tok = NULL;
-	char *tj = hf_path(dir, "tokenizer.json");
+	char *tj = path_join(dir, "tokenizer.json");
 	set_error_quiet(1);
 	int ok = load(dir, &m, &p) == 0;
 	if (ok) {
@@ -391,7 +391,7 @@ TEST(config_keys_we_cannot_honour_are_refused)
 /* rewrite the gpt2 fixture's weights with one tensor dropped, added or reshaped */
 static char *weights_edited(const char *drop, const char *add, const char *reshape)
 {
-	char *dir = edited("gpt2", "", NULL, NULL), *path = hf_path(dir, "model.safetensors");
+	char *dir = edited("gpt2", "", NULL, NULL), *path = path_join(dir, "model.safetensors");
 	struct st_file *f;
 	if (st_open(&f, path))
 		return dir;
@@ -452,7 +452,7 @@ TEST(missing_extra_and_misshapen_tensors_are_refused)
 
 TEST(corrupt_files_are_refused_naming_them)
 {
-	char *d = edited("gpt2", "", NULL, NULL), *p = hf_path(d, "model.safetensors");
+	char *d = edited("gpt2", "", NULL, NULL), *p = path_join(d, "model.safetensors");
 	struct buf b = {0};
 	CHECK(read_file(p, &b) == 0);
 	spit(p, (const char *)b.data, b.len - 10);

@@ -1,0 +1,2 @@
+# a failed export --force leaves the folder as it was (files are staged, then moved)
+cp -r "$TESTDATA/hf/gpt2" m && $ASYNCPP import-hf -o g.ckpt m > /dev/null && $ASYNCPP export --format hf --no-tokenizer -o out g.ckpt > /dev/null && mkdir out/tokenizer.json && md5sum out/model.safetensors > before.md5 && $ASYNCPP export --format hf --dtype bf16 --force -o out g.ckpt 2> err.txt; echo "exit $?"; sed "s/partial\.[0-9]*/partial.PID/" err.txt; md5sum -c before.md5; ls out | tr "\n" " "; echo; echo "staged folders left: $(ls | grep -c partial)"
