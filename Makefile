@@ -136,7 +136,7 @@ $(BUILD)/%.o: %.cu $(BUILD)/.flags
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
 
 $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz_file.h $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)

@@ -45,9 +45,10 @@
 #include "../../model/model.h"
 #include "../../sched/trainer.h"
 #include "../test.h"
+#include "../tiny_model.h"
 
 #define STEPS 20
-#define VOCAB 67
+#define VOCAB TINY_VOCAB
 /* relative tolerance on every step's loss when the sum order differs (3.) */
 #define LOSS_RTOL 1e-5
 
@@ -60,22 +61,6 @@ struct run_result {
 	long buckets;   /* of the replicas' sum, every stage of every replica */
 };
 
-static void base_config(struct config *cfg, const char *arch, const char *optim)
-{
-	config_defaults(cfg);
-	config_set_key(cfg, "model", "arch", arch, "test");
-	config_set_key(cfg, "model", "n_layer", "4", "test");
-	config_set_key(cfg, "model", "d_model", "32", "test");
-	config_set_key(cfg, "model", "n_head", "4", "test");
-	config_set_key(cfg, "model", "n_kv_head", strcmp(arch, "gpt2") ? "2" : "4", "test");
-	config_set_key(cfg, "model", "seq_len", "16", "test");
-	config_set_key(cfg, "train", "batch_size", "2", "test");
-	config_set_key(cfg, "train", "steps", "20", "test");
-	config_set_key(cfg, "optim", "name", optim, "test");
-	config_set_key(cfg, "optim", "warmup", "3", "test");
-	config_set_key(cfg, "pipeline", "micro_batches", "4", "test");
-}
-
 static void set(struct config *cfg, const char *section, const char *key, const char *value)
 {
 	config_set_key(cfg, section, key, value, "test");
@@ -86,13 +71,12 @@ static void set(struct config *cfg, const char *section, const char *key, const 
  * window of seq_len + 1 = 17 tokens holds no token twice. */
 static void tokens_for_test(uint32_t *tok, size_t n, enum data_kind kind)
 {
+	if (kind == DATA_NOISY) {
+		tiny_tokens(tok, n);
+		return;
+	}
 	uint64_t s = 99;
 	for (size_t i = 0; i < n; i++) {
-		if (kind == DATA_NOISY) {
-			tok[i] = (rng_next(&s) % 4 == 0) ? (uint32_t)(rng_next(&s) % VOCAB)
-							 : (uint32_t)((i * 7) % VOCAB);
-			continue;
-		}
 		for (;;) {
 			/* mostly the cycle, so there is something to learn */
 			uint32_t t = (rng_next(&s) % 4 == 0) ? (uint32_t)(rng_next(&s) % VOCAB)
@@ -106,24 +90,6 @@ static void tokens_for_test(uint32_t *tok, size_t n, enum data_kind kind)
 			}
 		}
 	}
-}
-
-static int model_for(struct model *m, const struct config *cfg)
-{
-	struct model_config mc = {0};
-	mc.arch = strcmp(cfg->model_arch, "gpt2") ? ARCH_LLAMA : ARCH_GPT2;
-	mc.V = VOCAB;
-	mc.L = (int)cfg->model_n_layer;
-	mc.C = (int)cfg->model_d_model;
-	mc.NH = (int)cfg->model_n_head;
-	mc.NKV = (int)cfg->model_n_kv_head;
-	mc.T = (int)cfg->model_seq_len;
-	mc.tied = (int)cfg->model_tied;
-	mc.eps = 1e-5f;
-	mc.rope_theta = 10000.0f;
-	mc.init_std = 0.02f;
-	model_moe_from(&mc, cfg);
-	return model_init(m, &mc);
 }
 
 /* Every replica's stages against replica 0's: each alive weight version and
@@ -183,7 +149,7 @@ static int train(const struct config *cfg, enum data_kind data, int steps, int c
 				   (int)cfg->model_seq_len, 7, 1))
 		return -1;
 	struct model m;
-	if (model_for(&m, cfg))
+	if (tiny_model(&m, cfg))
 		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
@@ -294,11 +260,11 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 		struct config one, pipe;
 		char what[128];
 		/* gpipe, 1f1b: S = 2, N = 2, M = 4 (two micro-batches per replica) */
-		base_config(&one, arch, opt);
+		tiny_config(&one, arch, opt);
 		set(&one, "pipeline", "data_parallel", "2");
 		const char *kinds[] = {"gpipe", "1f1b"};
 		for (int k = 0; k < 2; k++) {
-			base_config(&pipe, arch, opt);
+			tiny_config(&pipe, arch, opt);
 			set(&pipe, "train", "schedule", kinds[k]);
 			set(&pipe, "pipeline", "stages", "2");
 			set(&pipe, "pipeline", "data_parallel", "2");
@@ -309,10 +275,10 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 		}
 		config_free(&one);
 		/* 2bw S=2 N=2 == delay 1 N=2 */
-		base_config(&one, arch, opt);
+		tiny_config(&one, arch, opt);
 		set(&one, "train", "delay", "1");
 		set(&one, "pipeline", "data_parallel", "2");
-		base_config(&pipe, arch, opt);
+		tiny_config(&pipe, arch, opt);
 		set(&pipe, "train", "schedule", "2bw");
 		set(&pipe, "pipeline", "stages", "2");
 		set(&pipe, "pipeline", "data_parallel", "2");
@@ -342,7 +308,7 @@ TEST(bucketed_replica_sums_equal_one_sum)
 			char what[96];
 			for (int i = 0; i < 3; i++) {
 				struct config cfg;
-				base_config(&cfg, archs[ia], "adamw");
+				tiny_config(&cfg, archs[ia], "adamw");
 				set(&cfg, "train", "schedule", kinds[k][0]);
 				set(&cfg, "pipeline", "stages", kinds[k][1]);
 				set(&cfg, "pipeline", "data_parallel", "2");
@@ -378,11 +344,11 @@ TEST(bf16_replicated_pipelines_equal_replicated_one_worker)
 	for (int k = 0; k < 2; k++) {
 		struct config one, pipe;
 		char what[128];
-		base_config(&one, kinds[k], "adamw");
+		tiny_config(&one, kinds[k], "adamw");
 		set(&one, "train", "act_dtype", "bf16");
 		set(&one, "pipeline", "data_parallel", "2");
 		set(&one, "train", "delay", k ? "1" : "0");
-		base_config(&pipe, kinds[k], "adamw");
+		tiny_config(&pipe, kinds[k], "adamw");
 		set(&pipe, "train", "act_dtype", "bf16");
 		set(&pipe, "train", "schedule", k ? "2bw" : "1f1b");
 		set(&pipe, "pipeline", "stages", "2");
@@ -399,12 +365,12 @@ TEST(replicated_2bw_with_correction_and_pipedream_equal_their_emulation)
 {
 	struct config one, pipe;
 	/* 2bw + error feedback on 4 stages, 2 replicas of 4 micro-batches */
-	base_config(&one, "gpt2", "muon");
+	tiny_config(&one, "gpt2", "muon");
 	set(&one, "train", "delay", "1");
 	set(&one, "optim", "correction", "ef");
 	set(&one, "pipeline", "micro_batches", "8");
 	set(&one, "pipeline", "data_parallel", "2");
-	base_config(&pipe, "gpt2", "muon");
+	tiny_config(&pipe, "gpt2", "muon");
 	set(&pipe, "train", "schedule", "2bw");
 	set(&pipe, "optim", "correction", "ef");
 	set(&pipe, "pipeline", "stages", "4");
@@ -416,12 +382,12 @@ TEST(replicated_2bw_with_correction_and_pipedream_equal_their_emulation)
 	config_free(&pipe);
 	/* pipedream's step is one micro-batch per replica: N = 2 on 4 stages
 	 * == one worker, per-stage delay, 2 micro-batches, 2 replicas */
-	base_config(&one, "llama", "adamw");
+	tiny_config(&one, "llama", "adamw");
 	set(&one, "train", "delay_mode", "per-stage");
 	set(&one, "pipeline", "stages", "4");
 	set(&one, "pipeline", "micro_batches", "2");
 	set(&one, "pipeline", "data_parallel", "2");
-	base_config(&pipe, "llama", "adamw");
+	tiny_config(&pipe, "llama", "adamw");
 	set(&pipe, "train", "schedule", "pipedream");
 	set(&pipe, "pipeline", "stages", "4");
 	set(&pipe, "pipeline", "data_parallel", "2");
@@ -431,17 +397,17 @@ TEST(replicated_2bw_with_correction_and_pipedream_equal_their_emulation)
 	config_free(&pipe);
 	/* three replicas (chunks of unequal length), S = 1 with the tied head
 	 * kept apart: 1f1b S=1 N=3 M=6 == one worker N=3 */
-	base_config(&one, "llama", "muon");
+	tiny_config(&one, "llama", "muon");
 	set(&one, "pipeline", "micro_batches", "6");
 	set(&one, "pipeline", "data_parallel", "3");
-	base_config(&pipe, "llama", "muon");
+	tiny_config(&pipe, "llama", "muon");
 	set(&pipe, "train", "schedule", "1f1b");
 	set(&pipe, "pipeline", "micro_batches", "6");
 	set(&pipe, "pipeline", "data_parallel", "3");
 	if (!same_run("1f1b S=1 N=3 llama muon", &one, &pipe, DATA_NOISY))
 		return;
 	config_free(&pipe);
-	base_config(&pipe, "llama", "muon");
+	tiny_config(&pipe, "llama", "muon");
 	set(&pipe, "train", "schedule", "gpipe");
 	set(&pipe, "pipeline", "stages", "3");
 	set(&pipe, "pipeline", "micro_batches", "6");
@@ -468,11 +434,11 @@ TEST(two_replicas_of_one_micro_batch_equal_one_replica_exactly)
 			{"1", "2bw", "1", "0"},   {"1", "none", "1", "1"},
 		};
 		for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
-			base_config(&one, arch, opt);
+			tiny_config(&one, arch, opt);
 			set(&one, "train", "batch_size", "1");
 			set(&one, "pipeline", "micro_batches", "2");
 			set(&one, "train", "delay", v[i].one_delay);
-			base_config(&dp, arch, opt);
+			tiny_config(&dp, arch, opt);
 			set(&dp, "train", "batch_size", "1");
 			set(&dp, "pipeline", "micro_batches", "2");
 			set(&dp, "pipeline", "data_parallel", "2");
@@ -493,12 +459,12 @@ TEST(pipedream_replicas_of_one_micro_batch_equal_one_worker_exactly)
 {
 	/* pipedream N=2 S=2: each step is micro-batches 2t and 2t+1 */
 	struct config one, dp;
-	base_config(&one, "gpt2", "adamw");
+	tiny_config(&one, "gpt2", "adamw");
 	set(&one, "train", "batch_size", "1");
 	set(&one, "train", "delay_mode", "per-stage");
 	set(&one, "pipeline", "stages", "2");
 	set(&one, "pipeline", "micro_batches", "2");
-	base_config(&dp, "gpt2", "adamw");
+	tiny_config(&dp, "gpt2", "adamw");
 	set(&dp, "train", "batch_size", "1");
 	set(&dp, "train", "schedule", "pipedream");
 	set(&dp, "pipeline", "stages", "2");
@@ -523,8 +489,8 @@ TEST(replicated_moe_equals_its_emulation_and_resumes)
 	if (strcmp(test_backend()->name, "cpu"))
 		SKIP("the MoE layer needs the cpu backend");
 	for (int bw = 0; bw < 2; bw++) {
-		base_config(&one, "llama", bw ? "muon" : "adamw");
-		base_config(&pipe, "llama", bw ? "muon" : "adamw");
+		tiny_config(&one, "llama", bw ? "muon" : "adamw");
+		tiny_config(&pipe, "llama", bw ? "muon" : "adamw");
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 			set(&one, "model", keys[i][0], keys[i][1]);
 			set(&pipe, "model", keys[i][0], keys[i][1]);
@@ -556,10 +522,10 @@ TEST(two_replicas_match_one_replica_within_tolerance)
 		} v[] = {{"none", "1"}, {"1f1b", "2"}, {"2bw", "2"}};
 		for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
 			int bw = !strcmp(v[i].schedule, "2bw");
-			base_config(&one, arch, opt);
+			tiny_config(&one, arch, opt);
 			if (bw)
 				set(&one, "train", "delay", "1");
-			base_config(&dp, arch, opt);
+			tiny_config(&dp, arch, opt);
 			set(&dp, "pipeline", "data_parallel", "2");
 			set(&dp, "train", "schedule", v[i].schedule);
 			set(&dp, "pipeline", "stages", v[i].stages);
@@ -601,7 +567,7 @@ static void check_resume(const char *what, const struct config *cfg_a, const str
 TEST(replicated_checkpoint_resumes_exactly)
 {
 	struct config bw, none, one;
-	base_config(&bw, "llama", "muon");
+	tiny_config(&bw, "llama", "muon");
 	set(&bw, "train", "schedule", "2bw");
 	set(&bw, "pipeline", "stages", "2");
 	set(&bw, "pipeline", "data_parallel", "2");
@@ -610,7 +576,7 @@ TEST(replicated_checkpoint_resumes_exactly)
 	config_free(&bw);
 	if (test_failed())
 		return;
-	base_config(&none, "gpt2", "adamw");
+	tiny_config(&none, "gpt2", "adamw");
 	set(&none, "train", "delay", "1");
 	set(&none, "pipeline", "data_parallel", "2");
 	check_resume("delay=1 N=2", &none, &none, DATA_NOISY, 7);
@@ -619,13 +585,13 @@ TEST(replicated_checkpoint_resumes_exactly)
 		return;
 	/* the file does not depend on the replicas: a run of 2 replicas of
 	 * one micro-batch goes on as 1 replica of 2, exactly (see 2.) */
-	base_config(&one, "llama", "adamw");
+	tiny_config(&one, "llama", "adamw");
 	set(&one, "train", "batch_size", "1");
 	set(&one, "pipeline", "micro_batches", "2");
 	set(&one, "train", "schedule", "1f1b");
 	set(&one, "pipeline", "stages", "2");
 	struct config dp;
-	base_config(&dp, "llama", "adamw");
+	tiny_config(&dp, "llama", "adamw");
 	set(&dp, "train", "batch_size", "1");
 	set(&dp, "pipeline", "micro_batches", "2");
 	set(&dp, "train", "schedule", "1f1b");
@@ -643,9 +609,9 @@ TEST(bad_replica_configurations_are_refused)
 	struct dataloader dl;
 	CHECK(!dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, 2, 16, 7, 1));
 	struct config cfg;
-	base_config(&cfg, "llama", "adamw");
+	tiny_config(&cfg, "llama", "adamw");
 	struct model m;
-	CHECK(!model_for(&m, &cfg));
+	CHECK(!tiny_model(&m, &cfg));
 	float *params = xcalloc(m.numel, sizeof(float));
 	struct {
 		const char *key, *value, *key2, *value2, *msg;
@@ -657,7 +623,7 @@ TEST(bad_replica_configurations_are_refused)
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		struct config c;
-		base_config(&c, "llama", "adamw");
+		tiny_config(&c, "llama", "adamw");
 		set(&c, "pipeline", bad[i].key, bad[i].value);
 		if (!strcmp(bad[i].value, "0")) /* the config refuses it; trainer_init too */
 			c.pipeline_data_parallel = 0;

@@ -33,9 +33,10 @@
 #include "../../model/model.h"
 #include "../../sched/trainer.h"
 #include "../test.h"
+#include "../tiny_model.h"
 
 #define STEPS 20
-#define VOCAB 67
+#define VOCAB TINY_VOCAB
 
 #define MAX_E 8
 
@@ -48,33 +49,11 @@ struct run_result {
 	size_t numel;
 };
 
-/* arch "moe" is llama whose feed-forwards are mixtures of 4 experts of
- * width 16, top-2, with a shared expert, and auxiliary losses large
- * enough to matter. */
+/* tests/tiny_model.h's model and optimizer (arch gpt2, llama or moe),
+ * finished. */
 static void base_config(struct config *cfg, const char *arch, const char *optim)
 {
-	int moe = !strcmp(arch, "moe");
-	config_defaults(cfg);
-	if (moe) {
-		arch = "llama";
-		config_set_key(cfg, "model", "n_expert", "4", "test");
-		config_set_key(cfg, "model", "top_k", "2", "test");
-		config_set_key(cfg, "model", "d_expert", "16", "test");
-		config_set_key(cfg, "model", "shared_expert", "1", "test");
-		config_set_key(cfg, "model", "aux_loss_coef", "0.1", "test");
-		config_set_key(cfg, "model", "z_loss_coef", "0.01", "test");
-	}
-	config_set_key(cfg, "model", "arch", arch, "test");
-	config_set_key(cfg, "model", "n_layer", "4", "test");
-	config_set_key(cfg, "model", "d_model", "32", "test");
-	config_set_key(cfg, "model", "n_head", "4", "test");
-	config_set_key(cfg, "model", "n_kv_head", strcmp(arch, "gpt2") ? "2" : "4", "test");
-	config_set_key(cfg, "model", "seq_len", "16", "test");
-	config_set_key(cfg, "train", "batch_size", "2", "test");
-	config_set_key(cfg, "train", "steps", "20", "test");
-	config_set_key(cfg, "optim", "name", optim, "test");
-	config_set_key(cfg, "optim", "warmup", "3", "test");
-	config_set_key(cfg, "pipeline", "micro_batches", "4", "test");
+	tiny_config(cfg, arch, optim);
 	config_finish(cfg); /* the optimizer's own betas */
 }
 
@@ -95,32 +74,6 @@ static void set_cut(struct config *cfg, const char *list)
 /* Uneven cuts of the 4 layers of base_config. */
 static const char *const uneven[] = {"3,1", "1,3", "0,3,1", "1,2,1,0"};
 
-static void tokens_for_test(uint32_t *tok, size_t n)
-{
-	uint64_t s = 99;
-	/* a learnable stream: mostly a fixed cycle, some noise */
-	for (size_t i = 0; i < n; i++)
-		tok[i] = (rng_next(&s) % 4 == 0) ? (uint32_t)(rng_next(&s) % VOCAB)
-						 : (uint32_t)((i * 7) % VOCAB);
-}
-
-static int model_for(struct model *m, const struct config *cfg)
-{
-	struct model_config mc = {0};
-	mc.arch = strcmp(cfg->model_arch, "gpt2") ? ARCH_LLAMA : ARCH_GPT2;
-	mc.V = VOCAB;
-	mc.L = (int)cfg->model_n_layer;
-	mc.C = (int)cfg->model_d_model;
-	mc.NH = (int)cfg->model_n_head;
-	mc.NKV = (int)cfg->model_n_kv_head;
-	mc.T = (int)cfg->model_seq_len;
-	mc.tied = (int)cfg->model_tied;
-	mc.eps = 1e-5f;
-	mc.rope_theta = 10000.0f;
-	mc.init_std = 0.02f;
-	model_moe_from(&mc, cfg);
-	return model_init(m, &mc);
-}
 
 /* when set, train() below runs on this table instead of test_backend() */
 static const struct backend *train_with;
@@ -132,13 +85,13 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		 const char *save_to, struct run_result *r)
 {
 	static uint32_t tok[20000];
-	tokens_for_test(tok, ARRAY_SIZE(tok));
+	tiny_tokens(tok, ARRAY_SIZE(tok));
 	struct dataloader dl;
 	if (dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, (int)cfg->train_batch_size,
 				   (int)cfg->model_seq_len, 7, 1))
 		return -1;
 	struct model m;
-	if (model_for(&m, cfg))
+	if (tiny_model(&m, cfg))
 		return -1;
 	const struct backend *be = train_with ? train_with : test_backend();
 	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
@@ -516,11 +469,11 @@ TEST(prediction_extrapolates_the_last_update)
 	config_set_key(&cfg, "train", "delay", "2", "test");
 	config_set_key(&cfg, "optim", "correction", "predict", "test");
 	static uint32_t tok[4000];
-	tokens_for_test(tok, ARRAY_SIZE(tok));
+	tiny_tokens(tok, ARRAY_SIZE(tok));
 	struct dataloader dl;
 	struct model m;
 	CHECK(!dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, 2, 16, 7, 1));
-	CHECK(!model_for(&m, &cfg));
+	CHECK(!tiny_model(&m, &cfg));
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
 	struct trainer tr;
@@ -930,9 +883,9 @@ TEST(checkpoint_with_nan_is_refused)
 	struct run_result r = {0};
 	CHECK(train(&cfg, 3, 3, NULL, good, &r) == 0);
 	struct model m;
-	CHECK(model_for(&m, &cfg) == 0);
+	CHECK(tiny_model(&m, &cfg) == 0);
 	static uint32_t tok[20000];
-	tokens_for_test(tok, ARRAY_SIZE(tok));
+	tiny_tokens(tok, ARRAY_SIZE(tok));
 	struct dataloader dl;
 	CHECK(dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, 2, 16, 7, 1) == 0);
 	float *params = xmalloc(m.numel * sizeof(float));

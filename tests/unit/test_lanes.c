@@ -37,6 +37,7 @@
 #include "../../model/model.h"
 #include "../../sched/trainer.h"
 #include "../test.h"
+#include "../tiny_model.h"
 
 /* ---- the spy ---- */
 
@@ -613,26 +614,16 @@ TEST(spy_finds_an_op_on_another_device)
 /* ---- training on lanes ---- */
 
 #define STEPS 12
-#define VOCAB 67
+#define VOCAB TINY_VOCAB
 
 static void base_config(struct config *cfg, const char *arch, const char *optim,
 			const char *schedule, int S)
 {
 	char s[16];
 	snprintf(s, sizeof(s), "%d", S);
-	config_defaults(cfg);
-	config_set_key(cfg, "model", "arch", arch, "test");
-	config_set_key(cfg, "model", "n_layer", "4", "test");
-	config_set_key(cfg, "model", "d_model", "32", "test");
-	config_set_key(cfg, "model", "n_head", "4", "test");
-	config_set_key(cfg, "model", "n_kv_head", strcmp(arch, "gpt2") ? "2" : "4", "test");
-	config_set_key(cfg, "model", "seq_len", "16", "test");
-	config_set_key(cfg, "train", "batch_size", "2", "test");
-	config_set_key(cfg, "optim", "name", optim, "test");
-	config_set_key(cfg, "optim", "warmup", "3", "test");
+	tiny_config(cfg, arch, optim);
 	config_set_key(cfg, "train", "schedule", schedule, "test");
 	config_set_key(cfg, "pipeline", "stages", s, "test");
-	config_set_key(cfg, "pipeline", "micro_batches", "4", "test");
 	config_finish(cfg);
 }
 
@@ -649,22 +640,13 @@ static int lanes_train(const struct config *cfg, const struct backend *be, int s
 		       struct lanes_run *r)
 {
 	static uint32_t tok[20000];
-	uint64_t seed = 99;
-	for (size_t i = 0; i < ARRAY_SIZE(tok); i++)
-		tok[i] = (rng_next(&seed) % 4 == 0) ? (uint32_t)(rng_next(&seed) % VOCAB)
-						    : (uint32_t)((i * 7) % VOCAB);
+	tiny_tokens(tok, ARRAY_SIZE(tok));
 	struct dataloader dl;
 	if (dataloader_from_tokens(&dl, tok, ARRAY_SIZE(tok), VOCAB, (int)cfg->train_batch_size,
 				   (int)cfg->model_seq_len, 7, 1))
 		return -1;
-	struct model_config mc = {.arch = strcmp(cfg->model_arch, "gpt2") ? ARCH_LLAMA : ARCH_GPT2,
-				  .V = VOCAB, .L = (int)cfg->model_n_layer,
-				  .C = (int)cfg->model_d_model, .NH = (int)cfg->model_n_head,
-				  .NKV = (int)cfg->model_n_kv_head, .T = (int)cfg->model_seq_len,
-				  .tied = (int)cfg->model_tied, .eps = 1e-5f,
-				  .rope_theta = 10000.0f, .init_std = 0.02f};
 	struct model m;
-	if (model_init(&m, &mc))
+	if (tiny_model(&m, cfg))
 		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
