@@ -5,6 +5,7 @@
 #   make test       install missing packages, build, run the test suite
 #   make demo       install missing packages, tokenize/train/eval/sample
 #   make asan       the test suite under AddressSanitizer + UBSan
+#   make fuzz       libFuzzer on every reader's entry point (needs clang)
 #   make bench      benchmarks (tokenizer, training step, schedules)
 #   make install PREFIX=/usr/local
 #
@@ -167,6 +168,32 @@ asan:
 		ASAN_CLI_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		ASYNCPP=build-asan/asyncpp BUILD=build-asan bash tests/run
 
+# libFuzzer (clang) on each tests/fuzz/fuzz_*.c (FUZZ_ONLY=hf_config,shard
+# picks some), FUZZ_SECONDS each, from a copy of its saved corpus: new
+# inputs land in build-fuzz/corpus/NAME, crashes in build-fuzz/crashes/
+# (a crash found goes into tests/fuzz/corpus/NAME once fixed, so that every
+# test run replays it). The library is built with ASan + UBSan and coverage.
+FUZZ_SECONDS ?= 60
+FUZZ_ONLY ?=
+FUZZ_SAN = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
+fuzz:
+	@command -v clang > /dev/null || { echo "make fuzz: needs clang (apt-get install clang)"; exit 1; }
+	$(MAKE) -j$(JOBS) BUILD=build-fuzz CUDA=0 MPI=0 CC=clang \
+		OPT="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/libasyncpp.a
+	@mkdir -p build-fuzz/bin build-fuzz/crashes
+	@set -e; for src in $(FUZZ_SRC); do \
+		n=$$(basename $$src .c); c=$${n#fuzz_}; \
+		case ",$(FUZZ_ONLY)," in ,,|*,$$c,*) ;; *) continue ;; esac; \
+		clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp $(FUZZ_SAN) \
+			-fsanitize=fuzzer -o build-fuzz/bin/$$n $$src build-fuzz/libasyncpp.a $(LDLIBS); \
+		mkdir -p build-fuzz/corpus/$$c && cp tests/fuzz/corpus/$$c/* build-fuzz/corpus/$$c/; \
+		echo "== $$n: $(FUZZ_SECONDS) s"; \
+		build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) \
+			-artifact_prefix=build-fuzz/crashes/$$n- build-fuzz/corpus/$$c \
+			> build-fuzz/$$n.log 2>&1 || { tail -n 40 build-fuzz/$$n.log; exit 1; }; \
+		grep -E '^(#[0-9]+ +DONE|Done)' build-fuzz/$$n.log | tail -n 1; \
+	done
+
 demo: deps
 	$(MAKE) -j$(JOBS) all
 	bash tests/demo.sh
@@ -197,6 +224,6 @@ install: $(BIN)
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/asyncpp
 
 clean:
-	rm -rf build build-asan asyncpp
+	rm -rf build build-asan build-fuzz asyncpp
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
