@@ -56,16 +56,46 @@ void cuda_scratch_free(void *p);
 void *cuda_alloc_tracked(size_t bytes);
 void cuda_free_tracked(void *p);
 
+/* Queued copy of bytes (any devices; dst == src: nothing, backend.h). */
+void cuda_copy(void *dst, const void *src, size_t bytes);
+/* Count device memory allocated outside the table's alloc (cudaMalloc'ed
+ * and kept, such as the RoPE tables) in memory_peak. */
+void cuda_count_held(void *p, size_t bytes);
+
+/* A grid-stride loop over i in [0, n). */
+#define GRID_STRIDE(i, n)                                                         \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+	     i += (size_t)gridDim.x * blockDim.x)
+
 static inline int cuda_blocks(size_t n, int threads)
 {
 	size_t b = (n + threads - 1) / threads;
 	return (int)(b > 65535 * 16 ? 65535 * 16 : (b ? b : 1));
 }
 
-/* ---- shared kernels (cuda_backend.cu) ---- */
-/* dst[i] = bf16(src[i]) */
+/* ---- the table's slots, by part: each file fills its own (cuda_backend.cu
+ * builds the two tables from them); bf16: the table whose activations are
+ * __nv_bfloat16, else float ---- */
+struct backend;
+void cuda_device_slots(struct backend &t);             /* cuda_device.cu */
+void cuda_embed_slots(struct backend &t, bool bf16);   /* cuda_embed.cu */
+void cuda_norm_slots(struct backend &t, bool bf16);    /* cuda_norm.cu */
+void cuda_elementwise_slots(struct backend &t, bool bf16); /* cuda_elementwise.cu */
+void cuda_xent_slots(struct backend &t, bool bf16);    /* cuda_xent.cu */
+void cuda_optim_slots(struct backend &t);              /* cuda_optim.cu */
+
+/* ---- shared kernels ---- */
+/* dst[i] = bf16(src[i]) (cuda_elementwise.cu) */
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
-/* Deterministic sum of squares of x[n] into *out (device double), queued. */
+/* GELU forward and backward (cuda_elementwise.cu; the fused products'
+ * fallback) */
+void cuda_gelu_forward(float *out, const float *inp, size_t n);
+void cuda_gelu_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, size_t n);
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_gelu_backward(__nv_bfloat16 *dinp, const __nv_bfloat16 *inp,
+			const __nv_bfloat16 *dout, size_t n);
+/* Deterministic sum of squares of x[n] into *out (device double), queued
+ * (cuda_optim.cu). */
 void cuda_sumsq_device(double *out, const float *x, size_t n);
 
 /* ---- cuBLASLt (cuda_matmul.cu) ---- */

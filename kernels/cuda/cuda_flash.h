@@ -36,7 +36,7 @@ int cuda_attention_set_impl(int impl);
 /* 1 when the flash kernels take this shape (HD 64 or 128, NH % NKV == 0). */
 int cuda_attention_flash_supported(int NH, int NKV, int HD);
 
-/* The softmax + cross-entropy kernel (cuda_backend.cu): PLAIN, the
+/* The softmax + cross-entropy kernel (cuda_xent.cu): PLAIN, the
  * reference and the default, or VEC (16-byte loads and stores, one update
  * of the online softmax per vector), where rows are 16-byte aligned. Read
  * from ASYNCPP_XENT=plain|vec once; the same rules as the attention's

@@ -80,7 +80,7 @@
 #include "../../kernels/backend.h"
 #ifdef ASYNCPP_CUDA
 #include "../../kernels/cuda/cuda_flash.h"
-int cuda_rope_tables_made(void); /* cuda_backend.cu, for cuda_rope_table */
+int cuda_rope_tables_made(void); /* cuda_elementwise.cu, for cuda_rope_table */
 #endif
 #include "../ref_attention.h"
 #include "../test.h"
