@@ -1,6 +1,8 @@
-/* model.c - the parameter table, initialisation, stages, and the forward and
- * backward of a decoder-only transformer (gpt2 and llama), written against
- * the backend table in kernels/backend.h.
+/* model.c - the parameter table, initialisation and the stages (their
+ * parameters, activation slots and scratch: stage_layout.h) of a
+ * decoder-only transformer (gpt2 and llama); the forward and backward that
+ * run on a stage, written against the backend table in kernels/backend.h,
+ * are in pass.c.
  *
  * Legend (as in backend.h): B sequences per micro-batch, T their length,
  * N = B*T rows, C width, NH/NKV heads, HD head width, QKV = (NH+2*NKV)*HD,
@@ -34,37 +36,15 @@
 
 #include "model.h"
 #include "moe.h"
+#include "stage_layout.h"
 #include "../io/config/config.h"
 #include "../io/util.h"
 
-/* Per-layer tensor kinds, in table order. */
-enum {
-	K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB,
-	K_LN2W, K_LN2B, K_FCW, K_FCB, K_FCPROJW, K_FCPROJB,
-	/* mixture of experts: K_EXPFCW/K_EXPPROJW are expert 0's tensors, the
-	 * others follow them in the arena */
-	K_ROUTER, K_EXPFCW, K_EXPPROJW, K_SHFCW, K_SHPROJW, NKIND
-};
 static const char *const kind_name[NKIND] = {
 	"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
 	"ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
 	"router", "experts.0.fcw", "experts.0.fcprojw", "shared.fcw", "shared.fcprojw",
 };
-/* Whole-model tensors, stored after the layers in stage->off_. */
-enum { G_WTE, G_WPE, G_LNFW, G_LNFB, G_HEAD, NGLOBAL };
-
-#define NONE ((size_t)-1)
-
-static int qkv_width(const struct model_config *c)
-{
-	return (c->NH + 2 * c->NKV) * c->HD;
-}
-
-static int fc_rows(const struct model_config *c)
-{
-	return c->arch == ARCH_GPT2 ? c->F : 2 * c->F;
-}
-
 /* ---- the parameter table ---- */
 
 static void add_param(struct model *m, int *cap, const char *name, int layer, int rows,
@@ -387,53 +367,6 @@ double model_flops_per_token(const struct model *m)
 
 /* ---- stages ---- */
 
-/* stage->off_ layout: [nl * NKIND layer offsets][NGLOBAL] */
-static size_t *goff(const struct stage *st)
-{
-	return st->off_ + (size_t)(st->layer_end - st->layer_begin) * NKIND;
-}
-
-static const float *PW(const struct stage *st, const float *params, int li, int k)
-{
-	size_t o = st->off_[(size_t)li * NKIND + k];
-	return o == NONE ? NULL : params + o;
-}
-
-static float *GW(const struct stage *st, float *grads, int li, int k)
-{
-	size_t o = st->off_[(size_t)li * NKIND + k];
-	return o == NONE ? NULL : grads + o;
-}
-
-static const float *PG(const struct stage *st, const float *params, int g)
-{
-	size_t o = goff(st)[g];
-	return o == NONE ? NULL : params + o;
-}
-
-static float *GG(const struct stage *st, float *grads, int g)
-{
-	size_t o = goff(st)[g];
-	return o == NONE ? NULL : grads + o;
-}
-
-/* Views into one slot; each piece padded to 64 bytes. Activations (void *)
- * have the backend's act_dtype, statistics are float. */
-struct layer_acts {
-	void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fca, *res3;
-	float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
-	struct moe_acts moe; /* mixture of experts (fch, fca unused) */
-};
-struct slot_view {
-	int32_t *tokens;
-	void *x0;
-	void *layers;           /* start of layer 0 */
-	size_t layer_stride;    /* bytes per layer */
-	void *lnf, *dx;
-	float *lnf_mean, *lnf_rstd;
-	size_t total;           /* bytes */
-};
-
 /* Take n elements of esz bytes (padded to 64 bytes) from *pos (bytes) of
  * base (base may be NULL: sizing only). */
 static void *take(void *base, size_t *pos, size_t n, size_t esz)
@@ -447,7 +380,7 @@ static void *take(void *base, size_t *pos, size_t n, size_t esz)
 #define TAKE_ACT(base, pos, n) take(base, pos, n, act_size(st->be))
 #define TAKE_F32(base, pos, n) ((float *)take(base, pos, n, sizeof(float)))
 
-static void moe_dims_of(const struct stage *st, struct moe_dims *d)
+void layout_moe_dims(const struct stage *st, struct moe_dims *d)
 {
 	const struct model_config *c = &st->m->cfg;
 	d->N = st->B * st->T;
@@ -480,7 +413,7 @@ static void layer_view(const struct stage *st, void *base, struct layer_acts *a,
 	a->ln2_rstd = TAKE_F32(base, pos, N);
 	if (c->E) {
 		struct moe_dims d;
-		moe_dims_of(st, &d);
+		layout_moe_dims(st, &d);
 		a->fch = a->fca = NULL;
 		*pos += moe_acts_view(&d, base ? (char *)base + *pos : NULL, &a->moe);
 	} else {
@@ -490,7 +423,7 @@ static void layer_view(const struct stage *st, void *base, struct layer_acts *a,
 	a->res3 = TAKE_ACT(base, pos, N * C);
 }
 
-static void slot_view(const struct stage *st, void *base, struct slot_view *v)
+void layout_slot(const struct stage *st, void *base, struct slot_view *v)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
@@ -516,7 +449,7 @@ static void slot_view(const struct stage *st, void *base, struct slot_view *v)
 	v->total = pos;
 }
 
-static void slot_layer(const struct stage *st, const struct slot_view *v, int li,
+void layout_layer(const struct stage *st, const struct slot_view *v, int li,
 		       struct layer_acts *a)
 {
 	size_t pos = 0;
@@ -534,7 +467,7 @@ static void slot_layer(const struct stage *st, const struct slot_view *v, int li
  * a third of what PyTorch needs for the whole step. */
 #define HEAD_CHUNK_BYTES ((size_t)256 << 20)
 
-static int head_rows(const struct stage *st)
+int layout_head_rows(const struct stage *st)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, row = (size_t)c->Vp * act_size(st->be);
@@ -545,17 +478,7 @@ static int head_rows(const struct stage *st)
 	return (int)MIN(rows, N);
 }
 
-/* Scratch: activation gradients, logits of head_rows rows (act_dtype);
- * losses (float). Shared by every slot. */
-struct scratch_view {
-	void *dres, *dbuf, *dln, *dqkv, *datty, *dfch, *dfca;
-	void *logits, *dlnf;
-	float *losses;
-	struct moe_scratch moe;
-	size_t total;           /* bytes */
-};
-
-static void scratch_view(const struct stage *st, void *base, struct scratch_view *v)
+void layout_scratch(const struct stage *st, void *base, struct scratch_view *v)
 {
 	const struct model_config *c = &st->m->cfg;
 	size_t N = (size_t)st->B * st->T, C = c->C, pos = 0;
@@ -570,7 +493,7 @@ static void scratch_view(const struct stage *st, void *base, struct scratch_view
 	v->datty = TAKE_ACT(base, &pos, N * C);
 	if (c->E) {
 		struct moe_dims d;
-		moe_dims_of(st, &d);
+		layout_moe_dims(st, &d);
 		pos += moe_scratch_view(&d, base ? (char *)base + pos : NULL, &v->moe);
 	} else {
 		v->dfch = TAKE_ACT(base, &pos, N * fc_rows(c));
@@ -598,7 +521,6 @@ int stage_param_count(const struct model *m, const struct stage_cut *cut, int s)
  * head, the tied copy) at the start, since the forward of the last stage
  * finished them. Each tensor's range reaches to the next one's offset, so
  * the runs tile the arena; neighbours done at the same point are one run. */
-enum { GRADS_AT_START = -2, GRADS_AT_END = -1 };
 
 static void grad_runs(struct stage *st)
 {
@@ -630,7 +552,7 @@ static void grad_runs(struct stage *st)
 }
 
 /* Report the runs done at point `when` (stage_backward). */
-static void grads_done_at(const struct stage *st, int when)
+void layout_grads_done(const struct stage *st, int when)
 {
 	if (!st->grads_done)
 		return;
@@ -732,9 +654,9 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	}
 
 	grad_runs(st);
-	st->head_rows = head_rows(st);
-	slot_view(st, NULL, &sv);
-	scratch_view(st, NULL, &xv);
+	st->head_rows = layout_head_rows(st);
+	layout_slot(st, NULL, &sv);
+	layout_scratch(st, NULL, &xv);
 	st->act_bytes_per_slot = sv.total;
 	st->scratch_bytes = xv.total;
 	st->slot_acts = xcalloc(n_slots, sizeof(*st->slot_acts));
@@ -832,409 +754,4 @@ void stage_finish_grads(struct stage *st, float *grads)
 	g = GG(st, grads, G_WTE);
 	st->be->add(g, g, st->tied_head_grad, n);
 	st->be->zero(st->tied_head_grad, n * sizeof(float));
-}
-
-/* ---- forward and backward of one block ---- */
-
-static void norm_forward(const struct stage *st, void *out, float *mean, float *rstd,
-			 const void *inp, const float *w, const float *b)
-{
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T;
-
-	if (c->arch == ARCH_GPT2)
-		st->be->layernorm_forward(out, mean, rstd, inp, w, b, N, c->C, c->eps);
-	else
-		st->be->rmsnorm_forward(out, rstd, inp, w, N, c->C, c->eps);
-}
-
-/* dinp (overwritten), dw/db accumulated */
-static void norm_backward(const struct stage *st, void *dinp, float *dw, float *db,
-			  const void *dout, const void *inp, const float *w, const float *mean,
-			  const float *rstd)
-{
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T;
-
-	if (c->arch == ARCH_GPT2)
-		st->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->C);
-	else
-		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
-}
-
-/* res = a + b, then out = norm(res): one op where the backend fuses them
- * (the same bits), else the two. */
-static void add_norm_forward(const struct stage *st, void *res, void *out, float *mean,
-			     float *rstd, const void *a, const void *b, const float *w,
-			     const float *bias)
-{
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T;
-
-	if (st->be->add_norm_forward) {
-		st->be->add_norm_forward(res, out, mean, rstd, a, b, w, bias, N, c->C, c->eps,
-					 c->arch == ARCH_GPT2);
-		return;
-	}
-	st->be->add_act(res, a, b, (size_t)N * c->C);
-	norm_forward(st, out, mean, rstd, res, w, bias);
-}
-
-/* dacc += the norm's dinp (through scratch[N,C] where the backend does not
- * fuse the two), dw/db accumulated. */
-static void norm_backward_add(const struct stage *st, void *dacc, void *scratch, float *dw,
-			      float *db, const void *dout, const void *inp, const float *w,
-			      const float *mean, const float *rstd)
-{
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T;
-
-	if (st->be->norm_backward_add) {
-		st->be->norm_backward_add(dacc, dw, db, dout, inp, w, mean, rstd, N, c->C,
-					  c->arch == ARCH_GPT2);
-		return;
-	}
-	norm_backward(st, scratch, dw, db, dout, inp, w, mean, rstd);
-	st->be->add_act(dacc, dacc, scratch, (size_t)N * c->C);
-}
-
-static struct moe_params moe_params_of(const struct stage *st, const float *params, int li)
-{
-	return (struct moe_params){
-		PW(st, params, li, K_ROUTER), PW(st, params, li, K_EXPFCW),
-		PW(st, params, li, K_EXPPROJW), PW(st, params, li, K_SHFCW),
-		PW(st, params, li, K_SHPROJW),
-	};
-}
-
-/* The feed-forward of layer li: out[N,C] (overwritten) from a->ln2[N,C],
- * dense (fch, fca saved in a) or the mixture of experts (a->moe). */
-static void ffn_forward(const struct stage *st, const float *params, int li,
-			struct layer_acts *a, void *out)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T, C = c->C;
-
-	if (c->E) {
-		struct moe_dims d;
-		struct moe_params w = moe_params_of(st, params, li);
-		moe_dims_of(st, &d);
-		moe_forward(be, &d, &w, a->ln2, out, &a->moe);
-		return;
-	}
-	if (c->arch == ARCH_GPT2 && be->matmul_gelu_forward) {
-		be->matmul_gelu_forward(a->fca, a->fch, a->ln2, PW(st, params, li, K_FCW),
-					PW(st, params, li, K_FCB), N, C, c->F);
-	} else {
-		be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW),
-				   PW(st, params, li, K_FCB), N, C, fc_rows(c));
-		if (c->arch == ARCH_GPT2)
-			be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
-		else
-			be->swiglu_forward(a->fca, a->fch, N, c->F);
-	}
-	be->matmul_forward(out, a->fca, PW(st, params, li, K_FCPROJW),
-			   PW(st, params, li, K_FCPROJB), N, c->F, C);
-}
-
-/* Its backward: sv->dln[N,C] (overwritten) = d(ln2) from dout[N,C] =
- * d(out); parameter gradients accumulate into grads; dloss scales the
- * router's auxiliary losses (the micro-batch's, from its forward). */
-static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
-			 const struct layer_acts *a, const struct scratch_view *sv,
-			 const void *dout, float dloss)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T, C = c->C;
-
-	if (c->E) {
-		struct moe_dims d;
-		struct moe_params w = moe_params_of(st, params, li);
-		struct moe_grads g = {
-			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
-			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
-			GW(st, grads, li, K_SHPROJW),
-		};
-		moe_dims_of(st, &d);
-		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
-		return;
-	}
-	if (c->arch == ARCH_GPT2 && be->matmul_backward_dgelu) {
-		be->matmul_backward_dgelu(sv->dfch, GW(st, grads, li, K_FCPROJW),
-					  GW(st, grads, li, K_FCPROJB), dout, a->fca,
-					  PW(st, params, li, K_FCPROJW), a->fch, N, c->F, C);
-	} else {
-		be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW),
-				    GW(st, grads, li, K_FCPROJB), dout, a->fca,
-				    PW(st, params, li, K_FCPROJW), N, c->F, C);
-		if (c->arch == ARCH_GPT2)
-			be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
-		else
-			be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
-	}
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
-			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
-}
-
-/* x[N,C] -> a->res3[N,C], saving everything in a. With a backend that
- * fuses the residual add into the norm (add_norm_forward) a layer may
- * leave its last add to the next one: defer leaves res3 holding only the
- * feed-forward's output, and the next layer, given that layer's res2 as
- * x_res2, makes x = x_res2 + x in place as its first norm reads it (the
- * same bits as the add apart). */
-static void block_forward(const struct stage *st, const float *params, int li, const void *x,
-			  const void *x_res2, int defer, struct layer_acts *a)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
-	size_t NC = (size_t)N * C;
-	void *tmp = a->res3; /* projection outputs land here before the residual add */
-
-	if (x_res2)
-		add_norm_forward(st, (void *)x, a->ln1, a->ln1_mean, a->ln1_rstd, x_res2, x,
-				 PW(st, params, li, K_LN1W), PW(st, params, li, K_LN1B));
-	else
-		norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
-			     PW(st, params, li, K_LN1B));
-	be->matmul_forward(a->qkv, a->ln1, PW(st, params, li, K_QKVW), PW(st, params, li, K_QKVB),
-			   N, C, QKV);
-	if (c->arch == ARCH_LLAMA)
-		be->rope_forward(a->qkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
-	be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->NH, c->NKV, c->HD);
-	be->matmul_forward(tmp, a->atty, PW(st, params, li, K_ATTPROJW),
-			   PW(st, params, li, K_ATTPROJB), N, C, C);
-	add_norm_forward(st, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, tmp,
-			 PW(st, params, li, K_LN2W), PW(st, params, li, K_LN2B));
-	ffn_forward(st, params, li, a, tmp);
-	if (!defer)
-		be->add_act(a->res3, a->res2, tmp, NC);
-}
-
-/* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
- * accumulate into grads. */
-static void block_backward(const struct stage *st, const float *params, float *grads, int li,
-			   const void *x, const struct layer_acts *a, const struct scratch_view *sv,
-			   float dloss)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
-	void *dres = sv->dres;
-
-	/* res3 = res2 + ffn(ln2) */
-	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
-	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B),
-			  sv->dln, a->res2, PW(st, params, li, K_LN2W), a->ln2_mean,
-			  a->ln2_rstd); /* now d(res2) */
-
-	/* res2 = x + atty @ attprojw^T + attprojb */
-	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
-			    GW(st, grads, li, K_ATTPROJB), dres, a->atty,
-			    PW(st, params, li, K_ATTPROJW), N, C, C);
-	be->attention_backward(sv->dqkv, sv->datty, a->qkv, a->atty, a->lse, B, T, c->NH, c->NKV,
-			       c->HD);
-	if (c->arch == ARCH_LLAMA)
-		be->rope_backward(sv->dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB),
-			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
-	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B),
-			  sv->dln, x, PW(st, params, li, K_LN1W), a->ln1_mean,
-			  a->ln1_rstd); /* now d(x) */
-}
-
-/* Forward through the embeddings (stage 0) and the stage's layers; returns
- * the last layer's output (inside the slot). */
-static const void *body_forward(struct stage *st, const struct slot_view *v,
-				const float *params, const int32_t *tokens, const void *x_in)
-{
-	const struct model_config *c = &st->m->cfg;
-	size_t N = (size_t)st->B * st->T;
-	int nl = st->layer_end - st->layer_begin;
-	const void *x;
-
-	if (st->has_embed) {
-		st->be->copy(v->tokens, tokens, N * sizeof(int32_t));
-		st->be->embed_forward(v->x0, tokens, PG(st, params, G_WTE), PG(st, params, G_WPE),
-				      st->B, st->T, c->C);
-	} else {
-		st->be->copy(v->x0, x_in, N * c->C * act_size(st->be));
-	}
-	x = v->x0;
-	const void *x_res2 = NULL; /* the last layer's res2, when it left its add */
-	for (int li = 0; li < nl; li++) {
-		struct layer_acts a;
-		slot_layer(st, v, li, &a);
-		/* every layer but the stage's last leaves its add to the next */
-		int defer = st->be->add_norm_forward && li + 1 < nl;
-		block_forward(st, params, li, x, x_res2, defer, &a);
-		x = a.res3;
-		x_res2 = defer ? a.res2 : NULL;
-	}
-	return x;
-}
-
-int stage_moe_stats(const struct stage *st, int slot, double *out)
-{
-	const struct model_config *c = &st->m->cfg;
-	int nl = st->layer_end - st->layer_begin;
-	struct slot_view v;
-
-	if (!c->E)
-		return 0;
-	for (int i = 0; i < 2 + c->E; i++)
-		out[i] = 0.0;
-	slot_view(st, st->slot_acts[slot], &v);
-	for (int li = 0; li < nl; li++) {
-		struct layer_acts a;
-		slot_layer(st, &v, li, &a);
-		out[0] += a.moe.aux[0];
-		out[1] += a.moe.aux[1];
-		for (int e = 0; e < c->E; e++)
-			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
-	}
-	return c->E;
-}
-
-double stage_aux_loss(const struct stage *st, int slot)
-{
-	const struct model_config *c = &st->m->cfg;
-	int nl = st->layer_end - st->layer_begin;
-	struct slot_view v;
-	double sum = 0;
-
-	if (!c->E)
-		return 0.0;
-	slot_view(st, st->slot_acts[slot], &v);
-	for (int li = 0; li < nl; li++) {
-		struct layer_acts a;
-		slot_layer(st, &v, li, &a);
-		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
-	}
-	return sum;
-}
-
-/* Before every pass over the weights: the backend's operand copy of them
- * (backend.h, weights_bf16), made from params as they are now. Each pass
- * asks again, so no product ever reads a copy older than its weights,
- * whatever the schedule did to them between passes. */
-static void weights_prepare(const struct stage *st, const float *params)
-{
-	if (st->be->weights_bf16)
-		st->be->weights_bf16(params, st->numel);
-}
-
-void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
-		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
-		   float *loss_dev, float *grads, float dloss)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	int N = st->B * st->T, C = c->C;
-	struct slot_view v;
-	struct scratch_view sv;
-	const void *x;
-
-	weights_prepare(st, params);
-	slot_view(st, st->slot_acts[slot], &v);
-	scratch_view(st, st->scratch, &sv);
-	x = body_forward(st, &v, params, tokens, x_in);
-	st->slot_dloss_[slot] = dloss;
-	if (!st->has_head) {
-		be->copy(x_out, x, (size_t)N * C * act_size(be));
-		return;
-	}
-	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
-		     PG(st, params, G_LNFB));
-	if (!targets) /* nothing reads logits without targets (model_logits_at has its own) */
-		return;
-	/* The head in chunks of head_rows rows: logits, loss and dlogits (in
-	 * place), then dlnf's rows and the head's gradient (accumulated chunk
-	 * after chunk, in row order), so the chunk's logits can be reused. */
-	size_t A = act_size(be);
-	float *dhead = grads ? st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD) : NULL;
-	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
-		int K = MIN(st->head_rows, N - r0);
-		const void *lnf = act_at(v.lnf, (size_t)r0 * C, A);
-		be->matmul_forward(sv.logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
-		be->softmax_xent(sv.losses + r0, grads ? sv.logits : NULL, sv.logits, targets + r0, K,
-				 c->V, c->Vp, dloss / (float)N);
-		if (grads)
-			be->matmul_backward(act_at(sv.dlnf, (size_t)r0 * C, A), dhead, NULL, sv.logits,
-					    lnf, PG(st, params, G_HEAD), K, C, c->Vp);
-	}
-	/* one reduction for both, so a loss read at once and one read later
-	 * have the same bits on every backend */
-	if (loss_dev)
-		be->loss_mean(loss_dev, sv.losses, N);
-	if (loss) {
-		if (loss_dev)
-			be->copy(st->loss_dev_, loss_dev, sizeof(float));
-		else
-			be->loss_mean(st->loss_dev_, sv.losses, N);
-		be->to_host(loss, st->loss_dev_, sizeof(float));
-	}
-	if (!grads)
-		return;
-	/* Back through the final norm; d(x) stays in the slot. */
-	norm_backward(st, v.dx, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), sv.dlnf, x,
-		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
-}
-
-void stage_backward(struct stage *st, int slot, const float *params, float *grads,
-		    const void *dx_out, void *dx_in)
-{
-	const struct backend *be = st->be;
-	const struct model_config *c = &st->m->cfg;
-	size_t NCb = (size_t)st->B * st->T * c->C * act_size(be);
-	int nl = st->layer_end - st->layer_begin;
-	struct slot_view v;
-	struct scratch_view sv;
-
-	weights_prepare(st, params);
-	slot_view(st, st->slot_acts[slot], &v);
-	scratch_view(st, st->scratch, &sv);
-	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
-	grads_done_at(st, GRADS_AT_START);
-	for (int li = nl - 1; li >= 0; li--) {
-		struct layer_acts a, prev;
-		const void *x = v.x0;
-		slot_layer(st, &v, li, &a);
-		if (li > 0) {
-			slot_layer(st, &v, li - 1, &prev);
-			x = prev.res3;
-		}
-		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
-		grads_done_at(st, li);
-	}
-	if (st->has_embed)
-		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,
-				   st->B, st->T, c->C);
-	else if (dx_in)
-		be->copy(dx_in, sv.dres, NCb);
-	grads_done_at(st, GRADS_AT_END);
-}
-
-void model_logits_at(struct stage *st, const float *params, const int32_t *tokens, int pos,
-		     float *logits)
-{
-	const struct model_config *c = &st->m->cfg;
-	size_t A = act_size(st->be);
-	struct slot_view v;
-	struct scratch_view sv;
-	const void *x;
-
-	weights_prepare(st, params);
-	slot_view(st, st->slot_acts[0], &v);
-	scratch_view(st, st->scratch, &sv);
-	x = body_forward(st, &v, params, tokens, NULL);
-	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
-		     PG(st, params, G_LNFB));
-	for (int b = 0; b < st->B; b++)
-		st->be->matmul_forward(act_at(sv.logits, (size_t)b * c->Vp, A),
-				       act_at(v.lnf, ((size_t)b * st->T + pos) * c->C, A),
-				       PG(st, params, G_HEAD), NULL, 1, c->C, c->Vp);
-	st->be->act_to_f32(logits, sv.logits, (size_t)st->B * c->Vp);
 }

@@ -1,6 +1,6 @@
 /* moe.h - a mixture-of-experts feed-forward for the llama block: router,
  * top-k, dropless dispatch, SwiGLU experts, an optional shared expert, and
- * the router's auxiliary losses. model.c calls it in place of the dense
+ * the router's auxiliary losses. pass.c calls it in place of the dense
  * fcw/fcprojw pair when n_expert > 0.
  *
  * Legend: N = B*T tokens, C width, E experts, K experts per token, De an

@@ -1,0 +1,422 @@
+/* pass.c - the forward and backward of a stage: each block (norms,
+ * attention, feed-forward or mixture of experts, residual adds), the head
+ * in row chunks with its loss, and the logits at one position for
+ * sampling, written against the backend table in kernels/backend.h over
+ * the layout of stage_layout.h (the block's equations: model.c).
+ *
+ * Nothing here is global or static-mutable: stages run in separate threads.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "moe.h"
+#include "stage_layout.h"
+#include "../io/util.h"
+
+/* ---- forward and backward of one block ---- */
+
+static void norm_forward(const struct stage *st, void *out, float *mean, float *rstd,
+			 const void *inp, const float *w, const float *b)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (c->arch == ARCH_GPT2)
+		st->be->layernorm_forward(out, mean, rstd, inp, w, b, N, c->C, c->eps);
+	else
+		st->be->rmsnorm_forward(out, rstd, inp, w, N, c->C, c->eps);
+}
+
+/* dinp (overwritten), dw/db accumulated */
+static void norm_backward(const struct stage *st, void *dinp, float *dw, float *db,
+			  const void *dout, const void *inp, const float *w, const float *mean,
+			  const float *rstd)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (c->arch == ARCH_GPT2)
+		st->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->C);
+	else
+		st->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->C);
+}
+
+/* res = a + b, then out = norm(res): one op where the backend fuses them
+ * (the same bits), else the two. */
+static void add_norm_forward(const struct stage *st, void *res, void *out, float *mean,
+			     float *rstd, const void *a, const void *b, const float *w,
+			     const float *bias)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (st->be->add_norm_forward) {
+		st->be->add_norm_forward(res, out, mean, rstd, a, b, w, bias, N, c->C, c->eps,
+					 c->arch == ARCH_GPT2);
+		return;
+	}
+	st->be->add_act(res, a, b, (size_t)N * c->C);
+	norm_forward(st, out, mean, rstd, res, w, bias);
+}
+
+/* dacc += the norm's dinp (through scratch[N,C] where the backend does not
+ * fuse the two), dw/db accumulated. */
+static void norm_backward_add(const struct stage *st, void *dacc, void *scratch, float *dw,
+			      float *db, const void *dout, const void *inp, const float *w,
+			      const float *mean, const float *rstd)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (st->be->norm_backward_add) {
+		st->be->norm_backward_add(dacc, dw, db, dout, inp, w, mean, rstd, N, c->C,
+					  c->arch == ARCH_GPT2);
+		return;
+	}
+	norm_backward(st, scratch, dw, db, dout, inp, w, mean, rstd);
+	st->be->add_act(dacc, dacc, scratch, (size_t)N * c->C);
+}
+
+static struct moe_params moe_params_of(const struct stage *st, const float *params, int li)
+{
+	return (struct moe_params){
+		PW(st, params, li, K_ROUTER), PW(st, params, li, K_EXPFCW),
+		PW(st, params, li, K_EXPPROJW), PW(st, params, li, K_SHFCW),
+		PW(st, params, li, K_SHPROJW),
+	};
+}
+
+/* The feed-forward of layer li: out[N,C] (overwritten) from a->ln2[N,C],
+ * dense (fch, fca saved in a) or the mixture of experts (a->moe). */
+static void ffn_forward(const struct stage *st, const float *params, int li,
+			struct layer_acts *a, void *out)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		layout_moe_dims(st, &d);
+		moe_forward(be, &d, &w, a->ln2, out, &a->moe);
+		return;
+	}
+	if (c->arch == ARCH_GPT2 && be->matmul_gelu_forward) {
+		be->matmul_gelu_forward(a->fca, a->fch, a->ln2, PW(st, params, li, K_FCW),
+					PW(st, params, li, K_FCB), N, C, c->F);
+	} else {
+		be->matmul_forward(a->fch, a->ln2, PW(st, params, li, K_FCW),
+				   PW(st, params, li, K_FCB), N, C, fc_rows(c));
+		if (c->arch == ARCH_GPT2)
+			be->gelu_forward(a->fca, a->fch, (size_t)N * c->F);
+		else
+			be->swiglu_forward(a->fca, a->fch, N, c->F);
+	}
+	be->matmul_forward(out, a->fca, PW(st, params, li, K_FCPROJW),
+			   PW(st, params, li, K_FCPROJB), N, c->F, C);
+}
+
+/* Its backward: sv->dln[N,C] (overwritten) = d(ln2) from dout[N,C] =
+ * d(out); parameter gradients accumulate into grads; dloss scales the
+ * router's auxiliary losses (the micro-batch's, from its forward). */
+static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
+			 const struct layer_acts *a, const struct scratch_view *sv,
+			 const void *dout, float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_params w = moe_params_of(st, params, li);
+		struct moe_grads g = {
+			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
+			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
+			GW(st, grads, li, K_SHPROJW),
+		};
+		layout_moe_dims(st, &d);
+		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
+		return;
+	}
+	if (c->arch == ARCH_GPT2 && be->matmul_backward_dgelu) {
+		be->matmul_backward_dgelu(sv->dfch, GW(st, grads, li, K_FCPROJW),
+					  GW(st, grads, li, K_FCPROJB), dout, a->fca,
+					  PW(st, params, li, K_FCPROJW), a->fch, N, c->F, C);
+	} else {
+		be->matmul_backward(sv->dfca, GW(st, grads, li, K_FCPROJW),
+				    GW(st, grads, li, K_FCPROJB), dout, a->fca,
+				    PW(st, params, li, K_FCPROJW), N, c->F, C);
+		if (c->arch == ARCH_GPT2)
+			be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+		else
+			be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+	}
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
+			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
+}
+
+/* x[N,C] -> a->res3[N,C], saving everything in a. With a backend that
+ * fuses the residual add into the norm (add_norm_forward) a layer may
+ * leave its last add to the next one: defer leaves res3 holding only the
+ * feed-forward's output, and the next layer, given that layer's res2 as
+ * x_res2, makes x = x_res2 + x in place as its first norm reads it (the
+ * same bits as the add apart). */
+static void block_forward(const struct stage *st, const float *params, int li, const void *x,
+			  const void *x_res2, int defer, struct layer_acts *a)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
+	size_t NC = (size_t)N * C;
+	void *tmp = a->res3; /* projection outputs land here before the residual add */
+
+	if (x_res2)
+		add_norm_forward(st, (void *)x, a->ln1, a->ln1_mean, a->ln1_rstd, x_res2, x,
+				 PW(st, params, li, K_LN1W), PW(st, params, li, K_LN1B));
+	else
+		norm_forward(st, a->ln1, a->ln1_mean, a->ln1_rstd, x, PW(st, params, li, K_LN1W),
+			     PW(st, params, li, K_LN1B));
+	be->matmul_forward(a->qkv, a->ln1, PW(st, params, li, K_QKVW), PW(st, params, li, K_QKVB),
+			   N, C, QKV);
+	if (c->arch == ARCH_LLAMA)
+		be->rope_forward(a->qkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
+	be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->NH, c->NKV, c->HD);
+	be->matmul_forward(tmp, a->atty, PW(st, params, li, K_ATTPROJW),
+			   PW(st, params, li, K_ATTPROJB), N, C, C);
+	add_norm_forward(st, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, tmp,
+			 PW(st, params, li, K_LN2W), PW(st, params, li, K_LN2B));
+	ffn_forward(st, params, li, a, tmp);
+	if (!defer)
+		be->add_act(a->res3, a->res2, tmp, NC);
+}
+
+/* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
+ * accumulate into grads. */
+static void block_backward(const struct stage *st, const float *params, float *grads, int li,
+			   const void *x, const struct layer_acts *a, const struct scratch_view *sv,
+			   float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
+	void *dres = sv->dres;
+
+	/* res3 = res2 + ffn(ln2) */
+	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
+	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B),
+			  sv->dln, a->res2, PW(st, params, li, K_LN2W), a->ln2_mean,
+			  a->ln2_rstd); /* now d(res2) */
+
+	/* res2 = x + atty @ attprojw^T + attprojb */
+	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
+			    GW(st, grads, li, K_ATTPROJB), dres, a->atty,
+			    PW(st, params, li, K_ATTPROJW), N, C, C);
+	be->attention_backward(sv->dqkv, sv->datty, a->qkv, a->atty, a->lse, B, T, c->NH, c->NKV,
+			       c->HD);
+	if (c->arch == ARCH_LLAMA)
+		be->rope_backward(sv->dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
+	be->matmul_backward(sv->dln, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB),
+			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
+	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B),
+			  sv->dln, x, PW(st, params, li, K_LN1W), a->ln1_mean,
+			  a->ln1_rstd); /* now d(x) */
+}
+
+/* Forward through the embeddings (stage 0) and the stage's layers; returns
+ * the last layer's output (inside the slot). */
+static const void *body_forward(struct stage *st, const struct slot_view *v,
+				const float *params, const int32_t *tokens, const void *x_in)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t N = (size_t)st->B * st->T;
+	int nl = st->layer_end - st->layer_begin;
+	const void *x;
+
+	if (st->has_embed) {
+		st->be->copy(v->tokens, tokens, N * sizeof(int32_t));
+		st->be->embed_forward(v->x0, tokens, PG(st, params, G_WTE), PG(st, params, G_WPE),
+				      st->B, st->T, c->C);
+	} else {
+		st->be->copy(v->x0, x_in, N * c->C * act_size(st->be));
+	}
+	x = v->x0;
+	const void *x_res2 = NULL; /* the last layer's res2, when it left its add */
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		layout_layer(st, v, li, &a);
+		/* every layer but the stage's last leaves its add to the next */
+		int defer = st->be->add_norm_forward && li + 1 < nl;
+		block_forward(st, params, li, x, x_res2, defer, &a);
+		x = a.res3;
+		x_res2 = defer ? a.res2 : NULL;
+	}
+	return x;
+}
+
+int stage_moe_stats(const struct stage *st, int slot, double *out)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+
+	if (!c->E)
+		return 0;
+	for (int i = 0; i < 2 + c->E; i++)
+		out[i] = 0.0;
+	layout_slot(st, st->slot_acts[slot], &v);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		layout_layer(st, &v, li, &a);
+		out[0] += a.moe.aux[0];
+		out[1] += a.moe.aux[1];
+		for (int e = 0; e < c->E; e++)
+			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
+	}
+	return c->E;
+}
+
+double stage_aux_loss(const struct stage *st, int slot)
+{
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	double sum = 0;
+
+	if (!c->E)
+		return 0.0;
+	layout_slot(st, st->slot_acts[slot], &v);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		layout_layer(st, &v, li, &a);
+		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+	}
+	return sum;
+}
+
+/* Before every pass over the weights: the backend's operand copy of them
+ * (backend.h, weights_bf16), made from params as they are now. Each pass
+ * asks again, so no product ever reads a copy older than its weights,
+ * whatever the schedule did to them between passes. */
+static void weights_prepare(const struct stage *st, const float *params)
+{
+	if (st->be->weights_bf16)
+		st->be->weights_bf16(params, st->numel);
+}
+
+void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
+		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
+		   float *loss_dev, float *grads, float dloss)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+	struct slot_view v;
+	struct scratch_view sv;
+	const void *x;
+
+	weights_prepare(st, params);
+	layout_slot(st, st->slot_acts[slot], &v);
+	layout_scratch(st, st->scratch, &sv);
+	x = body_forward(st, &v, params, tokens, x_in);
+	st->slot_dloss_[slot] = dloss;
+	if (!st->has_head) {
+		be->copy(x_out, x, (size_t)N * C * act_size(be));
+		return;
+	}
+	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
+		     PG(st, params, G_LNFB));
+	if (!targets) /* nothing reads logits without targets (model_logits_at has its own) */
+		return;
+	/* The head in chunks of head_rows rows: logits, loss and dlogits (in
+	 * place), then dlnf's rows and the head's gradient (accumulated chunk
+	 * after chunk, in row order), so the chunk's logits can be reused. */
+	size_t A = act_size(be);
+	float *dhead = grads ? st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD) : NULL;
+	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
+		int K = MIN(st->head_rows, N - r0);
+		const void *lnf = act_at(v.lnf, (size_t)r0 * C, A);
+		be->matmul_forward(sv.logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
+		be->softmax_xent(sv.losses + r0, grads ? sv.logits : NULL, sv.logits, targets + r0, K,
+				 c->V, c->Vp, dloss / (float)N);
+		if (grads)
+			be->matmul_backward(act_at(sv.dlnf, (size_t)r0 * C, A), dhead, NULL, sv.logits,
+					    lnf, PG(st, params, G_HEAD), K, C, c->Vp);
+	}
+	/* one reduction for both, so a loss read at once and one read later
+	 * have the same bits on every backend */
+	if (loss_dev)
+		be->loss_mean(loss_dev, sv.losses, N);
+	if (loss) {
+		if (loss_dev)
+			be->copy(st->loss_dev_, loss_dev, sizeof(float));
+		else
+			be->loss_mean(st->loss_dev_, sv.losses, N);
+		be->to_host(loss, st->loss_dev_, sizeof(float));
+	}
+	if (!grads)
+		return;
+	/* Back through the final norm; d(x) stays in the slot. */
+	norm_backward(st, v.dx, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), sv.dlnf, x,
+		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
+}
+
+void stage_backward(struct stage *st, int slot, const float *params, float *grads,
+		    const void *dx_out, void *dx_in)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	size_t NCb = (size_t)st->B * st->T * c->C * act_size(be);
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	struct scratch_view sv;
+
+	weights_prepare(st, params);
+	layout_slot(st, st->slot_acts[slot], &v);
+	layout_scratch(st, st->scratch, &sv);
+	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
+	layout_grads_done(st, GRADS_AT_START);
+	for (int li = nl - 1; li >= 0; li--) {
+		struct layer_acts a, prev;
+		const void *x = v.x0;
+		layout_layer(st, &v, li, &a);
+		if (li > 0) {
+			layout_layer(st, &v, li - 1, &prev);
+			x = prev.res3;
+		}
+		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
+		layout_grads_done(st, li);
+	}
+	if (st->has_embed)
+		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), sv.dres, v.tokens,
+				   st->B, st->T, c->C);
+	else if (dx_in)
+		be->copy(dx_in, sv.dres, NCb);
+	layout_grads_done(st, GRADS_AT_END);
+}
+
+void model_logits_at(struct stage *st, const float *params, const int32_t *tokens, int pos,
+		     float *logits)
+{
+	const struct model_config *c = &st->m->cfg;
+	size_t A = act_size(st->be);
+	struct slot_view v;
+	struct scratch_view sv;
+	const void *x;
+
+	weights_prepare(st, params);
+	layout_slot(st, st->slot_acts[0], &v);
+	layout_scratch(st, st->scratch, &sv);
+	x = body_forward(st, &v, params, tokens, NULL);
+	norm_forward(st, v.lnf, v.lnf_mean, v.lnf_rstd, x, PG(st, params, G_LNFW),
+		     PG(st, params, G_LNFB));
+	for (int b = 0; b < st->B; b++)
+		st->be->matmul_forward(act_at(sv.logits, (size_t)b * c->Vp, A),
+				       act_at(v.lnf, ((size_t)b * st->T + pos) * c->C, A),
+				       PG(st, params, G_HEAD), NULL, 1, c->C, c->Vp);
+	st->be->act_to_f32(logits, sv.logits, (size_t)st->B * c->Vp);
+}
