@@ -96,7 +96,7 @@ TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all deps test check demo asan bench install clean test-cuda test-faults fuzz
+.PHONY: all deps test check demo asan bench install clean test-cuda test-faults fuzz fuzz-run
 all: $(BIN)
 
 $(BIN): $(BUILD)/asyncpp.o $(BUILD)/libasyncpp.a
@@ -177,21 +177,26 @@ FUZZ_SECONDS ?= 60
 FUZZ_ONLY ?=
 FUZZ_SAN = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
 fuzz:
-	@command -v clang > /dev/null || { echo "make fuzz: needs clang (apt-get install clang)"; exit 1; }
+	@command -v clang > /dev/null && echo 'int main(void) { return 0; }' | \
+		clang -fopenmp -fsanitize=fuzzer-no-link -x c - -o /dev/null 2> /dev/null || \
+		{ echo "make fuzz: needs clang with OpenMP (apt-get install clang libomp-dev)"; exit 1; }
 	$(MAKE) -j$(JOBS) BUILD=build-fuzz CUDA=0 MPI=0 CC=clang \
-		OPT="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/libasyncpp.a
-	@mkdir -p build-fuzz/bin build-fuzz/crashes
+		OPT="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" fuzz-run
+
+# (inside make fuzz: BUILD, CC, CUDA=0 and MPI=0 set, so LDLIBS is the CPU's)
+fuzz-run: $(BUILD)/libasyncpp.a
+	@mkdir -p $(BUILD)/bin $(BUILD)/crashes
 	@set -e; for src in $(FUZZ_SRC); do \
 		n=$$(basename $$src .c); c=$${n#fuzz_}; \
 		case ",$(FUZZ_ONLY)," in ,,|*,$$c,*) ;; *) continue ;; esac; \
-		clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp $(FUZZ_SAN) \
-			-fsanitize=fuzzer -o build-fuzz/bin/$$n $$src build-fuzz/libasyncpp.a $(LDLIBS); \
-		mkdir -p build-fuzz/corpus/$$c && cp tests/fuzz/corpus/$$c/* build-fuzz/corpus/$$c/; \
+		$(CC) -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp $(FUZZ_SAN) \
+			-fsanitize=fuzzer -o $(BUILD)/bin/$$n $$src $(BUILD)/libasyncpp.a $(LDLIBS); \
+		mkdir -p $(BUILD)/corpus/$$c && cp tests/fuzz/corpus/$$c/* $(BUILD)/corpus/$$c/; \
 		echo "== $$n: $(FUZZ_SECONDS) s"; \
-		build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) \
-			-artifact_prefix=build-fuzz/crashes/$$n- build-fuzz/corpus/$$c \
-			> build-fuzz/$$n.log 2>&1 || { tail -n 40 build-fuzz/$$n.log; exit 1; }; \
-		grep -E '^(#[0-9]+ +DONE|Done)' build-fuzz/$$n.log | tail -n 1; \
+		$(BUILD)/bin/$$n -max_total_time=$(FUZZ_SECONDS) \
+			-artifact_prefix=$(BUILD)/crashes/$$n- $(BUILD)/corpus/$$c \
+			> $(BUILD)/$$n.log 2>&1 || { tail -n 40 $(BUILD)/$$n.log; exit 1; }; \
+		grep -E '^(#[0-9]+ +DONE|Done)' $(BUILD)/$$n.log | tail -n 1; \
 	done
 
 demo: deps

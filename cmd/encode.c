@@ -245,8 +245,9 @@ static int open_writer(struct shard_writer **w, const char *path, const struct e
 
 /* Rewrite the two shards split by position: the documents in input order,
  * read back from the staged shards (pass[2]) they were written to, the last
- * nval tokens to val, into the output paths. */
-static int split_by_position(struct encoder *e, char *const pass[2])
+ * nval tokens to val, into out[2] (staged too: the caller moves them into
+ * place). */
+static int split_by_position(struct encoder *e, char *const pass[2], char *const out[2])
 {
 	const struct encode_opts *o = e->o;
 	uint64_t total = e->r->train_tokens + e->r->val_tokens;
@@ -258,7 +259,7 @@ static int split_by_position(struct encoder *e, char *const pass[2])
 	uint32_t *buf = NULL;
 	int rc = -1;
 	if (shard_open(&src[0], pass[0]) || shard_open(&src[1], pass[1]) ||
-	    open_writer(&dst[0], o->train_path, o) || open_writer(&dst[1], o->val_path, o))
+	    open_writer(&dst[0], out[0], o) || open_writer(&dst[1], out[1], o))
 		goto out;
 	buf = xmalloc(COPY_TOKENS * sizeof(*buf));
 	for (size_t d = 0; d < e->ndocs; d++) {
@@ -312,16 +313,18 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 	}
 	e.t0 = now_sec();
 	int rc = -1;
-	/* a split is staged beside the outputs (PATH.pass.PID) and moved into
-	 * place only once it is final (renamed, or rewritten by position), so
-	 * shards the outputs replace stay until then */
-	char *pass[2] = {NULL, NULL};
+	/* a split is staged beside the outputs (PATH.pass.PID; rewritten by
+	 * position into PATH.split.PID) and both shards are moved into place
+	 * only once both are final, so the shards they replace stay until then */
+	char *pass[2] = {NULL, NULL}, *split[2] = {NULL, NULL};
 	if (splitting)
 		for (int i = 0; i < 2; i++) {
 			const char *final = i ? o->val_path : o->train_path;
 			size_t n = strlen(final) + 32;
 			pass[i] = xmalloc(n);
+			split[i] = xmalloc(n);
 			snprintf(pass[i], n, "%s.pass.%ld", final, (long)getpid());
+			snprintf(split[i], n, "%s.split.%ld", final, (long)getpid());
 		}
 	if (o->train_path && open_writer(&e.train, splitting ? pass[0] : o->train_path, o))
 		goto out;
@@ -371,20 +374,25 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 	e.val = NULL;
 	if (bad)
 		goto out;
-	if (!splitting)
-		rc = 0;
-	else if (e.recording && r->train_tokens + r->val_tokens > 0)
-		rc = split_by_position(&e, pass);
-	else if (rename(pass[0], o->train_path) || rename(pass[1], o->val_path))
-		rc = error("cannot move the shards into place ('%s', '%s'): %s", o->train_path,
-			   o->val_path, strerror(errno));
-	else
-		rc = 0;
+	rc = 0;
+	if (splitting) {
+		char *const *done = pass;
+		if (e.recording && r->train_tokens + r->val_tokens > 0) {
+			rc = split_by_position(&e, pass, split);
+			done = split;
+		}
+		if (!rc && (rename(done[0], o->train_path) || rename(done[1], o->val_path)))
+			rc = error("cannot move the shards into place ('%s', '%s'): %s",
+				   o->train_path, o->val_path, strerror(errno));
+	}
 out:
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++) { /* the staged files, gone where moved into place */
 		if (pass[i])
-			unlink(pass[i]); /* gone already where renamed */
+			unlink(pass[i]);
+		if (split[i])
+			unlink(split[i]);
 		free(pass[i]);
+		free(split[i]);
 	}
 	shard_writer_abort(e.train);
 	shard_writer_abort(e.val);

@@ -23,14 +23,15 @@ static const char *const usage[] = {
 	NULL,
 };
 
-/* DIR absent (made at the end, by move_staged), or an empty folder, or
- * anything with force. */
+/* DIR absent (made), or an empty folder, or anything with force. */
 static int prepare_dir(const char *dir, int force)
 {
 	struct stat st;
 	if (stat(dir, &st)) {
 		if (errno != ENOENT)
 			return error("cannot stat '%s': %s", dir, strerror(errno));
+		if (mkdir(dir, 0777))
+			return error("cannot create '%s': %s", dir, strerror(errno));
 		return 0;
 	}
 	if (!S_ISDIR(st.st_mode))
@@ -89,12 +90,10 @@ static void remove_staged(const char *stage)
 	rmdir(stage);
 }
 
-/* Move every file of stage into dir (made if absent), after checking that
- * none would land on a folder, so that a refusal leaves dir as it was. */
+/* Move every file of stage into dir, after checking that none would land
+ * on a folder, so that a refusal leaves dir as it was. */
 static int move_staged(const char *stage, const char *dir)
 {
-	if (mkdir(dir, 0777) && errno != EEXIST)
-		return error("cannot create '%s': %s", dir, strerror(errno));
 	int rc = 0;
 	for (int pass = 0; pass < 2 && !rc; pass++) {
 		DIR *d = opendir(stage);
@@ -119,8 +118,9 @@ static int move_staged(const char *stage, const char *dir)
 	return rc;
 }
 
-/* The folder's files are written into DIR.partial.PID beside it and moved
- * into DIR once all of them are: a failed export leaves DIR as it was. */
+/* The folder's files are written into DIR/.partial.PID and moved into DIR
+ * once all of them are (renames within DIR's file system, wherever DIR is
+ * mounted or links to): a failed export leaves DIR's files as they were. */
 static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 		     const char *tok_path, int no_tok)
 {
@@ -130,14 +130,13 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	long eos = -1;
 	if (tok && tokenizer_eot_id(tok) != TOKENIZER_NO_ID)
 		eos = tokenizer_eot_id(tok);
-	size_t n = strlen(dir);
-	while (n > 1 && dir[n - 1] == '/')
-		n--;
-	char *stage = xmalloc(n + 40);
-	snprintf(stage, n + 40, "%.*s.partial.%ld", (int)n, dir, (long)getpid());
+	char name[40];
+	snprintf(name, sizeof(name), ".partial.%ld", (long)getpid());
+	char *stage = path_join(dir, name);
 	int rc = 0;
 	if (mkdir(stage, 0777))
-		rc = error("cannot create '%s': %s", stage, strerror(errno));
+		rc = error("cannot write into '%s' (its staging folder '%s'): %s", dir, stage,
+			   strerror(errno));
 	if (!rc)
 		rc = hf_write_model(stage, &lm->m, lm->host, (enum st_dtype)dtype, eos);
 	if (!rc && tok)

@@ -130,6 +130,11 @@ int cmd_import_hf(int argc, char **argv)
 		opts_usage_error(usage, options, "--tokenizer-out and --no-tokenizer exclude each other");
 	const char *dir = argv[0];
 	char *tok_path = no_tok ? NULL : tok_out ? xstrdup(tok_out) : default_tok_path(out);
+	if (tok_path && !strcmp(tok_path, out)) {
+		free(tok_path);
+		opts_usage_error(usage, options, "--tokenizer-out '%s' is the checkpoint's path (-o): "
+				 "give the tokenizer another name", out);
+	}
 	if (opts_output_is_new(out, force) || (tok_path && opts_output_is_new(tok_path, force))) {
 		free(tok_path);
 		return EXIT_FAIL;

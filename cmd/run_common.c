@@ -61,11 +61,10 @@ int list_checkpoints(const char *dir, char ***paths)
 	while ((e = readdir(d))) {
 		if (!is_ckpt_name(e->d_name))
 			continue;
-		size_t len = strlen(dir) + strlen(e->d_name) + 2;
 		*paths = xrealloc(*paths, sizeof(char *) * (size_t)(n + 1));
-		(*paths)[n] = xmalloc(len);
-		snprintf((*paths)[n], len, "%s/%s", dir, e->d_name);
-		n++;
+		/* path_join, as every path of the run directory is made: the
+		 * names are compared (train's checkpoint.keep, --resume) */
+		(*paths)[n++] = path_join(dir, e->d_name);
 	}
 	closedir(d);
 	if (n > 1)

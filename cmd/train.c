@@ -887,24 +887,29 @@ int cmd_train(int argc, char **argv)
 		if (!logs && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
 			logs = -1;
 	}
-	if (dist_max_int(logs != 0))
+	if (dist_max_int(logs != 0)) {
+		tb_discard(&r.tb);
 		return EXIT_FAIL;
+	}
 	/* everything that can refuse the run has run: now --overwrite removes
-	 * the earlier run, and this run's files go in */
+	 * the earlier run, and this run's files go in (their own failures, a
+	 * full disk, are all that can stop it from here) */
 	claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 1) : 0;
 	int wrote = claimed || !dist_is_root() ? 0 : write_run_config(cfg, cmdline);
 	free(cmdline);
 	free(ck_path);
 	if (ck)
 		ckpt_close(ck);
-	if (dist_max_int(claimed || wrote))
-		return EXIT_FAIL;
 	/* resuming from an earlier checkpoint rewrites history from there */
-	if (resume && dist_is_root() && metrics_keep_until(metrics_path, r.tr.step))
+	if (!claimed && !wrote && dist_is_root())
+		wrote = (resume && metrics_keep_until(metrics_path, r.tr.step)) ||
+			metrics_open(&r.metrics, metrics_path,
+				     strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL,
+				     r.m.cfg.E);
+	if (dist_max_int(claimed || wrote)) {
+		tb_discard(&r.tb);
 		return EXIT_FAIL;
-	if (dist_is_root() && metrics_open(&r.metrics, metrics_path,
-			 strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL, r.m.cfg.E))
-		return EXIT_FAIL;
+	}
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
 	r.tr.stop = &stop_signal;

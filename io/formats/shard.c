@@ -479,9 +479,7 @@ int shard_glob(const char *pattern, char ***paths, int *n)
 			if (e->d_name[0] == '.' ||
 			    !(has_suffix(e->d_name, ".shard") || has_suffix(e->d_name, ".bin")))
 				continue;
-			size_t len = strlen(pattern) + strlen(e->d_name) + 2;
-			char *p = xmalloc(len);
-			snprintf(p, len, "%s/%s", pattern, e->d_name);
+			char *p = path_join(pattern, e->d_name);
 			if (!is_regular(p)) {
 				free(p);
 				continue;

@@ -135,3 +135,10 @@ void tb_close(struct tb_writer *tb)
 	free(tb->path);
 	memset(tb, 0, sizeof(*tb));
 }
+
+void tb_discard(struct tb_writer *tb)
+{
+	if (tb->fp && tb->path)
+		unlink(tb->path);
+	tb_close(tb);
+}

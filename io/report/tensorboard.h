@@ -30,5 +30,8 @@ int tb_open(struct tb_writer *tb, const char *dir);
  * Flushed at once, so a dashboard follows the run. */
 int tb_scalar(struct tb_writer *tb, const char *tag, long step, double wall_time, float value);
 void tb_close(struct tb_writer *tb);
+/* Close and remove the events file (a run refused after tb_open); nothing
+ * when none is open. */
+void tb_discard(struct tb_writer *tb);
 
 #endif

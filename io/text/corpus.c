@@ -78,9 +78,7 @@ static int walk(const char *dir, char ***v, int *n, int depth)
 	while (!rc && (e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
-		size_t len = strlen(dir) + strlen(e->d_name) + 2;
-		char *p = xmalloc(len);
-		snprintf(p, len, "%s/%s", dir, e->d_name);
+		char *p = path_join(dir, e->d_name);
 		struct stat ls, st;
 		if (lstat(p, &ls) || stat(p, &st)) {
 			rc = error("cannot open '%s': %s", p, strerror(errno));

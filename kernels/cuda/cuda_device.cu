@@ -370,6 +370,14 @@ static std::mutex held_mutex;
 static std::unordered_map<void *, size_t> held;
 static size_t held_bytes, held_peak;
 
+void cuda_count_held(void *p, size_t bytes)
+{
+	std::lock_guard<std::mutex> lock(held_mutex);
+	held[p] = bytes;
+	held_bytes += bytes;
+	held_peak = held_bytes > held_peak ? held_bytes : held_peak;
+}
+
 static size_t cu_memory_peak(void)
 {
 	/* every lane's device once (the pools' highs add: an upper bound of
@@ -407,10 +415,7 @@ static void *cu_alloc(size_t bytes)
 	CUDA_CHECK(err);
 	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream()));
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-	std::lock_guard<std::mutex> lock(held_mutex);
-	held[p] = bytes;
-	held_bytes += bytes;
-	held_peak = held_bytes > held_peak ? held_bytes : held_peak;
+	cuda_count_held(p, bytes);
 	return p;
 }
 
@@ -568,14 +573,6 @@ static void cu_mark_free(void *m)
 static void cu_set_threads(int n)
 {
 	(void)n;
-}
-
-void cuda_count_held(void *p, size_t bytes)
-{
-	std::lock_guard<std::mutex> lock(held_mutex);
-	held[p] = bytes;
-	held_bytes += bytes;
-	held_peak = held_bytes > held_peak ? held_bytes : held_peak;
 }
 
 void cuda_device_slots(struct backend &t)
