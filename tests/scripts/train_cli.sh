@@ -280,3 +280,15 @@ if [ "$rows" -eq $((4 * n_opt)) ] && [ -z "$bad" ] &&
 else
 	fail bench_overhead_table "$rows rows for $n_opt optimizers, shape '$shape', out of range: $bad $(cat err.txt)"
 fi
+
+# checkpoint.keep with train.out_dir given with a trailing slash: a run
+# resumed from an older checkpoint, with more newer ones than it keeps,
+# keeps the one it writes (the listing and the writer name files alike)
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=8 --set checkpoint.every=2 \
+	--set checkpoint.keep=4 --set train.out_dir=slash/ 2> err.txt &&
+	$A train -q --resume slash/ckpt-00000002.ckpt --set train.steps=4 \
+		--set checkpoint.keep=2 2>> err.txt
+kept=$(ls slash | grep ckpt | tr '\n' ' ')
+if [ "$kept" = "ckpt-00000004.ckpt ckpt-00000006.ckpt ckpt-00000008.ckpt " ]; then
+	pass keep_with_trailing_slash
+else fail keep_with_trailing_slash "kept '$kept': $(head -c 300 err.txt)"; fi
