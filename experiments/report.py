@@ -985,6 +985,39 @@ def new_sections(runs, P, asyncpp, work, add):
             fa, fgap(m_l), T or '—', fgap(m_s), os.environ.get('STEPS', '300'), fb, fc,
             fgap(a_l), fd, fd_m))
     add('')
+    # Not a decision rule (added after the first long runs, 2026-11-27): the
+    # long runs pass over the small KJV ~28 times, so a run's last val loss
+    # may sit above its lowest; the lowest points say how much of a long gap
+    # is overfitting rather than the delay.
+    lows = []
+    for opt in HEADLINE:
+        for arm in long_arms(opt):
+            r = longs.get((opt, arm))
+            if not r or r['status'] != 'ok':
+                continue
+            vs = val_by_step(r)
+            if vs:
+                step = min(vs, key=lambda k: (vs[k][0], k))
+                lows.append((opt, arm, vs[max(vs)][0], vs[step][0], step))
+    if lows:
+        add('Not a decision rule (added after the first long runs): each long run\'s last and '
+            'lowest val loss. Where the last sits well above the lowest, the run overfits the '
+            'repeated KJV, and the long gap measures that as much as the delay.')
+        add('')
+        add('| optimizer | arm | last val loss | lowest | at step | rise since |')
+        add('|---|---|---|---|---|---|')
+        for opt, arm, last, low, step in lows:
+            add('| %s | %s | %s | %s | %s | %s |' % (opt, arm, fx(last), fx(low),
+                                                   '{:,}'.format(step), fgap(last - low)))
+        add('')
+        lowgap = []
+        for opt in HEADLINE:
+            d = {arm: low for o, arm, _, low, _ in lows if o == opt}
+            if 'sync' in d and 'async' in d:
+                lowgap.append('%s %s' % (opt, fgap(d['async'] - d['sync'])))
+        if lowgap:
+            add('The gap between the lowest points (async minus sync): %s.' % ', '.join(lowgap))
+            add('')
     summary += [('long horizon: Muon\'s gap shrinks', 'gap 0.012 at 20 tok/param',
                  '%s → %s' % (fgap(m_s), fgap(m_l)), fa),
                 ('long horizon: Muon robust (gap < Y)', '0.012', fgap(m_l), fb),
