@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
+#include "io/staged.h"
 #include "io/util.h"
 #include "kernels/backend.h"
 
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
 	}
 	const char *name = argv[1];
 	prefer_passive_openmp_wait(name, argv);
+	staged_on_signals(); /* a signal leaves no half-written output */
 	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
 		print_version();
 		return finish(EXIT_OK);

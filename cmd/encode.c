@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../io/formats/shard.h"
+#include "../io/staged.h"
 #include "../io/text/corpus.h"
 #include "../io/text/pretok.h"
 #include "../io/text/tokenizer.h"
@@ -325,6 +326,8 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 			split[i] = xmalloc(n);
 			snprintf(pass[i], n, "%s.pass.%ld", final, (long)getpid());
 			snprintf(split[i], n, "%s.split.%ld", final, (long)getpid());
+			staged_add(pass[i], 0);
+			staged_add(split[i], 0);
 		}
 	if (o->train_path && open_writer(&e.train, splitting ? pass[0] : o->train_path, o))
 		goto out;
@@ -387,10 +390,12 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 	}
 out:
 	for (int i = 0; i < 2; i++) { /* the staged files, gone where moved into place */
-		if (pass[i])
+		if (pass[i]) {
 			unlink(pass[i]);
-		if (split[i])
 			unlink(split[i]);
+			staged_drop(pass[i]);
+			staged_drop(split[i]);
+		}
 		free(pass[i]);
 		free(split[i]);
 	}

@@ -11,6 +11,7 @@
 
 #include "../io/formats/hf_model.h"
 #include "../io/formats/safetensors.h"
+#include "../io/staged.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
@@ -23,15 +24,22 @@ static const char *const usage[] = {
 	NULL,
 };
 
-/* DIR absent (made), or an empty folder, or anything with force. */
-static int prepare_dir(const char *dir, int force)
+/* DIR absent (made, and staged until the export is done: a signal or
+ * an error removes it while empty), or an empty folder, or anything with
+ * force. */
+static int prepare_dir(const char *dir, int force, int *made)
 {
 	struct stat st;
+	*made = 0;
 	if (stat(dir, &st)) {
 		if (errno != ENOENT)
 			return error("cannot stat '%s': %s", dir, strerror(errno));
-		if (mkdir(dir, 0777))
+		staged_add(dir, 1);
+		if (mkdir(dir, 0777)) {
+			staged_drop(dir);
 			return error("cannot create '%s': %s", dir, strerror(errno));
+		}
+		*made = 1;
 		return 0;
 	}
 	if (!S_ISDIR(st.st_mode))
@@ -134,6 +142,7 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	snprintf(name, sizeof(name), ".partial.%ld", (long)getpid());
 	char *stage = path_join(dir, name);
 	int rc = 0;
+	staged_add(stage, 1); /* with the files committed into it */
 	if (mkdir(stage, 0777))
 		rc = error("cannot write into '%s' (its staging folder '%s'): %s", dir, stage,
 			   strerror(errno));
@@ -144,6 +153,7 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	if (!rc)
 		rc = move_staged(stage, dir);
 	remove_staged(stage); /* empty by now when it worked */
+	staged_drop(stage);
 	free(stage);
 	if (!rc)
 		printf("wrote %s: %s, %s, %zu parameters (step %ld of %s)%s\n", dir,
@@ -186,15 +196,14 @@ int cmd_export(int argc, char **argv)
 		opts_usage_error(usage, options, "--tokenizer and --no-tokenizer exclude each other");
 	if (!out)
 		out = hf ? "hf" : "model.safetensors";
-	if (hf ? prepare_dir(out, force) : opts_output_is_new(out, force))
+	int made = 0;
+	if (hf ? prepare_dir(out, force, &made) : opts_output_is_new(out, force))
 		return EXIT_FAIL;
 	struct loaded_model lm;
-	if (loaded_model_open(&lm, argv[0], "cpu", 1))
-		return EXIT_FAIL;
-	int rc;
-	if (hf) {
+	int opened = !loaded_model_open(&lm, argv[0], "cpu", 1), rc = opened ? 0 : -1;
+	if (opened && hf) {
 		rc = export_hf(&lm, out, dtype, tok_path, no_tok);
-	} else {
+	} else if (opened) {
 		char meta[256];
 		snprintf(meta, sizeof(meta), "\"asyncpp_step\": \"%ld\"", lm.step);
 		rc = safetensors_write(out, &lm.m, lm.host, meta);
@@ -202,6 +211,10 @@ int cmd_export(int argc, char **argv)
 			printf("wrote %s: %d tensors, %zu parameters (step %ld of %s)\n", out,
 			       lm.m.n_params, lm.m.numel, lm.step, lm.path);
 	}
-	loaded_model_close(&lm);
+	if (opened)
+		loaded_model_close(&lm);
+	if (rc && made) /* a folder it made, left as it found the path */
+		rmdir(out);
+	staged_drop(out);
 	return rc ? EXIT_FAIL : EXIT_OK;
 }

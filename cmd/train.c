@@ -20,6 +20,7 @@
 #include "../io/data/dataloader.h"
 #include "../io/report/metrics.h"
 #include "../io/report/tensorboard.h"
+#include "../io/staged.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
@@ -41,10 +42,12 @@ static const char *const usage[] = {
 static volatile int stop_signal; /* the signal that asked to stop */
 
 /* The first SIGINT/SIGTERM asks the run to stop at the next step boundary
- * and write a checkpoint; a second one ends the process at once. */
+ * and write a checkpoint; a second one ends the process at once, removing
+ * the files it was writing (io/staged.h). */
 static void on_signal(int sig)
 {
 	if (stop_signal) {
+		staged_remove_all();
 		signal(sig, SIG_DFL);
 		raise(sig);
 	}

@@ -1,5 +1,6 @@
 /* util.c - errors, checked allocation, atomic files, checksums, timing. */
 #include "util.h"
+#include "staged.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,9 +184,11 @@ int atomic_open(struct atomic_file *af, const char *path)
 	size_t n = strlen(path) + 32;
 	af->tmp_path = xmalloc(n);
 	snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+	staged_add(af->tmp_path, 0); /* first: a signal after fopen finds it */
 	af->fp = fopen(af->tmp_path, "wb");
 	if (!af->fp) {
 		int e = errno;
+		staged_drop(af->tmp_path);
 		free(af->path);
 		free(af->tmp_path);
 		af->path = af->tmp_path = NULL;
@@ -225,8 +228,10 @@ void atomic_abort(struct atomic_file *af)
 {
 	if (af->fp)
 		fclose(af->fp);
-	if (af->tmp_path)
+	if (af->tmp_path) {
 		unlink(af->tmp_path);
+		staged_drop(af->tmp_path);
+	}
 	free(af->path);
 	free(af->tmp_path);
 	memset(af, 0, sizeof(*af));
@@ -247,6 +252,7 @@ int atomic_commit(struct atomic_file *af)
 		atomic_abort(af);
 		return -1;
 	}
+	staged_renamed(af->tmp_path, af->path);
 	fsync_dir_of(af->path);
 	free(af->path);
 	free(af->tmp_path);
