@@ -2,13 +2,16 @@
  * the binary (cmd/builtin.h), so it works before `make install`. On a
  * terminal with man(1) the page goes through `man -l`; otherwise (a pipe,
  * no man) it is rendered here as plain text: sections, indented
- * paragraphs, no-fill blocks and the common escapes, with fonts dropped. */
+ * paragraphs, no-fill blocks, simple tbl(1) tables and the common escapes,
+ * with fonts dropped. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../io/staged.h"
 #include "../io/util.h"
 #include "builtin.h"
 #include "cmd.h"
@@ -54,12 +57,13 @@ static void unescape(struct buf *out, const char *s, size_t n)
 			i += i + 2 < n ? 2 : 1;
 			continue;
 		}
-		if (c == '-' || c == 'e' || c == '~' || c == ' ') {
-			buf_append(out, c == '-' ? "-" : c == 'e' ? "\\" : " ", 1);
+		if (c == '-' || c == 'e' || c == '\\' || c == '~' || c == ' ' || c == '0') {
+			buf_append(out, c == '-' ? "-" : c == 'e' || c == '\\' ? "\\" : " ", 1);
 			i++;
 			continue;
 		}
-		if (c == '&' || c == ':') {
+		/* zero-width: \& \: \c, and the thin spaces \| \^ */
+		if (c == '&' || c == ':' || c == 'c' || c == '|' || c == '^') {
 			i++;
 			continue;
 		}
@@ -118,6 +122,9 @@ struct page {
 	int rs;            /* extra indent from .RS */
 	int tp;            /* 1: the next line is a .TP tag; 2: in a .TP body */
 	int nofill;        /* between .nf and .fi: lines as they are */
+	int table;         /* in .TS: 1 before the format's '.', 2 in the rows */
+	struct buf rows;   /* the table's rows, unescaped: cells split by tabs,
+			    * rows ended by newlines */
 };
 
 static int body_indent(const struct page *pg)
@@ -167,6 +174,68 @@ static void add_text(struct page *pg, const struct buf *t)
 	}
 }
 
+/* Print the table's rows in columns two blanks apart; a row "_" or "="
+ * is a rule across them. */
+static void print_table(struct page *pg)
+{
+	enum { MAX_COLS = 16 };
+	int width[MAX_COLS] = {0}, total = 0;
+	const char *text = (const char *)pg->rows.data, *end = text + pg->rows.len;
+	for (int pass = 0; pass < 2; pass++) {
+		for (const char *p = text; p < end;) {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+			const char *row_end = nl ? nl : end;
+			if (row_end - p == 1 && (*p == '_' || *p == '=')) {
+				if (pass)
+					fprintf(pg->fp, "%*s%.*s\n", body_indent(pg), "", total,
+						"----------------------------------------------------"
+						"----------------------------------------------------");
+				p = row_end + 1;
+				continue;
+			}
+			if (pass)
+				fprintf(pg->fp, "%*s", body_indent(pg), "");
+			for (int col = 0; p <= row_end && col < MAX_COLS; col++) {
+				const char *tab = memchr(p, '\t', (size_t)(row_end - p));
+				const char *cell_end = tab ? tab : row_end;
+				int w = (int)(cell_end - p), last = !tab || col == MAX_COLS - 1;
+				if (!pass && w > width[col])
+					width[col] = w;
+				if (pass)
+					fprintf(pg->fp, "%-*.*s%s", last ? 0 : width[col], w, p,
+						last ? "" : "  ");
+				p = cell_end + 1;
+				if (last)
+					break;
+			}
+			if (pass)
+				fputc('\n', pg->fp);
+			p = row_end + 1;
+		}
+		for (int col = 0; !pass && col < MAX_COLS; col++)
+			total += width[col] + (col && width[col] ? 2 : 0);
+	}
+	pg->rows.len = 0;
+}
+
+/* A line inside .TS/.TE: the options and format lines (up to the one
+ * that ends in '.'), then rows. */
+static void table_line(struct page *pg, const char *s, size_t n)
+{
+	if (n >= 3 && !memcmp(s, ".TE", 3)) {
+		print_table(pg);
+		pg->table = 0;
+	} else if (pg->table == 1) {
+		while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+			n--;
+		if (n && s[n - 1] == '.')
+			pg->table = 2;
+	} else if (!n || s[0] != '.') { /* other requests (.sp) inside: dropped */
+		unescape(&pg->rows, s, n);
+		buf_append(&pg->rows, "\n", 1);
+	}
+}
+
 /* One macro line (without its dot). */
 static void macro(struct page *pg, const char *mac, const char *args)
 {
@@ -192,6 +261,10 @@ static void macro(struct page *pg, const char *mac, const char *args)
 		flush(pg);
 		if (strcmp(mac, "br"))
 			pg->nofill = !strcmp(mac, "nf");
+	} else if (!strcmp(mac, "TS")) {
+		flush(pg);
+		fputc('\n', pg->fp);
+		pg->table = 1;
 	} else if (!strcmp(mac, "B") || !strcmp(mac, "I") || !strcmp(mac, "SM")) {
 		macro_args(&t, args, 0);
 		add_text(pg, &t);
@@ -212,6 +285,10 @@ static void render(FILE *fp, const char *text, size_t len)
 		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
 		const char *s = p;
 		p += n + (nl != NULL);
+		if (pg.table) {
+			table_line(&pg, s, n);
+			continue;
+		}
 		if (n && (s[0] == '.' || s[0] == '\'')) {
 			char mac[8] = "";
 			size_t m = 1;
@@ -237,28 +314,35 @@ static void render(FILE *fp, const char *text, size_t len)
 	flush(&pg);
 	buf_free(&t);
 	buf_free(&pg.para);
+	buf_free(&pg.rows);
 }
 
-/* man -l on a temporary copy; 0 when man showed it. */
+/* man -l on a temporary copy; 0 when man showed it. Ctrl-C belongs to
+ * man's pager while it runs (as system(3) would have it): ignored here. */
 static int show_with_man(const struct builtin_doc *page)
 {
 	char path[] = "/tmp/asyncpp-help.XXXXXX";
 	int fd = mkstemp(path);
 	if (fd < 0)
 		return -1;
+	staged_add(path, 0);
 	int ok = write(fd, page->data, page->len) == (ssize_t)page->len;
 	close(fd);
 	int rc = -1;
 	pid_t pid = ok ? fork() : -1;
-	if (pid == 0) {
+	if (pid == 0) { /* (handlers reset by exec; ignored only after the fork) */
 		execlp("man", "man", "-l", path, (char *)NULL);
 		_exit(127);
 	}
+	void (*old_int)(int) = signal(SIGINT, SIG_IGN), (*old_quit)(int) = signal(SIGQUIT, SIG_IGN);
 	int status;
 	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
 	    WEXITSTATUS(status) == 0)
 		rc = 0;
+	signal(SIGINT, old_int);
+	signal(SIGQUIT, old_quit);
 	unlink(path);
+	staged_drop(path);
 	return rc;
 }
 

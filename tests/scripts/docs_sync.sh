@@ -114,6 +114,29 @@ for cmd in $commands; do
 	fi
 done
 
+# ---- every page through the built-in renderer (a pipe: no man) ----
+# no roff left over: requests, font and special-character escapes, thin
+# spaces, a doubled backslash ending a shell line, a tbl format line;
+# tables come out in columns
+for page in "$MAN"/*.[157]; do
+	topic=$(basename "$page" | sed 's/\.[157]$//')
+	"$ASYNCPP" help "$topic" > render.out 2>&1
+	leftover=$(grep -nE '^ *\.[A-Z][A-Za-z]?( |$)|\\f[BIRP]|\\\(|\\-|\\\||\\\\$|^ *[lcrn]( +[lcrn])*\.$' \
+		render.out | head -n 3)
+	if [ -z "$leftover" ] && [ "$(wc -l < render.out)" -gt 20 ]; then
+		pass "help $topic renders"
+	else
+		fail "help $topic renders" "$leftover"
+	fi
+done
+"$ASYNCPP" help formats > render.out 2>&1
+if grep -qE '^ +offset  size  field$' render.out &&
+   grep -qE '^ +28\+H    4     crc32c of bytes 8 to 28\+H' render.out; then
+	pass "help formats: tables in columns"
+else
+	fail "help formats: tables in columns" "$(grep -m2 -A2 'offset' render.out | tr '\n' '|')"
+fi
+
 # ---- configuration keys ----
 keys_h=$ROOT/io/config/config_keys.h
 ini5=$MAN/asyncpp.ini.5
