@@ -1,7 +1,7 @@
 # asyncpp-completion.bash - bash completion for asyncpp (make install puts
 # it in share/bash-completion/completions/asyncpp; or source it). Nothing
 # is listed here: the commands come from `asyncpp help`, the options from
-# `asyncpp COMMAND -h` and the configuration keys from `asyncpp train
+# `asyncpp COMMAND -h` (so do its subcommands) and the configuration keys from `asyncpp train
 # --print-config`, the tables the help itself is printed from, so the
 # completion cannot drift from the program.
 
@@ -15,6 +15,13 @@ _asyncpp_words() {
 		;;
 	options)
 		"$prog" "$@" -h 2>&1 | grep -oE -- '(^|[ ,])--?[a-zA-Z][a-zA-Z0-9-]*' | tr -d ' ,' | sort -u
+		;;
+	subcommands) # of command $1: the word after it on each usage line, or
+		# the list under "usage: asyncpp CMD WHAT"
+		"$prog" "$1" -h 2>&1 | awk -v c="$1" '
+			($1 == "usage:" || $1 == "or:") && $3 == c && $4 ~ /^[a-z]/ { print $4 }
+			list && /^    [a-z][a-z0-9-]* / { print $1 }
+			($1 == "usage:" || $1 == "or:") && $3 == c && $4 == "WHAT" { list = 1 }' | sort -u
 		;;
 	keys)
 		"$prog" train --print-config 2> /dev/null |
@@ -39,9 +46,7 @@ _asyncpp() {
 		;;
 	bench | tokenize)
 		if [ "$COMP_CWORD" -eq 2 ]; then
-			local subs="kernels train schedule tokenizer"
-			[ "$cmd" = tokenize ] && subs="train import-gpt2 encode decode"
-			COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+			COMPREPLY=($(compgen -W "$(_asyncpp_words "$prog" subcommands "$cmd")" -- "$cur"))
 			return
 		fi
 		[ "$cmd" = bench ] && sub=("${COMP_WORDS[2]}")

@@ -341,6 +341,29 @@ TEST(normuon_matches_reference_fixture)
 	check_reference(&cfg, normuon_shape_reference, 6, 1e-5);
 }
 
+/* The four optimizers asyncpp started with, against the same independent
+ * double-precision implementation as the paper's five (beside the float
+ * references above): AdamW, Lion, SGD with and without Nesterov, and Muon
+ * under both scales, whose Newton-Schulz runs in float here, so a looser
+ * tolerance for it. */
+TEST(first_optimizers_match_reference_fixture)
+{
+	struct config cfg;
+	NEED_BACKEND();
+	test_config(&cfg, "adamw");
+	check_reference(&cfg, adamw_reference, 6, 2e-6);
+	test_config(&cfg, "lion");
+	check_reference(&cfg, lion_reference, 6, 1e-6);
+	test_config(&cfg, "sgd");
+	check_reference(&cfg, sgd_nesterov_reference, 6, 1e-6);
+	cfg.optim_nesterov = 0;
+	check_reference(&cfg, sgd_reference, 6, 1e-6);
+	test_config(&cfg, "muon");
+	check_reference(&cfg, muon_rms_reference, 6, 1e-5);
+	cfg.optim_muon_scale = (char *)"shape";
+	check_reference(&cfg, muon_shape_reference, 6, 1e-5);
+}
+
 /* SOAP over 8 steps with a refresh every 2: step 1 builds the bases without
  * an update, steps 3, 5 and 7 reorder and re-orthogonalise them. */
 TEST(soap_matches_reference_fixture)
