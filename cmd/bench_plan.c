@@ -36,7 +36,7 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--bucket-mb MB] [--stages LIST] [--dp LIST]",
+	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--act-bytes N] [--bucket-mb MB] [--stages LIST] [--dp LIST]",
 	NULL,
 };
 

@@ -460,7 +460,9 @@ int cmd_plot(int argc, char **argv)
 	if (xc != C_STEP && xc != C_TOKENS && xc != C_WALL)
 		opts_usage_error(usage, options, "--x must be step, tokens or wall_s, not '%s'", xname);
 	if (yc < 0)
-		opts_usage_error(usage, options, "unknown column '%s' for --y", yname);
+		opts_usage_error(usage, options,
+				 "unknown column '%s' for --y (expected loss, val_loss, lr, grad_norm, "
+				 "tokens_per_s, mfu, bubble, moe_balance or moe_z)", yname);
 	if (!(alpha >= 0 && alpha < 1))
 		opts_usage_error(usage, options, "--smooth must be in [0, 1), not %g", alpha);
 	if (labels.n > n)

@@ -454,6 +454,31 @@ char *config_get_string(const struct config *cfg, const char *section, const cha
 	}
 }
 
+/* text as "# " comment lines of at most 79 columns, broken between words
+ * (a word longer than a line gets a line of its own), well within inih's
+ * line limit. */
+static void append_comment(struct buf *b, const char *text)
+{
+	const int width = 79 - 2;
+	const char *p = text;
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		size_t n = strlen(p);
+		if (n > (size_t)width) {
+			n = (size_t)width;
+			while (n > 0 && p[n] != ' ')
+				n--;
+			if (!n)
+				n = strcspn(p, " ");
+		}
+		buf_append(b, "# ", 2);
+		buf_append(b, p, n);
+		buf_append(b, "\n", 1);
+		p += n;
+	}
+}
+
 static void print_ini(struct buf *b, const struct config *cfg, int comments)
 {
 	char line[512];
@@ -470,25 +495,17 @@ static void print_ini(struct buf *b, const struct config *cfg, int comments)
 			buf_append(b, line, n);
 		}
 		if (comments) {
-			int n;
+			char text[1024];
 			if (k->choices) {
 				char list[256];
 				choice_list(k->choices, list, sizeof(list));
-				n = snprintf(line, sizeof(line), "# %s (one of %s; default %s)\n",
-					     k->help, list, k->def);
+				snprintf(text, sizeof(text), "%s (one of %s; default %s)", k->help, list,
+					 k->def);
 			} else {
-				n = snprintf(line, sizeof(line), "# %s (%s; default %s)\n", k->help,
-					     k->type, *k->def ? k->def : "empty");
+				snprintf(text, sizeof(text), "%s (%s; default %s)", k->help, k->type,
+					 *k->def ? k->def : "empty");
 			}
-			/* Keep comments within the line limit: cut on a word. */
-			if (n > CONFIG_MAX_LINE) {
-				int cut = CONFIG_MAX_LINE - 4;
-				while (cut > 2 && line[cut] != ' ')
-					cut--;
-				memcpy(line + cut, " ...\n", 6);
-				n = cut + 5;
-			}
-			buf_append(b, line, n);
+			append_comment(b, text);
 		}
 		char *v = config_get_string(cfg, k->section, k->key);
 		int n = snprintf(line, sizeof(line), "%s =%s%s\n", k->key, *v ? " " : "", v);

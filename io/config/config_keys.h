@@ -71,7 +71,7 @@
 	X(pipeline, layers, STR, "", "with pipeline.split = layers: layers per stage, e.g. 3,4,4,2 (summing to model.n_layer; only the first and last stage may have 0)") \
 	X(pipeline, micro_batches, INT_IN(1, 1048576), "1", "micro-batches per optimizer step M (gradient accumulation)") \
 	X(pipeline, transport, CHOICE("local|mpi|tcp|nccl"), "local", "how stages exchange tensors")       \
-	X(pipeline, timeout, FLOAT_IN(0, INFINITY), "600", "seconds a stage process waits for a tensor before it names it and aborts the job (mpi; 0 waits forever)") \
+	X(pipeline, timeout, FLOAT_IN(0, INFINITY), "600", "seconds a stage process waits for a tensor before it names it and aborts the job (mpi, tcp, nccl; 0 waits forever)") \
 	X(pipeline, devices, STR, "", "with pipeline.transport = local and a schedule: the GPU of each stage, e.g. cuda:0,cuda:1,cuda:2,cuda:3 (one entry per stage; a GPU may repeat, its stages then run on streams of their own); empty: every stage on train.device, one stream") \
 	X(pipeline, bucket_mb, FLOAT_IN(0, INFINITY), "25", "MiB of gradient per bucket of the replicas' sum, started as the step's last backward finishes layers (overlapping it under pipeline.transport = nccl; threads sum each bucket at once; mpi and tcp sum once); 0: one sum after the backward. The bits do not depend on it") \
 	X(pipeline, data_parallel, INT_IN(1, 4096), "1", "data-parallel replicas of the pipeline")                 \

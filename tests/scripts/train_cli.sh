@@ -263,7 +263,8 @@ fi
 # 2bw+ef, 2bw+predict}; 2bw keeps one extra version, ef one buffer, predict
 # one more version and a predicted copy of each; the bytes accounted explain
 # most of each child's peak RSS
-n_opt=$($A train --print-config | grep -o 'one of [a-z|, ]*; default adamw' | head -n 1 | tr ',' '\n' | grep -c .)
+n_opt=$($A train --print-config | awk '/^#/ { c = c " " substr($0, 3); next } { print c; c = "" }' |
+	grep -o 'one of [a-z|, ]*; default adamw' | head -n 1 | tr ',' '\n' | grep -c .)
 $A bench train --sweep overhead --set model.n_layer=4 --set model.d_model=128 --set model.n_head=4 \
 	--set model.seq_len=64 --set train.batch_size=4 --set model.vocab_size=2048 --steps 1 \
 	--warmup 0 --threads 1 > ov.txt 2> err.txt
