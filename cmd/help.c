@@ -46,7 +46,8 @@ static void unescape(struct buf *out, const char *s, size_t n)
 		     {"\\(bu", "*"}, {"\\(co", "(c)"}, {"\\(->", "->"}, {"\\(*l", "lambda"},
 		     {"\\(pc", "\xc2\xb7"}, {"\\(ti", "~"}, {"\\(ha", "^"}, {"\\(lq", "\""},
 		     {"\\(rq", "\""}, {"\\(oq", "'"}, {"\\(cq", "'"}, {"\\(+-", "+-"},
-		     {"\\(eq", "="}, {"\\(sl", "/"}, {"\\(at", "@"}, {"\\(ap", "~"}};
+		     {"\\(eq", "="}, {"\\(sl", "/"}, {"\\(at", "@"}, {"\\(ap", "~"},
+		     {"\\(S2", "\xc2\xb2"}};
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] != '\\' || i + 1 >= n) {
 			buf_append(out, s + i, 1);
@@ -179,7 +180,7 @@ static void add_text(struct page *pg, const struct buf *t)
 static void print_table(struct page *pg)
 {
 	enum { MAX_COLS = 16 };
-	int width[MAX_COLS] = {0}, total = 0;
+	int width[MAX_COLS] = {0}, cols = 0, total = 0;
 	const char *text = (const char *)pg->rows.data, *end = text + pg->rows.len;
 	for (int pass = 0; pass < 2; pass++) {
 		for (const char *p = text; p < end;) {
@@ -197,10 +198,13 @@ static void print_table(struct page *pg)
 				fprintf(pg->fp, "%*s", body_indent(pg), "");
 			for (int col = 0; p <= row_end && col < MAX_COLS; col++) {
 				const char *tab = memchr(p, '\t', (size_t)(row_end - p));
-				const char *cell_end = tab ? tab : row_end;
-				int w = (int)(cell_end - p), last = !tab || col == MAX_COLS - 1;
+				int last = !tab || col == MAX_COLS - 1; /* it takes the rest */
+				const char *cell_end = last ? row_end : tab;
+				int w = (int)(cell_end - p);
 				if (!pass && w > width[col])
 					width[col] = w;
+				if (!pass && col + 1 > cols)
+					cols = col + 1;
 				if (pass)
 					fprintf(pg->fp, "%-*.*s%s", last ? 0 : width[col], w, p,
 						last ? "" : "  ");
@@ -212,8 +216,8 @@ static void print_table(struct page *pg)
 				fputc('\n', pg->fp);
 			p = row_end + 1;
 		}
-		for (int col = 0; !pass && col < MAX_COLS; col++)
-			total += width[col] + (col && width[col] ? 2 : 0);
+		for (int col = 0; !pass && col < cols; col++)
+			total += width[col] + (col ? 2 : 0);
 	}
 	pg->rows.len = 0;
 }
@@ -254,6 +258,26 @@ static void macro(struct page *pg, const char *mac, const char *args)
 		flush(pg);
 		fputc('\n', pg->fp);
 		pg->tp = 1;
+	} else if (!strcmp(mac, "IP")) { /* .IP [TAG [INDENT]]: TAG as .TP's */
+		flush(pg);
+		fputc('\n', pg->fp);
+		const char *tag_end = args;
+		while (*tag_end == ' ')
+			tag_end++;
+		if (*tag_end == '"')
+			tag_end = strchr(tag_end + 1, '"') ? strchr(tag_end + 1, '"') + 1 : tag_end + 1;
+		else
+			tag_end += strcspn(tag_end, " ");
+		char *tag = xmalloc((size_t)(tag_end - args) + 1);
+		memcpy(tag, args, (size_t)(tag_end - args));
+		tag[tag_end - args] = 0;
+		macro_args(&t, tag, 0);
+		free(tag);
+		pg->tp = 1;
+		if (t.len)
+			add_text(pg, &t);
+		else
+			pg->tp = 2;
 	} else if (!strcmp(mac, "RS") || !strcmp(mac, "RE")) {
 		flush(pg);
 		pg->rs = !strcmp(mac, "RS") ? pg->rs + 7 : pg->rs >= 7 ? pg->rs - 7 : 0;
@@ -311,6 +335,8 @@ static void render(FILE *fp, const char *text, size_t len)
 		unescape(&t, s, n);
 		add_text(&pg, &t);
 	}
+	if (pg.table) /* no .TE: the rows still show */
+		print_table(&pg);
 	flush(&pg);
 	buf_free(&t);
 	buf_free(&pg.para);
@@ -331,11 +357,12 @@ static int show_with_man(const struct builtin_doc *page)
 	int rc = -1;
 	pid_t pid = ok ? fork() : -1;
 	if (pid == 0) { /* (handlers reset by exec; ignored only after the fork) */
+		staged_children_default();
 		execlp("man", "man", "-l", path, (char *)NULL);
 		_exit(127);
 	}
 	void (*old_int)(int) = signal(SIGINT, SIG_IGN), (*old_quit)(int) = signal(SIGQUIT, SIG_IGN);
-	int status;
+	int status = 0;
 	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
 	    WEXITSTATUS(status) == 0)
 		rc = 0;
@@ -343,6 +370,10 @@ static int show_with_man(const struct builtin_doc *page)
 	signal(SIGQUIT, old_quit);
 	unlink(path);
 	staged_drop(path);
+	/* the user stopped man: so are we (not a reason to print the page) */
+	if (pid > 0 && WIFSIGNALED(status) &&
+	    (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGQUIT))
+		raise(WTERMSIG(status));
 	return rc;
 }
 

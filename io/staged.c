@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,10 +14,12 @@
 #define PATH_MAX 4096
 #endif
 
-enum { SLOT_FREE, SLOT_LIVE };
+enum { SLOT_FREE, SLOT_LIVE, SLOT_BUSY };
 
-/* The handler reads a slot's path only while its state is SLOT_LIVE; a slot
- * is filled before it turns live and freed before it is refilled. */
+/* A slot is filled (under mu) before it turns live. The handler reads a
+ * path only after claiming its slot, LIVE -> BUSY, and gives it back after;
+ * staged_drop frees a slot LIVE -> FREE, waiting while the handler holds
+ * it, so a path is never rewritten under the handler's eyes. */
 static struct slot {
 	atomic_int state;
 	int is_dir;
@@ -53,31 +56,38 @@ void staged_add(const char *path, int is_dir)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Free slot i (under mu; the path is only read, never written, here). */
+static void free_slot(int i)
+{
+	int live = SLOT_LIVE;
+	while (!atomic_compare_exchange_weak(&slots[i].state, &live, SLOT_FREE))
+		live = SLOT_LIVE; /* BUSY: the handler is removing it, then dies */
+}
+
 void staged_drop(const char *path)
 {
 	pthread_mutex_lock(&mu);
 	int dir = 0;
 	for (int i = 0; i < STAGED_MAX; i++)
-		if (atomic_load(&slots[i].state) == SLOT_LIVE && !strcmp(slots[i].path, path)) {
+		if (atomic_load(&slots[i].state) != SLOT_FREE && !strcmp(slots[i].path, path)) {
 			dir |= slots[i].is_dir;
-			atomic_store(&slots[i].state, SLOT_FREE);
+			free_slot(i);
 		}
 	for (int i = 0; dir && i < STAGED_MAX; i++)
-		if (atomic_load(&slots[i].state) == SLOT_LIVE && inside(slots[i].path, path))
-			atomic_store(&slots[i].state, SLOT_FREE);
+		if (atomic_load(&slots[i].state) != SLOT_FREE && inside(slots[i].path, path))
+			free_slot(i);
 	pthread_mutex_unlock(&mu);
 }
 
-void staged_renamed(const char *tmp, const char *path)
+void staged_commit_to(const char *path)
 {
-	staged_drop(tmp);
 	const char *slash = strrchr(path, '/');
 	if (!slash || slash == path)
 		return;
 	size_t n = (size_t)(slash - path);
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < STAGED_MAX; i++)
-		if (atomic_load(&slots[i].state) == SLOT_LIVE && slots[i].is_dir &&
+		if (atomic_load(&slots[i].state) != SLOT_FREE && slots[i].is_dir &&
 		    strlen(slots[i].path) == n && !strncmp(slots[i].path, path, n)) {
 			add_locked(path, 0);
 			break;
@@ -88,14 +98,34 @@ void staged_renamed(const char *tmp, const char *path)
 int staged_remove_all(void)
 {
 	int removed = 0;
-	/* files first, so that the folders that held them are empty */
-	for (int dirs = 0; dirs < 2; dirs++)
+	uint64_t gone = 0; /* folders removed (STAGED_MAX <= 64) */
+	/* files first, so that the folders that held them are empty; then the
+	 * folders, in rounds until none goes, so that one staged inside another
+	 * (export's staging folder in the output folder it made) goes first */
+	for (int i = 0; i < STAGED_MAX; i++) {
+		struct slot *s = &slots[i];
+		int live = SLOT_LIVE;
+		if (!atomic_compare_exchange_strong(&s->state, &live, SLOT_BUSY))
+			continue;
+		if (!s->is_dir)
+			removed += !unlink(s->path);
+		atomic_store(&s->state, SLOT_LIVE);
+	}
+	for (int round = 0, progress = 1; progress && round < STAGED_MAX; round++) {
+		progress = 0;
 		for (int i = 0; i < STAGED_MAX; i++) {
 			struct slot *s = &slots[i];
-			if (atomic_load(&s->state) != SLOT_LIVE || s->is_dir != dirs)
+			int live = SLOT_LIVE;
+			if (gone >> i & 1 || !atomic_compare_exchange_strong(&s->state, &live, SLOT_BUSY))
 				continue;
-			removed += !(dirs ? rmdir(s->path) : unlink(s->path));
+			if (s->is_dir && !rmdir(s->path)) {
+				gone |= (uint64_t)1 << i;
+				removed++;
+				progress = 1;
+			}
+			atomic_store(&s->state, SLOT_LIVE);
 		}
+	}
 	return removed;
 }
 
@@ -126,4 +156,9 @@ void staged_on_signals(void)
 		sigaction(sigs[i], &sa, NULL);
 	}
 	signal(SIGXFSZ, SIG_IGN);
+}
+
+void staged_children_default(void)
+{
+	signal(SIGXFSZ, SIG_DFL);
 }

@@ -31,15 +31,17 @@
 #ifndef ASYNCPP_STAGED_H
 #define ASYNCPP_STAGED_H
 
-#define STAGED_MAX 64
+#define STAGED_MAX 64 /* at most 64: the handler keeps a bit per slot */
 
 /* Track path (a file, or a folder when is_dir). Thread-safe. */
 void staged_add(const char *path, int is_dir);
 /* Stop tracking path; a folder also drops what was tracked inside it. */
 void staged_drop(const char *path);
-/* tmp was renamed to path: drop tmp, and track path if its folder is
- * staged (it is not in place until that folder's files are moved). */
-void staged_renamed(const char *tmp, const char *path);
+/* A staged file is about to be renamed to path: track path from now if its
+ * folder is staged (it is not in place until that folder's files are
+ * moved). Called before the rename, so that no moment leaves it untracked;
+ * the caller drops the old name after. */
+void staged_commit_to(const char *path);
 
 /* Remove everything tracked: files, then folders. Async-signal-safe.
  * Returns how many entries it removed. */
@@ -49,5 +51,8 @@ int staged_remove_all(void);
  * write error. A command that installs its own handler for a signal calls
  * staged_remove_all() before it dies by that signal. */
 void staged_on_signals(void);
+/* In a child about to exec another program: SIGXFSZ as that program
+ * expects it (an ignored signal stays ignored across exec). */
+void staged_children_default(void);
 
 #endif

@@ -245,6 +245,8 @@ int atomic_commit(struct atomic_file *af)
 	if (fclose(af->fp) && !rc)
 		rc = error("cannot close '%s': %s", af->path, strerror(errno));
 	af->fp = NULL;
+	if (!rc)
+		staged_commit_to(af->path);
 	if (!rc && rename(af->tmp_path, af->path))
 		rc = error("cannot rename '%s' to '%s': %s", af->tmp_path, af->path,
 			   strerror(errno));
@@ -252,7 +254,7 @@ int atomic_commit(struct atomic_file *af)
 		atomic_abort(af);
 		return -1;
 	}
-	staged_renamed(af->tmp_path, af->path);
+	staged_drop(af->tmp_path);
 	fsync_dir_of(af->path);
 	free(af->path);
 	free(af->tmp_path);

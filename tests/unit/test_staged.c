@@ -79,6 +79,30 @@ TEST(signal_removes_what_was_staged)
 	}
 }
 
+TEST(nested_folders_go_inner_first)
+{
+	/* export's case: the output folder it made is staged first, then its
+	 * staging folder inside it, holding a committed file; both go */
+	char *out = test_path("made_out");
+	char *stage = path_join(out, ".partial.1");
+	pid_t pid = fork();
+	if (pid == 0) {
+		staged_on_signals();
+		staged_add(out, 1);
+		staged_add(stage, 1);
+		char *file = path_join(stage, "config.json");
+		if (mkdir(out, 0777) || mkdir(stage, 0777) || atomic_write_file(file, "{}", 2))
+			_exit(3);
+		raise(SIGTERM);
+		_exit(7);
+	}
+	int status = 0;
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+	CHECK(!exists(out));
+	free(stage);
+}
+
 TEST(a_folder_with_other_files_is_kept)
 {
 	/* rmdir only: a staged folder that holds what the child did not
