@@ -41,7 +41,8 @@ static const char *const usage[] = {
 
 static volatile int stop_signal; /* the signal that asked to stop */
 
-/* The first SIGINT/SIGTERM asks the run to stop at the next step boundary
+/* The first SIGINT/SIGTERM/SIGHUP (a closed terminal or ssh session) asks
+ * the run to stop at the next step boundary
  * and write a checkpoint; a second one ends the process at once, removing
  * the files it was writing (io/staged.h). */
 static void on_signal(int sig)
@@ -918,8 +919,13 @@ int cmd_train(int argc, char **argv)
 	r.tr.stop = &stop_signal;
 	struct sigaction sa = {0};
 	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+	for (size_t i = 0; i < ARRAY_SIZE(stop_signals); i++) {
+		struct sigaction old;
+		/* one ignored by whoever started the run (nohup) stays ignored */
+		if (!sigaction(stop_signals[i], NULL, &old) && old.sa_handler != SIG_IGN)
+			sigaction(stop_signals[i], &sa, NULL);
+	}
 
 	r.last_save = now_sec();
 	r.sample_every = dist_is_root() ? cfg->sample_every : 0;
@@ -937,7 +943,8 @@ int cmd_train(int argc, char **argv)
 		rc = -1;
 	if (stop_signal && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: asyncpp train "
-			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : "terminated", saved,
+			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : stop_signal == SIGHUP ?
+			"hung up" : "terminated", saved,
 			r.tr.step, cfg->train_out_dir);
 	else if (!rc && !quiet)
 		fprintf(stderr, "asyncpp: done: checkpoint %s, metrics %s\n"

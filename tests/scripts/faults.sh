@@ -72,6 +72,24 @@ kill_case() {
 for i in $(seq 1 "$ROUNDS"); do kill_case KILL "$i"; done
 for i in $(seq 1 "$ROUNDS"); do kill_case TERM "$i"; done
 
+# a closed terminal or ssh session (SIGHUP) stops the run at a step with a
+# checkpoint, as SIGTERM does, instead of losing what the last one missed
+rm -rf hup
+$A train -q "${LONG[@]}" --set train.out_dir=hup 2> hup.err &
+pid=$!
+wait_rows hup 30
+kill -HUP $pid
+wait $pid
+rc=$?
+step=$(sed -n 's/.*hung up: wrote .* at step \([0-9]*\);.*/\1/p' hup.err)
+if [ $rc -eq 129 ] && [ -n "$step" ] && [ -f "hup/ckpt-$(printf %08d "$step").ckpt" ]; then
+	pass "sighup_stops_at_step_${step}_with_a_checkpoint"
+	tally HUP 1 0
+else
+	fail sighup_stops_with_a_checkpoint "exit $rc: $(head -c 300 hup.err)"
+	tally HUP 0 1
+fi
+
 # 2. orphaned temporaries: a start removes those whose writer is gone (and
 # says so), keeps a live process's, and --overwrite removes them all
 mkdir -p orph && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=orph 2> err.txt
