@@ -58,11 +58,16 @@ static void on_signal(int sig)
 /* A pipeline segment ends with a drain, where the run can stop, log and
  * save. A drain leaves about (S-1) micro-batch slots idle, so segments are
  * not cut at every log interval (at log.every = 1 that would be 1F1B's
- * bubble again): they run up to this many steps, or to the next evaluation
- * or checkpoint, and their steps are logged when they end. The cap keeps a
- * signal served within seconds; a drain then costs about
- * (S-1)/(PIPELINE_SEGMENT*M+S-1) of the time. */
-#define PIPELINE_SEGMENT 20
+ * bubble again): they run for about PIPELINE_SEGMENT_S seconds (from the
+ * last segment's time per step; at least PIPELINE_SEGMENT_MIN steps, the
+ * first one that long, and at most PIPELINE_SEGMENT_MAX), or to the next
+ * evaluation or checkpoint, and their steps are logged when they end. A
+ * drain then costs about (S-1)/(n*M+S-1) of the time for segments of n
+ * steps: under 1% once steps are fast, and a signal is still served within
+ * seconds (or 20 steps, when steps are slower than half a second). */
+#define PIPELINE_SEGMENT_S 10.0
+#define PIPELINE_SEGMENT_MIN 20
+#define PIPELINE_SEGMENT_MAX 1000
 
 static void fmt_duration(char *out, size_t len, double s)
 {
@@ -399,7 +404,8 @@ static int train_loop(struct run *r)
 	long step_last = tr->step;
 	double busy_last = 0, idle_last = 0;
 	struct step_stats *stats =
-		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT), sizeof(*stats));
+		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
+	long segment = PIPELINE_SEGMENT_MIN; /* steps of the next pipeline segment */
 	int rc = 0;
 	if (!r->quiet) {
 		/* with stages, the cut: "4 stage(s) of 4,4,4,0 layers (balanced)" */
@@ -425,9 +431,8 @@ static int train_loop(struct run *r)
 	while (tr->step < total && !(stop_signal = dist_max_int(stop_signal))) {
 		long next_log = (tr->step / log_every + 1) * log_every;
 		long next = MIN(total, next_log);
-		if (tr->kind >= 0) /* a pipeline: see PIPELINE_SEGMENT */
-			next = MIN(total, log_every >= PIPELINE_SEGMENT ? next_log
-									: tr->step + PIPELINE_SEGMENT);
+		if (tr->kind >= 0) /* a pipeline: see PIPELINE_SEGMENT_S */
+			next = MIN(total, log_every >= segment ? next_log : tr->step + segment);
 		if (cfg->eval_every > 0)
 			next = MIN(next, (tr->step / cfg->eval_every + 1) * cfg->eval_every);
 		if (r->sample_every > 0)
@@ -435,12 +440,22 @@ static int train_loop(struct run *r)
 		if (cfg->checkpoint_every > 0)
 			next = MIN(next, (tr->step / cfg->checkpoint_every + 1) * cfg->checkpoint_every);
 		if (tr->kind >= 0)
-			next = MIN(next, tr->step + PIPELINE_SEGMENT);
+			next = MIN(next, tr->step + segment);
 		int n = (int)(next - tr->step);
 		long first = tr->step;
+		double t_run = now_sec();
 		if (trainer_run(tr, n, stats)) {
 			free(stats); /* error() said what failed */
 			return -1;
+		}
+		t_run = now_sec() - t_run;
+		if (tr->kind >= 0 && tr->step > first) {
+			/* the next segment's length from this one's pace; the root's
+			 * clock decides, so that every rank runs the same schedule */
+			double want = PIPELINE_SEGMENT_S * (double)(tr->step - first) / MAX(t_run, 1e-9);
+			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
+				   : MAX((long)want, PIPELINE_SEGMENT_MIN);
+			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
 		}
 		if (data_failed(r, first)) {
 			rc = -1;
