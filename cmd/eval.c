@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../io/data/dataloader.h"
 #include "../io/util.h"
@@ -99,8 +100,17 @@ int cmd_eval(int argc, char **argv)
 	size_t bt = (size_t)B * (size_t)T;
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *d_in = lm.be->alloc(bt * sizeof(int32_t)), *d_tg = lm.be->alloc(bt * sizeof(int32_t));
-	double sum = 0, t0 = now_sec();
+	double sum = 0, t0 = now_sec(), shown = t0;
+	/* on a terminal, a progress line twice a second (a large model over
+	 * a thousand batches takes minutes); erased before the results */
+	int tty = isatty(STDERR_FILENO);
 	for (long i = 0; i < n && !dl.failed; i++) {
+		double now = now_sec();
+		if (tty && i > 0 && now - shown >= 0.5) {
+			fprintf(stderr, "\revaluating: batch %ld of %ld, loss %.4f, %.0f tokens/s\033[K", i,
+				n, sum / (double)i, (double)i * (double)bt / (now - t0));
+			shown = now;
+		}
 		dataloader_batch(&dl, i, in, tg);
 		lm.be->to_device(d_in, in, bt * sizeof(int32_t));
 		lm.be->to_device(d_tg, tg, bt * sizeof(int32_t));
@@ -108,6 +118,8 @@ int cmd_eval(int argc, char **argv)
 		stage_forward(&lm.st, 0, lm.params, d_in, NULL, d_tg, NULL, &loss, NULL, NULL, 1.0f);
 		sum += loss;
 	}
+	if (tty && shown > t0)
+		fprintf(stderr, "\r\033[K");
 	double dt = now_sec() - t0, mean = sum / (double)n;
 	if (!dl.failed) { /* else error() named the shard that could not be read */
 		printf("checkpoint  %s (step %ld)\n", lm.path, lm.step);
