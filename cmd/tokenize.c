@@ -51,10 +51,11 @@ static const struct option options[] = {
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_GROUP("Inputs (train, encode):"),
 	OPT_STRING(0, "format", &format, "FMT",
-		   "'text' (the default), 'lines' (a document a line) or 'jsonl' "
-		   "(a JSON object a line)"),
+		   "'text' (the default), 'lines' (a document a line), 'jsonl' "
+		   "(a JSON object a line) or 'parquet' (a row a document)"),
 	OPT_STRING(0, "field", &field, "NAME",
-		   "jsonl: the member that holds a document's text (default 'text')"),
+		   "jsonl, parquet: the member or column that holds a document's text "
+		   "(default 'text')"),
 	OPT_STRING(0, "docs", &docs_mode, "MODE",
 		   "text: a document is a 'file' or a 'blank-line'-separated block (file)"),
 	OPT_INT(0, "max-bad", &max_bad, "N",
@@ -81,7 +82,8 @@ static void input_opts(struct corpus_opts *co)
 	memset(co, 0, sizeof(*co));
 	if (corpus_format_parse(format, &co->format))
 		opts_usage_error(usage, options,
-				 "--format must be 'text', 'lines' or 'jsonl', not '%s'", format);
+				 "--format must be 'text', 'lines', 'jsonl' or 'parquet', not '%s'",
+				 format);
 	if (docs_mode && strcmp(docs_mode, "file") && strcmp(docs_mode, "blank-line"))
 		opts_usage_error(usage, options, "--docs must be 'file' or 'blank-line', not '%s'",
 				 docs_mode);
@@ -89,8 +91,8 @@ static void input_opts(struct corpus_opts *co)
 		opts_usage_error(usage, options,
 				 "--docs is for --format text (a %s document is %s)", format,
 				 co->format == CORPUS_LINES ? "a line" : "a record");
-	if (field && co->format != CORPUS_JSONL)
-		opts_usage_error(usage, options, "--field is for --format jsonl");
+	if (field && co->format != CORPUS_JSONL && co->format != CORPUS_PARQUET)
+		opts_usage_error(usage, options, "--field is for --format jsonl and parquet");
 	if (field && !*field)
 		opts_usage_error(usage, options, "--field needs a member name");
 	if (max_bad < 0)
@@ -117,6 +119,7 @@ static int open_corpus(struct corpus **c, int n, char **args, const struct corpu
  * silently. ok: the read went to the end. */
 static void report_reader(struct corpus *c, int ok)
 {
+	int pq = !strcmp(format, "parquet");
 	struct corpus_stats st;
 	corpus_get_stats(c, &st);
 	if (st.too_many_bad)
@@ -130,8 +133,9 @@ static void report_reader(struct corpus *c, int ok)
 			st.bad == 1 ? "" : "s", st.records);
 	if (ok && st.empty && !quiet)
 		fprintf(stderr,
-			"asyncpp: %" PRIu64 " record%s with an empty \"%s\" (no document)\n",
-			st.empty, st.empty == 1 ? "" : "s", field ? field : "text");
+			"asyncpp: %" PRIu64 " %s with an empty%s \"%s\" (no document)\n", st.empty,
+			pq ? (st.empty == 1 ? "row" : "rows") : (st.empty == 1 ? "record" : "records"),
+			pq ? " or null" : "", field ? field : "text");
 }
 
 /* ---- train ---- */

@@ -18,6 +18,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "parquet.h"
 #include "../util.h"
 #include "json.h"
 
@@ -50,6 +51,8 @@ struct corpus {
 	struct buf doc;
 	/* blank-line text: the document has a non-blank line; blank lines follow it */
 	int content, in_sep;
+
+	struct parquet *pq;     /* CORPUS_PARQUET: the file being read */
 };
 
 /* ---- inputs ---- */
@@ -161,7 +164,7 @@ void corpus_paths_free(char **paths, int npaths)
 
 int corpus_format_parse(const char *name, enum corpus_format *f)
 {
-	static const char *const names[] = {"text", "lines", "jsonl"};
+	static const char *const names[] = {"text", "lines", "jsonl", "parquet"};
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		if (!strcmp(name, names[i])) {
 			*f = (enum corpus_format)i;
@@ -215,11 +218,31 @@ static void close_file(struct corpus *c)
 	if (c->gz_live)
 		inflateEnd(&c->gz);
 	c->gz_live = 0;
+	parquet_close(c->pq);
+	c->pq = NULL;
 	c->open = 0;
+}
+
+/* A Parquet file (footer first: mapped, not streamed). */
+static int open_parquet(struct corpus *c, const char *path)
+{
+	c->path = path;
+	c->fd = -1;
+	if (!strcmp(path, "-"))
+		return error("standard input cannot be read as Parquet (its metadata is at the "
+			     "end): save it to a file first");
+	if (parquet_open(&c->pq, path, c->o.field))
+		return -1;
+	c->open = 1;
+	c->st.files++;
+	c->st.bytes_read += parquet_file_bytes(c->pq);
+	return 0;
 }
 
 static int open_file(struct corpus *c, const char *path)
 {
+	if (c->o.format == CORPUS_PARQUET)
+		return open_parquet(c, path);
 	int is_stdin = !strcmp(path, "-");
 	c->path = is_stdin ? "standard input" : path;
 	c->fd = is_stdin ? 0 : open(path, O_RDONLY);
@@ -248,6 +271,10 @@ static int open_file(struct corpus *c, const char *path)
 		c->kind = SRC_ZSTD;
 	else
 		c->kind = SRC_PLAIN;
+	/* "PAR1" then a page header's first byte (field 1, an i32) */
+	if (c->kind == SRC_PLAIN && c->in_len >= 5 && !memcmp(m, "PAR1\x15", 5))
+		return error("'%s' is a Parquet file: read it with --format parquet (--field names "
+			     "its text column)", c->path);
 	if (c->kind != SRC_GZIP && has_suffix(path, ".gz"))
 		return error("'%s': not gzip data (no gzip magic number)", path);
 	if (c->kind != SRC_ZSTD && has_suffix(path, ".zst"))
@@ -460,12 +487,31 @@ static int bad_record(struct corpus *c, enum json_record r, const struct json_re
 	return 0;
 }
 
+/* The next document of a Parquet file: each row's string; a null or an
+ * empty string is no document (counted as empty). */
+static int parquet_doc(struct corpus *c, const unsigned char **doc, size_t *len)
+{
+	int r;
+	while ((r = parquet_next(c->pq, doc, len)) > 0) {
+		c->st.records++;
+		if (r == 2 || !*len) {
+			c->st.empty++;
+			continue;
+		}
+		c->st.bytes += *len;
+		return 1;
+	}
+	return r;
+}
+
 /* The next document of the open file: 1, 0 at its end, -1. */
 static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 {
 	const unsigned char *s;
 	size_t n;
 	int r;
+	if (c->o.format == CORPUS_PARQUET)
+		return parquet_doc(c, doc, len);
 	if (c->o.format == CORPUS_TEXT && !c->o.blank_line) {
 		while ((r = fill(c)) > 0)
 			;

@@ -1,6 +1,6 @@
 /* corpus.h - documents from corpora as they ship: plain text, one document
- * per line, or JSON Lines, each optionally gzip- or zstd-compressed, from
- * files, directories and glob patterns.
+ * per line, or JSON Lines, each optionally gzip- or zstd-compressed, or
+ * Parquet, from files, directories and glob patterns.
  *
  * Inputs (corpus_expand): a file is itself; a directory gives every file
  * under it, recursively (names starting with '.' and symbolic links to
@@ -35,6 +35,13 @@
  *                 ("FILE:LINE: why; record skipped") and all are counted; one
  *                 more than max_bad ends the read with an error naming it.
  *
+ *   CORPUS_PARQUET each row's value of the top-level string column named
+ *                 field (io/text/parquet.h: how Hugging Face datasets
+ *                 ship); a null or an empty string is no document (counted
+ *                 as empty). The file is mapped, not streamed, so standard
+ *                 input cannot be Parquet. A Parquet file given as another
+ *                 format is refused, naming --format parquet.
+ *
  * Functions return 0 (or 1 for "a document") and -1 after error() with a
  * message naming the file, and the line where there is one.
  */
@@ -44,7 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum corpus_format { CORPUS_TEXT, CORPUS_LINES, CORPUS_JSONL };
+enum corpus_format { CORPUS_TEXT, CORPUS_LINES, CORPUS_JSONL, CORPUS_PARQUET };
 
 struct corpus_opts {
 	enum corpus_format format;
@@ -58,9 +65,9 @@ struct corpus_opts {
 struct corpus_stats {
 	uint64_t files;       /* files opened so far */
 	uint64_t docs;        /* documents returned */
-	uint64_t records;     /* JSONL: non-blank lines */
+	uint64_t records;     /* JSONL: non-blank lines; Parquet: rows */
 	uint64_t bad;         /* JSONL: bad records skipped */
-	uint64_t empty;       /* JSONL: records whose text is empty */
+	uint64_t empty;       /* JSONL, Parquet: records whose text is empty (or null) */
 	uint64_t bytes_read;  /* bytes read from the files (compressed) */
 	uint64_t bytes;       /* bytes after decompression */
 	int too_many_bad;     /* the read stopped at bad record max_bad + 1 */

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tokenize_parquet.sh - Parquet corpora (io/text/parquet.h) as Hugging
+# Face datasets ship them: files from two independent writers
+# (testdata/parquet, made by tests/parquet_fixtures.mjs: data pages v1 and
+# v2; snappy, gzip, zstd and none; dictionary and plain values; nulls, empty
+# strings, other columns, many row groups and pages) give exactly the
+# documents of the same rows as JSON Lines; bad input is refused by name.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+P=$TESTDATA/parquet
+
+$A tokenize train -q --vocab 400 -o t.tok --format jsonl "$P/docs.jsonl" ||
+	{ fail parquet_setup "tokenize train failed"; exit 0; }
+
+# FIXTURE EXPECTED: the token ids of both reads are identical
+same_ids() {
+	local name=$1 want=$2
+	if ! $A tokenize encode -t t.tok --ids --format parquet "$P/$name.parquet" > got.ids 2> got.err; then
+		fail "parquet_$name" "$(head -c 300 got.err)"
+		return
+	fi
+	$A tokenize encode -t t.tok --ids --format jsonl "$P/$want.jsonl" > want.ids 2> /dev/null
+	if [ -s want.ids ] && cmp -s got.ids want.ids; then
+		pass "parquet_${name}_equals_its_jsonl ($(wc -l < got.ids) documents)"
+	else
+		fail "parquet_$name" "ids differ from $want.jsonl's: $(wc -l < got.ids) vs $(wc -l < want.ids) documents"
+	fi
+}
+same_ids v2_snappy docs
+same_ids v2_zstd docs
+same_ids v2_gzip_nulls v2_gzip_nulls
+same_ids v2_dictionary v2_dictionary
+same_ids v1_snappy_nulls v1_snappy_nulls
+same_ids v1_gzip docs
+same_ids v1_plain docs
+
+# nulls and empty strings are counted and said, never silent
+$A tokenize encode -t t.tok --ids --format parquet "$P/v2_gzip_nulls.parquet" > /dev/null 2> err.txt
+nulls=$(grep -c '^{"text":""}$' "$P/v2_gzip_nulls.jsonl")
+if grep -q "^asyncpp: $nulls rows with an empty or null \"text\" (no document)" err.txt; then
+	pass "parquet_nulls_counted ($nulls)"
+else fail parquet_nulls_counted "expected $nulls: $(cat err.txt)"; fi
+
+# shards, and a tokenizer trained on Parquet, as from the same JSON Lines
+$A tokenize encode -q -t t.tok -o pq --format parquet "$P/v2_snappy.parquet" "$P/v1_gzip.parquet"
+$A tokenize encode -q -t t.tok -o js --format jsonl "$P/docs.jsonl" "$P/docs.jsonl"
+$A tokenize train -q --vocab 400 -o tp.tok --format parquet "$P/v2_zstd.parquet"
+if cmp -s pq_train.shard js_train.shard && cmp -s pq_val.shard js_val.shard && cmp -s t.tok tp.tok; then
+	pass parquet_shards_and_tokenizer_equal_jsonl
+else fail parquet_shards_and_tokenizer_equal_jsonl "shards or tokenizer differ"; fi
+
+# refusals, each naming the file and the way out
+expect_fail() { # NAME PATTERN -- CMD...
+	local name=$1 pattern=$2
+	shift 3
+	"$@" > /dev/null 2> err.txt
+	local rc=$?
+	if [ $rc -eq 1 ] && grep -q -- "$pattern" err.txt; then pass "$name"; else
+		fail "$name" "exit $rc: $(head -c 300 err.txt)"; fi
+}
+expect_fail parquet_no_such_column "no top-level column 'content' (choose the text column with --field)" -- \
+	$A tokenize encode -t t.tok --ids --format parquet --field content "$P/v2_snappy.parquet"
+expect_fail parquet_column_not_strings "column 'id' does not hold strings" -- \
+	$A tokenize encode -t t.tok --ids --format parquet --field id "$P/v2_snappy.parquet"
+expect_fail parquet_given_as_text "v2_snappy.parquet' is a Parquet file: read it with --format parquet" -- \
+	$A tokenize encode -t t.tok --ids "$P/v2_snappy.parquet"
+expect_fail parquet_not_parquet "docs.jsonl': not a Parquet file (no PAR1 magic" -- \
+	$A tokenize encode -t t.tok --ids --format parquet "$P/docs.jsonl"
+expect_fail parquet_from_stdin "standard input cannot be read as Parquet" -- \
+	$A tokenize encode -t t.tok --ids --format parquet -
+head -c 3000 "$P/v1_gzip.parquet" > cut.parquet
+expect_fail parquet_truncated "cut.parquet': not a Parquet file" -- \
+	$A tokenize encode -t t.tok --ids --format parquet cut.parquet
+# a damaged page: bytes flipped inside the first column chunk's data
+cp "$P/v1_gzip.parquet" bad.parquet
+printf '\377\377\377\377\377\377\377\377' | dd of=bad.parquet bs=1 seek=200 conv=notrunc 2> /dev/null
+expect_fail parquet_damaged_page "bad.parquet': column 'text'" -- \
+	$A tokenize encode -t t.tok --ids --format parquet bad.parquet
