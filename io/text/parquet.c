@@ -159,9 +159,10 @@ static void t_skip(struct thrift *t, int type, int depth)
 			break;
 		}
 		uint8_t kv = *t->p++;
-		for (uint64_t i = 0; i < count && !t->bad; i++) {
-			t_skip(t, kv >> 4, depth + 1);
-			t_skip(t, kv & 0x0f, depth + 1);
+		int kt = kv >> 4, vt = kv & 0x0f;
+		for (uint64_t i = 0; i < count && !t->bad; i++) { /* booleans: a byte each */
+			t_skip(t, kt == T_TRUE || kt == T_FALSE ? T_I8 : kt, depth + 1);
+			t_skip(t, vt == T_TRUE || vt == T_FALSE ? T_I8 : vt, depth + 1);
 		}
 		break;
 	}
@@ -232,6 +233,7 @@ struct parquet {
 	uint32_t *val_n;
 	uint32_t page_len, page_next;
 	size_t val_cap;
+	int failed;                 /* an error was reported: every call fails */
 };
 
 static int bad(const struct parquet *p, const char *why)
@@ -290,13 +292,14 @@ static int read_schema(struct parquet *p, struct thrift *t, int *leaf)
 		int top = depth == 0;
 		int match = top && e.name_len == strlen(p->column) &&
 			    !memcmp(e.name, p->column, e.name_len);
-		if (e.children > 0) {
+		if (e.children > 0 || (e.children == 0 && e.type < 0)) { /* a group */
 			if (match)
 				return error("'%s': column '%s' is a group (nested), not strings: choose "
 					     "a top-level string column with --field", p->name, p->column);
 			if (depth + 1 >= (int)ARRAY_SIZE(pending))
 				return bad(p, "schema nested too deep");
-			pending[++depth] = e.children;
+			if (e.children > 0)
+				pending[++depth] = e.children;
 			continue;
 		}
 		if (match) {
@@ -362,7 +365,7 @@ static int read_row_group(struct parquet *p, struct thrift *t, int leaf, struct 
 					if ((int)i == leaf && cid == 1 && cft == T_BINARY) {
 						size_t len;
 						t_binary(t, &len);
-						external = 1;
+						external = len > 0; /* an empty path is this file */
 					} else if ((int)i == leaf && cid == 3 && cft == T_STRUCT) {
 						read_column_meta(t, c, &type, &data_off, &dict_off);
 						seen = 1;
@@ -384,7 +387,11 @@ static int read_row_group(struct parquet *p, struct thrift *t, int leaf, struct 
 			     "which is not read", p->name, p->column);
 	if (!seen || type != TYPE_BYTE_ARRAY)
 		return bad(p, "a row group lacks the column's metadata");
-	c->start = dict_off > 0 && dict_off < data_off ? dict_off : data_off;
+	if (c->values == 0) { /* pyarrow's empty table: no data page, offsets 0 */
+		c->start = c->size = 0;
+		return 0;
+	}
+	c->start = dict_off > 0 && (data_off <= 0 || dict_off < data_off) ? dict_off : data_off;
 	if (c->rows < 0 || c->values < 0 || c->size < 0 || c->start < 4 ||
 	    (uint64_t)c->start > p->len || (uint64_t)c->size > p->len - (uint64_t)c->start)
 		return bad(p, "a column chunk lies outside the file");
@@ -399,8 +406,9 @@ static int read_row_group(struct parquet *p, struct thrift *t, int leaf, struct 
 static int read_footer(struct parquet *p)
 {
 	if (p->len < 12 || memcmp(p->data, "PAR1", 4) || memcmp(p->data + p->len - 4, "PAR1", 4))
-		return error("'%s': not a Parquet file (no PAR1 magic at its start and end)",
-			     p->name);
+		return error("'%s': not a Parquet file (no PAR1 magic at its start and end); from "
+			     "a dataset's folder, name its Parquet files with a glob such as "
+			     "'DIR/*.parquet'", p->name);
 	uint32_t meta_len = get_le32(p->data + p->len - 8);
 	if (meta_len > p->len - 12)
 		return bad(p, "the footer's length exceeds the file");
@@ -567,9 +575,12 @@ static int read_dictionary(struct parquet *p, const uint8_t *body, size_t page_b
 	free(p->dict_n);
 	p->dict_s = xmalloc(st_mult(num ? num : 1, sizeof(*p->dict_s)));
 	p->dict_n = xmalloc(st_mult(num ? num : 1, sizeof(*p->dict_n)));
+	p->has_dict = 0;
+	if (plain_values(p, body, page_bytes, num, p->dict_s, p->dict_n, 0, NULL))
+		return -1;
 	p->dict_len = num;
 	p->has_dict = 1;
-	return plain_values(p, body, page_bytes, num, p->dict_s, p->dict_n, 0, NULL);
+	return 0;
 }
 
 /* Make room for n decoded values of a page. */
@@ -601,16 +612,18 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 	if (enc == ENC_PLAIN) {
 		rc = plain_values(p, vals, vals_len, num, p->val_s, p->val_n, p->max_def, defs);
 	} else if (enc == ENC_PLAIN_DICTIONARY || enc == ENC_RLE_DICTIONARY) {
-		if (!p->has_dict)
-			rc = page_error(p, "a dictionary-encoded page comes without a dictionary");
-		else if (vals_len < 1 || vals[0] > 32)
-			rc = page_error(p, "its dictionary indices are corrupt");
-		struct hybrid h = {vals + 1, vals + vals_len, vals_len ? vals[0] : 0, 0, 0, NULL, 0};
+		/* the indices' bit width comes first; a page of nulls may have none */
+		struct hybrid h = {vals + (vals_len > 0), vals + vals_len, vals_len ? vals[0] : 0, 0, 0,
+				   NULL, 0};
 		for (uint32_t i = 0; !rc && i < num; i++) {
 			uint32_t k;
 			if (defs && !defs[i]) {
 				p->val_s[i] = NULL;
 				p->val_n[i] = 0;
+			} else if (!p->has_dict) {
+				rc = page_error(p, "a dictionary-encoded page comes without a dictionary");
+			} else if (vals_len < 1 || vals[0] > 32) {
+				rc = page_error(p, "its dictionary indices are corrupt");
 			} else if (hybrid_next(&h, &k) || k >= p->dict_len) {
 				rc = page_error(p, "a dictionary index is corrupt or out of range");
 			} else {
@@ -723,8 +736,12 @@ static int next_page(struct parquet *p)
 		}
 		const uint8_t *plain = src;
 		size_t plain_len = src_len;
-		if (c->codec != CODEC_UNCOMPRESSED && (h.type != PAGE_DATA_V2 || h.compressed)) {
-			size_t want = (size_t)h.usize - head;
+		size_t want = (size_t)h.usize - head;
+		if (want == 0 && h.type == PAGE_DATA_V2) {
+			/* an all-null page: no values to decompress (parquet-java
+			 * writes 0 bytes here, compressed or not) */
+			plain_len = 0;
+		} else if (c->codec != CODEC_UNCOMPRESSED && (h.type != PAGE_DATA_V2 || h.compressed)) {
 			if (decompress(p, c->codec, src, src_len, want, &p->page_buf))
 				return -1;
 			plain = p->page_buf;
@@ -786,12 +803,16 @@ static void start_chunk(struct parquet *p)
 
 int parquet_next(struct parquet *p, const uint8_t **s, size_t *n)
 {
+	if (p->failed)
+		return -1;
 	while (p->page_next >= p->page_len) {
 		if (p->ci >= p->n_chunks)
 			return 0;
 		int r = next_page(p);
-		if (r < 0)
+		if (r < 0) {
+			p->failed = 1;
 			return -1;
+		}
 		if (r == 0 && ++p->ci < p->n_chunks)
 			start_chunk(p);
 	}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tokenize_parquet.sh - Parquet corpora (io/text/parquet.h) as Hugging
-# Face datasets ship them: files from two independent writers
-# (testdata/parquet, made by tests/parquet_fixtures.mjs: data pages v1 and
-# v2; snappy, gzip, zstd and none; dictionary and plain values; nulls, empty
-# strings, other columns, many row groups and pages) give exactly the
-# documents of the same rows as JSON Lines; bad input is refused by name.
+# Face datasets ship them: files from independent writers (testdata/parquet,
+# most made by tests/parquet_fixtures.mjs: data pages v1 and v2; snappy,
+# gzip, zstd and none; dictionary and plain values; nulls, empty strings,
+# other columns, many row groups and pages) give exactly the documents of
+# the same rows as JSON Lines; bad input is refused by name.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 P=$TESTDATA/parquet
@@ -33,6 +33,16 @@ same_ids v2_dictionary v2_dictionary
 same_ids v1_snappy_nulls v1_snappy_nulls
 same_ids v1_gzip docs
 same_ids v1_plain docs
+# layouts of other writers, from a writer that imitates them (a review's):
+# pages of nulls only, with no values area (parquet-java's v2) or no
+# dictionary indices (v1), and pyarrow's empty table (a row group of 0
+# rows whose data page offset is 0)
+same_ids v2_null_pages_no_values null_pages
+same_ids v1_null_pages_no_indices null_pages
+if $A tokenize encode -t t.tok --ids --format parquet "$P/arrow_empty_table.parquet" > got.ids 2> got.err &&
+   [ ! -s got.ids ]; then
+	pass parquet_empty_table_is_no_documents
+else fail parquet_empty_table_is_no_documents "$(head -c 300 got.err)"; fi
 
 # nulls and empty strings are counted and said, never silent
 $A tokenize encode -t t.tok --ids --format parquet "$P/v2_gzip_nulls.parquet" > /dev/null 2> err.txt
