@@ -13,31 +13,13 @@
 void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
 	     double *w, double *work, const int *lwork, int *iwork, const int *liwork, int *info,
 	     size_t jobz_len, size_t uplo_len);
-void dgeqrf_(const int *m, const int *n, double *a, const int *lda, double *tau, double *work,
+void sgeqrf_(const int *m, const int *n, float *a, const int *lda, float *tau, float *work,
 	     const int *lwork, int *info);
-void dorgqr_(const int *m, const int *n, const int *k, double *a, const int *lda,
-	     const double *tau, double *work, const int *lwork, int *info);
-
-void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
-	    const double *alpha, const double *a, const int *lda, const double *b, const int *ldb,
-	    const double *beta, double *c, const int *ldc, size_t ta_len, size_t tb_len);
-
-void linalg_matmul(double *c, const double *a, const double *b, int n)
-{
-	/* row-major C = A B is column-major C^T = B^T A^T */
-	const double one = 1.0, zero = 0.0;
-	dgemm_("N", "N", &n, &n, &n, &one, b, &n, a, &n, &zero, c, &n, 1, 1);
-}
-
-static void transpose(double *a, int n)
-{
-	for (int i = 0; i < n; i++)
-		for (int j = i + 1; j < n; j++) {
-			double t = a[(size_t)i * n + j];
-			a[(size_t)i * n + j] = a[(size_t)j * n + i];
-			a[(size_t)j * n + i] = t;
-		}
-}
+void sorgqr_(const int *m, const int *n, const int *k, float *a, const int *lda,
+	     const float *tau, float *work, const int *lwork, int *info);
+void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
+	    const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
+	    const float *beta, float *c, const int *ldc, size_t ta_len, size_t tb_len);
 
 int linalg_eigh_desc(double *a, double *w, int n)
 {
@@ -76,26 +58,43 @@ int linalg_eigh_desc(double *a, double *w, int n)
 	return 0;
 }
 
-int linalg_qr_q(double *a, int n)
+void linalg_matmul_f(float *c, const float *a, const float *b, int n)
+{
+	cpu_blas_init();
+	const float one = 1.0f, zero = 0.0f;
+	sgemm_("N", "N", &n, &n, &n, &one, b, &n, a, &n, &zero, c, &n, 1, 1);
+}
+
+static void transpose_f(float *a, int n)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			float t = a[(size_t)i * n + j];
+			a[(size_t)i * n + j] = a[(size_t)j * n + i];
+			a[(size_t)j * n + i] = t;
+		}
+}
+
+int linalg_qr_q_f(float *a, int n)
 {
 	cpu_blas_init();
 	int info = 0, lwork = -1;
-	double q;
-	double *tau = xmalloc(st_mult((size_t)(n > 0 ? n : 1), sizeof(double)));
-	transpose(a, n); /* to column-major */
-	dgeqrf_(&n, &n, a, &n, tau, &q, &lwork, &info);
+	float q;
+	float *tau = xmalloc(st_mult((size_t)(n > 0 ? n : 1), sizeof(float)));
+	transpose_f(a, n); /* to column-major */
+	sgeqrf_(&n, &n, a, &n, tau, &q, &lwork, &info);
 	lwork = (int)q;
-	double *work = NULL;
+	float *work = NULL;
 	if (!info) {
-		work = xmalloc(st_mult((size_t)(lwork > n ? lwork : n), sizeof(double)));
-		dgeqrf_(&n, &n, a, &n, tau, work, &lwork, &info);
+		work = xmalloc(st_mult((size_t)(lwork > n ? lwork : n), sizeof(float)));
+		sgeqrf_(&n, &n, a, &n, tau, work, &lwork, &info);
 	}
 	if (!info) {
 		lwork = lwork > n ? lwork : n;
-		dorgqr_(&n, &n, &n, a, &n, tau, work, &lwork, &info);
+		sorgqr_(&n, &n, &n, a, &n, tau, work, &lwork, &info);
 	}
 	free(work);
 	free(tau);
-	transpose(a, n);
+	transpose_f(a, n);
 	return info ? -1 : 0;
 }

@@ -72,21 +72,31 @@ static void eigenbasis(const struct backend *be, float *q, const float *p, int k
 	free(w);
 }
 
+static float *to_host_float(const struct backend *be, const float *x, size_t n)
+{
+	float *f = xmalloc(st_mult(n, sizeof(float)));
+	be->to_host(f, x, n * sizeof(float));
+	return f;
+}
+
 /* One power step for side `side` (0: rows, 1: cols) of v[m,n]: reorder
  * Q's columns (and v along that side) by descending estimated eigenvalue
- * q_c^T P q_c, then Q = qr(P Q). v is on the host, in double. */
-static void refresh_side(const struct backend *be, float *qd, const float *pd, int k, double *v,
+ * q_c^T P q_c, then Q = qr(P Q). In single precision, as the reference
+ * implementation does it (the first eigenbasis, eigenbasis() above, is
+ * double); v is on the host. */
+static void refresh_side(const struct backend *be, float *qd, const float *pd, int k, float *v,
 			 int m, int n, int side)
 {
 	size_t kk = (size_t)k * k;
-	double *P = to_host_double(be, pd, kk), *Q = to_host_double(be, qd, kk);
-	double *PQ = xmalloc(st_mult(kk, sizeof(double))), *est = xmalloc(st_mult((size_t)k, 8));
+	float *P = to_host_float(be, pd, kk), *Q = to_host_float(be, qd, kk);
+	float *PQ = xmalloc(st_mult(kk, sizeof(float)));
+	double *est = xmalloc(st_mult((size_t)k, sizeof(double)));
 	int *order = xmalloc(st_mult((size_t)k, sizeof(int)));
-	linalg_matmul(PQ, P, Q, k);
+	linalg_matmul_f(PQ, P, Q, k);
 	for (int c = 0; c < k; c++) { /* est[c] = Q[:,c] . (P Q)[:,c] */
 		double s = 0.0;
 		for (int i = 0; i < k; i++)
-			s += Q[(size_t)i * k + c] * PQ[(size_t)i * k + c];
+			s += (double)Q[(size_t)i * k + c] * PQ[(size_t)i * k + c];
 		est[c] = s;
 		order[c] = c;
 	}
@@ -103,19 +113,18 @@ static void refresh_side(const struct backend *be, float *qd, const float *pd, i
 	for (int i = 0; i < k; i++)
 		for (int c = 0; c < k; c++)
 			Q[(size_t)i * k + c] = PQ[(size_t)i * k + order[c]];
-	if (linalg_qr_q(Q, k))
-		die("SOAP: the QR factorisation of a %dx%d basis failed (LAPACK dgeqrf)", k, k);
-	to_device_float(be, qd, Q, kk);
-	double *vs = PQ; /* reused: v reordered along the side */
-	if ((size_t)m * n > kk)
-		vs = xrealloc(PQ, st_mult((size_t)m * n, sizeof(double)));
+	if (linalg_qr_q_f(Q, k))
+		die("SOAP: the QR factorisation of a %dx%d basis failed (LAPACK sgeqrf)", k, k);
+	be->to_device(qd, Q, kk * sizeof(float));
+	float *vs = xmalloc(st_mult((size_t)m * n, sizeof(float))); /* v reordered along the side */
 	for (int i = 0; i < m; i++)
 		for (int j = 0; j < n; j++)
 			vs[(size_t)i * n + j] = side == 0 ? v[(size_t)order[i] * n + j]
 							  : v[(size_t)i * n + order[j]];
-	memcpy(v, vs, (size_t)m * n * sizeof(double));
+	memcpy(v, vs, (size_t)m * n * sizeof(float));
 	free(P);
 	free(Q);
+	free(PQ);
 	free(vs);
 	free(est);
 	free(order);
@@ -150,12 +159,12 @@ void soap_direction(const struct backend *be, const struct soap_state *st, float
 		/* m back to the original space, the bases refreshed (v reordered
 		 * with them), then m into the new bases */
 		change_basis(be, out, st->m, tmp, st->ql, st->qr, m, n, 1);
-		double *v = to_host_double(be, st->v, mn);
+		float *v = to_host_float(be, st->v, mn);
 		if (st->ql)
 			refresh_side(be, st->ql, st->l, m, v, m, n, 0);
 		if (st->qr)
 			refresh_side(be, st->qr, st->r, n, v, m, n, 1);
-		to_device_float(be, st->v, v, mn);
+		be->to_device(st->v, v, mn * sizeof(float));
 		free(v);
 		change_basis(be, st->m, out, tmp, st->ql, st->qr, m, n, 0);
 	}
