@@ -108,7 +108,9 @@ static int open_corpus(struct corpus **c, int n, char **args, const struct corpu
 {
 	char **paths;
 	int npaths;
-	if (corpus_expand(args, n, &paths, &npaths))
+	/* a dataset folder holds its Parquet shards among README.md and the like */
+	if (corpus_expand(args, n, co->format == CORPUS_PARQUET ? ".parquet" : NULL, &paths,
+			  &npaths))
 		return -1;
 	corpus_open(c, paths, npaths, co);
 	corpus_paths_free(paths, npaths);

@@ -68,8 +68,11 @@ static void push(char ***v, int *n, char *s)
 	(*v)[(*n)++] = s;
 }
 
-/* Every file under dir, recursively, into v (unsorted). */
-static int walk(const char *dir, char ***v, int *n, int depth)
+static int has_suffix(const char *s, const char *suf);
+
+/* Every file under dir, recursively, into v (unsorted); with suffix, only
+ * the names that end with it. */
+static int walk(const char *dir, const char *suffix, char ***v, int *n, int depth)
 {
 	if (depth > 64)
 		return error("'%s': directories nested too deep", dir);
@@ -88,7 +91,9 @@ static int walk(const char *dir, char ***v, int *n, int depth)
 			free(p);
 		} else if (S_ISDIR(st.st_mode)) {
 			if (!S_ISLNK(ls.st_mode))
-				rc = walk(p, v, n, depth + 1);
+				rc = walk(p, suffix, v, n, depth + 1);
+			free(p);
+		} else if (suffix && !has_suffix(e->d_name, suffix)) {
 			free(p);
 		} else {
 			push(v, n, p);
@@ -99,7 +104,7 @@ static int walk(const char *dir, char ***v, int *n, int depth)
 }
 
 /* The files of one argument, sorted, appended to v. */
-static int expand_one(const char *arg, char ***v, int *n)
+static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 {
 	struct stat st;
 	int first = *n, rc = 0;
@@ -112,9 +117,10 @@ static int expand_one(const char *arg, char ***v, int *n)
 			push(v, n, xstrdup(arg));
 			return 0;
 		}
-		rc = walk(arg, v, n, 0);
+		rc = walk(arg, suffix, v, n, 0);
 		if (!rc && *n == first)
-			rc = error("'%s': no files in this directory", arg);
+			rc = suffix ? error("'%s': no %s files in this directory", arg, suffix)
+				    : error("'%s': no files in this directory", arg);
 	} else if (!strpbrk(arg, "*?[")) {
 		return error("cannot open '%s': %s", arg, strerror(errno));
 	} else {
@@ -125,7 +131,7 @@ static int expand_one(const char *arg, char ***v, int *n)
 				if (stat(g.gl_pathv[i], &st))
 					continue;
 				if (S_ISDIR(st.st_mode))
-					rc = walk(g.gl_pathv[i], v, n, 0);
+					rc = walk(g.gl_pathv[i], suffix, v, n, 0);
 				else
 					push(v, n, xstrdup(g.gl_pathv[i]));
 			}
@@ -139,12 +145,13 @@ static int expand_one(const char *arg, char ***v, int *n)
 	return rc;
 }
 
-int corpus_expand(char *const *args, int nargs, char ***paths, int *npaths)
+int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
+		  int *npaths)
 {
 	char **v = NULL;
 	int n = 0;
 	for (int i = 0; i < nargs; i++)
-		if (expand_one(args[i], &v, &n)) {
+		if (expand_one(args[i], dir_suffix, &v, &n)) {
 			corpus_paths_free(v, n);
 			*paths = NULL;
 			*npaths = 0;

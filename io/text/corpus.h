@@ -73,9 +73,13 @@ struct corpus_stats {
 	int too_many_bad;     /* the read stopped at bad record max_bad + 1 */
 };
 
-/* Expand input arguments into the list of files to read (see above). Free
+/* Expand input arguments into the list of files to read (see above); with
+ * dir_suffix (".parquet"), the files found under a directory are only those
+ * whose names end with it (a dataset folder's README and the like are not
+ * corpus), while files named or matched themselves are all taken. Free
  * with corpus_paths_free. */
-int corpus_expand(char *const *args, int nargs, char ***paths, int *npaths);
+int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
+		  int *npaths);
 void corpus_paths_free(char **paths, int npaths);
 
 struct corpus;

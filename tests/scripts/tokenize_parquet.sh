@@ -59,6 +59,23 @@ if cmp -s pq_train.shard js_train.shard && cmp -s pq_val.shard js_val.shard && c
 	pass parquet_shards_and_tokenizer_equal_jsonl
 else fail parquet_shards_and_tokenizer_equal_jsonl "shards or tokenizer differ"; fi
 
+# a dataset folder as downloaded: its Parquet shards are read (sorted),
+# its README and other files are not corpus
+mkdir -p ds/data && printf -- '---\nlicense: mit\n---\n# a dataset\n' > ds/README.md
+cp "$P/v2_snappy.parquet" ds/data/train-00000.parquet
+cp "$P/v1_gzip.parquet" ds/data/train-00001.parquet
+echo '{}' > ds/data/dataset_info.json
+$A tokenize encode -t t.tok --ids --format parquet ds > got.ids 2> got.err
+cat "$P/docs.jsonl" "$P/docs.jsonl" > twice.jsonl
+$A tokenize encode -t t.tok --ids --format jsonl twice.jsonl > want.ids 2> /dev/null
+if cmp -s got.ids want.ids; then pass parquet_dataset_folder_reads_its_shards
+else fail parquet_dataset_folder_reads_its_shards "$(head -c 300 got.err)"; fi
+mkdir -p nods && echo text > nods/a.txt
+expect_exit 1 parquet_folder_without_shards -- \
+	$A tokenize encode -t t.tok --ids --format parquet nods
+grep -q "'nods': no .parquet files in this directory" err.txt ||
+	fail parquet_folder_without_shards_message "$(cat err.txt)"
+
 # refusals, each naming the file and the way out
 expect_fail() { # NAME PATTERN -- CMD...
 	local name=$1 pattern=$2

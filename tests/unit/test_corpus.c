@@ -315,7 +315,7 @@ TEST(directories_and_globs_sorted)
 	int n;
 	char glob[600], *args[3] = {dir, glob, NULL};
 	snprintf(glob, sizeof(glob), "%s/*.txt", dir);
-	CHECK(corpus_expand(args, 2, &paths, &n) == 0);
+	CHECK(corpus_expand(args, 2, NULL, &paths, &n) == 0);
 	struct buf got = {0};
 	struct corpus_opts o = {.format = CORPUS_TEXT};
 	CHECK(read_docs(paths, n, &o, &got, NULL) == 0);
@@ -324,9 +324,9 @@ TEST(directories_and_globs_sorted)
 	CHECK_MSG(!strcmp((char *)got.data, "A|X|B|C|A|C|"), "got %s", (char *)got.data);
 	snprintf(glob, sizeof(glob), "%s/*.nothing", dir);
 	set_error_quiet(1);
-	CHECK(corpus_expand(args + 1, 1, &paths, &n) == -1 && strstr(last_error(), "*.nothing"));
+	CHECK(corpus_expand(args + 1, 1, NULL, &paths, &n) == -1 && strstr(last_error(), "*.nothing"));
 	snprintf(glob, sizeof(glob), "%s/absent.txt", dir);
-	CHECK(corpus_expand(args + 1, 1, &paths, &n) == -1 &&
+	CHECK(corpus_expand(args + 1, 1, NULL, &paths, &n) == -1 &&
 	      strstr(last_error(), "No such file"));
 	set_error_quiet(0);
 	buf_free(&got);
