@@ -281,11 +281,15 @@ static int read_schema(struct parquet *p, struct thrift *t, int *leaf)
 	 * children still to come at depth d */
 	int pending[64], depth = 0, leaves = 0, found = -1;
 	pending[0] = root.children;
-	for (uint64_t i = 1; i < n && !t->bad; i++) {
+	struct buf strings = {0}; /* the top-level string columns, for a message */
+	int rc = 0;
+	for (uint64_t i = 1; !rc && i < n && !t->bad; i++) {
 		while (depth > 0 && pending[depth] == 0)
 			depth--;
-		if (pending[depth] == 0)
-			return bad(p, "the schema has more elements than the root's children");
+		if (pending[depth] == 0) {
+			rc = bad(p, "the schema has more elements than the root's children");
+			break;
+		}
 		pending[depth]--;
 		struct schema_el e;
 		read_schema_el(t, &e);
@@ -294,31 +298,44 @@ static int read_schema(struct parquet *p, struct thrift *t, int *leaf)
 			    !memcmp(e.name, p->column, e.name_len);
 		if (e.children > 0 || (e.children == 0 && e.type < 0)) { /* a group */
 			if (match)
-				return error("'%s': column '%s' is a group (nested), not strings: choose "
-					     "a top-level string column with --field", p->name, p->column);
-			if (depth + 1 >= (int)ARRAY_SIZE(pending))
-				return bad(p, "schema nested too deep");
-			if (e.children > 0)
+				rc = error("'%s': column '%s' is a group (nested), not strings: choose "
+					   "a top-level string column with --field", p->name, p->column);
+			else if (depth + 1 >= (int)ARRAY_SIZE(pending))
+				rc = bad(p, "schema nested too deep");
+			else if (e.children > 0)
 				pending[++depth] = e.children;
 			continue;
 		}
+		if (top && e.type == TYPE_BYTE_ARRAY && e.rep != REP_REPEATED && strings.len < 400) {
+			buf_append(&strings, strings.len ? ", " : "", strings.len ? 2 : 0);
+			buf_append(&strings, e.name ? (const char *)e.name : "", e.name_len);
+		}
 		if (match) {
 			if (e.type != TYPE_BYTE_ARRAY)
-				return error("'%s': column '%s' does not hold strings (Parquet type %d, "
-					     "not BYTE_ARRAY)", p->name, p->column, e.type);
-			if (e.rep == REP_REPEATED)
-				return error("'%s': column '%s' is repeated (a list), not one string a "
-					     "row", p->name, p->column);
+				rc = error("'%s': column '%s' does not hold strings (Parquet type %d, "
+					   "not BYTE_ARRAY)", p->name, p->column, e.type);
+			else if (e.rep == REP_REPEATED)
+				rc = error("'%s': column '%s' is repeated (a list), not one string a "
+					   "row", p->name, p->column);
 			p->max_def = e.rep == REP_OPTIONAL;
 			found = leaves;
 		}
 		leaves++;
 	}
-	if (t->bad)
-		return bad(p, "the schema is cut short");
-	if (found < 0)
-		return error("'%s': no top-level column '%s' (choose the text column with --field)",
-			     p->name, p->column);
+	if (rc)
+		; /* said */
+	else if (t->bad)
+		rc = bad(p, "the schema is cut short");
+	else if (found < 0 && strings.len)
+		rc = error("'%s': no top-level column '%s'; its string columns are %.*s (choose "
+			   "the text column with --field)", p->name, p->column, (int)strings.len,
+			   (const char *)strings.data);
+	else if (found < 0)
+		rc = error("'%s': no top-level column '%s', and no top-level string column",
+			   p->name, p->column);
+	buf_free(&strings);
+	if (rc)
+		return -1;
 	*leaf = found;
 	return 0;
 }

@@ -85,7 +85,7 @@ expect_fail() { # NAME PATTERN -- CMD...
 	if [ $rc -eq 1 ] && grep -q -- "$pattern" err.txt; then pass "$name"; else
 		fail "$name" "exit $rc: $(head -c 300 err.txt)"; fi
 }
-expect_fail parquet_no_such_column "no top-level column 'content' (choose the text column with --field)" -- \
+expect_fail parquet_no_such_column "no top-level column 'content'; its string columns are text, url (choose the text column with --field)" -- \
 	$A tokenize encode -t t.tok --ids --format parquet --field content "$P/v2_snappy.parquet"
 expect_fail parquet_column_not_strings "column 'id' does not hold strings" -- \
 	$A tokenize encode -t t.tok --ids --format parquet --field id "$P/v2_snappy.parquet"
