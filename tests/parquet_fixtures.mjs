@@ -5,7 +5,8 @@
 // tests/scripts/tokenize_parquet.sh encodes both ways and compares.
 //   hyparquet-writer (DATA_PAGE_V2): snappy with other columns, small pages
 //     and row groups; gzip with nulls and empty strings; a dictionary-encoded
-//     column; zstd (through the zstd command)
+//     column; zstd (through the zstd command); DELTA_LENGTH_BYTE_ARRAY with
+//     nulls, and DELTA_BYTE_ARRAY on strings that share prefixes
 //   parquetjs-lite (DATA_PAGE v1): snappy optional with nulls; gzip and
 //     uncompressed, required
 // Run from the repository root after `npm install hyparquet-writer@0.17.0
@@ -47,6 +48,13 @@ expect('v2_dictionary', rep)
 parquetWriteFile({ filename: file('v2_zstd'), codec: 'ZSTD', rowGroupSize: 25, pageSize: 4096,
 	compressors: { ZSTD: b => new Uint8Array(execFileSync('zstd', ['-c', '-q', '-3'], { input: Buffer.from(b) })) },
 	columnData: [{ name: 'text', data: docs, type: 'STRING', nullable: false }] })
+
+parquetWriteFile({ filename: file('v2_delta_length_nulls'), pageSize: 2048, rowGroupSize: 30,
+	columnData: [{ name: 'text', data: withNulls, type: 'STRING', encoding: 'DELTA_LENGTH_BYTE_ARRAY' }] })
+const urls = docs.map((d, i) => 'https://example.org/articles/' + (i % 13) + '/' + d.slice(0, 20))
+parquetWriteFile({ filename: file('v2_delta_prefixes'), pageSize: 512,
+	columnData: [{ name: 'text', data: urls, type: 'STRING', encoding: 'DELTA_BYTE_ARRAY', nullable: false }] })
+expect('v2_delta_prefixes', urls)
 
 async function v1(name, compression, optional, rows) {
 	const schema = new parquet.ParquetSchema({ n: { type: 'INT32' }, text: { type: 'UTF8', compression, optional } })

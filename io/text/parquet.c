@@ -181,7 +181,8 @@ enum { REP_REQUIRED, REP_OPTIONAL, REP_REPEATED };
 enum { CODEC_UNCOMPRESSED, CODEC_SNAPPY, CODEC_GZIP, CODEC_LZO, CODEC_BROTLI, CODEC_LZ4,
        CODEC_ZSTD, CODEC_LZ4_RAW };
 enum { PAGE_DATA, PAGE_INDEX, PAGE_DICTIONARY, PAGE_DATA_V2 };
-enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_RLE_DICTIONARY = 8 };
+enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_DELTA_LENGTH_BYTE_ARRAY = 6,
+       ENC_DELTA_BYTE_ARRAY = 7, ENC_RLE_DICTIONARY = 8 };
 
 static const char *codec_name(int c)
 {
@@ -233,6 +234,7 @@ struct parquet {
 	uint32_t *val_n;
 	uint32_t page_len, page_next;
 	size_t val_cap;
+	uint8_t *delta_buf;         /* DELTA_BYTE_ARRAY: the page's strings rebuilt */
 	int failed;                 /* an error was reported: every call fails */
 };
 
@@ -610,6 +612,115 @@ static void reserve_values(struct parquet *p, uint32_t n)
 	p->val_n = xrealloc(p->val_n, st_mult(n, sizeof(*p->val_n)));
 }
 
+/* DELTA_BINARY_PACKED: n integers from src[0..len) into out[n]; *used
+ * gets the bytes the encoding took (its header counts at least n). -1 for
+ * corrupt data. */
+static int delta_packed(const uint8_t *src, size_t len, uint32_t n, int64_t *out, size_t *used)
+{
+	struct thrift t = {src, src + len, 0};
+	uint64_t block = t_varint(&t), minis = t_varint(&t), total = t_varint(&t);
+	uint64_t v = (uint64_t)t_zigzag(&t); /* unsigned: wraps as the writers' sums do */
+	if (t.bad || !minis || minis > 1024 || block == 0 || block > (1u << 20) ||
+	    block % minis || (block / minis) % 8 || total < n)
+		return -1;
+	uint64_t per = block / minis;
+	uint32_t i = 0;
+	if (n)
+		out[i++] = (int64_t)v;
+	while (i < n) {
+		uint64_t min_delta = (uint64_t)t_zigzag(&t);
+		if (t.bad || (uint64_t)(t.end - t.p) < minis)
+			return -1;
+		const uint8_t *widths = t.p;
+		t.p += minis;
+		for (uint64_t m = 0; m < minis && i < n; m++) {
+			int bw = widths[m];
+			uint64_t bytes = per * (uint64_t)bw / 8;
+			if (bw > 64 || bytes > (uint64_t)(t.end - t.p))
+				return -1;
+			for (uint64_t k = 0; k < per && i < n; k++) {
+				uint64_t x = 0, bit = k * (uint64_t)bw;
+				for (int b = 0; b < bw; b++, bit++)
+					x |= (uint64_t)(t.p[bit >> 3] >> (bit & 7) & 1) << b;
+				v += min_delta + x;
+				out[i++] = (int64_t)v;
+			}
+			t.p += bytes;
+		}
+	}
+	*used = (size_t)(t.p - src);
+	return 0;
+}
+
+/* DELTA_LENGTH_BYTE_ARRAY (lengths, then the bytes) and DELTA_BYTE_ARRAY
+ * (prefix lengths, then the suffixes as DELTA_LENGTH_BYTE_ARRAY; each
+ * string is the previous one's first prefix bytes and its suffix): the
+ * present values of a page, nulls where defs says. */
+static int delta_strings(struct parquet *p, const uint8_t *vals, size_t len, uint32_t num,
+			 const uint32_t *defs, int prefixed)
+{
+	uint32_t present = 0;
+	for (uint32_t i = 0; i < num; i++)
+		present += !defs || defs[i];
+	int64_t *pre = xmalloc(st_mult(present ? present : 1, sizeof(int64_t)));
+	int64_t *lens = xmalloc(st_mult(present ? present : 1, sizeof(int64_t)));
+	size_t used = 0, used2 = 0, total = 0;
+	int rc = 0;
+	if (prefixed && delta_packed(vals, len, present, pre, &used))
+		rc = page_error(p, "its DELTA_BYTE_ARRAY prefix lengths are corrupt");
+	if (!rc && delta_packed(vals + used, len - used, present, lens, &used2))
+		rc = page_error(p, "its delta-encoded string lengths are corrupt");
+	const uint8_t *data = vals + used + used2;
+	size_t left = len - used - used2;
+	for (uint32_t j = 0; !rc && j < present; j++) {
+		if (lens[j] < 0 || (uint64_t)lens[j] > left - total ||
+		    (prefixed && (pre[j] < 0 || (j == 0 && pre[j]) ||
+				  (j && pre[j] > pre[j - 1] + lens[j - 1]))))
+			rc = page_error(p, "a delta-encoded string runs past its page");
+		else
+			total += (size_t)lens[j];
+	}
+	/* DELTA_BYTE_ARRAY rebuilds each string, so bound what it may take */
+	size_t rebuilt = 0;
+	for (uint32_t j = 0; !rc && prefixed && j < present; j++) {
+		rebuilt += (size_t)pre[j] + (size_t)lens[j];
+		if (rebuilt > PARQUET_MAX_PAGE)
+			rc = page_error(p, "its DELTA_BYTE_ARRAY strings rebuild to more than a page "
+					   "may hold");
+	}
+	if (!rc && prefixed) {
+		free(p->delta_buf);
+		p->delta_buf = xmalloc(rebuilt ? rebuilt : 1);
+	}
+	size_t off = 0, at = 0;
+	const uint8_t *prev = NULL;
+	for (uint32_t i = 0, j = 0; !rc && i < num; i++) {
+		if (defs && !defs[i]) {
+			p->val_s[i] = NULL;
+			p->val_n[i] = 0;
+			continue;
+		}
+		if (!prefixed) {
+			p->val_s[i] = data + off;
+			p->val_n[i] = (uint32_t)lens[j];
+		} else { /* the previous string's prefix, then the suffix */
+			uint8_t *s = p->delta_buf + at;
+			if (pre[j])
+				memmove(s, prev, (size_t)pre[j]);
+			memcpy(s + pre[j], data + off, (size_t)lens[j]);
+			p->val_s[i] = s;
+			p->val_n[i] = (uint32_t)(pre[j] + lens[j]);
+			prev = s;
+			at += (size_t)(pre[j] + lens[j]);
+		}
+		off += (size_t)lens[j];
+		j++;
+	}
+	free(pre);
+	free(lens);
+	return rc;
+}
+
 /* Decode a data page's values: defs then values from body. */
 static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *defs_p,
 		       size_t defs_len, const uint8_t *vals, size_t vals_len)
@@ -648,9 +759,12 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 				p->val_n[i] = p->dict_n[k];
 			}
 		}
+	} else if (enc == ENC_DELTA_LENGTH_BYTE_ARRAY || enc == ENC_DELTA_BYTE_ARRAY) {
+		rc = delta_strings(p, vals, vals_len, num, defs, enc == ENC_DELTA_BYTE_ARRAY);
 	} else {
-		rc = error("'%s': column '%s' is encoded %s, which is not supported (PLAIN and "
-			   "dictionary encodings are)", p->name, p->column, encoding_name(enc));
+		rc = error("'%s': column '%s' is encoded %s, which is not supported (PLAIN, "
+			   "dictionary and DELTA_(LENGTH_)BYTE_ARRAY encodings are)", p->name,
+			   p->column, encoding_name(enc));
 	}
 	free(defs);
 	if (!rc) {
@@ -902,6 +1016,7 @@ void parquet_close(struct parquet *p)
 	free(p->dict_s);
 	free(p->dict_n);
 	free(p->page_buf);
+	free(p->delta_buf);
 	free(p->val_s);
 	free(p->val_n);
 	free(p->name_copy);

@@ -7,8 +7,10 @@
  *     OPTIONAL (a null is reported as such); nested and repeated columns,
  *     and the file's other columns, are skipped, never decoded;
  *   - pages DATA_PAGE (v1) and DATA_PAGE_V2, with a DICTIONARY_PAGE;
- *     values PLAIN or dictionary-encoded (PLAIN_DICTIONARY, RLE_DICTIONARY);
- *     definition levels in the RLE/bit-packed hybrid;
+ *     values PLAIN, dictionary-encoded (PLAIN_DICTIONARY, RLE_DICTIONARY)
+ *     or delta-encoded (DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY: Spark's
+ *     and parquet-java's v2 pages); definition levels in the RLE/bit-packed
+ *     hybrid;
  *   - codecs UNCOMPRESSED, SNAPPY, GZIP and ZSTD.
  * Anything else (another encoding, codec, or a chunk in another file) is
  * refused naming it, never guessed at. Every offset, size and count is

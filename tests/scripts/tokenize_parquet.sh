@@ -2,9 +2,9 @@
 # tokenize_parquet.sh - Parquet corpora (io/text/parquet.h) as Hugging
 # Face datasets ship them: files from independent writers (testdata/parquet,
 # most made by tests/parquet_fixtures.mjs: data pages v1 and v2; snappy,
-# gzip, zstd and none; dictionary and plain values; nulls, empty strings,
-# other columns, many row groups and pages) give exactly the documents of
-# the same rows as JSON Lines; bad input is refused by name.
+# gzip, zstd and none; dictionary, plain and delta-encoded values; nulls,
+# empty strings, other columns, many row groups and pages) give exactly the
+# documents of the same rows as JSON Lines; bad input is refused by name.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 P=$TESTDATA/parquet
@@ -33,6 +33,8 @@ same_ids v2_dictionary v2_dictionary
 same_ids v1_snappy_nulls v1_snappy_nulls
 same_ids v1_gzip docs
 same_ids v1_plain docs
+same_ids v2_delta_length_nulls v2_gzip_nulls
+same_ids v2_delta_prefixes v2_delta_prefixes
 # layouts of other writers, from a writer that imitates them (a review's):
 # pages of nulls only, with no values area (parquet-java's v2) or no
 # dictionary indices (v1), and pyarrow's empty table (a row group of 0
