@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../io/util.h"
+#include "../kernels/cpu/cpu.h"
 #include "linalg.h"
 #include "soap.h"
 
@@ -79,19 +80,16 @@ static float *to_host_float(const struct backend *be, const float *x, size_t n)
 	return f;
 }
 
-/* One power step for side `side` (0: rows, 1: cols) of v[m,n]: reorder
- * Q's columns (and v along that side) by descending estimated eigenvalue
- * q_c^T P q_c, then Q = qr(P Q). In single precision, as the reference
- * implementation does it (the first eigenbasis, eigenbasis() above, is
- * double); v is on the host. */
-static void refresh_side(const struct backend *be, float *qd, const float *pd, int k, float *v,
-			 int m, int n, int side)
+/* One power step of a side's basis Q[k,k] against its factor P[k,k], on
+ * the host: Q's columns ordered by descending estimated eigenvalue
+ * q_c^T P q_c (order[k] gets the permutation, for v), then Q = qr(P Q). In
+ * single precision, as the reference implementation does it (the first
+ * eigenbasis, eigenbasis() above, is double). 0, or -1 when LAPACK fails. */
+static int power_step(const float *P, float *Q, int k, int *order)
 {
 	size_t kk = (size_t)k * k;
-	float *P = to_host_float(be, pd, kk), *Q = to_host_float(be, qd, kk);
 	float *PQ = xmalloc(st_mult(kk, sizeof(float)));
 	double *est = xmalloc(st_mult((size_t)k, sizeof(double)));
-	int *order = xmalloc(st_mult((size_t)k, sizeof(int)));
 	linalg_matmul_f(PQ, P, Q, k);
 	for (int c = 0; c < k; c++) { /* est[c] = Q[:,c] . (P Q)[:,c] */
 		double s = 0.0;
@@ -113,21 +111,56 @@ static void refresh_side(const struct backend *be, float *qd, const float *pd, i
 	for (int i = 0; i < k; i++)
 		for (int c = 0; c < k; c++)
 			Q[(size_t)i * k + c] = PQ[(size_t)i * k + order[c]];
-	if (linalg_qr_q_f(Q, k))
-		die("SOAP: the QR factorisation of a %dx%d basis failed (LAPACK sgeqrf)", k, k);
-	be->to_device(qd, Q, kk * sizeof(float));
-	float *vs = xmalloc(st_mult((size_t)m * n, sizeof(float))); /* v reordered along the side */
-	for (int i = 0; i < m; i++)
-		for (int j = 0; j < n; j++)
-			vs[(size_t)i * n + j] = side == 0 ? v[(size_t)order[i] * n + j]
-							  : v[(size_t)i * n + order[j]];
-	memcpy(v, vs, (size_t)m * n * sizeof(float));
-	free(P);
-	free(Q);
 	free(PQ);
-	free(vs);
 	free(est);
-	free(order);
+	return linalg_qr_q_f(Q, k);
+}
+
+/* Refresh both bases (each side that has one) and reorder v[m,n] with
+ * them. The two sides' power steps are independent: they run at once on
+ * two threads, each LAPACK call on one thread, so the bits are the same
+ * for any thread count. */
+static void refresh_bases(const struct backend *be, const struct soap_state *st, int m, int n)
+{
+	struct {
+		float *qd;
+		const float *pd;
+		int k;
+		float *P, *Q;
+		int *order;
+		int failed;
+	} side[2] = {{st->ql, st->l, m, NULL, NULL, NULL, 0}, {st->qr, st->r, n, NULL, NULL, NULL, 0}};
+	for (int x = 0; x < 2; x++)
+		if (side[x].qd) {
+			size_t kk = (size_t)side[x].k * side[x].k;
+			side[x].P = to_host_float(be, side[x].pd, kk);
+			side[x].Q = to_host_float(be, side[x].qd, kk);
+			side[x].order = xmalloc(st_mult((size_t)side[x].k, sizeof(int)));
+		}
+	int both = side[0].qd && side[1].qd;
+#pragma omp parallel for num_threads(2) if (both && cpu_threads() > 1)
+	for (int x = 0; x < 2; x++)
+		if (side[x].qd)
+			side[x].failed = power_step(side[x].P, side[x].Q, side[x].k, side[x].order);
+	size_t mn = (size_t)m * n;
+	float *v = to_host_float(be, st->v, mn), *vs = xmalloc(st_mult(mn, sizeof(float)));
+	for (int i = 0; i < m; i++) /* v in the reordered bases: rows, then columns */
+		for (int j = 0; j < n; j++)
+			vs[(size_t)i * n + j] = v[(size_t)(side[0].qd ? side[0].order[i] : i) * n +
+						  (side[1].qd ? side[1].order[j] : j)];
+	be->to_device(st->v, vs, mn * sizeof(float));
+	for (int x = 0; x < 2; x++)
+		if (side[x].qd) {
+			if (side[x].failed)
+				die("SOAP: the QR factorisation of a %dx%d basis failed (LAPACK "
+				    "sgeqrf)", side[x].k, side[x].k);
+			be->to_device(side[x].qd, side[x].Q, (size_t)side[x].k * side[x].k * sizeof(float));
+			free(side[x].P);
+			free(side[x].Q);
+			free(side[x].order);
+		}
+	free(v);
+	free(vs);
 }
 
 void soap_direction(const struct backend *be, const struct soap_state *st, float *u,
@@ -159,13 +192,7 @@ void soap_direction(const struct backend *be, const struct soap_state *st, float
 		/* m back to the original space, the bases refreshed (v reordered
 		 * with them), then m into the new bases */
 		change_basis(be, out, st->m, tmp, st->ql, st->qr, m, n, 1);
-		float *v = to_host_float(be, st->v, mn);
-		if (st->ql)
-			refresh_side(be, st->ql, st->l, m, v, m, n, 0);
-		if (st->qr)
-			refresh_side(be, st->qr, st->r, n, v, m, n, 1);
-		be->to_device(st->v, v, mn * sizeof(float));
-		free(v);
+		refresh_bases(be, st, m, n);
 		change_basis(be, st->m, out, tmp, st->ql, st->qr, m, n, 0);
 	}
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../io/util.h"
+#include "../../kernels/cpu/cpu.h"
 #include "../../optim/optim.h"
 #include "../../optim/soap.h"
 #include "../test.h"
@@ -1170,6 +1171,28 @@ TEST(optimizers_in_threads_match_sequential)
 		CHECK_MSG(!memcmp(seq.w, jobs[k].w, fx.numel * sizeof(float)),
 			  "%s: threaded run differs", names[k]);
 	}
+}
+
+/* SOAP refreshes its two bases on two threads at once: the bits are the
+ * one-thread run's (each LAPACK call runs on one thread either way) */
+TEST(soap_refresh_bits_do_not_depend_on_threads)
+{
+	struct config cfg;
+	struct fixture fx;
+	float one[16], two[16];
+
+	NEED_BACKEND();
+	fx_small(&fx);
+	test_config(&cfg, "soap");
+	cfg.optim_soap_every = 2;
+	gradient = grad_swap; /* the refreshes reorder */
+	cpu_set_threads(1);
+	CHECK(run_steps(&cfg, &fx, 8, 0.01f, one) == 0);
+	cpu_set_threads(2);
+	CHECK(run_steps(&cfg, &fx, 8, 0.01f, two) == 0);
+	cpu_set_threads(0);
+	gradient = grad_of;
+	CHECK(!memcmp(one, two, fx.numel * sizeof(float)));
 }
 
 /* ---- configuration errors ---- */
