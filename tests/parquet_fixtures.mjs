@@ -6,7 +6,8 @@
 //   hyparquet-writer (DATA_PAGE_V2): snappy with other columns, small pages
 //     and row groups; gzip with nulls and empty strings; a dictionary-encoded
 //     column; zstd (through the zstd command); DELTA_LENGTH_BYTE_ARRAY with
-//     nulls, and DELTA_BYTE_ARRAY on strings that share prefixes
+//     nulls, and DELTA_BYTE_ARRAY on strings that share prefixes and on one
+//     long string repeated (each string rebuilt as it is read)
 //   parquetjs-lite (DATA_PAGE v1): snappy optional with nulls; gzip and
 //     uncompressed, required
 // Run from the repository root after `npm install hyparquet-writer@0.17.0
@@ -55,6 +56,10 @@ const urls = docs.map((d, i) => 'https://example.org/articles/' + (i % 13) + '/'
 parquetWriteFile({ filename: file('v2_delta_prefixes'), pageSize: 512,
 	columnData: [{ name: 'text', data: urls, type: 'STRING', encoding: 'DELTA_BYTE_ARRAY', nullable: false }] })
 expect('v2_delta_prefixes', urls)
+// one 100 KB string 2800 times in one page: 280 MB once rebuilt, from 5 KB
+parquetWriteFile({ filename: file('v2_delta_repeats'), pageSize: 0, rowGroupSize: 100000,
+	columnData: [{ name: 'text', data: Array(2800).fill('word '.repeat(20000)), type: 'STRING',
+		       encoding: 'DELTA_BYTE_ARRAY' }] })
 
 async function v1(name, compression, optional, rows) {
 	const schema = new parquet.ParquetSchema({ n: { type: 'INT32' }, text: { type: 'UTF8', compression, optional } })

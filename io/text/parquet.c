@@ -234,7 +234,13 @@ struct parquet {
 	uint32_t *val_n;
 	uint32_t page_len, page_next;
 	size_t val_cap;
-	uint8_t *delta_buf;         /* DELTA_BYTE_ARRAY: the page's strings rebuilt */
+	/* DELTA_BYTE_ARRAY: val_s/val_n hold each string's suffix and
+	 * val_pre its prefix length; parquet_next rebuilds the string in cur
+	 * (which holds the previous one), so memory is the longest string */
+	uint32_t *val_pre;
+	int prefixed;               /* the page is DELTA_BYTE_ARRAY */
+	size_t pre_cap;
+	struct buf cur;
 	int failed;                 /* an error was reported: every call fails */
 };
 
@@ -621,7 +627,7 @@ static int delta_packed(const uint8_t *src, size_t len, uint32_t n, int64_t *out
 	uint64_t block = t_varint(&t), minis = t_varint(&t), total = t_varint(&t);
 	uint64_t v = (uint64_t)t_zigzag(&t); /* unsigned: wraps as the writers' sums do */
 	if (t.bad || !minis || minis > 1024 || block == 0 || block > (1u << 20) ||
-	    block % minis || (block / minis) % 8 || total < n)
+	    block % minis || (block / minis) % 8 || total != n)
 		return -1;
 	uint64_t per = block / minis;
 	uint32_t i = 0;
@@ -655,15 +661,23 @@ static int delta_packed(const uint8_t *src, size_t len, uint32_t n, int64_t *out
 /* DELTA_LENGTH_BYTE_ARRAY (lengths, then the bytes) and DELTA_BYTE_ARRAY
  * (prefix lengths, then the suffixes as DELTA_LENGTH_BYTE_ARRAY; each
  * string is the previous one's first prefix bytes and its suffix): the
- * present values of a page, nulls where defs says. */
+ * present values of a page, nulls where defs says. DELTA_BYTE_ARRAY's
+ * strings are rebuilt one at a time as they are read (parquet_next). */
 static int delta_strings(struct parquet *p, const uint8_t *vals, size_t len, uint32_t num,
 			 const uint32_t *defs, int prefixed)
 {
 	uint32_t present = 0;
 	for (uint32_t i = 0; i < num; i++)
 		present += !defs || defs[i];
-	int64_t *pre = xmalloc(st_mult(present ? present : 1, sizeof(int64_t)));
-	int64_t *lens = xmalloc(st_mult(present ? present : 1, sizeof(int64_t)));
+	if (!present) { /* a page of nulls may have no value section */
+		for (uint32_t i = 0; i < num; i++) {
+			p->val_s[i] = NULL;
+			p->val_n[i] = 0;
+		}
+		return 0;
+	}
+	int64_t *pre = xmalloc(st_mult(present, sizeof(int64_t)));
+	int64_t *lens = xmalloc(st_mult(present, sizeof(int64_t)));
 	size_t used = 0, used2 = 0, total = 0;
 	int rc = 0;
 	if (prefixed && delta_packed(vals, len, present, pre, &used))
@@ -673,46 +687,31 @@ static int delta_strings(struct parquet *p, const uint8_t *vals, size_t len, uin
 	const uint8_t *data = vals + used + used2;
 	size_t left = len - used - used2;
 	for (uint32_t j = 0; !rc && j < present; j++) {
+		/* a prefix is at most the previous string (the page's first has
+		 * none), and a string at most a page */
 		if (lens[j] < 0 || (uint64_t)lens[j] > left - total ||
 		    (prefixed && (pre[j] < 0 || (j == 0 && pre[j]) ||
-				  (j && pre[j] > pre[j - 1] + lens[j - 1]))))
+				  (j && pre[j] > pre[j - 1] + lens[j - 1]) ||
+				  pre[j] + lens[j] > (int64_t)PARQUET_MAX_PAGE)))
 			rc = page_error(p, "a delta-encoded string runs past its page");
 		else
 			total += (size_t)lens[j];
 	}
-	/* DELTA_BYTE_ARRAY rebuilds each string, so bound what it may take */
-	size_t rebuilt = 0;
-	for (uint32_t j = 0; !rc && prefixed && j < present; j++) {
-		rebuilt += (size_t)pre[j] + (size_t)lens[j];
-		if (rebuilt > PARQUET_MAX_PAGE)
-			rc = page_error(p, "its DELTA_BYTE_ARRAY strings rebuild to more than a page "
-					   "may hold");
+	if (!rc && prefixed && p->pre_cap < num) {
+		p->pre_cap = num;
+		p->val_pre = xrealloc(p->val_pre, st_mult(num, sizeof(*p->val_pre)));
 	}
-	if (!rc && prefixed) {
-		free(p->delta_buf);
-		p->delta_buf = xmalloc(rebuilt ? rebuilt : 1);
-	}
-	size_t off = 0, at = 0;
-	const uint8_t *prev = NULL;
+	size_t off = 0;
 	for (uint32_t i = 0, j = 0; !rc && i < num; i++) {
 		if (defs && !defs[i]) {
 			p->val_s[i] = NULL;
 			p->val_n[i] = 0;
 			continue;
 		}
-		if (!prefixed) {
-			p->val_s[i] = data + off;
-			p->val_n[i] = (uint32_t)lens[j];
-		} else { /* the previous string's prefix, then the suffix */
-			uint8_t *s = p->delta_buf + at;
-			if (pre[j])
-				memmove(s, prev, (size_t)pre[j]);
-			memcpy(s + pre[j], data + off, (size_t)lens[j]);
-			p->val_s[i] = s;
-			p->val_n[i] = (uint32_t)(pre[j] + lens[j]);
-			prev = s;
-			at += (size_t)(pre[j] + lens[j]);
-		}
+		p->val_s[i] = data + off;
+		p->val_n[i] = (uint32_t)lens[j];
+		if (prefixed)
+			p->val_pre[i] = (uint32_t)pre[j];
 		off += (size_t)lens[j];
 		j++;
 	}
@@ -727,6 +726,7 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 {
 	reserve_values(p, num);
 	uint32_t *defs = NULL;
+	int prefixed = 0;
 	if (p->max_def) {
 		defs = xmalloc(st_mult(num ? num : 1, sizeof(*defs)));
 		struct hybrid h = {defs_p, defs_p + defs_len, 1, 0, 0, NULL, 0};
@@ -761,6 +761,7 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 		}
 	} else if (enc == ENC_DELTA_LENGTH_BYTE_ARRAY || enc == ENC_DELTA_BYTE_ARRAY) {
 		rc = delta_strings(p, vals, vals_len, num, defs, enc == ENC_DELTA_BYTE_ARRAY);
+		prefixed = enc == ENC_DELTA_BYTE_ARRAY;
 	} else {
 		rc = error("'%s': column '%s' is encoded %s, which is not supported (PLAIN, "
 			   "dictionary and DELTA_(LENGTH_)BYTE_ARRAY encodings are)", p->name,
@@ -770,6 +771,8 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 	if (!rc) {
 		p->page_len = num;
 		p->page_next = 0;
+		p->prefixed = prefixed;
+		p->cur.len = 0;
 	}
 	return rc;
 }
@@ -954,6 +957,12 @@ int parquet_next(struct parquet *p, const uint8_t **s, size_t *n)
 		*s = (const uint8_t *)"";
 		return 2;
 	}
+	if (p->prefixed) { /* the previous string's first val_pre bytes, then the suffix */
+		p->cur.len = p->val_pre[i]; /* checked: at most the previous string */
+		buf_append(&p->cur, *s, *n);
+		*s = p->cur.data;
+		*n = p->cur.len;
+	}
 	return 1;
 }
 
@@ -1016,7 +1025,8 @@ void parquet_close(struct parquet *p)
 	free(p->dict_s);
 	free(p->dict_n);
 	free(p->page_buf);
-	free(p->delta_buf);
+	free(p->val_pre);
+	buf_free(&p->cur);
 	free(p->val_s);
 	free(p->val_n);
 	free(p->name_copy);

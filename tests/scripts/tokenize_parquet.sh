@@ -35,6 +35,15 @@ same_ids v1_gzip docs
 same_ids v1_plain docs
 same_ids v2_delta_length_nulls v2_gzip_nulls
 same_ids v2_delta_prefixes v2_delta_prefixes
+# a 100 KB string 2800 times, prefix-encoded in one page: read one string at
+# a time, never the page's 280 MB at once
+printf '{"text": "%s"}\n' "$(printf 'word %.0s' $(seq 20000))" > long.jsonl
+$A tokenize encode -t t.tok --ids --format jsonl long.jsonl > long.ids 2> /dev/null
+$A tokenize encode -t t.tok --ids --format parquet "$P/v2_delta_repeats.parquet" > rep.ids 2> rep.err
+if [ "$(wc -l < rep.ids)" = 2800 ] && [ "$(sort -u rep.ids | wc -l)" = 1 ] &&
+   cmp -s <(head -n 1 rep.ids) long.ids; then
+	pass parquet_delta_repeats_rebuilt_one_at_a_time
+else fail parquet_delta_repeats_rebuilt_one_at_a_time "$(wc -l < rep.ids) lines: $(head -c 300 rep.err)"; fi
 # layouts of other writers, from a writer that imitates them (a review's):
 # pages of nulls only, with no values area (parquet-java's v2) or no
 # dictionary indices (v1), and pyarrow's empty table (a row group of 0
