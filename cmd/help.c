@@ -261,16 +261,16 @@ static void macro(struct page *pg, const char *mac, const char *args)
 	} else if (!strcmp(mac, "IP")) { /* .IP [TAG [INDENT]]: TAG as .TP's */
 		flush(pg);
 		fputc('\n', pg->fp);
-		const char *tag_end = args;
-		while (*tag_end == ' ')
-			tag_end++;
-		if (*tag_end == '"')
-			tag_end = strchr(tag_end + 1, '"') ? strchr(tag_end + 1, '"') + 1 : tag_end + 1;
+		/* the first argument only: quoted, or up to a blank */
+		const char *a = args + strspn(args, " "), *e;
+		if (*a == '"')
+			e = strchr(a + 1, '"') ? strchr(a + 1, '"') + 1 : a + strlen(a);
 		else
-			tag_end += strcspn(tag_end, " ");
-		char *tag = xmalloc((size_t)(tag_end - args) + 1);
-		memcpy(tag, args, (size_t)(tag_end - args));
-		tag[tag_end - args] = 0;
+			e = a + strcspn(a, " ");
+		size_t n = (size_t)(e - a);
+		char *tag = xmalloc(n + 1);
+		memcpy(tag, a, n);
+		tag[n] = 0;
 		macro_args(&t, tag, 0);
 		free(tag);
 		pg->tp = 1;

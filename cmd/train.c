@@ -419,15 +419,9 @@ int cmd_train(int argc, char **argv)
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
 	r.tr.stop = r.stop = &stop_signal;
-	struct sigaction sa = {0};
-	sa.sa_handler = on_signal;
-	static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-	for (size_t i = 0; i < ARRAY_SIZE(stop_signals); i++) {
-		struct sigaction old;
-		/* one ignored by whoever started the run (nohup) stays ignored */
-		if (!sigaction(stop_signals[i], NULL, &old) && old.sa_handler != SIG_IGN)
-			sigaction(stop_signals[i], &sa, NULL);
-	}
+	staged_catch(SIGINT, on_signal);
+	staged_catch(SIGTERM, on_signal);
+	staged_catch(SIGHUP, on_signal);
 
 	r.last_save = now_sec();
 	r.sample_every = dist_is_root() ? cfg->sample_every : 0;

@@ -141,20 +141,22 @@ static void on_signal(int sig)
 	raise(sig); /* delivered once the handler returns: the signal's status */
 }
 
+void staged_catch(int sig, void (*handler)(int))
+{
+	struct sigaction old, sa;
+	if (sigaction(sig, NULL, &old) || old.sa_handler == SIG_IGN)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
 void staged_on_signals(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
-		struct sigaction old;
-		/* a signal ignored by whoever started us (nohup) stays ignored */
-		if (!sigaction(sigs[i], NULL, &old) && old.sa_handler == SIG_IGN)
-			continue;
-		sigaction(sigs[i], &sa, NULL);
-	}
+	staged_catch(SIGINT, on_signal);
+	staged_catch(SIGTERM, on_signal);
+	staged_catch(SIGHUP, on_signal);
 	signal(SIGXFSZ, SIG_IGN);
 }
 

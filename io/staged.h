@@ -21,8 +21,9 @@
  * Slots are fixed (STAGED_MAX): the handler may not allocate. When they are
  * all taken a path is simply not tracked, which is today's behaviour of a
  * killed writer, never a loss. SIGKILL cannot be caught; train (which
- * handles SIGINT/SIGTERM itself, to stop at a step and checkpoint) removes
- * its dead writers' temporaries on the next start (cmd/train_dir.c).
+ * handles SIGINT/SIGTERM/SIGHUP itself, to stop at a step and checkpoint)
+ * removes its dead writers' temporaries on the next start
+ * (cmd/train_dir.c).
  *
  * A file size limit (ulimit -f) is turned from a killing SIGXFSZ into a
  * write error (EFBIG), which every writer reports with the file's name and
@@ -51,6 +52,9 @@ int staged_remove_all(void);
  * write error. A command that installs its own handler for a signal calls
  * staged_remove_all() before it dies by that signal. */
 void staged_on_signals(void);
+/* Install handler for sig, unless whoever started the process ignores sig
+ * (nohup, a background job of a script): an ignored signal stays ignored. */
+void staged_catch(int sig, void (*handler)(int));
 /* In a child about to exec another program: SIGXFSZ as that program
  * expects it (an ignored signal stays ignored across exec). */
 void staged_children_default(void);

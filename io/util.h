@@ -66,8 +66,8 @@ int read_file(const char *path, struct buf *out);
 
 /* Atomic file writing: data goes to "PATH.tmp.PID", is fsync'ed, then
  * renamed over PATH and the directory fsync'ed; until then a signal removes
- * it (staged.h). On any failure the temp file
- * is removed and PATH is left untouched. */
+ * it (staged.h). On any failure the temp file is removed and PATH is left
+ * untouched. */
 struct atomic_file {
 	FILE *fp;
 	char *path, *tmp_path;

@@ -245,14 +245,16 @@ def newton_schulz(x, steps=5):
         x = [[a * x[i][j] + BX[i][j] for j in range(len(x[0]))] for i in range(len(x))]
     return tr(x) if transposed else x
 
+def nesterov(st, g, mu):
+    """The matrix's momentum m = mu m + g; returns g + mu m (Nesterov)."""
+    mom = st.setdefault('mom', [0.0] * DECAYED)
+    for i in range(DECAYED):
+        mom[i] = mu * mom[i] + g[i]
+    return [g[i] + mu * mom[i] for i in range(DECAYED)]
+
 def muon(scale, lr=0.01, mu=0.9, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, steps=6):
     def step(st, g, t):
-        mom = st.setdefault('mom', [0.0] * DECAYED)
-        x = []
-        for i in range(DECAYED):
-            mom[i] = mu * mom[i] + g[i]
-            x.append(g[i] + mu * mom[i])
-        O = newton_schulz(mat(x))
+        O = newton_schulz(mat(nesterov(st, g, mu)))
         if scale == 'rms':
             s = 0.2 * math.sqrt(max(ROWS, COLS))
         else:
@@ -262,13 +264,8 @@ def muon(scale, lr=0.01, mu=0.9, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, steps=6):
 
 def normuon(scale, lr=0.01, mu=0.9, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, steps=6):
     def step(st, g, t):
-        mom = st.setdefault('mom', [0.0] * DECAYED)
         v = st.setdefault('v', [0.0] * ROWS)
-        x = []
-        for i in range(DECAYED):
-            mom[i] = mu * mom[i] + g[i]
-            x.append(g[i] + mu * mom[i])
-        O = newton_schulz(mat(x))
+        O = newton_schulz(mat(nesterov(st, g, mu)))
         before = math.sqrt(sum(e * e for r in O for e in r))
         for r in range(ROWS):
             v[r] = b2 * v[r] + (1 - b2) * sum(e * e for e in O[r]) / COLS

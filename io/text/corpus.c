@@ -68,7 +68,11 @@ static void push(char ***v, int *n, char *s)
 	(*v)[(*n)++] = s;
 }
 
-static int has_suffix(const char *s, const char *suf);
+static int has_suffix(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && !strcmp(s + n - m, suf);
+}
 
 /* Every file under dir, recursively, into v (unsorted); with suffix, only
  * the names that end with it. */
@@ -208,12 +212,6 @@ static int refill_in(struct corpus *c)
 	c->in_pos = 0;
 	c->in_len = (size_t)k;
 	return 0;
-}
-
-static int has_suffix(const char *s, const char *suf)
-{
-	size_t n = strlen(s), m = strlen(suf);
-	return n >= m && !strcmp(s + n - m, suf);
 }
 
 static void close_file(struct corpus *c)

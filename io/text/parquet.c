@@ -564,13 +564,14 @@ static int page_error(struct parquet *p, const char *why)
 	return error("'%s': column '%s', row group %d: %s", p->name, p->column, p->ci + 1, why);
 }
 
-/* PLAIN BYTE_ARRAY values: n of them from src[0..len) into s[], lens[]. */
+/* PLAIN BYTE_ARRAY values: n of them from src[0..len) into s[], lens[];
+ * a null (defs[i] 0, when there are levels) as NULL. */
 static int plain_values(struct parquet *p, const uint8_t *src, size_t len, uint32_t n,
-			const uint8_t **s, uint32_t *lens, int nullable, const uint32_t *defs)
+			const uint8_t **s, uint32_t *lens, const uint32_t *defs)
 {
 	size_t pos = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		if (nullable && !defs[i]) {
+		if (defs && !defs[i]) {
 			s[i] = NULL;
 			lens[i] = 0;
 			continue;
@@ -601,7 +602,7 @@ static int read_dictionary(struct parquet *p, const uint8_t *body, size_t page_b
 	p->dict_s = xmalloc(st_mult(num ? num : 1, sizeof(*p->dict_s)));
 	p->dict_n = xmalloc(st_mult(num ? num : 1, sizeof(*p->dict_n)));
 	p->has_dict = 0;
-	if (plain_values(p, body, page_bytes, num, p->dict_s, p->dict_n, 0, NULL))
+	if (plain_values(p, body, page_bytes, num, p->dict_s, p->dict_n, NULL))
 		return -1;
 	p->dict_len = num;
 	p->has_dict = 1;
@@ -738,7 +739,7 @@ static int data_values(struct parquet *p, uint32_t num, int enc, const uint8_t *
 	}
 	int rc = 0;
 	if (enc == ENC_PLAIN) {
-		rc = plain_values(p, vals, vals_len, num, p->val_s, p->val_n, p->max_def, defs);
+		rc = plain_values(p, vals, vals_len, num, p->val_s, p->val_n, defs);
 	} else if (enc == ENC_PLAIN_DICTIONARY || enc == ENC_RLE_DICTIONARY) {
 		/* the indices' bit width comes first; a page of nulls may have none */
 		struct hybrid h = {vals + (vals_len > 0), vals + vals_len, vals_len ? vals[0] : 0, 0, 0,
