@@ -16,6 +16,29 @@ static int exists(const char *path)
 	return !stat(path, &sb);
 }
 
+/* Whether path is what builtin_prepare writes there (a run cut short
+ * between the three files left it): the tokenizer's very bytes (tok), or a
+ * shard of the built-in tokenizer (hash). Anything else is someone else's. */
+static int is_builtin_file(const char *path, const struct tokenizer *tok, uint64_t hash)
+{
+	int same = 0;
+	if (tok) {
+		struct buf want = {0}, have = {0};
+		tokenizer_serialize(tok, &want);
+		struct stat sb;
+		same = !stat(path, &sb) && S_ISREG(sb.st_mode) && (size_t)sb.st_size == want.len &&
+		       !read_file(path, &have) && have.len == want.len &&
+		       !memcmp(have.data, want.data, want.len);
+		buf_free(&want);
+		buf_free(&have);
+	} else if (shard_sniff(path) == 1) {
+		struct shard *sh = NULL;
+		same = !shard_open(&sh, path) && shard_tokenizer_hash(sh) == hash;
+		shard_close(sh);
+	}
+	return same;
+}
+
 /* mkdir -p */
 int make_dirs(const char *path)
 {
@@ -109,6 +132,16 @@ int builtin_prepare(const char *dir, int quiet, char **tok_path, char **train_pa
 	struct writer_ctx w = {.tok = tok};
 	uint64_t hash = tokenizer_hash(tok);
 	uint32_t vocab = tokenizer_vocab_size(tok);
+	const char *const paths[3] = {*tok_path, *train_path, *val_path};
+	for (int i = 0; i < 3; i++)
+		if (exists(paths[i]) && !is_builtin_file(paths[i], i == 0 ? tok : NULL, hash)) {
+			tokenizer_free(tok);
+			return error("'%s' is not the built-in corpus's file of that name (the "
+				     "run prepares builtin.tok, builtin_train.shard and "
+				     "builtin_val.shard there, and would replace it): move it away, "
+				     "set data.train, or set train.out_dir to another directory",
+				     paths[i]);
+		}
 	if (tokenizer_save(tok, *tok_path) ||
 	    shard_writer_open(&w.train, *train_path, vocab, hash)) {
 		tokenizer_free(tok);

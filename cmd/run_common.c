@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../io/formats/checkpoint.h"
 #include "../io/util.h"
@@ -39,15 +40,36 @@ int model_from_config(struct model *m, const struct config *cfg, int vocab)
 	return model_init(m, &mc);
 }
 
-static int is_ckpt_name(const char *n)
+int checkpoint_name(const char *n)
 {
 	size_t len = strlen(n);
-	return len > 10 && !strncmp(n, "ckpt-", 5) && !strcmp(n + len - 5, ".ckpt");
+	if (len < 5 + 8 + 5 || strncmp(n, "ckpt-", 5) || strcmp(n + len - 5, ".ckpt"))
+		return 0;
+	for (size_t i = 5; i < len - 5; i++)
+		if (n[i] < '0' || n[i] > '9')
+			return 0;
+	return 1;
 }
 
-static int cmp_str(const void *a, const void *b)
+int checkpoint_in_dir(const char *dir, const char *name)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	if (!checkpoint_name(name))
+		return 0;
+	char *path = path_join(dir, name);
+	struct stat sb;
+	/* stat first: reading a FIFO of that name would block */
+	int is = !stat(path, &sb) && S_ISREG(sb.st_mode) &&
+		 (access(path, R_OK) || ckpt_sniff(path) == 1);
+	free(path);
+	return is;
+}
+
+/* By step: a longer name is a larger step (past 8 digits), then by name. */
+static int cmp_step(const void *a, const void *b)
+{
+	const char *x = *(char *const *)a, *y = *(char *const *)b;
+	size_t lx = strlen(x), ly = strlen(y);
+	return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
 }
 
 int list_checkpoints(const char *dir, char ***paths)
@@ -59,7 +81,7 @@ int list_checkpoints(const char *dir, char ***paths)
 	int n = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if (!is_ckpt_name(e->d_name))
+		if (!checkpoint_in_dir(dir, e->d_name))
 			continue;
 		*paths = xrealloc(*paths, sizeof(char *) * (size_t)(n + 1));
 		/* path_join, as every path of the run directory is made: the
@@ -68,7 +90,7 @@ int list_checkpoints(const char *dir, char ***paths)
 	}
 	closedir(d);
 	if (n > 1)
-		qsort(*paths, (size_t)n, sizeof(char *), cmp_str);
+		qsort(*paths, (size_t)n, sizeof(char *), cmp_step);
 	return n;
 }
 
@@ -84,7 +106,7 @@ char *find_checkpoint(const char *path)
 	char **paths;
 	int n = list_checkpoints(path, &paths);
 	if (!n) {
-		error("'%s' holds no checkpoint (ckpt-*.ckpt)", path);
+		error("'%s' holds no checkpoint (ckpt-NNNNNNNN.ckpt)", path);
 		return NULL;
 	}
 	char *newest = paths[n - 1];

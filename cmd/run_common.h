@@ -12,9 +12,18 @@
 int model_from_config(struct model *m, const struct config *cfg, int vocab);
 /* mkdir -p (cmd/builtin.c). */
 int make_dirs(const char *path);
-/* A checkpoint path from FILE or DIR (the newest ckpt-*.ckpt in it), malloc'ed. */
+/* A checkpoint path from FILE or DIR (the newest checkpoint in it), malloc'ed. */
 char *find_checkpoint(const char *path);
-/* Sorted list of DIR/ckpt-*.ckpt; returns the count. */
+/* Whether NAME (without a directory) is a name train gives a checkpoint:
+ * "ckpt-" + the step in at least 8 digits + ".ckpt". */
+int checkpoint_name(const char *name);
+/* Whether DIR/NAME is a checkpoint train wrote there: a checkpoint_name
+ * that is a regular file holding a checkpoint (its magic; an unreadable one
+ * counts). A user's "ckpt-best.ckpt", or notes saved as
+ * "ckpt-00000002.ckpt", are not: never resumed, rotated or removed. */
+int checkpoint_in_dir(const char *dir, const char *name);
+/* The checkpoints of DIR (checkpoint_in_dir), sorted by step; returns the
+ * count. */
 int list_checkpoints(const char *dir, char ***paths);
 /* Nominal peak FLOP/s of the device for MFU (CPU: cores x clock x SIMD
  * FMA width; CUDA: the device table). */

@@ -94,7 +94,9 @@ static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
 		return !(*ck_path = find_checkpoint(resume)) || ckpt_open(ck, *ck_path) ? -1 : 0;
 	char **paths = NULL;
 	int n = list_checkpoints(resume, &paths);
-	int rc = n ? -1 : error("'%s' holds no checkpoint (ckpt-*.ckpt)", resume);
+	/* none yet: a trainer that is still before its first one is the reason */
+	int rc = n ? -1 : train_dir_check_free(resume) ? -1 :
+		 error("'%s' holds no checkpoint (ckpt-NNNNNNNN.ckpt)", resume);
 	for (int i = n - 1; i >= 0 && rc; i--) {
 		if (!ckpt_open(ck, paths[i]) && !ckpt_verify(*ck)) {
 			*ck_path = xstrdup(paths[i]);
@@ -135,6 +137,14 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 	const char *dir = r->cfg.train_out_dir;
 	if (!take && train_dir_lock(dir, &r->lock_fd))
 		return -1;
+	if (!take && access(dir, W_OK | X_OK)) /* an earlier run's train.lock opens */
+		return error("cannot write in '%s' (train.out_dir): %s; make the directory "
+			     "writable, or set train.out_dir to another directory", dir,
+			     strerror(errno));
+	if (!take && train_dir_check_own(dir))
+		return -1;
+	if (!take)
+		train_dir_mention_others(dir);
 	if (!metrics_is_metrics_file(metrics_path))
 		return error("log.metrics = '%s' is a file that is not a metrics file; this run "
 			     "would replace it: choose another path", metrics_path);
@@ -249,7 +259,8 @@ static int write_run_config(const struct config *cfg, const char *cmdline)
 		time_t now = time(NULL);
 		struct tm tm;
 		gmtime_r(&now, &tm);
-		int n = snprintf(head, sizeof(head), "# written by asyncpp %s at %04d-%02d-%02dT%02d:%02d:%02dZ for:\n# ",
+		int n = snprintf(head, sizeof(head),
+				 TRAIN_CONFIG_HEAD "%s at %04d-%02d-%02dT%02d:%02d:%02dZ for:\n# ",
 				 ASYNCPP_VERSION, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
 				 tm.tm_hour, tm.tm_min, tm.tm_sec);
 		/* comment lines short enough for the INI reader (and a newline in
@@ -386,9 +397,10 @@ int cmd_train(int argc, char **argv)
 	if (dist_is_root()) {
 		char *mdir = parent_dir(metrics_path);
 		if (access(mdir, W_OK | X_OK))
-			logs = error("cannot write the metrics '%s': its directory '%s': %s; "
-				     "create it or set log.metrics", metrics_path, mdir,
-				     strerror(errno));
+			logs = error("cannot write the metrics '%s': its directory '%s': %s; %s",
+				     metrics_path, mdir, strerror(errno), errno == ENOENT ?
+				     "create it or set log.metrics" :
+				     "make it writable or set log.metrics");
 		free(mdir);
 		if (!logs && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
 			logs = -1;

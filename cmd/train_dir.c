@@ -17,6 +17,34 @@
 #include <unistd.h>
 
 #include "../io/util.h"
+#include "run_common.h"
+
+/* The error for DIR in use: fd holds DIR/train.lock (path), whose owner
+ * wrote its pid there; e is flock's errno. Closes fd. */
+static int busy_error(const char *dir, const char *path, int fd, int e, const char *fix)
+{
+	char buf[32] = "";
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	long pid = strtol(buf, NULL, 10);
+	close(fd);
+	if (e == EWOULDBLOCK && pid > 0)
+		return error("'%s' is in use by another trainer (pid %ld holds '%s'); %s", dir, pid,
+			     path, fix);
+	if (e == EWOULDBLOCK)
+		return error("'%s' is in use by another trainer (it holds '%s'); %s", dir, path,
+			     fix);
+	return error("cannot lock '%s': %s", path, strerror(e));
+}
+
+/* Whether the text of a train.lock is train's: empty, or a pid line. */
+static int lock_text_is_train(const char *buf, ssize_t n)
+{
+	ssize_t i = 0;
+	while (i < n && buf[i] >= '0' && buf[i] <= '9')
+		i++;
+	return n == 0 || (i > 0 && i == n - 1 && buf[i] == '\n');
+}
 
 int train_dir_lock(const char *dir, int *fd)
 {
@@ -29,28 +57,25 @@ int train_dir_lock(const char *dir, int *fd)
 		return rc;
 	}
 	if (flock(*fd, LOCK_EX | LOCK_NB)) {
-		int e = errno;
-		char buf[32] = "";
-		ssize_t n = pread(*fd, buf, sizeof(buf) - 1, 0);
-		buf[n > 0 ? n : 0] = 0;
-		long pid = strtol(buf, NULL, 10);
-		close(*fd);
+		int rc = busy_error(dir, path, *fd, errno, "wait for it to end, or set "
+				    "train.out_dir to another directory");
 		*fd = -1;
-		int rc;
-		if (e == EWOULDBLOCK && pid > 0)
-			rc = error("'%s' is in use by another trainer (pid %ld holds '%s'); wait for "
-				   "it to end, or set train.out_dir to another directory", dir, pid,
-				   path);
-		else if (e == EWOULDBLOCK)
-			rc = error("'%s' is in use by another trainer (it holds '%s'); wait for it to "
-				   "end, or set train.out_dir to another directory", dir, path);
-		else
-			rc = error("cannot lock '%s': %s", path, strerror(e));
 		free(path);
 		return rc;
 	}
-	/* the pid is for the message above; the lock itself is the flock */
+	/* the pid is for the message above; the lock itself is the flock. A
+	 * train.lock of other text is someone else's file: left as it was */
 	char buf[32];
+	ssize_t old = pread(*fd, buf, sizeof(buf), 0);
+	if (old < 0 || !lock_text_is_train(buf, old)) {
+		close(*fd);
+		*fd = -1;
+		int rc = error("'%s' is not a lock file of asyncpp train (it holds other text); "
+			       "the run would write its pid there: move it away, or set "
+			       "train.out_dir to another directory", path);
+		free(path);
+		return rc;
+	}
 	int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
 	if (ftruncate(*fd, 0) || pwrite(*fd, buf, (size_t)n, 0) != n)
 		warning("cannot write the pid into '%s': %s", path, strerror(errno));
@@ -58,19 +83,48 @@ int train_dir_lock(const char *dir, int *fd)
 	return 0;
 }
 
-uint64_t train_dir_run_id(const char *dir)
+int train_dir_check_free(const char *dir)
+{
+	char *path = path_join(dir, "train.lock");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc = 0;
+	if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB))
+		rc = busy_error(dir, path, fd, errno, "it has written no checkpoint yet: wait "
+				"for it to end, or stop it (it writes one as it stops) and "
+				"resume then");
+	else if (fd >= 0)
+		close(fd); /* closing drops the shared lock */
+	free(path);
+	return rc;
+}
+
+/* DIR/run-id's id into *id: 1 when it is train's ("0x" + 16 hex digits and
+ * a newline, non-zero), 0 when there is none, -1 when the file holds
+ * anything else (someone else's file of that name). */
+static int read_run_id(const char *dir, uint64_t *id)
 {
 	char *path = path_join(dir, "run-id");
 	FILE *fp = fopen(path, "r");
 	free(path);
-	uint64_t id = 0;
-	if (fp) {
-		char buf[64] = "";
-		if (fgets(buf, sizeof(buf), fp))
-			id = strtoull(buf, NULL, 0);
-		fclose(fp);
-	}
-	return id;
+	*id = 0;
+	if (!fp)
+		return errno == ENOENT ? 0 : -1;
+	char buf[32] = "";
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	int ok = n == 19 && buf[0] == '0' && buf[1] == 'x' && buf[18] == '\n';
+	for (int i = 2; i < 18 && ok; i++)
+		ok = (buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f');
+	if (ok)
+		*id = strtoull(buf, NULL, 16);
+	return ok && *id ? 1 : -1;
+}
+
+uint64_t train_dir_run_id(const char *dir)
+{
+	uint64_t id;
+	return read_run_id(dir, &id) == 1 ? id : 0;
 }
 
 uint64_t train_dir_run_id_of(const char *ckpt_path)
@@ -113,6 +167,66 @@ uint64_t train_dir_new_run_id(void)
 		id = z ^ (z >> 31);
 	}
 	return id ? id : 1;
+}
+
+int train_dir_check_own(const char *dir)
+{
+	uint64_t id;
+	char *path = path_join(dir, "run-id");
+	int rc = 0;
+	if (read_run_id(dir, &id) < 0)
+		rc = error("'%s' is not a run id of asyncpp train (\"0x\" and 16 hex digits); "
+			   "the run would replace it with its own: move it away, or set "
+			   "train.out_dir to another directory", path);
+	free(path);
+	path = path_join(dir, "config.ini");
+	struct stat sb;
+	if (!rc && !lstat(path, &sb)) {
+		char head[sizeof(TRAIN_CONFIG_HEAD)] = "";
+		FILE *fp = S_ISREG(sb.st_mode) ? fopen(path, "r") : NULL;
+		size_t n = fp ? fread(head, 1, sizeof(head) - 1, fp) : 0;
+		if (fp)
+			fclose(fp);
+		if (n != sizeof(head) - 1 || strcmp(head, TRAIN_CONFIG_HEAD))
+			rc = error("'%s' was not written by asyncpp train (its first line is not "
+				   "\"%s...\"); the run would replace it with the run's own "
+				   "configuration: move it away, or set train.out_dir to another "
+				   "directory", path, TRAIN_CONFIG_HEAD);
+	}
+	free(path);
+	DIR *d = rc ? NULL : opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d)) && !rc) {
+		if (!checkpoint_name(e->d_name) || checkpoint_in_dir(dir, e->d_name))
+			continue;
+		path = path_join(dir, e->d_name);
+		rc = error("'%s' has the name of a checkpoint of asyncpp train but holds no "
+			   "checkpoint; the run would replace it when it reaches that step: move it "
+			   "away, or set train.out_dir to another directory", path);
+		free(path);
+	}
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+void train_dir_mention_others(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len < 10 || strncmp(e->d_name, "ckpt-", 5) ||
+		    strcmp(e->d_name + len - 5, ".ckpt") || checkpoint_name(e->d_name))
+			continue;
+		char *path = path_join(dir, e->d_name);
+		warning("'%s' is not named as train names its checkpoints (ckpt-NNNNNNNN.ckpt, the "
+			"step); it is left alone: never resumed, rotated or removed", path);
+		free(path);
+	}
+	closedir(d);
 }
 
 /* Is NAME (the part before ".tmp.PID", len bytes) a file train writes

@@ -13,6 +13,14 @@
  *                          unless the user passes --overwrite. (The id is
  *                          not in the checkpoints, so that equivalent runs
  *                          still write byte-identical files.)
+ *   others' files alone    DIR's train.lock, run-id, config.ini and
+ *                          checkpoints are train's own, recognised by
+ *                          their content (a pid line, "0x" + 16 hex
+ *                          digits, TRAIN_CONFIG_HEAD, a checkpoint's magic
+ *                          under a ckpt-NNNNNNNN.ckpt name): a run refuses
+ *                          to replace a file of that name that is not, even
+ *                          with --overwrite, and leaves other ckpt-*.ckpt
+ *                          files alone (never resumed, rotated, removed).
  *   no orphans             temporaries "NAME.tmp.PID" (io/util.h's atomic
  *                          writer) whose writer is gone are removed at the
  *                          start, and said so; --overwrite removes them all.
@@ -24,13 +32,27 @@
 
 #include <stdint.h>
 
+/* The first line of the config.ini train writes into its directory. */
+#define TRAIN_CONFIG_HEAD "# written by asyncpp "
+
 /* Take DIR's lock (creating DIR/train.lock); *fd stays open for the run.
  * Returns 0, or -1 after error() naming the pid of the trainer that holds
- * it. */
+ * it, or the train.lock that is not train's. */
 int train_dir_lock(const char *dir, int *fd);
+/* 0 when no trainer holds DIR's lock, or -1 after error() naming the pid
+ * of the one that does (--resume of a directory with no checkpoint yet).
+ * Creates nothing. */
+int train_dir_check_free(const char *dir);
+/* 0 when DIR's run-id, config.ini and files named ckpt-NNNNNNNN.ckpt are
+ * train's or absent; -1 after error() naming the first that is not (the
+ * run would replace it). */
+int train_dir_check_own(const char *dir);
+/* A warning for each file of DIR named ckpt-*.ckpt without a checkpoint's
+ * name (run_common.h's checkpoint_name): it is left alone. */
+void train_dir_mention_others(const char *dir);
 
 /* DIR's run id from DIR/run-id; 0 when it has none (a directory written
- * before run ids, or not a run directory). */
+ * before run ids, or not a run directory) or its run-id is not train's. */
 uint64_t train_dir_run_id(const char *dir);
 /* The run id of the directory a checkpoint file lies in (0: none). */
 uint64_t train_dir_run_id_of(const char *ckpt_path);
