@@ -95,6 +95,8 @@ static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
 	char **paths = NULL;
 	int n = list_checkpoints(resume, &paths);
 	/* none yet: a trainer that is still before its first one is the reason */
+	if (!n)
+		train_dir_mention_others(resume);
 	int rc = n ? -1 : train_dir_check_free(resume) ? -1 :
 		 error("'%s' holds no checkpoint (ckpt-NNNNNNNN.ckpt)", resume);
 	for (int i = n - 1; i >= 0 && rc; i--) {

@@ -159,6 +159,29 @@ else
 	chmod 755 ro
 fi
 
+# 5b. a run folder made read-only after its run (its train.lock still opens)
+# is named as not writable, not as missing; as root the run drops to nobody
+rodir=$(mktemp -d /tmp/asyncpp-ro.XXXXXX) && chmod 755 "$rodir"
+as_user=()
+[ "$(id -u)" = 0 ] && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" = 0 ] && ! command -v setpriv > /dev/null; then
+	skip read_only_run_folder "running as root without setpriv"
+else
+	$A train -q "${TINY[@]}" --set train.steps=2 --set train.out_dir="$rodir/ro" 2> err.txt
+	[ "$(id -u)" = 0 ] && chown -R 65534:65534 "$rodir/ro"
+	chmod 555 "$rodir/ro"
+	"${as_user[@]}" $A train -q --resume "$rodir/ro" --set train.steps=4 2> err.txt
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "cannot write in '$rodir/ro' (train.out_dir): Permission denied" err.txt &&
+	   ! grep -q "create it" err.txt; then
+		pass read_only_run_folder
+	else
+		fail read_only_run_folder "exit $rc: $(cat err.txt)"
+	fi
+fi
+chmod -R u+w "$rodir" 2> /dev/null
+rm -rf "$rodir"
+
 # 6. two trainers on one out_dir: the second fails naming the first's pid,
 # and the first runs to its end untouched
 rm -rf busy
@@ -176,6 +199,23 @@ if [ $rc -eq 1 ] && grep -q "'busy' is in use by another trainer (pid $pid" err.
 else
 	fail second_trainer_refused_with_pid "exit $rc (first: $rc1): $(cat err.txt)"
 	tally second_trainer 0 1
+fi
+
+# 6b. --resume of a directory whose trainer has written no checkpoint yet
+# says it is in use (naming the pid), not that it holds no checkpoint
+rm -rf conc
+$A train -q "${LONG[@]}" --set checkpoint.every=0 --set train.out_dir=conc 2> first.err &
+pid=$!
+wait_rows conc 2
+$A train -q --resume conc 2> err.txt
+rc=$?
+kill $pid 2> /dev/null
+wait $pid
+if [ $rc -eq 1 ] && grep -q "'conc' is in use by another trainer (pid $pid holds 'conc/train.lock'); it has written no checkpoint yet" err.txt &&
+   ! grep -q "holds no checkpoint" err.txt; then
+	pass resume_of_busy_dir_says_in_use
+else
+	fail resume_of_busy_dir_says_in_use "exit $rc: $(cat err.txt)"
 fi
 
 # 7. --resume of one run into another's directory is refused naming both,
@@ -235,6 +275,55 @@ else
 	fail overwrite_of_a_refused_run_loses_nothing "$why"
 	tally refused_overwrite 0 1
 fi
+
+# 7c. files the run did not make: only ckpt-NNNNNNNN.ckpt checkpoints are
+# the run's. A user's ckpt-best.ckpt (a copy of step 2) is not resumed, and
+# it, ckpt-00000002-good.ckpt and ckpt-keepme.ckpt outlive checkpoint.keep
+# and --overwrite, each named once a run
+rm -rf c4 && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=4 --set checkpoint.every=2 \
+	--set checkpoint.keep=2 --set train.out_dir=c4 2> err.txt
+cp c4/ckpt-00000002.ckpt c4/ckpt-best.ckpt && printf 'good' > c4/ckpt-00000002-good.ckpt &&
+	printf 'keep' > c4/ckpt-keepme.ckpt
+mine=$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)
+$A train --resume c4 --set train.steps=6 --set checkpoint.keep=1 2> err.txt
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resuming c4/ckpt-00000004.ckpt at step 4" err.txt &&
+   [ "$(grep -c "'c4/ckpt-best.ckpt' is not named as train names its checkpoints" err.txt)" = 1 ] &&
+   [ "$(LC_ALL=C ls c4/ckpt-0*.ckpt | tr '\n' ' ')" = "c4/ckpt-00000002-good.ckpt c4/ckpt-00000006.ckpt " ] &&
+   [ "$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)" = "$mine" ]; then
+	pass users_checkpoint_names_not_resumed_or_rotated
+else
+	fail users_checkpoint_names_not_resumed_or_rotated "exit $rc: $(head -c 400 err.txt) $(ls c4 | tr '\n' ' ')"
+fi
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=2 --set train.out_dir=c4 --overwrite 2> err.txt
+rc=$?
+if [ $rc -eq 0 ] && [ "$(LC_ALL=C ls c4/*.ckpt | tr '\n' ' ')" = "c4/ckpt-00000002-good.ckpt c4/ckpt-00000002.ckpt c4/ckpt-best.ckpt c4/ckpt-keepme.ckpt " ] &&
+   [ "$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)" = "$mine" ]; then
+	pass overwrite_leaves_users_checkpoint_names
+else
+	fail overwrite_leaves_users_checkpoint_names "exit $rc: $(head -c 400 err.txt) $(ls c4 | tr '\n' ' ')"
+fi
+
+# 7d. a user's file where a run would write its own (the config.ini given
+# with -c, a run-id, a train.lock, a checkpoint's name, the built-in
+# corpus's tokenizer) is refused, naming it, and left as it was, even with
+# --overwrite
+kept=1 why=
+for f in config.ini run-id train.lock ckpt-00000002.ckpt data/builtin.tok; do
+	rm -rf own && mkdir -p own/data && printf '[train]\nsteps = 2\n' > "own/$f"
+	data=("${DATA[@]}") conf=()
+	[ "$f" = data/builtin.tok ] && data=()
+	[ "$f" = config.ini ] && conf=(-c own/config.ini)
+	for over in "" --overwrite; do
+		$A train -q "${conf[@]}" "${TINY[@]}" "${data[@]}" --set train.out_dir=own $over 2> err.txt
+		rc=$?
+		if [ $rc -ne 1 ] || ! grep -q "'own/$f' \(is not\|was not\|has the name\)" err.txt ||
+		   [ "$(cat "own/$f")" != "$(printf '[train]\nsteps = 2')" ] || ls own/ckpt-*.ckpt own/metrics.csv 2> /dev/null | grep -qv "own/$f"; then
+			kept=0 why="$why [$f $over: exit $rc, $(head -c 300 err.txt), $(ls own | tr '\n' ' ')]"
+		fi
+	done
+done
+[ $kept = 1 ] && pass users_files_in_run_folder_not_replaced || fail users_files_in_run_folder_not_replaced "$why"
 
 # 8. a fresh run where an earlier one left metrics (but no checkpoint) is
 # refused; a log.metrics path that is not a metrics file is never touched
