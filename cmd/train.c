@@ -143,7 +143,7 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 		return error("cannot write in '%s' (train.out_dir): %s; make the directory "
 			     "writable, or set train.out_dir to another directory", dir,
 			     strerror(errno));
-	if (!take && train_dir_check_own(dir))
+	if (!take && train_dir_check_own(dir, r->cfg.sample_every > 0))
 		return -1;
 	if (!take)
 		train_dir_mention_others(dir);

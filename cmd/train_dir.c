@@ -100,15 +100,19 @@ int train_dir_check_free(const char *dir)
 
 /* DIR/run-id's id into *id: 1 when it is train's ("0x" + 16 hex digits and
  * a newline, non-zero), 0 when there is none, -1 when the file holds
- * anything else (someone else's file of that name). */
+ * anything else (someone else's file of that name), -2 when it cannot be
+ * read (errno says why). */
 static int read_run_id(const char *dir, uint64_t *id)
 {
 	char *path = path_join(dir, "run-id");
 	FILE *fp = fopen(path, "r");
+	int e = errno;
 	free(path);
 	*id = 0;
-	if (!fp)
-		return errno == ENOENT ? 0 : -1;
+	if (!fp) {
+		errno = e;
+		return e == ENOENT ? 0 : -2;
+	}
 	char buf[32] = "";
 	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
 	fclose(fp);
@@ -169,30 +173,47 @@ uint64_t train_dir_new_run_id(void)
 	return id ? id : 1;
 }
 
-int train_dir_check_own(const char *dir)
+/* Whether path is absent or holds what train writes there: no bytes, or
+ * text that begins with head (sized with its NUL). */
+static int begins_with(const char *path, const char *head, size_t size)
+{
+	struct stat sb;
+	if (lstat(path, &sb))
+		return 1;
+	char buf[64] = "";
+	FILE *fp = S_ISREG(sb.st_mode) ? fopen(path, "r") : NULL;
+	size_t n = fp ? fread(buf, 1, MIN(size - 1, sizeof(buf) - 1), fp) : 0;
+	if (fp)
+		fclose(fp);
+	return n == size - 1 && !strncmp(buf, head, size - 1);
+}
+
+int train_dir_check_own(const char *dir, int samples)
 {
 	uint64_t id;
 	char *path = path_join(dir, "run-id");
 	int rc = 0;
-	if (read_run_id(dir, &id) < 0)
+	int own = read_run_id(dir, &id);
+	if (own == -2)
+		rc = error("cannot read '%s': %s", path, strerror(errno));
+	else if (own == -1)
 		rc = error("'%s' is not a run id of asyncpp train (\"0x\" and 16 hex digits); "
 			   "the run would replace it with its own: move it away, or set "
 			   "train.out_dir to another directory", path);
 	free(path);
 	path = path_join(dir, "config.ini");
+	if (!rc && !begins_with(path, TRAIN_CONFIG_HEAD, sizeof(TRAIN_CONFIG_HEAD)))
+		rc = error("'%s' was not written by asyncpp train (its first line is not "
+			   "\"%s...\"); the run would replace it with the run's own "
+			   "configuration: move it away, or set train.out_dir to another "
+			   "directory", path, TRAIN_CONFIG_HEAD);
+	free(path);
+	path = path_join(dir, "samples.txt");
 	struct stat sb;
-	if (!rc && !lstat(path, &sb)) {
-		char head[sizeof(TRAIN_CONFIG_HEAD)] = "";
-		FILE *fp = S_ISREG(sb.st_mode) ? fopen(path, "r") : NULL;
-		size_t n = fp ? fread(head, 1, sizeof(head) - 1, fp) : 0;
-		if (fp)
-			fclose(fp);
-		if (n != sizeof(head) - 1 || strcmp(head, TRAIN_CONFIG_HEAD))
-			rc = error("'%s' was not written by asyncpp train (its first line is not "
-				   "\"%s...\"); the run would replace it with the run's own "
-				   "configuration: move it away, or set train.out_dir to another "
-				   "directory", path, TRAIN_CONFIG_HEAD);
-	}
+	if (!rc && samples && !(begins_with(path, "step ", 6) || (!stat(path, &sb) && !sb.st_size)))
+		rc = error("'%s' was not written by asyncpp train (its first line is not "
+			   "\"step N: ...\"); the run would add its samples to it: move it away, "
+			   "set sample.every = 0, or set train.out_dir to another directory", path);
 	free(path);
 	DIR *d = rc ? NULL : opendir(dir);
 	struct dirent *e;

@@ -13,14 +13,15 @@
  *                          unless the user passes --overwrite. (The id is
  *                          not in the checkpoints, so that equivalent runs
  *                          still write byte-identical files.)
- *   others' files alone    DIR's train.lock, run-id, config.ini and
- *                          checkpoints are train's own, recognised by
- *                          their content (a pid line, "0x" + 16 hex
- *                          digits, TRAIN_CONFIG_HEAD, a checkpoint's magic
- *                          under a ckpt-NNNNNNNN.ckpt name): a run refuses
- *                          to replace a file of that name that is not, even
- *                          with --overwrite, and leaves other ckpt-*.ckpt
- *                          files alone (never resumed, rotated, removed).
+ *   others' files alone    DIR's train.lock, run-id, config.ini,
+ *                          samples.txt and checkpoints are train's own,
+ *                          recognised by their content (a pid line, "0x" +
+ *                          16 hex digits, TRAIN_CONFIG_HEAD, "step ", a
+ *                          checkpoint's magic under a ckpt-NNNNNNNN.ckpt
+ *                          name): a run refuses to replace (or add to) a
+ *                          file of those names that is not, even with
+ *                          --overwrite, and leaves other ckpt-*.ckpt files
+ *                          alone (never resumed, rotated or removed).
  *   no orphans             temporaries "NAME.tmp.PID" (io/util.h's atomic
  *                          writer) whose writer is gone are removed at the
  *                          start, and said so; --overwrite removes them all.
@@ -43,10 +44,11 @@ int train_dir_lock(const char *dir, int *fd);
  * of the one that does (--resume of a directory with no checkpoint yet).
  * Creates nothing. */
 int train_dir_check_free(const char *dir);
-/* 0 when DIR's run-id, config.ini and files named ckpt-NNNNNNNN.ckpt are
- * train's or absent; -1 after error() naming the first that is not (the
- * run would replace it). */
-int train_dir_check_own(const char *dir);
+/* 0 when DIR's run-id, config.ini, files named ckpt-NNNNNNNN.ckpt and
+ * (when samples: sample.every is set) samples.txt are train's or absent;
+ * -1 after error() naming the first that is not (the run would replace it
+ * or, samples.txt, append to it). */
+int train_dir_check_own(const char *dir, int samples);
 /* A warning for each file of DIR named ckpt-*.ckpt without a checkpoint's
  * name (run_common.h's checkpoint_name): it is left alone. */
 void train_dir_mention_others(const char *dir);

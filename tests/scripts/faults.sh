@@ -211,7 +211,8 @@ $A train -q --resume conc 2> err.txt
 rc=$?
 kill $pid 2> /dev/null
 wait $pid
-if [ $rc -eq 1 ] && grep -q "'conc' is in use by another trainer (pid $pid holds 'conc/train.lock'); it has written no checkpoint yet" err.txt &&
+in_use="'conc' is in use by another trainer (pid $pid holds 'conc/train.lock')"
+if [ $rc -eq 1 ] && grep -q "$in_use; it has written no checkpoint yet" err.txt &&
    ! grep -q "holds no checkpoint" err.txt; then
 	pass resume_of_busy_dir_says_in_use
 else
@@ -284,46 +285,53 @@ rm -rf c4 && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=4 --set che
 	--set checkpoint.keep=2 --set train.out_dir=c4 2> err.txt
 cp c4/ckpt-00000002.ckpt c4/ckpt-best.ckpt && printf 'good' > c4/ckpt-00000002-good.ckpt &&
 	printf 'keep' > c4/ckpt-keepme.ckpt
-mine=$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)
+users=(c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt)
+mine=$(cat "${users[@]}" | md5sum)
 $A train --resume c4 --set train.steps=6 --set checkpoint.keep=1 2> err.txt
 rc=$?
 if [ $rc -eq 0 ] && grep -q "resuming c4/ckpt-00000004.ckpt at step 4" err.txt &&
    [ "$(grep -c "'c4/ckpt-best.ckpt' is not named as train names its checkpoints" err.txt)" = 1 ] &&
    [ "$(LC_ALL=C ls c4/ckpt-0*.ckpt | tr '\n' ' ')" = "c4/ckpt-00000002-good.ckpt c4/ckpt-00000006.ckpt " ] &&
-   [ "$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)" = "$mine" ]; then
+   [ "$(cat "${users[@]}" | md5sum)" = "$mine" ]; then
 	pass users_checkpoint_names_not_resumed_or_rotated
 else
 	fail users_checkpoint_names_not_resumed_or_rotated "exit $rc: $(head -c 400 err.txt) $(ls c4 | tr '\n' ' ')"
 fi
 $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=2 --set train.out_dir=c4 --overwrite 2> err.txt
 rc=$?
-if [ $rc -eq 0 ] && [ "$(LC_ALL=C ls c4/*.ckpt | tr '\n' ' ')" = "c4/ckpt-00000002-good.ckpt c4/ckpt-00000002.ckpt c4/ckpt-best.ckpt c4/ckpt-keepme.ckpt " ] &&
-   [ "$(cat c4/ckpt-best.ckpt c4/ckpt-00000002-good.ckpt c4/ckpt-keepme.ckpt | md5sum)" = "$mine" ]; then
+left="c4/ckpt-00000002-good.ckpt c4/ckpt-00000002.ckpt c4/ckpt-best.ckpt c4/ckpt-keepme.ckpt "
+if [ $rc -eq 0 ] && [ "$(LC_ALL=C ls c4/*.ckpt | tr '\n' ' ')" = "$left" ] &&
+   [ "$(cat "${users[@]}" | md5sum)" = "$mine" ]; then
 	pass overwrite_leaves_users_checkpoint_names
 else
 	fail overwrite_leaves_users_checkpoint_names "exit $rc: $(head -c 400 err.txt) $(ls c4 | tr '\n' ' ')"
 fi
 
 # 7d. a user's file where a run would write its own (the config.ini given
-# with -c, a run-id, a train.lock, a checkpoint's name, the built-in
-# corpus's tokenizer) is refused, naming it, and left as it was, even with
-# --overwrite
+# with -c, a run-id, a train.lock, a checkpoint's name, the samples, the
+# built-in corpus's tokenizer) is refused, naming it, and left as it was,
+# even with --overwrite
 kept=1 why=
-for f in config.ini run-id train.lock ckpt-00000002.ckpt data/builtin.tok; do
+for f in config.ini run-id train.lock ckpt-00000002.ckpt samples.txt data/builtin.tok; do
 	rm -rf own && mkdir -p own/data && printf '[train]\nsteps = 2\n' > "own/$f"
 	data=("${DATA[@]}") conf=()
 	[ "$f" = data/builtin.tok ] && data=()
 	[ "$f" = config.ini ] && conf=(-c own/config.ini)
+	[ "$f" = samples.txt ] && conf=(--set sample.every=1)
 	for over in "" --overwrite; do
-		$A train -q "${conf[@]}" "${TINY[@]}" "${data[@]}" --set train.out_dir=own $over 2> err.txt
+		$A train -q "${conf[@]}" "${TINY[@]}" "${data[@]}" --set train.steps=2 --set train.out_dir=own \
+			$over 2> err.txt
 		rc=$?
+		# refused, naming the file, which is as it was, and nothing written
 		if [ $rc -ne 1 ] || ! grep -q "'own/$f' \(is not\|was not\|has the name\)" err.txt ||
-		   [ "$(cat "own/$f")" != "$(printf '[train]\nsteps = 2')" ] || ls own/ckpt-*.ckpt own/metrics.csv 2> /dev/null | grep -qv "own/$f"; then
+		   [ "$(cat "own/$f")" != "$(printf '[train]\nsteps = 2')" ] ||
+		   ls own/ckpt-*.ckpt own/metrics.csv 2> /dev/null | grep -qv "own/$f"; then
 			kept=0 why="$why [$f $over: exit $rc, $(head -c 300 err.txt), $(ls own | tr '\n' ' ')]"
 		fi
 	done
 done
-[ $kept = 1 ] && pass users_files_in_run_folder_not_replaced || fail users_files_in_run_folder_not_replaced "$why"
+if [ $kept = 1 ]; then pass users_files_in_run_folder_not_replaced
+else fail users_files_in_run_folder_not_replaced "$why"; fi
 
 # 8. a fresh run where an earlier one left metrics (but no checkpoint) is
 # refused; a log.metrics path that is not a metrics file is never touched
