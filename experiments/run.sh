@@ -207,8 +207,9 @@ run_one() {
 	"$ASYNCPP" train --print-config "${COMMON[@]}" "${sets[@]}" \
 		--set train.out_dir="$dir" > "$dir/config.new" 2> "$dir/config.err" || {
 		log "bad configuration for $name: $(head -c 300 "$dir/config.err")"; return 1; }
-	# planned.ini: the configuration as planned (the trainer rewrites config.ini
-	# with a header of its own)
+	# planned.ini: the configuration as planned (the trainer writes config.ini,
+	# with a header of its own; it refuses to replace a config.ini it did not
+	# write, so none is put there)
 	if [ -f "$dir/planned.ini" ] && cmp -s "$dir/planned.ini" "$dir/config.new" &&
 	   compgen -G "$dir/ckpt-*.ckpt" > /dev/null; then
 		start=(--resume "$dir")
@@ -219,7 +220,6 @@ run_one() {
 		find "$dir" -mindepth 1 -maxdepth 1 ! -name config.new -exec rm -rf {} +
 	fi
 	mv "$dir/config.new" "$dir/planned.ini"
-	cp "$dir/planned.ini" "$dir/config.ini"
 	rm -f "$dir/config.err"
 	local t0 t1 rc status
 	t0=$(date +%s.%N)
