@@ -439,6 +439,10 @@ int cmd_train(int argc, char **argv, const char *prog)
 		warning("sample.every needs data.tokenizer to write text; no samples in this run");
 		r.sample_every = 0;
 	}
+	char advice[400]; /* an uneven cut (pipeline.split = even or layers) */
+	if (!quiet && r.tr.S > 1 &&
+	    cut_advice(&r.tr.cut, &r.m, cfg->pipeline_split, advice, sizeof(advice)))
+		warning("%s", advice);
 	int rc = train_loop(&r);
 	char *saved = NULL;
 	if (!rc && train_save_checkpoint(&r.tr, cfg, &saved))

@@ -304,6 +304,23 @@ else
 	fail hints_name_the_program_as_invoked "$(cat err1.txt err2.txt)"
 fi
 
+# 14d. pipeline.split defaults to balanced, even stays selectable, and a cut
+# whose lightest stage's modelled cost is more than 20% below the heaviest's
+# is named with the split to use (8 layers of width 32, a 1024-token head)
+CUT=(--set model.n_layer=8 --set model.vocab_size=1024 --set train.steps=0
+     --set train.schedule=1f1b --set pipeline.stages=2)
+$A train "${TINY[@]}" "${DATA[@]}" "${CUT[@]}" --set train.out_dir=cut1 > /dev/null 2> err1.txt
+$A train "${TINY[@]}" "${DATA[@]}" "${CUT[@]}" --set pipeline.split=even \
+	--set train.out_dir=cut2 > /dev/null 2> err2.txt
+if grep -q ' 2 stage(s) of 5,3 layers (balanced) ' err1.txt && ! grep -q warning err1.txt &&
+   grep -q ' 2 stage(s) of 4,4 layers (even) ' err2.txt &&
+   grep -qF "warning: pipeline.split = even (layers 4,4) models stage 0 at 68% of stage 1's cost (the last stage holds the head), so stage 0 waits for it every step; set pipeline.split = balanced (layers 5,3: the lightest stage at 98% of the heaviest)" err2.txt
+then
+	pass split_balanced_by_default_uneven_named
+else
+	fail split_balanced_by_default_uneven_named "$(cat err1.txt err2.txt)"
+fi
+
 # 15. sample.every: the text logged at a step is what `asyncpp sample`
 # (greedy) writes from that step's checkpoint, and sampling changes nothing
 # in the run (the final checkpoint is byte-identical without it)
