@@ -61,8 +61,8 @@ int cmd_eval(int argc, char **argv, const char *prog)
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
-	if (data != given && run_path_check(&lm.cfg, run_val ? "val" : "train", lm.path,
-					    "the shards with --data SHARDS")) {
+	if (!given && run_path_check(&lm.cfg, run_val ? "val" : "train", lm.path,
+				     "the shards with --data SHARDS")) {
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
