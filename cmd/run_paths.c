@@ -110,14 +110,12 @@ int run_path_check(const struct config *cfg, const char *key, const char *ckpt_p
 		   const char *option)
 {
 	char *v = config_get_string(cfg, "data", key);
-	int rc = 0;
-	if (!exists(v))
-		rc = error("data.%s = %s, stored in the checkpoint '%s', %s%s; give %s", key, v,
-			   ckpt_path, strcmp(key, "tokenizer") ? "matches no shard file or directory"
-							       : "is not there",
-			   v[0] == '/' ? "" : " (looked for from the working directory, the "
-					      "directory the run was started in and the run's folder)",
-			   option);
+	const char *what = strcmp(key, "tokenizer") ? "matches no shard file or directory"
+						    : "is not there";
+	const char *where = v[0] == '/' ? "" : " (looked for from the working directory, the "
+					       "directory the run was started in and the run's folder)";
+	int rc = exists(v) ? 0 : error("data.%s = %s, stored in the checkpoint '%s', %s%s; give %s",
+				       key, v, ckpt_path, what, where, option);
 	free(v);
 	return rc;
 }

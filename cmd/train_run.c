@@ -370,8 +370,8 @@ int train_loop(struct run *r)
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
 		/* what `asyncpp eval CKPT` repeats (its default on the run's data.val) */
 		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d x "
-			"%d tokens of %s (%s eval CKPT evaluates the same)\n",
-			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
+			"%d tokens of %s (%s eval CKPT evaluates the same)\n", cfg->eval_every, nb,
+			nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
 	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(*r->stop = dist_max_int(*r->stop))) {

@@ -265,16 +265,13 @@ int cut_advice(const struct stage_cut *c, const struct model *m, const char *spl
 	       size_t len)
 {
 	int lo, hi, blo, bhi;
-	if (c->S < 2 || cut_spread(m, c, &lo, &hi) >= 1.0 - CUT_SPREAD_MAX)
-		return 0;
+	double ratio = c->S > 1 ? cut_spread(m, c, &lo, &hi) : 1.0;
 	struct stage_cut b;
-	set_error_quiet(1); /* no balanced cut (too many stages): no advice */
-	int rc = cut_balanced(&b, m, c->S);
-	set_error_quiet(0);
-	if (rc)
+	/* a valid cut has a layer on every middle stage: a balanced one exists */
+	if (ratio >= 1.0 - CUT_SPREAD_MAX || cut_balanced(&b, m, c->S))
 		return 0;
-	double ratio = cut_spread(m, c, &lo, &hi), bratio = cut_spread(m, &b, &blo, &bhi);
-	/* better: a lighter heaviest stage (each step waits for it) */
+	double bratio = cut_spread(m, &b, &blo, &bhi);
+	/* better: a lighter heaviest stage (every step waits for it) */
 	int better = cut_stage_flops(m, &b, bhi) < cut_stage_flops(m, c, hi);
 	if (better) {
 		char have[64], want[64];
@@ -282,8 +279,8 @@ int cut_advice(const struct stage_cut *c, const struct model *m, const char *spl
 		cut_format(&b, want, sizeof(want));
 		snprintf(buf, len, "pipeline.split = %s (layers %s) models stage %d at %.0f%% of "
 			 "stage %d's cost%s, so stage %d waits for it every step; set "
-			 "pipeline.split = balanced (layers %s: the lightest stage at %.0f%% of the "
-			 "heaviest)", split, have, lo, 100 * ratio, hi,
+			 "pipeline.split = balanced (layers %s: the lightest stage at %.0f%% of "
+			 "the heaviest)", split, have, lo, 100 * ratio, hi,
 			 hi == c->S - 1 ? " (the last stage holds the head)" : "", lo, want,
 			 100 * bratio);
 	}
