@@ -15,7 +15,7 @@
 
 struct command {
 	const char *name;
-	int (*fn)(int argc, char **argv);
+	int (*fn)(int argc, char **argv, const char *prog);
 	const char *summary;
 };
 
@@ -119,9 +119,12 @@ int main(int argc, char **argv)
 		print_help(stdout);
 		return finish(EXIT_OK);
 	}
+	/* as invoked, for the hints: a name without a slash was found
+	 * through PATH (`asyncpp`), else the path typed (`./asyncpp`) */
+	const char *prog = argv[0] && argv[0][0] ? argv[0] : "asyncpp";
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
 		if (!strcmp(commands[i].name, name))
-			return finish(commands[i].fn(argc - 1, argv + 1));
+			return finish(commands[i].fn(argc - 1, argv + 1, prog));
 	fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
 	return EXIT_USAGE;
 }

@@ -26,7 +26,7 @@ static void usage(FILE *fp)
 	fprintf(fp, "\n'asyncpp bench WHAT -h' shows its options.\n");
 }
 
-int cmd_bench(int argc, char **argv)
+int cmd_bench(int argc, char **argv, const char *prog)
 {
 	if (argc < 2) {
 		usage(stderr);

@@ -10,20 +10,21 @@
 #include "cmd.h"
 #include "model_load.h"
 #include "opts.h"
+#include "run_paths.h"
 
 static const char *const usage[] = {
 	"asyncpp eval [--data SHARDS] [--batches N] [--batch-size B] [--device DEV] [--force] CKPT",
 	NULL,
 };
 
-int cmd_eval(int argc, char **argv)
+int cmd_eval(int argc, char **argv, const char *prog)
 {
 	const char *data = NULL, *device = NULL;
 	long batches = LONG_MIN, batch_size = LONG_MIN; /* LONG_MIN: not given */
 	int force = 0;
 	const struct option options[] = {
 		OPT_STRING('d', "data", &data, "SHARDS", "shards to evaluate on (default: the run's data.val, else data.train)"),
-		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate, at most as many as the data holds (default: all, at most 1000)"),
+		OPT_INT('n', "batches", &batches, "N", "micro-batches to evaluate, at most as many as the data holds (default: the run's eval.batches on its data.val, else all, at most 1000)"),
 		OPT_INT('b', "batch-size", &batch_size, "B", "sequences per micro-batch (default: the run's train.batch_size)"),
 		OPT_STRING(0, "device", &device, "DEV", "cpu or cuda (default: the run's train.device)"),
 		OPT_FLAG(0, "force", &force, "evaluate on shards made with another tokenizer than the model's"),
@@ -50,10 +51,18 @@ int cmd_eval(int argc, char **argv)
 			return EXIT_FAIL;
 	}
 	B = lm.B;
+	/* the run's own validation data: the batches its logged `val` averaged */
+	const char *given = data;
+	int run_val = !data && lm.cfg.data_val[0];
 	if (!data)
-		data = lm.cfg.data_val[0] ? lm.cfg.data_val : lm.cfg.data_train;
+		data = run_val ? lm.cfg.data_val : lm.cfg.data_train;
 	if (!data[0]) {
 		error("the checkpoint names no data; give --data SHARDS");
+		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
+	if (!given && run_path_check(&lm.cfg, run_val ? "val" : "train", lm.path,
+				     "the shards with --data SHARDS")) {
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}
@@ -70,9 +79,9 @@ int cmd_eval(int argc, char **argv)
 	    !force) {
 		error("'%s' was made with tokenizer 0x%016llx, but '%s' was trained with tokenizer "
 		      "0x%016llx: its loss would mean nothing; encode the text with the model's "
-		      "tokenizer (asyncpp tokenize encode -t ...), or pass --force", data,
+		      "tokenizer (%s tokenize encode -t ...), or pass --force", data,
 		      (unsigned long long)dl.tokenizer_hash, lm.path,
-		      (unsigned long long)lm.tokenizer_hash);
+		      (unsigned long long)lm.tokenizer_hash, prog);
 		loaded_model_close(&lm);
 		dataloader_close(&dl);
 		return EXIT_FAIL;
@@ -95,8 +104,11 @@ int cmd_eval(int argc, char **argv)
 	long available = (long)(dl.n_windows / (size_t)B);
 	if (available < 1)
 		available = 1;
-	/* never average the same windows twice: the data's windows at most */
-	long n = batches > 0 ? MIN(batches, available) : MIN(available, 1000);
+	/* never average the same windows twice: the data's windows at most.
+	 * On the run's data.val, its eval.batches (capped as the trainer caps
+	 * them: trainer_eval_batches), so the loss is the one the run logged */
+	long dflt = run_val ? MAX(lm.cfg.eval_batches, 1) : 1000;
+	long n = MIN(batches > 0 ? batches : dflt, available);
 	size_t bt = (size_t)B * (size_t)T;
 	int32_t *in = xmalloc(bt * sizeof(int32_t)), *tg = xmalloc(bt * sizeof(int32_t));
 	int32_t *d_in = lm.be->alloc(bt * sizeof(int32_t)), *d_tg = lm.be->alloc(bt * sizeof(int32_t));

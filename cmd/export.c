@@ -164,7 +164,7 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	return rc;
 }
 
-int cmd_export(int argc, char **argv)
+int cmd_export(int argc, char **argv, const char *prog)
 {
 	const char *format = "safetensors", *out = NULL, *dtype_s = "f32", *tok_path = NULL;
 	int force = 0, no_tok = 0;

@@ -108,7 +108,7 @@ static int write_ckpt(const char *out, const struct config *cfg, const struct mo
 	return ckpt_commit(w);
 }
 
-int cmd_import_hf(int argc, char **argv)
+int cmd_import_hf(int argc, char **argv, const char *prog)
 {
 	const char *out = "imported.ckpt", *tok_out = NULL;
 	int no_tok = 0, force = 0;

@@ -19,7 +19,7 @@ static const char *const usage[] = {
 	NULL,
 };
 
-int cmd_import_llmc(int argc, char **argv)
+int cmd_import_llmc(int argc, char **argv, const char *prog)
 {
 	const char *out = "imported.ckpt";
 	struct opt_list sets = {0};

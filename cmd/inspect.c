@@ -89,7 +89,7 @@ static int inspect_one(const char *path, int verbose)
 	}
 }
 
-int cmd_inspect(int argc, char **argv)
+int cmd_inspect(int argc, char **argv, const char *prog)
 {
 	int verbose = 0, diff = 0;
 	long top = 10;

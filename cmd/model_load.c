@@ -9,6 +9,7 @@
 #include "../io/util.h"
 #include "../sched/trainer.h"
 #include "run_common.h"
+#include "run_paths.h"
 
 int loaded_model_open(struct loaded_model *lm, const char *path, const char *device, int B)
 {
@@ -23,6 +24,8 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 	int rc = ckpt_verify(k);
 	if (!rc)
 		rc = config_load_string(&lm->cfg, ckpt_config(k), lm->path);
+	if (!rc) /* a run of an earlier version stored them as given */
+		run_paths_resolve(&lm->cfg, lm->path);
 	if (!rc && device)
 		rc = config_set_key(&lm->cfg, "train", "device", device, "--device");
 	/* train.act_dtype is how the run stored activations: a bf16 run's

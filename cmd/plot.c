@@ -431,7 +431,7 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 #undef PY
 }
 
-int cmd_plot(int argc, char **argv)
+int cmd_plot(int argc, char **argv, const char *prog)
 {
 	const char *out = NULL, *xname = "step", *yname = "loss", *title = NULL;
 	double alpha = 0, ymin = NAN, ymax = NAN;

@@ -10,6 +10,7 @@
 #include "generate.h"
 #include "model_load.h"
 #include "opts.h"
+#include "run_paths.h"
 
 static const char *const usage[] = {
 	"asyncpp sample [--prompt TEXT] [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer FILE] [--device DEV] CKPT",
@@ -23,7 +24,7 @@ static void to_stdout(const void *text, size_t len, void *ctx)
 	fflush(stdout);
 }
 
-int cmd_sample(int argc, char **argv)
+int cmd_sample(int argc, char **argv, const char *prog)
 {
 	const char *prompt = "", *tok_path = NULL, *device = NULL;
 	long max_tokens = 200, top_k = 0, seed = 1;
@@ -55,10 +56,16 @@ int cmd_sample(int argc, char **argv)
 	struct loaded_model lm;
 	if (loaded_model_open(&lm, argv[0], device, 1))
 		return EXIT_FAIL;
+	const char *given = tok_path;
 	if (!tok_path)
 		tok_path = lm.cfg.data_tokenizer;
 	if (!tok_path[0]) {
 		error("the checkpoint names no tokenizer; give --tokenizer FILE");
+		loaded_model_close(&lm);
+		return EXIT_FAIL;
+	}
+	if (!given && run_path_check(&lm.cfg, "tokenizer", lm.path,
+				     "the tokenizer with --tokenizer FILE")) {
 		loaded_model_close(&lm);
 		return EXIT_FAIL;
 	}

@@ -370,7 +370,7 @@ static int do_decode(int n, char **files)
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
 
-int cmd_tokenize(int argc, char **argv)
+int cmd_tokenize(int argc, char **argv, const char *prog)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)

@@ -25,6 +25,7 @@
 #include "cmd.h"
 #include "opts.h"
 #include "run_common.h"
+#include "run_paths.h"
 #include "train_dir.h"
 #include "train_run.h"
 
@@ -293,7 +294,7 @@ static int write_run_config(const struct config *cfg, const char *cmdline)
 	return rc;
 }
 
-int cmd_train(int argc, char **argv)
+int cmd_train(int argc, char **argv, const char *prog)
 {
 	char *cmdline = command_line(argc, argv); /* "train ...", before opts_parse moves argv */
 	const char *config_file = NULL, *resume = NULL;
@@ -312,15 +313,17 @@ int cmd_train(int argc, char **argv)
 			      "Train a model. With no arguments: the built-in tiny llama on the built-in corpus.");
 	if (npos)
 		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
-	struct run r = {.quiet = quiet, .tty = stderr_is_tty()};
+	struct run r = {.quiet = quiet, .tty = stderr_is_tty(), .prog = prog};
 	struct ckpt *ck = NULL;
 	char *ck_path = NULL;
 	if (resume) {
 		if (open_resume(resume, &ck, &ck_path))
 			return EXIT_FAIL;
 		config_defaults(&r.cfg);
-		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path) ||
-		    (config_file && config_load_file(&r.cfg, config_file)))
+		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path))
+			return EXIT_FAIL;
+		run_paths_resolve(&r.cfg, ck_path); /* stored as given before they were absolute */
+		if (config_file && config_load_file(&r.cfg, config_file))
 			return EXIT_FAIL;
 		for (int i = 0; i < sets.n; i++)
 			if (config_set(&r.cfg, sets.items[i]))
@@ -336,6 +339,9 @@ int cmd_train(int argc, char **argv)
 		return EXIT_OK;
 	}
 	struct config *cfg = &r.cfg;
+	/* stored absolute (config.ini, checkpoints): eval and sample find them
+	 * from any directory */
+	run_paths_absolute(cfg);
 	if (dist_init(cfg)) /* under mpirun/srun: one pipeline stage per process */
 		return EXIT_FAIL;
 	if (!dist_is_root()) /* only rank 0 prints, writes metrics and checkpoints */
@@ -447,20 +453,24 @@ int cmd_train(int argc, char **argv)
 		warning("sample.every needs data.tokenizer to write text; no samples in this run");
 		r.sample_every = 0;
 	}
+	char advice[400]; /* an uneven cut (pipeline.split = even or layers) */
+	if (!quiet && r.tr.S > 1 &&
+	    cut_advice(&r.tr.cut, &r.m, cfg->pipeline_split, advice, sizeof(advice)))
+		warning("%s", advice);
 	int rc = train_loop(&r);
 	char *saved = NULL;
 	if (!rc && train_save_checkpoint(&r.tr, cfg, &saved))
 		rc = -1;
 	if (stop_signal && !rc && dist_is_root())
-		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: asyncpp train "
+		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
 			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : stop_signal == SIGHUP ?
 			"hung up" : "terminated", saved,
-			r.tr.step, cfg->train_out_dir);
+			r.tr.step, prog, cfg->train_out_dir);
 	else if (!rc && !quiet)
 		fprintf(stderr, "asyncpp: done: checkpoint %s, metrics %s\n"
-			"  evaluate:  asyncpp eval %s\n"
-			"  sample:    asyncpp sample %s --prompt \"The\"\n",
-			saved, metrics_path, saved, saved);
+			"  evaluate:  %s eval %s\n"
+			"  sample:    %s sample %s --prompt \"The\"\n",
+			saved, metrics_path, prog, saved, prog, saved);
 	metrics_close(&r.metrics);
 	tb_close(&r.tb);
 	train_sampler_free(r.sampler);

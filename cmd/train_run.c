@@ -291,8 +291,8 @@ static int data_failed(struct run *r, long first)
 		return 0;
 	error("reading the data failed (above): the steps after step %ld were not kept; "
 	      "checkpoints already in '%s' are intact. Replace or re-encode the shard "
-	      "('asyncpp inspect SHARD' verifies one), then run again (--resume continues from "
-	      "a checkpoint)", first, r->cfg.train_out_dir);
+	      "('%s inspect SHARD' verifies one), then run again (--resume continues from "
+	      "a checkpoint)", first, r->cfg.train_out_dir, r->prog);
 	return 1;
 }
 
@@ -324,8 +324,8 @@ static int count_skips(struct run *r, long first, const struct step_stats *stats
 		char where[1200];
 		if (np > 0)
 			snprintf(where, sizeof(where), "the newest checkpoint, %s, holds finite weights; "
-				 "resume from it with a lower optim.lr (asyncpp train --resume %s "
-				 "--set optim.lr=...)", paths[np - 1], paths[np - 1]);
+				 "resume from it with a lower optim.lr (%s train --resume %s "
+				 "--set optim.lr=...)", paths[np - 1], r->prog, paths[np - 1]);
 		else
 			snprintf(where, sizeof(where), "no checkpoint was written yet; start again with "
 				 "a lower optim.lr");
@@ -368,10 +368,10 @@ int train_loop(struct run *r)
 	}
 	if (!r->quiet && r->has_val && cfg->eval_every > 0) {
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
-		/* what `asyncpp eval CKPT --batches N` repeats */
+		/* what `asyncpp eval CKPT` repeats (its default on the run's data.val) */
 		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d x "
-			"%d tokens of %s (asyncpp eval CKPT --batches %d evaluates the same)\n",
-			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, nb);
+			"%d tokens of %s (%s eval CKPT evaluates the same)\n", cfg->eval_every, nb,
+			nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
 	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(*r->stop = dist_max_int(*r->stop))) {

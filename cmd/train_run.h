@@ -29,6 +29,7 @@ struct run {
 	struct sampler *sampler; /* sample.every; NULL until the first sample */
 	double flops_per_token, peak;
 	int quiet, tty;
+	const char *prog;  /* the program as invoked, for hints (cmd/cmd.h) */
 	long skips_in_row; /* steps skipped in a row (count_skips) */
 	long sample_every; /* sample.every, 0 where it cannot run (under MPI) */
 	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */

@@ -194,6 +194,9 @@ COMMON=(
 	--set optim.warmup=20 --set optim.decay=cosine --set optim.min_lr_ratio=0.1
 	--set log.every=1 --set eval.every=50 --set eval.batches=12
 	--set checkpoint.every=0 --set checkpoint.keep=1
+	# the cut every archived run had (the default before balanced): per-stage
+	# delays (PipeDream S) depend on which layers each stage holds
+	--set pipeline.split=even
 )
 
 # run_one NAME KEY=VALUE...: one training run in work/runs/NAME; a run cut

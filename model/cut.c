@@ -241,3 +241,49 @@ void cut_format(const struct stage_cut *c, char *buf, size_t len)
 	for (int s = 0; s < c->S && pos < len; s++)
 		pos += (size_t)snprintf(buf + pos, len - pos, "%s%d", s ? "," : "", cut_layers(c, s));
 }
+
+/* The lightest and heaviest stage of c by modelled cost; lightest/heaviest. */
+static double cut_spread(const struct model *m, const struct stage_cut *c, int *lo, int *hi)
+{
+	*lo = *hi = 0;
+	double cmin = cut_stage_flops(m, c, 0), cmax = cmin;
+	for (int s = 1; s < c->S; s++) {
+		double f = cut_stage_flops(m, c, s);
+		if (f < cmin) {
+			cmin = f;
+			*lo = s;
+		}
+		if (f > cmax) {
+			cmax = f;
+			*hi = s;
+		}
+	}
+	return cmax > 0 ? cmin / cmax : 1.0;
+}
+
+int cut_advice(const struct stage_cut *c, const struct model *m, const char *split, char *buf,
+	       size_t len)
+{
+	int lo, hi, blo, bhi;
+	double ratio = c->S > 1 ? cut_spread(m, c, &lo, &hi) : 1.0;
+	struct stage_cut b;
+	/* a valid cut has a layer on every middle stage: a balanced one exists */
+	if (ratio >= 1.0 - CUT_SPREAD_MAX || cut_balanced(&b, m, c->S))
+		return 0;
+	double bratio = cut_spread(m, &b, &blo, &bhi);
+	/* better: a lighter heaviest stage (every step waits for it) */
+	int better = cut_stage_flops(m, &b, bhi) < cut_stage_flops(m, c, hi);
+	if (better) {
+		char have[64], want[64];
+		cut_format(c, have, sizeof(have));
+		cut_format(&b, want, sizeof(want));
+		snprintf(buf, len, "pipeline.split = %s (layers %s) models stage %d at %.0f%% of "
+			 "stage %d's cost%s, so stage %d waits for it every step; set "
+			 "pipeline.split = balanced (layers %s: the lightest stage at %.0f%% of "
+			 "the heaviest)", split, have, lo, 100 * ratio, hi,
+			 hi == c->S - 1 ? " (the last stage holds the head)" : "", lo, want,
+			 100 * bratio);
+	}
+	cut_free(&b);
+	return better;
+}

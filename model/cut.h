@@ -4,10 +4,10 @@
  * embeddings, the last stage the final norm and the head. Three ways to
  * choose the cut (pipeline.split):
  *   even      L/S layers each, the first L%S stages one more (the rule
- *             every release before pipeline.split used; the default);
+ *             every release before pipeline.split used);
  *   balanced  the counts that minimise the largest stage cost, the cost
  *             being cut_stage_flops (the head of a 50k vocabulary weighs
- *             about five GPT-2 124M layers);
+ *             about five GPT-2 124M layers); the default;
  *   layers    pipeline.layers, one count per stage.
  * Every stage but the first and the last has at least one layer; the first
  * and the last may have none, since they still hold the embeddings and the
@@ -64,6 +64,13 @@ int cut_from_config(struct stage_cut *c, const struct config *cfg, const struct 
 void cut_free(struct stage_cut *c);
 /* "3,4,4,2" into buf. */
 void cut_format(const struct stage_cut *c, char *buf, size_t len);
+/* When c's stages' modelled costs (cut_stage_flops) differ by more than
+ * CUT_SPREAD_MAX (the lightest below 80% of the heaviest) and the balanced
+ * cut of m does better: 1, with a sentence in buf saying so and which
+ * pipeline.split to use (split: the one that made c); else 0. */
+#define CUT_SPREAD_MAX 0.20
+int cut_advice(const struct stage_cut *c, const struct model *m, const char *split, char *buf,
+	       size_t len);
 
 /* The cost model: training FLOPs per token (forward + backward), the
  * accounting of model_flops_per_token split by where it is spent: 6 per

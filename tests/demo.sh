@@ -25,4 +25,4 @@ step "2. train: 2 pipeline stages, PipeDream-2BW, AdamW" \
 	--set train.batch_size=4 --set log.every=25 --set eval.every=100
 step "3. evaluate" "$A" eval "$OUT"
 step "4. sample" "$A" sample "$OUT" --prompt "The old boat" -n 60 --seed 7
-printf '\nDone. The run is in %s (metrics.csv, checkpoints). Next: man asyncpp-train.\n' "$OUT"
+printf '\nDone. The run is in %s (metrics.csv, checkpoints). Next: %s help train.\n' "$OUT" "$A"

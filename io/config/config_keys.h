@@ -67,7 +67,7 @@
 	X(optim, ef_lambda, FLOAT_IN(-10, 10), "1.0", "error-feedback strength; 0 is no correction")               \
 	X(optim, ef_groups, CHOICE("all|muon|adamw"), "all", "parameter groups the correction acts on") \
 	X(pipeline, stages, INT_IN(1, 4096), "1", "pipeline stages S")                                             \
-	X(pipeline, split, CHOICE("even|balanced|layers"), "even", "how layers are assigned to stages: even (L/S each, the first stages one more), balanced (minimise the largest stage's modelled FLOPs, head and embeddings included) or layers (pipeline.layers)") \
+	X(pipeline, split, CHOICE("even|balanced|layers"), "balanced", "how layers are assigned to stages: balanced (minimise the largest stage's modelled FLOPs, head and embeddings included), even (L/S each, the first stages one more) or layers (pipeline.layers)") \
 	X(pipeline, layers, STR, "", "with pipeline.split = layers: layers per stage, e.g. 3,4,4,2 (summing to model.n_layer; only the first and last stage may have 0)") \
 	X(pipeline, micro_batches, INT_IN(1, 1048576), "1", "micro-batches per optimizer step M (gradient accumulation)") \
 	X(pipeline, transport, CHOICE("local|mpi|tcp|nccl"), "local", "how stages exchange tensors")       \

@@ -174,6 +174,46 @@ else
 	fail config_ini_reruns_the_run "$(cat err.txt) $(head -n 3 d.txt | tr '\n' ' ') $(head -n 3 cfg1/config.ini)"
 fi
 
+# 10b. data paths given relative are stored absolute (config.ini and the
+# checkpoints), so eval and sample of the run work from another directory;
+# a checkpoint that stored one relative (import-hf) has it found from the
+# directory its run started in; a stored path that is gone is named, with
+# where it came from and the option that overrides it
+here=$(pwd -P)
+mkdir -p elsewhere reldata imp/runs/hf
+cp base/data/builtin.tok base/data/builtin_train.shard base/data/builtin_val.shard reldata/
+$A train -q "${TINY[@]}" --set data.train=reldata/builtin_train.shard \
+	--set data.val=./reldata/builtin_val.shard --set data.tokenizer=reldata/builtin.tok \
+	--set train.out_dir=rel --set train.steps=2 2> err.txt
+if grep -qx "train = $here/reldata/builtin_train.shard" rel/config.ini &&
+   grep -qx "val = $here/reldata/builtin_val.shard" rel/config.ini &&
+   grep -qx "tokenizer = $here/reldata/builtin.tok" rel/config.ini &&
+   (cd elsewhere && $A eval "$here/rel" > ev.txt && $A sample "$here/rel" -n 4 > s.txt) 2>> err.txt
+then
+	pass data_paths_stored_absolute
+else
+	fail data_paths_stored_absolute "$(grep -E '^(train|val|tokenizer) =' rel/config.ini | tr '\n' ' ') $(cat err.txt)"
+fi
+(cd imp && $A import-hf "$TESTDATA/hf/llama" -o runs/hf/ckpt-00000000.ckpt --tokenizer-out hf.tok \
+	--set train.out_dir=runs/hf) > /dev/null 2> err.txt
+if grep -q '^tokenizer = hf.tok$' <($A inspect -v imp/runs/hf/ckpt-00000000.ckpt 2>&1) &&
+   (cd elsewhere && $A sample "$here/imp/runs/hf" -n 4 > s.txt) 2>> err.txt; then
+	pass relative_stored_path_found_from_the_run
+else
+	fail relative_stored_path_found_from_the_run "$(cat err.txt)"
+fi
+mv reldata/builtin.tok reldata/moved.tok
+mv reldata/builtin_val.shard reldata/moved.shard
+(cd elsewhere && $A sample "$here/rel" -n 4) > /dev/null 2> err.txt
+(cd elsewhere && $A eval "$here/rel") > /dev/null 2>> err.txt
+if grep -qF "data.tokenizer = $here/reldata/builtin.tok, stored in the checkpoint '$here/rel/ckpt-00000002.ckpt', is not there; give the tokenizer with --tokenizer FILE" err.txt &&
+   grep -qF "data.val = $here/reldata/builtin_val.shard, stored in the checkpoint '$here/rel/ckpt-00000002.ckpt', matches no shard file or directory; give the shards with --data SHARDS" err.txt
+then
+	pass missing_stored_path_names_its_origin
+else
+	fail missing_stored_path_names_its_origin "$(cat err.txt)"
+fi
+
 # 11. log.tensorboard: an event file a reader written from the format's
 # definition (tests/scripts/tb_events.py) accepts, checksums and all, whose
 # scalars are the metrics file's values
@@ -225,6 +265,60 @@ if grep -q "validation every 10 steps on the first 3 batches" err.txt &&
 	pass eval_repeats_training_validation
 else
 	fail eval_repeats_training_validation "logged $logged, eval $(grep '^loss' ev.txt): $(head -c 300 err.txt)"
+fi
+
+# 14b. the eval command a run suggests at its end prints the last val_loss
+# it logged, to the printed precision: eval defaults to the run's
+# eval.batches and batch size on its data.val (here the training shard, of
+# far more batches than eval.batches), through a 2BW pipeline
+$A train "${TINY[@]}" --set data.train=base/data/builtin_train.shard \
+	--set data.val=base/data/builtin_train.shard --set data.tokenizer=base/data/builtin.tok \
+	--set train.out_dir=val2 --set train.steps=6 --set log.every=3 --set eval.every=3 \
+	--set eval.batches=2 --set train.schedule=2bw --set pipeline.stages=2 \
+	--set pipeline.micro_batches=2 > /dev/null 2> err.txt
+logged=$(grep '^6,' val2/metrics.csv | cut -d, -f5 | grep . | head -n 1)
+shown=$(grep -o '^step 6/6 .* val [0-9.]*' err.txt | awk '{print $NF}')
+suggested=$(sed -n 's/^  evaluate:  //p' err.txt) # PROG eval CKPT (PROG: 14c)
+if [ -n "$logged" ] && [ "$shown" = "$(printf '%.4f' "$logged")" ] && [ -n "$suggested" ] &&
+   $A ${suggested#* } > ev.txt 2>> err.txt && [ "$(awk '/^loss/ {print $2}' ev.txt)" = "$shown" ] &&
+   grep -q '^evaluated   2 x 4 x 32 = 256 tokens: batches 0 to 1 of [0-9]*$' ev.txt; then
+	pass suggested_eval_prints_the_logged_val_loss
+else
+	fail suggested_eval_prints_the_logged_val_loss "logged $logged ($shown), '$suggested': $(cat ev.txt | tr '\n' ' ') $(head -c 300 err.txt)"
+fi
+
+# 14c. hints begin with the program as it was invoked: the bare name when
+# it was found through PATH, the path as typed otherwise
+mkdir -p bin
+ln -sf "$A" bin/asyncpp
+PATH=$PWD/bin:$PATH asyncpp train "${TINY[@]}" "${DATA[@]}" --set train.out_dir=prog \
+	--set train.steps=1 > /dev/null 2> err1.txt
+(cd bin && ./asyncpp train "${TINY[@]}" --set data.train=../base/data/builtin_train.shard \
+	--set data.tokenizer=../base/data/builtin.tok --set train.out_dir=../prog --set train.steps=1 \
+	--overwrite) > /dev/null 2> err2.txt
+if grep -q '^  evaluate:  asyncpp eval .*prog/ckpt-00000001.ckpt$' err1.txt &&
+   grep -q '^  evaluate:  ./asyncpp eval .*prog/ckpt-00000001.ckpt$' err2.txt &&
+   grep -q '^  sample:    ./asyncpp sample ' err2.txt; then
+	pass hints_name_the_program_as_invoked
+else
+	fail hints_name_the_program_as_invoked "$(cat err1.txt err2.txt)"
+fi
+
+# 14d. pipeline.split defaults to balanced, even stays selectable, and a cut
+# whose lightest stage's modelled cost is more than 20% below the heaviest's
+# is named with the split to use (8 layers of width 32, a 1024-token head)
+CUT=(--set model.n_layer=8 --set model.vocab_size=1024 --set train.steps=0
+     --set train.schedule=1f1b --set pipeline.stages=2)
+$A train "${TINY[@]}" "${DATA[@]}" "${CUT[@]}" --set train.out_dir=cut1 > /dev/null 2> err1.txt
+$A train "${TINY[@]}" "${DATA[@]}" "${CUT[@]}" --set pipeline.split=even \
+	--set train.out_dir=cut2 > /dev/null 2> err2.txt
+if grep -q ' 2 stage(s) of 5,3 layers (balanced) ' err1.txt && ! grep -q warning err1.txt &&
+   grep -q ' 2 stage(s) of 4,4 layers (even) ' err2.txt &&
+   grep -qF "warning: pipeline.split = even (layers 4,4) models stage 0 at 68% of stage 1's cost (the last stage holds the head), so stage 0 waits for it every step; set pipeline.split = balanced (layers 5,3: the lightest stage at 98% of the heaviest)" err2.txt
+then
+	pass split_balanced_by_default_uneven_named
+else
+	fail split_balanced_by_default_uneven_named "$(cat err1.txt err2.txt)"
 fi
 
 # 15. sample.every: the text logged at a step is what `asyncpp sample`

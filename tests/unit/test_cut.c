@@ -227,6 +227,35 @@ TEST(bad_cuts_are_named)
 		     "most model.n_layer + 2 = 14 stages", "every middle stage needs a layer");
 }
 
+/* An uneven cut is named with the split to use; the balanced one is not */
+TEST(uneven_cut_advised)
+{
+	struct model_config c = gpt2_124m();
+	struct model m;
+	struct stage_cut cut;
+	char msg[400];
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(cut_even(&cut, 12, 4) == 0);
+	CHECK(cut_advice(&cut, &m, "even", msg, sizeof(msg)) == 1);
+	CHECK_MSG(strstr(msg, "pipeline.split = even (layers 3,3,3,3) models stage 0 at ") &&
+		  strstr(msg, "of stage 3's cost (the last stage holds the head)") &&
+		  strstr(msg, "set pipeline.split = balanced (layers 4,4,4,0: "), "%s", msg);
+	cut_free(&cut);
+	CHECK(cut_balanced(&cut, &m, 4) == 0);
+	CHECK(cut_advice(&cut, &m, "balanced", msg, sizeof(msg)) == 0);
+	cut_free(&cut);
+	int listed[2] = {9, 3}; /* 9 layers, 3 and the head: within 20% */
+	CHECK(cut_from_counts(&cut, 12, listed, 2) == 0);
+	CHECK(cut_advice(&cut, &m, "layers", msg, sizeof(msg)) == 0);
+	cut_free(&cut);
+	listed[0] = 6, listed[1] = 6;
+	CHECK(cut_from_counts(&cut, 12, listed, 2) == 0);
+	CHECK(cut_advice(&cut, &m, "layers", msg, sizeof(msg)) == 1);
+	CHECK_MSG(strstr(msg, "pipeline.split = layers (layers 6,6) models stage 0 at "), "%s", msg);
+	cut_free(&cut);
+	model_free(&m);
+}
+
 TEST(good_cuts_from_config)
 {
 	struct config cfg;
@@ -237,7 +266,12 @@ TEST(good_cuts_from_config)
 	CHECK(model_init(&m, &c) == 0);
 	config_defaults(&cfg);
 	CHECK(config_set_key(&cfg, "pipeline", "stages", "5", "test") == 0);
-	CHECK(cut_from_config(&cut, &cfg, &m) == 0); /* the default: even */
+	CHECK(cut_from_config(&cut, &cfg, &m) == 0); /* the default: balanced */
+	cut_format(&cut, buf, sizeof(buf));
+	CHECK_MSG(!strcmp(buf, "3,3,3,3,0"), "%s", buf);
+	cut_free(&cut);
+	CHECK(config_set_key(&cfg, "pipeline", "split", "even", "test") == 0);
+	CHECK(cut_from_config(&cut, &cfg, &m) == 0);
 	cut_format(&cut, buf, sizeof(buf));
 	CHECK_MSG(!strcmp(buf, "3,3,2,2,2"), "%s", buf);
 	cut_free(&cut);
