@@ -84,6 +84,31 @@ static int check_resume_config(const struct config *cfg, struct ckpt *ck)
 	return rc;
 }
 
+/* A checkpoint that lies in a run folder (one with a run-id) continues in
+ * that folder, wherever the command is started: the train.out_dir stored in
+ * it is relative to the directory the run was started in, so a resume from
+ * another directory would otherwise begin a second run there. -c and --set
+ * still choose another folder. A checkpoint outside a run folder (an
+ * import-hf output, a copy) keeps the stored train.out_dir. */
+static int resume_in_its_folder(struct config *cfg, const char *ck_path)
+{
+	if (!train_dir_run_id_of(ck_path))
+		return 0;
+	char *dir = xstrdup(ck_path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		strcpy(dir, ".");
+	else
+		*(slash == dir ? slash + 1 : slash) = 0;
+	struct stat a, b;
+	int rc = 0;
+	if (stat(cfg->train_out_dir, &a) || stat(dir, &b) || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino)
+		rc = config_set_key(cfg, "train", "out_dir", dir, ck_path);
+	free(dir);
+	return rc;
+}
+
 /* --resume PATH: the checkpoint file, or the newest readable checkpoint of
  * a directory. A directory's newest checkpoint that fails to open or to
  * verify (cut short by a full disk, damaged since) is named, and the one
@@ -323,6 +348,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path))
 			return EXIT_FAIL;
 		run_paths_resolve(&r.cfg, ck_path); /* stored as given before they were absolute */
+		if (resume_in_its_folder(&r.cfg, ck_path))
+			return EXIT_FAIL;
 		if (config_file && config_load_file(&r.cfg, config_file))
 			return EXIT_FAIL;
 		for (int i = 0; i < sets.n; i++)

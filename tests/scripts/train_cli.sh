@@ -202,12 +202,22 @@ if grep -q '^tokenizer = hf.tok$' <($A inspect -v imp/runs/hf/ckpt-00000000.ckpt
 else
 	fail relative_stored_path_found_from_the_run "$(cat err.txt)"
 fi
+# a resume from another directory continues in the checkpoint's run folder
+# (train.out_dir is stored as given, relative to where the run started), not
+# in a new folder of that name under the working directory
+(cd elsewhere && $A train -q --resume "$here/rel" --set train.steps=4) 2> err.txt
+if [ -f rel/ckpt-00000004.ckpt ] && [ ! -e elsewhere/rel ] &&
+   [ "$(grep -c '^[0-9]' rel/metrics.csv)" = 4 ]; then
+	pass resume_from_elsewhere_continues_in_the_run_folder
+else
+	fail resume_from_elsewhere_continues_in_the_run_folder "$(ls rel elsewhere | tr '\n' ' ') $(cat err.txt)"
+fi
 mv reldata/builtin.tok reldata/moved.tok
 mv reldata/builtin_val.shard reldata/moved.shard
 (cd elsewhere && $A sample "$here/rel" -n 4) > /dev/null 2> err.txt
 (cd elsewhere && $A eval "$here/rel") > /dev/null 2>> err.txt
-if grep -qF "data.tokenizer = $here/reldata/builtin.tok, stored in the checkpoint '$here/rel/ckpt-00000002.ckpt', is not there; give the tokenizer with --tokenizer FILE" err.txt &&
-   grep -qF "data.val = $here/reldata/builtin_val.shard, stored in the checkpoint '$here/rel/ckpt-00000002.ckpt', matches no shard file or directory; give the shards with --data SHARDS" err.txt
+if grep -qF "data.tokenizer = $here/reldata/builtin.tok, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', is not there; give the tokenizer with --tokenizer FILE" err.txt &&
+   grep -qF "data.val = $here/reldata/builtin_val.shard, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', matches no shard file or directory; give the shards with --data SHARDS" err.txt
 then
 	pass missing_stored_path_names_its_origin
 else
