@@ -10,6 +10,7 @@
 
 #include "cmd/cmd.h"
 #include "io/staged.h"
+#include "io/suggest.h"
 #include "io/util.h"
 #include "kernels/backend.h"
 
@@ -122,6 +123,18 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
 		if (!strcmp(commands[i].name, name))
 			return finish(commands[i].fn(argc - 1, argv + 1));
-	fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
+	/* like git: the nearest commands, when any is near */
+	struct suggest sg;
+	char near[256];
+	suggest_init(&sg, name);
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+		suggest_offer(&sg, commands[i].name);
+	suggest_offer(&sg, "help");
+	suggest_offer(&sg, "version");
+	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
+		fprintf(stderr, "asyncpp: '%s' is not a command; did you mean %s? See 'asyncpp "
+			"help'\n", name, near);
+	else
+		fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
 	return EXIT_USAGE;
 }

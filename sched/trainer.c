@@ -78,6 +78,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
 			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
 			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
+	if (tr->kind == SCHED_2BW && tr->M < tr->S)
+		return error("train.schedule = 2bw needs pipeline.micro_batches >= pipeline.stages "
+			     "(got %d < %d): set pipeline.micro_batches = %d or more", tr->M, tr->S,
+			     tr->S);
 	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
 		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
 			     "list one device per stage", backend_lane_count(be), tr->S);
@@ -378,6 +382,7 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
 		phase(tr, TRAINER_PHASE_END);
 		st.skipped = !isfinite(st.grad_norm);
+		st.done_s = now_sec();
 		tr->step = t + 1;
 		tr->last = st;
 		if (stats)
