@@ -113,6 +113,23 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		sched_free(probe);
 		return -1;
 	}
+	/* stage 0's delay is the largest: name the keys that set it when its
+	 * weight versions would not fit (worker_init would only say "delay") */
+	int d0 = trainer_stage_delay(cfg, 0, tr->S);
+	int versions = d0 + 1 + (d0 > 0 && cfg->optim_correction &&
+				 !strcmp(cfg->optim_correction, "predict"));
+	if (versions > WORKER_MAX_VERSIONS) {
+		sched_free(probe);
+		if (tr->kind < 0 && strcmp(cfg->train_delay_mode, "per-stage"))
+			return error("train.delay = %d%s needs %d weight versions; at most %d fit: "
+				     "lower train.delay", d0, versions > d0 + 1 ?
+				     " with optim.correction = predict" : "", versions,
+				     WORKER_MAX_VERSIONS);
+		return error("pipeline.stages = %d delays stage 0 by %d steps (%s), which needs %d "
+			     "weight versions; at most %d fit: use fewer stages", tr->S, d0,
+			     tr->kind < 0 ? "train.delay_mode = per-stage" : "train.schedule = "
+			     "pipedream", versions, WORKER_MAX_VERSIONS);
+	}
 	/* under MPI a process runs one stage of one replica and builds only
 	 * that worker (rank 0 writes checkpoints from what the other ranks
 	 * send: pipeline_save) */
