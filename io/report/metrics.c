@@ -104,7 +104,8 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 	const double val[N_MOE_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
 					   r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
 					   r->mfu, r->bubble, r->skipped,
-					   (double)now.tv_sec + now.tv_nsec * 1e-9, r->moe_balance,
+					   r->time > 0 ? r->time : (double)now.tv_sec + now.tv_nsec * 1e-9,
+					   r->moe_balance,
 					   r->moe_z, 0};
 	int n = n_columns(mf);
 	if (mf->format == METRICS_CSV) {
