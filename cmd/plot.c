@@ -486,10 +486,9 @@ int cmd_plot(int argc, char **argv)
 		const char *yname = ynames.n ? ynames.items[j] : "loss";
 		yc[j] = column_of(yname);
 		if (yc[j] < 0)
-			opts_usage_error(usage, options,
-					 "unknown column '%s' for --y (expected loss, val_loss, lr, "
-					 "grad_norm, tokens_per_s, mfu, bubble, moe_balance or moe_z)",
-					 yname);
+			opts_usage_error(usage, options, "unknown column '%s' for --y "
+					 "(expected loss, val_loss, lr, grad_norm, tokens_per_s, "
+					 "mfu, bubble, moe_balance or moe_z)", yname);
 		for (int k = 0; k < j; k++)
 			if (yc[k] == yc[j])
 				opts_usage_error(usage, options, "--y %s is given twice", yname);

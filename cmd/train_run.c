@@ -424,7 +424,8 @@ int train_loop(struct run *r)
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
 		/* what `asyncpp eval CKPT --batches N` repeats */
 		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d "
-			"sequences x %d tokens of %s (asyncpp eval CKPT --batches %d evaluates the same)\n",
+			"sequences x %d tokens of %s (asyncpp eval CKPT --batches %d evaluates "
+			"the same)\n",
 			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, nb);
 	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */

@@ -23,7 +23,8 @@ int suggest_distance(const char *a, const char *b)
 	for (size_t i = 1; i <= la; i++) {
 		cur[0] = (int)i;
 		for (size_t j = 1; j <= lb; j++) {
-			int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+			int ca = tolower((unsigned char)a[i - 1]);
+			int cb = tolower((unsigned char)b[j - 1]);
 			int d = MIN(prev[j] + 1, cur[j - 1] + 1);
 			d = MIN(d, prev[j - 1] + (ca != cb));
 			if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&

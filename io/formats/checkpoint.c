@@ -480,8 +480,9 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top, int verb
 		if (j < 0)
 			len = snprintf(line, sizeof(line), "only in A: %s\n", a->rows[i].name);
 		else if (b->rows[j].numel != a->rows[i].numel)
-			len = snprintf(line, sizeof(line), "shape differs: %s (%zu vs %zu values)\n",
-				       a->rows[i].name, a->rows[i].numel, b->rows[j].numel);
+			len = snprintf(line, sizeof(line),
+				       "shape differs: %s (%zu vs %zu values)\n", a->rows[i].name,
+				       a->rows[i].numel, b->rows[j].numel);
 		else if (diff_tensor(a, i, b, j, &rows[n]))
 			rc = -1;
 		else
@@ -507,8 +508,8 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top, int verb
 		if (identical == n && !only)
 			fprintf(out, "identical: all %d tensors have the same bits\n", n);
 		else
-			fprintf(out, "different: %d of %d compared tensors differ, %d not comparable\n",
-				n - identical, n, only);
+			fprintf(out, "different: %d of %d compared tensors differ, %d not "
+				"comparable\n", n - identical, n, only);
 		fprintf(out, "A: %s (step %ld)\nB: %s (step %ld)\n", pa, sa, pb, sb);
 		fprintf(out, "%d tensors compared, %d identical, %d not comparable\n", n, identical,
 			only);
@@ -519,8 +520,9 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top, int verb
 				verbose ? "tensors, most different first" : "largest differences",
 				"max |a-b|", "|a-b|/|a|");
 			for (int i = 0; i < shown; i++)
-				fprintf(out, "%-40s %14.6g %14.6g%s\n", rows[i].name, rows[i].max_abs,
-					rows[i].rel, rows[i].differs ? "" : "  identical");
+				fprintf(out, "%-40s %14.6g %14.6g%s\n", rows[i].name,
+					rows[i].max_abs, rows[i].rel,
+					rows[i].differs ? "" : "  identical");
 		}
 		if (!verbose && n - identical > shown)
 			fprintf(out, "(%d more differ; --top %d lists them all)\n",

@@ -144,8 +144,9 @@ TEST(load_values)
 TEST(error_unknown_section)
 {
 	CHECK(fails_with("[model]\nn_layer = 2\n[optimizer]\nlr = 1\n",
-			 "run.ini:3: unknown section [optimizer]; did you mean [optim]? The sections "
-			 "are model, data, train, optim, pipeline, eval, sample, log, checkpoint"));
+			 "run.ini:3: unknown section [optimizer]; did you mean [optim]? The "
+			 "sections are model, data, train, optim, pipeline, eval, sample, log, "
+			 "checkpoint"));
 	CHECK(fails_with("[modle]\n", "run.ini:1: unknown section [modle]; did you mean [model]? "
 			 "The sections are model, data, train, optim, pipeline, eval, sample, log, "
 			 "checkpoint"));
@@ -163,7 +164,8 @@ TEST(error_unknown_key)
 	CHECK(fails_with("[optim]\nnme = muon\n",
 			 "run.ini:2: unknown key 'nme' in [optim]; did you mean 'name'?"));
 	CHECK(fails_with("[train]\nbach_size = 4\n",
-			 "run.ini:2: unknown key 'bach_size' in [train]; did you mean 'batch_size'?"));
+			 "run.ini:2: unknown key 'bach_size' in [train]; did you mean "
+			 "'batch_size'?"));
 	CHECK(fails_with("[model]\nstpes = 4\n",
 			 "run.ini:2: unknown key 'stpes' in [model]; did you mean train.steps?"));
 	CHECK(fails_with("[train]\nevery = 4\n", "run.ini:2: unknown key 'every' in [train]; it "
@@ -221,7 +223,8 @@ TEST(error_key_outside_section)
 	CHECK(fails_with("# header\nsteps = 5\n[train]\n",
 			 "run.ini:2: key 'steps' outside a section; put it under a [train] line"));
 	CHECK(fails_with("stpes = 5\n[train]\n",
-			 "run.ini:1: key 'stpes' outside a section; put it under a [section] line"));
+			 "run.ini:1: key 'stpes' outside a section; put it under a [section] "
+			 "line"));
 }
 
 TEST(error_syntax)
