@@ -129,8 +129,9 @@ int main(int argc, char **argv)
 	suggest_init(&sg, name);
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
 		suggest_offer(&sg, commands[i].name);
-	suggest_offer(&sg, "help");
-	suggest_offer(&sg, "version");
+	static const char *const others[] = {"help", "version", "--help", "--version"};
+	for (size_t i = 0; i < ARRAY_SIZE(others); i++)
+		suggest_offer(&sg, others[i]);
 	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
 		fprintf(stderr, "asyncpp: '%s' is not a command; did you mean %s? See 'asyncpp "
 			"help'\n", name, near);
