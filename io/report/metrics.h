@@ -16,8 +16,8 @@
  *   bubble      idle fraction of the pipeline stages over the interval
  *   skipped     1 when the step's update was skipped (its gradient norm was
  *               not finite), else 0
- *   time        when the step finished (an evaluation row: when it was
- *               written): Unix seconds (UTC), milliseconds
+ *   time        when the step (or evaluation) finished: Unix seconds (UTC),
+ *               milliseconds
  * and, for a mixture-of-experts model (metrics_open's n_expert > 0), three
  * more:
  *   moe_balance the load-balancing term per layer (1 when balanced)
