@@ -10,6 +10,7 @@
 
 #include "cmd/cmd.h"
 #include "io/staged.h"
+#include "io/suggest.h"
 #include "io/util.h"
 #include "kernels/backend.h"
 
@@ -125,6 +126,19 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
 		if (!strcmp(commands[i].name, name))
 			return finish(commands[i].fn(argc - 1, argv + 1, prog));
-	fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
+	/* like git: the nearest commands, when any is near */
+	struct suggest sg;
+	char near[256];
+	suggest_init(&sg, name);
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+		suggest_offer(&sg, commands[i].name);
+	static const char *const others[] = {"help", "version", "--help", "--version"};
+	for (size_t i = 0; i < ARRAY_SIZE(others); i++)
+		suggest_offer(&sg, others[i]);
+	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
+		fprintf(stderr, "asyncpp: '%s' is not a command; did you mean %s? See 'asyncpp "
+			"help'\n", name, near);
+	else
+		fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
 	return EXIT_USAGE;
 }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../io/suggest.h"
 #include "../io/util.h"
 #include "bench.h"
 #include "cmd.h"
@@ -39,7 +40,15 @@ int cmd_bench(int argc, char **argv, const char *prog)
 	for (size_t i = 0; i < ARRAY_SIZE(benches); i++)
 		if (!strcmp(argv[1], benches[i].name))
 			return benches[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "asyncpp: unknown benchmark '%s'\n", argv[1]);
+	struct suggest sg;
+	char near[128];
+	suggest_init(&sg, argv[1]);
+	for (size_t i = 0; i < ARRAY_SIZE(benches); i++)
+		suggest_offer(&sg, benches[i].name);
+	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
+		fprintf(stderr, "asyncpp: unknown benchmark '%s'; did you mean %s?\n", argv[1], near);
+	else
+		fprintf(stderr, "asyncpp: unknown benchmark '%s'\n", argv[1]);
 	usage(stderr);
 	return EXIT_USAGE;
 }

@@ -173,6 +173,9 @@ int bench_schedule(int argc, char **argv)
 		opts_usage_error(usage, opts, "--stages must be between 1 and 100000, not %ld", S);
 	if (M < 1 || M > 10000000)
 		opts_usage_error(usage, opts, "--micro must be between 1 and 10000000, not %ld", M);
+	if (kind == SCHED_2BW && M < S)
+		opts_usage_error(usage, opts,
+				 "--kind 2bw needs --micro >= --stages (got %ld < %ld)", M, S);
 	if (!steps)
 		steps = kind == SCHED_2BW ? 4 : kind == SCHED_PIPEDREAM ? 4 * MAX(M, S) : 1;
 	if (steps < 1 || steps > 100000000)

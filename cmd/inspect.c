@@ -19,7 +19,7 @@
 
 static const char *const inspect_usage[] = {
 	"asyncpp inspect [-v] FILE...",
-	"asyncpp inspect --diff [--top N] CKPT_A CKPT_B",
+	"asyncpp inspect --diff [-v] [--top N] CKPT_A CKPT_B",
 	NULL,
 };
 
@@ -94,7 +94,7 @@ int cmd_inspect(int argc, char **argv, const char *prog)
 	int verbose = 0, diff = 0;
 	long top = 10;
 	const struct option opts[] = {
-		OPT_FLAG('v', "verbose", &verbose, "show more (a checkpoint's configuration)"),
+		OPT_FLAG('v', "verbose", &verbose, "show more (a checkpoint's configuration; with --diff, every tensor)"),
 		OPT_FLAG(0, "diff", &diff, "compare two checkpoints tensor by tensor"),
 		OPT_INT(0, "top", &top, "N", "with --diff, list the N most different tensors (10)"),
 		OPT_END(),
@@ -107,7 +107,7 @@ int cmd_inspect(int argc, char **argv, const char *prog)
 			opts_usage_error(inspect_usage, opts, "--diff needs two checkpoints");
 		if (top < 0 || top > 1000000)
 			opts_usage_error(inspect_usage, opts, "--top must be 0..1000000");
-		int rc = checkpoint_diff(argv[0], argv[1], stdout, (int)top);
+		int rc = checkpoint_diff(argv[0], argv[1], stdout, (int)top, verbose);
 		fflush(stdout);
 		return rc ? EXIT_FAIL : EXIT_OK;
 	}

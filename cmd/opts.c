@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../io/suggest.h"
 #include "../io/util.h"
 #include "opts.h"
 
@@ -100,6 +101,29 @@ static void set_value(const char *const *usage, const struct option *opts,
 	}
 }
 
+/* "unknown option '--stpes'; did you mean '--steps'?": the nearest long
+ * options (for a short one, the long options of its letter's neighbours
+ * are no help: none is suggested). */
+static void unknown_option(const char *const *usage, const struct option *opts, const char *arg,
+			   const char *shown)
+{
+	char near[256] = "";
+	if (arg[1] == '-') {
+		char word[96];
+		snprintf(word, sizeof(word), "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+		struct suggest sg;
+		suggest_init(&sg, word);
+		for (const struct option *p = opts; p->type != OPT_T_END; p++)
+			suggest_offer(&sg, p->long_name);
+		suggest_offer(&sg, "help");
+		suggest_text(&sg, "'--%s'", near, sizeof(near));
+	}
+	if (*near)
+		opts_usage_error(usage, opts, "unknown option '%s'; did you mean %s?", shown, near);
+	else
+		opts_usage_error(usage, opts, "unknown option '%s'", shown);
+}
+
 int opts_parse(int argc, char **argv, const char *const *usage,
 	       const struct option *opts, const char *description)
 {
@@ -141,7 +165,7 @@ int opts_parse(int argc, char **argv, const char *const *usage,
 				inline_val = a + 2;
 		}
 		if (!o)
-			opts_usage_error(usage, opts, "unknown option '%s'", shown);
+			unknown_option(usage, opts, a, shown);
 		if (takes_arg(o)) {
 			if (!inline_val) {
 				if (i + 1 >= argc)

@@ -1,10 +1,11 @@
 /* plot.c - `asyncpp plot METRICS...`: metrics files as an SVG line chart.
  *
  * Each metrics file (CSV or JSON lines, io/report/metrics.h) becomes one run: one
- * <path> of the chosen y column against the chosen x column, in the legend
- * under its label (by default the name of the file's directory, which for
- * asyncpp train is the run's out_dir). Rows without the y column are
- * skipped, so --y val_loss draws the evaluation rows only.
+ * <path> of each chosen y column (--y, repeatable) against the chosen x
+ * column, in the legend under its label (by default the name of the file's
+ * directory, which for asyncpp train is the run's out_dir; with several
+ * --y, followed by the column). Rows without a y column are skipped for
+ * it, so --y val_loss draws the evaluation rows only.
  *
  * A resumed run appends to its metrics file, so x can go back: for step and
  * tokens the later rows replace the earlier ones from that x on; wall_s,
@@ -23,7 +24,7 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp plot [-o OUT.svg] [--x COL] [--y COL] [--smooth ALPHA] [--logx] [--logy] "
+	"asyncpp plot [-o OUT.svg] [--x COL] [--y COL]... [--smooth ALPHA] [--logx] [--logy] "
 	"[--ymin Y] [--ymax Y] [--title T] [--label NAME]... METRICS...",
 	NULL,
 };
@@ -321,18 +322,22 @@ static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"
 				      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 static const char *const dashes[] = {NULL, "6 3", "2 2", "8 3 2 3"};
 
-static void style_of(struct buf *b, int i)
+/* Series i's colour and dashes: one colour per series, dashed after the
+ * tenth; with several y columns (ny > 1) one colour per file and one dash
+ * pattern per column. */
+static void style_of(struct buf *b, int i, int ny)
 {
 	int np = (int)ARRAY_SIZE(palette);
-	svg_printf(b, "stroke=\"%s\"", palette[i % np]);
-	const char *d = dashes[(i / np) % (int)ARRAY_SIZE(dashes)];
+	int colour = ny > 1 ? i / ny : i, dash = ny > 1 ? i % ny : i / np;
+	svg_printf(b, "stroke=\"%s\"", palette[colour % np]);
+	const char *d = dashes[dash % (int)ARRAY_SIZE(dashes)];
 	if (d)
 		svg_printf(b, " stroke-dasharray=\"%s\"", d);
 }
 
 /* ---- the chart ---- */
 
-static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *ax,
+static void draw(struct buf *b, struct run *runs, int nruns, int ny, const struct axis *ax,
 		 const struct axis *ay, const char *title, const char *xlabel, const char *ylabel)
 {
 	size_t longest = 0;
@@ -402,7 +407,7 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 	for (int i = 0; i < nruns; i++) {
 		const struct run *r = &runs[i];
 		svg_printf(b, "<path ");
-		style_of(b, i);
+		style_of(b, i, ny);
 		svg_printf(b, " d=\"");
 		for (int k = 0; k < r->n; k++)
 			svg_printf(b, "%s%.2f,%.2f", k ? " L" : "M", PX(r->x[k]), PY(r->y[k]));
@@ -421,7 +426,7 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 		double ly = y1 + 10 + 20.0 * i;
 		svg_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
 			   "stroke-width=\"2.5\" ", lx, ly, lx + 28, ly);
-		style_of(b, i);
+		style_of(b, i, ny);
 		svg_printf(b, "/><text x=\"%.1f\" y=\"%.1f\">", lx + 36, ly + 4);
 		svg_text(b, runs[i].label);
 		svg_printf(b, "</text>\n");
@@ -431,16 +436,30 @@ static void draw(struct buf *b, struct run *runs, int nruns, const struct axis *
 #undef PY
 }
 
+/* "train loss, val loss" from the columns' axis names. */
+static void join_axes(char *out, size_t n, const int *yc, int ny, const char *last_sep)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (int j = 0; j < ny && used < n; j++) {
+		int w = snprintf(out + used, n - used, "%s%s",
+				 j == 0 ? "" : j == ny - 1 ? last_sep : ", ", columns[yc[j]].axis);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
+
 int cmd_plot(int argc, char **argv, const char *prog)
 {
-	const char *out = NULL, *xname = "step", *yname = "loss", *title = NULL;
+	const char *out = NULL, *xname = "step", *title = NULL;
 	double alpha = 0, ymin = NAN, ymax = NAN;
 	int logx = 0, logy = 0, force = 0;
-	struct opt_list labels = {0};
+	struct opt_list labels = {0}, ynames = {0};
 	const struct option options[] = {
 		OPT_STRING('o', "output", &out, "OUT.svg", "write the chart here (atomically; default: standard output)"),
 		OPT_STRING(0, "x", &xname, "COL", "x column: step, tokens or wall_s (default step)"),
-		OPT_STRING(0, "y", &yname, "COL", "y column: loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, moe_balance or moe_z (default loss)"),
+		OPT_LIST(0, "y", &ynames, "COL", "y column: loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, moe_balance or moe_z (default loss); repeat it for several lines per file"),
 		OPT_DOUBLE(0, "smooth", &alpha, "ALPHA", "EMA smoothing, 0 <= ALPHA < 1: s = ALPHA*s + (1-ALPHA)*y (default 0, none)"),
 		OPT_FLAG(0, "logx", &logx, "logarithmic x axis"),
 		OPT_FLAG(0, "logy", &logy, "logarithmic y axis"),
@@ -453,16 +472,27 @@ int cmd_plot(int argc, char **argv, const char *prog)
 	};
 	int n = opts_parse(argc, argv, usage, options,
 			   "Draw metrics files (CSV or JSON lines, as asyncpp train writes them) as an\n"
-			   "SVG line chart: one line per file, with a legend.");
-	int xc = column_of(xname), yc = column_of(yname);
+			   "SVG line chart: one line per file and y column, with a legend.");
+	int xc = column_of(xname);
 	if (!n)
 		opts_usage_error(usage, options, "no metrics file given");
 	if (xc != C_STEP && xc != C_TOKENS && xc != C_WALL)
 		opts_usage_error(usage, options, "--x must be step, tokens or wall_s, not '%s'", xname);
-	if (yc < 0)
-		opts_usage_error(usage, options,
-				 "unknown column '%s' for --y (expected loss, val_loss, lr, grad_norm, "
-				 "tokens_per_s, mfu, bubble, moe_balance or moe_z)", yname);
+	int ny = ynames.n ? ynames.n : 1;
+	int yc[N_COL];
+	if (ny > N_COL)
+		opts_usage_error(usage, options, "%d --y columns; there are %d columns", ny, N_COL);
+	for (int j = 0; j < ny; j++) {
+		const char *yname = ynames.n ? ynames.items[j] : "loss";
+		yc[j] = column_of(yname);
+		if (yc[j] < 0)
+			opts_usage_error(usage, options, "unknown column '%s' for --y "
+					 "(expected loss, val_loss, lr, grad_norm, tokens_per_s, "
+					 "mfu, bubble, moe_balance or moe_z)", yname);
+		for (int k = 0; k < j; k++)
+			if (yc[k] == yc[j])
+				opts_usage_error(usage, options, "--y %s is given twice", yname);
+	}
 	if (!(alpha >= 0 && alpha < 1))
 		opts_usage_error(usage, options, "--smooth must be in [0, 1), not %g", alpha);
 	if (labels.n > n)
@@ -478,21 +508,36 @@ int cmd_plot(int argc, char **argv, const char *prog)
 	if (!isfinite(ymax) && !isnan(ymax))
 		opts_usage_error(usage, options, "--ymax must be finite");
 
-	struct run *runs = xcalloc((size_t)n, sizeof(*runs));
+	/* series i*ny + j: file i, column j */
+	int nseries = n * ny;
+	struct run *runs = xcalloc((size_t)nseries, sizeof(*runs));
 	int rc = EXIT_OK;
 	double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-	for (int i = 0; i < n; i++) {
-		runs[i].path = argv[i];
-		runs[i].label = i < labels.n ? xstrdup(labels.items[i]) : default_label(argv[i]);
-		if (load_run(&runs[i], xc, yc, logx, logy, alpha)) {
+	for (int i = 0; i < nseries; i++) {
+		int f = i / ny, j = i % ny;
+		struct run *r = &runs[i];
+		r->path = argv[f];
+		char *file_label = f < labels.n ? xstrdup(labels.items[f]) : default_label(argv[f]);
+		if (ny == 1) {
+			r->label = file_label;
+		} else if (n == 1 && !labels.n) { /* one file: its columns name the lines */
+			r->label = xstrdup(columns[yc[j]].name);
+			free(file_label);
+		} else {
+			size_t len = strlen(file_label) + strlen(columns[yc[j]].name) + 2;
+			r->label = xmalloc(len);
+			snprintf(r->label, len, "%s %s", file_label, columns[yc[j]].name);
+			free(file_label);
+		}
+		if (load_run(r, xc, yc[j], logx, logy, alpha)) {
 			rc = EXIT_FAIL;
 			continue;
 		}
-		for (int k = 0; k < runs[i].n; k++) {
-			xlo = fmin(xlo, runs[i].x[k]);
-			xhi = fmax(xhi, runs[i].x[k]);
-			ylo = fmin(ylo, runs[i].y[k]);
-			yhi = fmax(yhi, runs[i].y[k]);
+		for (int k = 0; k < r->n; k++) {
+			xlo = fmin(xlo, r->x[k]);
+			xhi = fmax(xhi, r->x[k]);
+			ylo = fmin(ylo, r->y[k]);
+			yhi = fmax(yhi, r->y[k]);
 		}
 	}
 	if (rc == EXIT_OK) {
@@ -511,25 +556,28 @@ int cmd_plot(int argc, char **argv, const char *prog)
 		}
 		/* a margin at each end the data decides, none at an end the user set */
 		axis_setup(&ay, ylo, yhi, isnan(ymin) ? 0.04 : 0, isnan(ymax) ? 0.04 : 0);
-		char ylabel[160], deftitle[160];
+		char axes[512], ylabel[560], deftitle[560];
+		join_axes(axes, sizeof(axes), yc, ny, ", ");
 		if (alpha > 0)
-			snprintf(ylabel, sizeof(ylabel), "%s (EMA %g)", columns[yc].axis, alpha);
+			snprintf(ylabel, sizeof(ylabel), "%s (EMA %g)", axes, alpha);
 		else
-			snprintf(ylabel, sizeof(ylabel), "%s", columns[yc].axis);
-		snprintf(deftitle, sizeof(deftitle), "%s against %s", columns[yc].axis,
-			 columns[xc].axis);
+			snprintf(ylabel, sizeof(ylabel), "%s", axes);
+		join_axes(axes, sizeof(axes), yc, ny, " and ");
+		snprintf(deftitle, sizeof(deftitle), "%s against %s", axes, columns[xc].axis);
 		struct buf b = {0};
-		draw(&b, runs, n, &ax, &ay, title ? title : deftitle, columns[xc].axis, ylabel);
+		draw(&b, runs, nseries, ny, &ax, &ay, title ? title : deftitle, columns[xc].axis,
+		     ylabel);
 		if (svg_save(&b, out))
 			rc = EXIT_FAIL;
 		buf_free(&b);
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < nseries; i++) {
 		free(runs[i].label);
 		free(runs[i].x);
 		free(runs[i].y);
 	}
 	free(runs);
 	free(labels.items);
+	free(ynames.items);
 	return rc;
 }

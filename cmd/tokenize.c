@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../io/formats/shard.h"
+#include "../io/suggest.h"
 #include "../io/text/corpus.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
@@ -384,6 +385,15 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 		return do_encode(n - 1, argv + 1);
 	if (!strcmp(what, "decode"))
 		return do_decode(n - 1, argv + 1);
+	static const char *const whats[] = {"train", "import-gpt2", "encode", "decode"};
+	struct suggest sg;
+	char near[128];
+	suggest_init(&sg, what);
+	for (size_t i = 0; i < ARRAY_SIZE(whats); i++)
+		suggest_offer(&sg, whats[i]);
+	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
+		opts_usage_error(usage, options, "unknown tokenize command '%s'; did you mean %s?",
+				 what, near);
 	opts_usage_error(usage, options, "unknown tokenize command '%s'", what);
 	return EXIT_USAGE;
 }

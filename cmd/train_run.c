@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../io/text/tokenizer.h"
@@ -156,7 +157,7 @@ static void log_row(struct run *r, const struct metrics_row *row)
 		return;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	double now = row->time > 0 ? row->time : (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 	const struct {
 		int has;
 		const char *tag;
@@ -182,13 +183,25 @@ static void log_row(struct run *r, const struct metrics_row *row)
 		}
 }
 
-static void log_step(struct run *r, long step, const struct step_stats *st, double tps,
-		     double mfu, double bubble, double wall, int with_rate)
+/* The Unix time of a past now_sec() reading. */
+static double unix_time_of(double mono)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9 - (now_sec() - mono);
+}
+
+/* A step's row; its times are when it finished (st->done_s), which for the
+ * steps of a pipeline segment is earlier than now, when they are logged. */
+static void log_step(struct run *r, long step, const struct step_stats *st, double tps,
+		     double mfu, double bubble, double t_start, int with_rate)
+{
+	double done = st->done_s > 0 ? st->done_s : now_sec();
 	struct metrics_row row = {
 		.step = step,
 		.tokens = (double)step * r->tr.mb_per_step * r->tr.B * r->tr.T,
-		.wall_s = wall,
+		.wall_s = done - t_start,
+		.time = unix_time_of(done),
 		.loss = st->loss, .has_loss = 1,
 		.lr = st->lr, .has_lr = 1,
 		.grad_norm = st->grad_norm, .has_grad_norm = 1,
@@ -340,6 +353,44 @@ static int count_skips(struct run *r, long first, const struct step_stats *stats
 	return 0;
 }
 
+/* 931000 -> "931 k", 91034112 -> "91 M": three digits and a unit. */
+static void fmt_count(char *out, size_t len, double v)
+{
+	if (v >= 1e9)
+		snprintf(out, len, "%.3g G", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(out, len, "%.3g M", v / 1e6);
+	else if (v >= 1e4)
+		snprintf(out, len, "%.3g k", v / 1e3);
+	else
+		snprintf(out, len, "%.0f", v);
+}
+
+/* More than DATA_PASSES_MAX passes over the training tokens, or fewer of
+ * them than the model has parameters: the run will mostly memorise its
+ * data. One line, naming both numbers. */
+#define DATA_PASSES_MAX 10.0
+static void warn_data_passes(const struct run *r)
+{
+	const struct trainer *tr = &r->tr;
+	double data = (double)r->train.n;
+	double read = (double)r->cfg.train_steps * tr->mb_per_step * tr->B * tr->T;
+	double params = (double)r->m.numel, passes = data > 0 ? read / data : 0;
+	if (data <= 0 || (passes <= DATA_PASSES_MAX && data >= params))
+		return;
+	char d[32], p[32], rd[32];
+	fmt_count(d, sizeof(d), data);
+	fmt_count(p, sizeof(p), params);
+	fmt_count(rd, sizeof(rd), read);
+	const char *why = "fewer tokens than parameters";
+	if (passes > DATA_PASSES_MAX)
+		why = data >= params ? "more than 10 passes over the data"
+				     : "more than 10 passes over fewer tokens than parameters";
+	warning("data.train holds %s tokens for %s parameters, and train.steps = %ld reads %s "
+		"tokens (%.1f passes): %s; expect the model to memorise its data (more data, a "
+		"smaller model or fewer steps)", d, p, r->cfg.train_steps, rd, passes, why);
+}
+
 int train_loop(struct run *r)
 {
 	struct config *cfg = &r->cfg;
@@ -362,16 +413,19 @@ int train_loop(struct run *r)
 			snprintf(cut, sizeof(cut), " of %s layers (%s)", list, cfg->pipeline_split);
 		}
 		fprintf(stderr, "asyncpp: training %s, %zu parameters, %d stage(s)%s x %ld "
-			"replica(s), schedule %s, optimizer %s, %ld steps of %d x %d x %d tokens\n",
+			"replica(s), schedule %s, optimizer %s, %ld steps of %d micro-batch%s x %d "
+			"sequence%s x %d tokens\n",
 			cfg->model_arch, r->m.numel, tr->S, cut, cfg->pipeline_data_parallel,
-			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step, tr->B, tr->T);
+			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step,
+			tr->mb_per_step == 1 ? "" : "es", tr->B, tr->B == 1 ? "" : "s", tr->T);
+		warn_data_passes(r);
 	}
 	if (!r->quiet && r->has_val && cfg->eval_every > 0) {
 		int nb = trainer_eval_batches(tr, &r->val, (int)cfg->eval_batches);
 		/* what `asyncpp eval CKPT` repeats (its default on the run's data.val) */
-		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d x "
-			"%d tokens of %s (%s eval CKPT evaluates the same)\n", cfg->eval_every, nb,
-			nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
+		fprintf(stderr, "asyncpp: validation every %ld steps on the first %d batch%s of %d "
+			"sequences x %d tokens of %s (%s eval CKPT evaluates the same)\n",
+			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
 	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
 	while (tr->step < total && !(*r->stop = dist_max_int(*r->stop))) {
@@ -423,7 +477,7 @@ int train_loop(struct run *r)
 		double dbusy = busy - busy_last, didle = idle - idle_last;
 		double bubble = dbusy + didle > 0 ? didle / (dbusy + didle) : 0;
 		for (int i = 0; i < n; i++)
-			log_step(r, first + i + 1, &stats[i], tps, mfu, bubble, now - t_start,
+			log_step(r, first + i + 1, &stats[i], tps, mfu, bubble, t_start,
 				 i == n - 1);
 		if (count_skips(r, first, stats, n)) {
 			rc = -1;

@@ -80,6 +80,7 @@ struct stage_ctx {
 	long completed;           /* global steps whose update this stage applied */
 	long posted;
 	double busy, idle;
+	double *posted_at;        /* [n_steps] now_sec() when this stage posted each step */
 	/* the replicas' sum in buckets (replica.h), gathered from the ranges
 	 * the step's last backward reports (stage.grads_done) */
 	long bucketed;            /* the step whose sum went out in buckets; 0: none */
@@ -329,6 +330,7 @@ static void *stage_main(void *arg)
 			while (c->completed < gstep - 1 && c->completed < c->posted)
 				complete_step(c, c->completed + 1);
 			post_step(c, gstep);
+			c->posted_at[gstep - p->first_step - 1] = now_sec();
 			break;
 		}
 		default:
@@ -545,7 +547,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.lr = xcalloc((size_t)n, sizeof(double));
 	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
 	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S};
+		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S,
+					    .posted_at = xcalloc((size_t)n, sizeof(double))};
 	if (mpi) {
 		stage_main(&ctx[lo]);
 	} else {
@@ -591,11 +594,15 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		st.skipped = !isfinite(st.grad_norm);
 		if (p.moe)
 			trainer_moe_step(tr, p.moe + (size_t)i * p.mb_per_step * p.moe_w, i, &st);
+		for (int k = lo; k < hi; k++)
+			st.done_s = MAX(st.done_s, ctx[k].posted_at[i]);
 		if (stats)
 			stats[i] = st;
 		tr->last = st;
 	}
 	tr->step = p.first_step + n;
+	for (int k = lo; k < hi; k++)
+		free(ctx[k].posted_at);
 	free(ctx);
 	free(p.losses);
 	free(p.moe);

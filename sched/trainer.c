@@ -78,6 +78,10 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
 			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
 			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
+	if (tr->kind == SCHED_2BW && tr->M < tr->S)
+		return error("train.schedule = 2bw needs pipeline.micro_batches >= pipeline.stages "
+			     "(got %d < %d): set pipeline.micro_batches = %d or more", tr->M, tr->S,
+			     tr->S);
 	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
 		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
 			     "list one device per stage", backend_lane_count(be), tr->S);
@@ -108,6 +112,23 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	if (cut_from_config(&tr->cut, cfg, m)) {
 		sched_free(probe);
 		return -1;
+	}
+	/* stage 0's delay is the largest: name the keys that set it when its
+	 * weight versions would not fit (worker_init would only say "delay") */
+	int d0 = trainer_stage_delay(cfg, 0, tr->S);
+	int versions = d0 + 1 + (d0 > 0 && cfg->optim_correction &&
+				 !strcmp(cfg->optim_correction, "predict"));
+	if (versions > WORKER_MAX_VERSIONS) {
+		sched_free(probe);
+		if (tr->kind < 0 && strcmp(cfg->train_delay_mode, "per-stage"))
+			return error("train.delay = %d%s needs %d weight versions; at most %d fit: "
+				     "lower train.delay", d0, versions > d0 + 1 ?
+				     " with optim.correction = predict" : "", versions,
+				     WORKER_MAX_VERSIONS);
+		return error("pipeline.stages = %d delays stage 0 by %d steps (%s), which needs %d "
+			     "weight versions; at most %d fit: use fewer stages", tr->S, d0,
+			     tr->kind < 0 ? "train.delay_mode = per-stage" : "train.schedule = "
+			     "pipedream", versions, WORKER_MAX_VERSIONS);
 	}
 	/* under MPI a process runs one stage of one replica and builds only
 	 * that worker (rank 0 writes checkpoints from what the other ranks
@@ -378,6 +399,7 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 		st.grad_norm = trainer_finish_step(tr, t + 1, &st.lr);
 		phase(tr, TRAINER_PHASE_END);
 		st.skipped = !isfinite(st.grad_norm);
+		st.done_s = now_sec();
 		tr->step = t + 1;
 		tr->last = st;
 		if (stats)

@@ -59,6 +59,11 @@ struct step_stats {
 	 * holds until the next trainer_run. */
 	double moe_balance, moe_z;
 	const double *expert_tokens;
+	/* now_sec() when the step finished: its update computed (one worker),
+	 * or its gradient posted by the last of this process's stages (a
+	 * pipeline, whose updates are applied lazily); for the metrics'
+	 * wall_s, so that the steps of one segment keep their own times */
+	double done_s;
 };
 
 struct trainer {

@@ -33,6 +33,7 @@
 #include <ini.h>
 
 #include "config.h"
+#include "../suggest.h"
 #include "../util.h"
 
 /* inih reads lines into a 200-byte buffer that must hold '\r', '\n', '\0'. */
@@ -182,15 +183,78 @@ static int is_choice(const char *choices, const char *value)
 	return 0;
 }
 
-/* The error for a key that is not in the table, with a hint when the key
- * exists in another section. */
+/* "[eval], [sample] or [log]": the sections that hold key; 0 when none. */
+static int sections_of(const char *key, char *out, size_t n)
+{
+	struct suggest sg;
+	suggest_init(&sg, key);
+	for (int i = 0; i < config_key_count; i++)
+		if (!strcmp(config_key_table[i].key, key)) /* distance 0: every one kept */
+			suggest_offer_as(&sg, key, config_key_table[i].section);
+	return suggest_text(&sg, "[%s]", out, n);
+}
+
+/* "train.steps" (with value: "train.steps=10"), or "eval.every, log.every
+ * or ...": the keys of any section nearest to key; "" when none is near. */
+static int qualified_keys_near(const char *key, const char *value, char *out, size_t n)
+{
+	static const size_t width = 96;
+	char *shown = xmalloc(st_mult((size_t)config_key_count, width));
+	struct suggest sg;
+	suggest_init(&sg, key);
+	for (int i = 0; i < config_key_count; i++) {
+		char *q = shown + (size_t)i * width;
+		snprintf(q, width, "%s.%s%s%.40s", config_key_table[i].section,
+			 config_key_table[i].key, value ? "=" : "", value ? value : "");
+		suggest_offer_as(&sg, config_key_table[i].key, q);
+	}
+	int found = suggest_text(&sg, "%s", out, n);
+	free(shown);
+	return found;
+}
+
+/* "; did you mean 'name'?" from the keys of section nearest to key, else
+ * from every section's ("; did you mean optim.name?"); "" when none is near. */
+static void key_hint(const char *section, const char *key, char *out, size_t n)
+{
+	char names[224];
+	struct suggest sg;
+	suggest_init(&sg, key);
+	for (int i = 0; i < config_key_count; i++)
+		if (!strcmp(config_key_table[i].section, section))
+			suggest_offer(&sg, config_key_table[i].key);
+	out[0] = '\0';
+	if (suggest_text(&sg, "'%s'", names, sizeof(names)) ||
+	    qualified_keys_near(key, NULL, names, sizeof(names)))
+		snprintf(out, n, "; did you mean %s?", names);
+}
+
+/* The error for a key that is not in the table, with a hint: the sections
+ * where the key exists, else the nearest keys. */
 static int unknown_key(const char *where, const char *section, const char *key)
 {
+	char list[256];
+	if (sections_of(key, list, sizeof(list)))
+		return error("%s: unknown key '%s' in [%s]; it belongs in %s", where, key, section,
+			     list);
+	key_hint(section, key, list, sizeof(list));
+	return error("%s: unknown key '%s' in [%s]%s", where, key, section, list);
+}
+
+/* The error for a section that is not in the table, with the nearest. */
+static void unknown_section_text(const char *section, char *out, size_t n)
+{
+	char list[256], near[128] = "";
+	section_list(list, sizeof(list));
+	struct suggest sg;
+	suggest_init(&sg, section);
 	for (int i = 0; i < config_key_count; i++)
-		if (!strcmp(config_key_table[i].key, key))
-			return error("%s: unknown key '%s' in [%s]; it belongs in [%s]", where, key,
-				     section, config_key_table[i].section);
-	return error("%s: unknown key '%s' in [%s]", where, key, section);
+		suggest_offer(&sg, config_key_table[i].section);
+	if (suggest_text(&sg, "[%s]", near, sizeof(near)))
+		snprintf(out, n, "unknown section [%s]; did you mean %s? The sections are %s",
+			 section, near, list);
+	else
+		snprintf(out, n, "unknown section [%s]; sections are %s", section, list);
 }
 
 /* ---- values ---- */
@@ -280,10 +344,9 @@ int config_set_key(struct config *cfg, const char *section, const char *key, con
 	int i = find_key(section, key);
 	if (i < 0) {
 		if (!known_section(section)) {
-			char list[256];
-			section_list(list, sizeof(list));
-			return error("%s: unknown section [%s]; sections are %s", origin, section,
-				     list);
+			char text[512];
+			unknown_section_text(section, text, sizeof(text));
+			return error("%s: %s", origin, text);
 		}
 		return unknown_key(origin, section, key);
 	}
@@ -638,9 +701,9 @@ static void check_line(struct parse_state *st, const char *s, size_t len, char *
 		name[i - 1] = '\0';
 		st->section_ok = known_section(name);
 		if (!st->section_ok) {
-			char list[256];
-			section_list(list, sizeof(list));
-			parse_error(st, "unknown section [%s]; sections are %s", name, list);
+			char text[512];
+			unknown_section_text(name, text, sizeof(text));
+			parse_error(st, "%s", text);
 		}
 		memcpy(out, s, len);
 		out[len] = '\0';
@@ -695,7 +758,13 @@ static int handler(void *user, const char *section, const char *name, const char
 	if (!st->section_ok)
 		return 1; /* the section line was reported already */
 	if (!*section) {
-		parse_error(st, "key '%s' outside a section; put it under a [section] line", name);
+		char list[256];
+		if (sections_of(name, list, sizeof(list)))
+			parse_error(st, "key '%s' outside a section; put it under a %s line", name,
+				    list);
+		else
+			parse_error(st, "key '%s' outside a section; put it under a [section] line",
+				    name);
 		return 1;
 	}
 	snprintf(where, sizeof(where), "%s:%d", st->origin, st->line);
@@ -759,11 +828,35 @@ int config_load_file(struct config *cfg, const char *path)
 	return rc;
 }
 
+/* "--set steps=10": the error names the sections holding the key (or the
+ * nearest keys), spelt out: "did you mean train.steps=10?". */
+static int set_without_section(const char *assignment, const char *eq)
+{
+	const char *k = assignment, *ke = eq, *v = eq + 1;
+	while (k < ke && is_blank((unsigned char)*k))
+		k++;
+	while (ke > k && is_blank((unsigned char)ke[-1]))
+		ke--;
+	while (is_blank((unsigned char)*v))
+		v++;
+	char *key = xmalloc((size_t)(ke - k) + 1), near[512];
+	memcpy(key, k, (size_t)(ke - k));
+	key[ke - k] = '\0';
+	int found = *key && qualified_keys_near(key, v, near, sizeof(near));
+	free(key);
+	if (found)
+		return error("--set: expected SECTION.KEY=VALUE, got '%s'; did you mean %s?",
+			     assignment, near);
+	return error("--set: expected SECTION.KEY=VALUE, got '%s'", assignment);
+}
+
 int config_set(struct config *cfg, const char *assignment)
 {
 	const char *eq = strchr(assignment, '=');
 	const char *dot = eq ? memchr(assignment, '.', eq - assignment) : NULL;
-	if (!eq || !dot)
+	if (eq && !dot)
+		return set_without_section(assignment, eq);
+	if (!eq)
 		return error("--set: expected SECTION.KEY=VALUE, got '%s'", assignment);
 	const char *s = assignment, *se = dot, *k = dot + 1, *ke = eq, *v = eq + 1;
 	while (s < se && is_blank((unsigned char)*s))

@@ -413,10 +413,49 @@ struct diff_row {
 static int cmp_diff(const void *a, const void *b)
 {
 	const struct diff_row *x = a, *y = b;
+	if (x->differs != y->differs)
+		return y->differs - x->differs;
 	return (x->rel < y->rel) - (x->rel > y->rel);
 }
 
-int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
+/* Compare tensor i of a with tensor j of b into *row: 0, or -1 when one
+ * could not be read (error() said why). */
+static int diff_tensor(struct ckpt *a, int i, struct ckpt *b, int j, struct diff_row *row)
+{
+	size_t n_el = a->rows[i].numel;
+	float *x = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
+	float *y = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
+	int rc = ckpt_read(a, i, x) || ckpt_read(b, j, y) ? -1 : 0;
+	if (!rc) {
+		double d2 = 0, x2 = 0, mx = 0;
+		int differs = 0;
+		for (size_t e = 0; e < n_el; e++) {
+			/* NaN or inf on one side only is the largest difference
+			 * there is; equal bits (NaN included) are none */
+			if (!memcmp(&x[e], &y[e], sizeof(float)))
+				continue;
+			differs = 1;
+			double d = (double)x[e] - y[e];
+			if (!isfinite(d)) {
+				mx = d2 = INFINITY;
+				continue;
+			}
+			d2 += d * d;
+			if (fabs(d) > mx)
+				mx = fabs(d);
+		}
+		for (size_t e = 0; e < n_el; e++)
+			if (isfinite(x[e]))
+				x2 += (double)x[e] * x[e];
+		double rel = isinf(d2) ? INFINITY : sqrt(d2) / (sqrt(x2) + 1e-30);
+		*row = (struct diff_row){a->rows[i].name, mx, rel, differs};
+	}
+	free(x);
+	free(y);
+	return rc;
+}
+
+int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top, int verbose)
 {
 	struct ckpt *a, *b;
 	if (ckpt_open(&a, pa))
@@ -426,61 +465,37 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
 		return -1;
 	}
 	struct diff_row *rows = xcalloc((size_t)a->n + 1, sizeof(*rows));
+	/* what cannot be compared, printed after the verdict */
+	struct buf apart = {0};
+	char line[512];
 	int n = 0, rc = 0, only = 0;
 	long sa = -1, sb = -1;
 	set_error_quiet(1);
 	ckpt_meta_long(a, "step", &sa);
 	ckpt_meta_long(b, "step", &sb);
 	set_error_quiet(0);
-	fprintf(out, "A: %s (step %ld)\nB: %s (step %ld)\n", pa, sa, pb, sb);
 	for (int i = 0; i < a->n && !rc; i++) {
 		int j = ckpt_find(b, a->rows[i].name);
-		if (j < 0) {
-			fprintf(out, "only in A: %s\n", a->rows[i].name);
-			only++;
-			continue;
-		}
-		size_t n_el = a->rows[i].numel;
-		if (b->rows[j].numel != n_el) {
-			fprintf(out, "shape differs: %s (%zu vs %zu values)\n", a->rows[i].name, n_el,
-				b->rows[j].numel);
-			only++;
-			continue;
-		}
-		float *x = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
-		float *y = xmalloc(st_mult(n_el ? n_el : 1, sizeof(float)));
-		if (ckpt_read(a, i, x) || ckpt_read(b, j, y)) {
+		int len = 0;
+		if (j < 0)
+			len = snprintf(line, sizeof(line), "only in A: %s\n", a->rows[i].name);
+		else if (b->rows[j].numel != a->rows[i].numel)
+			len = snprintf(line, sizeof(line),
+				       "shape differs: %s (%zu vs %zu values)\n", a->rows[i].name,
+				       a->rows[i].numel, b->rows[j].numel);
+		else if (diff_tensor(a, i, b, j, &rows[n]))
 			rc = -1;
-		} else {
-			double d2 = 0, x2 = 0, mx = 0;
-			int differs = 0;
-			for (size_t e = 0; e < n_el; e++) {
-				/* NaN or inf on one side only is the largest difference
-				 * there is; equal bits (NaN included) are none */
-				if (!memcmp(&x[e], &y[e], sizeof(float)))
-					continue;
-				differs = 1;
-				double d = (double)x[e] - y[e];
-				if (!isfinite(d)) {
-					mx = d2 = INFINITY;
-					continue;
-				}
-				d2 += d * d;
-				if (fabs(d) > mx)
-					mx = fabs(d);
-			}
-			for (size_t e = 0; e < n_el; e++)
-				if (isfinite(x[e]))
-					x2 += (double)x[e] * x[e];
-			double rel = isinf(d2) ? INFINITY : sqrt(d2) / (sqrt(x2) + 1e-30);
-			rows[n++] = (struct diff_row){a->rows[i].name, mx, rel, differs};
+		else
+			n++;
+		if (len > 0) {
+			buf_append(&apart, line, MIN((size_t)len, sizeof(line) - 1));
+			only++;
 		}
-		free(x);
-		free(y);
 	}
-	for (int j = 0; j < b->n; j++)
+	for (int j = 0; j < b->n && !rc; j++)
 		if (ckpt_find(a, b->rows[j].name) < 0) {
-			fprintf(out, "only in B: %s\n", b->rows[j].name);
+			int len = snprintf(line, sizeof(line), "only in B: %s\n", b->rows[j].name);
+			buf_append(&apart, line, MIN((size_t)len, sizeof(line) - 1));
 			only++;
 		}
 	if (!rc) {
@@ -488,19 +503,32 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top)
 		int identical = 0;
 		for (int i = 0; i < n; i++)
 			identical += !rows[i].differs;
+		/* the verdict first, then the two files, the counts, what could
+		 * not be compared and the differing tensors (with -v every one) */
+		if (identical == n && !only)
+			fprintf(out, "identical: all %d tensors have the same bits\n", n);
+		else
+			fprintf(out, "different: %d of %d compared tensors differ, %d not "
+				"comparable\n", n - identical, n, only);
+		fprintf(out, "A: %s (step %ld)\nB: %s (step %ld)\n", pa, sa, pb, sb);
 		fprintf(out, "%d tensors compared, %d identical, %d not comparable\n", n, identical,
 			only);
-		if (n > identical && top > 0) {
-			fprintf(out, "\n%-40s %14s %14s\n", "largest differences", "max |a-b|",
-				"|a-b|/|a|");
-			for (int i = 0; i < n && i < top; i++) {
-				if (!rows[i].differs)
-					break;
-				fprintf(out, "%-40s %14.6g %14.6g\n", rows[i].name, rows[i].max_abs,
-					rows[i].rel);
-			}
+		fwrite(apart.data, 1, apart.len, out);
+		int shown = verbose ? n : MIN(n - identical, top);
+		if (shown > 0) {
+			fprintf(out, "\n%-40s %14s %14s\n",
+				verbose ? "tensors, most different first" : "largest differences",
+				"max |a-b|", "|a-b|/|a|");
+			for (int i = 0; i < shown; i++)
+				fprintf(out, "%-40s %14.6g %14.6g%s\n", rows[i].name,
+					rows[i].max_abs, rows[i].rel,
+					rows[i].differs ? "" : "  identical");
 		}
+		if (!verbose && n - identical > shown)
+			fprintf(out, "(%d more differ; --top %d lists them all)\n",
+				n - identical - shown, n - identical);
 	}
+	buf_free(&apart);
 	free(rows);
 	ckpt_close(a);
 	ckpt_close(b);

@@ -64,8 +64,10 @@ int ckpt_sniff(const char *path);
 /* `asyncpp inspect CKPT`: config, metadata, every tensor (shape, dtype,
  * norm, min, max) and checksum verification. -1 on corruption. */
 int checkpoint_inspect(const char *path, FILE *out, int verbose);
-/* `asyncpp inspect --diff A B`: the `top` tensors with the largest
- * differences (max abs and relative L2), and tensors only in one file. */
-int checkpoint_diff(const char *a, const char *b, FILE *out, int top);
+/* `asyncpp inspect --diff A B`: the verdict first ("identical: ..." or
+ * "different: ..."), then the counts, the tensors only in one file (or of
+ * another shape), and the `top` tensors that differ most (max abs and
+ * relative L2); verbose lists every tensor, the identical ones too. */
+int checkpoint_diff(const char *a, const char *b, FILE *out, int top, int verbose);
 
 #endif

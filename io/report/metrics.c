@@ -101,10 +101,10 @@ int metrics_write(struct metrics_file *mf, const struct metrics_row *r)
 	const int has[N_MOE_COLUMNS] = {1, 1, 1, r->has_loss, r->has_val_loss, r->has_lr,
 					r->has_grad_norm, r->has_tps, r->has_mfu, r->has_bubble,
 					r->has_skipped, 1, moe, moe, moe};
+	double stamp = r->time > 0 ? r->time : (double)now.tv_sec + now.tv_nsec * 1e-9;
 	const double val[N_MOE_COLUMNS] = {(double)r->step, r->tokens, r->wall_s, r->loss,
 					   r->val_loss, r->lr, r->grad_norm, r->tokens_per_s,
-					   r->mfu, r->bubble, r->skipped,
-					   (double)now.tv_sec + now.tv_nsec * 1e-9, r->moe_balance,
+					   r->mfu, r->bubble, r->skipped, stamp, r->moe_balance,
 					   r->moe_z, 0};
 	int n = n_columns(mf);
 	if (mf->format == METRICS_CSV) {

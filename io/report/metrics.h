@@ -4,7 +4,9 @@
  * CSV field or an absent JSON key):
  *   step        optimizer steps done
  *   tokens      training tokens consumed so far
- *   wall_s      seconds since the run (or its resume) started
+ *   wall_s      seconds from the run's (or its resume's) start to when this
+ *               step finished (each step its own, also within a pipeline
+ *               segment logged at once)
  *   loss        mean training loss of this step
  *   val_loss    validation loss (only on evaluation steps)
  *   lr          learning rate used by this step
@@ -14,7 +16,8 @@
  *   bubble      idle fraction of the pipeline stages over the interval
  *   skipped     1 when the step's update was skipped (its gradient norm was
  *               not finite), else 0
- *   time        when the row was written: Unix seconds (UTC), milliseconds
+ *   time        when the step (or evaluation) finished: Unix seconds (UTC),
+ *               milliseconds
  * and, for a mixture-of-experts model (metrics_open's n_expert > 0), three
  * more:
  *   moe_balance the load-balancing term per layer (1 when balanced)
@@ -37,6 +40,7 @@ struct metrics_row {
 	double tokens, wall_s, loss, val_loss, lr, grad_norm, tokens_per_s, mfu, bubble, skipped;
 	double moe_balance, moe_z;
 	const double *expert_tokens; /* [the file's n_expert] */
+	double time;                 /* the time column; 0: when the row is written */
 	/* which optional fields are set (has_moe: the three MoE ones) */
 	int has_loss, has_val_loss, has_lr, has_grad_norm, has_tps, has_mfu, has_bubble,
 		has_skipped, has_moe;

@@ -110,6 +110,25 @@ fi
 # 3. --y val_loss keeps only the evaluation rows; loss keeps only the training rows
 $A plot -o val.svg --y val_loss a/metrics.csv 2> err.txt && check val_loss_rows_only val.svg npoints 0 4
 $A plot -o loss.svg a/metrics.csv 2> err.txt && check loss_rows_only loss.svg npoints 0 40
+# several --y: one line per file and column, all of them drawn (issue 31:
+# the last --y alone was drawn), named by the column (and the file's label)
+if $A plot -o two_y.svg --y loss --y val_loss a/metrics.csv 2> err.txt; then
+	check several_y_one_path_each two_y.svg paths 2
+	check several_y_labels two_y.svg labels loss val_loss
+	check several_y_points two_y.svg npoints 1 4
+	check several_y_title two_y.svg title "train loss and val loss against step"
+else
+	fail several_y_one_path_each "plot failed: $(cat err.txt)"
+fi
+if $A plot -o two_y_two.svg --y loss --y lr a/metrics.csv c/metrics.jsonl 2> err.txt; then
+	fail several_y_every_file_has_each "c has no lr column, yet the plot succeeded"
+elif grep -q "c/metrics.jsonl': no rows with a 'lr' value" err.txt && [ ! -e two_y_two.svg ]; then
+	pass several_y_every_file_has_each
+else
+	fail several_y_every_file_has_each "$(cat err.txt)"
+fi
+$A plot -o two_y_ab.svg --y loss --y lr a/metrics.csv a/metrics.csv 2> err.txt &&
+	check several_y_files_labels two_y_ab.svg labels "a loss" "a lr" "a loss" "a lr"
 
 # 4. a resumed run (steps 21-30 logged twice) draws each step once
 $A plot -o resumed.svg b/metrics.csv 2> err.txt && check resume_replaces_steps resumed.svg npoints 0 40

@@ -144,8 +144,14 @@ TEST(load_values)
 TEST(error_unknown_section)
 {
 	CHECK(fails_with("[model]\nn_layer = 2\n[optimizer]\nlr = 1\n",
-			 "run.ini:3: unknown section [optimizer]; sections are model, data, train, "
-			 "optim, pipeline, eval, sample, log, checkpoint"));
+			 "run.ini:3: unknown section [optimizer]; did you mean [optim]? The "
+			 "sections are model, data, train, optim, pipeline, eval, sample, log, "
+			 "checkpoint"));
+	CHECK(fails_with("[modle]\n", "run.ini:1: unknown section [modle]; did you mean [model]? "
+			 "The sections are model, data, train, optim, pipeline, eval, sample, log, "
+			 "checkpoint"));
+	CHECK(fails_with("[zzz]\n", "run.ini:1: unknown section [zzz]; sections are model, data, "
+			 "train, optim, pipeline, eval, sample, log, checkpoint"));
 }
 
 TEST(error_unknown_key)
@@ -154,6 +160,16 @@ TEST(error_unknown_key)
 			 "run.ini:12: unknown key 'lr_max' in [optim]"));
 	CHECK(fails_with("[train]\nlr = 1\n",
 			 "run.ini:2: unknown key 'lr' in [train]; it belongs in [optim]"));
+	/* the nearest keys of the section, else of every section */
+	CHECK(fails_with("[optim]\nnme = muon\n",
+			 "run.ini:2: unknown key 'nme' in [optim]; did you mean 'name'?"));
+	CHECK(fails_with("[train]\nbach_size = 4\n",
+			 "run.ini:2: unknown key 'bach_size' in [train]; did you mean "
+			 "'batch_size'?"));
+	CHECK(fails_with("[model]\nstpes = 4\n",
+			 "run.ini:2: unknown key 'stpes' in [model]; did you mean train.steps?"));
+	CHECK(fails_with("[train]\nevery = 4\n", "run.ini:2: unknown key 'every' in [train]; it "
+			 "belongs in [eval], [sample], [log] or [checkpoint]"));
 }
 
 TEST(error_bad_values)
@@ -205,7 +221,10 @@ TEST(error_bad_choice)
 TEST(error_key_outside_section)
 {
 	CHECK(fails_with("# header\nsteps = 5\n[train]\n",
-			 "run.ini:2: key 'steps' outside a section; put it under a [section] line"));
+			 "run.ini:2: key 'steps' outside a section; put it under a [train] line"));
+	CHECK(fails_with("stpes = 5\n[train]\n",
+			 "run.ini:1: key 'stpes' outside a section; put it under a [section] "
+			 "line"));
 }
 
 TEST(error_syntax)
@@ -370,14 +389,18 @@ TEST(set_values)
 	CHECK(config_set(&cfg, "optim.lr") == -1);
 	CHECK(!strcmp(err(), "--set: expected SECTION.KEY=VALUE, got 'optim.lr'"));
 	CHECK(config_set(&cfg, "lr=1") == -1);
-	CHECK(!strcmp(err(), "--set: expected SECTION.KEY=VALUE, got 'lr=1'"));
+	CHECK(!strcmp(err(), "--set: expected SECTION.KEY=VALUE, got 'lr=1'; did you mean "
+			     "optim.lr=1?"));
+	CHECK(config_set(&cfg, "qqqq=1") == -1);
+	CHECK(!strcmp(err(), "--set: expected SECTION.KEY=VALUE, got 'qqqq=1'"));
 	CHECK(config_set(&cfg, ".lr=1") == -1);
 	CHECK(config_set(&cfg, "optim.lr=fast") == -1);
 	CHECK(!strcmp(err(), "--set: optim.lr: expected a number, got 'fast'"));
 	CHECK(config_set(&cfg, "optim.lr_max=1") == -1);
 	CHECK(!strcmp(err(), "--set: unknown key 'lr_max' in [optim]"));
 	CHECK(config_set(&cfg, "optimizer.lr=1") == -1);
-	CHECK(!strncmp(err(), "--set: unknown section [optimizer]; sections are", 48));
+	CHECK(!strncmp(err(), "--set: unknown section [optimizer]; did you mean [optim]? The "
+			      "sections are", 69));
 	CHECK(config_set(&cfg, "optim.name=adam") == -1);
 	CHECK(!strncmp(err(), "--set: optim.name: expected one of adamw, muon, lion, sgd, ", 59));
 	CHECK(strstr(err(), "; got 'adam'"));

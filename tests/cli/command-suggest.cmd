@@ -1,0 +1,1 @@
+$ASYNCPP trian

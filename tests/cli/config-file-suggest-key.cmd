@@ -1,0 +1,1 @@
+printf "[optim]\nnme = muon\n" > run.ini && $ASYNCPP train -c run.ini --print-config

@@ -1,0 +1,1 @@
+$ASYNCPP train --set steps=10 --print-config

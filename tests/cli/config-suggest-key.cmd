@@ -1,0 +1,1 @@
+$ASYNCPP train --set optim.nme=muon --print-config

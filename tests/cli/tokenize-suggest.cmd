@@ -1,0 +1,1 @@
+$ASYNCPP tokenize encod 2> err; rc=$?; head -n 1 err; exit $rc
