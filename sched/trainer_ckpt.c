@@ -66,10 +66,10 @@ static int add_to_ckpt(void *ctx, const char *name, const float *data, size_t nu
 		       int cols)
 {
 	struct save_sink *ss = ctx;
-	for (size_t i = 0; i < numel && !ss->rc; i++)
-		if (!isfinite(data[i]))
-			ss->rc = error("not writing checkpoint '%s': %s[%zu] is %g; the checkpoints "
-				       "already written are kept", ss->path, name, i, (double)data[i]);
+	size_t i;
+	if (!ss->rc && floats_nonfinite(data, numel, &i))
+		ss->rc = error("not writing checkpoint '%s': %s[%zu] is %g; the checkpoints "
+			       "already written are kept", ss->path, name, i, (double)data[i]);
 	if (!ss->rc)
 		ss->rc = ckpt_add(ss->w, name, data, numel, rows, cols);
 	return 0;
@@ -145,6 +145,12 @@ int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int 
 		tensor_name(name, sizeof(name), set, pi);
 		if (ckpt_read_named(k, name, global + pi->offset, pi->numel))
 			return -1;
+		size_t at;
+		if (floats_nonfinite(global + pi->offset, pi->numel, &at))
+			return error("'%s': %s[%zu] is %g: a checkpoint with NaN or infinite weights "
+				     "cannot be trained, evaluated, sampled or exported ('asyncpp "
+				     "inspect %s' lists them); use an earlier checkpoint", ckpt_path(k),
+				     name, at, (double)global[pi->offset + at], ckpt_path(k));
 	}
 	return 0;
 }
