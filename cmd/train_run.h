@@ -14,6 +14,7 @@
 #include "../io/report/tensorboard.h"
 #include "../model/model.h"
 #include "../sched/trainer.h"
+#include "train_watch.h"
 
 struct sampler;
 
@@ -29,7 +30,7 @@ struct run {
 	struct sampler *sampler; /* sample.every; NULL until the first sample */
 	double flops_per_token, peak;
 	int quiet, tty;
-	long skips_in_row; /* steps skipped in a row (count_skips) */
+	struct watch watch; /* bad steps, spikes, the newest good checkpoint */
 	long sample_every; /* sample.every, 0 where it cannot run (under MPI) */
 	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */
 	double last_save;  /* now_sec() of the last checkpoint (or the start) */
@@ -47,9 +48,11 @@ int train_setup_data(struct run *r);
 int train_loop(struct run *r);
 
 /* A checkpoint of the trainer's step in train.out_dir (rank 0 writes; the
- * oldest beyond checkpoint.keep go); its path in *saved when saved is not
- * NULL. 0, or -1 after error(). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, char **saved);
+ * oldest beyond checkpoint.keep go, but never `keep_also`, the newest good
+ * checkpoint (train_watch.h), when not NULL); its path in *saved when
+ * saved is not NULL. 0, or -1 after error(). */
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const char *keep_also,
+			  char **saved);
 
 void train_sampler_free(struct sampler *sp);
 

@@ -93,14 +93,17 @@ int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const c
 {
 	const struct model *m = tr->m;
 	int nv = trainer_n_versions(tr);
-	char meta[1024];
+	char meta[1024], rolled[96] = "";
+	if (tr->rollbacks) /* trainer.h: what a resume needs to go on the same way */
+		snprintf(rolled, sizeof(rolled), "rollbacks = %ld\ndata_skip = %ld\n", tr->rollbacks,
+			 tr->data_skip);
 	snprintf(meta, sizeof(meta),
 		 "step = %ld\nversions = %d\nseed = %ld\nstages = %d\nmicro_batches = %d\n"
-		 "data_position = %ld\nrng_state = %llu\n%s",
+		 "data_position = %ld\nrng_state = %llu\n%s%s",
 		 tr->step, nv, tr->cfg->train_seed, tr->S, tr->M,
-		 tr->step * (long)tr->mb_per_step,
+		 (tr->step + tr->data_skip) * (long)tr->mb_per_step,
 		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
-		 extra_meta ? extra_meta : "");
+		 rolled, extra_meta ? extra_meta : "");
 	/* every source is consumed even after a failure (see save_sink) */
 	struct save_sink ss = {.path = path};
 	ss.rc = ckpt_create(&ss.w, path, config_text, meta);
@@ -175,6 +178,16 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	}
 	if (!rc)
 		trainer_restore(tr, step, versions, (int)nv);
+	long rollbacks = 0, data_skip = 0;
+	set_error_quiet(1); /* only a run that rolled back has them */
+	if (ckpt_meta_long(k, "rollbacks", &rollbacks) || ckpt_meta_long(k, "data_skip", &data_skip))
+		rollbacks = data_skip = 0;
+	set_error_quiet(0);
+	if (!rc && (rollbacks < 0 || data_skip < 0))
+		rc = error("'%s': bad rollbacks = %ld or data_skip = %ld", ckpt_path(k), rollbacks,
+			   data_skip);
+	if (!rc)
+		trainer_set_rollbacks(tr, rollbacks, data_skip);
 	for (int v = 0; v < nv; v++)
 		free(versions[v]);
 	free(versions);

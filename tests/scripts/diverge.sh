@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# diverge.sh - a run that diverges (issue 32 items 4 and 5):
+#   - a run whose last steps were skipped exits 1, writes no checkpoint for
+#     them and keeps (and names) the newest one from before them;
+#   - a loss spike (train.spike_factor) stops the run, naming the newest
+#     checkpoint from before it, which checkpoint.keep = 1 did not delete
+#     and which evaluates to a finite loss no worse than the first logged;
+#   - train.on_divergence = rollback goes back to it, passes over the data
+#     since, lowers the learning rate, finishes with a finite loss, and does
+#     the same again from the same checkpoint.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+TINY=(--set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set train.batch_size=4 --set eval.every=0 --set train.threads=1 --set log.every=1)
+losses() { awk -F, 'NR > 1 { print $1, $4 }' "$1"; } # step and loss of every row
+
+# 1. lr 1e8 without clipping: step 1 updates, steps 2-4 are skipped (NaN
+# norm); the run ends in them: exit 1, no ckpt-00000004, step 1's kept
+$A train -q "${TINY[@]}" --set train.out_dir=ended --set train.steps=4 --set optim.lr=1e8 \
+	--set train.grad_clip=0 --set optim.warmup=0 --set checkpoint.every=1 \
+	--set checkpoint.keep=1 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && [ ! -e ended/ckpt-00000004.ckpt ] && [ -e ended/ckpt-00000001.ckpt ] &&
+   grep -q "training diverged: .* for 3 steps in a row (steps 2 to 4, the run's last)" err.txt &&
+   grep -q "ended/ckpt-00000001.ckpt" err.txt && ! grep -q "asyncpp: done" err.txt; then
+	pass run_ending_in_skipped_steps_fails
+else
+	fail run_ending_in_skipped_steps_fails "exit $rc, $(ls ended): $(cat err.txt)"
+fi
+
+# a good start: 6 steps at a sane learning rate, checkpoint at step 6 (each
+# copy of the folder below is resumed with its own train.out_dir)
+if ! $A train -q "${TINY[@]}" --set train.out_dir=good --set train.steps=6 --set optim.lr=1e-2 \
+	--set optim.warmup=0 --set checkpoint.every=2 --set checkpoint.keep=1 2> err.txt; then
+	fail diverge_setup "$(cat err.txt)"
+	exit 0
+fi
+first=$(losses good/metrics.csv | awk 'NR == 1 { print $2 }')
+
+# 2. resumed at lr 30, a checkpoint every step, keep 1: update 7 makes step
+# 8's loss a spike; the run stops naming step 6's checkpoint, still there
+cp -r good spike
+$A train -q --resume spike --set train.out_dir=spike --set train.steps=12 --set optim.lr=30 --set checkpoint.every=1 \
+	--set train.spike_window=1 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "training diverged: the loss at step 8, .* times the mean" err.txt &&
+   grep -q "the newest checkpoint from before it, spike/ckpt-00000006.ckpt (step 6)" err.txt &&
+   [ -e spike/ckpt-00000006.ckpt ] && [ ! -e spike/ckpt-00000008.ckpt ]; then
+	pass spike_stops_naming_checkpoint_before_it
+else
+	fail spike_stops_naming_checkpoint_before_it "exit $rc, $(ls spike): $(cat err.txt)"
+fi
+# the named checkpoint evaluates finite and no worse than the first logged loss
+named=$(sed -n 's/.*the newest checkpoint from before it, \([^ ]*\) (step.*/\1/p' err.txt)
+if [ -n "$named" ] && $A eval "$named" > ev.txt 2> err.txt &&
+   val=$(sed -n 's/^loss *\([0-9.]*\).*/\1/p' ev.txt) && [ -n "$val" ] &&
+   awk -v v="$val" -v f="$first" 'BEGIN { exit !(v <= f) }'; then
+	pass named_checkpoint_evaluates_finite "($val <= $first)"
+else
+	fail named_checkpoint_evaluates_finite "'$named', first loss $first: $(cat ev.txt err.txt)"
+fi
+
+# 3. the same with train.on_divergence = rollback (lr 300: steps skipped,
+# then a spike): it rolls back, finishes with a finite loss, and a second
+# run from the same checkpoint does exactly the same
+rollback_run() { # DIR
+	cp -r good "$1"
+	$A train -q --resume "$1" --set train.out_dir="$1" --set train.steps=16 --set optim.lr=300 --set checkpoint.every=1 \
+		--set train.spike_window=1 --set train.on_divergence=rollback \
+		--set train.rollback_lr_factor=0.001 2> "$1.err"
+}
+rollback_run back1
+rc=$?
+last=$(losses back1/metrics.csv | tail -n 1)
+if [ $rc -eq 0 ] && grep -q "rolled back to back1/ckpt-00000006.ckpt (step 6): the data of steps 7 to" back1.err &&
+   [ "${last%% *}" = 16 ] && awk -v l="${last#* }" -v f="$first" 'BEGIN { exit !(l <= f) }' &&
+   [ -e back1/ckpt-00000016.ckpt ] && $A eval back1 > ev.txt 2> err.txt; then
+	pass rollback_recovers "(last $last)"
+else
+	fail rollback_recovers "exit $rc, last row '$last': $(cat back1.err err.txt)"
+fi
+rollback_run back2
+if cmp -s <(losses back1/metrics.csv) <(losses back2/metrics.csv) &&
+   $A inspect --diff back1/ckpt-00000016.ckpt back2/ckpt-00000016.ckpt > diff.txt 2>&1 &&
+   grep -Eq "^([0-9]+) tensors compared, \1 identical" diff.txt; then
+	pass rollback_is_deterministic
+else
+	fail rollback_is_deterministic "$(head -c 400 diff.txt)"
+fi
+# what the checkpoint keeps of it: resuming it goes on at the lowered rate
+if $A inspect back1/ckpt-00000016.ckpt 2> /dev/null | grep -q "^rollbacks = [1-9]" &&
+   $A train -q --resume back1 --set train.steps=17 2> err.txt &&
+   awk -F, 'END { exit !($6 < 1) }' back1/metrics.csv; then
+	pass rollback_kept_in_checkpoint
+else
+	fail rollback_kept_in_checkpoint "$(cat err.txt)"
+fi
