@@ -379,8 +379,8 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 		enum watch_verdict v = watch_step(w, step, st);
 		char what[512];
 		if (v == WATCH_SPIKE) {
-			snprintf(what, sizeof(what), "the loss at step %ld, %.4g, is %.3g times the mean of "
-				 "the %ld good steps before it (train.spike_factor = %g)", step, st->loss,
+			snprintf(what, sizeof(what), "the loss at step %ld, %.4g, is %.3g times the mean "
+				 "of the last %ld good steps (train.spike_factor = %g)", step, st->loss,
 				 st->loss / w->spike_mean, w->window, w->factor);
 		} else if (v == WATCH_BAD) {
 			if (dist_is_root() && st->skipped)
