@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../io/formats/checkpoint.h"
@@ -46,17 +45,9 @@ static void fmt_duration(char *out, size_t len, double s)
 		snprintf(out, len, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* Whether a and b name the same file. */
-static int same_file(const char *a, const char *b)
-{
-	struct stat sa, sb;
-	return !strcmp(a, b) || (!stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev &&
-				 sa.st_ino == sb.st_ino);
-}
-
 /* Write a checkpoint for the trainer's current step and keep the newest K
- * (and keep_also). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const char *keep_also,
+ * (and those the watch holds). */
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
 			  char **saved)
 {
 	char name[64];
@@ -77,7 +68,7 @@ int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const ch
 	int n = dist_is_root() ? list_checkpoints(cfg->train_out_dir, &paths) : 0;
 	for (int i = 0; i < n; i++) {
 		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path) &&
-		    !(keep_also && same_file(paths[i], keep_also)))
+		    !(w && watch_holds(w, paths[i])))
 			unlink(paths[i]);
 		free(paths[i]);
 	}
@@ -397,10 +388,14 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 			int ended = step == cfg->train_steps;
 			if (w->bad_in_row < cfg->train_max_skipped && !ended)
 				continue;
-			snprintf(what, sizeof(what), "the gradient norm or the loss was not finite for "
-				 "%ld steps in a row (steps %ld to %ld%s)", w->bad_in_row,
-				 step - w->bad_in_row + 1, step,
-				 w->bad_in_row < cfg->train_max_skipped ? ", the run's last" : "");
+			const char *last = w->bad_in_row < cfg->train_max_skipped ? ", the run's last" : "";
+			if (w->bad_in_row == 1)
+				snprintf(what, sizeof(what), "the gradient norm or the loss was not finite "
+					 "at step %ld%s", step, last);
+			else
+				snprintf(what, sizeof(what), "the gradient norm or the loss was not finite "
+					 "for %ld steps in a row (steps %ld to %ld%s)", w->bad_in_row,
+					 step - w->bad_in_row + 1, step, last);
 		} else {
 			continue;
 		}
@@ -587,7 +582,7 @@ int train_loop(struct run *r)
 								    60 * cfg->checkpoint_every_minutes);
 		if ((by_steps || by_time) && tr->step < total && r->watch.bad_in_row == 0) {
 			char *saved = NULL;
-			if (train_save_checkpoint(tr, cfg, r->watch.good.path, &saved)) {
+			if (train_save_checkpoint(tr, cfg, &r->watch, &saved)) {
 				rc = -1;
 				break;
 			}

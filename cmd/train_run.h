@@ -48,10 +48,10 @@ int train_setup_data(struct run *r);
 int train_loop(struct run *r);
 
 /* A checkpoint of the trainer's step in train.out_dir (rank 0 writes; the
- * oldest beyond checkpoint.keep go, but never `keep_also`, the newest good
- * checkpoint (train_watch.h), when not NULL); its path in *saved when
- * saved is not NULL. 0, or -1 after error(). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const char *keep_also,
+ * oldest beyond checkpoint.keep go, but never one the watch holds, when w
+ * is not NULL: train_watch.h); its path in *saved when saved is not NULL.
+ * 0, or -1 after error(). */
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
 			  char **saved);
 
 void train_sampler_free(struct sampler *sp);

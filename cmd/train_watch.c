@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../io/util.h"
 
@@ -44,6 +45,24 @@ void watch_saved(struct watch *w, long step, const char *path)
 {
 	w->pending = xrealloc(w->pending, sizeof(*w->pending) * (size_t)(w->n_pending + 1));
 	w->pending[w->n_pending++] = (struct ckpt_mark){step, xstrdup(path)};
+}
+
+/* Whether a and b name the same file. */
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	return !strcmp(a, b) || (!stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev &&
+				 sa.st_ino == sb.st_ino);
+}
+
+int watch_holds(const struct watch *w, const char *path)
+{
+	if (w->good.path && same_file(w->good.path, path))
+		return 1;
+	for (int i = 0; i < w->n_pending; i++)
+		if (same_file(w->pending[i].path, path))
+			return 1;
+	return 0;
 }
 
 void watch_restart(struct watch *w)

@@ -50,6 +50,9 @@ void watch_free(struct watch *w);
 void watch_saved(struct watch *w, long step, const char *path);
 /* Step `step`'s statistics; see above. */
 enum watch_verdict watch_step(struct watch *w, long step, const struct step_stats *st);
+/* Whether path is the good checkpoint or one still waiting: checkpoint
+ * rotation keeps them whatever checkpoint.keep says. */
+int watch_holds(const struct watch *w, const char *path);
 /* After a rollback to w->good: the loss history, the waiting checkpoints
  * and the bad steps in a row start again (first_loss and good stay). */
 void watch_restart(struct watch *w);

@@ -95,3 +95,24 @@ if $A inspect back1/ckpt-00000016.ckpt 2> /dev/null | grep -q "^rollbacks = [1-9
 else
 	fail rollback_kept_in_checkpoint "$(cat err.txt)"
 fi
+
+# 4. a 2BW pipeline (delay 1: step j + 2 measures checkpoint j): the
+# checkpoint still waiting for its measurement is not rotated out by
+# checkpoint.keep = 1 either, and is the one named when the run diverges
+PIPE=(--set model.n_layer=2 --set train.schedule=2bw --set pipeline.stages=2
+      --set pipeline.micro_batches=2)
+if $A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=pipe --set train.steps=6 \
+	--set optim.lr=1e-2 --set optim.warmup=0 --set checkpoint.every=2 --set checkpoint.keep=1 \
+	2> err.txt; then
+	$A train -q --resume pipe --set train.out_dir=pipe --set train.steps=16 --set optim.lr=300 \
+		--set checkpoint.every=1 --set train.spike_window=1 2> err.txt
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "the newest checkpoint from before it, pipe/ckpt-00000006.ckpt" err.txt &&
+	   [ -e pipe/ckpt-00000006.ckpt ]; then
+		pass pipeline_keeps_checkpoint_before_divergence
+	else
+		fail pipeline_keeps_checkpoint_before_divergence "exit $rc, $(ls pipe): $(cat err.txt)"
+	fi
+else
+	fail pipeline_keeps_checkpoint_before_divergence "$(cat err.txt)"
+fi
