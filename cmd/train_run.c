@@ -307,9 +307,9 @@ static void fallback(struct run *r, char *out, size_t len)
 	const struct ckpt_mark *good = &r->watch.good;
 	if (good->path) {
 		snprintf(out, len, "the newest checkpoint from before it, %s (step %ld), measured a "
-			 "finite loss no worse than the first; resume from it with a lower optim.lr "
-			 "(asyncpp train --resume %s --set optim.lr=...) or with train.on_divergence = "
-			 "rollback", good->path, good->step, good->path);
+			 "finite loss no worse than the first one logged; resume from it with a lower "
+			 "optim.lr (asyncpp train --resume %s --set optim.lr=...) or with "
+			 "train.on_divergence = rollback", good->path, good->step, good->path);
 		return;
 	}
 	char **paths = NULL;
