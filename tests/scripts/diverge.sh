@@ -104,6 +104,7 @@ PIPE=(--set model.n_layer=2 --set train.schedule=2bw --set pipeline.stages=2
 if $A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=pipe --set train.steps=6 \
 	--set optim.lr=1e-2 --set optim.warmup=0 --set checkpoint.every=2 --set checkpoint.keep=1 \
 	2> err.txt; then
+	cp -r pipe pipe0
 	$A train -q --resume pipe --set train.out_dir=pipe --set train.steps=16 --set optim.lr=300 \
 		--set checkpoint.every=1 --set train.spike_window=1 2> err.txt
 	rc=$?
@@ -115,4 +116,26 @@ if $A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=pipe --set train.st
 	fi
 else
 	fail pipeline_keeps_checkpoint_before_divergence "$(cat err.txt)"
+fi
+
+# 5. under MPI (one stage per process) the ranks roll back together, at the
+# same steps as the threads of one process, to the same losses
+if ! command -v mpirun > /dev/null || [ ! -d pipe0 ]; then
+	skip mpi_rollback_as_threads "mpirun not found or no pipeline run"
+	exit 0
+fi
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
+ROLL=(--set train.steps=12 --set optim.lr=300 --set checkpoint.every=1 --set train.spike_window=1
+      --set train.on_divergence=rollback --set train.rollback_lr_factor=0.001)
+cp -r pipe0 pthr
+cp -r pipe0 pmpi
+$A train -q --resume pthr --set train.out_dir=pthr "${ROLL[@]}" 2> thr.err
+timeout 300 "${MPIRUN[@]}" $A train -q --resume pmpi --set train.out_dir=pmpi \
+	--set pipeline.transport=mpi "${ROLL[@]}" > mpi.out 2> mpi.err
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'rolled back to' mpi.err)" = 1 ] &&
+   grep -q 'rolled back to' thr.err && cmp -s <(losses pthr/metrics.csv) <(losses pmpi/metrics.csv); then
+	pass mpi_rollback_as_threads
+else
+	fail mpi_rollback_as_threads "exit $rc: $(head -c 400 mpi.err)"
 fi
