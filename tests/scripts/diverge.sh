@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # diverge.sh - a run that diverges (issue 32 items 4 and 5):
 #   - a run whose last steps were skipped exits 1, writes no checkpoint for
-#     them and keeps (and names) the newest one from before them;
+#     them and keeps (and names) the newest one from before them; steps
+#     with a NaN loss (weights of 3e38) count as skipped;
 #   - a loss spike (train.spike_factor) stops the run, naming the newest
 #     checkpoint from before it, which checkpoint.keep = 1 did not delete
 #     and which evaluates to a finite loss no worse than the first logged;
 #   - train.on_divergence = rollback goes back to it, passes over the data
 #     since, lowers the learning rate, finishes with a finite loss, and does
-#     the same again from the same checkpoint.
+#     the same again from the same checkpoint, under MPI as with threads;
+#   - a 2BW pipeline keeps the checkpoint still waiting for its measure.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 TINY=(--set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
@@ -116,6 +118,39 @@ if $A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=pipe --set train.st
 	fi
 else
 	fail pipeline_keeps_checkpoint_before_divergence "$(cat err.txt)"
+fi
+
+# 6. finite but absurd weights (testdata/hf/gpt2 with wte all 3e38): every
+# loss is NaN; the run counts those steps as skipped and ends failing
+if command -v python3 > /dev/null; then
+	cp -r "$TESTDATA/hf/gpt2" huge
+	python3 - huge/model.safetensors <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+lo, hi = json.loads(b[8:8 + n])["wte.weight"]["data_offsets"]
+for off in range(8 + n + lo, 8 + n + hi, 4):
+    b[off:off + 4] = struct.pack("<f", 3e38)
+open(p, "wb").write(b)
+PY
+	if $A import-hf -o huge.ckpt huge > out.txt 2> err.txt &&
+	   $A tokenize encode -t huge.tok -o huge "$TESTDATA"/corpus/*.txt > out.txt 2> err.txt; then
+		$A train --resume huge.ckpt --set data.train=huge_train.shard --set data.val= \
+			--set train.out_dir=hugerun --set train.steps=3 --set eval.every=0 \
+			--set train.threads=1 2> err.txt
+		rc=$?
+		if [ $rc -eq 1 ] && grep -q "training diverged: .* (steps 1 to 3, the run's last)" err.txt &&
+		   ! grep -q "asyncpp: done" err.txt && ! ls hugerun/ckpt-* > /dev/null 2>&1; then
+			pass absurd_weights_fail_the_run
+		else
+			fail absurd_weights_fail_the_run "exit $rc: $(tail -c 400 err.txt)"
+		fi
+	else
+		fail absurd_weights_fail_the_run "setup: $(cat err.txt)"
+	fi
+else
+	skip absurd_weights_fail_the_run "python3 not found"
 fi
 
 # 5. under MPI (one stage per process) the ranks roll back together, at the
