@@ -87,6 +87,13 @@ int cmd_import_llmc(int argc, char **argv, const char *prog)
 			break;
 		}
 		memcpy(params + dst->offset, llmc_params + src->offset, rows * row * sizeof(float));
+		size_t at;
+		if (floats_nonfinite(params + dst->offset, rows * row, &at)) {
+			error("'%s': tensor '%s' holds %g at index %zu: NaN or infinite weights are "
+			      "not imported", argv[0], dst->name, (double)params[dst->offset + at], at);
+			rc = -1;
+			break;
+		}
 	}
 	free(llmc_params);
 	if (!rc) {

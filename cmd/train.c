@@ -426,6 +426,9 @@ int cmd_train(int argc, char **argv, const char *prog)
 		if (!quiet)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
 	}
+	watch_init(&r.watch, cfg, &r.tr); /* the checkpoint resumed waits like any other */
+	if (ck)
+		watch_saved(&r.watch, r.tr.step, ck_path);
 	/* the log files that can still refuse the run, before anything of an
 	 * earlier run is touched (the tensorboard file is new, never another's) */
 	int logs = 0;
@@ -486,7 +489,7 @@ int cmd_train(int argc, char **argv, const char *prog)
 		warning("%s", advice);
 	int rc = train_loop(&r);
 	char *saved = NULL;
-	if (!rc && train_save_checkpoint(&r.tr, cfg, &saved))
+	if (!rc && train_save_checkpoint(&r.tr, cfg, NULL, &saved))
 		rc = -1;
 	if (stop_signal && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
@@ -503,6 +506,7 @@ int cmd_train(int argc, char **argv, const char *prog)
 	train_sampler_free(r.sampler);
 	free(metrics_path);
 	free(saved);
+	watch_free(&r.watch);
 	trainer_free(&r.tr);
 	dataloader_close(&r.train);
 	if (r.has_val)

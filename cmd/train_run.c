@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../io/formats/checkpoint.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../optim/optim.h"
@@ -45,8 +46,10 @@ static void fmt_duration(char *out, size_t len, double s)
 		snprintf(out, len, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* Write a checkpoint for the trainer's current step and keep the newest K. */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, char **saved)
+/* Write a checkpoint for the trainer's current step and keep the newest K
+ * (and those the watch holds). */
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
+			  char **saved)
 {
 	char name[64];
 	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
@@ -65,7 +68,8 @@ int train_save_checkpoint(struct trainer *tr, const struct config *cfg, char **s
 	char **paths = NULL;
 	int n = dist_is_root() ? list_checkpoints(cfg->train_out_dir, &paths) : 0;
 	for (int i = 0; i < n; i++) {
-		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path))
+		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path) &&
+		    !(w && watch_holds(w, paths[i])))
 			unlink(paths[i]);
 		free(paths[i]);
 	}
@@ -309,46 +313,117 @@ static int data_failed(struct run *r, long first)
 	return 1;
 }
 
-/* Steps whose gradient norm was not finite were skipped by every stage (no
- * NaN reached the weights); each is reported, and train.max_skipped of
- * them in a row stop the run before anything more is written. The ranks
- * see the same norms, so under MPI they stop together; the root speaks. */
-static int count_skips(struct run *r, long first, const struct step_stats *stats, int n)
+/* What a run that diverged can go back to (train_watch.h), for its message. */
+static void fallback(struct run *r, char *out, size_t len)
 {
 	const struct config *cfg = &r->cfg;
+	const struct ckpt_mark *good = &r->watch.good;
+	if (good->path) {
+		snprintf(out, len, "the newest checkpoint from before it, %s (step %ld), measured a "
+			 "finite loss no worse than the first one logged; resume from it with a lower "
+			 "optim.lr (%s train --resume %s --set optim.lr=...) or with "
+			 "train.on_divergence = rollback", good->path, good->step, r->prog, good->path);
+		return;
+	}
+	char **paths = NULL;
+	int np = list_checkpoints(cfg->train_out_dir, &paths);
+	if (np > 0)
+		snprintf(out, len, "no checkpoint from before it is known: the newest, %s, holds "
+			 "weights that led into it (resuming it diverges the same way); start again "
+			 "with a lower optim.lr", paths[np - 1]);
+	else
+		snprintf(out, len, "no checkpoint was written yet; start again with a lower optim.lr");
+	for (int k = 0; k < np; k++)
+		free(paths[k]);
+	free(paths);
+}
+
+/* train.on_divergence = rollback: back to the newest good checkpoint, the
+ * data up to `step` passed over, the learning rate lowered. The ranks all
+ * read the same checkpoint (rank 0 wrote it before any rank moved on). */
+static int roll_back(struct run *r, long step, const char *what)
+{
+	struct trainer *tr = &r->tr;
+	struct watch *w = &r->watch;
+	long rollbacks = tr->rollbacks + 1, skip = tr->data_skip + (step - w->good.step);
+	struct ckpt *k;
+	if (ckpt_open(&k, w->good.path))
+		return -1;
+	int rc = trainer_load(tr, k);
+	ckpt_close(k);
+	if (rc)
+		return -1;
+	trainer_set_rollbacks(tr, rollbacks, skip);
+	watch_restart(w);
+	r->last_save = now_sec();
+	if (dist_is_root())
+		fprintf(stderr, "%sasyncpp: %s; rolled back to %s (step %ld): the data of steps %ld to "
+			"%ld is passed over and the learning rate is now %.3g times optim.lr's "
+			"schedule (rollback %ld of train.max_rollbacks = %ld)\n", r->tty ? "\n" : "",
+			what, w->good.path, w->good.step, w->good.step + 1, step, tr->lr_scale,
+			rollbacks, r->cfg.train_max_rollbacks);
+	return 0;
+}
+
+/* Each step of a segment through the watch (train_watch.h). A bad step
+ * (update skipped: no NaN reached the weights; or a non-finite loss) is
+ * reported and the run goes on; a spike, train.max_skipped bad steps in a
+ * row, or a run whose last step was bad, has diverged: the run stops
+ * before anything more is written (-1), or with train.on_divergence =
+ * rollback goes back to the newest good checkpoint (1). 0: go on. The
+ * ranks see the same losses and norms, so under MPI they decide alike;
+ * the root speaks. */
+static int check_steps(struct run *r, long first, const struct step_stats *stats, int n)
+{
+	const struct config *cfg = &r->cfg;
+	struct watch *w = &r->watch;
 	for (int i = 0; i < n; i++) {
 		long step = first + i + 1;
-		if (!stats[i].skipped) {
-			r->skips_in_row = 0;
+		const struct step_stats *st = &stats[i];
+		enum watch_verdict v = watch_step(w, step, st);
+		char what[512];
+		if (v == WATCH_SPIKE) {
+			snprintf(what, sizeof(what), "the loss at step %ld, %.4g, is %.3g times the mean "
+				 "of the last %ld good steps (train.spike_factor = %g)", step, st->loss,
+				 st->loss / w->spike_mean, w->window, w->factor);
+		} else if (v == WATCH_BAD) {
+			if (dist_is_root() && st->skipped)
+				fprintf(stderr, "%sasyncpp: step %ld: gradient norm is %s (loss %.4g); "
+					"update skipped (%ld of train.max_skipped = %ld in a row)\n",
+					r->tty ? "\n" : "", step,
+					isnan(st->grad_norm) ? "NaN" : "infinite", st->loss, w->bad_in_row,
+					cfg->train_max_skipped);
+			else if (dist_is_root())
+				fprintf(stderr, "%sasyncpp: step %ld: loss is %s (gradient norm %.4g); "
+					"counted as a skipped step (%ld of train.max_skipped = %ld in a "
+					"row)\n", r->tty ? "\n" : "", step, isnan(st->loss) ? "NaN" :
+					"infinite", st->grad_norm, w->bad_in_row, cfg->train_max_skipped);
+			int ended = step == cfg->train_steps;
+			if (w->bad_in_row < cfg->train_max_skipped && !ended)
+				continue;
+			const char *last = w->bad_in_row < cfg->train_max_skipped ? ", the run's last" : "";
+			if (w->bad_in_row == 1)
+				snprintf(what, sizeof(what), "the gradient norm or the loss was not finite "
+					 "at step %ld%s", step, last);
+			else
+				snprintf(what, sizeof(what), "the gradient norm or the loss was not finite "
+					 "for %ld steps in a row (steps %ld to %ld%s)", w->bad_in_row,
+					 step - w->bad_in_row + 1, step, last);
+		} else {
 			continue;
 		}
-		r->skips_in_row++;
-		if (dist_is_root())
-			fprintf(stderr, "%sasyncpp: step %ld: gradient norm is %s (loss %.4g); update "
-				"skipped (%ld of train.max_skipped = %ld in a row)\n",
-				r->tty ? "\n" : "", step, isnan(stats[i].grad_norm) ? "NaN" : "infinite",
-				stats[i].loss, r->skips_in_row, cfg->train_max_skipped);
-		if (r->skips_in_row < cfg->train_max_skipped)
-			continue;
+		char why[160] = "";
+		if (!strcmp(cfg->train_on_divergence, "rollback")) {
+			if (w->good.path && r->tr.rollbacks < cfg->train_max_rollbacks)
+				return roll_back(r, step, what) ? -1 : 1;
+			snprintf(why, sizeof(why), " (train.on_divergence = rollback: %s)", w->good.path ?
+				 "train.max_rollbacks rollbacks were made" : "no checkpoint to go back to");
+		}
 		if (!dist_is_root())
 			return -1;
-		char **paths = NULL;
-		int np = list_checkpoints(cfg->train_out_dir, &paths);
-		char where[1200];
-		if (np > 0)
-			snprintf(where, sizeof(where), "the newest checkpoint, %s, holds finite weights; "
-				 "resume from it with a lower optim.lr (%s train --resume %s "
-				 "--set optim.lr=...)", paths[np - 1], r->prog, paths[np - 1]);
-		else
-			snprintf(where, sizeof(where), "no checkpoint was written yet; start again with "
-				 "a lower optim.lr");
-		for (int k = 0; k < np; k++)
-			free(paths[k]);
-		free(paths);
-		return error("training diverged: the gradient norm was not finite for %ld steps in "
-			     "a row (steps %ld to %ld); no update was applied in them and nothing "
-			     "more is written; %s", r->skips_in_row, step - r->skips_in_row + 1, step,
-			     where);
+		char where[1400];
+		fallback(r, where, sizeof(where));
+		return error("training diverged: %s; nothing more is written%s; %s", what, why, where);
 	}
 	return 0;
 }
@@ -479,9 +554,17 @@ int train_loop(struct run *r)
 		for (int i = 0; i < n; i++)
 			log_step(r, first + i + 1, &stats[i], tps, mfu, bubble, t_start,
 				 i == n - 1);
-		if (count_skips(r, first, stats, n)) {
+		int verdict = check_steps(r, first, stats, n);
+		if (verdict < 0) {
 			rc = -1;
 			break;
+		}
+		if (verdict > 0) { /* rolled back: the next segment from there */
+			t_last = now_sec();
+			step_last = tr->step;
+			busy_last = busy;
+			idle_last = idle;
+			continue;
 		}
 		if (r->sample_every > 0 && tr->step % r->sample_every == 0 && sample_now(r)) {
 			warning("no more samples in this run (above); training goes on");
@@ -551,11 +634,14 @@ int train_loop(struct run *r)
 		int by_time = cfg->checkpoint_every_minutes > 0 &&
 			      dist_max_int(dist_is_root() && now_sec() - r->last_save >=
 								    60 * cfg->checkpoint_every_minutes);
-		if ((by_steps || by_time) && tr->step < total && r->skips_in_row == 0) {
-			if (train_save_checkpoint(tr, cfg, NULL)) {
+		if ((by_steps || by_time) && tr->step < total && r->watch.bad_in_row == 0) {
+			char *saved = NULL;
+			if (train_save_checkpoint(tr, cfg, &r->watch, &saved)) {
 				rc = -1;
 				break;
 			}
+			watch_saved(&r->watch, tr->step, saved);
+			free(saved);
 			r->last_save = now_sec();
 		}
 	}

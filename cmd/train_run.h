@@ -14,6 +14,7 @@
 #include "../io/report/tensorboard.h"
 #include "../model/model.h"
 #include "../sched/trainer.h"
+#include "train_watch.h"
 
 struct sampler;
 
@@ -30,7 +31,7 @@ struct run {
 	double flops_per_token, peak;
 	int quiet, tty;
 	const char *prog;  /* the program as invoked, for hints (cmd/cmd.h) */
-	long skips_in_row; /* steps skipped in a row (count_skips) */
+	struct watch watch; /* bad steps, spikes, the newest good checkpoint */
 	long sample_every; /* sample.every, 0 where it cannot run (under MPI) */
 	uint64_t run_id;   /* cmd/train_dir.h: the run train.out_dir holds */
 	double last_save;  /* now_sec() of the last checkpoint (or the start) */
@@ -48,9 +49,11 @@ int train_setup_data(struct run *r);
 int train_loop(struct run *r);
 
 /* A checkpoint of the trainer's step in train.out_dir (rank 0 writes; the
- * oldest beyond checkpoint.keep go); its path in *saved when saved is not
- * NULL. 0, or -1 after error(). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, char **saved);
+ * oldest beyond checkpoint.keep go, but never one the watch holds, when w
+ * is not NULL: train_watch.h); its path in *saved when saved is not NULL.
+ * 0, or -1 after error(). */
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
+			  char **saved);
 
 void train_sampler_free(struct sampler *sp);
 

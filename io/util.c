@@ -274,6 +274,15 @@ int atomic_write_file(const char *path, const void *p, size_t n)
 	return atomic_commit(&af);
 }
 
+size_t floats_nonfinite(const float *x, size_t n, size_t *first)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(x[i]) && !bad++ && first)
+			*first = i;
+	return bad;
+}
+
 /* crc32c, slicing-by-8: eight table lookups per 8 input bytes. */
 static uint32_t crc32c_table[8][256];
 static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;

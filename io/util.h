@@ -86,6 +86,11 @@ uint32_t crc32c(uint32_t crc, const void *p, size_t n);
 uint64_t fnv1a64(uint64_t h, const void *p, size_t n);
 #define FNV1A64_INIT 0xcbf29ce484222325ULL
 
+/* How many of x[0..n) are NaN or infinite; the first one's index in *first
+ * (when first is not NULL and there is one). The one test of weights every
+ * door shares: checkpoint writes, loads, imports and `asyncpp inspect`. */
+size_t floats_nonfinite(const float *x, size_t n, size_t *first);
+
 /* Little-endian encoding helpers, independent of host order. */
 void put_le16(unsigned char *p, uint16_t v);
 void put_le32(unsigned char *p, uint32_t v);

@@ -204,7 +204,7 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	for (size_t k = 0; k < b->total; k++)
 		total += sums[k];
 	double norm = sqrt(total);
-	double lr = lr_at(tr->cfg, gstep);
+	double lr = lr_at(tr->cfg, gstep) * tr->lr_scale;
 	worker_finish(w, gstep, norm, tr->cfg->train_grad_clip, (float)lr);
 	c->completed = gstep;
 	if (c->r == p->rep_r && c->s == p->rep_s) {
@@ -248,7 +248,7 @@ static void *stage_main(void *arg)
 		double waited = 0.0, t0;
 		long gv = p->first_step + a[i].version;
 		long gmb = a[i].mb >= 0 ? global_mb(p, c->r, a[i].mb) : -1;
-		long data_index = p->first_step * p->mb_per_step + gmb;
+		long data_index = (p->first_step + tr->data_skip) * p->mb_per_step + gmb;
 		switch (a[i].op) {
 		case SCHED_RECV_ACT:
 			x_in = tp->recv(tp, s, s - 1, MSG_ACT, a[i].mb, &waited);

@@ -45,6 +45,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	tr->T = (int)cfg->model_seq_len;
 	tr->N = (int)cfg->pipeline_data_parallel;
 	tr->data = data;
+	tr->lr_scale = 1.0;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
 	if (tr->M < 1)
@@ -328,7 +329,7 @@ static double finish_replica(struct trainer *tr, int r, long step, double *lr_ou
 	}
 	double norm = sqrt(total);
 	/* 3-4. clip and update, or skip when the norm is not finite */
-	double lr = lr_at(tr->cfg, step);
+	double lr = lr_at(tr->cfg, step) * tr->lr_scale;
 	for (int s = 0; s < tr->S; s++)
 		worker_finish(trainer_worker(tr, r, s), step, norm, tr->cfg->train_grad_clip,
 			      (float)lr);
@@ -383,7 +384,7 @@ int trainer_run(struct trainer *tr, int n, struct step_stats *stats)
 			for (int k = 0; k < tr->mb_per_replica; k++) {
 				int mb = r * tr->mb_per_replica + k;
 				phase(tr, TRAINER_PHASE_DATA);
-				load_batch(tr, tr->data, t * tr->mb_per_step + mb);
+				load_batch(tr, tr->data, (t + tr->data_skip) * tr->mb_per_step + mb);
 				phase(tr, TRAINER_PHASE_FORWARD);
 				sum += forward_all(tr, r, t, 1, t + 1);
 				for (int s = 0; mw && s < tr->S; s++)
@@ -436,6 +437,13 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 		long v = w->newest - MIN(back, w->n_versions - 1);
 		worker_save_version(w, v, global);
 	}
+}
+
+void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip)
+{
+	tr->rollbacks = rollbacks;
+	tr->data_skip = data_skip;
+	tr->lr_scale = rollbacks ? pow(tr->cfg->train_rollback_lr_factor, (double)rollbacks) : 1.0;
 }
 
 int trainer_n_versions(const struct trainer *tr)

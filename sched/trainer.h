@@ -83,6 +83,13 @@ struct trainer {
 				    * logs). Under MPI a process initialises only
 				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
+	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
+	 * rollbacks, step t reads the data of step t + data_skip and its
+	 * learning rate is lr_at(step) * lr_scale, lr_scale being
+	 * train.rollback_lr_factor ^ rollbacks (0, 0 and 1 in a run that never
+	 * rolled back). Checkpoints keep them (trainer_set_rollbacks). */
+	long rollbacks, data_skip;
+	double lr_scale;
 	struct dataloader *data;
 	/* single-thread path: activations between stages, host batch */
 	void **x, **dx;            /* [S+1][B*T*C] activations (act_dtype); with
@@ -168,6 +175,8 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global);
 void trainer_restore(struct trainer *tr, long step, float *const *versions, int n);
 /* Versions a checkpoint must hold: max delay + 1. */
 int trainer_n_versions(const struct trainer *tr);
+/* Set rollbacks and data_skip, and lr_scale from them. */
+void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
 
 
 

@@ -66,10 +66,10 @@ static int add_to_ckpt(void *ctx, const char *name, const float *data, size_t nu
 		       int cols)
 {
 	struct save_sink *ss = ctx;
-	for (size_t i = 0; i < numel && !ss->rc; i++)
-		if (!isfinite(data[i]))
-			ss->rc = error("not writing checkpoint '%s': %s[%zu] is %g; the checkpoints "
-				       "already written are kept", ss->path, name, i, (double)data[i]);
+	size_t i;
+	if (!ss->rc && floats_nonfinite(data, numel, &i))
+		ss->rc = error("not writing checkpoint '%s': %s[%zu] is %g; the checkpoints "
+			       "already written are kept", ss->path, name, i, (double)data[i]);
 	if (!ss->rc)
 		ss->rc = ckpt_add(ss->w, name, data, numel, rows, cols);
 	return 0;
@@ -93,14 +93,17 @@ int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const c
 {
 	const struct model *m = tr->m;
 	int nv = trainer_n_versions(tr);
-	char meta[1024];
+	char meta[1024], rolled[96] = "";
+	if (tr->rollbacks) /* trainer.h: what a resume needs to go on the same way */
+		snprintf(rolled, sizeof(rolled), "rollbacks = %ld\ndata_skip = %ld\n", tr->rollbacks,
+			 tr->data_skip);
 	snprintf(meta, sizeof(meta),
 		 "step = %ld\nversions = %d\nseed = %ld\nstages = %d\nmicro_batches = %d\n"
-		 "data_position = %ld\nrng_state = %llu\n%s",
+		 "data_position = %ld\nrng_state = %llu\n%s%s",
 		 tr->step, nv, tr->cfg->train_seed, tr->S, tr->M,
-		 tr->step * (long)tr->mb_per_step,
+		 (tr->step + tr->data_skip) * (long)tr->mb_per_step,
 		 (unsigned long long)rng_mix((uint64_t)tr->cfg->train_seed, (uint64_t)tr->step),
-		 extra_meta ? extra_meta : "");
+		 rolled, extra_meta ? extra_meta : "");
 	/* every source is consumed even after a failure (see save_sink) */
 	struct save_sink ss = {.path = path};
 	ss.rc = ckpt_create(&ss.w, path, config_text, meta);
@@ -145,6 +148,12 @@ int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int 
 		tensor_name(name, sizeof(name), set, pi);
 		if (ckpt_read_named(k, name, global + pi->offset, pi->numel))
 			return -1;
+		size_t at;
+		if (floats_nonfinite(global + pi->offset, pi->numel, &at))
+			return error("'%s': %s[%zu] is %g: a checkpoint with NaN or infinite weights "
+				     "cannot be trained, evaluated, sampled or exported ('asyncpp "
+				     "inspect %s' lists them); use an earlier checkpoint", ckpt_path(k),
+				     name, at, (double)global[pi->offset + at], ckpt_path(k));
 	}
 	return 0;
 }
@@ -169,6 +178,16 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	}
 	if (!rc)
 		trainer_restore(tr, step, versions, (int)nv);
+	long rollbacks = 0, data_skip = 0;
+	set_error_quiet(1); /* only a run that rolled back has them */
+	if (ckpt_meta_long(k, "rollbacks", &rollbacks) || ckpt_meta_long(k, "data_skip", &data_skip))
+		rollbacks = data_skip = 0;
+	set_error_quiet(0);
+	if (!rc && (rollbacks < 0 || data_skip < 0))
+		rc = error("'%s': bad rollbacks = %ld or data_skip = %ld", ckpt_path(k), rollbacks,
+			   data_skip);
+	if (!rc)
+		trainer_set_rollbacks(tr, rollbacks, data_skip);
 	for (int v = 0; v < nv; v++)
 		free(versions[v]);
 	free(versions);

@@ -42,7 +42,12 @@
 	X(train, delay, INT_IN(0, 64), "0", "emulated gradient delay in steps (one device)")                     \
 	X(train, delay_mode, CHOICE("uniform|per-stage"), "uniform", "uniform: every layer sees train.delay; per-stage: layers of stage s see S-1-s (original PipeDream)") \
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \
-	X(train, max_skipped, INT_IN(1, 1000000), "5", "stop after this many steps in a row whose update was skipped (gradient norm NaN or infinite)") \
+	X(train, max_skipped, INT_IN(1, 1000000), "5", "stop (train.on_divergence) after this many steps in a row whose update was skipped (gradient norm NaN or infinite) or whose loss was not finite") \
+	X(train, spike_factor, FLOAT_IN(0, INFINITY), "10", "a loss above this multiple of the mean of the last train.spike_window good steps' losses is a divergence; 0 disables") \
+	X(train, spike_window, INT_IN(1, 1000000), "20", "good steps whose losses make the mean a spike is measured against; no spike test before this many") \
+	X(train, on_divergence, CHOICE("stop|rollback"), "stop", "on a loss spike or train.max_skipped skipped steps in a row: stop, or roll back to the newest checkpoint from before it, skip the data since and lower the learning rate") \
+	X(train, rollback_lr_factor, FLOAT_IN(0, 1), "0.5", "train.on_divergence = rollback: the learning rate is multiplied by this at each rollback") \
+	X(train, max_rollbacks, INT_IN(0, 1000000), "4", "train.on_divergence = rollback: rollbacks a run may make before it stops as with stop") \
 	X(train, out_dir, STR, "runs/default", "directory for checkpoints and metrics")                \
 	X(optim, name, CHOICE("adamw|muon|lion|sgd|adan|mars|ademamix|soap|normuon"), "adamw", "optimizer; its paper's values become the defaults of the betas and weight_decay (asyncpp-train(1))") \
 	X(optim, lr, FLOAT_IN(0, INFINITY), "3e-3", "peak learning rate")                                              \

@@ -341,10 +341,9 @@ struct tensor_stats {
 
 static struct tensor_stats stats_of(const float *x, size_t n)
 {
-	struct tensor_stats s = {0, n ? x[0] : 0, n ? x[0] : 0, 0};
+	struct tensor_stats s = {0, n ? x[0] : 0, n ? x[0] : 0, floats_nonfinite(x, n, NULL)};
 	double ss = 0;
 	for (size_t i = 0; i < n; i++) {
-		s.nonfinite += !isfinite(x[i]);
 		ss += (double)x[i] * x[i];
 		if (x[i] < s.min)
 			s.min = x[i];

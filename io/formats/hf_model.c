@@ -522,6 +522,12 @@ int hf_read_weights(const char *dir, const struct model *m, float *params)
 		}
 		if (st_read(f, idx, tmp))
 			goto out;
+		size_t at;
+		if (floats_nonfinite(tmp, numel, &at)) {
+			error("%s: tensor '%s' holds %g at index %zu: NaN or infinite weights are not "
+			      "imported", st_path(f), p->name, (double)tmp[at], at);
+			goto out;
+		}
 		float *dst = params + pi->offset + (size_t)p->row0 * cols;
 		if (!p->transpose) {
 			memcpy(dst, tmp, numel * sizeof(float));
