@@ -101,7 +101,7 @@ expect_fail parquet_no_such_column "no top-level column 'content'; its string co
 expect_fail parquet_column_not_strings "column 'id' does not hold strings" -- \
 	$A tokenize encode -t t.tok --ids --format parquet --field id "$P/v2_snappy.parquet"
 expect_fail parquet_given_as_text "v2_snappy.parquet' is a Parquet file: read it with --format parquet" -- \
-	$A tokenize encode -t t.tok --ids "$P/v2_snappy.parquet"
+	$A tokenize encode -t t.tok --ids --format text "$P/v2_snappy.parquet"
 expect_fail parquet_not_parquet "docs.jsonl': not a Parquet file (no PAR1 magic" -- \
 	$A tokenize encode -t t.tok --ids --format parquet "$P/docs.jsonl"
 expect_fail parquet_from_stdin "standard input cannot be read as Parquet" -- \
