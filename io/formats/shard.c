@@ -57,19 +57,25 @@ static void encode_header(unsigned char *h, int width, uint32_t vocab, uint64_t 
 int shard_writer_open(struct shard_writer **wp, const char *path, uint32_t vocab_size,
 		      uint64_t tokenizer_hash)
 {
+	return shard_writer_open_named(wp, path, path, vocab_size, tokenizer_hash);
+}
+
+int shard_writer_open_named(struct shard_writer **wp, const char *path, const char *name,
+			    uint32_t vocab_size, uint64_t tokenizer_hash)
+{
 	*wp = NULL;
 	if (vocab_size == 0)
-		return error("'%s': a shard needs a vocabulary of at least one token", path);
+		return error("'%s': a shard needs a vocabulary of at least one token", name);
 	struct shard_writer *w = xcalloc(1, sizeof(*w));
-	w->path = xstrdup(path);
+	w->path = xstrdup(name);
 	w->vocab = vocab_size;
 	w->hash = tokenizer_hash;
 	w->width = token_bytes_for(vocab_size);
 	w->chunk_tokens = SHARD_CHUNK_TOKENS;
 	unsigned char h[SHARD_HEADER_LEN];
 	encode_header(h, w->width, w->vocab, 0, 0, w->hash, w->chunk_tokens);
-	if (container_create(&w->cw, path, SHARD_MAGIC, SHARD_VERSION, h, sizeof(h),
-			     SHARD_ZSTD_LEVEL)) {
+	if (container_create_named(&w->cw, path, name, SHARD_MAGIC, SHARD_VERSION, h, sizeof(h),
+				   SHARD_ZSTD_LEVEL)) {
 		free(w->path);
 		free(w);
 		return -1;
@@ -264,7 +270,7 @@ static const char *sniff_corpus(const unsigned char *b, size_t n, int *json)
 	if (n >= 4 && !memcmp(b, "\x28\xb5\x2f\xfd", 4))
 		return "zstd-compressed data";
 	if (n >= 4 && !memcmp(b, "PAR1", 4))
-		return "a Parquet file";
+		return "Parquet data";
 	size_t i = n >= 3 && !memcmp(b, "\xEF\xBB\xBF", 3) ? 3 : 0, k = n;
 	while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'))
 		i++;
@@ -293,8 +299,8 @@ static int refuse_corpus(const char *path, const unsigned char *b, size_t n)
 	if (!what)
 		return 0;
 	int flag = json && corpus_format_of_name(path) != CORPUS_JSONL;
-	return error("'%s': not a token shard: it holds %s, a corpus to encode first: asyncpp "
-		     "tokenize encode -t TOK -o PREFIX %s%s (writes PREFIX_train.shard and "
+	return error("'%s': not a token shard but %s, a corpus to encode first: asyncpp tokenize "
+		     "encode -t TOK -o PREFIX %s%s (writes PREFIX_train.shard and "
 		     "PREFIX_val.shard)", path, what, flag ? "--format jsonl " : "", path);
 }
 

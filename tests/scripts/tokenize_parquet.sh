@@ -102,6 +102,12 @@ expect_fail parquet_column_not_strings "column 'id' does not hold strings" -- \
 	$A tokenize encode -t t.tok --ids --format parquet --field id "$P/v2_snappy.parquet"
 expect_fail parquet_given_as_text "v2_snappy.parquet' is a Parquet file: read it with --format parquet" -- \
 	$A tokenize encode -t t.tok --ids --format text "$P/v2_snappy.parquet"
+# without --format a Parquet file is read as one by its magic, whatever its name
+cp "$P/v2_snappy.parquet" data.bin
+$A tokenize encode -t t.tok --ids --format parquet "$P/v2_snappy.parquet" > want.ids 2> /dev/null
+if $A tokenize encode -t t.tok --ids data.bin > got.ids 2> got.err && cmp -s want.ids got.ids &&
+	grep -q "read data.bin as parquet" got.err; then pass parquet_by_magic_without_format
+else fail parquet_by_magic_without_format "$(head -c 300 got.err)"; fi
 expect_fail parquet_not_parquet "docs.jsonl': not a Parquet file (no PAR1 magic" -- \
 	$A tokenize encode -t t.tok --ids --format parquet "$P/docs.jsonl"
 expect_fail parquet_from_stdin "standard input cannot be read as Parquet" -- \
