@@ -111,7 +111,8 @@ static int open_corpus(struct corpus **c, int n, char **args, const struct corpu
 	char **paths;
 	int npaths;
 	/* a dataset folder holds its Parquet shards among README.md and the like */
-	if (corpus_expand(args, n, co->format == CORPUS_PARQUET ? ".parquet" : NULL, &paths,
+	if (co->infer ? corpus_expand_by_name(args, n, &paths, &npaths) :
+	    corpus_expand(args, n, co->format == CORPUS_PARQUET ? ".parquet" : NULL, &paths,
 			  &npaths))
 		return -1;
 	if (co->infer && (field || docs_mode)) { /* is an option for none of the files? */

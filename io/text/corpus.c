@@ -109,8 +109,28 @@ static int walk(const char *dir, const char *suffix, char ***v, int *n, int dept
 	return rc;
 }
 
+/* by_name: of a directory's files v[first..n), only its Parquet files by
+ * their names when it has any, else only its JSON Lines when it has any
+ * (a dataset folder's README.md and dataset_info.json are not corpus). */
+static void keep_data_names(char **v, int first, int *n)
+{
+	int k = first, as[4] = {0};
+	for (int i = first; i < *n; i++)
+		as[corpus_format_of_name(v[i])] = 1;
+	enum corpus_format keep = as[CORPUS_PARQUET] ? CORPUS_PARQUET : CORPUS_JSONL;
+	if (!as[keep])
+		return;
+	for (int i = first; i < *n; i++) {
+		if (corpus_format_of_name(v[i]) == keep)
+			v[k++] = v[i];
+		else
+			free(v[i]);
+	}
+	*n = k;
+}
+
 /* The files of one argument, sorted, appended to v. */
-static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
+static int expand_one(const char *arg, const char *suffix, int by_name, char ***v, int *n)
 {
 	struct stat st;
 	int first = *n, rc = 0;
@@ -124,6 +144,8 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 			return 0;
 		}
 		rc = walk(arg, suffix, v, n, 0);
+		if (!rc && by_name)
+			keep_data_names(*v, first, n);
 		if (!rc && *n == first)
 			rc = suffix ? error("'%s': no %s files in this directory", arg, suffix)
 				    : error("'%s': no files in this directory", arg);
@@ -136,9 +158,12 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 			for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
 				if (stat(g.gl_pathv[i], &st))
 					continue;
-				if (S_ISDIR(st.st_mode))
+				if (S_ISDIR(st.st_mode)) {
+					int at = *n;
 					rc = walk(g.gl_pathv[i], suffix, v, n, 0);
-				else
+					if (!rc && by_name)
+						keep_data_names(*v, at, n);
+				} else
 					push(v, n, xstrdup(g.gl_pathv[i]));
 			}
 		if (r != GLOB_NOMATCH)
@@ -151,13 +176,13 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 	return rc;
 }
 
-int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
-		  int *npaths)
+static int expand(char *const *args, int nargs, const char *dir_suffix, int by_name,
+		  char ***paths, int *npaths)
 {
 	char **v = NULL;
 	int n = 0;
 	for (int i = 0; i < nargs; i++)
-		if (expand_one(args[i], dir_suffix, &v, &n)) {
+		if (expand_one(args[i], dir_suffix, by_name, &v, &n)) {
 			corpus_paths_free(v, n);
 			*paths = NULL;
 			*npaths = 0;
@@ -166,6 +191,17 @@ int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***
 	*paths = v;
 	*npaths = n;
 	return 0;
+}
+
+int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
+		  int *npaths)
+{
+	return expand(args, nargs, dir_suffix, 0, paths, npaths);
+}
+
+int corpus_expand_by_name(char *const *args, int nargs, char ***paths, int *npaths)
+{
+	return expand(args, nargs, NULL, 1, paths, npaths);
 }
 
 void corpus_paths_free(char **paths, int npaths)

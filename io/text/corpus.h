@@ -95,6 +95,11 @@ struct corpus_stats {
  * with corpus_paths_free. */
 int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
 		  int *npaths);
+/* The same for formats by name (o.infer): a directory with Parquet files
+ * by their names (corpus_format_of_name) gives only those, else one with
+ * JSON Lines files gives only those (a dataset folder's README.md and
+ * dataset_info.json are not corpus), else all its files. */
+int corpus_expand_by_name(char *const *args, int nargs, char ***paths, int *npaths);
 void corpus_paths_free(char **paths, int npaths);
 
 struct corpus;

@@ -81,6 +81,11 @@ cat "$P/docs.jsonl" "$P/docs.jsonl" > twice.jsonl
 $A tokenize encode -t t.tok --ids --format jsonl twice.jsonl > want.ids 2> /dev/null
 if cmp -s got.ids want.ids; then pass parquet_dataset_folder_reads_its_shards
 else fail parquet_dataset_folder_reads_its_shards "$(head -c 300 got.err)"; fi
+# the same without --format: the folder's Parquet files by their names only
+$A tokenize encode -t t.tok --ids ds > got.ids 2> got.err
+if cmp -s got.ids want.ids && grep -q "read 2 files as parquet (by their names" got.err; then
+	pass dataset_folder_by_name_reads_its_shards
+else fail dataset_folder_by_name_reads_its_shards "$(head -c 300 got.err)"; fi
 mkdir -p nods && echo text > nods/a.txt
 expect_exit 1 parquet_folder_without_shards -- \
 	$A tokenize encode -t t.tok --ids --format parquet nods

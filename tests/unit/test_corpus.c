@@ -415,3 +415,41 @@ TEST(infer_format_per_file)
 	buf_free(&z);
 	buf_free(&data);
 }
+
+/* Formats by name: a folder's Parquet files, else its JSON Lines, else all. */
+TEST(expand_by_name_keeps_data_files)
+{
+	char dir[512], f[700];
+	snprintf(dir, sizeof(dir), "%s/ds", test_tmpdir());
+	CHECK(!mkdir(dir, 0755));
+	const char *names[] = {"README.md", "info.json", "b.jsonl.zst", "a.parquet", "c.PARQUET"};
+	char *args[] = {dir};
+	char **paths;
+	int n;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		CHECK(!write_str(f, "x"));
+	}
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 2 && strstr(paths[0], "/a.parquet") && strstr(paths[1], "/c.PARQUET"));
+	corpus_paths_free(paths, n);
+	for (size_t i = 3; i < ARRAY_SIZE(names); i++) {
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		CHECK(!unlink(f));
+	}
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 2 && strstr(paths[0], "/b.jsonl.zst") && strstr(paths[1], "/info.json"));
+	corpus_paths_free(paths, n);
+	snprintf(f, sizeof(f), "%s/b.jsonl.zst", dir);
+	CHECK(!unlink(f));
+	snprintf(f, sizeof(f), "%s/info.json", dir);
+	CHECK(!unlink(f));
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 1 && strstr(paths[0], "/README.md"));
+	corpus_paths_free(paths, n);
+	/* explicit files are all taken */
+	char *files[] = {f};
+	snprintf(f, sizeof(f), "%s/README.md", dir);
+	CHECK(corpus_expand_by_name(files, 1, &paths, &n) == 0 && n == 1);
+	corpus_paths_free(paths, n);
+}
