@@ -179,7 +179,9 @@ static void report_reader(struct corpus *c, int ok)
 			"reads them as JSON Lines)", st.json_like - 1);
 	if (st.too_many_bad)
 		error("stopped at bad record %" PRIu64 ", named above (--max-bad %ld; --max-bad N "
-		      "skips up to N bad records, naming each)", st.bad, max_bad);
+		      "skips up to N bad records, naming each)%s", st.bad, max_bad,
+		      format ? "" : "; its file was read as jsonl by its name: --format FMT sets "
+		      "the format");
 	else if (ok && st.bad > SHOW_BAD)
 		warning("%" PRIu64 " bad records of %" PRIu64 " skipped (the first %d named above)",
 			st.bad, st.records, SHOW_BAD);

@@ -603,20 +603,25 @@ static int parquet_doc(struct corpus *c, const unsigned char **doc, size_t *len)
  * encode the JSON syntax. Warned about for the first such file, counted. */
 #define SNIFF_LINES 5
 #define SNIFF_BYTES (64u << 10)
+
+/* The line ends in s[0..n), counting up to max. */
+static int count_lines(const unsigned char *s, size_t n, int max)
+{
+	int k = 0;
+	for (const unsigned char *e = s + n; k < max && (s = memchr(s, '\n', (size_t)(e - s)));
+	     s++)
+		k++;
+	return k;
+}
+
 static int sniff_json(struct corpus *c)
 {
-	int r = 1, lines = 0, objects = 0;
-	for (;;) { /* enough of the file in the window (nothing is consumed yet) */
-		const unsigned char *w = c->win.data + c->pos;
-		size_t avail = c->win.len - c->pos, nl = 0;
-		for (const unsigned char *q = w; nl < SNIFF_LINES + 1 &&
-		     (q = memchr(q, '\n', avail - (size_t)(q - w))); q++)
-			nl++;
-		if (nl > SNIFF_LINES || avail >= SNIFF_BYTES || !r)
-			break;
-		if ((r = fill(c)) < 0)
+	int lines = 0, objects = 0, r;
+	/* enough of the file in the window (nothing of it is consumed yet) */
+	while (count_lines(c->win.data + c->pos, c->win.len - c->pos, SNIFF_LINES + 1) <=
+		       SNIFF_LINES && c->win.len - c->pos < SNIFF_BYTES && (r = fill(c)) != 0)
+		if (r < 0)
 			return -1;
-	}
 	const unsigned char *p = c->win.data + c->pos, *end = c->win.data + c->win.len;
 	struct buf out = {0};
 	while (p < end && lines < SNIFF_LINES) {
