@@ -118,13 +118,16 @@ static int open_corpus(struct corpus **c, int n, char **args, const struct corpu
 	if (co->infer && (field || docs_mode)) { /* is an option for none of the files? */
 		int as[4] = {0};
 		for (int i = 0; i < npaths; i++)
-			as[strcmp(paths[i], "-") ? corpus_format_of_name(paths[i]) : CORPUS_TEXT] = 1;
+			as[strcmp(paths[i], "-") ? corpus_format_of_name(paths[i])
+						 : CORPUS_TEXT] = 1;
 		if (field && !as[CORPUS_JSONL] && !as[CORPUS_PARQUET])
-			opts_usage_error(usage, options, "--field is for jsonl and parquet inputs, and "
-					 "none is one by its name: --format FMT sets the format");
+			opts_usage_error(usage, options,
+					 "--field is for jsonl and parquet inputs, and none is one "
+					 "by its name: --format FMT sets the format");
 		if (docs_mode && !as[CORPUS_TEXT])
-			opts_usage_error(usage, options, "--docs is for text inputs, and none is one by "
-					 "its name: --format FMT sets the format");
+			opts_usage_error(usage, options,
+					 "--docs is for text inputs, and none is one by its name: "
+					 "--format FMT sets the format");
 	}
 	corpus_open(c, paths, npaths, co);
 	corpus_paths_free(paths, npaths);
@@ -137,7 +140,7 @@ static void report_formats(const struct corpus_stats *st)
 {
 	if (format || quiet)
 		return;
-	char line[1024];
+	char line[4 * 360]; /* four formats, a name of up to 300 bytes each */
 	size_t at = 0;
 	uint64_t files = 0;
 	for (int f = 0; f < 4; f++) {
@@ -154,8 +157,8 @@ static void report_formats(const struct corpus_stats *st)
 			at += snprintf(line + at, sizeof(line) - at, "%sstandard input as %s", sep,
 				       name);
 		else
-			at += snprintf(line + at, sizeof(line) - at, "%s%" PRIu64 " files as %s", sep,
-				       k, name);
+			at += snprintf(line + at, sizeof(line) - at, "%s%" PRIu64 " files as %s",
+				       sep, k, name);
 	}
 	int stdin_only = files == 1 && st->files_as[CORPUS_TEXT] == 1 &&
 			 !strcmp(st->first_as[CORPUS_TEXT], "-");
@@ -175,8 +178,8 @@ static void report_reader(struct corpus *c, int ok)
 	if (ok)
 		report_formats(&st);
 	if (st.json_like > 1)
-		warning("%" PRIu64 " more files read as text begin with JSON objects (--format jsonl "
-			"reads them as JSON Lines)", st.json_like - 1);
+		warning("%" PRIu64 " more files read as text begin with JSON objects "
+			"(--format jsonl reads them as JSON Lines)", st.json_like - 1);
 	if (st.too_many_bad)
 		error("stopped at bad record %" PRIu64 ", named above (--max-bad %ld; --max-bad N "
 		      "skips up to N bad records, naming each)%s", st.bad, max_bad,

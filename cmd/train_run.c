@@ -125,8 +125,8 @@ int train_setup_data(struct run *r)
 				  T, (uint64_t)cfg->train_seed, 1, load))
 		return -1;
 	if (cfg->data_val[0]) {
-		if (dataloader_open_named(&r->val, "the validation data, data.val", cfg->data_val, B,
-					  T, 0, 0, load))
+		if (dataloader_open_named(&r->val, "the validation data, data.val", cfg->data_val,
+					  B, T, 0, 0, load))
 			return -1;
 		r->has_val = 1;
 		if (r->val.vocab != r->train.vocab ||

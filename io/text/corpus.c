@@ -360,8 +360,8 @@ static int open_file(struct corpus *c, const char *path)
 	 * Parquet when the format is inferred, else refused */
 	if (c->kind == SRC_PLAIN && c->in_len >= 5 && !memcmp(m, "PAR1\x15", 5)) {
 		if (!c->o.infer || is_stdin)
-			return error("'%s' is a Parquet file: read it with --format parquet (--field "
-				     "names its text column)", c->path);
+			return error("'%s' is a Parquet file: read it with --format parquet "
+				     "(--field names its text column)", c->path);
 		close(c->fd);
 		c->open = 0;
 		c->st.files--;
@@ -638,7 +638,8 @@ static int sniff_json(struct corpus *c)
 			n -= 3;
 		}
 		struct json_record_error e;
-		enum json_record jr = json_record_string((const char *)line, n, c->o.field, &out, &e);
+		enum json_record jr;
+		jr = json_record_string((const char *)line, n, c->o.field, &out, &e);
 		lines++;
 		objects += jr != JSON_RECORD_INVALID && jr != JSON_RECORD_NOT_OBJECT;
 	}
