@@ -551,12 +551,30 @@ void corpus_close(struct corpus *c)
 
 void corpus_get_stats(const struct corpus *c, struct corpus_stats *st) { *st = c->st; }
 
-/* A bad JSONL record: named (the first show_bad), counted; -1 past max_bad. */
-static int bad_record(struct corpus *c, enum json_record r, const struct json_record_error *e)
+/* The first record of a JSON Lines file opens a JSON array: a JSON
+ * document of records, not JSON Lines (a .json file can be either). */
+static int json_array_start(const unsigned char *s, size_t n)
 {
-	char why[256];
+	size_t i = 0;
+	while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+		i++;
+	return i < n && s[i] == '[';
+}
+
+/* A bad JSONL record: named (the first show_bad), counted; -1 past max_bad.
+ * array: it is the file's first and opens a JSON array. */
+static int bad_record(struct corpus *c, enum json_record r, const struct json_record_error *e,
+		      int array)
+{
+	char why[1024];
 	const char *f = c->o.field;
-	switch (r) {
+	size_t k = strlen(c->path) - (has_suffix(c->path, ".json") ? 5 : 0);
+	switch (array ? -1 : (int)r) {
+	case -1: /* the path without .json, then .jsonl */
+		snprintf(why, sizeof(why), "a JSON array, not JSON Lines (one object a line): "
+			 "convert it with: jq -c '.[]' %.300s > %.*s.jsonl", c->path,
+			 (int)MIN(k, 300), c->path);
+		break;
 	case JSON_RECORD_INVALID:
 		snprintf(why, sizeof(why), "not valid JSON (byte %zu: %s)", e->at + 1, e->why);
 		break;
@@ -659,22 +677,6 @@ static int sniff_json(struct corpus *c)
 	return 0;
 }
 
-/* The first record of a JSON Lines file is a JSON array ('['): a JSON
- * document of records, not JSON Lines. */
-static int json_array_check(struct corpus *c, const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
-		i++;
-	if (i == n || s[i] != '[')
-		return 0;
-	size_t k = strlen(c->path);
-	k -= has_suffix(c->path, ".json") ? 5 : 0;
-	return error("%s:%" PRIu64 ": a JSON array, not JSON Lines (one object a line): convert "
-		     "it with: jq -c '.[]' %s > %.*s.jsonl", c->path, c->line, c->path, (int)k,
-		     c->path);
-}
-
 /* The next document of the open file: 1, 0 at its end, -1. */
 static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 {
@@ -735,17 +737,14 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 			s += 3; /* a byte order mark */
 			n -= 3;
 		}
-		if (!c->sniffed) {
-			c->sniffed = 1;
-			if (json_array_check(c, s, n))
-				return -1;
-		}
+		int first = !c->sniffed;
+		c->sniffed = 1;
 		c->st.records++;
 		struct json_record_error e;
 		enum json_record jr;
 		jr = json_record_string((const char *)s, n, c->o.field, &c->doc, &e);
 		if (jr != JSON_RECORD_OK) {
-			if (bad_record(c, jr, &e))
+			if (bad_record(c, jr, &e, first && json_array_start(s, n)))
 				return -1;
 			continue;
 		}

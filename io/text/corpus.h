@@ -45,8 +45,9 @@
  * Formats by name (o.infer, `tokenize` without --format): each file's
  * name tells its format (corpus_format_of_name); standard input is text. A
  * file whose first bytes are Parquet's is read as Parquet whatever its name.
- * A .json file is read as JSON Lines: one whose first record is a JSON array
- * is refused, naming the jq command that turns it into JSON Lines.
+ * A .json file is read as JSON Lines. A JSON Lines file whose first record
+ * opens a JSON array ('[') holds JSON, not JSON Lines: that bad record is
+ * named so, with the jq command that turns the file into JSON Lines.
  *
  * JSON read as text: a text or lines file whose first non-blank lines (up
  * to 5, within its first 64 KiB) all parse as JSON objects is counted
