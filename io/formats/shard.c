@@ -260,9 +260,9 @@ static int open_container(struct shard *s)
 
 /* What a file that is no shard holds, told by its first bytes b[0..n): a
  * compressed or Parquet corpus, JSON or UTF-8 text; NULL when none of these
- * (the container's own check names it). *json: JSON, which encode reads as
- * JSON Lines. */
-static const char *sniff_corpus(const unsigned char *b, size_t n, int *json)
+ * (the container's own check names it). cut: the file goes on after b[n).
+ * *json: JSON, which encode reads as JSON Lines. */
+static const char *sniff_corpus(const unsigned char *b, size_t n, int cut, int *json)
 {
 	*json = 0;
 	if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b)
@@ -280,9 +280,9 @@ static const char *sniff_corpus(const unsigned char *b, size_t n, int *json)
 		if (b[j] < 0x20 && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' && b[j] != '\f')
 			return NULL;
 	/* a character cut by the end of what was read is no reason to say no */
-	for (size_t back = 0; back < 3 && k > 0 && (b[k - 1] & 0xC0) == 0x80; back++)
+	for (size_t back = 0; cut && back < 3 && k > 0 && (b[k - 1] & 0xC0) == 0x80; back++)
 		k--;
-	if (k > 0 && b[k - 1] >= 0xC0)
+	if (cut && k > 0 && b[k - 1] >= 0xC0)
 		k--;
 	if (!json_utf8_valid(b, k))
 		return NULL;
@@ -292,10 +292,10 @@ static const char *sniff_corpus(const unsigned char *b, size_t n, int *json)
 
 /* The file is not a shard: when it looks like a corpus, say what it is and
  * the command that makes shards of it (-1), else 0. */
-static int refuse_corpus(const char *path, const unsigned char *b, size_t n)
+static int refuse_corpus(const char *path, const unsigned char *b, size_t n, int cut)
 {
 	int json;
-	const char *what = sniff_corpus(b, n, &json);
+	const char *what = sniff_corpus(b, n, cut, &json);
 	if (!what)
 		return 0;
 	int flag = json && corpus_format_of_name(path) != CORPUS_JSONL;
@@ -311,7 +311,7 @@ int shard_open(struct shard **sp, const char *path)
 	s->path = xstrdup(path);
 	s->fd = -1;
 	s->cached = UINT64_MAX;
-	unsigned char b[SNIFF_BYTES] = {0};
+	unsigned char b[SNIFF_BYTES + 1] = {0}; /* one more: does the file go on? */
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
 		error("cannot open '%s': %s", path, strerror(errno));
@@ -323,7 +323,7 @@ int shard_open(struct shard **sp, const char *path)
 	int rc;
 	if (got >= 4 && get_le32(b) == LLMC_SHARD_MAGIC)
 		rc = open_llmc(s);
-	else if ((rc = refuse_corpus(path, b, got)) == 0)
+	else if ((rc = refuse_corpus(path, b, MIN(got, SNIFF_BYTES), got > SNIFF_BYTES)) == 0)
 		rc = open_container(s);
 	if (rc) {
 		shard_close(s);

@@ -226,6 +226,14 @@ TEST(corpus_given_as_shard)
 		CHECK(shard_open(&s, path) == -1);
 		CHECK(strstr(last_error(), cases[i].want));
 	}
+	/* a character cut by the 4 KiB read is still text; a file ending in one is not */
+	char big[5000];
+	memset(big, 'a', sizeof(big));
+	memcpy(big + 4095, "\xc3\xa9", 2);
+	CHECK(test_write_file(path, big, sizeof(big)) == 0);
+	CHECK(shard_open(&s, path) == -1 && strstr(last_error(), "but text, a corpus"));
+	CHECK(test_write_file(path, big, 4096) == 0);
+	CHECK(shard_open(&s, path) == -1 && strstr(last_error(), "(bad magic)"));
 	/* JSON under a name encode reads as text gets --format jsonl */
 	const char *rec = "{\"text\": \"a\"}\n";
 	CHECK(test_write_file(path, rec, strlen(rec)) == 0);
