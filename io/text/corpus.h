@@ -39,8 +39,8 @@
  *                 field (io/text/parquet.h: how Hugging Face datasets
  *                 ship); a null or an empty string is no document (counted
  *                 as empty). The file is mapped, not streamed, so standard
- *                 input cannot be Parquet. A Parquet file given as another
- *                 format is refused, naming --format parquet.
+ *                 input cannot be Parquet. A Parquet file given another
+ *                 format (not o.infer) is refused, naming --format parquet.
  *
  * Formats by name (o.infer, `tokenize` without --format): each file's
  * name tells its format (corpus_format_of_name); standard input is text. A
