@@ -237,9 +237,12 @@ static int encode_batch(struct encoder *e, const struct batch *b)
 	return flush_pieces(e, b->text.len);
 }
 
-static int open_writer(struct shard_writer **w, const char *path, const struct encode_opts *o)
+/* A shard writer of path (staged or final), named name in messages. */
+static int open_writer(struct shard_writer **w, const char *path, const char *name,
+		       const struct encode_opts *o)
 {
-	if (shard_writer_open(w, path, tokenizer_vocab_size(o->tok), tokenizer_hash(o->tok)))
+	if (shard_writer_open_named(w, path, name, tokenizer_vocab_size(o->tok),
+				    tokenizer_hash(o->tok)))
 		return -1;
 	return o->chunk_tokens ? shard_writer_set_chunk_tokens(*w, o->chunk_tokens) : 0;
 }
@@ -260,7 +263,8 @@ static int split_by_position(struct encoder *e, char *const pass[2], char *const
 	uint32_t *buf = NULL;
 	int rc = -1;
 	if (shard_open(&src[0], pass[0]) || shard_open(&src[1], pass[1]) ||
-	    open_writer(&dst[0], out[0], o) || open_writer(&dst[1], out[1], o))
+	    open_writer(&dst[0], out[0], o->train_path, o) ||
+	    open_writer(&dst[1], out[1], o->val_path, o))
 		goto out;
 	buf = xmalloc(COPY_TOKENS * sizeof(*buf));
 	for (size_t d = 0; d < e->ndocs; d++) {
@@ -329,9 +333,11 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 			staged_add(pass[i], 0);
 			staged_add(split[i], 0);
 		}
-	if (o->train_path && open_writer(&e.train, splitting ? pass[0] : o->train_path, o))
+	/* the staged shards are named by their final names in messages */
+	if (o->train_path &&
+	    open_writer(&e.train, splitting ? pass[0] : o->train_path, o->train_path, o))
 		goto out;
-	if (splitting && open_writer(&e.val, pass[1], o))
+	if (splitting && open_writer(&e.val, pass[1], o->val_path, o))
 		goto out;
 	/* encode batch after batch as the reader fills them */
 	struct reader rd = {.c = c};

@@ -38,7 +38,7 @@ static const char *description =
 
 static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS, max_bad;
 static double val_fraction = 0.01;
-static const char *tok_path, *output, *docs_mode, *format = "text", *field;
+static const char *tok_path, *output, *docs_mode, *format, *field;
 static int show_eot, quiet, print_ids, force;
 
 /* bad JSONL records named on stderr; the rest are counted */
@@ -52,8 +52,9 @@ static const struct option options[] = {
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_GROUP("Inputs (train, encode):"),
 	OPT_STRING(0, "format", &format, "FMT",
-		   "'text' (the default), 'lines' (a document a line), 'jsonl' "
-		   "(a JSON object a line) or 'parquet' (a row a document)"),
+		   "'text', 'lines' (a document a line), 'jsonl' (a JSON object a line) or "
+		   "'parquet' (a row a document); default: by each file's name (.jsonl, "
+		   ".ndjson, .json: jsonl; .parquet: parquet; else text; under .gz, .zst)"),
 	OPT_STRING(0, "field", &field, "NAME",
 		   "jsonl, parquet: the member or column that holds a document's text "
 		   "(default 'text')"),
@@ -81,18 +82,19 @@ static const struct option options[] = {
 static void input_opts(struct corpus_opts *co)
 {
 	memset(co, 0, sizeof(*co));
-	if (corpus_format_parse(format, &co->format))
+	co->infer = !format;
+	if (format && corpus_format_parse(format, &co->format))
 		opts_usage_error(usage, options,
 				 "--format must be 'text', 'lines', 'jsonl' or 'parquet', not '%s'",
 				 format);
 	if (docs_mode && strcmp(docs_mode, "file") && strcmp(docs_mode, "blank-line"))
 		opts_usage_error(usage, options, "--docs must be 'file' or 'blank-line', not '%s'",
 				 docs_mode);
-	if (docs_mode && co->format != CORPUS_TEXT)
+	if (docs_mode && !co->infer && co->format != CORPUS_TEXT)
 		opts_usage_error(usage, options,
 				 "--docs is for --format text (a %s document is %s)", format,
 				 co->format == CORPUS_LINES ? "a line" : "a record");
-	if (field && co->format != CORPUS_JSONL && co->format != CORPUS_PARQUET)
+	if (field && !co->infer && co->format != CORPUS_JSONL && co->format != CORPUS_PARQUET)
 		opts_usage_error(usage, options, "--field is for --format jsonl and parquet");
 	if (field && !*field)
 		opts_usage_error(usage, options, "--field needs a member name");
@@ -110,24 +112,80 @@ static int open_corpus(struct corpus **c, int n, char **args, const struct corpu
 	char **paths;
 	int npaths;
 	/* a dataset folder holds its Parquet shards among README.md and the like */
-	if (corpus_expand(args, n, co->format == CORPUS_PARQUET ? ".parquet" : NULL, &paths,
+	if (co->infer ? corpus_expand_by_name(args, n, &paths, &npaths) :
+	    corpus_expand(args, n, co->format == CORPUS_PARQUET ? ".parquet" : NULL, &paths,
 			  &npaths))
 		return -1;
+	if (co->infer && (field || docs_mode)) { /* is an option for none of the files? */
+		int as[4] = {0};
+		for (int i = 0; i < npaths; i++)
+			as[strcmp(paths[i], "-") ? corpus_format_of_name(paths[i])
+						 : CORPUS_TEXT] = 1;
+		if (field && !as[CORPUS_JSONL] && !as[CORPUS_PARQUET])
+			opts_usage_error(usage, options,
+					 "--field is for jsonl and parquet inputs, and none is one "
+					 "by its name: --format FMT sets the format");
+		if (docs_mode && !as[CORPUS_TEXT])
+			opts_usage_error(usage, options,
+					 "--docs is for text inputs, and none is one by its name: "
+					 "--format FMT sets the format");
+	}
 	corpus_open(c, paths, npaths, co);
 	corpus_paths_free(paths, npaths);
 	return 0;
+}
+
+/* Which format each file was read as, when told by the names (no --format):
+ * "read a.jsonl as jsonl, 3 files as text (by their names; ...)". */
+static void report_formats(const struct corpus_stats *st)
+{
+	if (format || quiet)
+		return;
+	char line[4 * 360]; /* four formats, a name of up to 300 bytes each */
+	size_t at = 0;
+	uint64_t files = 0;
+	for (int f = 0; f < 4; f++) {
+		uint64_t k = st->files_as[f];
+		if (!k || at >= sizeof(line))
+			continue;
+		files += k;
+		const char *name = corpus_format_name((enum corpus_format)f);
+		const char *sep = at ? ", " : "";
+		if (k == 1 && strcmp(st->first_as[f], "-"))
+			at += snprintf(line + at, sizeof(line) - at, "%s%.300s as %s", sep,
+				       st->first_as[f], name);
+		else if (k == 1)
+			at += snprintf(line + at, sizeof(line) - at, "%sstandard input as %s", sep,
+				       name);
+		else
+			at += snprintf(line + at, sizeof(line) - at, "%s%" PRIu64 " files as %s",
+				       sep, k, name);
+	}
+	int stdin_only = files == 1 && st->files_as[CORPUS_TEXT] == 1 &&
+			 !strcmp(st->first_as[CORPUS_TEXT], "-");
+	if (files)
+		fprintf(stderr, "asyncpp: read %s (%s; --format FMT sets it)\n", line,
+			stdin_only ? "standard input has no name to tell its format" :
+			files == 1 ? "by its name" : "by their names");
 }
 
 /* What the reader skipped, said even with -q: bad records are never dropped
  * silently. ok: the read went to the end. */
 static void report_reader(struct corpus *c, int ok)
 {
-	int pq = !strcmp(format, "parquet");
 	struct corpus_stats st;
 	corpus_get_stats(c, &st);
+	int pq = st.files_as[CORPUS_PARQUET] && !st.files_as[CORPUS_JSONL];
+	if (ok)
+		report_formats(&st);
+	if (st.json_like > 1)
+		warning("%" PRIu64 " more files read as text begin with JSON objects "
+			"(--format jsonl reads them as JSON Lines)", st.json_like - 1);
 	if (st.too_many_bad)
 		error("stopped at bad record %" PRIu64 ", named above (--max-bad %ld; --max-bad N "
-		      "skips up to N bad records, naming each)", st.bad, max_bad);
+		      "skips up to N bad records, naming each)%s", st.bad, max_bad,
+		      format ? "" : "; its file was read as jsonl by its name: --format FMT sets "
+		      "the format");
 	else if (ok && st.bad > SHOW_BAD)
 		warning("%" PRIu64 " bad records of %" PRIu64 " skipped (the first %d named above)",
 			st.bad, st.records, SHOW_BAD);
@@ -272,10 +330,16 @@ static int do_encode(int n, char **files)
 		fprintf(stderr, "asyncpp: %s: %" PRIu64 " tokens", train_path, r.train_tokens);
 		if (val_fraction > 0)
 			fprintf(stderr, "; %s: %" PRIu64 " tokens", val_path, r.val_tokens);
+		else
+			fprintf(stderr, ", no val shard at --val-fraction 0");
 		fprintf(stderr, " (%" PRIu64 " document%s, %.1f MB in %.2f s, %d threads)\n",
 			r.docs, r.docs == 1 ? "" : "s", r.bytes / 1e6, now_sec() - t0, o.nthreads);
 	}
-	if (r.by_position && r.docs < r.min_docs)
+	if (!r.docs)
+		warning("the input holds no documents: %s%s%s %s empty (training needs more tokens "
+			"than model.seq_len)", train_path, val_fraction > 0 ? " and " : "",
+			val_fraction > 0 ? val_path : "", val_fraction > 0 ? "are" : "is");
+	else if (r.by_position && r.docs < r.min_docs)
 		warning("%" PRIu64 " document%s too few to split by document at --val-fraction %g "
 			"(that takes %" PRIu64 " or more); split by position instead: the last %"
 			PRIu64 " of %" PRIu64 " tokens are %s", r.docs,

@@ -126,11 +126,12 @@ int train_setup_data(struct run *r)
 	int S = (int)cfg->pipeline_stages, s = dist_rank() % MAX(S, 1);
 	if (dist_active() && strcmp(cfg->train_schedule, "none") && s != 0 && s != S - 1)
 		load = DATA_LOAD_STREAM;
-	if (dataloader_open_load(&r->train, cfg->data_train, B, T, (uint64_t)cfg->train_seed, 1,
-				 load))
+	if (dataloader_open_named(&r->train, "the training data, data.train", cfg->data_train, B,
+				  T, (uint64_t)cfg->train_seed, 1, load))
 		return -1;
 	if (cfg->data_val[0]) {
-		if (dataloader_open_load(&r->val, cfg->data_val, B, T, 0, 0, load))
+		if (dataloader_open_named(&r->val, "the validation data, data.val", cfg->data_val,
+					  B, T, 0, 0, load))
 			return -1;
 		r->has_val = 1;
 		if (r->val.vocab != r->train.vocab ||

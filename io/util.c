@@ -179,8 +179,14 @@ int read_file(const char *path, struct buf *out)
 
 int atomic_open(struct atomic_file *af, const char *path)
 {
+	return atomic_open_named(af, path, path);
+}
+
+int atomic_open_named(struct atomic_file *af, const char *path, const char *name)
+{
 	memset(af, 0, sizeof(*af));
 	af->path = xstrdup(path);
+	af->name = xstrdup(name);
 	size_t n = strlen(path) + 32;
 	af->tmp_path = xmalloc(n);
 	snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
@@ -191,8 +197,9 @@ int atomic_open(struct atomic_file *af, const char *path)
 		staged_drop(af->tmp_path);
 		free(af->path);
 		free(af->tmp_path);
-		af->path = af->tmp_path = NULL;
-		return error("cannot create '%s': %s", path, strerror(e));
+		free(af->name);
+		af->path = af->tmp_path = af->name = NULL;
+		return error("cannot create '%s': %s", name, strerror(e));
 	}
 	return 0;
 }
@@ -203,7 +210,7 @@ int atomic_write(struct atomic_file *af, const void *p, size_t n)
 		return -1;
 	if (n && fwrite(p, 1, n, af->fp) != n) {
 		af->failed = 1;
-		return error("cannot write '%s': %s", af->path, strerror(errno));
+		return error("cannot write '%s': %s", af->name, strerror(errno));
 	}
 	return 0;
 }
@@ -234,6 +241,7 @@ void atomic_abort(struct atomic_file *af)
 	}
 	free(af->path);
 	free(af->tmp_path);
+	free(af->name);
 	memset(af, 0, sizeof(*af));
 }
 
@@ -241,9 +249,9 @@ int atomic_commit(struct atomic_file *af)
 {
 	int rc = af->failed ? -1 : 0;
 	if (!rc && (fflush(af->fp) || fsync(fileno(af->fp))))
-		rc = error("cannot write '%s': %s", af->path, strerror(errno));
+		rc = error("cannot write '%s': %s", af->name, strerror(errno));
 	if (fclose(af->fp) && !rc)
-		rc = error("cannot close '%s': %s", af->path, strerror(errno));
+		rc = error("cannot close '%s': %s", af->name, strerror(errno));
 	af->fp = NULL;
 	if (!rc)
 		staged_commit_to(af->path);
@@ -258,6 +266,7 @@ int atomic_commit(struct atomic_file *af)
 	fsync_dir_of(af->path);
 	free(af->path);
 	free(af->tmp_path);
+	free(af->name);
 	memset(af, 0, sizeof(*af));
 	return 0;
 }

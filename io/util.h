@@ -71,9 +71,14 @@ int read_file(const char *path, struct buf *out);
 struct atomic_file {
 	FILE *fp;
 	char *path, *tmp_path;
+	char *name; /* the file messages name: path, or atomic_open_named's name */
 	int failed;
 };
 int atomic_open(struct atomic_file *af, const char *path);
+/* The same, naming name in messages: a file staged under an internal path
+ * and moved into place later (tokenize encode's shard pair) by its final
+ * name. */
+int atomic_open_named(struct atomic_file *af, const char *path, const char *name);
 int atomic_write(struct atomic_file *af, const void *p, size_t n);
 int atomic_commit(struct atomic_file *af); /* fsync+rename; closes */
 /* The whole of p[0..n) as the file path, atomically (the three above). */

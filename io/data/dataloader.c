@@ -41,6 +41,9 @@ static int finish_open(struct dataloader *dl, int B, int T, uint64_t seed, int s
 	dl->T = T;
 	dl->seed = seed;
 	dl->shuffle = shuffle;
+	if (dl->n < (size_t)T + 1 && dl->what)
+		return error("'%s' (%s): %zu tokens is too few for sequences of %d tokens (%d or "
+			     "more needed)", dl->pattern, dl->what, dl->n, T, T + 1);
 	if (dl->n < (size_t)T + 1)
 		return error("%s: %zu tokens is too few for sequences of %d tokens",
 			     dl->pattern ? dl->pattern : "data", dl->n, T);
@@ -136,8 +139,15 @@ static void start_streaming(struct dataloader *dl, struct shard **shards, int ns
 int dataloader_open_load(struct dataloader *dl, const char *pattern, int B, int T,
 			 uint64_t seed, int shuffle, enum data_load load)
 {
+	return dataloader_open_named(dl, NULL, pattern, B, T, seed, shuffle, load);
+}
+
+int dataloader_open_named(struct dataloader *dl, const char *what, const char *pattern, int B,
+			  int T, uint64_t seed, int shuffle, enum data_load load)
+{
 	memset(dl, 0, sizeof(*dl));
 	dl->pattern = xstrdup(pattern);
+	dl->what = what;
 	char **paths = NULL;
 	int npaths = 0;
 	if (shard_glob(pattern, &paths, &npaths))

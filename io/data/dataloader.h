@@ -68,6 +68,7 @@ struct dataloader {
 	uint32_t *perm;     /* [n_windows] */
 	pthread_mutex_t lock;
 	char *pattern;
+	const char *what;   /* dataloader_open_named's description, for messages */
 };
 
 /* Open every shard that pattern names (file, directory or glob). Fails
@@ -78,6 +79,12 @@ int dataloader_open(struct dataloader *dl, const char *pattern, int B, int T, ui
 /* The same, choosing memory or streaming (dataloader_open is AUTO). */
 int dataloader_open_load(struct dataloader *dl, const char *pattern, int B, int T,
 			 uint64_t seed, int shuffle, enum data_load load);
+/* The same, with what the data are for messages (a static string: "the
+ * validation data, data.val"): "'x_val.shard' (the validation data,
+ * data.val): 0 tokens is too few for sequences of 64 tokens (65 or more
+ * needed)". */
+int dataloader_open_named(struct dataloader *dl, const char *what, const char *pattern, int B,
+			  int T, uint64_t seed, int shuffle, enum data_load load);
 /* "auto", "memory" or "stream" (data.load) as an enum data_load. */
 enum data_load data_load_parse(const char *name);
 int dataloader_streaming(const struct dataloader *dl);

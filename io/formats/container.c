@@ -77,12 +77,20 @@ static int writer_fail(struct container_writer *w)
 int container_create(struct container_writer **wp, const char *path, const char magic[8],
 		     uint32_t version, const void *header, size_t header_len, int zstd_level)
 {
+	return container_create_named(wp, path, path, magic, version, header, header_len,
+				      zstd_level);
+}
+
+int container_create_named(struct container_writer **wp, const char *path, const char *name,
+			   const char magic[8], uint32_t version, const void *header,
+			   size_t header_len, int zstd_level)
+{
 	*wp = NULL;
 	if (header_len > CONTAINER_MAX_HEADER)
-		return error("'%s': container header of %zu bytes is too large", path,
+		return error("'%s': container header of %zu bytes is too large", name,
 			     header_len);
 	struct container_writer *w = xcalloc(1, sizeof(*w));
-	if (atomic_open(&w->af, path)) {
+	if (atomic_open_named(&w->af, path, name)) {
 		free(w);
 		return -1;
 	}
@@ -97,7 +105,7 @@ int container_create(struct container_writer **wp, const char *path, const char 
 		atomic_abort(&w->af);
 		free(w->header);
 		free(w);
-		return error("'%s': cannot create a zstd compression context", path);
+		return error("'%s': cannot create a zstd compression context", name);
 	}
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel,
 			       zstd_level ? zstd_level : ZSTD_CLEVEL_DEFAULT);
@@ -122,7 +130,7 @@ int container_set_level(struct container_writer *w, int zstd_level)
 	size_t r = ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel,
 					  zstd_level ? zstd_level : ZSTD_CLEVEL_DEFAULT);
 	if (ZSTD_isError(r))
-		return error("'%s': zstd level %d: %s", w->af.path, zstd_level,
+		return error("'%s': zstd level %d: %s", w->af.name, zstd_level,
 			     ZSTD_getErrorName(r));
 	return 0;
 }
@@ -137,7 +145,7 @@ int container_set_threads(struct container_writer *w, int nthreads)
 int container_set_header(struct container_writer *w, const void *header, size_t header_len)
 {
 	if (header_len != w->header_len)
-		return error("'%s': container header changed size (%zu, was %zu)", w->af.path,
+		return error("'%s': container header changed size (%zu, was %zu)", w->af.name,
 			     header_len, w->header_len);
 	if (header_len)
 		memcpy(w->header, header, header_len);
@@ -156,7 +164,7 @@ static int chunk_feed(struct container_writer *w, const void *data, size_t n,
 		ZSTD_outBuffer out = {w->obuf, w->obuf_size, 0};
 		size_t left = ZSTD_compressStream2(w->cctx, &out, &in, mode);
 		if (ZSTD_isError(left)) {
-			error("'%s': zstd compression failed: %s", w->af.path,
+			error("'%s': zstd compression failed: %s", w->af.name,
 			      ZSTD_getErrorName(left));
 			return writer_fail(w);
 		}
@@ -176,13 +184,13 @@ int container_chunk_begin(struct container_writer *w, uint64_t size)
 	if (w->failed)
 		return -1;
 	if (w->in_chunk) {
-		error("'%s': container chunk begun twice", w->af.path);
+		error("'%s': container chunk begun twice", w->af.name);
 		return writer_fail(w);
 	}
 	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
 	size_t r = ZSTD_CCtx_setPledgedSrcSize(w->cctx, size);
 	if (ZSTD_isError(r)) {
-		error("'%s': zstd: %s", w->af.path, ZSTD_getErrorName(r));
+		error("'%s': zstd: %s", w->af.name, ZSTD_getErrorName(r));
 		return writer_fail(w);
 	}
 	memset(&w->cur, 0, sizeof(w->cur));
@@ -198,7 +206,7 @@ int container_chunk_write(struct container_writer *w, const void *data, size_t n
 		return -1;
 	if (!w->in_chunk || n > w->cur.dsize - w->got) {
 		error("'%s': container chunk given more bytes than begun with (%" PRIu64 ")",
-		      w->af.path, w->cur.dsize);
+		      w->af.name, w->cur.dsize);
 		return writer_fail(w);
 	}
 	w->cur.dcrc = crc32c(w->cur.dcrc, data, n);
@@ -223,7 +231,7 @@ int container_chunk_end(struct container_writer *w)
 		return -1;
 	if (!w->in_chunk || w->got != w->cur.dsize) {
 		error("'%s': container chunk given %" PRIu64 " bytes, begun with %" PRIu64,
-		      w->af.path, w->got, w->cur.dsize);
+		      w->af.name, w->got, w->cur.dsize);
 		return writer_fail(w);
 	}
 	if (chunk_feed(w, NULL, 0, ZSTD_e_end))
@@ -256,7 +264,7 @@ static void writer_free(struct container_writer *w)
 int container_commit(struct container_writer *w)
 {
 	if (!w->failed && w->in_chunk) {
-		error("'%s': container committed inside a chunk", w->af.path);
+		error("'%s': container committed inside a chunk", w->af.name);
 		writer_fail(w);
 	}
 	if (w->failed) {
@@ -266,7 +274,7 @@ int container_commit(struct container_writer *w)
 	/* seek table frame: entries, then the footer */
 	size_t tlen = st_add(st_mult(w->n, ENTRY_SIZE), FOOTER_SIZE);
 	if (tlen > UINT32_MAX) {
-		error("'%s': too many chunks (%" PRIu64 ")", w->af.path, w->n);
+		error("'%s': too many chunks (%" PRIu64 ")", w->af.name, w->n);
 		container_abort(w);
 		return -1;
 	}
@@ -288,12 +296,12 @@ int container_commit(struct container_writer *w)
 		struct buf b = {0};
 		encode_header_frame(&b, w->magic, w->version, w->header, w->header_len);
 		if (fflush(w->af.fp) || fseek(w->af.fp, 0, SEEK_SET))
-			rc = error("'%s': cannot rewrite the header: %s", w->af.path,
+			rc = error("'%s': cannot rewrite the header: %s", w->af.name,
 				   strerror(errno));
 		if (!rc)
 			rc = atomic_write(&w->af, b.data, b.len);
 		if (!rc && fseek(w->af.fp, 0, SEEK_END))
-			rc = error("'%s': cannot seek: %s", w->af.path, strerror(errno));
+			rc = error("'%s': cannot seek: %s", w->af.name, strerror(errno));
 		buf_free(&b);
 	}
 	if (rc) {

@@ -61,6 +61,10 @@ struct container;
  * the compression level (0 means zstd's default). */
 int container_create(struct container_writer **w, const char *path, const char magic[8],
 		     uint32_t version, const void *header, size_t header_len, int zstd_level);
+/* The same, naming name in messages (io/util.h atomic_open_named). */
+int container_create_named(struct container_writer **w, const char *path, const char *name,
+			   const char magic[8], uint32_t version, const void *header,
+			   size_t header_len, int zstd_level);
 /* Change the zstd level for the chunks that follow (0: zstd's default). */
 int container_set_level(struct container_writer *w, int zstd_level);
 /* Compress with N zstd worker threads (0: single-threaded, the default).

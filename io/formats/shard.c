@@ -12,7 +12,12 @@
 #include <unistd.h>
 
 #include "container.h"
+#include "../text/corpus.h"
+#include "../text/json.h"
 #include "../util.h"
+
+/* bytes read to tell a corpus given as a shard (text, JSON, Parquet) */
+#define SNIFF_BYTES 4096
 
 /* Header blob of format version 1 (all little-endian):
  *   0 u32 token bytes (2 or 4)   4 u32 vocabulary size
@@ -52,19 +57,25 @@ static void encode_header(unsigned char *h, int width, uint32_t vocab, uint64_t 
 int shard_writer_open(struct shard_writer **wp, const char *path, uint32_t vocab_size,
 		      uint64_t tokenizer_hash)
 {
+	return shard_writer_open_named(wp, path, path, vocab_size, tokenizer_hash);
+}
+
+int shard_writer_open_named(struct shard_writer **wp, const char *path, const char *name,
+			    uint32_t vocab_size, uint64_t tokenizer_hash)
+{
 	*wp = NULL;
 	if (vocab_size == 0)
-		return error("'%s': a shard needs a vocabulary of at least one token", path);
+		return error("'%s': a shard needs a vocabulary of at least one token", name);
 	struct shard_writer *w = xcalloc(1, sizeof(*w));
-	w->path = xstrdup(path);
+	w->path = xstrdup(name);
 	w->vocab = vocab_size;
 	w->hash = tokenizer_hash;
 	w->width = token_bytes_for(vocab_size);
 	w->chunk_tokens = SHARD_CHUNK_TOKENS;
 	unsigned char h[SHARD_HEADER_LEN];
 	encode_header(h, w->width, w->vocab, 0, 0, w->hash, w->chunk_tokens);
-	if (container_create(&w->cw, path, SHARD_MAGIC, SHARD_VERSION, h, sizeof(h),
-			     SHARD_ZSTD_LEVEL)) {
+	if (container_create_named(&w->cw, path, name, SHARD_MAGIC, SHARD_VERSION, h, sizeof(h),
+				   SHARD_ZSTD_LEVEL)) {
 		free(w->path);
 		free(w);
 		return -1;
@@ -247,6 +258,52 @@ static int open_container(struct shard *s)
 	return 0;
 }
 
+/* What a file that is no shard holds, told by its first bytes b[0..n): a
+ * compressed or Parquet corpus, JSON or UTF-8 text; NULL when none of these
+ * (the container's own check names it). cut: the file goes on after b[n).
+ * *json: JSON, which encode reads as JSON Lines. */
+static const char *sniff_corpus(const unsigned char *b, size_t n, int cut, int *json)
+{
+	*json = 0;
+	if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b)
+		return "gzip-compressed data";
+	if (n >= 4 && !memcmp(b, "\x28\xb5\x2f\xfd", 4))
+		return "zstd-compressed data";
+	if (n >= 4 && !memcmp(b, "PAR1", 4))
+		return "Parquet data";
+	size_t i = n >= 3 && !memcmp(b, "\xEF\xBB\xBF", 3) ? 3 : 0, k = n;
+	while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'))
+		i++;
+	if (i == n)
+		return NULL;
+	for (size_t j = 0; j < n; j++)
+		if (b[j] < 0x20 && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' && b[j] != '\f')
+			return NULL;
+	/* a character cut by the end of what was read is no reason to say no */
+	for (size_t back = 0; cut && back < 3 && k > 0 && (b[k - 1] & 0xC0) == 0x80; back++)
+		k--;
+	if (cut && k > 0 && b[k - 1] >= 0xC0)
+		k--;
+	if (!json_utf8_valid(b, k))
+		return NULL;
+	*json = b[i] == '{' || b[i] == '[';
+	return *json ? "JSON" : "text";
+}
+
+/* The file is not a shard: when it looks like a corpus, say what it is and
+ * the command that makes shards of it (-1), else 0. */
+static int refuse_corpus(const char *path, const unsigned char *b, size_t n, int cut)
+{
+	int json;
+	const char *what = sniff_corpus(b, n, cut, &json);
+	if (!what)
+		return 0;
+	int flag = json && corpus_format_of_name(path) != CORPUS_JSONL;
+	return error("'%s': not a token shard but %s, a corpus to encode first: asyncpp tokenize "
+		     "encode -t TOK -o PREFIX %s%s (writes PREFIX_train.shard and "
+		     "PREFIX_val.shard)", path, what, flag ? "--format jsonl " : "", path);
+}
+
 int shard_open(struct shard **sp, const char *path)
 {
 	*sp = NULL;
@@ -254,19 +311,19 @@ int shard_open(struct shard **sp, const char *path)
 	s->path = xstrdup(path);
 	s->fd = -1;
 	s->cached = UINT64_MAX;
-	unsigned char b[4] = {0};
+	unsigned char b[SNIFF_BYTES + 1] = {0}; /* one more: does the file go on? */
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
 		error("cannot open '%s': %s", path, strerror(errno));
 		shard_close(s);
 		return -1;
 	}
-	size_t got = fread(b, 1, 4, fp);
+	size_t got = fread(b, 1, sizeof(b), fp);
 	fclose(fp);
 	int rc;
-	if (got == 4 && get_le32(b) == LLMC_SHARD_MAGIC)
+	if (got >= 4 && get_le32(b) == LLMC_SHARD_MAGIC)
 		rc = open_llmc(s);
-	else
+	else if ((rc = refuse_corpus(path, b, MIN(got, SNIFF_BYTES), got > SNIFF_BYTES)) == 0)
 		rc = open_container(s);
 	if (rc) {
 		shard_close(s);

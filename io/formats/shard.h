@@ -44,6 +44,10 @@ struct shard;
  * it. tokenizer_hash identifies the tokenizer (0: unknown). */
 int shard_writer_open(struct shard_writer **w, const char *path, uint32_t vocab_size,
 		      uint64_t tokenizer_hash);
+/* The same, written to PATH but named name in messages: a shard staged
+ * under an internal name and moved into place by its caller. */
+int shard_writer_open_named(struct shard_writer **w, const char *path, const char *name,
+			    uint32_t vocab_size, uint64_t tokenizer_hash);
 /* Tokens per chunk (default SHARD_CHUNK_TOKENS); only before the first
  * token is added. Small values are for tests. */
 int shard_writer_set_chunk_tokens(struct shard_writer *w, uint32_t chunk_tokens);
@@ -83,6 +87,10 @@ int shard_read(struct shard *s, uint64_t start, size_t n, uint32_t *out);
 /* Print a summary of PATH to out and verify every checksum and token.
  * Returns 0, or -1 (after error()) when the file is corrupt or unreadable. */
 int shard_inspect(const char *path, FILE *out);
+
+/* shard_open of a file that is no shard but looks like a corpus (gzip or
+ * zstd data, Parquet, JSON, UTF-8 text, by its first 4 KiB) says so and
+ * names the `asyncpp tokenize encode` command that makes shards of it. */
 
 /* Is PATH a shard by its first bytes? 1 yes (asyncpp or llm.c), 0 no,
  * -1 unreadable. */

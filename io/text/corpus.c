@@ -53,6 +53,8 @@ struct corpus {
 	int content, in_sep;
 
 	struct parquet *pq;     /* CORPUS_PARQUET: the file being read */
+	enum corpus_format fmt; /* the file's format: o.format, or by its name (o.infer) */
+	int sniffed;            /* text, lines: the first lines were checked for JSON */
 };
 
 /* ---- inputs ---- */
@@ -107,8 +109,28 @@ static int walk(const char *dir, const char *suffix, char ***v, int *n, int dept
 	return rc;
 }
 
+/* by_name: of a directory's files v[first..n), only its Parquet files by
+ * their names when it has any, else only its JSON Lines when it has any
+ * (a dataset folder's README.md and dataset_info.json are not corpus). */
+static void keep_data_names(char **v, int first, int *n)
+{
+	int k = first, as[4] = {0};
+	for (int i = first; i < *n; i++)
+		as[corpus_format_of_name(v[i])] = 1;
+	enum corpus_format keep = as[CORPUS_PARQUET] ? CORPUS_PARQUET : CORPUS_JSONL;
+	if (!as[keep])
+		return;
+	for (int i = first; i < *n; i++) {
+		if (corpus_format_of_name(v[i]) == keep)
+			v[k++] = v[i];
+		else
+			free(v[i]);
+	}
+	*n = k;
+}
+
 /* The files of one argument, sorted, appended to v. */
-static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
+static int expand_one(const char *arg, const char *suffix, int by_name, char ***v, int *n)
 {
 	struct stat st;
 	int first = *n, rc = 0;
@@ -122,6 +144,8 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 			return 0;
 		}
 		rc = walk(arg, suffix, v, n, 0);
+		if (!rc && by_name)
+			keep_data_names(*v, first, n);
 		if (!rc && *n == first)
 			rc = suffix ? error("'%s': no %s files in this directory", arg, suffix)
 				    : error("'%s': no files in this directory", arg);
@@ -134,9 +158,12 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 			for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
 				if (stat(g.gl_pathv[i], &st))
 					continue;
-				if (S_ISDIR(st.st_mode))
+				if (S_ISDIR(st.st_mode)) {
+					int at = *n;
 					rc = walk(g.gl_pathv[i], suffix, v, n, 0);
-				else
+					if (!rc && by_name)
+						keep_data_names(*v, at, n);
+				} else
 					push(v, n, xstrdup(g.gl_pathv[i]));
 			}
 		if (r != GLOB_NOMATCH)
@@ -149,13 +176,13 @@ static int expand_one(const char *arg, const char *suffix, char ***v, int *n)
 	return rc;
 }
 
-int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
-		  int *npaths)
+static int expand(char *const *args, int nargs, const char *dir_suffix, int by_name,
+		  char ***paths, int *npaths)
 {
 	char **v = NULL;
 	int n = 0;
 	for (int i = 0; i < nargs; i++)
-		if (expand_one(args[i], dir_suffix, &v, &n)) {
+		if (expand_one(args[i], dir_suffix, by_name, &v, &n)) {
 			corpus_paths_free(v, n);
 			*paths = NULL;
 			*npaths = 0;
@@ -166,6 +193,17 @@ int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***
 	return 0;
 }
 
+int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
+		  int *npaths)
+{
+	return expand(args, nargs, dir_suffix, 0, paths, npaths);
+}
+
+int corpus_expand_by_name(char *const *args, int nargs, char ***paths, int *npaths)
+{
+	return expand(args, nargs, NULL, 1, paths, npaths);
+}
+
 void corpus_paths_free(char **paths, int npaths)
 {
 	for (int i = 0; i < npaths; i++)
@@ -173,15 +211,45 @@ void corpus_paths_free(char **paths, int npaths)
 	free(paths);
 }
 
+static const char *const format_names[] = {"text", "lines", "jsonl", "parquet"};
+
 int corpus_format_parse(const char *name, enum corpus_format *f)
 {
-	static const char *const names[] = {"text", "lines", "jsonl", "parquet"};
-	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (!strcmp(name, names[i])) {
+	for (size_t i = 0; i < ARRAY_SIZE(format_names); i++)
+		if (!strcmp(name, format_names[i])) {
 			*f = (enum corpus_format)i;
 			return 0;
 		}
 	return -1;
+}
+
+const char *corpus_format_name(enum corpus_format f) { return format_names[f]; }
+
+/* A name ending in s, ignoring ASCII case. */
+static int has_suffix_nocase(const char *s, size_t n, const char *suf)
+{
+	size_t m = strlen(suf);
+	if (n < m)
+		return 0;
+	for (size_t i = 0; i < m; i++)
+		if ((s[n - m + i] | 0x20) != suf[i])
+			return 0;
+	return 1;
+}
+
+enum corpus_format corpus_format_of_name(const char *path)
+{
+	size_t n = strlen(path);
+	if (has_suffix_nocase(path, n, ".gz"))
+		n -= 3;
+	else if (has_suffix_nocase(path, n, ".zst"))
+		n -= 4;
+	if (has_suffix_nocase(path, n, ".jsonl") || has_suffix_nocase(path, n, ".ndjson") ||
+	    has_suffix_nocase(path, n, ".json"))
+		return CORPUS_JSONL;
+	if (has_suffix_nocase(path, n, ".parquet"))
+		return CORPUS_PARQUET;
+	return CORPUS_TEXT;
 }
 
 /* ---- bytes of one file ---- */
@@ -228,6 +296,14 @@ static void close_file(struct corpus *c)
 	c->open = 0;
 }
 
+/* One more file read as format f (for the summary). */
+static void count_format(struct corpus *c, const char *path, enum corpus_format f)
+{
+	c->fmt = f;
+	if (!c->st.files_as[f]++)
+		c->st.first_as[f] = path;
+}
+
 /* A Parquet file (footer first: mapped, not streamed). */
 static int open_parquet(struct corpus *c, const char *path)
 {
@@ -240,15 +316,19 @@ static int open_parquet(struct corpus *c, const char *path)
 		return -1;
 	c->open = 1;
 	c->st.files++;
+	count_format(c, path, CORPUS_PARQUET);
 	c->st.bytes_read += parquet_file_bytes(c->pq);
 	return 0;
 }
 
 static int open_file(struct corpus *c, const char *path)
 {
-	if (c->o.format == CORPUS_PARQUET)
-		return open_parquet(c, path);
 	int is_stdin = !strcmp(path, "-");
+	enum corpus_format f = c->o.infer && !is_stdin ? corpus_format_of_name(path) :
+			       c->o.infer ? CORPUS_TEXT : c->o.format;
+	c->sniffed = 0;
+	if (f == CORPUS_PARQUET)
+		return open_parquet(c, path);
 	c->path = is_stdin ? "standard input" : path;
 	c->fd = is_stdin ? 0 : open(path, O_RDONLY);
 	if (c->fd < 0)
@@ -276,10 +356,19 @@ static int open_file(struct corpus *c, const char *path)
 		c->kind = SRC_ZSTD;
 	else
 		c->kind = SRC_PLAIN;
-	/* "PAR1" then a page header's first byte (field 1, an i32) */
-	if (c->kind == SRC_PLAIN && c->in_len >= 5 && !memcmp(m, "PAR1\x15", 5))
-		return error("'%s' is a Parquet file: read it with --format parquet (--field names "
-			     "its text column)", c->path);
+	/* "PAR1" then a page header's first byte (field 1, an i32): read as
+	 * Parquet when the format is inferred, else refused */
+	if (c->kind == SRC_PLAIN && c->in_len >= 5 && !memcmp(m, "PAR1\x15", 5)) {
+		if (!c->o.infer || is_stdin)
+			return error("'%s' is a Parquet file: read it with --format parquet "
+				     "(--field names its text column)", c->path);
+		close(c->fd);
+		c->open = 0;
+		c->st.files--;
+		c->st.bytes_read -= c->in_len;
+		return open_parquet(c, path);
+	}
+	count_format(c, path, f);
 	if (c->kind != SRC_GZIP && has_suffix(path, ".gz"))
 		return error("'%s': not gzip data (no gzip magic number)", path);
 	if (c->kind != SRC_ZSTD && has_suffix(path, ".zst"))
@@ -462,12 +551,30 @@ void corpus_close(struct corpus *c)
 
 void corpus_get_stats(const struct corpus *c, struct corpus_stats *st) { *st = c->st; }
 
-/* A bad JSONL record: named (the first show_bad), counted; -1 past max_bad. */
-static int bad_record(struct corpus *c, enum json_record r, const struct json_record_error *e)
+/* The first record of a JSON Lines file opens a JSON array: a JSON
+ * document of records, not JSON Lines (a .json file can be either). */
+static int json_array_start(const unsigned char *s, size_t n)
 {
-	char why[256];
+	size_t i = 0;
+	while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+		i++;
+	return i < n && s[i] == '[';
+}
+
+/* A bad JSONL record: named (the first show_bad), counted; -1 past max_bad.
+ * array: it is the file's first and opens a JSON array. */
+static int bad_record(struct corpus *c, enum json_record r, const struct json_record_error *e,
+		      int array)
+{
+	char why[1024];
 	const char *f = c->o.field;
-	switch (r) {
+	size_t k = strlen(c->path) - (has_suffix(c->path, ".json") ? 5 : 0);
+	switch (array ? -1 : (int)r) {
+	case -1: /* the path without .json, then .jsonl */
+		snprintf(why, sizeof(why), "a JSON array, not JSON Lines (one object a line): "
+			 "convert it with: jq -c '.[]' %.300s > %.*s.jsonl", c->path,
+			 (int)MIN(k, 300), c->path);
+		break;
 	case JSON_RECORD_INVALID:
 		snprintf(why, sizeof(why), "not valid JSON (byte %zu: %s)", e->at + 1, e->why);
 		break;
@@ -509,15 +616,81 @@ static int parquet_doc(struct corpus *c, const unsigned char **doc, size_t *len)
 	return r;
 }
 
+/* Text or lines whose first lines (up to SNIFF_LINES non-blank ones within
+ * SNIFF_BYTES) are all JSON objects: JSON Lines read as text, which would
+ * encode the JSON syntax. Warned about for the first such file, counted. */
+#define SNIFF_LINES 5
+#define SNIFF_BYTES (64u << 10)
+
+/* The line ends in s[0..n), counting up to max. */
+static int count_lines(const unsigned char *s, size_t n, int max)
+{
+	int k = 0;
+	for (const unsigned char *e = s + n; k < max && (s = memchr(s, '\n', (size_t)(e - s)));
+	     s++)
+		k++;
+	return k;
+}
+
+static int sniff_json(struct corpus *c)
+{
+	int lines = 0, objects = 0, r;
+	/* enough of the file in the window (nothing of it is consumed yet) */
+	while (count_lines(c->win.data + c->pos, c->win.len - c->pos, SNIFF_LINES + 1) <=
+		       SNIFF_LINES && c->win.len - c->pos < SNIFF_BYTES && (r = fill(c)) != 0)
+		if (r < 0)
+			return -1;
+	const unsigned char *p = c->win.data + c->pos, *end = c->win.data + c->win.len;
+	struct buf out = {0};
+	while (p < end && lines < SNIFF_LINES) {
+		const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
+		if (!nl && !c->eof)
+			break; /* a line cut by the window: not judged */
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		const unsigned char *line = p;
+		p += n + (nl != NULL);
+		if (blank(line, n))
+			continue;
+		if (line == c->win.data + c->pos && n >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) {
+			line += 3;
+			n -= 3;
+		}
+		struct json_record_error e;
+		enum json_record jr;
+		jr = json_record_string((const char *)line, n, c->o.field, &out, &e);
+		lines++;
+		objects += jr != JSON_RECORD_INVALID && jr != JSON_RECORD_NOT_OBJECT;
+	}
+	buf_free(&out);
+	if (!lines || objects < lines)
+		return 0;
+	if (!c->st.json_like++) {
+		const char *its = lines == 1 ? "its" : "their";
+		char first[32] = "line is a";
+		if (lines > 1)
+			snprintf(first, sizeof(first), "%d lines are", lines);
+		warning("'%s' is read as %s, but its first %s JSON object%s: %s JSON syntax is "
+			"encoded too; --format jsonl reads %s \"%s\" member", c->path,
+			corpus_format_name(c->fmt), first, lines == 1 ? "" : "s", its, its,
+			c->o.field);
+	}
+	return 0;
+}
+
 /* The next document of the open file: 1, 0 at its end, -1. */
 static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 {
 	const unsigned char *s;
 	size_t n;
 	int r;
-	if (c->o.format == CORPUS_PARQUET)
+	if (c->fmt == CORPUS_PARQUET)
 		return parquet_doc(c, doc, len);
-	if (c->o.format == CORPUS_TEXT && !c->o.blank_line) {
+	if (!c->sniffed && c->fmt != CORPUS_JSONL) {
+		c->sniffed = 1;
+		if (sniff_json(c))
+			return -1;
+	}
+	if (c->fmt == CORPUS_TEXT && !c->o.blank_line) {
 		while ((r = fill(c)) > 0)
 			;
 		if (r < 0 || c->win.len == c->pos)
@@ -527,7 +700,7 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 		c->pos = c->win.len;
 		return 1;
 	}
-	if (c->o.format == CORPUS_TEXT) {
+	if (c->fmt == CORPUS_TEXT) {
 		c->doc.len = 0;
 		while ((r = next_line(c, &s, &n)) > 0) {
 			if (!blank(s, n)) {
@@ -551,7 +724,7 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 	while ((r = next_line(c, &s, &n)) > 0) {
 		if (blank(s, n))
 			continue;
-		if (c->o.format == CORPUS_LINES) {
+		if (c->fmt == CORPUS_LINES) {
 			n -= s[n - 1] == '\n';
 			n -= n && s[n - 1] == '\r';
 			*doc = s;
@@ -564,12 +737,14 @@ static int file_next(struct corpus *c, const unsigned char **doc, size_t *len)
 			s += 3; /* a byte order mark */
 			n -= 3;
 		}
+		int first = !c->sniffed;
+		c->sniffed = 1;
 		c->st.records++;
 		struct json_record_error e;
 		enum json_record jr;
 		jr = json_record_string((const char *)s, n, c->o.field, &c->doc, &e);
 		if (jr != JSON_RECORD_OK) {
-			if (bad_record(c, jr, &e))
+			if (bad_record(c, jr, &e, first && json_array_start(s, n)))
 				return -1;
 			continue;
 		}

@@ -39,8 +39,20 @@
  *                 field (io/text/parquet.h: how Hugging Face datasets
  *                 ship); a null or an empty string is no document (counted
  *                 as empty). The file is mapped, not streamed, so standard
- *                 input cannot be Parquet. A Parquet file given as another
- *                 format is refused, naming --format parquet.
+ *                 input cannot be Parquet. A Parquet file given another
+ *                 format (not o.infer) is refused, naming --format parquet.
+ *
+ * Formats by name (o.infer, `tokenize` without --format): each file's
+ * name tells its format (corpus_format_of_name); standard input is text. A
+ * file whose first bytes are Parquet's is read as Parquet whatever its name.
+ * A .json file is read as JSON Lines. A JSON Lines file whose first record
+ * opens a JSON array ('[') holds JSON, not JSON Lines: that bad record is
+ * named so, with the jq command that turns the file into JSON Lines.
+ *
+ * JSON read as text: a text or lines file whose first non-blank lines (up
+ * to 5, within its first 64 KiB) all parse as JSON objects is counted
+ * (stats.json_like) and the first such file is named in a warning, naming
+ * --format jsonl.
  *
  * Functions return 0 (or 1 for "a document") and -1 after error() with a
  * message naming the file, and the line where there is one.
@@ -55,6 +67,7 @@ enum corpus_format { CORPUS_TEXT, CORPUS_LINES, CORPUS_JSONL, CORPUS_PARQUET };
 
 struct corpus_opts {
 	enum corpus_format format;
+	int infer;          /* each file's format by its name (corpus_format_of_name), not format */
 	int blank_line;     /* CORPUS_TEXT: blank-line separated blocks, not files */
 	const char *field;  /* CORPUS_JSONL: the member holding the text ("text") */
 	uint64_t max_bad;   /* bad records skipped before the read fails */
@@ -71,6 +84,9 @@ struct corpus_stats {
 	uint64_t bytes_read;  /* bytes read from the files (compressed) */
 	uint64_t bytes;       /* bytes after decompression */
 	int too_many_bad;     /* the read stopped at bad record max_bad + 1 */
+	uint64_t files_as[4]; /* files read as each enum corpus_format */
+	const char *first_as[4]; /* the first of them (valid while the corpus is open) */
+	uint64_t json_like;   /* text, lines: files whose first lines are JSON objects */
 };
 
 /* Expand input arguments into the list of files to read (see above); with
@@ -80,6 +96,11 @@ struct corpus_stats {
  * with corpus_paths_free. */
 int corpus_expand(char *const *args, int nargs, const char *dir_suffix, char ***paths,
 		  int *npaths);
+/* The same for formats by name (o.infer): a directory with Parquet files
+ * by their names (corpus_format_of_name) gives only those, else one with
+ * JSON Lines files gives only those (a dataset folder's README.md and
+ * dataset_info.json are not corpus), else all its files. */
+int corpus_expand_by_name(char *const *args, int nargs, char ***paths, int *npaths);
 void corpus_paths_free(char **paths, int npaths);
 
 struct corpus;
@@ -91,7 +112,13 @@ int corpus_next(struct corpus *c, const unsigned char **doc, size_t *len);
 void corpus_get_stats(const struct corpus *c, struct corpus_stats *st);
 void corpus_close(struct corpus *c); /* NULL ok */
 
-/* "text", "lines" or "jsonl" into *f; -1 (nothing printed) for another name. */
+/* "text", "lines", "jsonl" or "parquet" into *f; -1 (nothing printed) for
+ * another name. corpus_format_name is the reverse. */
 int corpus_format_parse(const char *name, enum corpus_format *f);
+const char *corpus_format_name(enum corpus_format f);
+/* The format a file's name tells (o.infer), after dropping a .gz or .zst:
+ * .jsonl, .ndjson and .json are CORPUS_JSONL, .parquet CORPUS_PARQUET (any
+ * case), anything else CORPUS_TEXT. */
+enum corpus_format corpus_format_of_name(const char *path);
 
 #endif

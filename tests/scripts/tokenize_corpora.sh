@@ -145,3 +145,53 @@ expect_exit 2 negative_max_bad -- $A tokenize encode -t t.tok --format jsonl --m
 expect_exit 1 no_glob_match -- $A tokenize encode -t t.tok -o nm 'nothing-*.jsonl'
 if grep -q "'nothing-\*.jsonl': no such file, directory or matching files" err.txt; then pass no_glob_match_named;
 else fail no_glob_match_named "$(head -c 200 err.txt)"; fi
+
+# the format by the name when --format is not given (issue 31): JSON Lines
+# compressed or not, .ndjson and .json, said in the summary; tokenize train too
+$A tokenize encode -t t.tok --val-fraction 0.1 --seed 3 -o NZ c.jsonl.zst 2> nz.err
+same format_by_name_jsonl_zst J NZ
+if grep -q "read c.jsonl.zst as jsonl (by its name; --format FMT sets it)" nz.err; then
+	pass format_said_in_summary
+else fail format_said_in_summary "$(head -c 300 nz.err)"; fi
+cp c.jsonl c.ndjson && gzip -c c.jsonl > c.json.gz
+$A "${E[@]}" -o NN c.ndjson && $A "${E[@]}" -o NG c.json.gz
+same format_by_name_ndjson J NN
+same format_by_name_json_gz J NG
+$A tokenize train -q --vocab 600 -o tn.tok c.jsonl.gz
+if cmp -s t.tok tn.tok; then pass train_format_by_name; else fail train_format_by_name "differs"; fi
+$A tokenize encode -t t.tok --val-fraction 0.1 -o MX c.jsonl.zst plain.txt 2> mx.err
+if grep -q "read plain.txt as text, c.jsonl.zst as jsonl (by their names" mx.err; then
+	pass formats_of_mixed_inputs_said
+else fail formats_of_mixed_inputs_said "$(head -c 300 mx.err)"; fi
+# JSON Lines read as text is encoded as it is, but never silently
+cp c.jsonl c.txt
+$A tokenize encode -q -t t.tok -o JT c.txt 2> jt.err
+if grep -q "warning: 'c.txt' is read as text, but its first 5 lines are JSON objects" jt.err &&
+	grep -q -- "--format jsonl reads their \"text\" member" jt.err; then
+	pass json_read_as_text_warned
+else fail json_read_as_text_warned "$(head -c 300 jt.err)"; fi
+$A tokenize encode -q -t t.tok --val-fraction 0 -o JT2 plain.txt 2> jt2.err
+if [ ! -s jt2.err ]; then pass text_not_warned; else fail text_not_warned "$(head -c 300 jt2.err)"; fi
+# a .json holding one JSON array is refused, naming the conversion
+printf '[\n  {"text": "a"},\n  {"text": "b"}\n]\n' > arr.json
+expect_exit 1 json_array_refused -- $A tokenize encode -q -t t.tok -o AR arr.json
+if grep -q "arr.json:1: a JSON array, not JSON Lines (one object a line): convert it with: jq -c '.\[\]' arr.json > arr.jsonl" err.txt &&
+	[ ! -e AR_train.shard ]; then pass json_array_named
+else fail json_array_named "$(head -c 300 err.txt)"; fi
+
+# empty inputs (issue 31, 32): a warning, and the summary says which shards
+: > empty.jsonl
+expect_exit 0 empty_input_encodes -- $A tokenize encode -t t.tok -o EM empty.jsonl
+if grep -q "warning: the input holds no documents: EM_train.shard and EM_val.shard are empty" err.txt; then
+	pass empty_input_warned
+else fail empty_input_warned "$(head -c 300 err.txt)"; fi
+$A tokenize encode -t t.tok --val-fraction 0 -o V0 plain.txt 2> v0.err
+if grep -q "V0_train.shard: [0-9]* tokens, no val shard at --val-fraction 0 (" v0.err && [ ! -e V0_val.shard ]; then
+	pass val_fraction_0_said
+else fail val_fraction_0_said "$(head -c 300 v0.err)"; fi
+
+# a write failure names the shard, not the file it is staged in (issue 32)
+(ulimit -f 1; trap '' XFSZ; exec $A tokenize encode -q -t t.tok --val-fraction 0.1 -o WF c.jsonl) 2> wf.err
+if grep -q "cannot write 'WF_train.shard': File too large" wf.err && ! grep -q 'pass\.' wf.err &&
+	[ -z "$(ls | grep '^WF_')" ]; then pass write_failure_names_the_shard
+else fail write_failure_names_the_shard "$(head -c 300 wf.err); $(ls | grep '^WF_' | tr '\n' ' ')"; fi

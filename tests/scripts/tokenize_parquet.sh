@@ -81,6 +81,11 @@ cat "$P/docs.jsonl" "$P/docs.jsonl" > twice.jsonl
 $A tokenize encode -t t.tok --ids --format jsonl twice.jsonl > want.ids 2> /dev/null
 if cmp -s got.ids want.ids; then pass parquet_dataset_folder_reads_its_shards
 else fail parquet_dataset_folder_reads_its_shards "$(head -c 300 got.err)"; fi
+# the same without --format: the folder's Parquet files by their names only
+$A tokenize encode -t t.tok --ids ds > got.ids 2> got.err
+if cmp -s got.ids want.ids && grep -q "read 2 files as parquet (by their names" got.err; then
+	pass dataset_folder_by_name_reads_its_shards
+else fail dataset_folder_by_name_reads_its_shards "$(head -c 300 got.err)"; fi
 mkdir -p nods && echo text > nods/a.txt
 expect_exit 1 parquet_folder_without_shards -- \
 	$A tokenize encode -t t.tok --ids --format parquet nods
@@ -101,7 +106,13 @@ expect_fail parquet_no_such_column "no top-level column 'content'; its string co
 expect_fail parquet_column_not_strings "column 'id' does not hold strings" -- \
 	$A tokenize encode -t t.tok --ids --format parquet --field id "$P/v2_snappy.parquet"
 expect_fail parquet_given_as_text "v2_snappy.parquet' is a Parquet file: read it with --format parquet" -- \
-	$A tokenize encode -t t.tok --ids "$P/v2_snappy.parquet"
+	$A tokenize encode -t t.tok --ids --format text "$P/v2_snappy.parquet"
+# without --format a Parquet file is read as one by its magic, whatever its name
+cp "$P/v2_snappy.parquet" data.bin
+$A tokenize encode -t t.tok --ids --format parquet "$P/v2_snappy.parquet" > want.ids 2> /dev/null
+if $A tokenize encode -t t.tok --ids data.bin > got.ids 2> got.err && cmp -s want.ids got.ids &&
+	grep -q "read data.bin as parquet" got.err; then pass parquet_by_magic_without_format
+else fail parquet_by_magic_without_format "$(head -c 300 got.err)"; fi
 expect_fail parquet_not_parquet "docs.jsonl': not a Parquet file (no PAR1 magic" -- \
 	$A tokenize encode -t t.tok --ids --format parquet "$P/docs.jsonl"
 expect_fail parquet_from_stdin "standard input cannot be read as Parquet" -- \

@@ -340,3 +340,117 @@ TEST(format_names)
 	CHECK(!corpus_format_parse("text", &f) && f == CORPUS_TEXT);
 	CHECK(corpus_format_parse("json", &f) == -1);
 }
+
+TEST(format_by_name)
+{
+	static const struct {
+		const char *name;
+		enum corpus_format f;
+	} cases[] = {
+		{"a.jsonl", CORPUS_JSONL},        {"d/b.JSONL.zst", CORPUS_JSONL},
+		{"c.ndjson.gz", CORPUS_JSONL},    {"c.json", CORPUS_JSONL},
+		{"x.parquet", CORPUS_PARQUET},    {"x.Parquet.zst", CORPUS_PARQUET},
+		{"kjv.txt", CORPUS_TEXT},         {"kjv.txt.gz", CORPUS_TEXT},
+		{"jsonl", CORPUS_TEXT},           {"a.jsonl.bak", CORPUS_TEXT},
+		{"a.gz", CORPUS_TEXT},            {"", CORPUS_TEXT},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+		CHECK_MSG(corpus_format_of_name(cases[i].name) == cases[i].f, "%s", cases[i].name);
+	enum corpus_format f;
+	CHECK(!corpus_format_parse("parquet", &f) && !strcmp(corpus_format_name(f), "parquet"));
+}
+
+/* o.infer: each file read as its name says (Parquet also by its magic),
+ * counted by format; JSON Lines in a text file is flagged; a .json array is
+ * refused. */
+TEST(infer_format_per_file)
+{
+	const char *j = test_path("r.jsonl"), *t = test_path("r.txt"), *g = test_path("r.json.gz");
+	const char *pq = test_path("pq.dat");
+	CHECK(!write_str(j, "{\"text\": \"J1\"}\n{\"text\": \"J2\"}\n"));
+	CHECK(!write_str(t, "plain text\n"));
+	struct buf z = {0}, data = {0};
+	gzip_append(&z, "{\"text\": \"G\"}\n", 14, 6);
+	CHECK(!test_write_file(g, z.data, z.len));
+	CHECK(!read_file(test_data("parquet/v1_plain.parquet"), &data));
+	CHECK(!test_write_file(pq, data.data, data.len));
+	char *paths[] = {(char *)j, (char *)t, (char *)g, (char *)pq};
+	struct corpus_opts o = {.format = CORPUS_LINES, .infer = 1};
+	struct corpus_stats st;
+	struct buf got = {0};
+	CHECK(read_docs(paths, 3, &o, &got, &st) == 0);
+	CHECK_MSG(!strcmp((char *)got.data, "J1|J2|plain text\n|G|"), "got %s", (char *)got.data);
+	CHECK(st.files_as[CORPUS_JSONL] == 2 && st.files_as[CORPUS_TEXT] == 1 &&
+	      st.files_as[CORPUS_LINES] == 0 && st.json_like == 0);
+	CHECK(read_docs(paths + 3, 1, &o, &got, &st) == 0);
+	CHECK(st.files_as[CORPUS_PARQUET] == 1 && st.docs > 0);
+	/* without infer the named format is used for every file */
+	set_error_quiet(1); /* the warnings of JSON read as text */
+	o.infer = 0;
+	o.format = CORPUS_TEXT;
+	CHECK(read_docs(paths, 1, &o, &got, &st) == 0 && st.files_as[CORPUS_TEXT] == 1);
+	/* ... and JSON objects read as text are flagged: text, lines, blank lines first */
+	CHECK(st.json_like == 1);
+	CHECK(!write_str(t, "\n\n  {\"a\": 1}\r\n{\"text\": 2}\n"));
+	o.format = CORPUS_LINES;
+	CHECK(read_docs(paths + 1, 1, &o, &got, &st) == 0 && st.json_like == 1);
+	o.buf_size = 8; /* the first lines found across window refills */
+	CHECK(read_docs(paths, 2, &o, &got, &st) == 0 && st.json_like == 2);
+	o.buf_size = 0;
+	CHECK(!write_str(t, "{\"text\": \"a\"}\nbut then prose\n"));
+	CHECK(read_docs(paths + 1, 1, &o, &got, &st) == 0 && st.json_like == 0);
+	CHECK(!write_str(t, "[1, 2]\n"));
+	CHECK(read_docs(paths + 1, 1, &o, &got, &st) == 0 && st.json_like == 0);
+	/* a JSON array where JSON Lines are read: a bad record named as one, with jq */
+	const char *a = test_path("arr.json");
+	CHECK(!write_str(a, "\n[\n  {\"text\": \"a\"}\n]\n"));
+	char *ap = (char *)a;
+	o.format = CORPUS_JSONL;
+	CHECK(read_docs(&ap, 1, &o, &got, &st) == -1);
+	CHECK(strstr(last_error(), "arr.json:2: a JSON array, not JSON Lines") &&
+	      strstr(last_error(), "jq -c '.[]' ") && strstr(last_error(), "/arr.jsonl"));
+	o.max_bad = 10; /* skipped like any bad record ("[" and "]"; the object is read) */
+	CHECK(read_docs(&ap, 1, &o, &got, &st) == 0 && st.bad == 2 && st.docs == 1);
+	set_error_quiet(0);
+	buf_free(&got);
+	buf_free(&z);
+	buf_free(&data);
+}
+
+/* Formats by name: a folder's Parquet files, else its JSON Lines, else all. */
+TEST(expand_by_name_keeps_data_files)
+{
+	char dir[512], f[700];
+	snprintf(dir, sizeof(dir), "%s/ds", test_tmpdir());
+	CHECK(!mkdir(dir, 0755));
+	const char *names[] = {"README.md", "info.json", "b.jsonl.zst", "a.parquet", "c.PARQUET"};
+	char *args[] = {dir};
+	char **paths;
+	int n;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		CHECK(!write_str(f, "x"));
+	}
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 2 && strstr(paths[0], "/a.parquet") && strstr(paths[1], "/c.PARQUET"));
+	corpus_paths_free(paths, n);
+	for (size_t i = 3; i < ARRAY_SIZE(names); i++) {
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		CHECK(!unlink(f));
+	}
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 2 && strstr(paths[0], "/b.jsonl.zst") && strstr(paths[1], "/info.json"));
+	corpus_paths_free(paths, n);
+	snprintf(f, sizeof(f), "%s/b.jsonl.zst", dir);
+	CHECK(!unlink(f));
+	snprintf(f, sizeof(f), "%s/info.json", dir);
+	CHECK(!unlink(f));
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 1 && strstr(paths[0], "/README.md"));
+	corpus_paths_free(paths, n);
+	/* explicit files are all taken */
+	char *files[] = {f};
+	snprintf(f, sizeof(f), "%s/README.md", dir);
+	CHECK(corpus_expand_by_name(files, 1, &paths, &n) == 0 && n == 1);
+	corpus_paths_free(paths, n);
+}

@@ -191,8 +191,56 @@ TEST(newer_version_and_wrong_magic)
 	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
 	CHECK(test_write_file(path, "hello world, this is text\n", 26) == 0);
 	CHECK(shard_open(&s, path) == -1);
-	CHECK(strstr(last_error(), "not an asyncpp shard (bad magic)"));
+	CHECK(strstr(last_error(), "not a token shard but text, a corpus to encode first: asyncpp "
+			"tokenize encode -t TOK -o PREFIX "));
+	CHECK(strstr(last_error(), path));
 	CHECK(shard_sniff(path) == 0);
+	set_error_quiet(0);
+}
+
+/* A corpus given where a shard belongs is named for what it is, with the
+ * command that encodes it; anything else is still "bad magic". */
+TEST(corpus_given_as_shard)
+{
+	static const struct {
+		const char *bytes;
+		size_t n; /* 0: strlen */
+		const char *want;
+	} cases[] = {
+		{"caf\xc3\xa9 au lait\n\nsecond paragraph", 0, "but text, a corpus"},
+		{"\xEF\xBB\xBF  {\"text\": \"a\"}\n", 0, "but JSON, a corpus"},
+		{"[{\"text\": 1}]", 0, "but JSON, a corpus"},
+		{"\x1f\x8b\x08\x00\x00\x00", 6, "but gzip-compressed data"},
+		{"\x28\xb5\x2f\xfd\x00\x00", 6, "but zstd-compressed data"},
+		{"PAR1\x15\x00\x00\x00", 8, "but Parquet data"},
+		{"\xff\xfe\x00\x01binary", 10, "not an asyncpp shard (bad magic)"},
+		{"text with a \x01 control byte", 0, "not an asyncpp shard (bad magic)"},
+		{"bad utf-8 \xc3\x28 here", 0, "not an asyncpp shard (bad magic)"},
+	};
+	const char *path = test_path("corpus.shard");
+	struct shard *s;
+	set_error_quiet(1);
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].bytes);
+		CHECK(test_write_file(path, cases[i].bytes, n) == 0);
+		CHECK(shard_open(&s, path) == -1);
+		CHECK(strstr(last_error(), cases[i].want));
+	}
+	/* a character cut by the 4 KiB read is still text; a file ending in one is not */
+	char big[5000];
+	memset(big, 'a', sizeof(big));
+	memcpy(big + 4095, "\xc3\xa9", 2);
+	CHECK(test_write_file(path, big, sizeof(big)) == 0);
+	CHECK(shard_open(&s, path) == -1 && strstr(last_error(), "but text, a corpus"));
+	CHECK(test_write_file(path, big, 4096) == 0);
+	CHECK(shard_open(&s, path) == -1 && strstr(last_error(), "(bad magic)"));
+	/* JSON under a name encode reads as text gets --format jsonl */
+	const char *rec = "{\"text\": \"a\"}\n";
+	CHECK(test_write_file(path, rec, strlen(rec)) == 0);
+	CHECK(shard_open(&s, path) == -1 && strstr(last_error(), "--format jsonl "));
+	const char *jl = test_path("corpus.jsonl");
+	CHECK(test_write_file(jl, rec, strlen(rec)) == 0);
+	CHECK(shard_open(&s, jl) == -1 && !strstr(last_error(), "--format"));
 	set_error_quiet(0);
 }
 
