@@ -4,15 +4,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../io/util.h"
 #include "progress.h"
 
-void progress_init(struct progress *p, double start, double after, const char *what)
+void progress_init(struct progress *p, double start, double after, int cols, const char *what)
 {
 	memset(p, 0, sizeof(*p));
 	p->start = start;
+	p->cols = cols;
 	p->after = after;
 	p->drawn = -1;
 	snprintf(p->what, sizeof(p->what), "%s", what);
@@ -24,7 +27,18 @@ int progress_line(struct progress *p, double now, char *buf, size_t len)
 	if (t < p->after || (p->drawn >= 0 && now - p->drawn < PROGRESS_EVERY))
 		return 0;
 	p->drawn = now;
-	snprintf(buf, len, "\rasyncpp: %s... %.0f s\033[K", p->what, t);
+	/* one row of the terminal, or "\r" would not reach the line's start:
+	 * a long WHAT keeps its end ("...ckpt-00002000.ckpt") */
+	char tail[32];
+	snprintf(tail, sizeof(tail), "... %.0f s", t);
+	const char *what = p->what, *cut = "";
+	int room = p->cols - 1 - (int)strlen("asyncpp: ") - (int)strlen(tail);
+	if (p->cols > 0 && (int)strlen(what) > room) {
+		room = MAX(room - 3, 0);
+		what += strlen(what) - (size_t)room;
+		cut = "...";
+	}
+	snprintf(buf, len, "\rasyncpp: %s%s%s\033[K", cut, what, tail);
 	return 1;
 }
 
@@ -71,21 +85,27 @@ void progress_begin(struct progress *p, int show, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	progress_init(p, now_sec(), progress_after_env(), what);
+	struct winsize ws;
+	int cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+	progress_init(p, now_sec(), progress_after_env(), cols, what);
 	if (!show || !stderr_is_tty())
 		return;
-	char line[256]; /* at once when the delay is 0 (the tests: no race with the thread) */
-	if (p->after <= 0 && progress_line(p, p->start, line, sizeof(line)))
-		fputs(line, stderr);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	/* without a thread there is no line: the phase runs as before */
-	if (pthread_create(&p->thread, NULL, progress_thread, p) == 0)
-		p->on = 1;
-	else {
+	if (pthread_create(&p->thread, NULL, progress_thread, p)) {
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
+		return;
 	}
+	p->on = 1;
+	/* with no delay, at once: a phase shorter than the thread's first
+	 * wake-up shows its line too (the tests rely on it) */
+	char line[256];
+	pthread_mutex_lock(&p->mu);
+	if (p->after <= 0 && progress_line(p, p->start, line, sizeof(line)))
+		fputs(line, stderr);
+	pthread_mutex_unlock(&p->mu);
 }
 
 void progress_end(struct progress *p)

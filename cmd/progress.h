@@ -29,6 +29,7 @@ struct progress {
 	double after;  /* PROGRESS_AFTER, or ASYNCPP_PROGRESS_AFTER */
 	double start;  /* when the phase began (now_sec) */
 	double drawn;  /* when the line was last drawn; < 0: never */
+	int cols;      /* the terminal's width (0: unknown) */
 	char what[200];
 	pthread_t thread;
 	pthread_mutex_t mu;
@@ -45,9 +46,11 @@ void progress_begin(struct progress *p, int show, const char *fmt, ...)
 void progress_end(struct progress *p);
 
 /* The logic, apart from the clock and the thread (tests/unit/test_progress.c):
- * the phase's state at START with delay AFTER, drawing nothing yet ... */
-void progress_init(struct progress *p, double start, double after, const char *what);
-/* ... the line due at NOW, "\rasyncpp: WHAT... N s\033[K", into BUF (1), or
+ * the phase's state at START with delay AFTER on a terminal COLS wide (0:
+ * unknown), drawing nothing yet ... */
+void progress_init(struct progress *p, double start, double after, int cols, const char *what);
+/* ... the line due at NOW, "\rasyncpp: WHAT... N s\033[K" (within COLS - 1
+ * characters: "...END OF WHAT" when it is too long), into BUF (1), or
  * nothing because it is too early or too soon after the last one (0) ... */
 int progress_line(struct progress *p, double now, char *buf, size_t len);
 /* ... and what erases it at the end ("\r\033[K", or "" when none was drawn). */

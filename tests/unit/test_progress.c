@@ -12,7 +12,7 @@ TEST(progress_waits_for_the_delay)
 {
 	struct progress p;
 	char line[256];
-	progress_init(&p, 100.0, 2.0, "writing x.ckpt");
+	progress_init(&p, 100.0, 2.0, 80, "writing x.ckpt");
 	CHECK(!progress_line(&p, 100.0, line, sizeof(line)));
 	CHECK(!progress_line(&p, 101.9, line, sizeof(line)));
 	CHECK(!strcmp(progress_erase(&p), "")); /* a fast phase leaves nothing */
@@ -25,7 +25,7 @@ TEST(progress_is_rewritten_a_few_times_a_second_at_most)
 {
 	struct progress p;
 	char line[256];
-	progress_init(&p, 0.0, 2.0, "loading");
+	progress_init(&p, 0.0, 2.0, 0, "loading");
 	CHECK(progress_line(&p, 3.0, line, sizeof(line)));
 	CHECK(!progress_line(&p, 3.0 + PROGRESS_EVERY / 2, line, sizeof(line)));
 	CHECK(progress_line(&p, 3.0 + PROGRESS_EVERY, line, sizeof(line)));
@@ -38,8 +38,22 @@ TEST(progress_after_zero_draws_at_once)
 {
 	struct progress p;
 	char line[256];
-	progress_init(&p, 5.0, 0.0, "x");
+	progress_init(&p, 5.0, 0.0, 80, "x");
 	CHECK(progress_line(&p, 5.0, line, sizeof(line)));
+}
+
+TEST(progress_fits_one_row_of_the_terminal)
+{
+	struct progress p;
+	char line[256];
+	/* 30 columns: "asyncpp: " (9), "... 12 s" (8), 12 left for "..." + 9 */
+	progress_init(&p, 0.0, 2.0, 30, "writing runs/long/ckpt-00002000.ckpt");
+	CHECK(progress_line(&p, 12.0, line, sizeof(line)));
+	CHECK_MSG(!strcmp(line, "\rasyncpp: ...2000.ckpt... 12 s\033[K"), "%s", line);
+	CHECK(strlen(line) - strlen("\r\033[K") == 29);
+	progress_init(&p, 0.0, 2.0, 10, "narrow"); /* no room: the seconds alone */
+	CHECK(progress_line(&p, 3.0, line, sizeof(line)));
+	CHECK_MSG(!strcmp(line, "\rasyncpp: ...... 3 s\033[K"), "%s", line);
 }
 
 TEST(progress_after_from_the_environment)
