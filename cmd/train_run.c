@@ -423,8 +423,8 @@ int train_loop(struct run *r)
 			/* as many steps as fit in log_s seconds at this call's
 			 * pace; the root's clock decides, as for segments */
 			double fit = log_s * (double)(tr->step - first) / MAX(t_run, 1e-9);
-			long steps = fit >= PIPELINE_SEGMENT_MAX * 1000.0 ? PIPELINE_SEGMENT_MAX * 1000L
-				   : MAX((long)fit, 1);
+			long most = PIPELINE_SEGMENT_MAX * 1000L; /* an int for dist_max_int */
+			long steps = fit >= (double)most ? most : MAX((long)fit, 1);
 			chunk = dist_max_int(dist_is_root() ? (int)steps : 0);
 		}
 		if (tr->kind >= 0 && tr->step > first) {

@@ -42,7 +42,8 @@ asyncpp: writing the checkpoint of step 4... 0 s"
 	   [ "$erased" -eq 5 ]; then
 		pass progress_lines_on_a_terminal
 	else
-		fail progress_lines_on_a_terminal "exit $rc, $drawn drawn, $erased erased: $(tr '\n' '|' < phases.txt)"
+		fail progress_lines_on_a_terminal \
+			"exit $rc, $drawn drawn, $erased erased: $(tr '\n' '|' < phases.txt)"
 	fi
 
 	# 2. a resumed run shows the checkpoint's opening and loading
@@ -80,7 +81,8 @@ asyncpp: writing the checkpoint of step 4... 0 s"
 	# 6. import-hf: reading the weights, writing the checkpoint
 	cp -r "$TESTDATA/hf/llama" m
 	on_tty tty6.txt "$A" import-hf -o m.ckpt m
-	if [ "$(phases tty6.txt | tr '\n' '|')" = "asyncpp: reading the weights in m... 0 s|asyncpp: writing m.ckpt... 0 s|" ]; then
+	want="asyncpp: reading the weights in m... 0 s|asyncpp: writing m.ckpt... 0 s|"
+	if [ "$(phases tty6.txt | tr '\n' '|')" = "$want" ]; then
 		pass progress_import_hf
 	else
 		fail progress_import_hf "$(phases tty6.txt | tr '\n' '|')"

@@ -6,9 +6,14 @@
 # pattern that selects them alone).
 . "$ROOT/tests/lib.sh"
 mkdir -p fake/tests/unit
-fake() { printf '#!/bin/sh\nprintf "%s"\n' "$2" > "fake/tests/unit/$1"; chmod +x "fake/tests/unit/$1"; }
-fake test_cuda_zzfake_ops 'SKIP cuda_a: no CUDA driver found\nSKIP cuda_b: no CUDA driver found\nPASS cuda_c_on_cpu\n'
-fake test_cuda_zzfake_nccl 'SKIP cuda_d: NCCL (libnccl.so.2) not found\nSKIP cuda_e: no CUDA driver found\n'
+# fake NAME LINES: a test program printing LINES
+fake() {
+	printf '#!/bin/sh\nprintf "%s"\n' "$2" > "fake/tests/unit/$1"
+	chmod +x "fake/tests/unit/$1"
+}
+NODRV='no CUDA driver found'
+fake test_cuda_zzfake_ops "SKIP cuda_a: $NODRV\nSKIP cuda_b: $NODRV\nPASS cuda_c_on_cpu\n"
+fake test_cuda_zzfake_nccl "SKIP cuda_d: NCCL (libnccl.so.2) not found\nSKIP cuda_e: $NODRV\n"
 fake test_zzfake_other 'SKIP f: no zstd program\nPASS g\n'
 # (a path from the root: tests/run takes either)
 BUILD=$(realpath --relative-to="$ROOT" fake) bash "$ROOT/tests/run" zzfake > out.txt 2>&1
