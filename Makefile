@@ -63,10 +63,10 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # -gencode=arch=compute_90,code=sm_90" (--threads 0 compiles the two at once).
 NVCC_GENCODE ?= -gencode=arch=compute_90,code=[sm_90,compute_90]
 NVCC_FLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) --threads 0 --expt-relaxed-constexpr
-# the longest first, so that they do not finish last
-CU_SRC = $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cuda_attention.cu cuda_optim.cu \
-	cuda_elementwise.cu) $(filter-out $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu \
-	cuda_attention.cu cuda_optim.cu cuda_elementwise.cu),$(wildcard kernels/cuda/*.cu))
+# the longest to compile first, so that they do not finish last
+CU_FIRST = $(wildcard $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cuda_attention.cu \
+	cuda_optim.cu cuda_elementwise.cu))
+CU_SRC = $(CU_FIRST) $(filter-out $(CU_FIRST),$(wildcard kernels/cuda/*.cu))
 ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
 ALL_CFLAGS += -DASYNCPP_CUDA=1
