@@ -61,7 +61,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # The H100's code (sm_90) and its PTX, which the driver compiles for newer
 # GPUs; an A100 needs its own: NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80
 # -gencode=arch=compute_90,code=sm_90" (--threads 0 compiles the two at once).
-NVCC_GENCODE ?= -gencode=arch=compute_90,code=[sm_90,compute_90]
+NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 NVCC_FLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) --threads 0 --expt-relaxed-constexpr
 # the longest to compile first, so that they do not finish last
 CU_FIRST = $(wildcard $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cuda_attention.cu \
