@@ -1,6 +1,7 @@
 # asyncpp - build, test, demo, install.
 #
-#   make            build ./asyncpp (CUDA objects too when nvcc is found)
+#   make            build ./asyncpp (CUDA objects too when nvcc is found),
+#                   one job per core (make -j1: one at a time)
 #   make CUDA=0     CPU only
 #   make test       install missing packages, build, run the test suite
 #   make demo       install missing packages, tokenize/train/eval/sample
@@ -14,6 +15,9 @@
 
 PREFIX ?= /usr/local
 CC ?= cc
+# Parallel by default, one job per core; a -j on the command line wins.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+MAKEFLAGS += -j$(JOBS)
 BUILD ?= build
 BIN ?= asyncpp
 # -march=native tunes for this machine's CPU; a build made for another
@@ -54,9 +58,15 @@ else
 CUDA ?= 1
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80
-NVCC_FLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) --expt-relaxed-constexpr
-CU_SRC = $(wildcard kernels/cuda/*.cu)
+# The H100's code (sm_90) and its PTX, which the driver compiles for newer
+# GPUs; an A100 needs its own: NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80
+# -gencode=arch=compute_90,code=sm_90" (--threads 0 compiles the two at once).
+NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+NVCC_FLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) --threads 0 --expt-relaxed-constexpr
+# the longest to compile first, so that they do not finish last
+CU_FIRST = $(wildcard $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cuda_attention.cu \
+	cuda_optim.cu cuda_elementwise.cu))
+CU_SRC = $(CU_FIRST) $(filter-out $(CU_FIRST),$(wildcard kernels/cuda/*.cu))
 ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
 ALL_CFLAGS += -DASYNCPP_CUDA=1
@@ -90,7 +100,7 @@ endif
 LIB_SRC = $(wildcard io/*.c io/*/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c sched/*/*.c cmd/*.c)
 CORPUS = $(sort $(wildcard testdata/corpus/*.txt))
 MANPAGES = $(sort $(wildcard man/*.1 man/*.5 man/*.7))
-LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(BUILD)/gen/manpages.o $(CU_OBJ)
+LIB_OBJ = $(CU_OBJ) $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(BUILD)/gen/manpages.o
 TEST_SRC = $(wildcard tests/unit/*.c)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
@@ -151,8 +161,6 @@ DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-de
 	libgfortran-12-dev openmpi-bin libopenmpi-dev nodejs npm bible-kjv bible-kjv-text
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)
-
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: deps
 	$(MAKE) -j$(JOBS) test-bins

@@ -13,6 +13,7 @@
 #include "../model/model.h"
 #include "cmd.h"
 #include "opts.h"
+#include "progress.h"
 #include "run_common.h"
 
 static const char *const usage[] = {
@@ -162,7 +163,10 @@ int cmd_import_hf(int argc, char **argv, const char *prog)
 		rc = model_from_config(&m, &cfg, mc.V);
 	if (!rc) {
 		params = xmalloc(st_mult(m.numel, sizeof(float)));
+		struct progress pg; /* on a terminal, when it takes seconds */
+		progress_begin(&pg, 1, "reading the weights in %s", dir);
 		rc = hf_read_weights(dir, &m, params);
+		progress_end(&pg);
 	}
 	/* the tokenizer is written to its temporary first and moved into place
 	 * only after the checkpoint: a failed import replaces neither file */
@@ -185,7 +189,10 @@ int cmd_import_hf(int argc, char **argv, const char *prog)
 			k += snprintf(meta + k, sizeof(meta) - k, "tokenizer_hash = 0x%016llx\n",
 				      (unsigned long long)tokenizer_hash(tok));
 		snprintf(meta + k, sizeof(meta) - k, "imported_from = %.900s\n", dir);
+		struct progress pg;
+		progress_begin(&pg, 1, "writing %s", out);
 		rc = write_ckpt(out, &cfg, &m, params, meta);
+		progress_end(&pg);
 	}
 	if (tok_open) {
 		if (rc)

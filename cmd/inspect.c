@@ -5,6 +5,7 @@
  * intact, 1 when any is corrupt or unreadable, 2 on bad usage. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/formats/checkpoint.h"
@@ -14,6 +15,7 @@
 #include "../io/util.h"
 #include "cmd.h"
 #include "opts.h"
+#include "progress.h"
 
 #define LLMC_CKPT_MAGIC 20240326
 
@@ -65,15 +67,15 @@ static int file_kind(const char *path)
 	return KIND_UNKNOWN;
 }
 
-static int inspect_one(const char *path, int verbose)
+static int inspect_one(const char *path, int verbose, FILE *out)
 {
 	switch (file_kind(path)) {
 	case KIND_SHARD:
-		return shard_inspect(path, stdout);
+		return shard_inspect(path, out);
 	case KIND_TOKENIZER:
-		return tokenizer_inspect(path, stdout);
+		return tokenizer_inspect(path, out);
 	case KIND_CHECKPOINT:
-		return checkpoint_inspect(path, stdout, verbose);
+		return checkpoint_inspect(path, out, verbose);
 	case KIND_CONTAINER:
 		return error("'%s': an asyncpp container of an unknown kind (newer asyncpp?)",
 			     path);
@@ -119,8 +121,21 @@ int cmd_inspect(int argc, char **argv, const char *prog)
 	for (int i = 0; i < n; i++) {
 		if (i)
 			putchar('\n');
-		if (inspect_one(argv[i], verbose))
+		/* on a terminal, a progress line while a big file is read and
+		 * verified; the report is held until it is erased */
+		struct progress pg;
+		progress_begin(&pg, 1, "reading and verifying %s", argv[i]);
+		char *held = NULL;
+		size_t len = 0;
+		FILE *out = pg.on ? open_memstream(&held, &len) : NULL;
+		if (inspect_one(argv[i], verbose, out ? out : stdout))
 			failed = 1;
+		if (out)
+			fclose(out);
+		progress_end(&pg);
+		if (held)
+			fwrite(held, 1, len, stdout);
+		free(held);
 		fflush(stdout);
 	}
 	return failed ? EXIT_FAIL : EXIT_OK;

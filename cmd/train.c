@@ -24,6 +24,7 @@
 #include "../sched/trainer.h"
 #include "cmd.h"
 #include "opts.h"
+#include "progress.h"
 #include "run_common.h"
 #include "run_paths.h"
 #include "train_dir.h"
@@ -341,8 +342,12 @@ int cmd_train(int argc, char **argv, const char *prog)
 	struct run r = {.quiet = quiet, .tty = stderr_is_tty(), .prog = prog};
 	struct ckpt *ck = NULL;
 	char *ck_path = NULL;
+	struct progress pg; /* on a terminal, a line for each long phase */
 	if (resume) {
-		if (open_resume(resume, &ck, &ck_path))
+		progress_begin(&pg, !quiet, "opening %s", resume);
+		int opened = open_resume(resume, &ck, &ck_path);
+		progress_end(&pg);
+		if (opened)
 			return EXIT_FAIL;
 		config_defaults(&r.cfg);
 		if (config_load_string(&r.cfg, ckpt_config(ck), ck_path))
@@ -398,11 +403,15 @@ int cmd_train(int argc, char **argv, const char *prog)
 	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 0) : 0;
 	if (dist_max_int(claimed != 0)) /* every rank stops when the root could not */
 		return EXIT_FAIL;
-	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg) ||
-	    train_setup_data(&r))
+	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg))
 		return EXIT_FAIL;
-	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
+	/* (the built-in data says what it does itself) */
+	progress_begin(&pg, !quiet && cfg->data_train[0], "reading %s", cfg->data_train);
+	int data = train_setup_data(&r);
+	progress_end(&pg);
+	if (data || model_from_config(&r.m, cfg, (int)r.train.vocab))
 		return EXIT_FAIL;
+	progress_begin(&pg, !quiet, "allocating and initialising %zu parameters", r.m.numel);
 	/* the checkpoint's config must describe the model without the data */
 	char vocab[32];
 	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
@@ -410,18 +419,25 @@ int cmd_train(int argc, char **argv, const char *prog)
 	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
 	if (dist_active()) { /* one stage per process: the rest of the arena stays untouched */
 		struct stage_cut cut; /* the trainer's: both come from cut_from_config */
-		if (cut_from_config(&cut, cfg, &r.m))
+		if (cut_from_config(&cut, cfg, &r.m)) {
+			progress_end(&pg);
 			return EXIT_FAIL;
+		}
 		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
 					 dist_rank() % cut.S);
 		cut_free(&cut);
 	} else
 		model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
-	if (trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train))
+	int init = trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train);
+	progress_end(&pg);
+	if (init)
 		return EXIT_FAIL;
 	free(params);
 	if (ck) {
-		if (trainer_load(&r.tr, ck))
+		progress_begin(&pg, !quiet, "loading %s", ck_path);
+		int loaded = trainer_load(&r.tr, ck);
+		progress_end(&pg);
+		if (loaded)
 			return EXIT_FAIL;
 		if (!quiet)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
@@ -489,8 +505,10 @@ int cmd_train(int argc, char **argv, const char *prog)
 		warning("%s", advice);
 	int rc = train_loop(&r);
 	char *saved = NULL;
+	progress_begin(&pg, !quiet && !rc, "writing the checkpoint of step %ld", r.tr.step);
 	if (!rc && train_save_checkpoint(&r.tr, cfg, NULL, &saved))
 		rc = -1;
+	progress_end(&pg);
 	if (stop_signal && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
 			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : stop_signal == SIGHUP ?

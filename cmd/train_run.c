@@ -18,6 +18,7 @@
 #include "../sched/comm/dist.h"
 #include "builtin.h"
 #include "generate.h"
+#include "progress.h"
 #include "run_common.h"
 #include "train_run.h"
 
@@ -34,6 +35,19 @@
 #define PIPELINE_SEGMENT_S 10.0
 #define PIPELINE_SEGMENT_MIN 20
 #define PIPELINE_SEGMENT_MAX 1000
+/* A step line at least every LOG_AT_LEAST_S seconds (ASYNCPP_LOG_SECONDS),
+ * whatever log.every is (a big model's steps take seconds): without a
+ * pipeline, a call runs the first step alone, then as many steps as fit in
+ * that time at the last call's pace (pipelines: their segments, above). */
+#define LOG_AT_LEAST_S 10.0
+
+static double log_at_least_s(void)
+{
+	const char *s = getenv("ASYNCPP_LOG_SECONDS");
+	char *end;
+	double v = s && *s ? strtod(s, &end) : -1;
+	return s && *s && !*end && v >= 0 ? v : LOG_AT_LEAST_S;
+}
 
 static void fmt_duration(char *out, size_t len, double s)
 {
@@ -479,6 +493,9 @@ int train_loop(struct run *r)
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
 	long segment = PIPELINE_SEGMENT_MIN; /* steps of the next pipeline segment */
+	long chunk = 1; /* without a pipeline, steps of the next call: see LOG_AT_LEAST_S */
+	double t_logged = t_start; /* when a step line was last printed */
+	double log_s = log_at_least_s();
 	int rc = 0;
 	if (!r->quiet) {
 		/* with stages, the cut: "4 stage(s) of 4,4,4,0 layers (balanced)" */
@@ -515,16 +532,31 @@ int train_loop(struct run *r)
 			next = MIN(next, (tr->step / r->sample_every + 1) * r->sample_every);
 		if (cfg->checkpoint_every > 0)
 			next = MIN(next, (tr->step / cfg->checkpoint_every + 1) * cfg->checkpoint_every);
-		if (tr->kind >= 0)
-			next = MIN(next, tr->step + segment);
+		next = MIN(next, tr->step + (tr->kind >= 0 ? segment : chunk));
 		int n = (int)(next - tr->step);
 		long first = tr->step;
+		struct progress pg; /* on a terminal, when the steps take seconds */
+		if (n > 1)
+			progress_begin(&pg, !r->quiet, "running steps %ld to %ld of %ld", first + 1,
+				       next, total);
+		else
+			progress_begin(&pg, !r->quiet, "running step %ld of %ld", first + 1, total);
 		double t_run = now_sec();
-		if (trainer_run(tr, n, stats)) {
+		int failed = trainer_run(tr, n, stats);
+		t_run = now_sec() - t_run;
+		progress_end(&pg);
+		if (failed) {
 			free(stats); /* error() said what failed */
 			return -1;
 		}
-		t_run = now_sec() - t_run;
+		if (tr->kind < 0 && tr->step > first) {
+			/* as many steps as fit in log_s seconds at this call's
+			 * pace; the root's clock decides, as for segments */
+			double fit = log_s * (double)(tr->step - first) / MAX(t_run, 1e-9);
+			long most = PIPELINE_SEGMENT_MAX * 1000L; /* an int for dist_max_int */
+			long steps = fit >= (double)most ? most : MAX((long)fit, 1);
+			chunk = dist_max_int(dist_is_root() ? (int)steps : 0);
+		}
 		if (tr->kind >= 0 && tr->step > first) {
 			/* the next segment's length from this one's pace; the root's
 			 * clock decides, so that every rank runs the same schedule */
@@ -538,9 +570,11 @@ int train_loop(struct run *r)
 			break;
 		}
 		n = (int)(tr->step - first); /* fewer when a signal stopped the run */
-		/* a progress line when the segment reached or passed a log step */
-		int log_due = tr->step / log_every > first / log_every;
+		/* a progress line when the segment reached or passed a log step,
+		 * or log_s seconds passed since the last one */
 		double now = now_sec();
+		int log_due = tr->step / log_every > first / log_every ||
+			      now - t_logged >= log_s;
 		double dt = now - t_last;
 		double tokens = (double)(tr->step - step_last) * tr->mb_per_step * tr->B * tr->T;
 		double tps = dt > 0 ? tokens / dt : 0;
@@ -600,6 +634,7 @@ int train_loop(struct run *r)
 				total, last->loss, valbuf, last->lr,
 				isnan(last->grad_norm) ? NAN : last->grad_norm, tps, 100 * mfu, bub,
 				eta, r->tty && isnan(val) && tr->step != total ? "  \033[K" : "\n");
+			t_logged = now;
 			if (!r->tty && tr->S > 1) {
 				for (int s = 0; s < tr->S; s++) {
 					struct stage_worker *w = &tr->w[s];
@@ -637,7 +672,12 @@ int train_loop(struct run *r)
 								    60 * cfg->checkpoint_every_minutes);
 		if ((by_steps || by_time) && tr->step < total && r->watch.bad_in_row == 0) {
 			char *saved = NULL;
-			if (train_save_checkpoint(tr, cfg, &r->watch, &saved)) {
+			struct progress pg;
+			progress_begin(&pg, !r->quiet, "writing the checkpoint of step %ld",
+				       tr->step);
+			int failed = train_save_checkpoint(tr, cfg, &r->watch, &saved);
+			progress_end(&pg);
+			if (failed) {
 				rc = -1;
 				break;
 			}

@@ -230,8 +230,9 @@ static int cu_set_lanes(const int *devs, int n, char *why, size_t len)
 	if (perr != cudaSuccess) {
 		cudaGetLastError();
 		snprintf(why, len, "this asyncpp has no code for device %d (%s, sm_%d%d): %s; rebuild "
-			 "with its -gencode in NVCC_FLAGS", devs[0], first.name, first.major,
-			 first.minor, cudaGetErrorString(perr));
+			 "it with make NVCC_GENCODE=-gencode=arch=compute_%d%d,code=sm_%d%d",
+			 devs[0], first.name, first.major, first.minor, cudaGetErrorString(perr),
+			 first.major, first.minor, first.major, first.minor);
 		return 0;
 	}
 	std::lock_guard<std::mutex> lock(select_mutex);
@@ -349,9 +350,10 @@ extern "C" int cuda_available(char *why, size_t len)
 	}
 	cudaFuncAttributes attr;
 	if ((err = cudaFuncGetAttributes(&attr, probe_kernel)) != cudaSuccess) {
-		snprintf(why, len, "this asyncpp has no code for %s (sm_%d%d): %s; rebuild with "
-			 "its -gencode in NVCC_FLAGS", prop.name, prop.major, prop.minor,
-			 cudaGetErrorString(err));
+		snprintf(why, len, "this asyncpp has no code for %s (sm_%d%d): %s; rebuild it with "
+			 "make NVCC_GENCODE=-gencode=arch=compute_%d%d,code=sm_%d%d", prop.name,
+			 prop.major, prop.minor, cudaGetErrorString(err), prop.major, prop.minor,
+			 prop.major, prop.minor);
 		cudaGetLastError();
 		return 0;
 	}
