@@ -355,7 +355,8 @@ int cmd_train(int argc, char **argv)
 	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg) ||
 	    train_setup_data(&r))
 		return EXIT_FAIL;
-	if (model_from_config(&r.m, cfg, (int)r.train.vocab))
+	if (ck_path ? model_from_ckpt_config(&r.m, cfg, (int)r.train.vocab, ck_path)
+		    : model_from_config(&r.m, cfg, (int)r.train.vocab))
 		return EXIT_FAIL;
 	/* the checkpoint's config must describe the model without the data */
 	char vocab[32];

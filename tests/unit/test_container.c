@@ -363,7 +363,7 @@ TEST(inspect_reports_nonfinite_tensors)
 	snprintf(path, sizeof(path), "%s/nan.ckpt", test_tmpdir());
 	float good[4] = {1, 2, 3, 4}, bad[6] = {0, 1, NAN, 3, INFINITY, 5};
 	struct ckpt_writer *w;
-	CHECK(ckpt_create(&w, path, "", "step = 1\n") == 0);
+	CHECK(ckpt_create(&w, path, "", "step = 1\nversions = 1\n") == 0);
 	CHECK(ckpt_add(w, "weights.v0/a", good, 4, 4, 0) == 0);
 	CHECK(ckpt_add(w, "weights.v0/b", bad, 6, 2, 3) == 0);
 	CHECK(ckpt_commit(w) == 0);
