@@ -151,8 +151,8 @@ int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int 
 	for (int i = 0; i < ckpt_count(k); i++) {
 		const char *n = ckpt_name(k, i);
 		if (!strncmp(n, set, len) && n[len] == '/' && model_find_param(m, n + len + 1) < 0)
-			return error("'%s': tensor '%s' is no parameter of the model its configuration "
-				     "describes", ckpt_path(k), n);
+			return error("'%s': tensor '%s' is no parameter of the model its "
+				     "configuration describes", ckpt_path(k), n);
 	}
 	return 0;
 }
@@ -201,7 +201,8 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 				tensor_name(name, sizeof(name), sb.name, pi);
 				if (ckpt_find(k, name) < 0 && step == 0)
 					continue; /* a step-0 checkpoint may lack state */
-				rc = ckpt_read_named(k, name, host + part.off, part.rows, part.cols);
+				rc = ckpt_read_named(k, name, host + part.off, part.rows,
+						     part.cols);
 			}
 			/* the same state into stage s of every replica held here */
 			for (int r = 0; r < tr->N && !rc; r++) {

@@ -313,9 +313,9 @@ static const char *meta_value(const struct ckpt *k, const char *key, size_t *len
 	return NULL;
 }
 
-/* v[0..len) as a number: decimal digits, or with hex 0x and 1 to 16 hex
- * digits. 0 and *out, 1 if it is a '-' and digits (negative: out of any
- * range here), -1 if it is no number or above 2^64-1. */
+/* v[0..len) as a number: decimal digits, or where `hex` also 0x and hex
+ * digits. 0 and *out; 1 if it is a '-' and digits (negative: out of any
+ * range here); -1 if it is no number or above 2^64-1. */
 static int parse_u64(const char *v, size_t len, int hex, uint64_t *out)
 {
 	int neg = len > 1 && v[0] == '-';
@@ -412,8 +412,8 @@ static int check_meta(const struct ckpt *k)
 		for (const char *q = k->meta; q < p;) {
 			const char *qnl = strchr(q, '\n');
 			if (!strncmp(q, p, klen + 3))
-				return error("'%s': metadata line %d gives '%.*s' again", path, lineno,
-					     (int)klen, p);
+				return error("'%s': metadata line %d gives '%.*s' again", path,
+					     lineno, (int)klen, p);
 			q = qnl + 1;
 		}
 		if (f == N_META_FIELDS || !meta_fields[f].number) {
@@ -427,9 +427,10 @@ static int check_meta(const struct ckpt *k)
 				     lineno, m->key, (int)(vlen > 40 ? 40 : vlen), v,
 				     m->hex ? "decimal or 0x hex " : "decimal ");
 		if (r > 0 || val[f] < m->lo || val[f] > m->hi)
-			return error("'%s': metadata line %d: %s = %.*s is out of range (%llu to %llu)",
-				     path, lineno, m->key, (int)(vlen > 40 ? 40 : vlen), v,
-				     (unsigned long long)m->lo, (unsigned long long)m->hi);
+			return error("'%s': metadata line %d: %s = %.*s is out of range "
+				     "(%llu to %llu)", path, lineno, m->key,
+				     (int)(vlen > 40 ? 40 : vlen), v, (unsigned long long)m->lo,
+				     (unsigned long long)m->hi);
 		line_of[f] = lineno;
 		p = nl + 1;
 	}
@@ -438,9 +439,10 @@ static int check_meta(const struct ckpt *k)
 			return error("'%s': metadata has no '%s' (a checkpoint needs step and "
 				     "versions)", path, meta_fields[f].key);
 	uint64_t step = val[F_STEP], nv = val[F_VERSIONS];
-	if (line_of[F_SEED] && line_of[F_RNG_STATE] && val[F_RNG_STATE] != rng_mix(val[F_SEED], step))
-		return error("'%s': metadata rng_state = %llu is not the one seed = %llu and step = "
-			     "%llu give (the metadata was changed)", path,
+	if (line_of[F_SEED] && line_of[F_RNG_STATE] &&
+	    val[F_RNG_STATE] != rng_mix(val[F_SEED], step))
+		return error("'%s': metadata rng_state = %llu is not the one seed = %llu and "
+			     "step = %llu give (the metadata was changed)", path,
 			     (unsigned long long)val[F_RNG_STATE], (unsigned long long)val[F_SEED],
 			     (unsigned long long)step);
 	if (line_of[F_DATA_POSITION] && val[F_DATA_POSITION] < step)
@@ -451,8 +453,9 @@ static int check_meta(const struct ckpt *k)
 	for (int i = 0; i < k->n; i++) {
 		int v = weight_version(k->rows[i].name);
 		if (v == -2)
-			return error("'%s': tensor '%s' names no weight version (weights.vK/NAME, K "
-				     "from 0 to %d)", path, k->rows[i].name, CKPT_MAX_VERSIONS - 1);
+			return error("'%s': tensor '%s' names no weight version "
+				     "(weights.vK/NAME, K from 0 to %d)", path, k->rows[i].name,
+				     CKPT_MAX_VERSIONS - 1);
 		if (v >= (int)nv)
 			return error("'%s': tensor '%s' is beyond the metadata's versions = %llu "
 				     "(weights.v0 to weights.v%llu)", path, k->rows[i].name,

@@ -60,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		long step, nv;
 		uint64_t h;
 		if (ckpt_meta_long(k, "step", &step) || ckpt_meta_long(k, "versions", &nv) ||
-		    step < 0 || (uint64_t)step > CKPT_MAX_STEP || nv < 1 || nv > CKPT_MAX_VERSIONS ||
-		    nv != sets + 1 || odd)
+		    step < 0 || (uint64_t)step > CKPT_MAX_STEP || nv < 1 ||
+		    nv > CKPT_MAX_VERSIONS || nv != sets + 1 || odd)
 			abort();
 		for (int v = 0; v < nv; v++) {
 			char name[32];
