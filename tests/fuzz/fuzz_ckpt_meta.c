@@ -5,11 +5,11 @@
  * metadata itself, written through the checkpoint writer into a valid file
  * with a small index: the first byte picks how many weight sets it holds
  * (weights.v0 to v3, each of two tensors) and whether one of them is
- * named out of line (weights.v07/b); the rest, up to the first NUL, is the
- * metadata text. ckpt_open must never crash, hang or read out of bounds,
- * and a file it accepts must satisfy what its readers rely on: step and
- * versions present and in range, every weight set below versions and each
- * version present. */
+ * named out of line (weights.v0K/b, a leading zero); the rest, up to the
+ * first NUL, is the metadata text. ckpt_open must never crash, hang or read
+ * out of bounds, and a file it accepts must satisfy what its readers rely
+ * on: step and versions present and in range, every weight set below
+ * versions and each version present. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
