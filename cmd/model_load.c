@@ -35,7 +35,8 @@ int loaded_model_open(struct loaded_model *lm, const char *path, const char *dev
 	if (!rc && !(lm->be = backend_from_config(&lm->cfg)))
 		rc = -1;
 	if (!rc)
-		rc = model_from_config(&lm->m, &lm->cfg, (int)lm->cfg.model_vocab_size);
+		rc = model_from_ckpt_config(&lm->m, &lm->cfg, (int)lm->cfg.model_vocab_size,
+					    lm->path);
 	if (!rc) {
 		lm->host = xmalloc(st_mult(lm->m.numel, sizeof(float)));
 		rc = ckpt_load_weights(k, &lm->m, lm->host, 0);

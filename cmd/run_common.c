@@ -40,6 +40,17 @@ int model_from_config(struct model *m, const struct config *cfg, int vocab)
 	return model_init(m, &mc);
 }
 
+int model_from_ckpt_config(struct model *m, const struct config *cfg, int vocab,
+			   const char *ckpt)
+{
+	set_error_quiet(1);
+	int rc = model_from_config(m, cfg, vocab);
+	set_error_quiet(0);
+	if (rc)
+		return error("'%s': %s", ckpt, last_error());
+	return 0;
+}
+
 int checkpoint_name(const char *n)
 {
 	size_t len = strlen(n);

@@ -10,6 +10,10 @@
 /* Model shape from the [model] keys; vocab is used when model.vocab_size
  * is 0. Returns -1 with error() on a bad shape. */
 int model_from_config(struct model *m, const struct config *cfg, int vocab);
+/* The same for a configuration read from checkpoint CKPT: a bad shape's
+ * message names the checkpoint. */
+int model_from_ckpt_config(struct model *m, const struct config *cfg, int vocab,
+			   const char *ckpt);
 /* mkdir -p (cmd/builtin.c). */
 int make_dirs(const char *path);
 /* A checkpoint path from FILE or DIR (the newest checkpoint in it), malloc'ed. */

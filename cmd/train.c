@@ -409,7 +409,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 	progress_begin(&pg, !quiet && cfg->data_train[0], "reading %s", cfg->data_train);
 	int data = train_setup_data(&r);
 	progress_end(&pg);
-	if (data || model_from_config(&r.m, cfg, (int)r.train.vocab))
+	if (data || (ck_path ? model_from_ckpt_config(&r.m, cfg, (int)r.train.vocab, ck_path)
+			     : model_from_config(&r.m, cfg, (int)r.train.vocab)))
 		return EXIT_FAIL;
 	progress_begin(&pg, !quiet, "allocating and initialising %zu parameters", r.m.numel);
 	/* the checkpoint's config must describe the model without the data */

@@ -146,7 +146,7 @@ int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int 
 	for (int i = 0; i < m->n_params; i++) {
 		const struct param_info *pi = &m->params[i];
 		tensor_name(name, sizeof(name), set, pi);
-		if (ckpt_read_named(k, name, global + pi->offset, pi->numel))
+		if (ckpt_read_named(k, name, global + pi->offset, pi->rows, pi->cols))
 			return -1;
 		size_t at;
 		if (floats_nonfinite(global + pi->offset, pi->numel, &at))
@@ -154,6 +154,14 @@ int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int 
 				     "cannot be trained, evaluated, sampled or exported ('asyncpp "
 				     "inspect %s' lists them); use an earlier checkpoint", ckpt_path(k),
 				     name, at, (double)global[pi->offset + at], ckpt_path(k));
+	}
+	/* and nothing else: a tensor of another model is no part of this one */
+	size_t len = strlen(set);
+	for (int i = 0; i < ckpt_count(k); i++) {
+		const char *n = ckpt_name(k, i);
+		if (!strncmp(n, set, len) && n[len] == '/' && model_find_param(m, n + len + 1) < 0)
+			return error("'%s': tensor '%s' is no parameter of the model its "
+				     "configuration describes", ckpt_path(k), n);
 	}
 	return 0;
 }
@@ -164,8 +172,8 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	long step, nv;
 	if (ckpt_meta_long(k, "step", &step) || ckpt_meta_long(k, "versions", &nv))
 		return -1;
-	if (nv < 1 || nv > WORKER_MAX_VERSIONS)
-		return error("'%s': bad version count %ld", ckpt_path(k), nv);
+	/* ckpt_open checked the metadata's range, CKPT_MAX_VERSIONS */
+	_Static_assert(CKPT_MAX_VERSIONS == WORKER_MAX_VERSIONS, "checkpoint and worker versions");
 	int need = trainer_n_versions(tr);
 	if (nv < need && step > 0)
 		return error("'%s' holds %ld weight version(s); this run's delay needs %d: resume "
@@ -212,7 +220,8 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 				tensor_name(name, sizeof(name), sb.name, pi);
 				if (ckpt_find(k, name) < 0 && step == 0)
 					continue; /* a step-0 checkpoint may lack state */
-				rc = ckpt_read_named(k, name, host + part.off, part.numel);
+				rc = ckpt_read_named(k, name, host + part.off, part.rows,
+						     part.cols);
 			}
 			/* the same state into stage s of every replica held here */
 			for (int r = 0; r < tr->N && !rc; r++) {

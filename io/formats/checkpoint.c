@@ -1,7 +1,7 @@
 /* checkpoint.c - checkpoint files (see checkpoint.h). */
 #include "checkpoint.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +189,8 @@ static int parse_index(struct ckpt *k, const char *text, uint64_t n_expected)
 	return 0;
 }
 
+static int check_meta(const struct ckpt *k);
+
 int ckpt_open(struct ckpt **out, const char *path)
 {
 	struct ckpt *k = xcalloc(1, sizeof(*k));
@@ -218,6 +220,8 @@ int ckpt_open(struct ckpt **out, const char *path)
 		rc = -1;
 	if (!rc)
 		rc = parse_index(k, idx, n);
+	if (!rc)
+		rc = check_meta(k);
 	free(idx);
 	if (rc) {
 		ckpt_close(k);
@@ -265,31 +269,206 @@ int ckpt_read(struct ckpt *k, int i, float *out)
 
 int ckpt_verify(struct ckpt *k) { return container_verify(k->c); }
 
-int ckpt_read_named(struct ckpt *k, const char *name, float *out, size_t numel)
+static void shape_text(char *out, size_t len, int rows, int cols)
+{
+	if (cols)
+		snprintf(out, len, "%dx%d", rows, cols);
+	else
+		snprintf(out, len, "%d", rows);
+}
+
+int ckpt_read_named(struct ckpt *k, const char *name, float *out, int rows, int cols)
 {
 	int i = ckpt_find(k, name);
 	if (i < 0)
 		return error("'%s': no tensor '%s' in the checkpoint", ckpt_path(k), name);
+	size_t numel = (size_t)rows * (size_t)(cols ? cols : 1);
 	if (k->rows[i].numel != numel)
 		return error("'%s': tensor '%s' has %zu values, expected %zu", ckpt_path(k), name,
 			     k->rows[i].numel, numel);
+	if (k->rows[i].rows != rows || k->rows[i].cols != cols) {
+		char have[32], want[32];
+		shape_text(have, sizeof(have), k->rows[i].rows, k->rows[i].cols);
+		shape_text(want, sizeof(want), rows, cols);
+		return error("'%s': tensor '%s' is %s in the index; the model of its configuration "
+			     "has it %s", ckpt_path(k), name, have, want);
+	}
 	return ckpt_read(k, i, out);
 }
 
-/* The text after "KEY = " on KEY's metadata line, or NULL. */
+/* The text after "KEY = " on KEY's metadata line, or NULL. (ckpt_open has
+ * checked every line and that no key repeats.) */
 static const char *meta_value(const struct ckpt *k, const char *key, size_t *len)
 {
 	size_t klen = strlen(key);
 	for (const char *p = k->meta; p && *p;) {
 		const char *nl = strchr(p, '\n');
 		size_t n = nl ? (size_t)(nl - p) : strlen(p);
-		if (n > klen + 3 && !strncmp(p, key, klen) && !strncmp(p + klen, " = ", 3)) {
+		if (n >= klen + 3 && !strncmp(p, key, klen) && !strncmp(p + klen, " = ", 3)) {
 			*len = n - klen - 3;
 			return p + klen + 3;
 		}
 		p = nl ? nl + 1 : p + n;
 	}
 	return NULL;
+}
+
+/* v[0..len) as a number: decimal digits, or where `hex` also 0x and hex
+ * digits. 0 and *out; 1 if it is a '-' and digits (negative: out of any
+ * range here); -1 if it is no number or above 2^64-1. */
+static int parse_u64(const char *v, size_t len, int hex, uint64_t *out)
+{
+	int neg = len > 1 && v[0] == '-';
+	size_t i = (size_t)neg;
+	int base = 10;
+	if (hex && !neg && len > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
+		base = 16;
+		i = 2;
+	}
+	if (i == len)
+		return -1;
+	uint64_t x = 0;
+	for (; i < len; i++) {
+		int d = v[i] >= '0' && v[i] <= '9' ? v[i] - '0' :
+			base == 16 && v[i] >= 'a' && v[i] <= 'f' ? v[i] - 'a' + 10 :
+			base == 16 && v[i] >= 'A' && v[i] <= 'F' ? v[i] - 'A' + 10 : -1;
+		if (d < 0 || x > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			return -1;
+		x = x * (uint64_t)base + (uint64_t)d;
+	}
+	*out = x;
+	return neg;
+}
+
+/* The metadata fields a reader checks (man/asyncpp-formats.5): a number in
+ * [lo, hi], decimal (hex too where `hex`), or any text. Other keys are
+ * accepted as any text: a newer writer may add some. */
+enum { F_STEP, F_VERSIONS, F_SEED, F_STAGES, F_MICRO_BATCHES, F_DATA_POSITION, F_RNG_STATE,
+       F_TOKENIZER_HASH, F_IMPORTED_FROM, N_META_FIELDS };
+static const struct meta_field {
+	const char *key;
+	int number, hex, required;
+	uint64_t lo, hi;
+} meta_fields[N_META_FIELDS] = {
+	[F_STEP] = {"step", 1, 0, 1, 0, CKPT_MAX_STEP},
+	[F_VERSIONS] = {"versions", 1, 0, 1, 1, CKPT_MAX_VERSIONS},
+	[F_SEED] = {"seed", 1, 0, 0, 0, INT64_MAX},
+	[F_STAGES] = {"stages", 1, 0, 0, 1, 4096}, /* pipeline.stages' range */
+	[F_MICRO_BATCHES] = {"micro_batches", 1, 0, 0, 1, 1048576}, /* pipeline.micro_batches' */
+	[F_DATA_POSITION] = {"data_position", 1, 0, 0, 0, INT64_MAX},
+	[F_RNG_STATE] = {"rng_state", 1, 0, 0, 0, UINT64_MAX},
+	[F_TOKENIZER_HASH] = {"tokenizer_hash", 1, 1, 0, 0, UINT64_MAX},
+	[F_IMPORTED_FROM] = {"imported_from", 0, 0, 0, 0, 0},
+};
+/* Writers write about ten lines; the bound keeps the check of repeated keys
+ * (each line against the ones before) small. */
+#define META_MAX_LINES 1024
+
+/* The version K of a tensor named "weights.vK/...", -1 for any other set,
+ * -2 for a "weights.v" name without a plain K. */
+static int weight_version(const char *name)
+{
+	if (strncmp(name, "weights.v", 9))
+		return -1;
+	const char *p = name + 9;
+	int v = 0, digits = 0;
+	for (; *p >= '0' && *p <= '9' && digits < 3; p++, digits++)
+		v = v * 10 + (*p - '0');
+	if (!digits || *p != '/' || (digits > 1 && name[9] == '0'))
+		return -2;
+	return v;
+}
+
+/* Every metadata line "KEY = VALUE\n", no key twice, step and versions
+ * present, each field above in its range; and versions equal to the weight
+ * sets the index holds (weights.v0 to weights.v<versions-1>, each with the
+ * tensors of v0), rng_state (if given) the one seed and step give. */
+static int check_meta(const struct ckpt *k)
+{
+	const char *path = ckpt_path(k);
+	int line_of[N_META_FIELDS] = {0};
+	uint64_t val[N_META_FIELDS] = {0};
+	int lineno = 0;
+	for (const char *p = k->meta; *p;) {
+		if (++lineno > META_MAX_LINES)
+			return error("'%s': metadata has more than %d lines", path, META_MAX_LINES);
+		const char *nl = strchr(p, '\n'), *eq = strstr(p, " = ");
+		if (!nl)
+			return error("'%s': metadata line %d does not end in a newline", path,
+				     lineno);
+		if (!eq || eq > nl || eq == p || eq + 3 == nl)
+			return error("'%s': metadata line %d is not 'KEY = VALUE'", path, lineno);
+		size_t klen = (size_t)(eq - p), vlen = (size_t)(nl - eq - 3);
+		const char *v = eq + 3;
+		for (const char *q = p; q < eq; q++)
+			if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_'))
+				return error("'%s': metadata line %d: key '%.*s' is not lower-case "
+					     "letters, digits and '_'", path, lineno, (int)klen, p);
+		int f = 0;
+		while (f < N_META_FIELDS &&
+		       (strlen(meta_fields[f].key) != klen || strncmp(meta_fields[f].key, p, klen)))
+			f++;
+		/* an unknown key given twice is as ambiguous as a known one */
+		for (const char *q = k->meta; q < p;) {
+			const char *qnl = strchr(q, '\n');
+			if (!strncmp(q, p, klen + 3))
+				return error("'%s': metadata line %d gives '%.*s' again", path,
+					     lineno, (int)klen, p);
+			q = qnl + 1;
+		}
+		if (f == N_META_FIELDS || !meta_fields[f].number) {
+			p = nl + 1;
+			continue;
+		}
+		const struct meta_field *m = &meta_fields[f];
+		int r = parse_u64(v, vlen, m->hex, &val[f]);
+		if (r < 0)
+			return error("'%s': metadata line %d: %s = %.*s is not a %snumber", path,
+				     lineno, m->key, (int)(vlen > 40 ? 40 : vlen), v,
+				     m->hex ? "decimal or 0x hex " : "decimal ");
+		if (r > 0 || val[f] < m->lo || val[f] > m->hi)
+			return error("'%s': metadata line %d: %s = %.*s is out of range "
+				     "(%llu to %llu)", path, lineno, m->key,
+				     (int)(vlen > 40 ? 40 : vlen), v, (unsigned long long)m->lo,
+				     (unsigned long long)m->hi);
+		line_of[f] = lineno;
+		p = nl + 1;
+	}
+	for (int f = 0; f < N_META_FIELDS; f++)
+		if (meta_fields[f].required && !line_of[f])
+			return error("'%s': metadata has no '%s' (a checkpoint needs step and "
+				     "versions)", path, meta_fields[f].key);
+	uint64_t step = val[F_STEP], nv = val[F_VERSIONS];
+	if (line_of[F_SEED] && line_of[F_RNG_STATE] &&
+	    val[F_RNG_STATE] != rng_mix(val[F_SEED], step))
+		return error("'%s': metadata rng_state = %llu is not the one seed = %llu and "
+			     "step = %llu give (the metadata was changed)", path,
+			     (unsigned long long)val[F_RNG_STATE], (unsigned long long)val[F_SEED],
+			     (unsigned long long)step);
+	if (line_of[F_DATA_POSITION] && val[F_DATA_POSITION] < step)
+		return error("'%s': metadata data_position = %llu is below step = %llu (every step "
+			     "reads at least one micro-batch)", path,
+			     (unsigned long long)val[F_DATA_POSITION], (unsigned long long)step);
+	int count[CKPT_MAX_VERSIONS] = {0};
+	for (int i = 0; i < k->n; i++) {
+		int v = weight_version(k->rows[i].name);
+		if (v == -2)
+			return error("'%s': tensor '%s' names no weight version "
+				     "(weights.vK/NAME, K from 0 to %d)", path, k->rows[i].name,
+				     CKPT_MAX_VERSIONS - 1);
+		if (v >= (int)nv)
+			return error("'%s': tensor '%s' is beyond the metadata's versions = %llu "
+				     "(weights.v0 to weights.v%llu)", path, k->rows[i].name,
+				     (unsigned long long)nv, (unsigned long long)nv - 1);
+		if (v >= 0)
+			count[v]++;
+	}
+	for (int v = 0; v < (int)nv; v++)
+		if (!count[v] || count[v] != count[0])
+			return error("'%s': weights.v%d holds %d tensors, weights.v0 %d (metadata "
+				     "versions = %llu: each version holds every weight)", path, v,
+				     count[v], count[0], (unsigned long long)nv);
+	return 0;
 }
 
 static int meta_number(const struct ckpt *k, const char *key, int is_signed, long *sv,
@@ -299,19 +478,15 @@ static int meta_number(const struct ckpt *k, const char *key, int is_signed, lon
 	const char *v = meta_value(k, key, &len);
 	if (!v)
 		return error("'%s': metadata has no '%s'", ckpt_path(k), key);
-	char tmp[32];
-	if (len == 0 || len >= sizeof(tmp))
-		return error("'%s': metadata '%s' is not a number", ckpt_path(k), key);
-	memcpy(tmp, v, len);
-	tmp[len] = 0;
-	char *end;
-	errno = 0;
+	uint64_t x;
+	int r = parse_u64(v, len, !is_signed, &x);
+	if (r != 0 || (is_signed && x > LONG_MAX))
+		return error("'%s': metadata '%s' is not a number%s", ckpt_path(k), key,
+			     is_signed ? " from 0 to 2^63-1" : "");
 	if (is_signed)
-		*sv = strtol(tmp, &end, 10);
+		*sv = (long)x;
 	else
-		*uv = strtoull(tmp, &end, 0);
-	if (errno || *end || (!is_signed && tmp[0] == '-'))
-		return error("'%s': metadata '%s' is not a number", ckpt_path(k), key);
+		*uv = x;
 	return 0;
 }
 
@@ -377,10 +552,7 @@ int checkpoint_inspect(const char *path, FILE *out, int verbose)
 		}
 		struct tensor_stats s = stats_of(x, k->rows[i].numel);
 		char shape[32];
-		if (k->rows[i].cols)
-			snprintf(shape, sizeof(shape), "%dx%d", k->rows[i].rows, k->rows[i].cols);
-		else
-			snprintf(shape, sizeof(shape), "%d", k->rows[i].rows);
+		shape_text(shape, sizeof(shape), k->rows[i].rows, k->rows[i].cols);
 		fprintf(out, "%-40s %-14s %-5s %12.6g %12.6g %12.6g", k->rows[i].name, shape, "f32",
 			s.norm, s.min, s.max);
 		if (s.nonfinite)

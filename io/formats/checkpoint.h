@@ -22,6 +22,10 @@
 
 #define CKPT_MAGIC "ASPCKPT\0"
 #define CKPT_VERSION 1
+/* The metadata's ranges: versions (weights.v0 to weights.v64: a delay of at
+ * most 64) and step. */
+#define CKPT_MAX_VERSIONS 65
+#define CKPT_MAX_STEP (1ULL << 40)
 
 struct ckpt_writer;
 struct ckpt;
@@ -36,15 +40,16 @@ int ckpt_add(struct ckpt_writer *w, const char *name, const float *data, size_t 
 int ckpt_commit(struct ckpt_writer *w); /* frees w */
 void ckpt_abort(struct ckpt_writer *w); /* frees w; PATH untouched */
 
-/* Open and validate (header, index, every size; tensors are read on demand
- * and verified as they are read). */
+/* Open and validate (header, index, every size, every metadata field: its
+ * syntax, range and agreement with the others and with the weight sets the
+ * index holds; tensors are read on demand and verified as they are read). */
 int ckpt_open(struct ckpt **c, const char *path);
 void ckpt_close(struct ckpt *c);
 const char *ckpt_path(const struct ckpt *c);
 const char *ckpt_config(const struct ckpt *c);
 const char *ckpt_meta(const struct ckpt *c);
-/* A metadata value as a long / an unsigned 64-bit number (decimal or 0x
- * hex); -1 with error() when missing or malformed. */
+/* A metadata value as a long (decimal, not negative) / an unsigned 64-bit
+ * number (decimal or 0x hex); -1 with error() when missing or malformed. */
 int ckpt_meta_long(const struct ckpt *c, const char *key, long *out);
 int ckpt_meta_u64(const struct ckpt *c, const char *key, uint64_t *out);
 int ckpt_count(const struct ckpt *c);
@@ -56,8 +61,9 @@ int ckpt_find(const struct ckpt *c, const char *name); /* -1 if absent */
 int ckpt_read(struct ckpt *c, int i, float *out);
 /* Verify every chunk's checksums (the whole file). */
 int ckpt_verify(struct ckpt *c);
-/* Read tensor `name`, which must have numel floats. */
-int ckpt_read_named(struct ckpt *c, const char *name, float *out, size_t numel);
+/* Read tensor `name`, which must have the shape rows x cols (cols 0: a
+ * vector of rows), as the model's configuration gives it. */
+int ckpt_read_named(struct ckpt *c, const char *name, float *out, int rows, int cols);
 
 /* Is PATH a checkpoint? 1 yes, 0 no, -1 unreadable. */
 int ckpt_sniff(const char *path);

@@ -312,6 +312,59 @@ static int parse_number(struct parser *p, struct json *j)
 }
 
 static int parse_value(struct parser *p, struct json *j, int depth);
+static void free_kids(struct json *j);
+
+static int same_name(const struct json *a, const struct json *b)
+{
+	return a->key_len == b->key_len && !memcmp(a->key, b->key, a->key_len);
+}
+
+/* Where member k's name goes in slot[mask + 1] (open addressing on FNV-1a):
+ * the slot holding a kept member of that name (index + 1), or an empty one. */
+static size_t name_slot(const struct json *kids, const size_t *slot, size_t mask,
+			const struct json *k)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (size_t i = 0; i < k->key_len; i++)
+		h = (h ^ (unsigned char)k->key[i]) * 0x100000001b3ULL;
+	size_t s = (size_t)h & mask;
+	while (slot[s] && !same_name(&kids[slot[s] - 1], k))
+		s = (s + 1) & mask;
+	return s;
+}
+
+/* An object whose member name repeats keeps one member of that name: the
+ * last one's value in the first one's place, as Python's json and
+ * serde_json (which Hugging Face's readers use) do. So every lookup, and
+ * every walk over the members, sees the value those readers see. */
+static void merge_duplicates(struct json *j)
+{
+	if (j->len < 2)
+		return;
+	size_t mask = 15, kept = 0;
+	while (mask < 2 * j->len)
+		mask = mask * 2 + 1;
+	size_t *slot = xcalloc(mask + 1, sizeof(*slot));
+	for (size_t i = 0; i < j->len; i++) {
+		struct json *k = &j->kids[i];
+		size_t s = name_slot(j->kids, slot, mask, k);
+		if (!slot[s]) {
+			slot[s] = ++kept;
+			if (kept - 1 != i)
+				j->kids[kept - 1] = *k;
+			continue;
+		}
+		struct json *first = &j->kids[slot[s] - 1];
+		char *key = first->key;
+		first->key = NULL;
+		free_kids(first);
+		free(k->key);
+		*first = *k;
+		first->key = key;
+	}
+	j->len = kept;
+	free(slot);
+}
 
 /* array or object at p->i (its opening bracket) */
 static int parse_container(struct parser *p, struct json *j, int depth)
@@ -357,6 +410,8 @@ static int parse_container(struct parser *p, struct json *j, int depth)
 		}
 		if (p->i < p->n && p->s[p->i] == close) {
 			p->i++;
+			if (object)
+				merge_duplicates(j);
 			return 0;
 		}
 		return perr(p, object ? "expected ',' or '}'" : "expected ',' or ']'");
@@ -617,7 +672,10 @@ enum json_record json_record_string(const char *text, size_t len, const char *ke
 			int escaped = 0;
 			if (scan_string(&p, NULL, &escaped))
 				goto invalid;
-			int match = !seen && name_is(p.s, start, p.i, escaped, key, klen);
+			/* the last member of that name counts, as in json_parse */
+			int match = name_is(p.s, start, p.i, escaped, key, klen);
+			if (match)
+				out->len = 0;
 			scan_ws(&p);
 			if (p.i >= p.n || p.s[p.i] != ':') {
 				scan_fail(&p, "expected ':' after a member name");
@@ -653,6 +711,7 @@ enum json_record json_record_string(const char *text, size_t len, const char *ke
 		return JSON_RECORD_NO_MEMBER;
 	if (t != JSON_STRING) {
 		e->type = t;
+		out->len = 0;
 		return JSON_RECORD_NOT_STRING;
 	}
 	return JSON_RECORD_OK;

@@ -5,8 +5,10 @@
  * headers). Strict: no comments, no trailing commas, no NaN; strings must be
  * valid UTF-8 and are decoded (escapes, surrogate pairs) into UTF-8 with a
  * terminating NUL (len excludes it; "\u0000" gives an embedded NUL). Nesting
- * deeper than JSON_MAX_DEPTH is refused. Duplicate object keys are kept in
- * order; callers that care check them. Errors name the file and line.
+ * deeper than JSON_MAX_DEPTH is refused. A member name that repeats in an
+ * object is kept once, with the last value, in the first one's place (as
+ * Python's json and serde_json, Hugging Face's readers, take it), so names
+ * are unique within an object. Errors name the file and line.
  */
 #ifndef ASYNCPP_JSON_H
 #define ASYNCPP_JSON_H
@@ -41,14 +43,14 @@ int json_parse(struct json **out, const char *text, size_t len, const char *name
 int json_parse_file(struct json **out, const char *path);
 void json_free(struct json *j);
 
-/* The first member named key of an object, or NULL (also when j is not an
- * object). */
+/* The member named key of an object (the last value given, see above), or
+ * NULL (also when j is not an object). */
 const struct json *json_get(const struct json *j, const char *key);
 const char *json_type_name(enum json_type t);
 
 /* One JSON Lines record: text[0..len) must be exactly one JSON value, with
- * white space around it, as strict as json_parse, and an object whose first
- * member named key is a string. Its decoded UTF-8 then replaces the contents
+ * white space around it, as strict as json_parse, and an object whose last
+ * member named key (json_parse's choice) is a string. Its decoded UTF-8 then replaces the contents
  * of out (no NUL is added), and the result is JSON_RECORD_OK (0). Otherwise
  * out is emptied, nothing is printed, and *e says what is wrong: for
  * JSON_RECORD_INVALID the syntax error (why) and its byte offset (at); for

@@ -1,6 +1,7 @@
 /* fuzz_json.c - the JSON reader: any bytes either parse or fail with a
  * message, never crash, hang or read out of bounds; a parsed tree's strings
- * are valid UTF-8 and written back they parse to the same strings. */
+ * are valid UTF-8 and written back they parse to the same strings; an
+ * object's member names are unique. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,12 @@ static void walk(const struct json *j)
 		json_free(back);
 		buf_free(&b);
 	}
+	if (j->type == JSON_OBJECT) /* names are unique: a repeated one was merged */
+		for (size_t i = 0; i < j->len && i < 64; i++)
+			for (size_t k = i + 1; k < j->len; k++)
+				if (j->kids[i].key_len == j->kids[k].key_len &&
+				    !memcmp(j->kids[i].key, j->kids[k].key, j->kids[i].key_len))
+					abort();
 	if (j->type == JSON_ARRAY || j->type == JSON_OBJECT)
 		for (size_t i = 0; i < j->len; i++)
 			walk(&j->kids[i]);

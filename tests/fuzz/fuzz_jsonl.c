@@ -156,9 +156,13 @@ static int is_blank(const uint8_t *s, size_t n)
 	return 1;
 }
 
+/* Is the file read as plain lines? Not when it is gzip or zstd, nor when it
+ * starts as a Parquet file does (the reader refuses it, naming
+ * --format parquet). */
 static int plain(const uint8_t *d, size_t n)
 {
 	return !(n >= 2 && d[0] == 0x1f && d[1] == 0x8b) &&
+	       !(n >= 5 && !memcmp(d, "PAR1\x15", 5)) &&
 	       !(n >= 4 && ((d[0] == 0x28 && d[1] == 0xb5 && d[2] == 0x2f && d[3] == 0xfd) ||
 			    ((d[0] & 0xf0) == 0x50 && d[1] == 0x2a && d[2] == 0x4d && d[3] == 0x18)));
 }
@@ -176,7 +180,7 @@ static void as_file(const uint8_t *data, size_t size)
 	size_t len;
 	int r;
 	corpus_open(&c, &p, 1, &o);
-	if (!plain(data, size)) { /* compressed, or corrupt: either way no crash */
+	if (!plain(data, size)) { /* compressed, corrupt or refused: no crash */
 		while (corpus_next(c, &doc, &len) > 0)
 			;
 		corpus_close(c);

@@ -363,7 +363,7 @@ TEST(inspect_reports_nonfinite_tensors)
 	snprintf(path, sizeof(path), "%s/nan.ckpt", test_tmpdir());
 	float good[4] = {1, 2, 3, 4}, bad[6] = {0, 1, NAN, 3, INFINITY, 5};
 	struct ckpt_writer *w;
-	CHECK(ckpt_create(&w, path, "", "step = 1\n") == 0);
+	CHECK(ckpt_create(&w, path, "", "step = 1\nversions = 1\n") == 0);
 	CHECK(ckpt_add(w, "weights.v0/a", good, 4, 4, 0) == 0);
 	CHECK(ckpt_add(w, "weights.v0/b", bad, 6, 2, 3) == 0);
 	CHECK(ckpt_commit(w) == 0);
@@ -380,4 +380,82 @@ TEST(inspect_reports_nonfinite_tensors)
 	CHECK_MSG(strstr(text, "weights.v0/b") && strstr(text, "2 NON-FINITE"), "%s", text);
 	CHECK(strstr(strstr(text, "weights.v0/a"), "\n") < strstr(text, "NON-FINITE"));
 	free(text);
+}
+
+/* A checkpoint of `sets` weight versions (two tensors each) with metadata
+ * META: does ckpt_open take it? If not, last_error() says why. */
+static int meta_opens(const char *meta, int sets)
+{
+	char path[512], name[32];
+	snprintf(path, sizeof(path), "%s/meta.ckpt", test_tmpdir());
+	static const float x[6] = {1, 2, 3, 4, 5, 6};
+	struct ckpt_writer *w;
+	if (ckpt_create(&w, path, "", meta))
+		return 0;
+	for (int v = 0; v < sets; v++) {
+		snprintf(name, sizeof(name), "weights.v%d/a", v);
+		ckpt_add(w, name, x, 6, 2, 3);
+		snprintf(name, sizeof(name), "weights.v%d/b", v);
+		ckpt_add(w, name, x, 4, 4, 0);
+	}
+	ckpt_add(w, "adam_m/a", x, 6, 2, 3);
+	if (ckpt_commit(w))
+		return 0;
+	struct ckpt *k;
+	set_error_quiet(1);
+	int ok = ckpt_open(&k, path) == 0;
+	set_error_quiet(0);
+	if (ok)
+		ckpt_close(k);
+	return ok;
+}
+
+/* issue 32: every metadata field is checked on open, naming the file, the
+ * line and key, and the range (tests/scripts/ckpt_meta.sh: the commands) */
+TEST(checkpoint_metadata_checked_on_open)
+{
+	CHECK_MSG(meta_opens("step = 0\nversions = 1\n", 1), "%s", last_error());
+	CHECK_MSG(meta_opens("step = 5\nversions = 3\nseed = 7\ndata_position = 5\nnew_key = x y\n"
+			     "tokenizer_hash = 0xABCdef\nimported_from = a = b\n", 3), "%s",
+		  last_error());
+	static const struct {
+		const char *meta;
+		int sets;
+		const char *want;
+	} bad[] = {
+		{"step = 0\nversions = 0\n", 1,
+		 "metadata line 2: versions = 0 is out of range (1 to 65)"},
+		{"step = 0\nversions = 66\n", 1, "versions = 66 is out of range (1 to 65)"},
+		{"step = -1\nversions = 1\n", 1, "step = -1 is out of range (0 to 1099511627776)"},
+		{"step = 1099511627777\nversions = 1\n", 1, "step = 1099511627777 is out of range"},
+		{"step =  1\nversions = 1\n", 1, "step =  1 is not a decimal number"},
+		{"step = 0x1\nversions = 1\n", 1, "step = 0x1 is not a decimal number"},
+		{"step = 1\n", 1, "metadata has no 'versions'"},
+		{"versions = 1\n", 1, "metadata has no 'step'"},
+		{"step = 1\nversions = 1\nstep = 1\n", 1, "metadata line 3 gives 'step' again"},
+		{"step = 1\nversions = 1\nx = 1\nx = 2\n", 1, "metadata line 4 gives 'x' again"},
+		{"step = 1\nversions = 1", 1, "metadata line 2 does not end in a newline"},
+		{"step = 1\n\nversions = 1\n", 1, "metadata line 2 is not 'KEY = VALUE'"},
+		{"step = 1\nversions = \n", 1, "metadata line 2 is not 'KEY = VALUE'"},
+		{"step = 1\nversions = 1\nSeed = 1\n", 1, "key 'Seed' is not lower-case"},
+		{"step = 1\nversions = 1\nstages = 4097\n", 1,
+		 "stages = 4097 is out of range (1 to 4096)"},
+		{"step = 1\nversions = 1\nmicro_batches = 0\n", 1,
+		 "micro_batches = 0 is out of range"},
+		{"step = 1\nversions = 1\nseed = 9223372036854775808\n", 1,
+		 "seed = 9223372036854775808 is out"},
+		{"step = 3\nversions = 1\ndata_position = 2\n", 1,
+		 "data_position = 2 is below step = 3"},
+		{"step = 3\nversions = 1\ntokenizer_hash = 0x\n", 1,
+		 "tokenizer_hash = 0x is not a decimal or 0x hex number"},
+		{"step = 3\nversions = 1\nrng_state = -1\n", 1, "rng_state = -1 is out of range"},
+		{"step = 3\nversions = 2\n", 1, "weights.v1 holds 0 tensors, weights.v0 2"},
+		{"step = 3\nversions = 1\n", 2,
+		 "tensor 'weights.v1/a' is beyond the metadata's versions = 1"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_MSG(!meta_opens(bad[i].meta, bad[i].sets), "accepted: %s", bad[i].meta);
+		CHECK_MSG(strstr(last_error(), bad[i].want) && strstr(last_error(), "meta.ckpt"),
+			  "'%s': wanted '%s', got '%s'", bad[i].meta, bad[i].want, last_error());
+	}
 }

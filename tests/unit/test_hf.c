@@ -20,6 +20,7 @@
 #include "../../io/formats/half.h"
 #include "../../io/formats/hf_model.h"
 #include "../../io/formats/safetensors.h"
+#include "../../io/text/json.h"
 #include "../../io/text/tokenizer.h"
 #include "../../io/util.h"
 #include "../../kernels/backend.h"
@@ -386,6 +387,48 @@ TEST(config_keys_we_cannot_honour_are_refused)
 	REFUSE("gpt2", "config.json", "\"activation_function\": \"gelu_new\"",
 	       "\"activation_function\": \"relu\"", "'activation_function' is 'relu'");
 	REFUSE("gpt2", "config.json", "\"n_head\": 2", "\"n_head\": 2.5", "'n_head' must be an integer");
+}
+
+/* A member name given twice: the last value counts, in the first one's
+ * place, as Python's json.load and serde_json (Hugging Face's readers) take
+ * it; nested objects too, and a walk over the members sees each name once. */
+TEST(json_duplicate_names_take_the_last_value)
+{
+	static const char text[] = "{\"a\": 1, \"b\": {\"x\": \"old\", \"x\": \"new\"}, \"a\": 2,\n"
+				   "\"c\": [{\"k\": true, \"k\": null}], \"a\": {\"deep\": 3}}";
+	struct json *j;
+	CHECK(json_parse(&j, text, sizeof(text) - 1, "dup.json") == 0);
+	CHECK(j->len == 3 && !strcmp(j->kids[0].key, "a") && !strcmp(j->kids[1].key, "b") &&
+	      !strcmp(j->kids[2].key, "c"));
+	const struct json *a = json_get(j, "a");
+	CHECK(a && a->type == JSON_OBJECT && json_get(a, "deep") && json_get(a, "deep")->i == 3);
+	const struct json *x = json_get(json_get(j, "b"), "x");
+	CHECK(x && x->type == JSON_STRING && !strcmp(x->str, "new") && json_get(j, "b")->len == 1);
+	const struct json *c = json_get(j, "c");
+	CHECK(c && c->len == 1 && c->kids[0].len == 1 && c->kids[0].kids[0].type == JSON_NULL);
+	json_free(j);
+	/* a JSON Lines record's field, likewise */
+	static const char rec[] = "{\"text\": \"first\", \"id\": 1, \"text\": \"second\"}";
+	struct buf out = {0};
+	struct json_record_error e;
+	CHECK(json_record_string(rec, sizeof(rec) - 1, "text", &out, &e) == JSON_RECORD_OK);
+	CHECK(out.len == 6 && !memcmp(out.data, "second", 6));
+	static const char rec2[] = "{\"text\": \"first\", \"text\": 7}";
+	CHECK(json_record_string(rec2, sizeof(rec2) - 1, "text", &out, &e) ==
+	      JSON_RECORD_NOT_STRING);
+	CHECK(out.len == 0 && e.type == JSON_NUMBER);
+	buf_free(&out);
+}
+
+/* config.json's n_head given twice: the model Hugging Face would build */
+TEST(hf_config_duplicate_key_takes_the_last)
+{
+	char *d = edited("gpt2", "config.json", "\"n_head\": 2", "\"n_head\": 16, \"n_head\": 2");
+	struct model_config mc;
+	long eos;
+	CHECK_MSG(hf_read_config(d, &mc, &eos) == 0, "%s", last_error());
+	CHECK_MSG(mc.NH == 2, "n_head %d, the last value is 2", mc.NH);
+	free(d);
 }
 
 /* rewrite the gpt2 fixture's weights with one tensor dropped, added or reshaped */
