@@ -91,7 +91,8 @@ struct trainer {
 	struct step_stats last;
 	double *moe_tokens;        /* [n * E]: expert_tokens of trainer_run's n steps */
 	/* when non-NULL and set, trainer_run stops after the current step
-	 * (one worker) or segment (pipelines); the caller sees it in step */
+	 * (one worker) or a few steps later (pipelines: every stage and rank
+	 * agrees on the step, see executor.c); the caller sees it in step */
 	const volatile int *stop;
 	/* For measuring (bench train), schedule none only: when non-NULL,
 	 * called as each part of a step begins (enum trainer_phase), and with
