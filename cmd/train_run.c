@@ -27,8 +27,9 @@
  * first one that long, and at most PIPELINE_SEGMENT_MAX), or to the next
  * evaluation or checkpoint, and their steps are logged when they end. A
  * drain then costs about (S-1)/(n*M+S-1) of the time for segments of n
- * steps: under 1% once steps are fast, and a signal is still served within
- * seconds (or 20 steps, when steps are slower than half a second). */
+ * steps: under 1% once steps are fast. A signal does not wait for the
+ * segment's end: the stages agree on a step a few steps later and end the
+ * segment there (sched/executor.c). */
 #define PIPELINE_SEGMENT_S 10.0
 #define PIPELINE_SEGMENT_MIN 20
 #define PIPELINE_SEGMENT_MAX 1000
@@ -340,6 +341,23 @@ static int count_skips(struct run *r, long first, const struct step_stats *stats
 	return 0;
 }
 
+/* Under a launcher that kills the ranks a known time after its SIGTERM
+ * (dist_kill_grace), say so at the start when a stop may not fit in it: a
+ * stop runs a few more steps and the drain (about `stages` steps) before
+ * the checkpoint is written. The root speaks, from its first segment. */
+static void check_kill_grace(const struct run *r, double step_s)
+{
+	double grace = dist_kill_grace();
+	int S = r->tr.S;
+	if (grace <= 0 || !dist_is_root() || step_s * S <= grace)
+		return;
+	warning("a step takes %.2f s: with %d stages, SIGTERM stops the run and writes its "
+		"checkpoint in about %.1f s or more, but mpirun kills the ranks %g s after it "
+		"passes SIGTERM on, and this run's last steps would be lost; give them time with "
+		"mpirun --mca odls_base_sigkill_timeout %.0f (see asyncpp-distributed(7))",
+		step_s, S, step_s * S, grace, ceil(MAX(30.0, 3 * step_s * S)));
+}
+
 int train_loop(struct run *r)
 {
 	struct config *cfg = &r->cfg;
@@ -347,7 +365,7 @@ int train_loop(struct run *r)
 	long total = cfg->train_steps;
 	long log_every = cfg->log_every > 0 ? cfg->log_every : 1;
 	double t_start = now_sec(), t_last = t_start;
-	long step_last = tr->step;
+	long step_last = tr->step, start_step = tr->step;
 	double busy_last = 0, idle_last = 0;
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
@@ -402,6 +420,8 @@ int train_loop(struct run *r)
 			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
 				   : MAX((long)want, PIPELINE_SEGMENT_MIN);
 			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
+			if (first == start_step)
+				check_kill_grace(r, t_run / (double)(tr->step - first));
 		}
 		if (data_failed(r, first)) {
 			rc = -1;
