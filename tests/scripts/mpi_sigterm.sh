@@ -4,9 +4,10 @@
 # before mpirun's SIGKILL (it passes SIGTERM on after odls_base_sigkill_timeout,
 # 1 s, and kills the ranks 1 s later), and resuming from it under mpirun
 # ends on the uninterrupted run's losses and tensors, bit for bit.
-# MPI_SIGTERM_TRIALS trials (default 2; `make test-faults` runs 10), the
-# schedule cycling through 2bw, pipedream and 1f1b; each PASS line says
-# how long after the SIGTERM the checkpoint was in place.
+# MPI_SIGTERM_TRIALS trials (default 2; `make test-faults` runs 10), cycling
+# through 2bw, pipedream, 1f1b and 2bw with 2 data-parallel replicas (4
+# ranks, whose stop requests must agree too); each PASS line says how long
+# after the SIGTERM the checkpoint was in place.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 TRIALS=${MPI_SIGTERM_TRIALS:-2}
@@ -14,7 +15,7 @@ if ! command -v mpirun > /dev/null 2>&1; then
 	skip mpi_sigterm "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
 	exit 0
 fi
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
 TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
       --set train.batch_size=4 --set train.threads=1)
 if ! $A train -q "${TINY[@]}" --set train.out_dir=base --set train.steps=1 --set eval.every=0 \
@@ -25,24 +26,28 @@ fi
 DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/builtin_val.shard
       --set data.tokenizer=base/data/builtin.tok)
 # no checkpoint but the one the signal writes
-RUN=("${TINY[@]}" "${DATA[@]}" --set pipeline.stages=2 --set pipeline.micro_batches=2
-     --set train.steps=1000 --set eval.every=0 --set log.every=1 --set checkpoint.every=0)
-kinds=(2bw pipedream 1f1b)
+RUN=("${TINY[@]}" "${DATA[@]}" --set pipeline.stages=2 --set pipeline.micro_batches=4
+     --set train.steps=800 --set eval.every=0 --set log.every=1 --set checkpoint.every=0)
+# schedule:replicas
+kinds=(2bw:1 pipedream:1 1f1b:1 2bw:2)
 
 # the uninterrupted run of a schedule, in threads, once: ref_KIND/
 reference() {
 	[ -d ref_$1 ] && return 0
-	$A train -q "${RUN[@]}" --set train.schedule=$1 --set train.out_dir=ref_$1 2> err.txt
+	$A train -q "${RUN[@]}" "${SET[@]}" --set train.out_dir=ref_$1 2> err.txt
 }
 
 for ((i = 0; i < TRIALS; i++)); do
-	kind=${kinds[i % ${#kinds[@]}]} name="mpi_sigterm_${kind}_trial_$((i + 1))"
+	kind=${kinds[i % ${#kinds[@]}]}
+	n=${kind#*:} kind=${kind%:*}x$n
+	SET=(--set train.schedule=${kind%x*} --set pipeline.data_parallel=$n)
+	name="mpi_sigterm_${kind}_trial_$((i + 1))"
 	if ! reference $kind; then
 		fail "$name" "the threaded run failed: $(head -c 300 err.txt)"
 		continue
 	fi
 	rm -rf run
-	"${MPIRUN[@]}" $A train -q "${RUN[@]}" --set train.schedule=$kind --set train.out_dir=run \
+	"${MPIRUN[@]}" -np $((2 * n)) $A train -q "${RUN[@]}" "${SET[@]}" --set train.out_dir=run \
 		> /dev/null 2> err.txt &
 	launcher=$!
 	for _ in $(seq 1 300); do
@@ -71,12 +76,12 @@ for ((i = 0; i < TRIALS; i++)); do
 		fail "$name" "temporaries left: $(ls run/*.tmp.*)"
 		continue
 	fi
-	if ! "${MPIRUN[@]}" $A train -q --resume run > /dev/null 2> err2.txt; then
+	if ! "${MPIRUN[@]}" -np $((2 * n)) $A train -q --resume run > /dev/null 2> err2.txt; then
 		fail "$name" "resuming from $ck (step $step) failed: $(head -c 400 err2.txt)"
 		continue
 	fi
 	if diff <(cut -d, -f1,2,4,5,6,7 ref_$kind/metrics.csv) <(cut -d, -f1,2,4,5,6,7 run/metrics.csv) \
-		> d.txt && $A inspect --diff ref_$kind/ckpt-00001000.ckpt run/ckpt-00001000.ckpt \
+		> d.txt && $A inspect --diff ref_$kind/ckpt-00000800.ckpt run/ckpt-00000800.ckpt \
 		> diff.txt 2>&1 &&
 	   grep -Eq '^([0-9]+) tensors compared, \1 identical, 0 not comparable' diff.txt; then
 		pass "$name (stopped at step $step, checkpoint in place ${took} s after the SIGTERM)"
