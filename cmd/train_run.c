@@ -344,7 +344,7 @@ static int count_skips(struct run *r, long first, const struct step_stats *stats
 /* Under a launcher that kills the ranks a known time after its SIGTERM
  * (dist_kill_grace), say so at the start when a stop may not fit in it: a
  * stop runs a few more steps and the drain (about `stages` steps) before
- * the checkpoint is written. The root speaks, from its first segment. */
+ * the checkpoint is written. The root speaks, after the second segment. */
 static void check_kill_grace(const struct run *r, double step_s)
 {
 	double grace = dist_kill_grace();
@@ -365,7 +365,8 @@ int train_loop(struct run *r)
 	long total = cfg->train_steps;
 	long log_every = cfg->log_every > 0 ? cfg->log_every : 1;
 	double t_start = now_sec(), t_last = t_start;
-	long step_last = tr->step, start_step = tr->step;
+	long step_last = tr->step;
+	int segments_run = 0; /* pipeline segments */
 	double busy_last = 0, idle_last = 0;
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
@@ -420,7 +421,7 @@ int train_loop(struct run *r)
 			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
 				   : MAX((long)want, PIPELINE_SEGMENT_MIN);
 			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
-			if (first == start_step)
+			if (++segments_run == 2) /* the first one includes the start-up */
 				check_kill_grace(r, t_run / (double)(tr->step - first));
 		}
 		if (data_failed(r, first)) {
