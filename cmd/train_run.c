@@ -343,19 +343,22 @@ static int count_skips(struct run *r, long first, const struct step_stats *stats
 
 /* Under a launcher that kills the ranks a known time after its SIGTERM
  * (dist_kill_grace), say so at the start when a stop may not fit in it: a
- * stop runs a few more steps and the drain (about `stages` steps) before
- * the checkpoint is written. The root speaks, after the second segment. */
-static void check_kill_grace(const struct run *r, double step_s)
+ * stop runs a few more steps (pipeline_stop_steps) before the checkpoint
+ * is written. The root speaks, after the second segment. */
+static void check_kill_grace(struct run *r, double step_s)
 {
 	double grace = dist_kill_grace();
-	int S = r->tr.S;
-	if (grace <= 0 || !dist_is_root() || step_s * S <= grace)
+	if (grace <= 0 || !dist_is_root())
 		return;
-	warning("a step takes %.2f s: with %d stages, SIGTERM stops the run and writes its "
-		"checkpoint in about %.1f s or more, but mpirun kills the ranks %g s after it "
-		"passes SIGTERM on, and this run's last steps would be lost; give them time with "
-		"mpirun --mca odls_base_sigkill_timeout %.0f (see asyncpp-distributed(7))",
-		step_s, S, step_s * S, grace, ceil(MAX(30.0, 3 * step_s * S)));
+	int steps = pipeline_stop_steps(&r->tr);
+	double stop_s = step_s * steps;
+	if (stop_s <= grace)
+		return;
+	warning("a step takes %.2f s: SIGTERM stops this %s run up to %d steps later (%.1f s), "
+		"then it writes the checkpoint, but mpirun kills the ranks %g s after it passes "
+		"SIGTERM on and all steps since the last checkpoint would be lost; give them time "
+		"with mpirun --mca odls_base_sigkill_timeout %.0f (see asyncpp-distributed(7))",
+		step_s, r->cfg.train_schedule, steps, stop_s, grace, ceil(MAX(30.0, 3 * stop_s)));
 }
 
 int train_loop(struct run *r)

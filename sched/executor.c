@@ -569,6 +569,20 @@ static int stop_lag(const struct schedule *sc)
 	return lag;
 }
 
+int pipeline_stop_steps(const struct trainer *tr)
+{
+	/* a segment long enough for stop_lag to see the steady state */
+	int is_pd = tr->kind == SCHED_PIPEDREAM, n = 2 * tr->S + 4;
+	char err[256];
+	struct schedule *sc = sched_build_at(tr->kind, tr->S, is_pd ? tr->M : tr->mb_per_replica,
+					     n, 0, err, sizeof(err));
+	if (!sc)
+		die("internal error: %s", err);
+	int steps = 1 + stop_lag(sc) + 1; /* the next post, the lag, the drain (< 1 step) */
+	sched_free(sc);
+	return steps;
+}
+
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */

@@ -170,6 +170,10 @@ int trainer_n_versions(const struct trainer *tr);
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
+/* The most steps a pipeline (tr->kind >= 0) may still run once its process
+ * is asked to stop: to its next optimizer step, the steps a stage may have
+ * begun when every stage learns of the request, and the drain. */
+int pipeline_stop_steps(const struct trainer *tr);
 /* Checkpoints (sched/trainer_ckpt.c): every weight version the delay needs,
  * every optimizer state buffer, metadata (step, seed, data position, RNG
  * state) and the config text, in the model's global layout. A save writes
