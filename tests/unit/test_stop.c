@@ -73,6 +73,55 @@ static void set(struct config *cfg, const char *section, const char *key, const 
 		die("test: cannot set %s.%s = %s", section, key, value);
 }
 
+/* One schedule and shape: asked before the first step, the run stops
+ * within S + 1 steps, and continuing it gives the uninterrupted run's bits. */
+static int stops_early_and_exactly(const char *kind, const char *stages, const char *replicas)
+{
+	struct config cfg;
+	tiny_config(&cfg, "llama", "adamw");
+	set(&cfg, "train", "schedule", kind);
+	set(&cfg, "pipeline", "stages", stages);
+	set(&cfg, "pipeline", "data_parallel", replicas);
+	config_finish(&cfg);
+	int S = atoi(stages), ok = 1;
+	struct result whole = {0}, parts = {0};
+	if (train(&cfg, 0, &whole) || train(&cfg, 1, &parts)) {
+		test_fail(__FILE__, __LINE__, "%s, %s stages x %s replicas: %s", kind, stages,
+			  replicas, last_error());
+		ok = 0;
+	} else if (whole.stopped_at != STEPS) {
+		test_fail(__FILE__, __LINE__, "%s: an unasked run stopped at %ld", kind,
+			  whole.stopped_at);
+		ok = 0;
+	} else if (parts.stopped_at < 1 || parts.stopped_at > S + 1) {
+		/* the request rides on the first step's posts; a stage may have
+		 * begun at most S more steps (pipedream) when it learns of it */
+		test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas: asked to stop before "
+			  "the first step, it ran %ld of the segment's %d steps", kind, S, replicas,
+			  parts.stopped_at, STEPS);
+		ok = 0;
+	}
+	for (int i = 0; ok && i < STEPS; i++)
+		if (memcmp(&whole.loss[i], &parts.loss[i], sizeof(double))) {
+			test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped after %ld "
+				  "steps: step %d loss %.9g != %.9g", kind, S, replicas,
+				  parts.stopped_at, i + 1, parts.loss[i], whole.loss[i]);
+			ok = 0;
+		}
+	if (ok && memcmp(whole.weights, parts.weights, whole.numel * sizeof(float))) {
+		test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped after %ld steps: "
+			  "the final weights differ", kind, S, replicas, parts.stopped_at);
+		ok = 0;
+	}
+	if (ok)
+		fprintf(stderr, "# %s, %d stages x %s replicas: asked before step 1, stopped after "
+			"step %ld\n", kind, S, replicas, parts.stopped_at);
+	free(whole.weights);
+	free(parts.weights);
+	config_free(&cfg);
+	return ok;
+}
+
 TEST(stop_within_a_segment_keeps_the_bits)
 {
 	static const char *const kinds[] = {"gpipe", "1f1b", "2bw", "pipedream"};
@@ -80,41 +129,7 @@ TEST(stop_within_a_segment_keeps_the_bits)
 		const char *stages, *replicas;
 	} shapes[] = {{"2", "1"}, {"4", "1"}, {"2", "2"}};
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
-		for (size_t h = 0; h < ARRAY_SIZE(shapes); h++) {
-			struct config cfg;
-			tiny_config(&cfg, "llama", "adamw");
-			set(&cfg, "train", "schedule", kinds[k]);
-			set(&cfg, "pipeline", "stages", shapes[h].stages);
-			set(&cfg, "pipeline", "data_parallel", shapes[h].replicas);
-			config_finish(&cfg);
-			int S = atoi(shapes[h].stages);
-			struct result whole = {0}, parts = {0};
-			int ok = !train(&cfg, 0, &whole) && !train(&cfg, 1, &parts);
-			CHECK_MSG(ok, "%s, %s stages x %s replicas: %s", kinds[k], shapes[h].stages,
-				  shapes[h].replicas, last_error());
-			CHECK_MSG(whole.stopped_at == STEPS, "%s: an unasked run stopped at %ld",
-				  kinds[k], whole.stopped_at);
-			/* the request rides on the first step's posts; a stage may
-			 * have begun at most S more steps (pipedream) when it
-			 * learns of it */
-			CHECK_MSG(parts.stopped_at >= 1 && parts.stopped_at <= S + 1,
-				  "%s, %d stages x %s replicas: asked to stop before the first step, "
-				  "it ran %ld of the segment's %d steps", kinds[k], S,
-				  shapes[h].replicas, parts.stopped_at, STEPS);
-			for (int i = 0; i < STEPS; i++)
-				CHECK_MSG(!memcmp(&whole.loss[i], &parts.loss[i], sizeof(double)),
-					  "%s, %d stages x %s replicas, stopped after %ld steps: step "
-					  "%d loss %.9g != %.9g", kinds[k], S, shapes[h].replicas,
-					  parts.stopped_at, i + 1, parts.loss[i], whole.loss[i]);
-			CHECK_MSG(!memcmp(whole.weights, parts.weights, whole.numel * sizeof(float)),
-				  "%s, %d stages x %s replicas, stopped after %ld steps: the final "
-				  "weights differ", kinds[k], S, shapes[h].replicas,
-				  parts.stopped_at);
-			fprintf(stderr, "# %s, %d stages x %s replicas: asked before step 1, "
-				"stopped after step %ld\n", kinds[k], S, shapes[h].replicas,
-				parts.stopped_at);
-			free(whole.weights);
-			free(parts.weights);
-			config_free(&cfg);
-		}
+		for (size_t h = 0; h < ARRAY_SIZE(shapes); h++)
+			if (!stops_early_and_exactly(kinds[k], shapes[h].stages, shapes[h].replicas))
+				return;
 }
