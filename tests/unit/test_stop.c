@@ -103,14 +103,14 @@ static int stops_early_and_exactly(const char *kind, const char *stages, const c
 	}
 	for (int i = 0; ok && i < STEPS; i++)
 		if (memcmp(&whole.loss[i], &parts.loss[i], sizeof(double))) {
-			test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped after %ld "
-				  "steps: step %d loss %.9g != %.9g", kind, S, replicas,
-				  parts.stopped_at, i + 1, parts.loss[i], whole.loss[i]);
+			test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped "
+				  "after %ld steps: step %d loss %.9g != %.9g", kind, S,
+				  replicas, parts.stopped_at, i + 1, parts.loss[i], whole.loss[i]);
 			ok = 0;
 		}
 	if (ok && memcmp(whole.weights, parts.weights, whole.numel * sizeof(float))) {
-		test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped after %ld steps: "
-			  "the final weights differ", kind, S, replicas, parts.stopped_at);
+		test_fail(__FILE__, __LINE__, "%s, %d stages x %s replicas, stopped after %ld "
+			  "steps: the final weights differ", kind, S, replicas, parts.stopped_at);
 		ok = 0;
 	}
 	if (ok)
@@ -130,6 +130,7 @@ TEST(stop_within_a_segment_keeps_the_bits)
 	} shapes[] = {{"2", "1"}, {"4", "1"}, {"2", "2"}};
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
 		for (size_t h = 0; h < ARRAY_SIZE(shapes); h++)
-			if (!stops_early_and_exactly(kinds[k], shapes[h].stages, shapes[h].replicas))
+			if (!stops_early_and_exactly(kinds[k], shapes[h].stages,
+						     shapes[h].replicas))
 				return;
 }
