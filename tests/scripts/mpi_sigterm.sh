@@ -30,7 +30,7 @@ DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/bu
 RUN=("${TINY[@]}" "${DATA[@]}" --set pipeline.stages=2 --set pipeline.micro_batches=4
      --set eval.every=0 --set log.every=1 --set checkpoint.every=0)
 # schedule:replicas:steps (pipedream's steps are single micro-batches)
-kinds=(2bw:1:800 pipedream:1:1500 1f1b:1:800 2bw:2:800)
+kinds=(2bw:1:2000 pipedream:1:5000 1f1b:1:2000 2bw:2:2000)
 
 # the uninterrupted run of a schedule, in threads, once: ref_KIND/
 reference() {
