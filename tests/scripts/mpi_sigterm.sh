@@ -17,8 +17,10 @@ if ! command -v mpirun > /dev/null 2>&1; then
 	exit 0
 fi
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
-TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
-      --set train.batch_size=4 --set train.threads=1)
+# steps of about 10 ms: a segment (up to 1000 steps or 10 s) outlasts
+# mpirun's grace, as it does with real models
+TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=2 --set model.seq_len=64
+      --set train.batch_size=8 --set train.threads=1)
 if ! $A train -q "${TINY[@]}" --set train.out_dir=base --set train.steps=1 --set eval.every=0 \
 	2> err.txt; then
 	fail mpi_sigterm "preparing the data: $(cat err.txt)"
@@ -30,7 +32,7 @@ DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/bu
 RUN=("${TINY[@]}" "${DATA[@]}" --set pipeline.stages=2 --set pipeline.micro_batches=4
      --set eval.every=0 --set log.every=1 --set checkpoint.every=0)
 # schedule:replicas:steps (pipedream's steps are single micro-batches)
-kinds=(2bw:1:2000 pipedream:1:5000 1f1b:1:2000 2bw:2:2000)
+kinds=(2bw:1:600 pipedream:1:2000 1f1b:1:600 2bw:2:600)
 
 # the uninterrupted run of a schedule, in threads, once: ref_KIND/
 reference() {
