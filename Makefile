@@ -220,10 +220,13 @@ test-cuda: all
 	bash tests/run --cuda
 
 # the fault-injection script with more rounds than make test's 4 (kill -9
-# and SIGTERM each FAULT_ROUNDS times at random steps)
+# and SIGTERM each FAULT_ROUNDS times at random steps), and SIGTERM to
+# mpirun at MPI_SIGTERM_TRIALS random moments (make test's: 2)
 FAULT_ROUNDS ?= 15
+MPI_SIGTERM_TRIALS ?= 10
 test-faults: all
 	FAULT_ROUNDS=$(FAULT_ROUNDS) bash tests/run faults
+	MPI_SIGTERM_TRIALS=$(MPI_SIGTERM_TRIALS) bash tests/run mpi_sigterm
 
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

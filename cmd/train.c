@@ -532,6 +532,14 @@ int cmd_train(int argc, char **argv, const char *prog)
 		dataloader_close(&r.val);
 	model_free(&r.m);
 	config_free(cfg);
+	if (stop_signal && dist_mpi()) {
+		/* mpirun's daemon is busy killing the job (asyncpp-distributed(7)),
+		 * and MPI_Finalize would wait for it until its SIGKILL: once every
+		 * rank is here (rank 0 has closed its files), leave without it */
+		dist_max_int(0);
+		fflush(NULL);
+		_exit(rc ? EXIT_FAIL : 128 + stop_signal);
+	}
 	dist_finalize();
 	if (stop_signal)
 		return rc ? EXIT_FAIL : 128 + stop_signal;

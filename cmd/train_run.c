@@ -30,8 +30,9 @@
  * first one that long, and at most PIPELINE_SEGMENT_MAX), or to the next
  * evaluation or checkpoint, and their steps are logged when they end. A
  * drain then costs about (S-1)/(n*M+S-1) of the time for segments of n
- * steps: under 1% once steps are fast, and a signal is still served within
- * seconds (or 20 steps, when steps are slower than half a second). */
+ * steps: under 1% once steps are fast. A signal does not wait for the
+ * segment's end: the stages agree on a step a few steps later and end the
+ * segment there (sched/executor.c). */
 #define PIPELINE_SEGMENT_S 10.0
 #define PIPELINE_SEGMENT_MIN 20
 #define PIPELINE_SEGMENT_MAX 1000
@@ -481,6 +482,26 @@ static void warn_data_passes(const struct run *r)
 		"smaller model or fewer steps)", d, p, r->cfg.train_steps, rd, passes, why);
 }
 
+/* Under a launcher that kills the ranks a known time after its SIGTERM
+ * (dist_kill_grace), say so at the start when a stop may not fit in it: a
+ * stop runs a few more steps (pipeline_stop_steps) before the checkpoint
+ * is written. The root speaks, after the second segment. */
+static void check_kill_grace(struct run *r, double step_s)
+{
+	double grace = dist_kill_grace();
+	if (grace <= 0 || !dist_is_root())
+		return;
+	int steps = pipeline_stop_steps(&r->tr);
+	double stop_s = step_s * steps;
+	if (stop_s <= grace)
+		return;
+	warning("a step takes %.2f s: SIGTERM stops this %s run up to %d steps later (%.1f s), "
+		"then it writes the checkpoint, but mpirun kills the ranks %g s after it passes "
+		"SIGTERM on and all steps since the last checkpoint would be lost; give them time "
+		"with mpirun --mca odls_base_sigkill_timeout %.0f (see asyncpp-distributed(7))",
+		step_s, r->cfg.train_schedule, steps, stop_s, grace, ceil(MAX(30.0, 3 * stop_s)));
+}
+
 int train_loop(struct run *r)
 {
 	struct config *cfg = &r->cfg;
@@ -489,6 +510,7 @@ int train_loop(struct run *r)
 	long log_every = cfg->log_every > 0 ? cfg->log_every : 1;
 	double t_start = now_sec(), t_last = t_start;
 	long step_last = tr->step;
+	int segments_run = 0; /* pipeline segments */
 	double busy_last = 0, idle_last = 0;
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
@@ -564,6 +586,8 @@ int train_loop(struct run *r)
 			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
 				   : MAX((long)want, PIPELINE_SEGMENT_MIN);
 			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
+			if (++segments_run == 2) /* the first one includes the start-up */
+				check_kill_grace(r, t_run / (double)(tr->step - first));
 		}
 		if (data_failed(r, first)) {
 			rc = -1;

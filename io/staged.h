@@ -15,8 +15,10 @@
  *
  * The handler unlinks every file still staged, then removes the staged
  * folders (rmdir: only when empty), says so on stderr and dies by the same
- * signal, so the exit status is the signal's. A file committed into a staged
- * folder (atomic_commit) stays staged until its folder is dropped.
+ * signal, so the exit status is the signal's. die() and dist_abort() (a
+ * rank that ends the job when a peer died) remove them too before they
+ * exit. A file committed into a staged folder (atomic_commit) stays staged
+ * until its folder is dropped.
  *
  * Slots are fixed (STAGED_MAX): the handler may not allocate. When they are
  * all taken a path is simply not tracked, which is today's behaviour of a

@@ -33,6 +33,7 @@ void die(const char *fmt, ...)
 	error_quiet = 0;
 	vreport("", fmt, ap);
 	va_end(ap);
+	staged_remove_all(); /* what it was writing is unfinished (io/staged.h) */
 	exit(EXIT_FAIL);
 }
 
@@ -43,6 +44,7 @@ void die_usage(const char *fmt, ...)
 	error_quiet = 0;
 	vreport("", fmt, ap);
 	va_end(ap);
+	staged_remove_all();
 	exit(EXIT_USAGE);
 }
 

@@ -1,7 +1,8 @@
 /* util.h - errors, checked allocation, atomic files, checksums, timing.
  *
  * Error conventions (GNU style, see STYLE.md):
- *   die()   prints "asyncpp: MSG" and exits 1; only cmd/ and main call it.
+ *   die()   prints "asyncpp: MSG", removes the files io/staged.h tracks
+ *           and exits 1; only cmd/ and main call it.
  *   error() prints "asyncpp: MSG" and returns -1, for library layers.
  *   Library functions return 0 on success and -1 on failure after calling
  *   error() with a message that names the file (and line) involved.

@@ -36,6 +36,14 @@
  * (pipeline_save) and for the per-stage statistics, which are replica 0's.
  * After a segment the last rank of each replica broadcasts its losses, so
  * every rank returns the same statistics and the same result.
+ *
+ * Stopping within a segment (tr->stop: SIGTERM from a launcher that kills
+ * the ranks a second later, see stop_lag): each stage posts, after its sums
+ * of squares, whether its process was asked to stop; every stage completes
+ * every step with the same sums, so all of them (every rank, every replica)
+ * see the first step whose posts carry a request, and each runs only the
+ * actions of the steps up to stop_lag steps past it. That is the segment of
+ * fewer steps a drain then ends: the same bits as a shorter segment.
  */
 #include <math.h>
 #include <pthread.h>
@@ -72,6 +80,7 @@ struct pipeline {
 	double *norm, *lr;        /* [n_steps] */
 	size_t act_bytes, tied_n; /* a message (act_dtype), the tied wte (floats) */
 	size_t bucket_floats;     /* per bucket of the replicas' sum; 0: no buckets */
+	int stop_lag;             /* see stop_lag() */
 };
 
 struct stage_ctx {
@@ -87,6 +96,11 @@ struct stage_ctx {
 	float *bk_g;              /* that step's gradient arena */
 	size_t bk_lo, bk_n;       /* the bucket being gathered: bk_g[bk_lo, +bk_n) */
 	double bk_waited;         /* seconds the buckets blocked (threads) */
+	/* a stop agreed within the segment: the stage runs the actions of
+	 * segment steps <= stop_at (n - 1 when none was asked for) */
+	int stop_at;
+	int begun;                /* the newest segment step of an action begun */
+	float *asked_dev;         /* [N] backend memory: the replicas' requests */
 };
 
 static long global_step(const struct pipeline *p, int seg_step) { return p->first_step + seg_step + 1; }
@@ -105,6 +119,35 @@ static long global_mb(const struct pipeline *p, int r, int j)
 static int tied_stage(const struct trainer *tr, const struct stage_worker *w)
 {
 	return tr->m->cfg.tied && tr->S > 1 && w->wte_param >= 0;
+}
+
+/* Was this stage's process asked to stop (1) or not (0)? With replicas,
+ * whether any replica's process was: stage s of every replica posts the
+ * same request, so that the replicas stop at the same step. The sum over
+ * the replicas of N floats (a chunk each) costs one small exchange per
+ * step. */
+static double stop_asked(struct stage_ctx *c)
+{
+	struct pipeline *p = c->p;
+	const volatile int *stop = p->tr->stop;
+	float asked = stop && *stop ? 1.0f : 0.0f;
+	if (!p->rx)
+		return asked;
+	const struct backend *be = p->tr->be;
+	int N = p->tr->N;
+	float *host = xmalloc((size_t)N * sizeof(float));
+	for (int q = 0; q < N; q++)
+		host[q] = asked;
+	if (!c->asked_dev && !(c->asked_dev = be->alloc((size_t)N * sizeof(float))))
+		die("cannot allocate %d floats on backend '%s'", N, be->name);
+	be->to_device(c->asked_dev, host, (size_t)N * sizeof(float));
+	double waited;
+	p->rx->allreduce(p->rx, c->r, c->s, c->asked_dev, (size_t)N, &waited);
+	c->idle += waited;
+	be->to_host(host, c->asked_dev, sizeof(float));
+	asked = host[0];
+	free(host);
+	return asked > 0;
 }
 
 /* OPTIM_STEP: post this stage's gradient sums (and tied part). */
@@ -149,6 +192,7 @@ static void post_step(struct stage_ctx *c, long gstep)
 		}
 	}
 	optim_grad_sumsq(&w->opt, g, w->sumsq);
+	w->sumsq[w->opt.n] = stop_asked(c);
 	b->post(b, c->s, gstep, w->sumsq);
 	c->posted = gstep;
 	c->busy += now_sec() - t0;
@@ -200,9 +244,21 @@ static void complete_step(struct stage_ctx *c, long gstep)
 		c->busy += now_sec() - t1;
 	}
 	double t0 = now_sec();
+	/* each stage's sums of squares, then its stop request (post_step) */
 	double total = 0.0;
-	for (size_t k = 0; k < b->total; k++)
-		total += sums[k];
+	int asked = 0;
+	for (int s = 0, k = 0; s < tr->S; s++) {
+		for (int j = 0; j < b->n_tensors[s] - 1; j++)
+			total += sums[k++];
+		asked |= sums[k++] != 0.0;
+	}
+	int seg_step = (int)(gstep - p->first_step - 1);
+	if (asked && seg_step + p->stop_lag < c->stop_at) {
+		c->stop_at = seg_step + p->stop_lag;
+		if (c->begun > c->stop_at)
+			die("internal error: stage %d began step %d of the segment, past the stop "
+			    "agreed at step %d", c->s, c->begun, c->stop_at);
+	}
 	double norm = sqrt(total);
 	double lr = lr_at(tr->cfg, gstep) * tr->lr_scale;
 	worker_finish(w, gstep, norm, tr->cfg->train_grad_clip, (float)lr);
@@ -245,6 +301,9 @@ static void *stage_main(void *arg)
 	int n;
 	const struct sched_action *a = sched_actions(p->sc, s, &n);
 	for (int i = 0; i < n; i++) {
+		if (a[i].step > c->stop_at)
+			continue; /* a stop was agreed: this step is not run */
+		c->begun = MAX(c->begun, a[i].step);
 		double waited = 0.0, t0;
 		long gv = p->first_step + a[i].version;
 		long gmb = a[i].mb >= 0 ? global_mb(p, c->r, a[i].mb) : -1;
@@ -343,6 +402,8 @@ static void *stage_main(void *arg)
 		complete_step(c, c->completed + 1);
 	be->free(dev_in);
 	be->free(dev_tg);
+	if (c->asked_dev)
+		be->free(c->asked_dev);
 	free(host_in);
 	free(host_tg);
 	return NULL;
@@ -398,6 +459,8 @@ static void mpi_attach(struct trainer *tr)
 	if (n_tensors[mp.s] != tr->w[rank].opt.n)
 		die("internal error: stage %d holds %d tensors, stage_param_count says %d", mp.s,
 		    tr->w[rank].opt.n, n_tensors[mp.s]);
+	for (int s = 0; s < S; s++)
+		n_tensors[s]++; /* and the stop request: post_step */
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*S + s: its messages go to the ranks
@@ -480,6 +543,48 @@ static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps
 	}
 }
 
+/* How many steps past step t a stage may have begun when it learns that
+ * step t's posts ask to stop: it learns when it completes step t, and it
+ * completes steps lazily, when an action needs them (a forward the version
+ * t + 1, a backward of step t + 2 the gradient buffer of step t, the
+ * optimizer step t + 1 its predecessor). Stopping stop_lag steps after
+ * step t then never cuts a step that a stage has begun. Over the lists of
+ * every stage, so every rank finds the same number (2bw: 2, pipedream: S,
+ * 1f1b and gpipe: 1). */
+static int stop_lag(const struct schedule *sc)
+{
+	int lag = 0;
+	for (int s = 0; s < sc->S; s++) {
+		int n, forced = -1, begun = -1;
+		const struct sched_action *a = sched_actions(sc, s, &n);
+		for (int i = 0; i < n; i++) {
+			begun = MAX(begun, a[i].step);
+			int needs = a[i].op == SCHED_FORWARD	? a[i].version - 1
+				    : a[i].op == SCHED_BACKWARD	? a[i].step - 2
+				    : a[i].op == SCHED_OPTIM_STEP ? a[i].step - 1
+								  : -1;
+			for (int t = forced + 1; t <= needs; t++)
+				lag = MAX(lag, begun - t);
+			forced = MAX(forced, needs);
+		}
+	}
+	return lag;
+}
+
+int pipeline_stop_steps(const struct trainer *tr)
+{
+	/* a segment long enough for stop_lag to see the steady state */
+	int is_pd = tr->kind == SCHED_PIPEDREAM, n = 2 * tr->S + 4;
+	char err[256];
+	struct schedule *sc = sched_build_at(tr->kind, tr->S, is_pd ? tr->M : tr->mb_per_replica,
+					     n, 0, err, sizeof(err));
+	if (!sc)
+		die("internal error: %s", err);
+	int steps = 1 + stop_lag(sc) + 1; /* the next post, the lag, the drain (< 1 step) */
+	sched_free(sc);
+	return steps;
+}
+
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */
@@ -499,6 +604,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.sc = sched_build_at(tr->kind, S, is_pd ? tr->M : p.mb_r, n, tr->step, err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
+	p.stop_lag = stop_lag(p.sc);
 	for (int i = lo; i < hi; i++) {
 		const struct sched_stage *ss = sched_stage(p.sc, i % S);
 		if (ss->nslots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
@@ -519,7 +625,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	} else {
 		int *nt = xcalloc((size_t)S, sizeof(int));
 		for (int s = 0; s < S; s++)
-			nt[s] = tr->w[s].opt.n;
+			nt[s] = tr->w[s].opt.n + 1; /* the sums, then the stop request */
 		for (int r = 0; r < N; r++) {
 			p.tp[r] = transport_local(tr->be, S, p.act_bytes);
 			p.board[r] = board_local(tr->be, S, nt, p.tied_n);
@@ -547,7 +653,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.lr = xcalloc((size_t)n, sizeof(double));
 	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
 	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S,
+		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S, .stop_at = n - 1,
+					    .begun = -1,
 					    .posted_at = xcalloc((size_t)n, sizeof(double))};
 	if (mpi) {
 		stage_main(&ctx[lo]);
@@ -568,7 +675,13 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
 			p.board[r]->end(p.board[r]);
+	/* the steps run: every stage saw the same requests (post_step) */
+	int done = ctx[lo].stop_at + 1;
 	for (int i = lo; i < hi; i++) {
+		if (ctx[i].stop_at + 1 != done)
+			die("internal error: stage %d of replica %d stopped after %d steps of the "
+			    "segment, stage %d of replica %d after %d", i % S, i / S,
+			    ctx[i].stop_at + 1, lo % S, lo / S, done);
 		tr->w[i].busy_s += ctx[i].busy;
 		tr->w[i].idle_s += ctx[i].idle;
 	}
@@ -580,9 +693,9 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	tr->be->free(p.loss_dev);
 	backend_lane_bind(tr->be, before);
 	if (mpi)
-		mpi_segment_end(&p, &ctx[lo], n);
+		mpi_segment_end(&p, &ctx[lo], done);
 	int rc = 0;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < done; i++) {
 		struct step_stats st = {0};
 		double sum = 0.0;
 		for (int mb = 0; mb < p.mb_per_step; mb++)
@@ -600,7 +713,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			stats[i] = st;
 		tr->last = st;
 	}
-	tr->step = p.first_step + n;
+	tr->step = p.first_step + done;
 	for (int k = lo; k < hi; k++)
 		free(ctx[k].posted_at);
 	free(ctx);

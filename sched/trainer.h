@@ -103,7 +103,8 @@ struct trainer {
 	struct step_stats last;
 	double *moe_tokens;        /* [n * E]: expert_tokens of trainer_run's n steps */
 	/* when non-NULL and set, trainer_run stops after the current step
-	 * (one worker) or segment (pipelines); the caller sees it in step */
+	 * (one worker) or a few steps later (pipelines: every stage and rank
+	 * agrees on the step, see executor.c); the caller sees it in step */
 	const volatile int *stop;
 	/* For measuring (bench train), schedule none only: when non-NULL,
 	 * called as each part of a step begins (enum trainer_phase), and with
@@ -183,6 +184,10 @@ void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
+/* The most steps a pipeline (tr->kind >= 0) may still run once its process
+ * is asked to stop: to its next optimizer step, the steps a stage may have
+ * begun when every stage learns of the request, and the drain. */
+int pipeline_stop_steps(const struct trainer *tr);
 /* Checkpoints (sched/trainer_ckpt.c): every weight version the delay needs,
  * every optimizer state buffer, metadata (step, seed, data position, RNG
  * state) and the config text, in the model's global layout. A save writes

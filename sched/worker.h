@@ -47,7 +47,9 @@ struct stage_worker {
 	float *pred[WORKER_MAX_VERSIONS];   /* with predict: pred[v % n] = p[v] */
 	long newest;                        /* newest version = updates applied */
 	float *grads[2];                    /* [st.numel] each, by step parity (may alias) */
-	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq */
+	double *sumsq;                      /* [opt.n] per-tensor gradient sumsq, and
+					     * one more: the stop request the
+					     * executor posts with them */
 	int wte_param;                      /* index in st.params of wte or its tied copy, -1 */
 	/* accounting for logs: seconds computing and waiting, buckets of the
 	 * replicas' gradient sum started during a backward */

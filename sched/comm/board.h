@@ -13,6 +13,8 @@
  *   tied_wait  the other end's part (stage 0 needs it before its sums of
  *              squares, the last stage when it completes the step); blocks
  *   post       the stage's per-tensor sums of squares; the board copies them
+ *              (the executor counts one value more per stage and posts
+ *              there whether the stage's process was asked to stop)
  *   wait       every stage's sums, concatenated in global order (stage 0's
  *              tensors first): exactly the order the norm is summed in; blocks
  *   done       the stage has applied the step; the board may free its data

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/staged.h"
 #include "../../io/util.h"
 #include "p2p.h"
 #include "rendezvous.h"
@@ -91,6 +92,16 @@ int dist_env_read(struct dist_env *e)
 		return 0;
 	}
 	return 0;
+}
+
+double dist_kill_grace(void)
+{
+	if (!getenv("OMPI_COMM_WORLD_SIZE"))
+		return 0;
+	const char *v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+	char *end = NULL;
+	double t = v ? strtod(v, &end) : 0;
+	return v && end != v && *end == '\0' && t > 0 ? t : 1.0; /* Open MPI's default */
 }
 
 int dist_rank(void) { return g.rank; }
@@ -484,6 +495,9 @@ void dist_never_came(int rank, int stage, double waited, double timeout, const c
 
 void dist_abort(void)
 {
+	/* this rank's unfinished files (a checkpoint it was writing when a peer
+	 * died): neither exit nor MPI_Abort removes them (io/staged.h) */
+	staged_remove_all();
 	fflush(stdout);
 	fflush(stderr);
 #ifdef ASYNCPP_MPI

@@ -82,6 +82,15 @@ int dist_mpi(void);       /* ... over MPI */
 int dist_rendezvous(void); /* ... over the TCP rendezvous (no MPI) */
 int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
 
+/* The seconds between the SIGTERM the launcher sends the ranks when it is
+ * told to stop and its SIGKILL, when the environment says: Open MPI's
+ * mpirun (4.x) sends SIGCONT, then SIGTERM odls_base_sigkill_timeout
+ * seconds later, then SIGKILL as long again (1 s unless --mca or
+ * OMPI_MCA_odls_base_sigkill_timeout sets it; a parameter file is not
+ * seen here). 0 when unknown (no mpirun; Slurm's KillWait is the
+ * cluster's, see asyncpp-distributed(7)). */
+double dist_kill_grace(void);
+
 /* Every rank gets the largest of the ranks' v (v itself when not
  * distributed; over MPI or the TCP rendezvous). Used to agree on stopping
  * at a step boundary. */
@@ -89,7 +98,8 @@ int dist_max_int(int v);
 
 /* End the whole job now, after an error() that said why: MPI_Abort under
  * MPI (the launcher stops every rank), else exit(1) (under the TCP
- * rendezvous the other ranks see this one's socket close). */
+ * rendezvous the other ranks see this one's socket close). The files this
+ * process has staged (io/staged.h) are removed first. */
 void dist_abort(void) __attribute__((noreturn));
 /* A wait on another rank past pipeline.timeout: prints "rank R (stage s)
  * waited T s for WHAT, which never came: ..." (WHAT from fmt and ap) and

@@ -8,7 +8,8 @@
 # lr, grad_norm at %.9g) and checkpoints whose tensors are identical (the
 # stored configuration differs only in pipeline.transport); a run resumed
 # under TCP from its step-10 checkpoint ends on the same tensors. A rank
-# that is killed makes the others exit at once, naming it; a rank that is
+# that is killed makes the others exit at once, naming it (and rank 0,
+# when it was writing a checkpoint, removes the temporary); a rank that is
 # stopped is named after pipeline.timeout. Both carriers (MPI, TCP) are one
 # code path above sched/comm/p2p.h, so this also covers that layer end to end.
 . "$ROOT/tests/lib.sh"
@@ -150,6 +151,33 @@ if [ $rc0 -eq 1 ] && [ $(($(date +%s) - t0)) -lt 20 ] &&
 	pass tcp_killed_rank_named_at_once
 else
 	fail tcp_killed_rank_named_at_once "exit $rc0 after $(($(date +%s) - t0)) s: $(head -c 300 err0.txt)"
+fi
+
+# a rank killed while rank 0 writes a checkpoint (rank 1 stopped as soon as
+# the temporary appears, so that its part of the file, larger than the
+# sockets' buffers, is still to come): rank 0 exits naming it, and removes
+# the ckpt-*.tmp.PID it was writing
+long_pair --set model.n_layer=4 --set model.d_model=256 --set model.n_head=4 \
+	--set checkpoint.every=5 --set pipeline.timeout=120 --set train.out_dir=killed_saving
+caught=0
+for _ in $(seq 1 3000); do
+	kill -0 $pid0 2> /dev/null || break
+	if ls killed_saving/ckpt-*.tmp.* > /dev/null 2>&1; then
+		kill -STOP $pid1
+		ls killed_saving/ckpt-*.tmp.* > /dev/null 2>&1 && { caught=1; break; }
+		kill -CONT $pid1
+	fi
+	sleep 0.005
+done
+kill -9 $pid1
+wait_for $pid0 60
+rc0=$?
+wait $pid1 2> /dev/null
+if [ $caught = 1 ] && [ $rc0 -eq 1 ] && ! ls killed_saving/*.tmp.* > /dev/null 2>&1 &&
+   grep -q "rank 1 closed its connection without saying goodbye" err0.txt; then
+	pass tcp_killed_rank_while_saving_leaves_no_temporary
+else
+	fail tcp_killed_rank_while_saving_leaves_no_temporary "caught mid-write: $caught, exit $rc0, left: $(ls killed_saving | tr '\n' ' '): $(head -c 300 err0.txt)"
 fi
 
 # a rank stopped mid-run: the other names what it waits for after the timeout
