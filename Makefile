@@ -219,14 +219,15 @@ bench: all
 test-cuda: all
 	bash tests/run --cuda
 
-# the fault-injection script with more rounds than make test's 4 (kill -9
-# and SIGTERM each FAULT_ROUNDS times at random steps), and SIGTERM to
-# mpirun at MPI_SIGTERM_TRIALS random moments (make test's: 2)
+# the fault campaign (tests/faults_campaign.sh): every fault-injecting
+# script, with more rounds than make test's (kill -9 and SIGTERM each
+# FAULT_ROUNDS times at random steps, SIGTERM to mpirun at
+# MPI_SIGTERM_TRIALS random moments), closing on one table
 FAULT_ROUNDS ?= 15
 MPI_SIGTERM_TRIALS ?= 10
-test-faults: all
-	FAULT_ROUNDS=$(FAULT_ROUNDS) bash tests/run faults
-	MPI_SIGTERM_TRIALS=$(MPI_SIGTERM_TRIALS) bash tests/run mpi_sigterm
+test-faults: all test-bins
+	FAULT_ROUNDS=$(FAULT_ROUNDS) MPI_SIGTERM_TRIALS=$(MPI_SIGTERM_TRIALS) \
+		bash tests/faults_campaign.sh
 
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
