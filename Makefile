@@ -16,8 +16,13 @@
 PREFIX ?= /usr/local
 CC ?= cc
 # Parallel by default, one job per core; a -j on the command line wins.
+# Only the top make adds it: a sub-make shares its parent's jobs (make -j1
+# test stays one job), and a make that cleans runs its goals one at a time
+# (make clean all would build while it removes).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(MAKELEVEL)$(filter clean,$(MAKECMDGOALS)),0)
 MAKEFLAGS += -j$(JOBS)
+endif
 BUILD ?= build
 BIN ?= asyncpp
 # -march=native tunes for this machine's CPU; a build made for another
@@ -163,13 +168,13 @@ deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)
 
 test: deps
-	$(MAKE) -j$(JOBS) test-bins
+	$(MAKE) test-bins
 	bash tests/run
 
 check: test
 
 asan:
-	$(MAKE) -j$(JOBS) BUILD=build-asan BIN=build-asan/asyncpp CUDA=0 \
+	$(MAKE) BUILD=build-asan BIN=build-asan/asyncpp CUDA=0 \
 		OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined" \
 		EXTRA_LDLIBS="-fsanitize=address,undefined" test-bins
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
@@ -188,7 +193,7 @@ fuzz:
 	@command -v clang > /dev/null && echo 'int main(void) { return 0; }' | \
 		clang -fopenmp -fsanitize=fuzzer-no-link -x c - -o /dev/null 2> /dev/null || \
 		{ echo "make fuzz: needs clang with OpenMP (apt-get install clang libomp-dev)"; exit 1; }
-	$(MAKE) -j$(JOBS) BUILD=build-fuzz CUDA=0 MPI=0 CC=clang \
+	$(MAKE) BUILD=build-fuzz CUDA=0 MPI=0 CC=clang \
 		OPT="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" fuzz-run
 
 # (inside make fuzz: BUILD, CC, CUDA=0 and MPI=0 set, so LDLIBS is the CPU's)
@@ -208,7 +213,7 @@ fuzz-run: $(BUILD)/libasyncpp.a
 	done
 
 demo: deps
-	$(MAKE) -j$(JOBS) all
+	$(MAKE) all
 	bash tests/demo.sh
 
 bench: all
