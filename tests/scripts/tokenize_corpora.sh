@@ -157,6 +157,12 @@ cp c.jsonl c.ndjson && gzip -c c.jsonl > c.json.gz
 $A "${E[@]}" -o NN c.ndjson && $A "${E[@]}" -o NG c.json.gz
 same format_by_name_ndjson J NN
 same format_by_name_json_gz J NG
+# a JSON Lines dataset folder: its dataset_info.json (one JSON object over
+# several lines) and README.md are not corpus, its .jsonl files are
+mkdir hfj && cp c.jsonl hfj/train.jsonl && echo '# card' > hfj/README.md &&
+	printf '{\n  "description": "x",\n  "features": {}\n}\n' > hfj/dataset_info.json
+$A "${E[@]}" -o HJ hfj 2> hj.err
+same jsonl_folder_skips_its_json_metadata J HJ
 $A tokenize train -q --vocab 600 -o tn.tok c.jsonl.gz
 if cmp -s t.tok tn.tok; then pass train_format_by_name; else fail train_format_by_name "differs"; fi
 $A tokenize encode -t t.tok --val-fraction 0.1 -o MX c.jsonl.zst plain.txt 2> mx.err
