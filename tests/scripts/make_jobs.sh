@@ -7,8 +7,9 @@
 set -u
 . "$ROOT/tests/lib.sh"
 SHOW=(--eval 'flags-shown: ; @echo "FLAGS[$(MAKELEVEL)]=$(MAKEFLAGS)"')
-# dry MAKEARGS...: the FLAGS lines of a dry run
-dry() { make -n -C "$ROOT" --no-print-directory BUILD="$PWD/b" CUDA=0 "${SHOW[@]}" "$@" 2>&1 |
+# dry MAKEARGS...: the FLAGS lines of a dry run, by a top make (not one
+# under make test's: its MAKEFLAGS and MAKELEVEL are left out)
+dry() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n -C "$ROOT" --no-print-directory BUILD="$PWD/b" CUDA=0 "${SHOW[@]}" "$@" 2>&1 |
 	sed -n 's/^echo "\(FLAGS\[.*\)"$/\1/p'; }
 
 # 1. make -j1 demo: the sub-make that builds is one job too
