@@ -16,13 +16,14 @@
 PREFIX ?= /usr/local
 CC ?= cc
 # Parallel by default, one job per core; a -j on the command line wins.
-# Set at the top level only: sub-makes share its job server (a -j of their
-# own would start another, with make's 'resetting jobserver mode' warning).
+# Only the top make adds it, and only when no -j was given: a sub-make
+# shares its parent's jobs (make -j1 test stays one job; a -j of its own
+# would start another job server, with make's 'resetting jobserver mode'
+# warning), and a make that cleans runs its goals one at a time (make clean
+# all would build while it removes).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-ifeq ($(MAKELEVEL),0)
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+ifeq ($(MAKELEVEL)$(filter clean,$(MAKECMDGOALS))$(filter -j%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(JOBS)
-endif
 endif
 BUILD ?= build
 BIN ?= asyncpp

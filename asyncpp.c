@@ -136,9 +136,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(others); i++)
 		suggest_offer(&sg, others[i]);
 	if (suggest_text(&sg, "'%s'", near, sizeof(near)))
-		fprintf(stderr, "asyncpp: '%s' is not a command; did you mean %s? See 'asyncpp "
-			"help'\n", name, near);
+		fprintf(stderr, "asyncpp: '%s' is not a command; did you mean %s? See '%s "
+			"help'\n", name, near, prog);
 	else
-		fprintf(stderr, "asyncpp: '%s' is not a command; see 'asyncpp help'\n", name);
+		fprintf(stderr, "asyncpp: '%s' is not a command; see '%s help'\n", name, prog);
 	return EXIT_USAGE;
 }

@@ -114,12 +114,14 @@ static char *default_label(const char *path)
 }
 
 /* Read one file into r: finite (x, y) pairs, resumes folded in, log axes'
- * non-positive values dropped with a warning, then the EMA. */
+ * non-positive values dropped with a warning, then the EMA. 0, or -1 after
+ * error(): 1 when the file could not be read at all (its other columns need
+ * not be tried). */
 static int load_run(struct run *r, int xc, int yc, int logx, int logy, double alpha)
 {
 	struct metrics_series s;
 	if (metrics_read(r->path, &s))
-		return -1;
+		return 1;
 	r->x = xmalloc(sizeof(double) * (size_t)(s.n ? s.n : 1));
 	r->y = xmalloc(sizeof(double) * (size_t)(s.n ? s.n : 1));
 	r->n = 0;
@@ -513,9 +515,12 @@ int cmd_plot(int argc, char **argv, const char *prog)
 	struct run *runs = xcalloc((size_t)nseries, sizeof(*runs));
 	int rc = EXIT_OK;
 	double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+	int unread = -1; /* the file that could not be read: said once */
 	for (int i = 0; i < nseries; i++) {
 		int f = i / ny, j = i % ny;
 		struct run *r = &runs[i];
+		if (f == unread)
+			continue;
 		r->path = argv[f];
 		char *file_label = f < labels.n ? xstrdup(labels.items[f]) : default_label(argv[f]);
 		if (ny == 1) {
@@ -529,7 +534,9 @@ int cmd_plot(int argc, char **argv, const char *prog)
 			snprintf(r->label, len, "%s %s", file_label, columns[yc[j]].name);
 			free(file_label);
 		}
-		if (load_run(r, xc, yc[j], logx, logy, alpha)) {
+		int failed = load_run(r, xc, yc[j], logx, logy, alpha);
+		if (failed) {
+			unread = failed > 0 ? f : unread;
 			rc = EXIT_FAIL;
 			continue;
 		}

@@ -78,6 +78,21 @@ static void *progress_thread(void *arg)
 	return NULL;
 }
 
+/* the report guard (io/util.h): a message printed during the phase
+ * (error(), warning(), die()) erases the line and starts at the row's
+ * start; the thread draws it again below the message */
+static void progress_guard(void *arg, int before)
+{
+	struct progress *p = arg;
+	if (!before) {
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	fputs(progress_erase(p), stderr);
+	p->drawn = -1;
+}
+
 void progress_begin(struct progress *p, int show, const char *fmt, ...)
 {
 	char what[sizeof(p->what)];
@@ -99,6 +114,7 @@ void progress_begin(struct progress *p, int show, const char *fmt, ...)
 		return;
 	}
 	p->on = 1;
+	set_report_guard(progress_guard, p);
 	/* with no delay, at once: a phase shorter than the thread's first
 	 * wake-up shows its line too (the tests rely on it) */
 	char line[256];
@@ -112,6 +128,7 @@ void progress_end(struct progress *p)
 {
 	if (!p->on)
 		return;
+	set_report_guard(NULL, NULL);
 	pthread_mutex_lock(&p->mu);
 	p->stop = 1;
 	pthread_cond_signal(&p->cv);

@@ -8,8 +8,10 @@
  * (ASYNCPP_PROGRESS_AFTER=SECONDS changes that), and at most every
  * PROGRESS_EVERY seconds (at once when the delay is 0); the line is erased
  * when the phase ends. A thread
- * draws it, so a phase that is one long call shows it too. Elsewhere (a
- * log file, a pipe, -q) nothing is drawn and no thread starts.
+ * draws it, so a phase that is one long call shows it too. A message of
+ * error(), warning() or die() during the phase erases it first (io/util.h's
+ * report guard) and starts a line of its own; the line is drawn again below.
+ * Elsewhere (a log file, a pipe, -q) nothing is drawn and no thread starts.
  *
  *	struct progress pg;
  *	progress_begin(&pg, !quiet, "writing %s", path);

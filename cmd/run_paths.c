@@ -119,3 +119,27 @@ int run_path_check(const struct config *cfg, const char *key, const char *ckpt_p
 	free(v);
 	return rc;
 }
+
+void run_paths_save(const struct config *cfg, struct run_paths_saved *saved)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		saved->v[i] = config_get_string(cfg, "data", keys[i]);
+}
+
+int run_paths_check_kept(const struct config *cfg, struct run_paths_saved *saved,
+			 const char *ckpt_path)
+{
+	static const char *const fixes[] = {"the shards with --set data.train=SHARDS",
+					    "the shards with --set data.val=SHARDS",
+					    "the tokenizer with --set data.tokenizer=FILE"};
+	int rc = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		char *v = config_get_string(cfg, "data", keys[i]);
+		if (!rc && v[0] && !strcmp(v, saved->v[i]))
+			rc = run_path_check(cfg, keys[i], ckpt_path, fixes[i]);
+		free(v);
+		free(saved->v[i]);
+		saved->v[i] = NULL;
+	}
+	return rc;
+}

@@ -21,4 +21,15 @@ void run_paths_resolve(struct config *cfg, const char *ckpt_path);
 int run_path_check(const struct config *cfg, const char *key, const char *ckpt_path,
 		   const char *option);
 
+/* train --resume: the checkpoint's data.train, val and tokenizer (after
+ * run_paths_resolve) are saved before -c and --set apply ... */
+struct run_paths_saved {
+	char *v[3];
+};
+void run_paths_save(const struct config *cfg, struct run_paths_saved *saved);
+/* ... then each still as stored is checked as run_path_check does, naming
+ * "--set data.KEY=..." as the fix; frees saved. */
+int run_paths_check_kept(const struct config *cfg, struct run_paths_saved *saved,
+			 const char *ckpt_path);
+
 #endif

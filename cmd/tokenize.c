@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../io/formats/shard.h"
 #include "../io/suggest.h"
@@ -335,6 +336,10 @@ static int do_encode(int n, char **files)
 		fprintf(stderr, " (%" PRIu64 " document%s, %.1f MB in %.2f s, %d threads)\n",
 			r.docs, r.docs == 1 ? "" : "s", r.bytes / 1e6, now_sec() - t0, o.nthreads);
 	}
+	if (val_fraction <= 0 && access(val_path, F_OK) == 0)
+		warning("'%s' is left from before: --val-fraction 0 writes no val shard, so it does "
+			"not hold this input's text; remove it, or encode with --val-fraction above 0 "
+			"to replace it", val_path);
 	if (!r.docs)
 		warning("the input holds no documents: %s%s%s %s empty (training needs more tokens "
 			"than model.seq_len)", train_path, val_fraction > 0 ? " and " : "",

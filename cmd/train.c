@@ -355,12 +355,15 @@ int cmd_train(int argc, char **argv, const char *prog)
 		run_paths_resolve(&r.cfg, ck_path); /* stored as given before they were absolute */
 		if (resume_in_its_folder(&r.cfg, ck_path))
 			return EXIT_FAIL;
+		struct run_paths_saved stored; /* a stored path that is gone: named */
+		run_paths_save(&r.cfg, &stored);
 		if (config_file && config_load_file(&r.cfg, config_file))
 			return EXIT_FAIL;
 		for (int i = 0; i < sets.n; i++)
 			if (config_set(&r.cfg, sets.items[i]))
 				return EXIT_FAIL;
-		if (config_finish(&r.cfg) || check_resume_config(&r.cfg, ck))
+		if (config_finish(&r.cfg) || check_resume_config(&r.cfg, ck) ||
+		    (!print_config && run_paths_check_kept(&r.cfg, &stored, ck_path)))
 			return EXIT_FAIL;
 	} else if (config_from_args(&r.cfg, config_file, sets.items, sets.n)) {
 		return EXIT_FAIL;

@@ -14,6 +14,10 @@
 
 static int error_quiet;
 static char last_error_msg[1024];
+/* set_report_guard's: the messages are printed one at a time under report_mu */
+static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+static void (*report_guard)(void *arg, int before);
+static void *report_guard_arg;
 
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
@@ -21,9 +25,23 @@ static void vreport(const char *prefix, const char *fmt, va_list ap)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	snprintf(last_error_msg, sizeof(last_error_msg), "%s", msg);
 	if (!error_quiet) {
+		pthread_mutex_lock(&report_mu);
+		if (report_guard)
+			report_guard(report_guard_arg, 1);
 		fflush(stdout);
 		fprintf(stderr, "asyncpp: %s%s\n", prefix, msg);
+		if (report_guard)
+			report_guard(report_guard_arg, 0);
+		pthread_mutex_unlock(&report_mu);
 	}
+}
+
+void set_report_guard(void (*guard)(void *arg, int before), void *arg)
+{
+	pthread_mutex_lock(&report_mu);
+	report_guard = guard;
+	report_guard_arg = arg;
+	pthread_mutex_unlock(&report_mu);
 }
 
 void die(const char *fmt, ...)

@@ -39,6 +39,11 @@ void warning(const char *fmt, ...) PRINTF_LIKE(1, 2);
 void set_error_quiet(int quiet);
 /* The last message error() produced (also when quiet), for tests. */
 const char *last_error(void);
+/* A line drawn in place on stderr (cmd/progress.h) registers GUARD: each
+ * message of error(), warning() and die() is printed between GUARD(ARG, 1)
+ * (erase the line, hold it off) and GUARD(ARG, 0), so that it starts a line
+ * of its own; NULL unregisters, once no message is being printed. */
+void set_report_guard(void (*guard)(void *arg, int before), void *arg);
 
 /* Checked allocation: die on out-of-memory or size_t overflow. */
 void *xmalloc(size_t n);

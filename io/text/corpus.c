@@ -109,19 +109,37 @@ static int walk(const char *dir, const char *suffix, char ***v, int *n, int dept
 	return rc;
 }
 
+static int has_suffix_nocase(const char *s, size_t n, const char *suf);
+
+/* A .json name (under .gz or .zst too): JSON Lines only where a folder
+ * has no .jsonl or .ndjson file (else its metadata, dataset_info.json). */
+static int is_json_name(const char *path)
+{
+	size_t n = strlen(path);
+	if (has_suffix_nocase(path, n, ".gz"))
+		n -= 3;
+	else if (has_suffix_nocase(path, n, ".zst"))
+		n -= 4;
+	return has_suffix_nocase(path, n, ".json");
+}
+
 /* by_name: of a directory's files v[first..n), only its Parquet files by
- * their names when it has any, else only its JSON Lines when it has any
- * (a dataset folder's README.md and dataset_info.json are not corpus). */
+ * their names when it has any, else only its JSON Lines when it has any,
+ * its .json files only when it has no .jsonl or .ndjson (a dataset folder's
+ * README.md and dataset_info.json are not corpus). */
 static void keep_data_names(char **v, int first, int *n)
 {
-	int k = first, as[4] = {0};
-	for (int i = first; i < *n; i++)
+	int k = first, as[4] = {0}, lines = 0;
+	for (int i = first; i < *n; i++) {
 		as[corpus_format_of_name(v[i])] = 1;
+		lines |= corpus_format_of_name(v[i]) == CORPUS_JSONL && !is_json_name(v[i]);
+	}
 	enum corpus_format keep = as[CORPUS_PARQUET] ? CORPUS_PARQUET : CORPUS_JSONL;
 	if (!as[keep])
 		return;
 	for (int i = first; i < *n; i++) {
-		if (corpus_format_of_name(v[i]) == keep)
+		if (corpus_format_of_name(v[i]) == keep &&
+		    !(keep == CORPUS_JSONL && lines && is_json_name(v[i])))
 			v[k++] = v[i];
 		else
 			free(v[i]);

@@ -1,1 +1,1 @@
-$ASYNCPP trian
+mkdir -p bin && ln -sf "$ASYNCPP" bin/asyncpp && cd bin && ./asyncpp trian

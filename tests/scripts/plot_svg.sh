@@ -187,6 +187,10 @@ else
 fi
 expect_exit 1 missing_file_fails -- $A plot -o x.svg nope/metrics.csv
 grep -q "nope/metrics.csv" err.txt && pass missing_file_named || fail missing_file_named "$(cat err.txt)"
+# with several --y, an unreadable file is said once, not once per column
+expect_exit 1 missing_file_several_y_fails -- $A plot -o x.svg --y loss --y lr nope/metrics.csv
+[ "$(grep -c "nope/metrics.csv" err.txt)" = 1 ] && pass missing_file_named_once ||
+	fail missing_file_named_once "$(cat err.txt)"
 expect_exit 1 no_y_values_fails -- $A plot -o x.svg --y val_loss b/metrics.csv
 grep -q "b/metrics.csv.*val_loss" err.txt && pass no_y_values_named || fail no_y_values_named "$(cat err.txt)"
 printf '{"step": 1, "loss": 2}\n{"step": 2, "loss": }\n' > bad.jsonl

@@ -87,6 +87,19 @@ asyncpp: writing the checkpoint of step 4... 0 s"
 	else
 		fail progress_import_hf "$(phases tty6.txt | tr '\n' '|')"
 	fi
+
+	# 6b. an error during a phase starts a row of its own: the line is
+	# erased first (not "asyncpp: reading ... 0 sasyncpp: 'bad.ckpt': ...")
+	cp t1/ckpt-00000004.ckpt bad.ckpt
+	printf 'XXXX' | dd of=bad.ckpt bs=1 seek=2000 conv=notrunc 2> /dev/null
+	on_tty tty6b.txt "$A" inspect bad.ckpt
+	if [ -n "$(phases tty6b.txt)" ] &&
+	   sed "s/$ESC\[K//g" tty6b.txt | tr '\r' '\n' | grep -q "^asyncpp: 'bad.ckpt': .*corrupt"
+	then
+		pass progress_erased_before_an_error
+	else
+		fail progress_erased_before_an_error "$(head -c 300 tty6b.txt | cat -v)"
+	fi
 	unset ASYNCPP_PROGRESS_AFTER
 fi
 

@@ -157,6 +157,12 @@ cp c.jsonl c.ndjson && gzip -c c.jsonl > c.json.gz
 $A "${E[@]}" -o NN c.ndjson && $A "${E[@]}" -o NG c.json.gz
 same format_by_name_ndjson J NN
 same format_by_name_json_gz J NG
+# a JSON Lines dataset folder: its dataset_info.json (one JSON object over
+# several lines) and README.md are not corpus, its .jsonl files are
+mkdir hfj && cp c.jsonl hfj/train.jsonl && echo '# card' > hfj/README.md &&
+	printf '{\n  "description": "x",\n  "features": {}\n}\n' > hfj/dataset_info.json
+$A "${E[@]}" -o HJ hfj 2> hj.err
+same jsonl_folder_skips_its_json_metadata J HJ
 $A tokenize train -q --vocab 600 -o tn.tok c.jsonl.gz
 if cmp -s t.tok tn.tok; then pass train_format_by_name; else fail train_format_by_name "differs"; fi
 $A tokenize encode -t t.tok --val-fraction 0.1 -o MX c.jsonl.zst plain.txt 2> mx.err
@@ -189,6 +195,13 @@ $A tokenize encode -t t.tok --val-fraction 0 -o V0 plain.txt 2> v0.err
 if grep -q "V0_train.shard: [0-9]* tokens, no val shard at --val-fraction 0 (" v0.err && [ ! -e V0_val.shard ]; then
 	pass val_fraction_0_said
 else fail val_fraction_0_said "$(head -c 300 v0.err)"; fi
+# ... and a val shard of an earlier encode under that prefix, which it does
+# not replace, is named as not this input's
+$A tokenize encode -q -t t.tok -o V0 --force plain.txt 2> /dev/null
+$A tokenize encode -t t.tok --val-fraction 0 -o V0 --force c.jsonl 2> v0.err
+if grep -q "warning: 'V0_val.shard' is left from before" v0.err && [ -s V0_val.shard ]; then
+	pass val_fraction_0_names_an_old_val_shard
+else fail val_fraction_0_names_an_old_val_shard "$(head -c 300 v0.err)"; fi
 
 # a write failure names the shard, not the file it is staged in (issue 32)
 (ulimit -f 1; trap '' XFSZ; exec $A tokenize encode -q -t t.tok --val-fraction 0.1 -o WF c.jsonl) 2> wf.err

@@ -223,6 +223,15 @@ then
 else
 	fail missing_stored_path_names_its_origin "$(cat err.txt)"
 fi
+# train --resume too: the stored path no -c or --set replaced, with the --set
+# that overrides it (before: the loader's bare "no such shard file")
+(cd elsewhere && $A train -q --resume "$here/rel" --set train.steps=6) > /dev/null 2> err.txt
+if grep -qF "data.val = $here/reldata/builtin_val.shard, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', matches no shard file or directory; give the shards with --set data.val=SHARDS" err.txt
+then
+	pass resume_missing_stored_path_names_its_origin
+else
+	fail resume_missing_stored_path_names_its_origin "$(cat err.txt)"
+fi
 
 # 11. log.tensorboard: an event file a reader written from the format's
 # definition (tests/scripts/tb_events.py) accepts, checksums and all, whose

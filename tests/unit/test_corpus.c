@@ -418,7 +418,8 @@ TEST(infer_format_per_file)
 	buf_free(&data);
 }
 
-/* Formats by name: a folder's Parquet files, else its JSON Lines, else all. */
+/* Formats by name: a folder's Parquet files, else its JSON Lines (.json only without
+ * .jsonl or .ndjson), else all. */
 TEST(expand_by_name_keeps_data_files)
 {
 	char dir[512], f[700];
@@ -439,11 +440,15 @@ TEST(expand_by_name_keeps_data_files)
 		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
 		CHECK(!unlink(f));
 	}
+	/* a .json beside .jsonl files is the folder's metadata (dataset_info.json) */
 	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
-	CHECK(n == 2 && strstr(paths[0], "/b.jsonl.zst") && strstr(paths[1], "/info.json"));
+	CHECK(n == 1 && strstr(paths[0], "/b.jsonl.zst"));
 	corpus_paths_free(paths, n);
 	snprintf(f, sizeof(f), "%s/b.jsonl.zst", dir);
 	CHECK(!unlink(f));
+	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
+	CHECK(n == 1 && strstr(paths[0], "/info.json"));
+	corpus_paths_free(paths, n);
 	snprintf(f, sizeof(f), "%s/info.json", dir);
 	CHECK(!unlink(f));
 	CHECK(corpus_expand_by_name(args, 1, &paths, &n) == 0);
