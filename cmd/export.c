@@ -17,6 +17,7 @@
 #include "cmd.h"
 #include "model_load.h"
 #include "opts.h"
+#include "run_paths.h"
 
 static const char *const usage[] = {
 	"asyncpp export [--format safetensors] [-o OUT] [--force] CKPT",
@@ -62,11 +63,15 @@ static int prepare_dir(const char *dir, int force, int *made)
 static int load_tokenizer(struct tokenizer **tok, const struct loaded_model *lm,
 			  const char *path)
 {
-	if (!path || !*path)
+	int given = path && *path;
+	if (!given)
 		path = lm->cfg.data_tokenizer;
 	if (!path || !*path)
 		return error("%s names no tokenizer; give --tokenizer FILE or --no-tokenizer",
 			     lm->path);
+	if (!given && run_path_check(&lm->cfg, "tokenizer", lm->path,
+				     "the tokenizer with --tokenizer FILE (or --no-tokenizer)"))
+		return -1;
 	if (tokenizer_load(tok, path))
 		return -1;
 	uint32_t V = tokenizer_vocab_size(*tok);

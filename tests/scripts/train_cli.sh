@@ -216,12 +216,15 @@ mv reldata/builtin.tok reldata/moved.tok
 mv reldata/builtin_val.shard reldata/moved.shard
 (cd elsewhere && $A sample "$here/rel" -n 4) > /dev/null 2> err.txt
 (cd elsewhere && $A eval "$here/rel") > /dev/null 2>> err.txt
+(cd elsewhere && $A export --format hf -o hfout "$here/rel") > /dev/null 2> export.err
 if grep -qF "data.tokenizer = $here/reldata/builtin.tok, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', is not there; give the tokenizer with --tokenizer FILE" err.txt &&
+   grep -qF "data.tokenizer = $here/reldata/builtin.tok, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', is not there; give the tokenizer with --tokenizer FILE (or --no-tokenizer)" export.err &&
+   [ ! -e elsewhere/hfout ] &&
    grep -qF "data.val = $here/reldata/builtin_val.shard, stored in the checkpoint '$here/rel/ckpt-00000004.ckpt', matches no shard file or directory; give the shards with --data SHARDS" err.txt
 then
 	pass missing_stored_path_names_its_origin
 else
-	fail missing_stored_path_names_its_origin "$(cat err.txt)"
+	fail missing_stored_path_names_its_origin "$(cat err.txt export.err)"
 fi
 # train --resume too: the stored path no -c or --set replaced, with the --set
 # that overrides it (before: the loader's bare "no such shard file")
