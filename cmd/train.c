@@ -120,7 +120,7 @@ static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
 	if (stat(resume, &sb) || !S_ISDIR(sb.st_mode))
 		return !(*ck_path = find_checkpoint(resume)) || ckpt_open(ck, *ck_path) ? -1 : 0;
 	char **paths = NULL;
-	int n = list_checkpoints(resume, &paths);
+	int n = train_dir_checkpoints(resume, train_dir_run_id(resume), &paths);
 	/* none yet: a trainer that is still before its first one is the reason */
 	if (!n)
 		train_dir_mention_others(resume);
@@ -145,11 +145,15 @@ static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
 	return rc;
 }
 
-static void remove_checkpoints(char **paths, int n, const char *keep)
+/* --overwrite: the checkpoints of run id (train_dir.h) but keep; returns
+ * how many went. */
+static int remove_checkpoints(char **paths, int n, const char *keep, uint64_t id)
 {
+	int removed = 0;
 	for (int i = 0; i < n; i++)
-		if (!keep || strcmp(paths[i], keep))
-			unlink(paths[i]);
+		if ((!keep || strcmp(paths[i], keep)) && train_dir_ckpt_of_run(paths[i], id))
+			removed += !unlink(paths[i]);
+	return removed;
 }
 
 /* Make train.out_dir this run's (cmd/train_dir.h), in two calls. The first
@@ -208,13 +212,13 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 			   (unsigned long long)ck_id);
 	int removed = 0;
 	if (!rc && take && (!ck || !same) && (n_old || has_metrics)) { /* --overwrite */
-		remove_checkpoints(old, n_old, ck_path);
+		int gone = remove_checkpoints(old, n_old, ck_path, dir_id);
 		removed = 1;
 		if (has_metrics)
 			unlink(metrics_path);
 		if (!r->quiet)
 			fprintf(stderr, "asyncpp: --overwrite: removed %d checkpoint%s%s of the "
-				"earlier run in '%s'\n", n_old, n_old == 1 ? "" : "s",
+				"earlier run in '%s'\n", gone, gone == 1 ? "" : "s",
 				has_metrics ? " and its metrics" : "", dir);
 	}
 	const char *ck_name = ck_path && strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path;
@@ -510,7 +514,7 @@ int cmd_train(int argc, char **argv, const char *prog)
 	int rc = train_loop(&r);
 	char *saved = NULL;
 	progress_begin(&pg, !quiet && !rc, "writing the checkpoint of step %ld", r.tr.step);
-	if (!rc && train_save_checkpoint(&r.tr, cfg, NULL, &saved))
+	if (!rc && train_save_checkpoint(&r.tr, cfg, r.run_id, NULL, &saved))
 		rc = -1;
 	progress_end(&pg);
 	if (stop_signal && !rc && dist_is_root())

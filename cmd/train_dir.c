@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 #include "run_common.h"
 
@@ -131,8 +132,45 @@ uint64_t train_dir_run_id(const char *dir)
 	return read_run_id(dir, &id) == 1 ? id : 0;
 }
 
+uint64_t train_dir_ckpt_run_id(const char *ckpt_path)
+{
+	struct ckpt *k;
+	uint64_t id = 0;
+	set_error_quiet(1); /* unreadable or without one: 0, said by the caller */
+	if (!ckpt_open(&k, ckpt_path)) {
+		const char *meta = ckpt_meta(k);
+		if (!strncmp(meta, "run_id = ", 9) || strstr(meta, "\nrun_id = "))
+			if (ckpt_meta_u64(k, "run_id", &id))
+				id = 0;
+		ckpt_close(k);
+	}
+	set_error_quiet(0);
+	return id;
+}
+
+int train_dir_ckpt_of_run(const char *ckpt_path, uint64_t id)
+{
+	uint64_t own = id ? train_dir_ckpt_run_id(ckpt_path) : 0;
+	return !own || own == id;
+}
+
+int train_dir_checkpoints(const char *dir, uint64_t id, char ***paths)
+{
+	int n = list_checkpoints(dir, paths), kept = 0;
+	for (int i = 0; i < n; i++) {
+		if (train_dir_ckpt_of_run((*paths)[i], id))
+			(*paths)[kept++] = (*paths)[i];
+		else
+			free((*paths)[i]);
+	}
+	return kept;
+}
+
 uint64_t train_dir_run_id_of(const char *ckpt_path)
 {
+	uint64_t own = train_dir_ckpt_run_id(ckpt_path);
+	if (own)
+		return own;
 	char *dir = xstrdup(ckpt_path);
 	char *slash = strrchr(dir, '/');
 	if (slash)
@@ -248,6 +286,18 @@ void train_dir_mention_others(const char *dir)
 		free(path);
 	}
 	closedir(d);
+	uint64_t id = train_dir_run_id(dir);
+	char **paths = NULL;
+	int n = id ? list_checkpoints(dir, &paths) : 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t other = train_dir_ckpt_run_id(paths[i]);
+		if (other && other != id)
+			warning("'%s' is a checkpoint of another run (0x%016" PRIx64 ") than this "
+				"folder's (0x%016" PRIx64 "); it is left alone: never resumed from "
+				"the folder, rotated or removed", paths[i], other, id);
+		free(paths[i]);
+	}
+	free(paths);
 }
 
 /* Is NAME (the part before ".tmp.PID", len bytes) a file train writes

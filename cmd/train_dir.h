@@ -10,9 +10,12 @@
  *                          run keeps the id of the directory its checkpoint
  *                          lies in. Writing into a directory that holds
  *                          another run's checkpoints or metrics is refused
- *                          unless the user passes --overwrite. (The id is
- *                          not in the checkpoints, so that equivalent runs
- *                          still write byte-identical files.)
+ *                          unless the user passes --overwrite. Each
+ *                          checkpoint records the id (metadata run_id);
+ *                          one that records another run's (a copy from
+ *                          elsewhere) is never resumed from the folder,
+ *                          rotated or removed, only named. Those of older
+ *                          versions record none and count as the folder's.
  *   others' files alone    DIR's train.lock, run-id, config.ini,
  *                          samples.txt and checkpoints are train's own,
  *                          recognised by their content (a pid line, "0x" +
@@ -50,14 +53,25 @@ int train_dir_check_free(const char *dir);
  * or, samples.txt, append to it). */
 int train_dir_check_own(const char *dir, int samples);
 /* A warning for each file of DIR named ckpt-*.ckpt without a checkpoint's
- * name (run_common.h's checkpoint_name): it is left alone. */
+ * name (run_common.h's checkpoint_name), and for each checkpoint that
+ * records another run than DIR/run-id's: it is left alone. */
 void train_dir_mention_others(const char *dir);
 
 /* DIR's run id from DIR/run-id; 0 when it has none (a directory written
  * before run ids, or not a run directory) or its run-id is not train's. */
 uint64_t train_dir_run_id(const char *dir);
-/* The run id of the directory a checkpoint file lies in (0: none). */
+/* The run id a checkpoint records, else (older versions, import-hf's) that
+ * of the directory it lies in; 0: none. */
 uint64_t train_dir_run_id_of(const char *ckpt_path);
+/* The run id the checkpoint's metadata records (run_id); 0 when it records
+ * none or cannot be read. */
+uint64_t train_dir_ckpt_run_id(const char *ckpt_path);
+/* Whether the checkpoint is run id's to resume, rotate or remove: it
+ * records id, or no id at all (id 0: every checkpoint is). */
+int train_dir_ckpt_of_run(const char *ckpt_path, uint64_t id);
+/* DIR's checkpoints (list_checkpoints) that are run id's, by step; the
+ * count. */
+int train_dir_checkpoints(const char *dir, uint64_t id, char ***paths);
 /* Write DIR/run-id atomically. */
 int train_dir_set_run_id(const char *dir, uint64_t id);
 /* A fresh, non-zero run id (from the kernel's random source). */

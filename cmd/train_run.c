@@ -20,6 +20,7 @@
 #include "generate.h"
 #include "progress.h"
 #include "run_common.h"
+#include "train_dir.h"
 #include "train_run.h"
 
 /* A pipeline segment ends with a drain, where the run can stop, log and
@@ -63,17 +64,19 @@ static void fmt_duration(char *out, size_t len, double s)
 
 /* Write a checkpoint for the trainer's current step and keep the newest K
  * (and those the watch holds). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
-			  char **saved)
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, uint64_t run_id,
+			  const struct watch *w, char **saved)
 {
 	char name[64];
 	snprintf(name, sizeof(name), "ckpt-%08ld.ckpt", tr->step);
 	char *path = path_join(cfg->train_out_dir, name);
 	char *text = config_to_string(cfg);
-	char meta[64] = "";
+	char meta[96] = "", *m = meta;
 	if (tr->data && tr->data->tokenizer_hash)
-		snprintf(meta, sizeof(meta), "tokenizer_hash = 0x%016llx\n",
-			 (unsigned long long)tr->data->tokenizer_hash);
+		m += snprintf(m, 48, "tokenizer_hash = 0x%016llx\n",
+			      (unsigned long long)tr->data->tokenizer_hash);
+	if (run_id) /* cmd/train_dir.h: only the run's own are rotated */
+		snprintf(m, 48, "run_id = 0x%016llx\n", (unsigned long long)run_id);
 	int rc = pipeline_save(tr, path, text, meta); /* MPI: rank 0 writes */
 	free(text);
 	if (rc) {
@@ -81,7 +84,7 @@ int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const st
 		return -1;
 	}
 	char **paths = NULL;
-	int n = dist_is_root() ? list_checkpoints(cfg->train_out_dir, &paths) : 0;
+	int n = dist_is_root() ? train_dir_checkpoints(cfg->train_out_dir, run_id, &paths) : 0;
 	for (int i = 0; i < n; i++) {
 		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path) &&
 		    !(w && watch_holds(w, paths[i])))
@@ -699,7 +702,7 @@ int train_loop(struct run *r)
 			struct progress pg;
 			progress_begin(&pg, !r->quiet, "writing the checkpoint of step %ld",
 				       tr->step);
-			int failed = train_save_checkpoint(tr, cfg, &r->watch, &saved);
+			int failed = train_save_checkpoint(tr, cfg, r->run_id, &r->watch, &saved);
 			progress_end(&pg);
 			if (failed) {
 				rc = -1;

@@ -48,12 +48,13 @@ int train_setup_data(struct run *r);
 /* Train until train.steps, a stop signal or an error: 0 or -1. */
 int train_loop(struct run *r);
 
-/* A checkpoint of the trainer's step in train.out_dir (rank 0 writes; the
- * oldest beyond checkpoint.keep go, but never one the watch holds, when w
- * is not NULL: train_watch.h); its path in *saved when saved is not NULL.
+/* A checkpoint of the trainer's step in train.out_dir, recording run_id
+ * (rank 0 writes; the run's oldest beyond checkpoint.keep go, but never one
+ * the watch holds, when w is not NULL: train_watch.h, nor another run's:
+ * train_dir.h); its path in *saved when saved is not NULL.
  * 0, or -1 after error(). */
-int train_save_checkpoint(struct trainer *tr, const struct config *cfg, const struct watch *w,
-			  char **saved);
+int train_save_checkpoint(struct trainer *tr, const struct config *cfg, uint64_t run_id,
+			  const struct watch *w, char **saved);
 
 void train_sampler_free(struct sampler *sp);
 

@@ -1,5 +1,6 @@
 # tests/lib.sh - helpers for tests/scripts/*.sh (source it).
 #   pass NAME; fail NAME WHY; skip NAME WHY
+#   same_ckpt A B   two checkpoints equal but for the run that wrote them
 #   expect_exit CODE NAME -- CMD...   run CMD, pass if it exits CODE
 # ASYNCPP, ROOT and TESTDATA come from tests/run.
 pass() { echo "PASS $1"; }
@@ -11,4 +12,12 @@ expect_exit() {
 	local rc=$?
 	if [ "$rc" -eq "$want" ]; then pass "$name"; else
 		fail "$name" "exit $rc, expected $want: $(head -c 300 err.txt)"; fi
+}
+# same_ckpt A B: two checkpoints hold the same bits in every tensor (inspect
+# --diff) and the same configuration and metadata but for run_id, which
+# records the run that wrote each (equivalent runs are different runs)
+same_ckpt() {
+	"$ASYNCPP" inspect --diff "$1" "$2" 2> /dev/null | head -n 1 | grep -q '^identical: ' &&
+		diff <("$ASYNCPP" inspect -v "$1" 2>&1 | sed 1d | grep -v '^run_id = ') \
+		     <("$ASYNCPP" inspect -v "$2" 2>&1 | sed 1d | grep -v '^run_id = ') > /dev/null
 }

@@ -344,7 +344,7 @@ static int parse_u64(const char *v, size_t len, int hex, uint64_t *out)
  * [lo, hi], decimal (hex too where `hex`), or any text. Other keys are
  * accepted as any text: a newer writer may add some. */
 enum { F_STEP, F_VERSIONS, F_SEED, F_STAGES, F_MICRO_BATCHES, F_DATA_POSITION, F_RNG_STATE,
-       F_TOKENIZER_HASH, F_IMPORTED_FROM, N_META_FIELDS };
+       F_TOKENIZER_HASH, F_RUN_ID, F_IMPORTED_FROM, N_META_FIELDS };
 static const struct meta_field {
 	const char *key;
 	int number, hex, required;
@@ -358,6 +358,7 @@ static const struct meta_field {
 	[F_DATA_POSITION] = {"data_position", 1, 0, 0, 0, INT64_MAX},
 	[F_RNG_STATE] = {"rng_state", 1, 0, 0, 0, UINT64_MAX},
 	[F_TOKENIZER_HASH] = {"tokenizer_hash", 1, 1, 0, 0, UINT64_MAX},
+	[F_RUN_ID] = {"run_id", 1, 1, 0, 1, UINT64_MAX}, /* train's run (cmd/train_dir.h) */
 	[F_IMPORTED_FROM] = {"imported_from", 0, 0, 0, 0, 0},
 };
 /* Writers write about ten lines; the bound keeps the check of repeated keys

@@ -53,8 +53,9 @@ refuse step_missing meta "step = 2\n" "" "metadata has no 'step'"
 refuse versions_missing meta "versions = 1\n" "" "metadata has no 'versions'"
 refuse step_twice meta "versions = 1\n" "versions = 1\nstep = 2\n" "line 3 gives 'step' again"
 refuse meta_not_key_value meta "stages = 1" "stages=1" "metadata line 4 is not 'KEY = VALUE'"
-refuse meta_unterminated meta "tokenizer_hash = 0xff62db407fe4148e\n" \
-	"tokenizer_hash = 0xff62db407fe4148e" "does not end in a newline"
+rid=$("$A" inspect -v $CK | grep '^run_id = ') # the last line, the run's own
+refuse meta_unterminated meta "$rid\n" "$rid" "does not end in a newline"
+refuse run_id_0 meta "$rid" "run_id = 0x0" "run_id = 0x0 is out of range"
 refuse seed_negative meta "seed = 1337" "seed = -5" "seed = -5 is out of range"
 refuse stages_0 meta "stages = 1" "stages = 0" "stages = 0 is out of range (1 to 4096)"
 refuse micro_batches_0 meta "micro_batches = 1" "micro_batches = 0" \

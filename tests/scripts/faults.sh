@@ -307,6 +307,36 @@ else
 	fail overwrite_leaves_users_checkpoint_names "exit $rc: $(head -c 400 err.txt) $(ls c4 | tr '\n' ' ')"
 fi
 
+# 7e. a checkpoint of another run under a run's name (a copy from another
+# folder, newer than the folder's own) records that run's id: it is not
+# resumed from the folder, not rotated by checkpoint.keep, not removed by
+# --overwrite, and named once a run
+rm -rf c5 c6
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=4 --set checkpoint.every=2 \
+	--set train.out_dir=c5 2> err.txt
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=8 --set checkpoint.every=8 \
+	--set train.out_dir=c6 2>> err.txt
+cp c6/ckpt-00000008.ckpt c5/ckpt-00000008.ckpt
+theirs=$(md5sum < c5/ckpt-00000008.ckpt)
+$A train --resume c5 --set train.steps=6 --set checkpoint.keep=1 2> err.txt
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resuming c5/ckpt-00000004.ckpt at step 4" err.txt &&
+   [ "$(grep -c "'c5/ckpt-00000008.ckpt' is a checkpoint of another run" err.txt)" = 1 ] &&
+   [ "$(LC_ALL=C ls c5/*.ckpt | tr '\n' ' ')" = "c5/ckpt-00000006.ckpt c5/ckpt-00000008.ckpt " ] &&
+   [ "$(md5sum < c5/ckpt-00000008.ckpt)" = "$theirs" ]; then
+	pass other_runs_checkpoint_not_resumed_or_rotated
+else
+	fail other_runs_checkpoint_not_resumed_or_rotated "exit $rc: $(head -c 400 err.txt) $(ls c5 | tr '\n' ' ')"
+fi
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=2 --set train.out_dir=c5 --overwrite 2> err.txt
+rc=$?
+if [ $rc -eq 0 ] && [ "$(LC_ALL=C ls c5/*.ckpt | tr '\n' ' ')" = "c5/ckpt-00000002.ckpt c5/ckpt-00000008.ckpt " ] &&
+   [ "$(md5sum < c5/ckpt-00000008.ckpt)" = "$theirs" ]; then
+	pass overwrite_leaves_other_runs_checkpoint
+else
+	fail overwrite_leaves_other_runs_checkpoint "exit $rc: $(head -c 400 err.txt) $(ls c5 | tr '\n' ' ')"
+fi
+
 # 7d. a user's file where a run would write its own (the config.ini given
 # with -c, a run-id, a train.lock, a checkpoint's name, the samples, the
 # built-in corpus's tokenizer) is refused, naming it, and left as it was,

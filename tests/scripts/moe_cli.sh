@@ -154,7 +154,7 @@ if grep -q "built without MPI" err.txt; then
 fi
 if [ $rc -eq 0 ] && diff <(cols threads/metrics.csv) <(cols run/metrics.csv) > d.txt &&
    [ "$(cols run/metrics.csv | wc -l)" -eq 6 ] &&
-   cmp -s threads/ckpt-00000006.ckpt run/ckpt-00000006.ckpt; then
+   same_ckpt threads/ckpt-00000006.ckpt run/ckpt-00000006.ckpt; then
 	pass mpi_moe_equals_threads
 else
 	fail mpi_moe_equals_threads "exit $rc: $(cat err.txt d.txt | head -n 8 | tr '\n' ' ')"

@@ -4,7 +4,7 @@
 # (replica r's stage s on rank 2r + s) computes exactly what the same run
 # computes in threads (2 x 2 stage threads): for 2bw and 1f1b, 20 steps of a
 # tiny model on the built-in corpus give the same metrics (loss, val_loss,
-# lr, grad_norm at %.9g) and byte-identical checkpoints; an MPI run resumed
+# lr, grad_norm at %.9g) and identical checkpoints (lib.sh same_ckpt); an MPI run resumed
 # from its step-10 checkpoint, under MPI or in threads, ends on the same
 # bytes. Two replicas of 2 micro-batches match one pipeline of 4 within a
 # relative 1e-5 on every step's loss (the gradient sum is (g0+g1)+(g2+g3)
@@ -61,13 +61,13 @@ for kind in 2bw 1f1b; do
 	else
 		fail "mpi_dp_${kind}_metrics_equal_threads" "$(head -n 6 d.txt | tr '\n' ' ')"
 	fi
-	if cmp -s threads_$kind/ckpt-00000020.ckpt mpi_$kind/ckpt-00000020.ckpt &&
-	   cmp -s threads_$kind/ckpt-00000010.ckpt mpi_$kind/ckpt-00000010.ckpt; then
-		pass "mpi_dp_${kind}_checkpoints_byte_identical"
+	if same_ckpt threads_$kind/ckpt-00000020.ckpt mpi_$kind/ckpt-00000020.ckpt &&
+	   same_ckpt threads_$kind/ckpt-00000010.ckpt mpi_$kind/ckpt-00000010.ckpt; then
+		pass "mpi_dp_${kind}_checkpoints_identical"
 	else
 		$A inspect --diff threads_$kind/ckpt-00000020.ckpt mpi_$kind/ckpt-00000020.ckpt \
 			> diff.txt 2>&1
-		fail "mpi_dp_${kind}_checkpoints_byte_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
+		fail "mpi_dp_${kind}_checkpoints_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
 	fi
 done
 
@@ -109,7 +109,7 @@ if [ -d mpi_2bw ]; then
 		else
 			$A train -q --resume run > /dev/null 2> err.txt
 		fi
-		if [ $? -eq 0 ] && cmp -s run/ckpt-00000020.ckpt threads_2bw/ckpt-00000020.ckpt &&
+		if [ $? -eq 0 ] && same_ckpt run/ckpt-00000020.ckpt threads_2bw/ckpt-00000020.ckpt &&
 		   diff <(cols threads_2bw/metrics.csv) <(cols run/metrics.csv) > d.txt; then
 			pass "mpi_dp_resume_under_${how}_is_exact"
 		else
