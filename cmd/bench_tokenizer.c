@@ -92,7 +92,8 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 	/* pieces as `tokenize encode` cuts them */
 	size_t np = 0, cap = 64, *cut = xmalloc(cap * sizeof(*cut));
 	for (size_t at = 0; at < text->len;) {
-		size_t c = pretok_split_point(text->data + at, text->len - at, 256 << 10);
+		size_t c = pretok_split_point_of(tokenizer_pretok(tok), text->data + at,
+						 text->len - at, 256 << 10);
 		if (np + 1 >= cap)
 			cut = xrealloc(cut, (cap *= 2) * sizeof(*cut));
 		cut[np++] = at;

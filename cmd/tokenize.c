@@ -16,6 +16,7 @@
 #include "../io/formats/shard.h"
 #include "../io/suggest.h"
 #include "../io/text/corpus.h"
+#include "../io/text/pretok.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
@@ -25,6 +26,7 @@
 static const char *const usage[] = {
 	"asyncpp tokenize train [--vocab N] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] -o TOK INPUT...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
+	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k] [--special NAME=ID]... FILE",
 	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [--chunk-tokens N] [-j N] INPUT...",
 	"asyncpp tokenize encode -t TOK --ids [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [-j N] INPUT...",
 	"asyncpp tokenize decode -t TOK [-o FILE] [--show-eot] SHARD...",
@@ -32,13 +34,15 @@ static const char *const usage[] = {
 };
 
 static const char *description =
-	"Train a byte-level BPE tokenizer, import GPT-2's, encode corpora into token shards\n"
+	"Train a byte-level BPE tokenizer, import GPT-2's or a tiktoken rank file (cl100k_base,\n"
+	"o200k_base), encode corpora into token shards\n"
 	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text. An INPUT is\n"
 	"a file, a directory, a glob pattern or - (stdin); files may be gzip or zstd compressed.";
 
 static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS, max_bad;
 static double val_fraction = 0.01;
-static const char *tok_path, *output, *docs_mode, *format, *field;
+static const char *tok_path, *output, *docs_mode, *format, *field, *pattern;
+static struct opt_list specials;
 static int show_eot, quiet, print_ids, force;
 
 /* bad JSONL records named on stderr; the rest are counted */
@@ -47,9 +51,15 @@ static int show_eot, quiet, print_ids, force;
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
 	OPT_STRING('o', "output", &output, "PATH",
-		   "tokenizer to write (train, import-gpt2); shard prefix (encode, default "
+		   "tokenizer to write (train, import-gpt2, import-tiktoken); shard prefix (encode, default "
 		   "'tokens'); text file (decode, default stdout)"),
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
+	OPT_STRING(0, "pattern", &pattern, "NAME",
+		   "import-tiktoken: the encoding's pre-tokenizer pattern and special tokens, "
+		   "'cl100k' or 'o200k' (default: told by the file's number of ranks)"),
+	OPT_LIST(0, "special", &specials, "NAME=ID",
+		 "import-tiktoken: a special token besides the pattern's, or a new id for one "
+		 "of them (repeatable)"),
 	OPT_GROUP("Inputs (train, encode):"),
 	OPT_STRING(0, "format", &format, "FMT",
 		   "'text', 'lines' (a document a line), 'jsonl' (a JSON object a line) or "
@@ -274,6 +284,97 @@ static int do_import(int n, char **args)
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
 
+/* ---- import-tiktoken ---- */
+
+/* The rank count of a .tiktoken file: its non-empty lines. */
+static int count_ranks(const char *path, uint32_t *n)
+{
+	struct buf b = {0};
+	if (read_file(path, &b))
+		return -1;
+	*n = 0;
+	for (size_t i = 0; i < b.len; i++)
+		*n += b.data[i] == '\n' && (i == 0 || b.data[i - 1] != '\n');
+	*n += b.len && b.data[b.len - 1] != '\n';
+	buf_free(&b);
+	return 0;
+}
+
+static int do_import_tiktoken(int n, char **args)
+{
+	if (n != 1)
+		opts_usage_error(usage, options, "import-tiktoken needs one FILE (a .tiktoken rank file)");
+	if (!output)
+		opts_usage_error(usage, options, "import-tiktoken needs -o TOK");
+	int kind = PRETOK_GPT2;
+	if (pattern) {
+		kind = pretok_kind_parse(pattern);
+		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
+			opts_usage_error(usage, options, "--pattern must be 'cl100k' or 'o200k', not '%s'",
+					 pattern);
+	}
+	const char *names[64 + 8];
+	uint32_t ids[64 + 8], ns = 0;
+	if (specials.n > 64)
+		opts_usage_error(usage, options, "at most 64 --special tokens");
+	char *copies[64];
+	for (int i = 0; i < specials.n; i++) {
+		const char *eq = strrchr(specials.items[i], '=');
+		char *end;
+		errno = 0;
+		unsigned long id = eq ? strtoul(eq + 1, &end, 10) : 0;
+		if (!eq || eq == specials.items[i] || !eq[1] || *end || errno || eq[1] == '-' ||
+		    id >= TOKENIZER_MAX_VOCAB)
+			opts_usage_error(usage, options,
+					 "--special wants NAME=ID with an id below %u, not '%s'",
+					 TOKENIZER_MAX_VOCAB, specials.items[i]);
+		copies[i] = xmalloc((size_t)(eq - specials.items[i]) + 1);
+		memcpy(copies[i], specials.items[i], (size_t)(eq - specials.items[i]));
+		copies[i][eq - specials.items[i]] = 0;
+	}
+	if (opts_output_is_new(output, force))
+		return EXIT_FAIL;
+	if (!pattern) { /* told by the number of ranks */
+		uint32_t nr;
+		if (count_ranks(args[0], &nr))
+			return EXIT_FAIL;
+		for (int k = 0; k < PRETOK_NKINDS; k++)
+			if (tiktoken_published_ranks(k) == nr)
+				kind = k;
+		if (kind == PRETOK_GPT2) {
+			error("%s: %u ranks, neither cl100k_base's (%u) nor o200k_base's (%u): "
+			      "--pattern cl100k|o200k says which pattern it uses", args[0], nr,
+			      tiktoken_published_ranks(PRETOK_CL100K),
+			      tiktoken_published_ranks(PRETOK_O200K));
+			return EXIT_FAIL;
+		}
+	}
+	const char *const *pn;
+	const uint32_t *pi;
+	uint32_t np = tiktoken_published(kind, &pn, &pi);
+	for (uint32_t i = 0; i < np; i++, ns++) {
+		names[ns] = pn[i];
+		ids[ns] = pi[i];
+	}
+	for (int i = 0; i < specials.n; i++) {
+		uint32_t j = 0;
+		while (j < ns && strcmp(names[j], copies[i]))
+			j++;
+		names[j] = copies[i];
+		ids[j] = (uint32_t)strtoul(strrchr(specials.items[i], '=') + 1, NULL, 10);
+		ns += j == ns;
+	}
+	struct tokenizer *tok;
+	int rc = tiktoken_import(&tok, args[0], (uint32_t)kind, ns, names, ids);
+	if (!rc) {
+		rc = tokenizer_save(tok, output);
+		tokenizer_free(tok);
+	}
+	for (int i = 0; i < specials.n; i++)
+		free(copies[i]);
+	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
 /* ---- encode ---- */
 
 static int do_encode(int n, char **files)
@@ -439,17 +540,19 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)
-		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, encode or decode");
+		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, import-tiktoken, encode or decode");
 	const char *what = argv[0];
 	if (!strcmp(what, "train"))
 		return do_train(n - 1, argv + 1);
 	if (!strcmp(what, "import-gpt2"))
 		return do_import(n - 1, argv + 1);
+	if (!strcmp(what, "import-tiktoken"))
+		return do_import_tiktoken(n - 1, argv + 1);
 	if (!strcmp(what, "encode"))
 		return do_encode(n - 1, argv + 1);
 	if (!strcmp(what, "decode"))
 		return do_decode(n - 1, argv + 1);
-	static const char *const whats[] = {"train", "import-gpt2", "encode", "decode"};
+	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken", "encode", "decode"};
 	struct suggest sg;
 	char near[128];
 	suggest_init(&sg, what);
