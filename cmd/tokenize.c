@@ -286,18 +286,28 @@ static int do_import(int n, char **args)
 
 /* ---- import-tiktoken ---- */
 
-/* The rank count of a .tiktoken file: its non-empty lines. */
-static int count_ranks(const char *path, uint32_t *n)
+#define MAX_SPECIAL_OPTS 64
+
+/* --special NAME=ID into names and ids (names point into the items);
+ * usage errors exit. */
+static void parse_specials(char **copies, uint32_t *ids)
 {
-	struct buf b = {0};
-	if (read_file(path, &b))
-		return -1;
-	*n = 0;
-	for (size_t i = 0; i < b.len; i++)
-		*n += b.data[i] == '\n' && (i == 0 || b.data[i - 1] != '\n');
-	*n += b.len && b.data[b.len - 1] != '\n';
-	buf_free(&b);
-	return 0;
+	if (specials.n > MAX_SPECIAL_OPTS)
+		opts_usage_error(usage, options, "at most %d --special tokens", MAX_SPECIAL_OPTS);
+	for (int i = 0; i < specials.n; i++) {
+		const char *item = specials.items[i], *eq = strrchr(item, '=');
+		char *end = NULL;
+		errno = 0;
+		unsigned long id = eq && eq[1] >= '0' && eq[1] <= '9' ? strtoul(eq + 1, &end, 10) : 0;
+		if (!end || *end || errno || eq == item || id >= TOKENIZER_MAX_VOCAB)
+			opts_usage_error(usage, options,
+					 "--special wants NAME=ID with an id below %u, not '%s'",
+					 TOKENIZER_MAX_VOCAB, item);
+		copies[i] = xmalloc((size_t)(eq - item) + 1);
+		memcpy(copies[i], item, (size_t)(eq - item));
+		copies[i][eq - item] = 0;
+		ids[i] = (uint32_t)id;
+	}
 }
 
 static int do_import_tiktoken(int n, char **args)
@@ -306,38 +316,23 @@ static int do_import_tiktoken(int n, char **args)
 		opts_usage_error(usage, options, "import-tiktoken needs one FILE (a .tiktoken rank file)");
 	if (!output)
 		opts_usage_error(usage, options, "import-tiktoken needs -o TOK");
-	int kind = PRETOK_GPT2;
+	int kind = PRETOK_GPT2; /* none yet */
 	if (pattern) {
 		kind = pretok_kind_parse(pattern);
 		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
 			opts_usage_error(usage, options, "--pattern must be 'cl100k' or 'o200k', not '%s'",
 					 pattern);
 	}
-	const char *names[64 + 8];
-	uint32_t ids[64 + 8], ns = 0;
-	if (specials.n > 64)
-		opts_usage_error(usage, options, "at most 64 --special tokens");
-	char *copies[64];
-	for (int i = 0; i < specials.n; i++) {
-		const char *eq = strrchr(specials.items[i], '=');
-		char *end;
-		errno = 0;
-		unsigned long id = eq ? strtoul(eq + 1, &end, 10) : 0;
-		if (!eq || eq == specials.items[i] || !eq[1] || *end || errno || eq[1] == '-' ||
-		    id >= TOKENIZER_MAX_VOCAB)
-			opts_usage_error(usage, options,
-					 "--special wants NAME=ID with an id below %u, not '%s'",
-					 TOKENIZER_MAX_VOCAB, specials.items[i]);
-		copies[i] = xmalloc((size_t)(eq - specials.items[i]) + 1);
-		memcpy(copies[i], specials.items[i], (size_t)(eq - specials.items[i]));
-		copies[i][eq - specials.items[i]] = 0;
-	}
-	if (opts_output_is_new(output, force))
-		return EXIT_FAIL;
-	if (!pattern) { /* told by the number of ranks */
-		uint32_t nr;
-		if (count_ranks(args[0], &nr))
-			return EXIT_FAIL;
+	char *copies[MAX_SPECIAL_OPTS];
+	uint32_t opt_ids[MAX_SPECIAL_OPTS];
+	parse_specials(copies, opt_ids);
+	struct buf file = {0};
+	struct tokenizer *tok = NULL;
+	int rc = -1;
+	if (opts_output_is_new(output, force) || tiktoken_read(args[0], &file))
+		goto out;
+	if (kind == PRETOK_GPT2) { /* told by the number of ranks */
+		uint32_t nr = tiktoken_count_ranks(file.data, file.len);
 		for (int k = 0; k < PRETOK_NKINDS; k++)
 			if (tiktoken_published_ranks(k) == nr)
 				kind = k;
@@ -346,30 +341,34 @@ static int do_import_tiktoken(int n, char **args)
 			      "--pattern cl100k|o200k says which pattern it uses", args[0], nr,
 			      tiktoken_published_ranks(PRETOK_CL100K),
 			      tiktoken_published_ranks(PRETOK_O200K));
-			return EXIT_FAIL;
+			goto out;
 		}
 	}
+	/* the encoding's special tokens, then each --special: a new one, or a
+	 * new id for one of the encoding's */
+	const char *names[MAX_SPECIAL_OPTS + 8];
+	uint32_t ids[MAX_SPECIAL_OPTS + 8];
 	const char *const *pn;
 	const uint32_t *pi;
-	uint32_t np = tiktoken_published(kind, &pn, &pi);
-	for (uint32_t i = 0; i < np; i++, ns++) {
-		names[ns] = pn[i];
-		ids[ns] = pi[i];
+	uint32_t ns = tiktoken_published(kind, &pn, &pi);
+	for (uint32_t i = 0; i < ns; i++) {
+		names[i] = pn[i];
+		ids[i] = pi[i];
 	}
 	for (int i = 0; i < specials.n; i++) {
 		uint32_t j = 0;
 		while (j < ns && strcmp(names[j], copies[i]))
 			j++;
 		names[j] = copies[i];
-		ids[j] = (uint32_t)strtoul(strrchr(specials.items[i], '=') + 1, NULL, 10);
+		ids[j] = opt_ids[i];
 		ns += j == ns;
 	}
-	struct tokenizer *tok;
-	int rc = tiktoken_import(&tok, args[0], (uint32_t)kind, ns, names, ids);
-	if (!rc) {
+	rc = tiktoken_import_mem(&tok, file.data, file.len, args[0], (uint32_t)kind, ns, names, ids);
+	if (!rc)
 		rc = tokenizer_save(tok, output);
-		tokenizer_free(tok);
-	}
+out:
+	tokenizer_free(tok);
+	buf_free(&file);
 	for (int i = 0; i < specials.n; i++)
 		free(copies[i]);
 	return rc ? EXIT_FAIL : EXIT_OK;

@@ -141,11 +141,11 @@ static int parse_lines(const unsigned char *data, size_t len, const char *name,
 				return error("%s:%zu: rank too large (the limit is %u)", name, line,
 					     TOKENIZER_MAX_VOCAB - 1);
 		}
+		if (*n == TOKENIZER_MAX_VOCAB)
+			return error("%s:%zu: more than %u tokens", name, line, TOKENIZER_MAX_VOCAB);
 		if (*n == cap) {
 			cap = cap ? 2 * cap : 1024;
-			*es = realloc(*es, st_mult(cap, sizeof(**es)));
-			if (!*es)
-				die("out of memory");
+			*es = xrealloc(*es, st_mult(cap, sizeof(**es)));
 		}
 		(*es)[(*n)++] = (struct entry){(uint32_t)rank, off, dec->len - off, line};
 	}
@@ -236,7 +236,7 @@ int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, co
 		error("%s: %zu tokens; a rank file has at least the 256 bytes", name, n);
 		goto out;
 	}
-	uint32_t N = (uint32_t)n; /* n <= lines <= 256 MiB, and each rank < 2^24 */
+	uint32_t N = (uint32_t)n; /* at most TOKENIZER_MAX_VOCAB */
 	by_rank = xmalloc(st_mult(N, sizeof(*by_rank)));
 	rank_of = xmalloc(st_mult(N, sizeof(*rank_of)));
 	memset(by_rank, 0xff, (size_t)N * sizeof(*by_rank));
@@ -380,16 +380,34 @@ uint32_t tiktoken_published_ranks(uint32_t kind)
 	return kind == PRETOK_CL100K ? 100256 : kind == PRETOK_O200K ? 199998 : 0;
 }
 
-int tiktoken_import(struct tokenizer **tok, const char *path, uint32_t kind, uint32_t nspecial,
-		    const char *const *names, const uint32_t *ids)
+int tiktoken_read(const char *path, struct buf *out)
 {
 	struct stat sb;
-	*tok = NULL;
 	if (strcmp(path, "-") && stat(path, &sb) == 0 && (uint64_t)sb.st_size > TIKTOKEN_MAX_BYTES)
 		return error("%s: %" PRIu64 " bytes; a .tiktoken file is at most %zu MiB", path,
 			     (uint64_t)sb.st_size, TIKTOKEN_MAX_BYTES >> 20);
+	return read_file(path, out);
+}
+
+uint32_t tiktoken_count_ranks(const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	uint32_t n = 0;
+	for (size_t i = 0; i < len;) { /* lines with more than "\r" */
+		const unsigned char *nl = memchr(p + i, '\n', len - i);
+		size_t l = nl ? (size_t)(nl - (p + i)) : len - i;
+		n += l > 1 || (l == 1 && p[i] != '\r');
+		i += l + 1;
+	}
+	return n;
+}
+
+int tiktoken_import(struct tokenizer **tok, const char *path, uint32_t kind, uint32_t nspecial,
+		    const char *const *names, const uint32_t *ids)
+{
+	*tok = NULL;
 	struct buf b = {0};
-	if (read_file(path, &b))
+	if (tiktoken_read(path, &b))
 		return -1;
 	int rc = tiktoken_import_mem(tok, b.data, b.len, path, kind, nspecial, names, ids);
 	buf_free(&b);

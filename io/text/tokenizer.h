@@ -125,6 +125,10 @@ int tiktoken_import(struct tokenizer **tok, const char *path, uint32_t kind, uin
 int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, const char *name,
 			uint32_t kind, uint32_t nspecial, const char *const *names,
 			const uint32_t *ids);
+/* Read a rank file whole, refusing one over TIKTOKEN_MAX_BYTES; 0 or -1
+ * after error(). Its number of tokens (non-empty lines), at most 2^32-1. */
+int tiktoken_read(const char *path, struct buf *out);
+uint32_t tiktoken_count_ranks(const void *data, size_t len);
 
 /* The special tokens of the published encoding of a pre-tokenizer kind
  * (cl100k_base's, o200k_base's; none for others): their count, names and ids

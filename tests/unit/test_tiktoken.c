@@ -302,3 +302,22 @@ TEST(tiktoken_reader_rejects)
 	      strstr(last_error(), "at most 256 MiB"));
 	set_error_quiet(0);
 }
+
+TEST(tiktoken_count_and_export_refused)
+{
+	CHECK(tiktoken_count_ranks("a 0\n\nb 1\r\n\r\nc 2", 18) == 3);
+	CHECK(tiktoken_count_ranks("", 0) == 0 && tiktoken_count_ranks("\n\n", 2) == 0);
+	/* tokenizer.json holds only GPT-2's pre-tokenizer so far: refused, not
+	 * written with the wrong one */
+	struct buf f = {0};
+	rank_file(&f, extra, 2);
+	struct tokenizer *t;
+	CHECK(!tiktoken_import_mem(&t, f.data, f.len, "small", PRETOK_O200K, 0, NULL, NULL));
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/hf", test_tmpdir());
+	set_error_quiet(1);
+	CHECK(hf_tokenizer_write(t, dir, 0, 64) == -1 && strstr(last_error(), "o200k"));
+	set_error_quiet(0);
+	tokenizer_free(t);
+	buf_free(&f);
+}
