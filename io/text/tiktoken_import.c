@@ -166,8 +166,9 @@ static int split_of(const struct rank_map *m, const uint32_t *rank_of, const uns
 		size_t at = 0;
 		for (size_t i = 0; i + 1 < np; i++) {
 			uint32_t k = map_find(m, p + st[i], st[i + 2] - st[i]);
-			if (k != NONE && rank_of[k] < max_rank && (best == NONE || rank_of[k] < best)) {
-				best = rank_of[k];
+			uint32_t r = k == NONE ? NONE : rank_of[k];
+			if (r < max_rank && (best == NONE || r < best)) {
+				best = r;
 				at = i;
 			}
 		}

@@ -5,8 +5,9 @@
 # tiktoken: OpenAI's Rust code built to WebAssembly, with the rank files):
 # the ids `tokenize encode --ids` prints must be tiktoken's on a multilingual
 # stress text (testdata/tiktoken_stress.txt), on random mixes of the
-# characters the patterns treat apart, and on 600 KB of the King James Bible
-# (more than one 256 KB piece, so the threads' cutting is checked too). The
+# characters the patterns treat apart, on long runs, and on 600 KB of the
+# King James Bible (more than one 256 KB piece, so the threads' cutting is
+# checked too). The
 # package is installed into $TMPDIR with npm at test time, or taken from
 # $ASYNCPP_TIKTOKEN_PKG; without it those checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -89,7 +90,7 @@ if [ -z "$PKG" ] || [ ! -f "$PKG/encoders/cl100k_base.json" ]; then
 fi
 if [ ! -f "$PKG/encoders/cl100k_base.json" ] || ! command -v node > /dev/null; then
 	for e in cl100k o200k; do
-		for t in import stress mix kjv roundtrip; do
+		for t in import stress mix long kjv roundtrip; do
 			skip ${e}_$t "npm package tiktoken unavailable (no node, npm or network)"
 		done
 	done
@@ -113,6 +114,12 @@ for _ in range(20000):
 sys.stdout.write("".join(out))
 EOF
 done
+# long runs: pieces past the BPE's short-piece scan (its heap), and tokens of
+# 128 spaces
+python3 -c "import sys; sys.stdout.write('x' + ' ' * 300 + 'y\n' + '!' * 1000 + '\n' +
+    '7' * 200 + ' ' + 'a' * 500 + 'Z' * 300 + 'b' * 200 + '\n' + '\t' * 150 + '\r\n' * 80 +
+    '\u00e9' * 300 + ' ' + '\u4f60' * 400 + '\U0001F600' * 100 + ' ' * 129 + 'end' +
+    '\n' * 10 + ' ' * 130)" > long.txt
 have_kjv=0
 if command -v bible > /dev/null && bible -f "Gen1:1-Rev22:21" 2> /dev/null |
 	sed 's/^[^ ]* //' | head -c 600000 > kjv.txt && [ -s kjv.txt ]; then
@@ -139,6 +146,7 @@ for e in cl100k o200k; do
 	expect_exit 0 ${e}_import -- $A tokenize import-tiktoken -o $e.tok $e.tiktoken
 	compare ${e}_stress ${e}_base $e.tok "$TESTDATA/tiktoken_stress.txt"
 	compare ${e}_mix ${e}_base $e.tok mix1.txt mix2.txt mix3.txt
+	compare ${e}_long ${e}_base $e.tok long.txt
 	if [ $have_kjv = 1 ]; then
 		compare ${e}_kjv ${e}_base $e.tok kjv.txt
 	else
