@@ -284,7 +284,9 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 
 /* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
  * steps, then per step a u32 kind, a u32 parameter length and the
- * parameters. This asyncpp's kinds are single steps without parameters. */
+ * parameters. This asyncpp's kinds are single steps without parameters, and
+ * GPT-2's is never in one (a file is in the one form tokenizer_serialize
+ * writes). */
 static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind, const char *name)
 {
 	if (n < 4)
@@ -296,6 +298,9 @@ static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind,
 	if (n != 12)
 		return error("%s: pre-tokenizer section of %zu bytes, expected 12", name, n);
 	*kind = get_le32(p + 4);
+	if (*kind == PRETOK_GPT2) /* one tokenizer, one file and one hash */
+		return error("%s: version 2 with GPT-2's pre-tokenizer, which is written as "
+			     "version 1: file is corrupt", name);
 	if (get_le32(p + 8))
 		return error("%s: pre-tokenizer kind %u with %u bytes of parameters (it takes none)",
 			     name, *kind, get_le32(p + 8));

@@ -210,6 +210,10 @@ TEST(tokenizer_v2_section_rejects)
 	reseal(&ser);
 	CHECK(tokenizer_load_mem(&back, ser.data, ser.len, "k") &&
 	      strstr(last_error(), "unknown pre-tokenizer kind 77"));
+	put_le32(ser.data + sec + 4, PRETOK_GPT2); /* written as version 1 */
+	reseal(&ser);
+	CHECK(tokenizer_load_mem(&back, ser.data, ser.len, "k") &&
+	      strstr(last_error(), "written as version 1"));
 	put_le32(ser.data + sec + 4, PRETOK_O200K);
 	put_le32(ser.data + sec, 2);
 	reseal(&ser);
