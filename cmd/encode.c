@@ -229,7 +229,7 @@ static int encode_batch(struct encoder *e, const struct batch *b)
 		size_t n = b->ends[d] - start;
 		for (size_t at = 0; at < n;) {
 			size_t cut = n - at <= CHUNK_BYTES ? n - at :
-				     pretok_split_point(s + at, n - at, CHUNK_BYTES);
+				     pretok_split_point_of(tokenizer_pretok(e->o->tok), s + at, n - at, CHUNK_BYTES);
 			add_piece(e, start + at, cut, at == 0);
 			at += cut;
 		}

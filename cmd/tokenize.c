@@ -17,6 +17,7 @@
 #include "../io/formats/shard.h"
 #include "../io/suggest.h"
 #include "../io/text/corpus.h"
+#include "../io/text/pretok.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "cmd.h"
@@ -26,6 +27,7 @@
 static const char *const usage[] = {
 	"asyncpp tokenize train [--vocab N] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] -o TOK INPUT...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
+	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k] [--special NAME=ID]... FILE",
 	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [--chunk-tokens N] [-j N] INPUT...",
 	"asyncpp tokenize encode -t TOK --ids [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [-j N] INPUT...",
 	"asyncpp tokenize decode -t TOK [-o FILE] [--show-eot] SHARD...",
@@ -33,13 +35,15 @@ static const char *const usage[] = {
 };
 
 static const char *description =
-	"Train a byte-level BPE tokenizer, import GPT-2's, encode corpora into token shards\n"
+	"Train a byte-level BPE tokenizer, import GPT-2's or a tiktoken rank file (cl100k_base,\n"
+	"o200k_base), encode corpora into token shards\n"
 	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text. An INPUT is\n"
 	"a file, a directory, a glob pattern or - (stdin); files may be gzip or zstd compressed.";
 
 static long vocab = 8192, seed = 1, threads = 0, chunk_tokens = SHARD_CHUNK_TOKENS, max_bad;
 static double val_fraction = 0.01;
-static const char *tok_path, *output, *docs_mode, *format, *field;
+static const char *tok_path, *output, *docs_mode, *format, *field, *pattern;
+static struct opt_list specials;
 static int show_eot, quiet, print_ids, force;
 
 /* bad JSONL records named on stderr; the rest are counted */
@@ -48,9 +52,15 @@ static int show_eot, quiet, print_ids, force;
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
 	OPT_STRING('o', "output", &output, "PATH",
-		   "tokenizer to write (train, import-gpt2); shard prefix (encode, default "
+		   "tokenizer to write (train, import-gpt2, import-tiktoken); shard prefix (encode, default "
 		   "'tokens'); text file (decode, default stdout)"),
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
+	OPT_STRING(0, "pattern", &pattern, "NAME",
+		   "import-tiktoken: the encoding's pre-tokenizer pattern and special tokens, "
+		   "'cl100k' or 'o200k' (default: told by the file's number of ranks)"),
+	OPT_LIST(0, "special", &specials, "NAME=ID",
+		 "import-tiktoken: a special token besides the pattern's, or a new id for one "
+		 "of them (repeatable)"),
 	OPT_GROUP("Inputs (train, encode):"),
 	OPT_STRING(0, "format", &format, "FMT",
 		   "'text', 'lines' (a document a line), 'jsonl' (a JSON object a line) or "
@@ -275,6 +285,96 @@ static int do_import(int n, char **args)
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
 
+/* ---- import-tiktoken ---- */
+
+#define MAX_SPECIAL_OPTS 64
+
+/* --special NAME=ID into names and ids (names point into the items);
+ * usage errors exit. */
+static void parse_specials(char **copies, uint32_t *ids)
+{
+	if (specials.n > MAX_SPECIAL_OPTS)
+		opts_usage_error(usage, options, "at most %d --special tokens", MAX_SPECIAL_OPTS);
+	for (int i = 0; i < specials.n; i++) {
+		const char *item = specials.items[i], *eq = strrchr(item, '=');
+		char *end = NULL;
+		errno = 0;
+		unsigned long id = eq && eq[1] >= '0' && eq[1] <= '9' ? strtoul(eq + 1, &end, 10) : 0;
+		if (!end || *end || errno || eq == item || id >= TOKENIZER_MAX_VOCAB)
+			opts_usage_error(usage, options,
+					 "--special wants NAME=ID with an id below %u, not '%s'",
+					 TOKENIZER_MAX_VOCAB, item);
+		copies[i] = xmalloc((size_t)(eq - item) + 1);
+		memcpy(copies[i], item, (size_t)(eq - item));
+		copies[i][eq - item] = 0;
+		ids[i] = (uint32_t)id;
+	}
+}
+
+static int do_import_tiktoken(int n, char **args)
+{
+	if (n != 1)
+		opts_usage_error(usage, options, "import-tiktoken needs one FILE (a .tiktoken rank file)");
+	if (!output)
+		opts_usage_error(usage, options, "import-tiktoken needs -o TOK");
+	int kind = PRETOK_GPT2; /* none yet */
+	if (pattern) {
+		kind = pretok_kind_parse(pattern);
+		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
+			opts_usage_error(usage, options, "--pattern must be 'cl100k' or 'o200k', not '%s'",
+					 pattern);
+	}
+	char *copies[MAX_SPECIAL_OPTS];
+	uint32_t opt_ids[MAX_SPECIAL_OPTS];
+	parse_specials(copies, opt_ids);
+	struct buf file = {0};
+	struct tokenizer *tok = NULL;
+	int rc = -1;
+	if (opts_output_is_new(output, force) || tiktoken_read(args[0], &file))
+		goto out;
+	if (kind == PRETOK_GPT2) { /* told by the number of ranks */
+		uint32_t nr = tiktoken_count_ranks(file.data, file.len);
+		for (int k = 0; k < PRETOK_NKINDS; k++)
+			if (tiktoken_published_ranks(k) == nr)
+				kind = k;
+		if (kind == PRETOK_GPT2) {
+			error("%s: %u ranks, neither cl100k_base's (%u) nor o200k_base's (%u): "
+			      "--pattern cl100k|o200k says which pattern it uses", args[0], nr,
+			      tiktoken_published_ranks(PRETOK_CL100K),
+			      tiktoken_published_ranks(PRETOK_O200K));
+			goto out;
+		}
+	}
+	/* the encoding's special tokens, then each --special: a new one, or a
+	 * new id for one of the encoding's */
+	const char *names[MAX_SPECIAL_OPTS + 8];
+	uint32_t ids[MAX_SPECIAL_OPTS + 8];
+	const char *const *pn;
+	const uint32_t *pi;
+	uint32_t ns = tiktoken_published(kind, &pn, &pi);
+	for (uint32_t i = 0; i < ns; i++) {
+		names[i] = pn[i];
+		ids[i] = pi[i];
+	}
+	for (int i = 0; i < specials.n; i++) {
+		uint32_t j = 0;
+		while (j < ns && strcmp(names[j], copies[i]))
+			j++;
+		names[j] = copies[i];
+		ids[j] = opt_ids[i];
+		ns += j == ns;
+	}
+	rc = tiktoken_import_mem(&tok, file.data, file.len, args[0], (uint32_t)kind, ns, names, ids);
+	if (!rc)
+		rc = tokenizer_save(tok, output);
+out:
+	tokenizer_free(tok);
+	buf_free(&file);
+	for (int i = 0; i < specials.n; i++)
+		free(copies[i]);
+	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
 /* ---- encode ---- */
 
 static int do_encode(int n, char **files)
@@ -444,17 +544,19 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)
-		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, encode or decode");
+		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, import-tiktoken, encode or decode");
 	const char *what = argv[0];
 	if (!strcmp(what, "train"))
 		return do_train(n - 1, argv + 1);
 	if (!strcmp(what, "import-gpt2"))
 		return do_import(n - 1, argv + 1);
+	if (!strcmp(what, "import-tiktoken"))
+		return do_import_tiktoken(n - 1, argv + 1);
 	if (!strcmp(what, "encode"))
 		return do_encode(n - 1, argv + 1);
 	if (!strcmp(what, "decode"))
 		return do_decode(n - 1, argv + 1);
-	static const char *const whats[] = {"train", "import-gpt2", "encode", "decode"};
+	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken", "encode", "decode"};
 	struct suggest sg;
 	char near[128];
 	suggest_init(&sg, what);

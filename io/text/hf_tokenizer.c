@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "pretok.h"
 #include "tokenizer.h"
 
 /* ---- a map from token strings to ids ---- */
@@ -393,6 +394,10 @@ static void cat_pair(struct buf *b, const char **s, const size_t *len, const uin
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length)
 {
+	if (tokenizer_pretok(tok) != PRETOK_GPT2)
+		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
+			     "writes only GPT-2's ByteLevel pre-tokenizer so far", dir,
+			     pretok_kind_name(tokenizer_pretok(tok)));
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
 	uint32_t eot = tokenizer_eot_id(tok);
 	struct buf spelled = {0}, j = {0}, vj = {0}, mt = {0};

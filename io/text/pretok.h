@@ -1,4 +1,5 @@
-/* pretok.h - GPT-2 pre-tokenization over raw bytes, written by hand.
+/* pretok.h - pre-tokenization over raw bytes, written by hand: GPT-2's
+ * pattern here (pretok.c), tiktoken's cl100k and o200k (pretok_tiktoken.c).
  *
  * Splits text as the regular expression
  *
@@ -41,5 +42,57 @@ size_t pretok_next(const unsigned char *s, size_t n);
  * a '\n' that has a printable ASCII byte on each side. Returns n when there is
  * none. Used to split large documents across threads. */
 size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
+
+/* ---- pre-tokenizer kinds ----
+ *
+ * A tokenizer records which pre-tokenizer it uses (the tokenizer file's
+ * pre-tokenizer section, asyncpp-formats(5)). Each kind is one published
+ * pattern with a hand-written scanner that splits bytes as the pattern does,
+ * losslessly, with the byte rules above:
+ *
+ *   PRETOK_GPT2    GPT-2's pattern (above; JavaScript's \s)
+ *   PRETOK_CL100K  tiktoken's cl100k_base (also Llama 3's):
+ *     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *      ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   PRETOK_O200K   tiktoken's o200k_base:
+ *     [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+
+ *     (?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+
+ *     [\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|
+ *      ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
+ * (the alternatives joined without line breaks), with the semantics of
+ * tiktoken's Rust regexes: \s is the White_Space property, (?i) folds 's'
+ * to U+017F too. Later kinds (a chain of Split, Digits, Metaspace steps with
+ * parameters) get new numbers; the numbers are stored in files, never
+ * reused. */
+enum pretok_kind { PRETOK_GPT2 = 0, PRETOK_CL100K = 1, PRETOK_O200K = 2, PRETOK_NKINDS };
+
+/* The kind's name ("gpt2", "cl100k", "o200k"), or NULL for an unknown one. */
+const char *pretok_kind_name(uint32_t kind);
+/* The kind named name; -1 when none is. */
+int pretok_kind_parse(const char *name);
+
+/* Length of the first pre-token of s[0..n) for kind (< PRETOK_NKINDS), n >= 1. */
+typedef size_t (*pretok_next_fn)(const unsigned char *s, size_t n);
+pretok_next_fn pretok_next_of(uint32_t kind);
+size_t pretok_next_cl100k(const unsigned char *s, size_t n);
+size_t pretok_next_o200k(const unsigned char *s, size_t n);
+
+/* pretok_split_point for kind: the same cut, which for the tiktoken
+ * kinds also wants an ASCII letter or digit after the '\n' (o200k's
+ * [\r\n/]* takes a '/' there into the piece before). */
+size_t pretok_split_point_of(uint32_t kind, const unsigned char *s, size_t n, size_t target);
+
+/* General categories for the tiktoken patterns (io/text/unicode_gc.c). */
+enum unicode_gc {
+	GC_OTHER = 0, GC_LU, GC_LL, GC_LT, GC_LM, GC_LO, GC_MARK, GC_NUMBER, GC_SPACE
+};
+extern const uint8_t unicode_gc_stage1[0x1100];
+extern const uint8_t unicode_gc_stage2[][256];
+
+static inline int unicode_gc(uint32_t cp)
+{
+	return unicode_gc_stage2[unicode_gc_stage1[cp >> 8]][cp & 255];
+}
 
 #endif

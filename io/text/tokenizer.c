@@ -21,6 +21,8 @@
 struct tokenizer {
 	uint32_t vocab, nmerges, nspecial, eot;
 	uint64_t hash;
+	uint32_t pretok;          /* enum pretok_kind */
+	pretok_next_fn next;      /* its scanner */
 	uint32_t *lens;           /* [vocab] */
 	uint64_t *off;            /* [vocab+1] offsets into bytes */
 	unsigned char *bytes;     /* [off[vocab]] */
@@ -71,6 +73,10 @@ void tokenizer_free(struct tokenizer *t)
 static int tok_init(struct tokenizer *t, const char *name)
 {
 	uint32_t V = t->vocab;
+	if (!pretok_kind_name(t->pretok))
+		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
+			     "o200k): written by a newer asyncpp?", name, t->pretok);
+	t->next = pretok_next_of(t->pretok);
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
 	if ((uint64_t)256 + t->nmerges + t->nspecial != V)
@@ -162,13 +168,20 @@ out:
 	return rc;
 }
 
+/* The file version that holds t: 1 for GPT-2's pre-tokenizer, so that such
+ * files (and their identity hashes) stay what earlier versions wrote. */
+static uint32_t file_version(const struct tokenizer *t)
+{
+	return t->pretok == PRETOK_GPT2 ? 1 : TOKENIZER_VERSION;
+}
+
 /* Serialize with the hash field zero, then fill hash and crc. */
 void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 {
 	size_t start = out->len;
 	unsigned char h[HDR_SIZE] = {0}, w[12];
 	memcpy(h, TOKENIZER_MAGIC, 8);
-	put_le32(h + 8, TOKENIZER_VERSION);
+	put_le32(h + 8, file_version(t));
 	put_le32(h + 12, 0);
 	put_le32(h + 16, t->vocab);
 	put_le32(h + 20, t->nmerges);
@@ -189,6 +202,12 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 	for (uint32_t i = 0; i < t->nspecial; i++) {
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
+	}
+	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step, no parameters */
+		put_le32(w, 1);
+		put_le32(w + 4, t->pretok);
+		put_le32(w + 8, 0);
+		buf_append(out, w, 12);
 	}
 	unsigned char *p = out->data + start;
 	size_t n = out->len - start;
@@ -248,6 +267,46 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 	return 0;
 }
 
+uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
+
+int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
+{
+	if (!pretok_kind_name(kind))
+		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
+	t->pretok = kind;
+	t->next = pretok_next_of(kind);
+	struct buf b = {0};
+	tokenizer_serialize(t, &b);
+	t->hash = get_le64(b.data + 40);
+	buf_free(&b);
+	return 0;
+}
+
+/* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
+ * steps, then per step a u32 kind, a u32 parameter length and the
+ * parameters. This asyncpp's kinds are single steps without parameters, and
+ * GPT-2's is never in one (a file is in the one form tokenizer_serialize
+ * writes). */
+static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind, const char *name)
+{
+	if (n < 4)
+		return error("%s: truncated pre-tokenizer section (%zu bytes)", name, n);
+	uint32_t steps = get_le32(p);
+	if (steps != 1)
+		return error("%s: a pre-tokenizer chain of %u steps (this asyncpp reads one): "
+			     "written by a newer asyncpp?", name, steps);
+	if (n != 12)
+		return error("%s: pre-tokenizer section of %zu bytes, expected 12", name, n);
+	*kind = get_le32(p + 4);
+	if (*kind == PRETOK_GPT2) /* one tokenizer, one file and one hash */
+		return error("%s: version 2 with GPT-2's pre-tokenizer, which is written as "
+			     "version 1: file is corrupt", name);
+	if (get_le32(p + 8))
+		return error("%s: pre-tokenizer kind %u with %u bytes of parameters (it takes none)",
+			     name, *kind, get_le32(p + 8));
+	return 0;
+}
+
 int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const char *name)
 {
 	const unsigned char *p = data;
@@ -257,9 +316,9 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (memcmp(p, TOKENIZER_MAGIC, 8))
 		return error("%s: not a tokenizer file (bad magic)", name);
 	uint32_t version = get_le32(p + 8);
-	if (version != TOKENIZER_VERSION)
-		return error("%s: unsupported tokenizer file version %u (expected %u)", name,
-			     version, TOKENIZER_VERSION);
+	if (version < 1 || version > TOKENIZER_VERSION)
+		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
+			     name, version, TOKENIZER_VERSION);
 	if (get_le32(p + 12))
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
@@ -269,6 +328,8 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 		return error("%s: header sizes out of range (vocabulary %u, %u merges, %u special, "
 			     "%" PRIu64 " token bytes)", name, V, M, S, L);
 	uint64_t want = HDR_SIZE + 4ULL * V + L + 12ULL * M + 4ULL * S + 4;
+	if (version >= 2 && want < n) /* the pre-tokenizer section, checked below */
+		want = n;
 	if (want != n)
 		return error("%s: %s: %zu bytes, header says %" PRIu64, name,
 			     n < want ? "truncated" : "trailing bytes", n, want);
@@ -287,6 +348,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->nspecial = S;
 	t->eot = get_le32(p + 28);
 	t->hash = hash;
+	t->pretok = PRETOK_GPT2;
 	const unsigned char *q = p + HDR_SIZE;
 	t->lens = xmalloc(st_mult(V ? V : 1, 4));
 	uint64_t sum = 0;
@@ -309,6 +371,8 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, name))
+		goto fail;
 	if (tok_init(t, name))
 		goto fail;
 	*tok = t;
@@ -511,7 +575,7 @@ size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len,
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	while (pos < len) {
-		size_t l = pretok_next(s + pos, len - pos);
+		size_t l = t->next(s + pos, len - pos);
 		nout += encode_piece(t, s + pos, l, out + nout);
 		pos += l;
 	}
@@ -590,7 +654,7 @@ size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
 	size_t pos = 0, nout = 0;
 	while (pos < len) {
-		size_t l = pretok_next(s + pos, len - pos);
+		size_t l = t->next(s + pos, len - pos);
 		const unsigned char *w = s + pos;
 		pos += l;
 		if (l == 1) {
@@ -682,10 +746,15 @@ int tokenizer_inspect(const char *path, FILE *out)
 		return -1;
 	}
 	fprintf(out, "%s: asyncpp tokenizer, format version %u, %zu bytes\n", path,
-		TOKENIZER_VERSION, b.len);
+		get_le32(b.data + 8), b.len);
 	fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n", t->vocab,
 		t->nmerges, t->nspecial);
-	fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n", unicode_tables_version);
+	if (t->pretok == PRETOK_GPT2)
+		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
+			unicode_tables_version);
+	else
+		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
+			pretok_kind_name(t->pretok), unicode_tables_version);
 	fprintf(out, "token bytes:    %" PRIu64 "\n", t->off[t->vocab]);
 	uint32_t longest = 0;
 	for (uint32_t i = 0; i < t->vocab; i++)
@@ -694,12 +763,21 @@ int tokenizer_inspect(const char *path, FILE *out)
 	fprintf(out, "longest token:  %u (%u bytes) ", longest, t->lens[longest]);
 	print_quoted(out, t->bytes + t->off[longest], t->lens[longest]);
 	fputc('\n', out);
+	uint32_t unused = 0;
 	for (uint32_t i = 0; i < t->nspecial; i++) {
 		uint32_t id = t->special[i];
+		static const char filler[] = "<|unused_"; /* tiktoken's unused ids */
+		if (t->lens[id] > sizeof(filler) - 1 &&
+		    !memcmp(t->bytes + t->off[id], filler, sizeof(filler) - 1)) {
+			unused++;
+			continue;
+		}
 		fprintf(out, "special token:  %u ", id);
 		print_quoted(out, t->bytes + t->off[id], t->lens[id]);
 		fprintf(out, "%s\n", id == t->eot ? " (end of text)" : "");
 	}
+	if (unused)
+		fprintf(out, "unused ids:     %u (special tokens <|unused_ID|>)\n", unused);
 	for (uint32_t r = 0; r < t->nmerges && r < 5; r++) {
 		const uint32_t *m = t->merges[r];
 		fprintf(out, "merge %-8u %u ", r, m[0]);

@@ -3,11 +3,14 @@
  * Tokens are byte strings; ids run from 0 to vocab_size-1. Every tokenizer
  * has the 256 single-byte tokens (so any bytes encode losslessly), one token
  * per merge, and special tokens such as <|endoftext|> that plain text never
- * produces. Text is pre-tokenized as GPT-2 does (io/text/pretok.h), then merges
- * are applied within each piece in rank order.
+ * produces. Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
+ * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k), then merges are
+ * applied within each piece in rank order.
  *
- * The file format (magic "ASYNCTOK", version 1, crc32c) is documented byte by
- * byte in asyncpp-formats(5). Readers check everything before use.
+ * The file format (magic "ASYNCTOK", version 2, crc32c) is documented byte by
+ * byte in asyncpp-formats(5): version 1 has no pre-tokenizer section (GPT-2's),
+ * and is still what a GPT-2-kind tokenizer is written as. Readers check
+ * everything before use.
  */
 #ifndef ASYNCPP_TOKENIZER_H
 #define ASYNCPP_TOKENIZER_H
@@ -19,7 +22,7 @@
 #include "../util.h"
 
 #define TOKENIZER_MAGIC "ASYNCTOK"
-#define TOKENIZER_VERSION 1
+#define TOKENIZER_VERSION 2
 #define TOKENIZER_MAX_VOCAB (1u << 24)
 #define TOKENIZER_NO_ID UINT32_MAX
 #define TOKENIZER_EOT "<|endoftext|>"
@@ -43,6 +46,12 @@ void tokenizer_free(struct tokenizer *tok);
 int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 		    const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
 		    uint32_t nspecial, const uint32_t *special, uint32_t eot);
+
+/* The pre-tokenizer kind (enum pretok_kind); a built tokenizer has GPT-2's
+ * until set (which updates the identity hash). Returns 0, or -1 after error()
+ * for an unknown kind. */
+uint32_t tokenizer_pretok(const struct tokenizer *tok);
+int tokenizer_set_pretok(struct tokenizer *tok, uint32_t kind);
 
 uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
 uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */
@@ -100,6 +109,32 @@ int gpt2_import(struct tokenizer **tok, const char *encoder_json, const char *vo
  * byte, and the byte of a code point (-1 when it spells none). */
 uint32_t gpt2_cp_of_byte(unsigned char b);
 int gpt2_byte_of_cp(uint32_t cp);
+
+/* tiktoken import (io/text/tiktoken_import.c): a .tiktoken rank file (lines
+ * "BASE64 RANK", ranks 0..N-1 each once, every byte among them) and the
+ * special tokens names[nspecial] with ids[nspecial] >= N. Ids are tiktoken's:
+ * a token's id is its rank, and ids between N and the largest special id
+ * that no special token takes are filled by special tokens "<|unused_ID|>"
+ * (never produced by encoding). The merge of rank r is the pair that
+ * tiktoken's BPE reaches on the token's bytes with ranks below r; a token
+ * that BPE does not build from two lower ones is refused, naming its line.
+ * The pre-tokenizer is kind. The _mem form reads data[0..len) named name. */
+#define TIKTOKEN_MAX_BYTES ((size_t)256 << 20)
+int tiktoken_import(struct tokenizer **tok, const char *path, uint32_t kind, uint32_t nspecial,
+		    const char *const *names, const uint32_t *ids);
+int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, const char *name,
+			uint32_t kind, uint32_t nspecial, const char *const *names,
+			const uint32_t *ids);
+/* Read a rank file whole, refusing one over TIKTOKEN_MAX_BYTES; 0 or -1
+ * after error(). Its number of tokens (non-empty lines), at most 2^32-1. */
+int tiktoken_read(const char *path, struct buf *out);
+uint32_t tiktoken_count_ranks(const void *data, size_t len);
+
+/* The special tokens of the published encoding of a pre-tokenizer kind
+ * (cl100k_base's, o200k_base's; none for others): their count, names and ids
+ * in *names and *ids. And its number of ranks (0 for other kinds). */
+uint32_t tiktoken_published(uint32_t kind, const char *const **names, const uint32_t **ids);
+uint32_t tiktoken_published_ranks(uint32_t kind);
 
 /* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
  * BPE, ByteLevel pre-tokenizer with the GPT-2 regex and no prefix space,

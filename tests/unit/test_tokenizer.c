@@ -396,7 +396,7 @@ static int load_edited(struct tokenizer *tok, void (*edit)(struct buf *), int re
 }
 
 static void edit_magic(struct buf *b) { b->data[0] = 'X'; }
-static void edit_version(struct buf *b) { put_le32(b->data + 8, 2); }
+static void edit_version(struct buf *b) { put_le32(b->data + 8, 3); }
 static void edit_merge_range(struct buf *b)
 {
 	uint32_t V = get_le32(b->data + 16);
@@ -422,7 +422,7 @@ TEST(load_rejects_corruption)
 	CHECK(tok);
 	CHECK(load_edited(tok, edit_nothing, 1) == 0);
 	CHECK(load_edited(tok, edit_magic, 0) == -1 && strstr(last_error(), "bad magic"));
-	CHECK(load_edited(tok, edit_version, 0) == -1 && strstr(last_error(), "version 2"));
+	CHECK(load_edited(tok, edit_version, 0) == -1 && strstr(last_error(), "version 3"));
 	CHECK(load_edited(tok, edit_merge_range, 1) == -1 && strstr(last_error(), "out of range"));
 	CHECK(load_edited(tok, edit_merge_order, 1) == -1);
 	CHECK(load_edited(tok, edit_special, 1) == -1 && strstr(last_error(), "special"));
