@@ -27,16 +27,29 @@
  * save. A drain leaves about (S-1) micro-batch slots idle, so segments are
  * not cut at every log interval (at log.every = 1 that would be 1F1B's
  * bubble again): they run for about PIPELINE_SEGMENT_S seconds (from the
- * last segment's time per step; at least PIPELINE_SEGMENT_MIN steps, the
- * first one that long, and at most PIPELINE_SEGMENT_MAX), or to the next
- * evaluation or checkpoint, and their steps are logged when they end. A
- * drain then costs about (S-1)/(n*M+S-1) of the time for segments of n
- * steps: under 1% once steps are fast. A signal does not wait for the
- * segment's end: the stages agree on a step a few steps later and end the
- * segment there (sched/executor.c). */
+ * last segment's time per step, at most PIPELINE_SEGMENT_MAX steps), or to
+ * the next evaluation or checkpoint, and their steps are logged when they
+ * end. A drain costs about (S-1)/(n*M+S-1) of the time of a segment of n
+ * steps of M micro-batches: under 1% once steps are fast. When steps are
+ * slow, a segment is no shorter than segment_floor, whose drain costs at
+ * most 5%, so a big model's steps are logged about every 10 s at no more
+ * than that cost. The first segment, whose pace sizes the next, is
+ * PIPELINE_SEGMENT_FIRST steps: the first line comes after those, not
+ * after 20 steps of a model whose steps take seconds. A signal does not
+ * wait for the segment's end: the stages agree on a step a few steps later
+ * and end the segment there (sched/executor.c). */
 #define PIPELINE_SEGMENT_S 10.0
-#define PIPELINE_SEGMENT_MIN 20
+#define PIPELINE_SEGMENT_FIRST 2
 #define PIPELINE_SEGMENT_MAX 1000
+
+/* The fewest steps a segment of this pipeline runs: n with
+ * (S-1)/(n*M+S-1) <= 5%, that is n >= 19(S-1)/M (M the micro-batches of a
+ * step per replica), from 1 to PIPELINE_SEGMENT_MAX. */
+static long segment_floor(const struct trainer *tr)
+{
+	long m = MAX(tr->mb_per_replica, 1);
+	return MIN(MAX((19L * (tr->S - 1) + m - 1) / m, 1), PIPELINE_SEGMENT_MAX);
+}
 /* A step line at least every LOG_AT_LEAST_S seconds (ASYNCPP_LOG_SECONDS),
  * whatever log.every is (a big model's steps take seconds): without a
  * pipeline, a call runs the first step alone, then as many steps as fit in
@@ -517,7 +530,7 @@ int train_loop(struct run *r)
 	double busy_last = 0, idle_last = 0;
 	struct step_stats *stats =
 		xcalloc((size_t)MAX(log_every, PIPELINE_SEGMENT_MAX), sizeof(*stats));
-	long segment = PIPELINE_SEGMENT_MIN; /* steps of the next pipeline segment */
+	long segment = PIPELINE_SEGMENT_FIRST; /* steps of the next pipeline segment */
 	long chunk = 1; /* without a pipeline, steps of the next call: see LOG_AT_LEAST_S */
 	double t_logged = t_start; /* when a step line was last printed */
 	double log_s = log_at_least_s();
@@ -587,7 +600,7 @@ int train_loop(struct run *r)
 			 * clock decides, so that every rank runs the same schedule */
 			double want = PIPELINE_SEGMENT_S * (double)(tr->step - first) / MAX(t_run, 1e-9);
 			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
-				   : MAX((long)want, PIPELINE_SEGMENT_MIN);
+				   : MAX((long)want, segment_floor(tr));
 			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
 			if (++segments_run == 2) /* the first one includes the start-up */
 				check_kill_grace(r, t_run / (double)(tr->step - first));

@@ -75,7 +75,7 @@ sigterm_case() {
 	$A train -q "${RUN[@]}" --set train.out_dir=killed_$name 2> killed.err &
 	local pid=$!
 	for _ in $(seq 1 400); do
-		[ -f killed_$name/metrics.csv ] && [ "$(wc -l < killed_$name/metrics.csv)" -gt 20 ] && break
+		[ -f killed_$name/metrics.csv ] && [ "$(wc -l < killed_$name/metrics.csv)" -gt 2 ] && break
 		sleep 0.05
 	done
 	kill -TERM $pid
