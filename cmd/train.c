@@ -510,9 +510,14 @@ int cmd_train(int argc, char **argv, const char *prog)
 	if (!rc && train_save_checkpoint(&r.tr, cfg, NULL, &saved))
 		rc = -1;
 	progress_end(&pg);
-	if (stop_signal && !rc && dist_is_root())
+	/* a signal may reach one rank after the loop's last agreement (rank 0
+	 * still writing the checkpoint): agree once more, so that every rank
+	 * leaves the same way (under MPI one rank in MPI_Finalize and another
+	 * in the agreement below would wait for each other) */
+	int sig = dist_mpi() ? dist_max_int(stop_signal) : stop_signal;
+	if (sig && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
-			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : stop_signal == SIGHUP ?
+			"--resume %s\n", sig == SIGINT ? "interrupted" : sig == SIGHUP ?
 			"hung up" : "terminated", saved,
 			r.tr.step, prog, cfg->train_out_dir);
 	else if (!rc && !quiet)
@@ -532,16 +537,16 @@ int cmd_train(int argc, char **argv, const char *prog)
 		dataloader_close(&r.val);
 	model_free(&r.m);
 	config_free(cfg);
-	if (stop_signal && dist_mpi()) {
+	if (sig && dist_mpi()) {
 		/* mpirun's daemon is busy killing the job (asyncpp-distributed(7)),
 		 * and MPI_Finalize would wait for it until its SIGKILL: once every
 		 * rank is here (rank 0 has closed its files), leave without it */
 		dist_max_int(0);
 		fflush(NULL);
-		_exit(rc ? EXIT_FAIL : 128 + stop_signal);
+		_exit(rc ? EXIT_FAIL : 128 + sig);
 	}
 	dist_finalize();
-	if (stop_signal)
-		return rc ? EXIT_FAIL : 128 + stop_signal;
+	if (sig)
+		return rc ? EXIT_FAIL : 128 + sig;
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
