@@ -505,6 +505,20 @@ int cmd_train(int argc, char **argv, const char *prog)
 	    cut_advice(&r.tr.cut, &r.m, cfg->pipeline_split, advice, sizeof(advice)))
 		warning("%s", advice);
 	int rc = train_loop(&r);
+	if (!rc && r.watch.bad_in_row > 0) {
+		/* a signal stopped the run amid bad steps (a run that ends in
+		 * them fails in train_loop): their weights are the ones that led
+		 * into them, so no checkpoint, and none of the earlier ones goes.
+		 * The ranks saw the same steps: they all come here */
+		rc = -1;
+		if (dist_is_root()) {
+			char where[1400];
+			train_fallback(&r, where, sizeof(where));
+			error("stopped by a signal at step %ld, after %ld step(s) in a row whose gradient "
+			      "norm or loss was not finite: no checkpoint is written for them; %s",
+			      r.tr.step, r.watch.bad_in_row, where);
+		}
+	}
 	char *saved = NULL;
 	progress_begin(&pg, !quiet && !rc, "writing the checkpoint of step %ld", r.tr.step);
 	if (!rc && train_save_checkpoint(&r.tr, cfg, NULL, &saved))

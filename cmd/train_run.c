@@ -329,8 +329,7 @@ static int data_failed(struct run *r, long first)
 	return 1;
 }
 
-/* What a run that diverged can go back to (train_watch.h), for its message. */
-static void fallback(struct run *r, char *out, size_t len)
+void train_fallback(struct run *r, char *out, size_t len)
 {
 	const struct config *cfg = &r->cfg;
 	const struct ckpt_mark *good = &r->watch.good;
@@ -438,7 +437,7 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 		if (!dist_is_root())
 			return -1;
 		char where[1400];
-		fallback(r, where, sizeof(where));
+		train_fallback(r, where, sizeof(where));
 		return error("training diverged: %s; nothing more is written%s; %s", what, why, where);
 	}
 	return 0;

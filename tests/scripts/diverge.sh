@@ -62,6 +62,32 @@ else
 	fail named_checkpoint_evaluates_finite "'$named', first loss $first: $(cat ev.txt err.txt)"
 fi
 
+# 2b. SIGTERM amid skipped steps (lr 1e8 without clipping: step 7 updates,
+# the steps after it are skipped): no checkpoint is written for them, and
+# checkpoint.keep = 1 does not rotate out step 6's, which is named. Before,
+# the stop wrote the diverged weights as ckpt-N and deleted every other one
+cp -r good sigbad
+$A train -q --resume sigbad --set train.out_dir=sigbad --set train.steps=100000000 \
+	--set optim.lr=1e8 --set train.grad_clip=0 --set checkpoint.every=1 \
+	--set train.max_skipped=1000000 2> err.txt &
+pid=$!
+for _ in $(seq 1 1000); do
+	grep -q "update skipped (3 of" err.txt && break
+	sleep 0.01
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+left=$(ls sigbad/ckpt-* 2> /dev/null | tr '\n' ' ')
+if [ $rc -eq 1 ] && [ "$left" = "sigbad/ckpt-00000006.ckpt sigbad/ckpt-00000007.ckpt " ] &&
+   grep -q "stopped by a signal at step .*, after .* step(s) in a row whose gradient norm or \
+loss was not finite: no checkpoint is written for them; the newest checkpoint from before it, \
+sigbad/ckpt-00000006.ckpt (step 6)" err.txt; then
+	pass signal_amid_skipped_steps_writes_nothing
+else
+	fail signal_amid_skipped_steps_writes_nothing "exit $rc, left $left: $(tail -c 400 err.txt)"
+fi
+
 # 3. the same with train.on_divergence = rollback (lr 300: steps skipped,
 # then a spike): it rolls back, finishes with a finite loss, and a second
 # run from the same checkpoint does exactly the same
