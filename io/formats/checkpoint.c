@@ -478,6 +478,24 @@ static int check_meta(const struct ckpt *k)
 	return 0;
 }
 
+void ckpt_meta_add_text(char *meta, size_t size, const char *key, const char *text)
+{
+	size_t at = strlen(meta), klen = strlen(key);
+	if (at + klen + 6 > size) /* "KEY = ?\n" and the NUL */
+		return;
+	memcpy(meta + at, key, klen);
+	memcpy(meta + at + klen, " = ", 3);
+	at += klen + 3;
+	size_t room = size - at - 2; /* the '\n' and the NUL */
+	size_t n = 0;
+	for (; text[n] && n < room; n++)
+		meta[at + n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
+	if (!n) /* a line needs a value */
+		meta[at + n++] = '?';
+	meta[at + n] = '\n';
+	meta[at + n + 1] = 0;
+}
+
 static int meta_number(const struct ckpt *k, const char *key, int is_signed, long *sv,
 		       uint64_t *uv)
 {
