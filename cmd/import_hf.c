@@ -188,7 +188,7 @@ int cmd_import_hf(int argc, char **argv, const char *prog)
 		if (tok)
 			k += snprintf(meta + k, sizeof(meta) - k, "tokenizer_hash = 0x%016llx\n",
 				      (unsigned long long)tokenizer_hash(tok));
-		snprintf(meta + k, sizeof(meta) - k, "imported_from = %.900s\n", dir);
+		ckpt_meta_add_text(meta, sizeof(meta), "imported_from", dir);
 		struct progress pg;
 		progress_begin(&pg, 1, "writing %s", out);
 		rc = write_ckpt(out, &cfg, &m, params, meta);

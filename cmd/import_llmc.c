@@ -99,9 +99,9 @@ int cmd_import_llmc(int argc, char **argv, const char *prog)
 	if (!rc) {
 		struct ckpt_writer *w;
 		char *text = config_to_string(&cfg);
-		char meta[256];
-		snprintf(meta, sizeof(meta), "step = 0\nversions = 1\nseed = %ld\nimported_from = %s\n",
-			 cfg.train_seed, argv[0]);
+		char meta[1024];
+		snprintf(meta, sizeof(meta), "step = 0\nversions = 1\nseed = %ld\n", cfg.train_seed);
+		ckpt_meta_add_text(meta, sizeof(meta), "imported_from", argv[0]);
 		rc = ckpt_create(&w, out, text, meta);
 		free(text);
 		int created = !rc;

@@ -512,14 +512,33 @@ int cmd_train(int argc, char **argv, const char *prog)
 	    cut_advice(&r.tr.cut, &r.m, cfg->pipeline_split, advice, sizeof(advice)))
 		warning("%s", advice);
 	int rc = train_loop(&r);
+	if (!rc && r.watch.bad_in_row > 0) {
+		/* a signal stopped the run amid bad steps (a run that ends in
+		 * them fails in train_loop): their weights are the ones that led
+		 * into them, so no checkpoint, and none of the earlier ones goes.
+		 * The ranks saw the same steps: they all come here */
+		rc = -1;
+		if (dist_is_root()) {
+			char where[1400];
+			train_fallback(&r, where, sizeof(where));
+			error("stopped by a signal at step %ld, after %ld step(s) in a row whose gradient "
+			      "norm or loss was not finite: no checkpoint is written for them; %s",
+			      r.tr.step, r.watch.bad_in_row, where);
+		}
+	}
 	char *saved = NULL;
 	progress_begin(&pg, !quiet && !rc, "writing the checkpoint of step %ld", r.tr.step);
 	if (!rc && train_save_checkpoint(&r.tr, cfg, r.run_id, NULL, &saved))
 		rc = -1;
 	progress_end(&pg);
-	if (stop_signal && !rc && dist_is_root())
+	/* a signal may reach one rank after the loop's last agreement (rank 0
+	 * still writing the checkpoint): agree once more, so that every rank
+	 * leaves the same way (under MPI one rank in MPI_Finalize and another
+	 * in the agreement below would wait for each other) */
+	int sig = dist_mpi() ? dist_max_int(stop_signal) : stop_signal;
+	if (sig && !rc && dist_is_root())
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
-			"--resume %s\n", stop_signal == SIGINT ? "interrupted" : stop_signal == SIGHUP ?
+			"--resume %s\n", sig == SIGINT ? "interrupted" : sig == SIGHUP ?
 			"hung up" : "terminated", saved,
 			r.tr.step, prog, cfg->train_out_dir);
 	else if (!rc && !quiet)
@@ -539,16 +558,16 @@ int cmd_train(int argc, char **argv, const char *prog)
 		dataloader_close(&r.val);
 	model_free(&r.m);
 	config_free(cfg);
-	if (stop_signal && dist_mpi()) {
+	if (sig && dist_mpi()) {
 		/* mpirun's daemon is busy killing the job (asyncpp-distributed(7)),
 		 * and MPI_Finalize would wait for it until its SIGKILL: once every
 		 * rank is here (rank 0 has closed its files), leave without it */
 		dist_max_int(0);
 		fflush(NULL);
-		_exit(rc ? EXIT_FAIL : 128 + stop_signal);
+		_exit(rc ? EXIT_FAIL : 128 + sig);
 	}
 	dist_finalize();
-	if (stop_signal)
-		return rc ? EXIT_FAIL : 128 + stop_signal;
+	if (sig)
+		return rc ? EXIT_FAIL : 128 + sig;
 	return rc ? EXIT_FAIL : EXIT_OK;
 }

@@ -345,8 +345,7 @@ static int data_failed(struct run *r, long first)
 	return 1;
 }
 
-/* What a run that diverged can go back to (train_watch.h), for its message. */
-static void fallback(struct run *r, char *out, size_t len)
+void train_fallback(struct run *r, char *out, size_t len)
 {
 	const struct config *cfg = &r->cfg;
 	const struct ckpt_mark *good = &r->watch.good;
@@ -370,6 +369,28 @@ static void fallback(struct run *r, char *out, size_t len)
 	free(paths);
 }
 
+/* The run's checkpoints of steps after `after` go (the root's): after a
+ * rollback they hold the abandoned steps, which led into the divergence;
+ * left there, --resume of the folder would pick them and checkpoint.keep
+ * rotate out the new ones first. Writes the newest one's name into
+ * newest[len] and returns how many went. */
+static int remove_checkpoints_after(const struct run *r, long after, char *newest, size_t len)
+{
+	char **paths = NULL;
+	int np = dist_is_root() ? list_checkpoints(r->cfg.train_out_dir, &paths) : 0, gone = 0;
+	for (int i = 0; i < np; i++) {
+		const char *name = strrchr(paths[i], '/') ? strrchr(paths[i], '/') + 1 : paths[i];
+		if (strtol(name + 5, NULL, 10) > after && !watch_holds(&r->watch, paths[i]) &&
+		    !unlink(paths[i])) {
+			snprintf(newest, len, "%s", paths[i]);
+			gone++;
+		}
+		free(paths[i]);
+	}
+	free(paths);
+	return gone;
+}
+
 /* train.on_divergence = rollback: back to the newest good checkpoint, the
  * data up to `step` passed over, the learning rate lowered. The ranks all
  * read the same checkpoint (rank 0 wrote it before any rank moved on). */
@@ -388,12 +409,18 @@ static int roll_back(struct run *r, long step, const char *what)
 	trainer_set_rollbacks(tr, rollbacks, skip);
 	watch_restart(w);
 	r->last_save = now_sec();
+	char newest[1024] = "", removed[1200] = "";
+	int gone = remove_checkpoints_after(r, w->good.step, newest, sizeof(newest));
+	if (gone)
+		snprintf(removed, sizeof(removed), "; the %d checkpoint%s of the abandoned steps (the "
+			 "newest %s) %s removed", gone, gone == 1 ? "" : "s", newest,
+			 gone == 1 ? "was" : "were");
 	if (dist_is_root())
 		fprintf(stderr, "%sasyncpp: %s; rolled back to %s (step %ld): the data of steps %ld to "
 			"%ld is passed over and the learning rate is now %.3g times optim.lr's "
-			"schedule (rollback %ld of train.max_rollbacks = %ld)\n", r->tty ? "\n" : "",
+			"schedule (rollback %ld of train.max_rollbacks = %ld)%s\n", r->tty ? "\n" : "",
 			what, w->good.path, w->good.step, w->good.step + 1, step, tr->lr_scale,
-			rollbacks, r->cfg.train_max_rollbacks);
+			rollbacks, r->cfg.train_max_rollbacks, removed);
 	return 0;
 }
 
@@ -454,7 +481,7 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 		if (!dist_is_root())
 			return -1;
 		char where[1400];
-		fallback(r, where, sizeof(where));
+		train_fallback(r, where, sizeof(where));
 		return error("training diverged: %s; nothing more is written%s; %s", what, why, where);
 	}
 	return 0;

@@ -56,6 +56,10 @@ int train_loop(struct run *r);
 int train_save_checkpoint(struct trainer *tr, const struct config *cfg, uint64_t run_id,
 			  const struct watch *w, char **saved);
 
+/* What a run that diverged can go back to (train_watch.h), for its
+ * message: the newest good checkpoint and how to resume it, or why none. */
+void train_fallback(struct run *r, char *out, size_t len);
+
 void train_sampler_free(struct sampler *sp);
 
 #endif

@@ -344,7 +344,7 @@ static int parse_u64(const char *v, size_t len, int hex, uint64_t *out)
  * [lo, hi], decimal (hex too where `hex`), or any text. Other keys are
  * accepted as any text: a newer writer may add some. */
 enum { F_STEP, F_VERSIONS, F_SEED, F_STAGES, F_MICRO_BATCHES, F_DATA_POSITION, F_RNG_STATE,
-       F_TOKENIZER_HASH, F_RUN_ID, F_IMPORTED_FROM, N_META_FIELDS };
+       F_TOKENIZER_HASH, F_RUN_ID, F_IMPORTED_FROM, F_ROLLBACKS, F_DATA_SKIP, N_META_FIELDS };
 static const struct meta_field {
 	const char *key;
 	int number, hex, required;
@@ -360,6 +360,9 @@ static const struct meta_field {
 	[F_TOKENIZER_HASH] = {"tokenizer_hash", 1, 1, 0, 0, UINT64_MAX},
 	[F_RUN_ID] = {"run_id", 1, 1, 0, 1, UINT64_MAX}, /* train's run (cmd/train_dir.h) */
 	[F_IMPORTED_FROM] = {"imported_from", 0, 0, 0, 0, 0},
+	/* a run that rolled back (train.on_divergence): both or neither */
+	[F_ROLLBACKS] = {"rollbacks", 1, 0, 0, 1, INT64_MAX},
+	[F_DATA_SKIP] = {"data_skip", 1, 0, 0, 1, INT64_MAX},
 };
 /* Writers write about ten lines; the bound keeps the check of repeated keys
  * (each line against the ones before) small. */
@@ -439,6 +442,10 @@ static int check_meta(const struct ckpt *k)
 		if (meta_fields[f].required && !line_of[f])
 			return error("'%s': metadata has no '%s' (a checkpoint needs step and "
 				     "versions)", path, meta_fields[f].key);
+	if (!line_of[F_ROLLBACKS] != !line_of[F_DATA_SKIP])
+		return error("'%s': metadata gives %s without %s (a run that rolled back writes "
+			     "both)", path, line_of[F_ROLLBACKS] ? "rollbacks" : "data_skip",
+			     line_of[F_ROLLBACKS] ? "data_skip" : "rollbacks");
 	uint64_t step = val[F_STEP], nv = val[F_VERSIONS];
 	if (line_of[F_SEED] && line_of[F_RNG_STATE] &&
 	    val[F_RNG_STATE] != rng_mix(val[F_SEED], step))
@@ -470,6 +477,24 @@ static int check_meta(const struct ckpt *k)
 				     "versions = %llu: each version holds every weight)", path, v,
 				     count[v], count[0], (unsigned long long)nv);
 	return 0;
+}
+
+void ckpt_meta_add_text(char *meta, size_t size, const char *key, const char *text)
+{
+	size_t at = strlen(meta), klen = strlen(key);
+	if (at + klen + 6 > size) /* "KEY = ?\n" and the NUL */
+		return;
+	memcpy(meta + at, key, klen);
+	memcpy(meta + at + klen, " = ", 3);
+	at += klen + 3;
+	size_t room = size - at - 2; /* the '\n' and the NUL */
+	size_t n = 0;
+	for (; text[n] && n < room; n++)
+		meta[at + n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
+	if (!n) /* a line needs a value */
+		meta[at + n++] = '?';
+	meta[at + n] = '\n';
+	meta[at + n + 1] = 0;
 }
 
 static int meta_number(const struct ckpt *k, const char *key, int is_signed, long *sv,

@@ -33,6 +33,11 @@ struct ckpt;
 /* Start writing PATH atomically with the config and metadata texts. */
 int ckpt_create(struct ckpt_writer **w, const char *path, const char *config_text,
 		const char *meta_text);
+/* Append the metadata line "KEY = TEXT\n" to the text in meta[size] as a
+ * reader accepts it, whatever TEXT holds (a path): its control characters
+ * become '?', and it is cut where the line would not fit (the line always
+ * ends in '\n'; nothing is added when not even "KEY = ?\n" fits). */
+void ckpt_meta_add_text(char *meta, size_t size, const char *key, const char *text);
 /* Add one tensor (host memory). rows/cols describe its shape (cols 0 for a
  * vector). Names are at most 95 bytes without spaces. */
 int ckpt_add(struct ckpt_writer *w, const char *name, const float *data, size_t numel,

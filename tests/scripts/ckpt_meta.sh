@@ -89,3 +89,31 @@ CK=two/ckpt-00000001.ckpt refuse foreign_tensor config "n_layer = 2" "n_layer = 
 refuse model_config_bad config "n_head = 2" "n_head = 3" "d_model 32 is not a multiple of n_head 3"
 refuse model_config_bad_resume config "n_head = 2" "n_head = 3" \
 	"d_model 32 is not a multiple of n_head 3" train -q --set train.out_dir=resumed3 --resume
+
+# what the imports write opens again, whatever the path they name in
+# imported_from: a folder name holding a newline (the line was cut in two),
+# an llm.c file under a long path (the line was cut short, without '\n')
+opens_again() { # NAME CKPT WANT: inspect opens CKPT and shows WANT
+	if $A inspect "$2" > out.txt 2> err.txt && grep -qF -- "$3" out.txt; then
+		pass "$1"
+	else
+		fail "$1" "$(head -c 300 err.txt)"
+	fi
+}
+cp -r "$TESTDATA/hf/gpt2" "new
+line"
+if $A import-hf -o nl.ckpt "new
+line" > out.txt 2> err.txt; then
+	opens_again import_hf_odd_folder_name_opens nl.ckpt "imported_from = new?line"
+else
+	fail import_hf_odd_folder_name_opens "import: $(head -c 300 err.txt)"
+fi
+long=$(printf 'd%.0s' $(seq 1 120))/$(printf 'e%.0s' $(seq 1 120))
+mkdir -p "$long"
+if ! python3 "$ROOT/tests/scripts/gpt2_reference.py" "$long/ref.bin" tokens.bin > /dev/null; then
+	fail import_llmc_long_path_opens "the reference llm.c checkpoint could not be made"
+elif $A import-llmc "$long/ref.bin" -o long.ckpt > out.txt 2> err.txt; then
+	opens_again import_llmc_long_path_opens long.ckpt "imported_from = $long/ref.bin"
+else
+	fail import_llmc_long_path_opens "import: $(head -c 300 err.txt)"
+fi

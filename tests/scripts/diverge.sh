@@ -62,6 +62,32 @@ else
 	fail named_checkpoint_evaluates_finite "'$named', first loss $first: $(cat ev.txt err.txt)"
 fi
 
+# 2b. SIGTERM amid skipped steps (lr 1e8 without clipping: step 7 updates,
+# the steps after it are skipped): no checkpoint is written for them, and
+# checkpoint.keep = 1 does not rotate out step 6's, which is named. Before,
+# the stop wrote the diverged weights as ckpt-N and deleted every other one
+cp -r good sigbad
+$A train -q --resume sigbad --set train.out_dir=sigbad --set train.steps=100000000 \
+	--set optim.lr=1e8 --set train.grad_clip=0 --set checkpoint.every=1 \
+	--set train.max_skipped=1000000 2> err.txt &
+pid=$!
+for _ in $(seq 1 1000); do
+	grep -q "update skipped (3 of" err.txt && break
+	sleep 0.01
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+left=$(ls sigbad/ckpt-* 2> /dev/null | tr '\n' ' ')
+if [ $rc -eq 1 ] && [ "$left" = "sigbad/ckpt-00000006.ckpt sigbad/ckpt-00000007.ckpt " ] &&
+   grep -q "stopped by a signal at step .*, after .* step(s) in a row whose gradient norm or \
+loss was not finite: no checkpoint is written for them; the newest checkpoint from before it, \
+sigbad/ckpt-00000006.ckpt (step 6)" err.txt; then
+	pass signal_amid_skipped_steps_writes_nothing
+else
+	fail signal_amid_skipped_steps_writes_nothing "exit $rc, left $left: $(tail -c 400 err.txt)"
+fi
+
 # 3. the same with train.on_divergence = rollback (lr 300: steps skipped,
 # then a spike): it rolls back, finishes with a finite loss, and a second
 # run from the same checkpoint does exactly the same
@@ -96,6 +122,40 @@ if $A inspect back1/ckpt-00000016.ckpt 2> /dev/null | grep -q "^rollbacks = [1-9
 	pass rollback_kept_in_checkpoint
 else
 	fail rollback_kept_in_checkpoint "$(cat err.txt)"
+fi
+
+# 3b. the checkpoints of the abandoned steps go at a rollback: with
+# train.delay = 6 the six before the divergence were never measured good
+# (and step 8's is the good one); a SIGTERM just after the rollback must
+# leave the checkpoint it names the newest, the one --resume of the folder
+# takes (before, the abandoned ckpt-00000021 stayed newest)
+DELAYED=(--set model.n_layer=1 --set model.d_model=128 --set model.n_head=2 --set model.seq_len=64
+	 --set train.batch_size=8 --set eval.every=0 --set train.threads=1 --set train.delay=6)
+if $A train -q "${DELAYED[@]}" --set train.out_dir=dgood --set train.steps=8 --set optim.lr=1e-2 \
+	--set optim.warmup=0 --set checkpoint.every=8 --set checkpoint.keep=1 2> err.txt; then
+	$A train -q --resume dgood --set train.steps=60 --set optim.lr=300 --set checkpoint.every=1 \
+		--set train.spike_window=1 --set train.on_divergence=rollback \
+		--set train.rollback_lr_factor=0.001 2> err.txt &
+	pid=$!
+	for _ in $(seq 1 1000); do
+		grep -q "rolled back" err.txt && break
+		sleep 0.01
+	done
+	kill -TERM $pid
+	wait $pid
+	rc=$?
+	wrote=$(sed -n 's/.*terminated: wrote \([^ ]*\) at step.*/\1/p' err.txt)
+	newest=$(ls dgood/ckpt-*.ckpt | tail -n 1)
+	if [ $rc -eq 143 ] && [ -n "$wrote" ] && [ "$newest" = "$wrote" ] &&
+	   grep -q "rolled back to dgood/ckpt-00000008.ckpt (step 8): .*; the [0-9]* checkpoints of \
+the abandoned steps (the newest dgood/ckpt-000000[0-9]*.ckpt) were removed" err.txt; then
+		pass rollback_removes_abandoned_checkpoints
+	else
+		fail rollback_removes_abandoned_checkpoints "exit $rc, wrote '$wrote', newest \
+'$newest': $(grep -E 'rolled|terminated' err.txt | head -c 600)"
+	fi
+else
+	fail rollback_removes_abandoned_checkpoints "setup: $(cat err.txt)"
 fi
 
 # 4. a 2BW pipeline (delay 1: step j + 2 measures checkpoint j): the

@@ -418,6 +418,8 @@ TEST(checkpoint_metadata_checked_on_open)
 	CHECK_MSG(meta_opens("step = 5\nversions = 3\nseed = 7\ndata_position = 5\nnew_key = x y\n"
 			     "tokenizer_hash = 0xABCdef\nimported_from = a = b\n", 3), "%s",
 		  last_error());
+	CHECK_MSG(meta_opens("step = 5\nversions = 1\nrollbacks = 2\ndata_skip = 9\n", 1), "%s",
+		  last_error());
 	static const struct {
 		const char *meta;
 		int sets;
@@ -452,6 +454,15 @@ TEST(checkpoint_metadata_checked_on_open)
 		{"step = 3\nversions = 2\n", 1, "weights.v1 holds 0 tensors, weights.v0 2"},
 		{"step = 3\nversions = 1\n", 2,
 		 "tensor 'weights.v1/a' is beyond the metadata's versions = 1"},
+		/* what a resume of a run that rolled back reads (trainer_load) */
+		{"step = 3\nversions = 1\nrollbacks = 1\n", 1,
+		 "metadata gives rollbacks without data_skip"},
+		{"step = 3\nversions = 1\ndata_skip = 4\n", 1,
+		 "metadata gives data_skip without rollbacks"},
+		{"step = 3\nversions = 1\nrollbacks = 1\ndata_skip = x\n", 1,
+		 "data_skip = x is not a decimal number"},
+		{"step = 3\nversions = 1\nrollbacks = 0\ndata_skip = 4\n", 1,
+		 "rollbacks = 0 is out of range"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		CHECK_MSG(!meta_opens(bad[i].meta, bad[i].sets), "accepted: %s", bad[i].meta);
