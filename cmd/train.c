@@ -222,8 +222,11 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 				has_metrics ? " and its metrics" : "", dir);
 	}
 	const char *ck_name = ck_path && strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path;
+	const char *newest = n_old ? strrchr(old[n_old - 1], '/') + 1 : NULL;
+	/* by step: a longer name is a later step (past 8 digits), as listed */
 	if (!rc && take && !removed && ck && n_old &&
-	    strcmp(strrchr(old[n_old - 1], '/') + 1, ck_name) > 0)
+	    (strlen(newest) != strlen(ck_name) ? strlen(newest) > strlen(ck_name)
+					       : strcmp(newest, ck_name) > 0))
 		warning("'%s' is newer than the checkpoint resumed; this run overwrites it when it "
 			"reaches that step, and --resume %s would pick it until then",
 			old[n_old - 1], dir);

@@ -222,6 +222,12 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 					continue; /* a step-0 checkpoint may lack state */
 				rc = ckpt_read_named(k, name, host + part.off, part.rows,
 						     part.cols);
+				size_t at, n = part.numel;
+				if (!rc && floats_nonfinite(host + part.off, n, &at))
+					rc = error("'%s': %s[%zu] is %g: a checkpoint with NaN or "
+						   "infinite optimizer state cannot be resumed; use an "
+						   "earlier checkpoint", ckpt_path(k), name, at,
+						   (double)host[part.off + at]);
 			}
 			/* the same state into stage s of every replica held here */
 			for (int r = 0; r < tr->N && !rc; r++) {

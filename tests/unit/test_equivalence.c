@@ -911,6 +911,52 @@ TEST(checkpoint_with_nan_is_refused)
 	config_free(&cfg);
 }
 
+/* A resume reads no non-finite optimizer state either: a checkpoint whose
+ * moments hold a NaN (written by hand: train never writes one) is refused
+ * naming the tensor. */
+TEST(resume_with_nan_optimizer_state_is_refused)
+{
+	struct config cfg;
+	base_config(&cfg, "llama", "adamw");
+	char good[512], bad[512];
+	snprintf(good, sizeof(good), "%s/state-good.ckpt", test_tmpdir());
+	snprintf(bad, sizeof(bad), "%s/state-bad.ckpt", test_tmpdir());
+	struct run_result r = {0};
+	CHECK(train(&cfg, 3, 3, NULL, good, &r) == 0);
+	struct ckpt *k;
+	struct ckpt_writer *w;
+	CHECK(ckpt_open(&k, good) == 0);
+	CHECK(ckpt_create(&w, bad, ckpt_config(k), ckpt_meta(k)) == 0);
+	int poisoned = -1;
+	for (int i = 0; i < ckpt_count(k); i++) {
+		int rows, cols;
+		ckpt_shape(k, i, &rows, &cols);
+		float *x = xmalloc(ckpt_numel(k, i) * sizeof(float));
+		CHECK(ckpt_read(k, i, x) == 0);
+		if (poisoned < 0 && strncmp(ckpt_name(k, i), "weights.", 8)) {
+			x[ckpt_numel(k, i) - 1] = NAN; /* the first optimizer state tensor */
+			poisoned = i;
+		}
+		CHECK(ckpt_add(w, ckpt_name(k, i), x, ckpt_numel(k, i), rows, cols) == 0);
+		free(x);
+	}
+	CHECK(poisoned >= 0);
+	CHECK(ckpt_commit(w) == 0);
+	char name[128];
+	snprintf(name, sizeof(name), "%s", ckpt_name(k, poisoned));
+	ckpt_close(k);
+	struct run_result r2 = {0};
+	set_error_quiet(1);
+	int rc = train(&cfg, 1, 1, bad, NULL, &r2);
+	set_error_quiet(0);
+	CHECK(rc != 0);
+	CHECK_MSG(strstr(last_error(), name) && strstr(last_error(), "optimizer state"), "%s",
+		  last_error());
+	free(r.weights);
+	free(r2.weights);
+	config_free(&cfg);
+}
+
 /* ---- the weights' operand copies (backend.h, weights_bf16) ----
  *
  * The CUDA backend keeps a bf16 copy of a stage's weights that products read
