@@ -461,13 +461,37 @@ static void cat_pair(struct buf *b, const char **s, const size_t *len, const uin
 	buf_free(&t);
 }
 
+/* The pre-tokenizer of kind as check_pretok reads it back. */
+static void put_pretok(struct buf *j, uint32_t kind)
+{
+	if (kind == PRETOK_GPT2) {
+		put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+			 "\"trim_offsets\": true, \"use_regex\": true}");
+		return;
+	}
+	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
+	if (kind == PRETOK_CL100K) {
+		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+		json_put_string(j, cl100k_regex, sizeof(cl100k_regex) - 1);
+		put_s(j, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
+	} else {
+		put_s(j, "{\"type\": \"Digits\", \"individual_digits\": true},\n    ");
+	}
+	put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+		 "\"use_regex\": ");
+	put_s(j, kind == PRETOK_CL100K ? "false}]}" : "true}]}");
+}
+
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length)
 {
-	if (tokenizer_pretok(tok) != PRETOK_GPT2)
+	uint32_t kind = tokenizer_pretok(tok);
+	if (kind != PRETOK_GPT2 && kind != PRETOK_CL100K && kind != PRETOK_GPT2_DIGITS)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
-			     "writes only GPT-2's ByteLevel pre-tokenizer so far", dir,
-			     pretok_kind_name(tokenizer_pretok(tok)));
+			     "writes GPT-2's, Llama 3's (cl100k) and SmolLM's (gpt2_digits) so far",
+			     dir, pretok_kind_name(kind));
+	if (kind != PRETOK_GPT2 || tokenizer_flags(tok))
+		gpt2_files = 0; /* vocab.json and merges.txt cannot say how to split */
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
 	uint32_t eot = tokenizer_eot_id(tok);
 	struct buf spelled = {0}, j = {0}, vj = {0}, mt = {0};
@@ -522,9 +546,9 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 			  "\"normalized\": false, \"special\": true}");
 		first = 0;
 	}
-	put_s(&j, "\n  ],\n  \"normalizer\": null,\n"
-		  "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-		  "\"trim_offsets\": true, \"use_regex\": true},\n"
+	put_s(&j, "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ");
+	put_pretok(&j, kind);
+	put_s(&j, ",\n"
 		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
 		  "\"trim_offsets\": false, \"use_regex\": true},\n"
 		  "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
@@ -532,7 +556,9 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		  "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
 		  "    \"unk_token\": null,\n    \"continuing_subword_prefix\": \"\",\n"
 		  "    \"end_of_word_suffix\": \"\",\n    \"fuse_unk\": false,\n"
-		  "    \"byte_fallback\": false,\n    \"vocab\": {");
+		  "    \"byte_fallback\": false,\n");
+	put_s(&j, tokenizer_flags(tok) & TOK_IGNORE_MERGES ? "    \"ignore_merges\": true,\n" : "");
+	put_s(&j, "    \"vocab\": {");
 	/* vocab.json: the same map */
 	put_s(&vj, "{");
 	for (uint32_t id = 0; id < V; id++) {

@@ -188,10 +188,16 @@ static int split_of(const struct rank_map *m, const uint32_t *rank_of, const uns
 	return rc;
 }
 
+static int cmp_split(const void *x, const void *y)
+{
+	const uint32_t *a = x, *b = y;
+	return a[0] != b[0] ? (a[0] < b[0] ? -1 : 1) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
 /* tiktoken's BPE exactly, for a rank file where some token is not the merge
  * BPE reaches on its bytes (Llama 3's): a merge for every split of every
- * token into two tokens, ordered by the token made (then by where it is
- * split), which merges by the rank of a pair's concatenation as tiktoken
+ * token into two tokens, ordered by the token made (then by its parts),
+ * which merges by the rank of a pair's concatenation as tiktoken
  * does, and TOK_IGNORE_MERGES, which takes a pre-token that is a token
  * whole as tiktoken does. The merges in *merges (reallocated), *nm. */
 static int full_merges(const struct rank_map *m, const struct entry *es, const uint32_t *by_rank,
@@ -222,6 +228,9 @@ static int full_merges(const struct rank_map *m, const struct entry *es, const u
 			mg[n][2] = r;
 			n++;
 		}
+		/* in the order of the left part's rank, then the right's, as Hugging
+		 * Face's converter writes them (so both imports give one file) */
+		qsort(mg + before, n - before, sizeof(*mg), cmp_split);
 		if (e->len > 1 && n == before) {
 			free(mg);
 			return error("%s:%zu: the token of rank %u is not the merge of two tokens (no "
