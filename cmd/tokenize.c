@@ -54,8 +54,8 @@ static int show_eot, quiet, print_ids, force;
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
 	OPT_STRING('o', "output", &output, "PATH",
-		   "tokenizer to write (train, import-gpt2, import-tiktoken, import-hf); shard prefix "
-		   "(encode, default "
+		   "tokenizer to write (train, import-gpt2, import-tiktoken, import-hf); shard "
+		   "prefix (encode, default "
 		   "'tokens'); text file (decode, default stdout)"),
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_STRING(0, "pattern", &pattern, "NAME",
@@ -325,9 +325,8 @@ static int do_import_tiktoken(int n, char **args)
 		llama3 = !strcmp(pattern, "llama3");
 		kind = llama3 ? PRETOK_CL100K : pretok_kind_parse(pattern);
 		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
-			opts_usage_error(usage, options,
-					 "--pattern must be 'cl100k', 'o200k' or 'llama3', not '%s'",
-					 pattern);
+			opts_usage_error(usage, options, "--pattern must be 'cl100k', 'o200k' or "
+					 "'llama3', not '%s'", pattern);
 	}
 	char *copies[MAX_SPECIAL_OPTS];
 	uint32_t opt_ids[MAX_SPECIAL_OPTS];
@@ -346,8 +345,9 @@ static int do_import_tiktoken(int n, char **args)
 		if (nr == LLAMA3_RANKS)
 			kind = PRETOK_CL100K, llama3 = 1;
 		if (kind == PRETOK_GPT2) {
-			error("%s: %u ranks, neither cl100k_base's (%u), o200k_base's (%u) nor Llama "
-			      "3's (%u): --pattern cl100k|o200k|llama3 says which pattern it uses",
+			error("%s: %u ranks, neither cl100k_base's (%u), o200k_base's (%u) nor "
+			      "Llama 3's (%u): --pattern cl100k|o200k|llama3 says which pattern it "
+			      "uses",
 			      args[0], nr, tiktoken_published_ranks(PRETOK_CL100K),
 			      tiktoken_published_ranks(PRETOK_O200K), LLAMA3_RANKS);
 			goto out;
@@ -394,8 +394,8 @@ out:
 static int do_import_hf(int n, char **args)
 {
 	if (n != 1)
-		opts_usage_error(usage, options, "import-hf needs one TOKENIZER_JSON (a Hugging Face "
-				 "tokenizer.json)");
+		opts_usage_error(usage, options, "import-hf needs one TOKENIZER_JSON (a Hugging "
+				 "Face tokenizer.json)");
 	if (!output)
 		opts_usage_error(usage, options, "import-hf needs -o TOK");
 	struct tokenizer *tok = NULL;
@@ -574,7 +574,8 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)
-		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, import-tiktoken, import-hf, encode or decode");
+		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, "
+				 "import-tiktoken, import-hf, encode or decode");
 	const char *what = argv[0];
 	if (!strcmp(what, "train"))
 		return do_train(n - 1, argv + 1);
@@ -588,8 +589,8 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 		return do_encode(n - 1, argv + 1);
 	if (!strcmp(what, "decode"))
 		return do_decode(n - 1, argv + 1);
-	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken", "import-hf", "encode",
-					    "decode"};
+	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken",
+					    "import-hf", "encode", "decode"};
 	struct suggest sg;
 	char near[128];
 	suggest_init(&sg, what);

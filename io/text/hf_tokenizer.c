@@ -1,6 +1,8 @@
 /* hf_tokenizer.c - Hugging Face tokenizer.json <-> our tokenizer (see
  * tokenizer.h). Only what our encoder does exactly is accepted: byte-level
- * BPE with GPT-2's pre-tokenizer regex. */
+ * BPE (with ignore_merges or not) after GPT-2's, Llama 3's or SmolLM's
+ * pre-tokenizer, each recognised part by part; anything else is refused
+ * naming its JSON path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +106,9 @@ static int check_split(const char *path, const struct json *p, const char *at)
 		return error("%s:%d: %s.pattern: a Split pattern that is not a Regex is not "
 			     "implemented", path, p->line, at);
 	if (re->len != sizeof(cl100k_regex) - 1 || memcmp(re->str, cl100k_regex, re->len))
-		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented (asyncpp "
-			     "implements Llama 3's, which is cl100k_base's)", path, re->line, at);
+		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented "
+			     "(asyncpp implements Llama 3's, which is cl100k_base's)", path,
+			     re->line, at);
 	if (!beh || beh->type != JSON_STRING || strcmp(beh->str, "Isolated"))
 		return error("%s:%d: %s.behavior: a Split behavior other than Isolated is not "
 			     "implemented", path, p->line, at);
@@ -146,8 +149,8 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 		*kind = PRETOK_CL100K;
 	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
 		if (!is_true(first, "individual_digits"))
-			return error("%s:%d: %s.individual_digits: Digits with individual_digits false "
-				     "is not implemented", path, first->line, at0);
+			return error("%s:%d: %s.individual_digits: Digits with individual_digits "
+				     "false is not implemented", path, first->line, at0);
 		*kind = PRETOK_GPT2_DIGITS;
 	} else if (list->len == 2) {
 		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (before ByteLevel "
@@ -383,9 +386,9 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		merges[r][2] = (uint32_t)ic;
 	}
 	if (dup_line && !ignore_merges) {
-		error("%s:%d: merge %zu makes '%s', which a byte or an earlier merge already makes; "
-		      "asyncpp implements that only with ignore_merges true (as Llama 3's)", path,
-		      dup_line, dup_rank, v.s[dup_id]);
+		error("%s:%d: merge %zu makes '%s', which a byte or an earlier merge already "
+		      "makes; asyncpp implements that only with ignore_merges true (as Llama 3's)",
+		      path, dup_line, dup_rank, v.s[dup_id]);
 		goto out;
 	}
 	for (uint32_t id = 0; id < v.V; id++)

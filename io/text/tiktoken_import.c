@@ -216,8 +216,8 @@ static int full_merges(const struct rank_map *m, const struct entry *es, const u
 				continue;
 			if (n == TOKENIZER_MAX_VOCAB) {
 				free(mg);
-				return error("%s: more than %u splits of tokens into two tokens", name,
-					     TOKENIZER_MAX_VOCAB);
+				return error("%s: more than %u splits of tokens into two tokens",
+					     name, TOKENIZER_MAX_VOCAB);
 			}
 			if (n == cap) {
 				cap *= 2;
@@ -233,8 +233,9 @@ static int full_merges(const struct rank_map *m, const struct entry *es, const u
 		qsort(mg + before, n - before, sizeof(*mg), cmp_split);
 		if (e->len > 1 && n == before) {
 			free(mg);
-			return error("%s:%zu: the token of rank %u is not the merge of two tokens (no "
-				     "split of its bytes is two tokens of the file)", name, e->line, r);
+			return error("%s:%zu: the token of rank %u is not the merge of two tokens "
+				     "(no split of its bytes is two tokens of the file)", name,
+				     e->line, r);
 		}
 	}
 	free(*merges);
@@ -444,7 +445,8 @@ void tiktoken_llama3_special(uint32_t i, char *name, size_t cap)
 	if (i < ARRAY_SIZE(named) && named[i])
 		snprintf(name, cap, "<|%s|>", named[i]);
 	else /* reserved 0-3 at 2-5, 4 at 8, then 5 on at 10 */
-		snprintf(name, cap, "<|reserved_special_token_%u|>", i < 6 ? i - 2 : i < 9 ? 4 : i - 5);
+		snprintf(name, cap, "<|reserved_special_token_%u|>",
+			 i < 6 ? i - 2 : i < 9 ? 4 : i - 5);
 }
 
 uint32_t tiktoken_published_ranks(uint32_t kind)

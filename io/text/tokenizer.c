@@ -105,13 +105,13 @@ static int whole_init(struct tokenizer *t, const unsigned char *made, const char
 		if (t->is_special[id])
 			continue;
 		if (!made[id])
-			return error("%s: token %u is neither a byte, a merge's result nor special", name,
-				     id);
+			return error("%s: token %u is neither a byte, a merge's result nor special",
+				     name, id);
 		const unsigned char *s = t->bytes + t->off[id];
 		uint64_t i = bytes_slot(s, t->lens[id]) & t->whole_mask;
 		for (; t->whole[i] != UINT32_MAX; i = (i + 1) & t->whole_mask)
-			if (t->lens[t->whole[i]] == t->lens[id] && !memcmp(t->bytes + t->off[t->whole[i]],
-									   s, t->lens[id]))
+			if (t->lens[t->whole[i]] == t->lens[id] &&
+			    !memcmp(t->bytes + t->off[t->whole[i]], s, t->lens[id]))
 				return error("%s: tokens %u and %u have the same bytes", name,
 					     t->whole[i], id);
 		t->whole[i] = id;
@@ -825,8 +825,8 @@ int tokenizer_inspect(const char *path, FILE *out)
 		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
 			unicode_tables_version);
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
-		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; Unicode %s "
-			"tables)\n", unicode_tables_version);
+		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
+			"Unicode %s tables)\n", unicode_tables_version);
 	else
 		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
 			pretok_kind_name(t->pretok), unicode_tables_version);

@@ -4,8 +4,9 @@
  * has the 256 single-byte tokens (so any bytes encode losslessly), one token
  * per merge, and special tokens such as <|endoftext|> that plain text never
  * produces. Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
- * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k), then merges are
- * applied within each piece in rank order.
+ * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k, SmolLM's), then
+ * merges are applied within each piece in rank order (with
+ * TOK_IGNORE_MERGES, a piece that is a token is taken whole).
  *
  * The file format (magic "ASYNCTOK", version 2, crc32c) is documented byte by
  * byte in asyncpp-formats(5): version 1 has no pre-tokenizer section (GPT-2's),
@@ -163,17 +164,22 @@ uint32_t tiktoken_published_ranks(uint32_t kind);
 void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
 
 /* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
- * BPE, ByteLevel pre-tokenizer with the GPT-2 regex and no prefix space,
- * ByteLevel decoder, no normalizer; a Sequence holding only that
- * pre-tokenizer). Anything else (another model type, normalizer,
- * pre-tokenizer such as Digits or Split, post-processor that adds tokens,
- * dropout, byte fallback, an added token that is not special) is refused by
- * name. Special added tokens become special tokens; the end-of-text id is
- * <|endoftext|>'s, else eos_hint when that is a special token (-1: none). */
+ * BPE, ByteLevel decoder, no normalizer) whose pre-tokenizer is GPT-2's
+ * (ByteLevel with its regex, no prefix space; alone or a Sequence of one),
+ * Llama 3's (Sequence[Split with cl100k's regex string, Isolated; ByteLevel
+ * without its regex]: PRETOK_CL100K) or SmolLM's (Sequence[Digits
+ * individual; ByteLevel]: PRETOK_GPT2_DIGITS); BPE's ignore_merges becomes
+ * TOK_IGNORE_MERGES. Anything else (another model type, normalizer,
+ * pre-tokenizer or regex, post-processor that adds tokens, dropout, byte
+ * fallback, an added token that is not special) is refused naming its JSON
+ * path. Special added tokens become special tokens; the end-of-text id is
+ * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
+ * else <|end_of_text|>'s. */
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
 /* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
  * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
- * DIR/merges.txt; each file atomically. Refused when two tokens have the
+ * DIR/merges.txt (only for GPT-2's pre-tokenizer without flags); each file
+ * atomically. The o200k pre-tokenizer is refused. Refused when two tokens have the
  * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length);
