@@ -27,7 +27,8 @@
 static const char *const usage[] = {
 	"asyncpp tokenize train [--vocab N] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] -o TOK INPUT...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
-	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k] [--special NAME=ID]... FILE",
+	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k|llama3] [--special NAME=ID]... FILE",
+	"asyncpp tokenize import-hf -o TOK TOKENIZER_JSON",
 	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [--chunk-tokens N] [-j N] INPUT...",
 	"asyncpp tokenize encode -t TOK --ids [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [-j N] INPUT...",
 	"asyncpp tokenize decode -t TOK [-o FILE] [--show-eot] SHARD...",
@@ -35,8 +36,9 @@ static const char *const usage[] = {
 };
 
 static const char *description =
-	"Train a byte-level BPE tokenizer, import GPT-2's or a tiktoken rank file (cl100k_base,\n"
-	"o200k_base), encode corpora into token shards\n"
+	"Train a byte-level BPE tokenizer, import GPT-2's, a tiktoken rank file (cl100k_base,\n"
+	"o200k_base, Llama 3's) or a Hugging Face tokenizer.json (GPT-2's, Llama 3's, SmolLM's),\n"
+	"encode corpora into token shards\n"
 	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text. An INPUT is\n"
 	"a file, a directory, a glob pattern or - (stdin); files may be gzip or zstd compressed.";
 
@@ -52,12 +54,13 @@ static int show_eot, quiet, print_ids, force;
 static const struct option options[] = {
 	OPT_STRING('t', "tokenizer", &tok_path, "TOK", "tokenizer file (encode, decode)"),
 	OPT_STRING('o', "output", &output, "PATH",
-		   "tokenizer to write (train, import-gpt2, import-tiktoken); shard prefix (encode, default "
+		   "tokenizer to write (train, import-gpt2, import-tiktoken, import-hf); shard "
+		   "prefix (encode, default "
 		   "'tokens'); text file (decode, default stdout)"),
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_STRING(0, "pattern", &pattern, "NAME",
 		   "import-tiktoken: the encoding's pre-tokenizer pattern and special tokens, "
-		   "'cl100k' or 'o200k' (default: told by the file's number of ranks)"),
+		   "'cl100k', 'o200k' or 'llama3' (default: told by the file's number of ranks)"),
 	OPT_LIST(0, "special", &specials, "NAME=ID",
 		 "import-tiktoken: a special token besides the pattern's, or a new id for one "
 		 "of them (repeatable)"),
@@ -317,16 +320,18 @@ static int do_import_tiktoken(int n, char **args)
 		opts_usage_error(usage, options, "import-tiktoken needs one FILE (a .tiktoken rank file)");
 	if (!output)
 		opts_usage_error(usage, options, "import-tiktoken needs -o TOK");
-	int kind = PRETOK_GPT2; /* none yet */
+	int kind = PRETOK_GPT2, llama3 = 0; /* none yet */
 	if (pattern) {
-		kind = pretok_kind_parse(pattern);
+		llama3 = !strcmp(pattern, "llama3");
+		kind = llama3 ? PRETOK_CL100K : pretok_kind_parse(pattern);
 		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
-			opts_usage_error(usage, options, "--pattern must be 'cl100k' or 'o200k', not '%s'",
-					 pattern);
+			opts_usage_error(usage, options, "--pattern must be 'cl100k', 'o200k' or "
+					 "'llama3', not '%s'", pattern);
 	}
 	char *copies[MAX_SPECIAL_OPTS];
 	uint32_t opt_ids[MAX_SPECIAL_OPTS];
 	parse_specials(copies, opt_ids);
+	char (*llama3_names)[40] = xmalloc(LLAMA3_NSPECIAL * sizeof(*llama3_names));
 	struct buf file = {0};
 	struct tokenizer *tok = NULL;
 	int rc = -1;
@@ -337,24 +342,32 @@ static int do_import_tiktoken(int n, char **args)
 		for (int k = 0; k < PRETOK_NKINDS; k++)
 			if (tiktoken_published_ranks(k) == nr)
 				kind = k;
+		if (nr == LLAMA3_RANKS)
+			kind = PRETOK_CL100K, llama3 = 1;
 		if (kind == PRETOK_GPT2) {
-			error("%s: %u ranks, neither cl100k_base's (%u) nor o200k_base's (%u): "
-			      "--pattern cl100k|o200k says which pattern it uses", args[0], nr,
-			      tiktoken_published_ranks(PRETOK_CL100K),
-			      tiktoken_published_ranks(PRETOK_O200K));
+			error("%s: %u ranks, neither cl100k_base's (%u), o200k_base's (%u) nor "
+			      "Llama 3's (%u): --pattern cl100k|o200k|llama3 says which pattern it "
+			      "uses",
+			      args[0], nr, tiktoken_published_ranks(PRETOK_CL100K),
+			      tiktoken_published_ranks(PRETOK_O200K), LLAMA3_RANKS);
 			goto out;
 		}
 	}
 	/* the encoding's special tokens, then each --special: a new one, or a
 	 * new id for one of the encoding's */
-	const char *names[MAX_SPECIAL_OPTS + 8];
-	uint32_t ids[MAX_SPECIAL_OPTS + 8];
+	const char *names[MAX_SPECIAL_OPTS + LLAMA3_NSPECIAL];
+	uint32_t ids[MAX_SPECIAL_OPTS + LLAMA3_NSPECIAL];
 	const char *const *pn;
 	const uint32_t *pi;
-	uint32_t ns = tiktoken_published(kind, &pn, &pi);
+	uint32_t ns = llama3 ? 0 : tiktoken_published(kind, &pn, &pi);
 	for (uint32_t i = 0; i < ns; i++) {
 		names[i] = pn[i];
 		ids[i] = pi[i];
+	}
+	for (uint32_t i = 0; llama3 && i < LLAMA3_NSPECIAL; i++, ns++) {
+		tiktoken_llama3_special(i, llama3_names[i], sizeof(llama3_names[i]));
+		names[ns] = llama3_names[i];
+		ids[ns] = LLAMA3_RANKS + i;
 	}
 	for (int i = 0; i < specials.n; i++) {
 		uint32_t j = 0;
@@ -370,8 +383,25 @@ static int do_import_tiktoken(int n, char **args)
 out:
 	tokenizer_free(tok);
 	buf_free(&file);
+	free(llama3_names);
 	for (int i = 0; i < specials.n; i++)
 		free(copies[i]);
+	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ---- import-hf ---- */
+
+static int do_import_hf(int n, char **args)
+{
+	if (n != 1)
+		opts_usage_error(usage, options, "import-hf needs one TOKENIZER_JSON (a Hugging "
+				 "Face tokenizer.json)");
+	if (!output)
+		opts_usage_error(usage, options, "import-hf needs -o TOK");
+	struct tokenizer *tok = NULL;
+	int rc = opts_output_is_new(output, force) || hf_tokenizer_read(&tok, args[0], -1) ||
+		 tokenizer_save(tok, output);
+	tokenizer_free(tok);
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
 
@@ -544,7 +574,8 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 {
 	int n = opts_parse(argc, argv, usage, options, description);
 	if (!n)
-		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, import-tiktoken, encode or decode");
+		opts_usage_error(usage, options, "tokenize needs a subcommand: train, import-gpt2, "
+				 "import-tiktoken, import-hf, encode or decode");
 	const char *what = argv[0];
 	if (!strcmp(what, "train"))
 		return do_train(n - 1, argv + 1);
@@ -552,11 +583,14 @@ int cmd_tokenize(int argc, char **argv, const char *prog)
 		return do_import(n - 1, argv + 1);
 	if (!strcmp(what, "import-tiktoken"))
 		return do_import_tiktoken(n - 1, argv + 1);
+	if (!strcmp(what, "import-hf"))
+		return do_import_hf(n - 1, argv + 1);
 	if (!strcmp(what, "encode"))
 		return do_encode(n - 1, argv + 1);
 	if (!strcmp(what, "decode"))
 		return do_decode(n - 1, argv + 1);
-	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken", "encode", "decode"};
+	static const char *const whats[] = {"train", "import-gpt2", "import-tiktoken",
+					    "import-hf", "encode", "decode"};
 	struct suggest sg;
 	char near[128];
 	suggest_init(&sg, what);

@@ -1,6 +1,8 @@
 /* hf_tokenizer.c - Hugging Face tokenizer.json <-> our tokenizer (see
  * tokenizer.h). Only what our encoder does exactly is accepted: byte-level
- * BPE with GPT-2's pre-tokenizer regex. */
+ * BPE (with ignore_merges or not) after GPT-2's, Llama 3's or SmolLM's
+ * pre-tokenizer, each recognised part by part; anything else is refused
+ * naming its JSON path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,45 +74,102 @@ static int unset(const struct json *obj, const char *key, int empty_ok)
 	return !j || j->type == JSON_NULL || (empty_ok && j->type == JSON_STRING && !j->len);
 }
 
-static int check_bytelevel(const char *path, const struct json *p, const char *what)
+/* Llama 3's Split regex, which is cl100k_base's (pretok.h) */
+static const char cl100k_regex[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}"
+	"\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* A ByteLevel pre-tokenizer at JSON path at: no prefix space, and GPT-2's
+ * regex when regex (Hugging Face's default) or none after a Split. */
+static int check_bytelevel(const char *path, const struct json *p, const char *at, int regex)
 {
 	if (is_true(p, "add_prefix_space"))
-		return error("%s:%d: %s ByteLevel with add_prefix_space true is not implemented "
-			     "(asyncpp adds no space)", path, p->line, what);
+		return error("%s:%d: %s.add_prefix_space: ByteLevel with add_prefix_space true is "
+			     "not implemented (asyncpp adds no space)", path, p->line, at);
 	const struct json *re = json_get(p, "use_regex");
-	if (re && re->type != JSON_TRUE)
-		return error("%s:%d: %s ByteLevel with use_regex false is not implemented "
-			     "(asyncpp always splits with GPT-2's regex)", path, p->line, what);
+	int has = !re || re->type == JSON_TRUE;
+	if (has && !regex)
+		return error("%s:%d: %s.use_regex: ByteLevel after a Split must not split again "
+			     "(use_regex false, as Llama 3's)", path, p->line, at);
+	if (!has && regex)
+		return error("%s:%d: %s.use_regex: ByteLevel with use_regex false is implemented "
+			     "only after Llama 3's Split", path, p->line, at);
 	return 0;
 }
 
-static int check_pipeline(const char *path, const struct json *root)
+/* Llama 3's Split at JSON path at: cl100k's regex, Isolated, not inverted. */
+static int check_split(const char *path, const struct json *p, const char *at)
+{
+	const struct json *pat = json_get(p, "pattern"), *re = json_get(pat, "Regex"),
+			  *beh = json_get(p, "behavior");
+	if (!re || re->type != JSON_STRING)
+		return error("%s:%d: %s.pattern: a Split pattern that is not a Regex is not "
+			     "implemented", path, p->line, at);
+	if (re->len != sizeof(cl100k_regex) - 1 || memcmp(re->str, cl100k_regex, re->len))
+		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented "
+			     "(asyncpp implements Llama 3's, which is cl100k_base's)", path,
+			     re->line, at);
+	if (!beh || beh->type != JSON_STRING || strcmp(beh->str, "Isolated"))
+		return error("%s:%d: %s.behavior: a Split behavior other than Isolated is not "
+			     "implemented", path, p->line, at);
+	if (is_true(p, "invert"))
+		return error("%s:%d: %s.invert: an inverted Split is not implemented", path,
+			     p->line, at);
+	return 0;
+}
+
+/* The pre-tokenizer: a lone ByteLevel (GPT-2's, also in a Sequence of one),
+ * Sequence[Split(cl100k's regex), ByteLevel] (Llama 3's) or
+ * Sequence[Digits(individual), ByteLevel] (SmolLM's). Its kind in *kind. */
+static int check_pretok(const char *path, const struct json *root, uint32_t *kind)
+{
+	const struct json *j = json_get(root, "pre_tokenizer");
+	if (!j || j->type == JSON_NULL)
+		return error("%s: no pre_tokenizer: asyncpp implements ByteLevel, alone or after "
+			     "Llama 3's Split or individual Digits", path);
+	*kind = PRETOK_GPT2;
+	if (!strcmp(type_of(j), "ByteLevel"))
+		return check_bytelevel(path, j, "pre_tokenizer", 1);
+	if (strcmp(type_of(j), "Sequence"))
+		return error("%s:%d: pre_tokenizer: pre-tokenizer '%s' is not implemented (asyncpp "
+			     "implements ByteLevel, alone or in a Sequence)", path, j->line,
+			     type_of(j));
+	const struct json *list = json_get(j, "pretokenizers");
+	if (!list || list->type != JSON_ARRAY || !list->len || list->len > 2)
+		return error("%s:%d: pre_tokenizer.pretokenizers: a Sequence of %zu pre-tokenizers "
+			     "is not implemented (asyncpp implements ByteLevel, alone or after "
+			     "Llama 3's Split or individual Digits)", path, j->line,
+			     list && list->type == JSON_ARRAY ? list->len : 0);
+	const struct json *first = &list->kids[0], *last = &list->kids[list->len - 1];
+	const char *at0 = "pre_tokenizer.pretokenizers[0]", *at1 = "pre_tokenizer.pretokenizers[1]";
+	const char *at_last = list->len == 2 ? at1 : at0;
+	if (list->len == 2 && !strcmp(type_of(first), "Split")) {
+		if (check_split(path, first, at0))
+			return -1;
+		*kind = PRETOK_CL100K;
+	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
+		if (!is_true(first, "individual_digits"))
+			return error("%s:%d: %s.individual_digits: Digits with individual_digits "
+				     "false is not implemented", path, first->line, at0);
+		*kind = PRETOK_GPT2_DIGITS;
+	} else if (list->len == 2) {
+		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (before ByteLevel "
+			     "asyncpp implements Llama 3's Split and individual Digits)", path,
+			     first->line, at0, type_of(first));
+	}
+	if (strcmp(type_of(last), "ByteLevel"))
+		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (asyncpp implements "
+			     "only ByteLevel there)", path, last->line, at_last, type_of(last));
+	return check_bytelevel(path, last, at_last, *kind != PRETOK_CL100K);
+}
+
+static int check_pipeline(const char *path, const struct json *root, uint32_t *kind)
 {
 	const struct json *j = json_get(root, "normalizer");
 	if (j && j->type != JSON_NULL)
 		return error("%s:%d: normalizer '%s' is not implemented (asyncpp normalizes nothing)",
 			     path, j->line, type_of(j));
-	j = json_get(root, "pre_tokenizer");
-	if (!j || j->type == JSON_NULL)
-		return error("%s: no pre_tokenizer: asyncpp implements only ByteLevel", path);
-	if (!strcmp(type_of(j), "Sequence")) {
-		const struct json *list = json_get(j, "pretokenizers");
-		if (!list || list->type != JSON_ARRAY || list->len != 1 ||
-		    strcmp(type_of(&list->kids[0]), "ByteLevel")) {
-			for (size_t i = 0; list && list->type == JSON_ARRAY && i < list->len; i++)
-				if (strcmp(type_of(&list->kids[i]), "ByteLevel"))
-					return error("%s:%d: pre-tokenizer '%s' is not implemented "
-						     "(asyncpp implements only ByteLevel)", path,
-						     list->kids[i].line, type_of(&list->kids[i]));
-			return error("%s:%d: pre-tokenizer Sequence must hold one ByteLevel", path,
-				     j->line);
-		}
-		j = &list->kids[0];
-	}
-	if (strcmp(type_of(j), "ByteLevel"))
-		return error("%s:%d: pre-tokenizer '%s' is not implemented (asyncpp implements only "
-			     "ByteLevel)", path, j->line, type_of(j));
-	if (check_bytelevel(path, j, "pre-tokenizer"))
+	if (check_pretok(path, root, kind))
 		return -1;
 	j = json_get(root, "decoder");
 	if (!j || j->type == JSON_NULL || strcmp(type_of(j), "ByteLevel"))
@@ -133,9 +192,6 @@ static int check_pipeline(const char *path, const struct json *root)
 			     "implemented", path);
 	if (is_true(m, "byte_fallback"))
 		return error("%s: BPE byte_fallback is not implemented", path);
-	if (is_true(m, "ignore_merges"))
-		return error("%s: BPE ignore_merges is not implemented (asyncpp always applies the "
-			     "merges)", path);
 	return 0;
 }
 
@@ -245,8 +301,12 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		error("%s: not a JSON object", path);
 		goto out;
 	}
-	if (check_pipeline(path, root) || read_vocab(path, root, &v))
+	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
+	int dup_line = 0;
+	size_t dup_rank = 0;
+	if (check_pipeline(path, root, &kind) || read_vocab(path, root, &v))
 		goto out;
+	ignore_merges = (uint32_t)is_true(json_get(root, "model"), "ignore_merges");
 	const struct json *ml = json_get(json_get(root, "model"), "merges");
 	if (!ml || ml->type != JSON_ARRAY) {
 		error("%s: model.merges is not an array", path);
@@ -295,6 +355,10 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 	if (eot == TOKENIZER_NO_ID && eos_hint >= 0 && (uint64_t)eos_hint < v.V &&
 	    v.special[eos_hint])
 		eot = (uint32_t)eos_hint;
+	for (uint32_t i = 0; i < nspecial && eot == TOKENIZER_NO_ID; i++)
+		if (v.len[special[i]] == strlen(TOKENIZER_EOT_LLAMA3) &&
+		    !memcmp(v.s[special[i]], TOKENIZER_EOT_LLAMA3, v.len[special[i]]))
+			eot = special[i];
 	merges = xmalloc(st_mult(ml->len + 1, sizeof(*merges)));
 	for (size_t r = 0; r < ml->len; r++) {
 		const char *a, *b;
@@ -314,16 +378,18 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 			      "vocabulary", path, ml->kids[r].line, r, (int)na, a, (int)nb, b);
 			goto out;
 		}
-		if (made[ic]) {
-			error("%s:%d: merge %zu makes '%s', which a byte or an earlier merge already "
-			      "makes; asyncpp needs one merge per token", path, ml->kids[r].line, r,
-			      v.s[ic]);
-			goto out;
-		}
+		if (made[ic] && !dup_line)
+			dup_line = ml->kids[r].line, dup_rank = r, dup_id = (uint32_t)ic;
 		made[ic] = 1;
 		merges[r][0] = (uint32_t)ia;
 		merges[r][1] = (uint32_t)ib;
 		merges[r][2] = (uint32_t)ic;
+	}
+	if (dup_line && !ignore_merges) {
+		error("%s:%d: merge %zu makes '%s', which a byte or an earlier merge already "
+		      "makes; asyncpp implements that only with ignore_merges true (as Llama 3's)",
+		      path, dup_line, dup_rank, v.s[dup_id]);
+		goto out;
 	}
 	for (uint32_t id = 0; id < v.V; id++)
 		if (!made[id] && !v.special[id]) {
@@ -331,10 +397,17 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 			      "asyncpp cannot hold it", path, v.s[id], id);
 			goto out;
 		}
-	rc = tokenizer_build(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
-			     (const uint32_t(*)[3])merges, nspecial, special, eot);
+	rc = tokenizer_build_flags(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
+				   (const uint32_t(*)[3])merges, nspecial, special, eot,
+				   ignore_merges ? TOK_IGNORE_MERGES : 0);
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
+	else if (kind != PRETOK_GPT2)
+		rc = tokenizer_set_pretok(*tok, kind);
+	if (rc) {
+		tokenizer_free(*tok);
+		*tok = NULL;
+	}
 out:
 	json_free(root);
 	free(v.s);
@@ -391,13 +464,37 @@ static void cat_pair(struct buf *b, const char **s, const size_t *len, const uin
 	buf_free(&t);
 }
 
+/* The pre-tokenizer of kind as check_pretok reads it back. */
+static void put_pretok(struct buf *j, uint32_t kind)
+{
+	if (kind == PRETOK_GPT2) {
+		put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+			 "\"trim_offsets\": true, \"use_regex\": true}");
+		return;
+	}
+	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
+	if (kind == PRETOK_CL100K) {
+		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+		json_put_string(j, cl100k_regex, sizeof(cl100k_regex) - 1);
+		put_s(j, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
+	} else {
+		put_s(j, "{\"type\": \"Digits\", \"individual_digits\": true},\n    ");
+	}
+	put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+		 "\"use_regex\": ");
+	put_s(j, kind == PRETOK_CL100K ? "false}]}" : "true}]}");
+}
+
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length)
 {
-	if (tokenizer_pretok(tok) != PRETOK_GPT2)
+	uint32_t kind = tokenizer_pretok(tok);
+	if (kind != PRETOK_GPT2 && kind != PRETOK_CL100K && kind != PRETOK_GPT2_DIGITS)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
-			     "writes only GPT-2's ByteLevel pre-tokenizer so far", dir,
-			     pretok_kind_name(tokenizer_pretok(tok)));
+			     "writes GPT-2's, Llama 3's (cl100k) and SmolLM's (gpt2_digits) so far",
+			     dir, pretok_kind_name(kind));
+	if (kind != PRETOK_GPT2 || tokenizer_flags(tok))
+		gpt2_files = 0; /* vocab.json and merges.txt cannot say how to split */
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
 	uint32_t eot = tokenizer_eot_id(tok);
 	struct buf spelled = {0}, j = {0}, vj = {0}, mt = {0};
@@ -452,9 +549,9 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 			  "\"normalized\": false, \"special\": true}");
 		first = 0;
 	}
-	put_s(&j, "\n  ],\n  \"normalizer\": null,\n"
-		  "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-		  "\"trim_offsets\": true, \"use_regex\": true},\n"
+	put_s(&j, "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ");
+	put_pretok(&j, kind);
+	put_s(&j, ",\n"
 		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
 		  "\"trim_offsets\": false, \"use_regex\": true},\n"
 		  "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
@@ -462,7 +559,9 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		  "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
 		  "    \"unk_token\": null,\n    \"continuing_subword_prefix\": \"\",\n"
 		  "    \"end_of_word_suffix\": \"\",\n    \"fuse_unk\": false,\n"
-		  "    \"byte_fallback\": false,\n    \"vocab\": {");
+		  "    \"byte_fallback\": false,\n");
+	put_s(&j, tokenizer_flags(tok) & TOK_IGNORE_MERGES ? "    \"ignore_merges\": true,\n" : "");
+	put_s(&j, "    \"vocab\": {");
 	/* vocab.json: the same map */
 	put_s(&vj, "{");
 	for (uint32_t id = 0; id < V; id++) {

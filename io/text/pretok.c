@@ -109,6 +109,27 @@ run:
 	return i;
 }
 
+/* Digits apart, then GPT-2's pattern on the text between: a numeric
+ * character is a piece; otherwise the piece is GPT-2's on the text up to the
+ * next numeric character. GPT-2's scanner decides a piece by what it reads
+ * up to the piece's end, the whitespace run from there and one character
+ * more, so only a numeric character within that reach cuts it. */
+size_t pretok_next_gpt2_digits(const unsigned char *s, size_t n)
+{
+	size_t l;
+	if (char_class(s, n, &l) == UC_NUMBER)
+		return l;
+	size_t piece = pretok_next(s, n);
+	for (size_t i = l; i < n; i += l) {
+		int c = char_class(s + i, n - i, &l);
+		if (c == UC_NUMBER)
+			return pretok_next(s, i);
+		if (i >= piece && c != UC_SPACE)
+			break;
+	}
+	return piece;
+}
+
 size_t pretok_split_point(const unsigned char *s, size_t n, size_t target)
 {
 	/* "x\nY" with x and Y printable ASCII: the '\n' is a whitespace run of

@@ -62,12 +62,24 @@ size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
  *
  * (the alternatives joined without line breaks), with the semantics of
  * tiktoken's Rust regexes: \s is the White_Space property, (?i) folds 's'
- * to U+017F too. Later kinds (a chain of Split, Digits, Metaspace steps with
- * parameters) get new numbers; the numbers are stored in files, never
- * reused. */
-enum pretok_kind { PRETOK_GPT2 = 0, PRETOK_CL100K = 1, PRETOK_O200K = 2, PRETOK_NKINDS };
+ * to U+017F too.
+ *
+ *   PRETOK_GPT2_DIGITS  SmolLM's: every numeric character (\p{N}) a piece of
+ *     its own (Hugging Face's Digits with individual_digits), then GPT-2's
+ *     pattern on the text between them
+ *
+ * Later kinds (a chain of Split, Digits, Metaspace steps with parameters)
+ * get new numbers; the numbers are stored in files, never reused. */
+enum pretok_kind {
+	PRETOK_GPT2 = 0,
+	PRETOK_CL100K = 1,
+	PRETOK_O200K = 2,
+	PRETOK_GPT2_DIGITS = 3,
+	PRETOK_NKINDS
+};
 
-/* The kind's name ("gpt2", "cl100k", "o200k"), or NULL for an unknown one. */
+/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits"), or NULL for an
+ * unknown one. */
 const char *pretok_kind_name(uint32_t kind);
 /* The kind named name; -1 when none is. */
 int pretok_kind_parse(const char *name);
@@ -77,6 +89,7 @@ typedef size_t (*pretok_next_fn)(const unsigned char *s, size_t n);
 pretok_next_fn pretok_next_of(uint32_t kind);
 size_t pretok_next_cl100k(const unsigned char *s, size_t n);
 size_t pretok_next_o200k(const unsigned char *s, size_t n);
+size_t pretok_next_gpt2_digits(const unsigned char *s, size_t n);
 
 /* pretok_split_point for kind: the same cut, which for the tiktoken
  * kinds also wants an ASCII letter or digit after the '\n' (o200k's

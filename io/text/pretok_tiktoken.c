@@ -11,6 +11,7 @@
 
 static const char *const kind_names[PRETOK_NKINDS] = {
 	[PRETOK_GPT2] = "gpt2", [PRETOK_CL100K] = "cl100k", [PRETOK_O200K] = "o200k",
+	[PRETOK_GPT2_DIGITS] = "gpt2_digits",
 };
 
 const char *pretok_kind_name(uint32_t kind)
@@ -33,6 +34,8 @@ pretok_next_fn pretok_next_of(uint32_t kind)
 		return pretok_next_cl100k;
 	case PRETOK_O200K:
 		return pretok_next_o200k;
+	case PRETOK_GPT2_DIGITS:
+		return pretok_next_gpt2_digits;
 	default:
 		return pretok_next;
 	}
@@ -40,7 +43,7 @@ pretok_next_fn pretok_next_of(uint32_t kind)
 
 size_t pretok_split_point_of(uint32_t kind, const unsigned char *s, size_t n, size_t target)
 {
-	if (kind == PRETOK_GPT2)
+	if (kind == PRETOK_GPT2 || kind == PRETOK_GPT2_DIGITS) /* a digit ends a piece anyway */
 		return pretok_split_point(s, n, target);
 	/* "x\nY", x printable ASCII, Y an ASCII letter or digit: the piece
 	 * holding x ends at the '\n' at the latest (a punctuation run takes

@@ -188,6 +188,62 @@ static int split_of(const struct rank_map *m, const uint32_t *rank_of, const uns
 	return rc;
 }
 
+static int cmp_split(const void *x, const void *y)
+{
+	const uint32_t *a = x, *b = y;
+	return a[0] != b[0] ? (a[0] < b[0] ? -1 : 1) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* tiktoken's BPE exactly, for a rank file where some token is not the merge
+ * BPE reaches on its bytes (Llama 3's): a merge for every split of every
+ * token into two tokens, ordered by the token made (then by its parts),
+ * which merges by the rank of a pair's concatenation as tiktoken
+ * does, and TOK_IGNORE_MERGES, which takes a pre-token that is a token
+ * whole as tiktoken does. The merges in *merges (reallocated), *nm. */
+static int full_merges(const struct rank_map *m, const struct entry *es, const uint32_t *by_rank,
+		       const uint32_t *rank_of, uint32_t N, const char *name,
+		       uint32_t (**merges)[3], uint32_t *nm)
+{
+	size_t cap = (size_t)N, n = 0;
+	uint32_t(*mg)[3] = xmalloc(st_mult(cap, sizeof(*mg)));
+	for (uint32_t r = 0; r < N; r++) {
+		const struct entry *e = &es[by_rank[r]];
+		const unsigned char *p = m->bytes + e->off;
+		size_t before = n;
+		for (size_t k = 1; k < e->len; k++) {
+			uint32_t a = map_find(m, p, k), b = map_find(m, p + k, e->len - k);
+			if (a == NONE || b == NONE)
+				continue;
+			if (n == TOKENIZER_MAX_VOCAB) {
+				free(mg);
+				return error("%s: more than %u splits of tokens into two tokens",
+					     name, TOKENIZER_MAX_VOCAB);
+			}
+			if (n == cap) {
+				cap *= 2;
+				mg = xrealloc(mg, st_mult(cap, sizeof(*mg)));
+			}
+			mg[n][0] = rank_of[a];
+			mg[n][1] = rank_of[b];
+			mg[n][2] = r;
+			n++;
+		}
+		/* in the order of the left part's rank, then the right's, as Hugging
+		 * Face's converter writes them (so both imports give one file) */
+		qsort(mg + before, n - before, sizeof(*mg), cmp_split);
+		if (e->len > 1 && n == before) {
+			free(mg);
+			return error("%s:%zu: the token of rank %u is not the merge of two tokens "
+				     "(no split of its bytes is two tokens of the file)", name,
+				     e->line, r);
+		}
+	}
+	free(*merges);
+	*merges = mg;
+	*nm = (uint32_t)n;
+	return 0;
+}
+
 /* Check the special tokens against the N ranks; *V the vocabulary size. */
 static int check_special(const char *name, uint32_t N, uint32_t nspecial,
 			 const char *const *names, const uint32_t *ids, uint32_t *V)
@@ -290,6 +346,7 @@ int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, co
 	merges = xmalloc(st_mult(N - 256 + 1, sizeof(*merges)));
 	special = xmalloc(st_mult(V - N + 1, sizeof(*special)));
 	uint32_t nm = 0;
+	int full = 0;
 	for (uint32_t r = 0; r < N; r++) {
 		const struct entry *e = &es[by_rank[r]];
 		const unsigned char *p = dec.data + e->off;
@@ -298,17 +355,17 @@ int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, co
 		if (e->len == 1)
 			continue;
 		uint32_t lr[2];
-		if (split_of(&m, rank_of, p, e->len, r, lr)) {
-			error("%s:%zu: the token of rank %u is not the merge of two lower-ranked "
-			      "tokens (tiktoken's BPE on its bytes does not end in two parts)",
-			      name, e->line, r);
-			goto out;
+		if (!full && split_of(&m, rank_of, p, e->len, r, lr))
+			full = 1; /* from here on, every split */
+		if (!full) {
+			merges[nm][0] = rank_of[lr[0]];
+			merges[nm][1] = rank_of[lr[1]];
+			merges[nm][2] = r;
+			nm++;
 		}
-		merges[nm][0] = rank_of[lr[0]];
-		merges[nm][1] = rank_of[lr[1]];
-		merges[nm][2] = r;
-		nm++;
 	}
+	if (full && full_merges(&m, es, by_rank, rank_of, N, name, &merges, &nm))
+		goto out;
 	uint32_t eot = TOKENIZER_NO_ID;
 	for (uint32_t id = N; id < V; id++) {
 		const char *s = NULL;
@@ -321,6 +378,8 @@ int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, co
 			s = filler;
 		} else if (!strcmp(s, TOKENIZER_EOT)) {
 			eot = id;
+		} else if (!strcmp(s, TOKENIZER_EOT_LLAMA3) && eot == TOKENIZER_NO_ID) {
+			eot = id; /* Llama 3's, unless <|endoftext|> comes later */
 		}
 		size_t sl = strlen(s);
 		if (sl > UINT32_MAX)
@@ -329,8 +388,8 @@ int tiktoken_import_mem(struct tokenizer **tok, const void *data, size_t len, co
 		lens[id] = (uint32_t)sl;
 		special[id - N] = id;
 	}
-	if (tokenizer_build(tok, V, lens, all.data, nm, (const uint32_t(*)[3])merges, V - N,
-			   special, eot) ||
+	if (tokenizer_build_flags(tok, V, lens, all.data, nm, (const uint32_t(*)[3])merges, V - N,
+				 special, eot, full ? TOK_IGNORE_MERGES : 0) ||
 	    tokenizer_set_pretok(*tok, kind)) {
 		tokenizer_free(*tok);
 		*tok = NULL;
@@ -374,6 +433,20 @@ uint32_t tiktoken_published(uint32_t kind, const char *const **names, const uint
 		*ids = NULL;
 		return 0;
 	}
+}
+
+/* Llama 3's: its tokenizer.json's added tokens (and Meta's tokenizer.py) */
+void tiktoken_llama3_special(uint32_t i, char *name, size_t cap)
+{
+	static const char *const named[] = {
+		[0] = "begin_of_text", [1] = "end_of_text", [6] = "start_header_id",
+		[7] = "end_header_id", [9] = "eot_id",
+	};
+	if (i < ARRAY_SIZE(named) && named[i])
+		snprintf(name, cap, "<|%s|>", named[i]);
+	else /* reserved 0-3 at 2-5, 4 at 8, then 5 on at 10 */
+		snprintf(name, cap, "<|reserved_special_token_%u|>",
+			 i < 6 ? i - 2 : i < 9 ? 4 : i - 5);
 }
 
 uint32_t tiktoken_published_ranks(uint32_t kind)

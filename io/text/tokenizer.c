@@ -20,6 +20,7 @@
 
 struct tokenizer {
 	uint32_t vocab, nmerges, nspecial, eot;
+	uint32_t flags;           /* TOK_IGNORE_MERGES */
 	uint64_t hash;
 	uint32_t pretok;          /* enum pretok_kind */
 	pretok_next_fn next;      /* its scanner */
@@ -34,7 +35,25 @@ struct tokenizer {
 	uint32_t *pair_rank;
 	uint64_t pair_mask;
 	int pair_shift;
+	uint32_t *whole;          /* TOK_IGNORE_MERGES: ids of the tokens by their bytes,
+				   * open addressing, UINT32_MAX empty; else NULL */
+	uint64_t whole_mask;
 };
+
+static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
+{
+	return fnv1a64(FNV1A64_INIT, s, n) * 0x9E3779B97F4A7C15ULL;
+}
+
+/* TOK_IGNORE_MERGES: the non-special token with bytes s[0..n), or UINT32_MAX */
+static inline uint32_t whole_lookup(const struct tokenizer *t, const unsigned char *s, size_t n)
+{
+	for (uint64_t i = bytes_slot(s, n) & t->whole_mask;; i = (i + 1) & t->whole_mask) {
+		uint32_t id = t->whole[i];
+		if (id == UINT32_MAX || (t->lens[id] == n && !memcmp(t->bytes + t->off[id], s, n)))
+			return id;
+	}
+}
 
 static inline uint64_t pair_slot(const struct tokenizer *t, uint64_t key)
 {
@@ -65,7 +84,39 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->is_special);
 	free(t->pair_key);
 	free(t->pair_rank);
+	free(t->whole);
 	free(t);
+}
+
+/* TOK_IGNORE_MERGES: a merge may make a token made before (Hugging Face's
+ * list of every split, Llama 3's) and use tokens made later; every token but
+ * the special ones must be a byte or made, and the tokens' bytes distinct
+ * (the map of whole tokens). */
+static int whole_init(struct tokenizer *t, const unsigned char *made, const char *name)
+{
+	uint32_t V = t->vocab;
+	int bits = 4;
+	while (((uint64_t)1 << bits) < 2 * (uint64_t)V)
+		bits++;
+	t->whole_mask = ((uint64_t)1 << bits) - 1;
+	t->whole = xmalloc(st_mult(t->whole_mask + 1, sizeof(*t->whole)));
+	memset(t->whole, 0xff, (t->whole_mask + 1) * sizeof(*t->whole));
+	for (uint32_t id = 0; id < V; id++) {
+		if (t->is_special[id])
+			continue;
+		if (!made[id])
+			return error("%s: token %u is neither a byte, a merge's result nor special",
+				     name, id);
+		const unsigned char *s = t->bytes + t->off[id];
+		uint64_t i = bytes_slot(s, t->lens[id]) & t->whole_mask;
+		for (; t->whole[i] != UINT32_MAX; i = (i + 1) & t->whole_mask)
+			if (t->lens[t->whole[i]] == t->lens[id] &&
+			    !memcmp(t->bytes + t->off[t->whole[i]], s, t->lens[id]))
+				return error("%s: tokens %u and %u have the same bytes", name,
+					     t->whole[i], id);
+		t->whole[i] = id;
+	}
+	return 0;
 }
 
 /* Validate the arrays of t (lens, bytes, merges, special filled in) and build
@@ -75,11 +126,14 @@ static int tok_init(struct tokenizer *t, const char *name)
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k): written by a newer asyncpp?", name, t->pretok);
+			     "o200k, gpt2_digits): written by a newer asyncpp?", name, t->pretok);
 	t->next = pretok_next_of(t->pretok);
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
-	if ((uint64_t)256 + t->nmerges + t->nspecial != V)
+	if (t->flags & ~(uint32_t)TOK_IGNORE_MERGES)
+		return error("%s: unknown flags 0x%x", name, t->flags);
+	int loose = t->flags & TOK_IGNORE_MERGES; /* Hugging Face's merges: checked below */
+	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
 		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
 			     name, V, t->nmerges, t->nspecial);
 	t->off = xmalloc(st_mult(V + 1, sizeof(*t->off)));
@@ -136,12 +190,12 @@ static int tok_init(struct tokenizer *t, const char *name)
 			      name, r, a, b, c, V);
 			goto out;
 		}
-		if (!made[a] || !made[b]) {
+		if (loose ? t->is_special[a] || t->is_special[b] : !made[a] || !made[b]) {
 			error("%s: merge %u uses token %u before a byte or an earlier merge makes it",
 			      name, r, made[a] ? b : a);
 			goto out;
 		}
-		if (made[c] || t->is_special[c]) {
+		if ((made[c] && !loose) || t->is_special[c]) {
 			error("%s: merge %u: result %u is a byte, special or earlier token", name, r, c);
 			goto out;
 		}
@@ -162,6 +216,8 @@ static int tok_init(struct tokenizer *t, const char *name)
 		t->pair_key[i] = key;
 		t->pair_rank[i] = r;
 	}
+	if (loose && whole_init(t, made, name))
+		goto out;
 	rc = 0;
 out:
 	free(made);
@@ -182,7 +238,7 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 	unsigned char h[HDR_SIZE] = {0}, w[12];
 	memcpy(h, TOKENIZER_MAGIC, 8);
 	put_le32(h + 8, file_version(t));
-	put_le32(h + 12, 0);
+	put_le32(h + 12, t->flags);
 	put_le32(h + 16, t->vocab);
 	put_le32(h + 20, t->nmerges);
 	put_le32(h + 24, t->nspecial);
@@ -233,6 +289,15 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 		    const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
 		    uint32_t nspecial, const uint32_t *special, uint32_t eot)
 {
+	return tokenizer_build_flags(tok, vocab, lens, bytes, nmerges, merges, nspecial, special,
+				     eot, 0);
+}
+
+int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+			  const unsigned char *bytes, uint32_t nmerges,
+			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
+			  uint32_t eot, uint32_t flags)
+{
 	*tok = NULL;
 	if (vocab > TOKENIZER_MAX_VOCAB || nmerges > TOKENIZER_MAX_VOCAB ||
 	    nspecial > TOKENIZER_MAX_VOCAB)
@@ -242,6 +307,7 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 	t->nmerges = nmerges;
 	t->nspecial = nspecial;
 	t->eot = eot;
+	t->flags = flags;
 	t->lens = xmalloc(st_mult(vocab ? vocab : 1, 4));
 	if (vocab)
 		memcpy(t->lens, lens, (size_t)vocab * 4);
@@ -268,6 +334,7 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 }
 
 uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
+uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
 
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 {
@@ -319,7 +386,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (version < 1 || version > TOKENIZER_VERSION)
 		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
 			     name, version, TOKENIZER_VERSION);
-	if (get_le32(p + 12))
+	if (get_le32(p + 12) & ~(uint32_t)TOK_IGNORE_MERGES)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
 	uint64_t L = get_le64(p + 32);
@@ -347,6 +414,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->nmerges = M;
 	t->nspecial = S;
 	t->eot = get_le32(p + 28);
+	t->flags = get_le32(p + 12);
 	t->hash = hash;
 	t->pretok = PRETOK_GPT2;
 	const unsigned char *q = p + HDR_SIZE;
@@ -549,6 +617,13 @@ static size_t bpe_heap(const struct tokenizer *t, uint32_t *sym, size_t n)
 static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, size_t n,
 			   uint32_t *out)
 {
+	if (t->whole && n > 1) { /* ignore_merges: a piece that is a token is taken whole */
+		uint32_t id = whole_lookup(t, s, n);
+		if (id != UINT32_MAX) {
+			out[0] = id;
+			return 1;
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		out[i] = t->byte_id[s[i]];
 	if (n <= SCAN_MAX)
@@ -558,9 +633,6 @@ static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, si
 	return bpe_heap(t, out, n);
 }
 
-/* For tests: method 0 scan, 1 heap. */
-size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, uint32_t *out,
-			   int method);
 size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, uint32_t *out,
 			   int method)
 {
@@ -752,9 +824,15 @@ int tokenizer_inspect(const char *path, FILE *out)
 	if (t->pretok == PRETOK_GPT2)
 		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
 			unicode_tables_version);
+	else if (t->pretok == PRETOK_GPT2_DIGITS)
+		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
+			"Unicode %s tables)\n", unicode_tables_version);
 	else
 		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
 			pretok_kind_name(t->pretok), unicode_tables_version);
+	if (t->flags & TOK_IGNORE_MERGES)
+		fprintf(out, "BPE:            ignore_merges (a pre-token that is a token is taken "
+			"whole; Hugging Face's merges)\n");
 	fprintf(out, "token bytes:    %" PRIu64 "\n", t->off[t->vocab]);
 	uint32_t longest = 0;
 	for (uint32_t i = 0; i < t->vocab; i++)

@@ -4,8 +4,9 @@
  * has the 256 single-byte tokens (so any bytes encode losslessly), one token
  * per merge, and special tokens such as <|endoftext|> that plain text never
  * produces. Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
- * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k), then merges are
- * applied within each piece in rank order.
+ * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k, SmolLM's), then
+ * merges are applied within each piece in rank order (with
+ * TOK_IGNORE_MERGES, a piece that is a token is taken whole).
  *
  * The file format (magic "ASYNCTOK", version 2, crc32c) is documented byte by
  * byte in asyncpp-formats(5): version 1 has no pre-tokenizer section (GPT-2's),
@@ -26,6 +27,9 @@
 #define TOKENIZER_MAX_VOCAB (1u << 24)
 #define TOKENIZER_NO_ID UINT32_MAX
 #define TOKENIZER_EOT "<|endoftext|>"
+/* Llama 3's end of text: the end-of-text token of a tokenizer without
+ * <|endoftext|> (tiktoken and tokenizer.json imports) */
+#define TOKENIZER_EOT_LLAMA3 "<|end_of_text|>"
 
 struct tokenizer;
 
@@ -46,6 +50,18 @@ void tokenizer_free(struct tokenizer *tok);
 int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 		    const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
 		    uint32_t nspecial, const uint32_t *special, uint32_t eot);
+
+/* The same with flags (the file header's): TOK_IGNORE_MERGES is Hugging
+ * Face's BPE ignore_merges: a pre-token that is itself a (non-special) token
+ * is taken whole, without merging; and the merges are Hugging Face's, which
+ * may make a token more than once (one merge for each split of it, as Llama
+ * 3's) and use tokens that later merges make. */
+#define TOK_IGNORE_MERGES 1u
+int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+			  const unsigned char *bytes, uint32_t nmerges,
+			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
+			  uint32_t eot, uint32_t flags);
+uint32_t tokenizer_flags(const struct tokenizer *tok);
 
 /* The pre-tokenizer kind (enum pretok_kind); a built tokenizer has GPT-2's
  * until set (which updates the identity hash). Returns 0, or -1 after error()
@@ -77,6 +93,11 @@ struct tok_cache *tok_cache_new(const struct tokenizer *tok);
 void tok_cache_free(struct tok_cache *c);
 size_t tokenizer_encode_cached(const struct tokenizer *tok, struct tok_cache *c,
 			       const void *text, size_t len, uint32_t *out);
+
+/* BPE alone (no pre-tokenizer) on the bytes s[0..n) into out (room for n
+ * ids); method 0 is the short-piece scan, 1 the heap. Returns the count. */
+size_t tokenizer_bpe_piece(const struct tokenizer *tok, const void *s, size_t n, uint32_t *out,
+			   int method);
 
 /* Append the bytes of ids to out. With TOK_DECODE_SKIP_SPECIAL special
  * tokens produce nothing. Returns 0, or -1 (error()) on an id >= vocab. */
@@ -135,19 +156,30 @@ uint32_t tiktoken_count_ranks(const void *data, size_t len);
  * in *names and *ids. And its number of ranks (0 for other kinds). */
 uint32_t tiktoken_published(uint32_t kind, const char *const **names, const uint32_t **ids);
 uint32_t tiktoken_published_ranks(uint32_t kind);
+/* Llama 3's encoding: cl100k's pattern on LLAMA3_RANKS ranks, and
+ * LLAMA3_NSPECIAL special tokens from id LLAMA3_RANKS on; the name of the
+ * i-th (< LLAMA3_NSPECIAL) into name[cap] (cap >= 40). */
+#define LLAMA3_RANKS 128000
+#define LLAMA3_NSPECIAL 256
+void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
 
 /* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
- * BPE, ByteLevel pre-tokenizer with the GPT-2 regex and no prefix space,
- * ByteLevel decoder, no normalizer; a Sequence holding only that
- * pre-tokenizer). Anything else (another model type, normalizer,
- * pre-tokenizer such as Digits or Split, post-processor that adds tokens,
- * dropout, byte fallback, an added token that is not special) is refused by
- * name. Special added tokens become special tokens; the end-of-text id is
- * <|endoftext|>'s, else eos_hint when that is a special token (-1: none). */
+ * BPE, ByteLevel decoder, no normalizer) whose pre-tokenizer is GPT-2's
+ * (ByteLevel with its regex, no prefix space; alone or a Sequence of one),
+ * Llama 3's (Sequence[Split with cl100k's regex string, Isolated; ByteLevel
+ * without its regex]: PRETOK_CL100K) or SmolLM's (Sequence[Digits
+ * individual; ByteLevel]: PRETOK_GPT2_DIGITS); BPE's ignore_merges becomes
+ * TOK_IGNORE_MERGES. Anything else (another model type, normalizer,
+ * pre-tokenizer or regex, post-processor that adds tokens, dropout, byte
+ * fallback, an added token that is not special) is refused naming its JSON
+ * path. Special added tokens become special tokens; the end-of-text id is
+ * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
+ * else <|end_of_text|>'s. */
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
 /* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
  * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
- * DIR/merges.txt; each file atomically. Refused when two tokens have the
+ * DIR/merges.txt (only for GPT-2's pre-tokenizer without flags); each file
+ * atomically. The o200k pre-tokenizer is refused. Refused when two tokens have the
  * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length);

@@ -16,7 +16,7 @@ check completes_options "--resume" train --re
 check completes_config_keys "optim.lr=" train --set optim.l
 check completes_bench_kinds "schedule" bench sch
 check completes_bench_plan "plan" bench pl
-check completes_tokenize_subcommands "decode encode import-gpt2 import-tiktoken train" tokenize ""
+check completes_tokenize_subcommands "decode encode import-gpt2 import-hf import-tiktoken train" tokenize ""
 check completes_bench_options "--stages --steps" bench schedule --st
 check completes_help_topics "import-llmc import-hf" help im
 # every command's long options are offered, as -h lists them

@@ -63,7 +63,7 @@ refused not_a_merge "nomerge.tiktoken:258: the token of rank 257 is not the merg
 	$A tokenize import-tiktoken -o bad.tok --pattern cl100k nomerge.tiktoken
 refused special_in_ranks "special token <|x|> has id 5, a rank of the file" \
 	$A tokenize import-tiktoken -o bad.tok --pattern cl100k --special '<|x|>=5' small.tiktoken
-refused which_pattern "258 ranks, neither cl100k_base's (100256) nor o200k_base's (199998)" \
+refused which_pattern "258 ranks, neither cl100k_base's (100256), o200k_base's (199998) nor Llama 3's (128000)" \
 	$A tokenize import-tiktoken -o bad.tok small.tiktoken
 usage_error() { # NAME WANT-IN-STDERR CMD...: exit 2 with that message
 	local name=$1 want=$2
@@ -73,7 +73,7 @@ usage_error() { # NAME WANT-IN-STDERR CMD...: exit 2 with that message
 	if [ "$rc" -eq 2 ] && grep -qF -- "$want" err.txt; then pass "$name";
 	else fail "$name" "exit $rc, wanted 2 and '$want': $(head -c 300 err.txt)"; fi
 }
-usage_error bad_pattern "--pattern must be 'cl100k' or 'o200k', not 'gpt3'" \
+usage_error bad_pattern "--pattern must be 'cl100k', 'o200k' or 'llama3', not 'gpt3'" \
 	$A tokenize import-tiktoken -o bad.tok --pattern gpt3 small.tiktoken
 usage_error bad_special "--special wants NAME=ID with an id below 16777216, not '<|x|>'" \
 	$A tokenize import-tiktoken -o bad.tok --special '<|x|>' small.tiktoken

@@ -513,8 +513,9 @@ TEST(corrupt_files_are_refused_naming_them)
 TEST(tokenizers_we_cannot_reproduce_are_refused)
 {
 	REFUSE("llama", "tokenizer.json", "\"pretokenizers\": [",
-	       "\"pretokenizers\": [{\"type\": \"Digits\", \"individual_digits\": true}, ",
-	       "pre-tokenizer 'Digits' is not implemented");
+	       "\"pretokenizers\": [{\"type\": \"Digits\", \"individual_digits\": false}, ",
+	       "pre_tokenizer.pretokenizers[0].individual_digits: Digits with individual_digits "
+	       "false is not implemented");
 	REFUSE("gpt2", "tokenizer.json", "\"normalizer\": null",
 	       "\"normalizer\": {\"type\": \"NFC\"}", "normalizer 'NFC' is not implemented");
 	REFUSE("gpt2", "tokenizer.json", "\"type\": \"BPE\"", "\"type\": \"Unigram\"",
