@@ -15,6 +15,7 @@ export FAULT_ROUNDS=${FAULT_ROUNDS:-15} MPI_SIGTERM_TRIALS=${MPI_SIGTERM_TRIALS:
 CASES=(
 	"faults|kill -9 and SIGTERM at random steps, full and read-only disks, damaged checkpoints, two trainers on one folder, user files in the run folder, overwrites"
 	"mpi_sigterm|SIGTERM to mpirun at random moments (pipelines and replicas)"
+	"mpi_stop_late|SIGTERM to one rank while the last checkpoint is written"
 	"mpi_pipeline|MPI rank killed mid-run, resumed"
 	"tcp_pipeline|TCP rank killed mid-run and while saving"
 	"signals|SIGINT/SIGTERM/SIGHUP while writing shards and folders"
