@@ -56,6 +56,17 @@ void run_paths_absolute(struct config *cfg)
 		free(abs);
 		free(v);
 	}
+	/* the log files too: a resume from another directory appends to the
+	 * run's own, not to a file of that name where it is started */
+	static const char *const logs[] = {"metrics", "tensorboard"};
+	for (size_t i = 0; i < ARRAY_SIZE(logs); i++) {
+		char *v = config_get_string(cfg, "log", logs[i]);
+		char *abs = v[0] && v[0] != '/' ? absolute_in(NULL, v) : NULL;
+		if (abs)
+			config_set_key(cfg, "log", logs[i], abs, "the run's stored paths");
+		free(abs);
+		free(v);
+	}
 }
 
 /* The directory the checkpoint's run was started in: its folder less

@@ -85,28 +85,30 @@ static int check_resume_config(const struct config *cfg, struct ckpt *ck)
 	return rc;
 }
 
-/* A checkpoint that lies in a run folder (one with a run-id) continues in
- * that folder, wherever the command is started: the train.out_dir stored in
- * it is relative to the directory the run was started in, so a resume from
- * another directory would otherwise begin a second run there. -c and --set
- * still choose another folder. A checkpoint outside a run folder (an
- * import-hf output, a copy) keeps the stored train.out_dir. */
+/* A checkpoint that lies in its run's folder (one whose run-id is the run
+ * the checkpoint records, or any run-id for a checkpoint that records none)
+ * continues in that folder, wherever the command is started: the
+ * train.out_dir stored in it is relative to the directory the run was
+ * started in, so a resume from another directory would otherwise begin a
+ * second run there. A symbolic link is followed to the folder it points
+ * into. -c and --set still choose another folder. A checkpoint outside its
+ * run's folder (a backup copy, an import-hf output) keeps the stored
+ * train.out_dir. */
 static int resume_in_its_folder(struct config *cfg, const char *ck_path)
 {
-	if (!train_dir_run_id_of(ck_path))
-		return 0;
-	char *dir = xstrdup(ck_path);
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else
-		*(slash == dir ? slash + 1 : slash) = 0;
+	char *real = realpath(ck_path, NULL);
+	if (!real)
+		return 0; /* ckpt_open read it: gone since, as the run will say */
+	char *slash = strrchr(real, '/');
+	*(slash == real ? slash + 1 : slash) = 0;
+	uint64_t dir_id = train_dir_run_id(real), own = train_dir_ckpt_run_id(ck_path);
 	struct stat a, b;
 	int rc = 0;
-	if (stat(cfg->train_out_dir, &a) || stat(dir, &b) || a.st_dev != b.st_dev ||
-	    a.st_ino != b.st_ino)
-		rc = config_set_key(cfg, "train", "out_dir", dir, ck_path);
-	free(dir);
+	if (dir_id && (!own || own == dir_id) &&
+	    (stat(cfg->train_out_dir, &a) || stat(real, &b) || a.st_dev != b.st_dev ||
+	     a.st_ino != b.st_ino))
+		rc = config_set_key(cfg, "train", "out_dir", real, ck_path);
+	free(real);
 	return rc;
 }
 
@@ -145,6 +147,13 @@ static int open_resume(const char *resume, struct ckpt **ck, char **ck_path)
 	return rc;
 }
 
+/* The step a checkpoint holds (ckpt_open checked it). */
+static long ckpt_step_of(struct ckpt *ck)
+{
+	long step = 0;
+	return ckpt_meta_long(ck, "step", &step) ? 0 : step;
+}
+
 /* --overwrite: the checkpoints of run id (train_dir.h) but keep; returns
  * how many went. */
 static int remove_checkpoints(char **paths, int n, const char *keep, uint64_t id)
@@ -178,6 +187,9 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 		return -1;
 	if (!take)
 		train_dir_mention_others(dir);
+	if (!take && train_dir_check_others_ahead(dir, ck ? ckpt_step_of(ck) : 0,
+						  r->cfg.train_steps))
+		return -1;
 	if (!metrics_is_metrics_file(metrics_path))
 		return error("log.metrics = '%s' is a file that is not a metrics file; this run "
 			     "would replace it: choose another path", metrics_path);
@@ -222,14 +234,18 @@ static int claim_out_dir(struct run *r, struct ckpt *ck, const char *ck_path, in
 				has_metrics ? " and its metrics" : "", dir);
 	}
 	const char *ck_name = ck_path && strrchr(ck_path, '/') ? strrchr(ck_path, '/') + 1 : ck_path;
-	const char *newest = n_old ? strrchr(old[n_old - 1], '/') + 1 : NULL;
+	/* the newest of the folder's run (another run's is left alone) */
+	int last = n_old - 1;
+	while (last >= 0 && !train_dir_ckpt_of_run(old[last], dir_id))
+		last--;
+	const char *newest = last >= 0 ? strrchr(old[last], '/') + 1 : NULL;
 	/* by step: a longer name is a later step (past 8 digits), as listed */
-	if (!rc && take && !removed && ck && n_old &&
+	if (!rc && take && !removed && ck && newest &&
 	    (strlen(newest) != strlen(ck_name) ? strlen(newest) > strlen(ck_name)
 					       : strcmp(newest, ck_name) > 0))
 		warning("'%s' is newer than the checkpoint resumed; this run overwrites it when it "
 			"reaches that step, and --resume %s would pick it until then",
-			old[n_old - 1], dir);
+			old[last], dir);
 	for (int i = 0; i < n_old; i++)
 		free(old[i]);
 	free(old);

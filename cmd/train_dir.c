@@ -300,6 +300,25 @@ void train_dir_mention_others(const char *dir)
 	free(paths);
 }
 
+int train_dir_check_others_ahead(const char *dir, long from, long to)
+{
+	uint64_t id = train_dir_run_id(dir);
+	char **paths = NULL;
+	int n = list_checkpoints(dir, &paths), rc = 0;
+	for (int i = 0; i < n; i++) {
+		const char *name = strrchr(paths[i], '/') ? strrchr(paths[i], '/') + 1 : paths[i];
+		long step = strtol(name + 5, NULL, 10);
+		uint64_t other = train_dir_ckpt_run_id(paths[i]);
+		if (!rc && step > from && step <= to && other && other != id)
+			rc = error("'%s' is a checkpoint of another run (0x%016" PRIx64 "); this run "
+				   "would replace it when it reaches step %ld: move it away, or set "
+				   "train.out_dir to another directory", paths[i], other, step);
+		free(paths[i]);
+	}
+	free(paths);
+	return rc;
+}
+
 /* Is NAME (the part before ".tmp.PID", len bytes) a file train writes
  * into its directory: a checkpoint, config.ini, run-id or the metrics?
  * Only those temporaries are train's to remove; a user's "notes.tmp.1" is

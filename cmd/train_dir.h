@@ -56,6 +56,10 @@ int train_dir_check_own(const char *dir, int samples);
  * name (run_common.h's checkpoint_name), and for each checkpoint that
  * records another run than DIR/run-id's: it is left alone. */
 void train_dir_mention_others(const char *dir);
+/* 0 unless DIR holds another run's checkpoint (run_id) named for a step
+ * after `from` and at most `to`, which this run would replace when it
+ * gets there: then -1 after error() naming it and the fix. */
+int train_dir_check_others_ahead(const char *dir, long from, long to);
 
 /* DIR's run id from DIR/run-id; 0 when it has none (a directory written
  * before run ids, or not a run directory) or its run-id is not train's. */

@@ -357,7 +357,7 @@ void train_fallback(struct run *r, char *out, size_t len)
 		return;
 	}
 	char **paths = NULL;
-	int np = list_checkpoints(cfg->train_out_dir, &paths);
+	int np = train_dir_checkpoints(cfg->train_out_dir, r->run_id, &paths);
 	if (np > 0)
 		snprintf(out, len, "no checkpoint from before it is known: the newest, %s, holds "
 			 "weights that led into it (resuming it diverges the same way); start again "
@@ -369,7 +369,8 @@ void train_fallback(struct run *r, char *out, size_t len)
 	free(paths);
 }
 
-/* The run's checkpoints of steps after `after` go (the root's): after a
+/* The run's checkpoints (train_dir.h: not another run's) of steps after
+ * `after` go (the root's): after a
  * rollback they hold the abandoned steps, which led into the divergence;
  * left there, --resume of the folder would pick them and checkpoint.keep
  * rotate out the new ones first. Writes the newest one's name into
@@ -377,7 +378,8 @@ void train_fallback(struct run *r, char *out, size_t len)
 static int remove_checkpoints_after(const struct run *r, long after, char *newest, size_t len)
 {
 	char **paths = NULL;
-	int np = dist_is_root() ? list_checkpoints(r->cfg.train_out_dir, &paths) : 0, gone = 0;
+	int np = dist_is_root() ? train_dir_checkpoints(r->cfg.train_out_dir, r->run_id, &paths) : 0;
+	int gone = 0;
 	for (int i = 0; i < np; i++) {
 		const char *name = strrchr(paths[i], '/') ? strrchr(paths[i], '/') + 1 : paths[i];
 		if (strtol(name + 5, NULL, 10) > after && !watch_holds(&r->watch, paths[i]) &&

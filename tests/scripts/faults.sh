@@ -337,6 +337,45 @@ else
 	fail overwrite_leaves_other_runs_checkpoint "exit $rc: $(head -c 400 err.txt) $(ls c5 | tr '\n' ' ')"
 fi
 
+# 7f. a backup copy of a run's checkpoints (a folder without the run's
+# run-id) resumed by file continues in the run's stored train.out_dir, not
+# in the backup folder: nothing is written there and checkpoint.keep
+# removes none of the copies; a rollback never removes another run's
+# checkpoint
+rm -rf bk bkrun && mkdir bk
+$A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=4 --set checkpoint.every=2 \
+	--set train.out_dir=bkrun 2> err.txt
+cp bkrun/ckpt-00000002.ckpt bkrun/ckpt-00000004.ckpt bk/
+$A train -q --resume bk/ckpt-00000004.ckpt --set train.steps=6 --set checkpoint.keep=1 2> err.txt
+rc=$?
+if [ $rc -eq 0 ] && [ "$(ls bk | tr '\n' ' ')" = "ckpt-00000002.ckpt ckpt-00000004.ckpt " ] &&
+   [ -f bkrun/ckpt-00000006.ckpt ]; then
+	pass backup_copy_resumed_into_its_run
+else
+	fail backup_copy_resumed_into_its_run "exit $rc: $(head -c 300 err.txt) bk: $(ls bk | tr '\n' ' ')"
+fi
+rm -rf rb && $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=8 --set checkpoint.every=8 \
+	--set train.out_dir=rb 2> err.txt
+cp c6/ckpt-00000008.ckpt rb/ckpt-00000050.ckpt
+theirs=$(md5sum < rb/ckpt-00000050.ckpt)
+$A train -q --resume rb --set train.steps=30 --set optim.lr=300 --set optim.warmup=0 \
+	--set checkpoint.every=1 --set train.on_divergence=rollback 2> err.txt
+if [ -f rb/ckpt-00000050.ckpt ] && [ "$(md5sum < rb/ckpt-00000050.ckpt)" = "$theirs" ] &&
+   grep -q "rolled back to" err.txt && ! grep -q "the newest rb/ckpt-00000050.ckpt" err.txt; then
+	pass rollback_leaves_other_runs_checkpoint
+else
+	fail rollback_leaves_other_runs_checkpoint "$(grep -m 2 'rolled back\|diverged' err.txt | head -c 400)"
+fi
+# a run that would reach that step (and replace it) is refused up front
+$A train -q --resume rb --set train.steps=60 2> err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "'rb/ckpt-00000050.ckpt' is a checkpoint of another run (0x[0-9a-f]*); this run would replace it when it reaches step 50" err.txt &&
+   [ "$(md5sum < rb/ckpt-00000050.ckpt)" = "$theirs" ]; then
+	pass other_runs_checkpoint_ahead_refused
+else
+	fail other_runs_checkpoint_ahead_refused "exit $rc: $(head -c 300 err.txt)"
+fi
+
 # 7d. a user's file where a run would write its own (the config.ini given
 # with -c, a run-id, a train.lock, a checkpoint's name, the samples, the
 # built-in corpus's tokenizer) is refused, naming it, and left as it was,
@@ -378,7 +417,7 @@ cp run.ini run.ini.orig
 $A train -q "${TINY[@]}" "${DATA[@]}" --set train.steps=5 --set train.out_dir=mistyped \
 	--set log.metrics=run.ini --overwrite 2> err.txt
 rc=$?
-if [ $rc -eq 1 ] && grep -q "log.metrics = 'run.ini' is a file that is not a metrics file" err.txt &&
+if [ $rc -eq 1 ] && grep -q "log.metrics = '$(pwd -P)/run.ini' is a file that is not a metrics file" err.txt &&
    cmp -s run.ini run.ini.orig; then
 	pass mistyped_log_metrics_untouched
 	tally mistyped_metrics 1 0

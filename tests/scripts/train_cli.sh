@@ -212,6 +212,19 @@ if [ -f rel/ckpt-00000004.ckpt ] && [ ! -e elsewhere/rel ] &&
 else
 	fail resume_from_elsewhere_continues_in_the_run_folder "$(ls rel elsewhere | tr '\n' ' ') $(cat err.txt)"
 fi
+# a relative log.metrics is stored absolute too: the resumed steps go to
+# the run's metrics file, not to a new one where the resume is started
+mkdir -p p3 && (cd p3 && $A train -q "${TINY[@]}" \
+	--set data.train="$here/base/data/builtin_train.shard" \
+	--set data.val="$here/base/data/builtin_val.shard" \
+	--set data.tokenizer="$here/base/data/builtin.tok" \
+	--set train.out_dir=runs/a --set log.metrics=m.csv --set train.steps=4) 2> err.txt
+(cd elsewhere && $A train -q --resume "$here/p3/runs/a" --set train.steps=6) 2>> err.txt
+if [ ! -e elsewhere/m.csv ] && [ "$(grep -c '^[0-9]' p3/m.csv)" = 6 ]; then
+	pass relative_log_metrics_followed_on_resume
+else
+	fail relative_log_metrics_followed_on_resume "$(ls elsewhere p3 | tr '\n' ' ') $(head -c 300 err.txt)"
+fi
 mv reldata/builtin.tok reldata/moved.tok
 mv reldata/builtin_val.shard reldata/moved.shard
 (cd elsewhere && $A sample "$here/rel" -n 4) > /dev/null 2> err.txt
