@@ -1,6 +1,7 @@
 # tests/lib.sh - helpers for tests/scripts/*.sh (source it).
 #   pass NAME; fail NAME WHY; skip NAME WHY
 #   same_ckpt A B   two checkpoints equal but for the run that wrote them
+#   kjv_text OUT BYTES   the start of the KJV text (bible-kjv), or status 1
 #   expect_exit CODE NAME -- CMD...   run CMD, pass if it exits CODE
 # ASYNCPP, ROOT and TESTDATA come from tests/run.
 pass() { echo "PASS $1"; }
@@ -20,4 +21,10 @@ same_ckpt() {
 	"$ASYNCPP" inspect --diff "$1" "$2" 2> /dev/null | head -n 1 | grep -q '^identical: ' &&
 		diff <("$ASYNCPP" inspect -v "$1" 2>&1 | sed 1d | grep -v '^run_id = ') \
 		     <("$ASYNCPP" inspect -v "$2" 2>&1 | sed 1d | grep -v '^run_id = ') > /dev/null
+}
+# kjv_text OUT BYTES: the first BYTES of the King James Bible's text (verse
+# references cut) into OUT, from Debian's bible-kjv; 1 when it is missing
+kjv_text() {
+	command -v bible > /dev/null && bible -f "Gen1:1-Rev22:21" 2> /dev/null |
+		sed 's/^[^ ]* //' | head -c "$2" > "$1" && [ -s "$1" ]
 }

@@ -15,14 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tb_events import crc32c  # noqa: E402 (the one CRC32C of the test scripts)
 
 
 def compress(data):

@@ -51,8 +51,7 @@ compare_js() { # NAME FILE
 if command -v node > /dev/null; then
 	cat "$TESTDATA"/corpus/*.txt > corpus.txt
 	compare_js js_corpus corpus.txt
-	if command -v bible > /dev/null && bible -f "Gen1:1-Rev22:21" 2> /dev/null |
-		sed 's/^[^ ]* //' | head -c 300000 > kjv.txt && [ -s kjv.txt ]; then
+	if kjv_text kjv.txt 300000; then
 		compare_js js_kjv kjv.txt
 	else
 		skip js_kjv "no bible-kjv (Debian package bible-kjv)"

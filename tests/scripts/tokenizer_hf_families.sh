@@ -234,10 +234,7 @@ python3 -c "import sys; sys.stdout.write('x' + ' ' * 300 + 'y\n' + '!' * 1000 + 
     '\u00e9' * 300 + ' ' + '\u4f60' * 400 + '\U0001F600' * 100 + ' ' * 129 + 'end' +
     '\n' * 10 + ' ' * 130 + '.:.:' + ' 1234567 ' + '.:.:.:')" > long.txt
 have_kjv=0
-if command -v bible > /dev/null && bible -f "Gen1:1-Rev22:21" 2> /dev/null |
-	sed 's/^[^ ]* //' | head -c 600000 > kjv.txt && [ -s kjv.txt ]; then
-	have_kjv=1
-fi
+kjv_text kjv.txt 600000 && have_kjv=1
 
 compare() { # NAME JSON TOK FILE...: the ids of each FILE
 	local name=$1 json=$2 tok=$3 f bad=
