@@ -110,17 +110,13 @@ static int walk(const char *dir, const char *suffix, char ***v, int *n, int dept
 }
 
 static int has_suffix_nocase(const char *s, size_t n, const char *suf);
+static size_t name_length_uncompressed(const char *path);
 
 /* A .json name (under .gz or .zst too): JSON Lines only where a folder
  * has no .jsonl or .ndjson file (else its metadata, dataset_info.json). */
 static int is_json_name(const char *path)
 {
-	size_t n = strlen(path);
-	if (has_suffix_nocase(path, n, ".gz"))
-		n -= 3;
-	else if (has_suffix_nocase(path, n, ".zst"))
-		n -= 4;
-	return has_suffix_nocase(path, n, ".json");
+	return has_suffix_nocase(path, name_length_uncompressed(path), ".json");
 }
 
 /* by_name: of a directory's files v[first..n), only its Parquet files by
@@ -255,13 +251,21 @@ static int has_suffix_nocase(const char *s, size_t n, const char *suf)
 	return 1;
 }
 
-enum corpus_format corpus_format_of_name(const char *path)
+/* The length of path's name less a .gz or .zst (the compression is told
+ * by the file's first bytes; the format by the name under it). */
+static size_t name_length_uncompressed(const char *path)
 {
 	size_t n = strlen(path);
 	if (has_suffix_nocase(path, n, ".gz"))
-		n -= 3;
-	else if (has_suffix_nocase(path, n, ".zst"))
-		n -= 4;
+		return n - 3;
+	if (has_suffix_nocase(path, n, ".zst"))
+		return n - 4;
+	return n;
+}
+
+enum corpus_format corpus_format_of_name(const char *path)
+{
+	size_t n = name_length_uncompressed(path);
 	if (has_suffix_nocase(path, n, ".jsonl") || has_suffix_nocase(path, n, ".ndjson") ||
 	    has_suffix_nocase(path, n, ".json"))
 		return CORPUS_JSONL;
