@@ -138,10 +138,8 @@ uint64_t train_dir_ckpt_run_id(const char *ckpt_path)
 	uint64_t id = 0;
 	set_error_quiet(1); /* unreadable or without one: 0, said by the caller */
 	if (!ckpt_open(&k, ckpt_path)) {
-		const char *meta = ckpt_meta(k);
-		if (!strncmp(meta, "run_id = ", 9) || strstr(meta, "\nrun_id = "))
-			if (ckpt_meta_u64(k, "run_id", &id))
-				id = 0;
+		if (ckpt_meta_u64(k, "run_id", &id)) /* ckpt_open checked it: absent */
+			id = 0;
 		ckpt_close(k);
 	}
 	set_error_quiet(0);

@@ -190,10 +190,7 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	set_error_quiet(1); /* only a run that rolled back has them */
 	if (ckpt_meta_long(k, "rollbacks", &rollbacks) || ckpt_meta_long(k, "data_skip", &data_skip))
 		rollbacks = data_skip = 0;
-	set_error_quiet(0);
-	if (!rc && (rollbacks < 0 || data_skip < 0))
-		rc = error("'%s': bad rollbacks = %ld or data_skip = %ld", ckpt_path(k), rollbacks,
-			   data_skip);
+	set_error_quiet(0); /* ckpt_open checked both: in range, or neither */
 	if (!rc)
 		trainer_set_rollbacks(tr, rollbacks, data_skip);
 	for (int v = 0; v < nv; v++)

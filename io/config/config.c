@@ -183,15 +183,24 @@ static int is_choice(const char *choices, const char *value)
 	return 0;
 }
 
-/* "[eval], [sample] or [log]": the sections that hold key; 0 when none. */
+/* "[eval], [sample] or [log]": every section that holds key; 0 when none. */
 static int sections_of(const char *key, char *out, size_t n)
 {
-	struct suggest sg;
-	suggest_init(&sg, key);
+	int total = 0, k = 0;
 	for (int i = 0; i < config_key_count; i++)
-		if (!strcmp(config_key_table[i].key, key)) /* distance 0: every one kept */
-			suggest_offer_as(&sg, key, config_key_table[i].section);
-	return suggest_text(&sg, "[%s]", out, n);
+		total += !strcmp(config_key_table[i].key, key);
+	size_t used = 0;
+	out[0] = '\0';
+	for (int i = 0; i < config_key_count && used < n; i++) {
+		if (strcmp(config_key_table[i].key, key))
+			continue;
+		int w = snprintf(out + used, n - used, "%s[%s]",
+				 k == 0 ? "" : k == total - 1 ? " or " : ", ",
+				 config_key_table[i].section);
+		used += w > 0 ? (size_t)w : 0;
+		k++;
+	}
+	return total > 0;
 }
 
 /* "train.steps" (with value: "train.steps=10"), or "eval.every, log.every

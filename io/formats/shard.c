@@ -286,8 +286,8 @@ static const char *sniff_corpus(const unsigned char *b, size_t n, int cut, int *
 		k--;
 	if (!json_utf8_valid(b, k))
 		return NULL;
-	*json = b[i] == '{' || b[i] == '[';
-	return *json ? "JSON" : "text";
+	*json = b[i] == '{' ? 1 : b[i] == '[' ? 2 : 0; /* 2: an array, not JSON Lines */
+	return *json == 2 ? "a JSON array" : *json ? "JSON" : "text";
 }
 
 /* The file is not a shard: when it looks like a corpus, say what it is and
@@ -298,6 +298,10 @@ static int refuse_corpus(const char *path, const unsigned char *b, size_t n, int
 	const char *what = sniff_corpus(b, n, cut, &json);
 	if (!what)
 		return 0;
+	if (json == 2) /* what tokenize encode would refuse as well */
+		return error("'%s': not a token shard but %s: make it JSON Lines (jq -c '.[]' %s > "
+			     "FILE.jsonl), then encode that: asyncpp tokenize encode -t TOK -o PREFIX "
+			     "FILE.jsonl", path, what, path);
 	int flag = json && corpus_format_of_name(path) != CORPUS_JSONL;
 	return error("'%s': not a token shard but %s, a corpus to encode first: asyncpp tokenize "
 		     "encode -t TOK -o PREFIX %s%s (writes PREFIX_train.shard and "

@@ -324,9 +324,7 @@ static int same_name(const struct json *a, const struct json *b)
 static size_t name_slot(const struct json *kids, const size_t *slot, size_t mask,
 			const struct json *k)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (size_t i = 0; i < k->key_len; i++)
-		h = (h ^ (unsigned char)k->key[i]) * 0x100000001b3ULL;
+	uint64_t h = fnv1a64(FNV1A64_INIT, k->key, k->key_len);
 	size_t s = (size_t)h & mask;
 	while (slot[s] && !same_name(&kids[slot[s] - 1], k))
 		s = (s + 1) & mask;

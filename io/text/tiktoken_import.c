@@ -4,8 +4,10 @@
  * has the lowest rank. A merges list gives the same ids when every token is
  * the result of exactly one merge and that merge is the pair tiktoken's BPE
  * reaches on the token's own bytes with the ranks below the token's: that
- * pair is what we record (as Hugging Face's tiktoken converter does), and a
- * token that BPE does not build from two lower-ranked ones is refused.
+ * pair is what we record (as Hugging Face's tiktoken converter does). A file
+ * where that BPE does not rebuild some token (Llama 3's) gets a merge for
+ * every split of every token into two tokens and TOK_IGNORE_MERGES, as
+ * Hugging Face's converter writes it; a token with no such split is refused.
  * tests/scripts/tokenizer_tiktoken.sh checks the ids against tiktoken's.
  */
 #include <errno.h>

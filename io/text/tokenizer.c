@@ -819,8 +819,12 @@ int tokenizer_inspect(const char *path, FILE *out)
 	}
 	fprintf(out, "%s: asyncpp tokenizer, format version %u, %zu bytes\n", path,
 		get_le32(b.data + 8), b.len);
-	fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n", t->vocab,
-		t->nmerges, t->nspecial);
+	if (t->flags & TOK_IGNORE_MERGES) /* several merges may make one token */
+		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u special; %u merges, whole "
+			"pieces taken first)\n", t->vocab, t->nspecial, t->nmerges);
+	else
+		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n",
+			t->vocab, t->nmerges, t->nspecial);
 	if (t->pretok == PRETOK_GPT2)
 		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
 			unicode_tables_version);

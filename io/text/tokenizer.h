@@ -137,8 +137,11 @@ int gpt2_byte_of_cp(uint32_t cp);
  * a token's id is its rank, and ids between N and the largest special id
  * that no special token takes are filled by special tokens "<|unused_ID|>"
  * (never produced by encoding). The merge of rank r is the pair that
- * tiktoken's BPE reaches on the token's bytes with ranks below r; a token
- * that BPE does not build from two lower ones is refused, naming its line.
+ * tiktoken's BPE reaches on the token's bytes with ranks below r. Where
+ * that BPE does not rebuild a token (Llama 3's file), every split of each
+ * token into two tokens is a merge and the tokenizer takes whole pieces
+ * first (TOK_IGNORE_MERGES); a token no split of which is two tokens of the
+ * file is refused, naming its line.
  * The pre-tokenizer is kind. The _mem form reads data[0..len) named name. */
 #define TIKTOKEN_MAX_BYTES ((size_t)256 << 20)
 int tiktoken_import(struct tokenizer **tok, const char *path, uint32_t kind, uint32_t nspecial,

@@ -127,8 +127,11 @@ elif grep -q "c/metrics.jsonl': no rows with a 'lr' value" err.txt && [ ! -e two
 else
 	fail several_y_every_file_has_each "$(cat err.txt)"
 fi
-$A plot -o two_y_ab.svg --y loss --y lr a/metrics.csv a/metrics.csv 2> err.txt &&
+if $A plot -o two_y_ab.svg --y loss --y lr a/metrics.csv a/metrics.csv 2> err.txt; then
 	check several_y_files_labels two_y_ab.svg labels "a loss" "a lr" "a loss" "a lr"
+else
+	fail several_y_files_labels "plot failed: $(cat err.txt)"
+fi
 
 # 4. a resumed run (steps 21-30 logged twice) draws each step once
 $A plot -o resumed.svg b/metrics.csv 2> err.txt && check resume_replaces_steps resumed.svg npoints 0 40

@@ -125,7 +125,13 @@ TEST(ignore_merges_flag)
 	tokenizer_free(plain);
 	tokenizer_free(t);
 	buf_free(&f);
+	/* "xyzz" is no token: yz merges, then only the second merge x + yz
+	 * makes xyz (without it: x, yz, z) */
+	CHECK(build(&t, 0, TOK_IGNORE_MERGES) == 0);
+	CHECK(tokenizer_encode(t, "xyzz", 4, ids) == 3 && ids[0] == 'x' && ids[1] == 256);
+	tokenizer_free(t);
 	CHECK(build(&t, 1, TOK_IGNORE_MERGES) == 0);
 	CHECK(tokenizer_encode(t, "xyz", 3, ids) == 1 && ids[0] == 258);
+	CHECK(tokenizer_encode(t, "xyzz", 4, ids) == 2 && ids[0] == 258 && ids[1] == 'z');
 	tokenizer_free(t);
 }
