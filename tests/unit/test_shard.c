@@ -209,7 +209,7 @@ TEST(corpus_given_as_shard)
 	} cases[] = {
 		{"caf\xc3\xa9 au lait\n\nsecond paragraph", 0, "but text, a corpus"},
 		{"\xEF\xBB\xBF  {\"text\": \"a\"}\n", 0, "but JSON, a corpus"},
-		{"[{\"text\": 1}]", 0, "but JSON, a corpus"},
+		{"[{\"text\": 1}]", 0, "but a JSON array: make it JSON Lines (jq -c"},
 		{"\x1f\x8b\x08\x00\x00\x00", 6, "but gzip-compressed data"},
 		{"\x28\xb5\x2f\xfd\x00\x00", 6, "but zstd-compressed data"},
 		{"PAR1\x15\x00\x00\x00", 8, "but Parquet data"},
