@@ -209,8 +209,9 @@ uint64_t train_dir_new_run_id(void)
 	return id ? id : 1;
 }
 
-/* Whether path is absent or holds what train writes there: no bytes, or
- * text that begins with head (sized with its NUL). */
+/* Whether path is absent or holds what train writes there: text that begins
+ * with head (sized with its NUL). An empty file is not (train writes its
+ * files whole); samples.txt's caller accepts an empty one. */
 static int begins_with(const char *path, const char *head, size_t size)
 {
 	struct stat sb;
