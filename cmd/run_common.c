@@ -165,6 +165,26 @@ double device_peak_flops(const struct backend *be, int threads)
 	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
 }
 
+int expert_parallel_check(const struct config *cfg)
+{
+	long N = cfg->model_expert_parallel, E = cfg->model_n_expert,
+	     dp = cfg->pipeline_data_parallel;
+	if (N == 1)
+		return 0;
+	if (!E)
+		return error("model.expert_parallel = %ld splits experts, and model.n_expert is 0 "
+			     "(a dense model): set model.expert_parallel = 1", N);
+	if (E % N)
+		return error("model.expert_parallel = %ld does not divide model.n_expert = %ld: each "
+			     "of the %ld ranks holds an equal share of every layer's experts", N, E, N);
+	if (dp % N)
+		return error("model.expert_parallel = %ld does not divide pipeline.data_parallel = "
+			     "%ld: the experts are split over ranks of one data-parallel group", N, dp);
+	return error("model.expert_parallel = %ld: expert parallelism is planned by 'asyncpp bench "
+		     "plan --ep' but not yet executed by train; set model.expert_parallel = 1 (every "
+		     "rank then holds every expert)", N);
+}
+
 const struct backend *backend_from_config(const struct config *cfg)
 {
 	/* the MoE layer (model/moe.c) routes on host memory: asked first, so

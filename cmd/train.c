@@ -68,7 +68,9 @@ static int check_resume_config(const struct config *cfg, struct ckpt *ck)
 		const struct config_key_info *k = &config_key_table[i];
 		char name[64];
 		snprintf(name, sizeof(name), "%s.%s", k->section, k->key);
-		int is_fixed = !strcmp(k->section, "model");
+		/* how the experts are spread is not the model: checkpoints hold
+		 * every expert whatever model.expert_parallel was */
+		int is_fixed = !strcmp(k->section, "model") && strcmp(k->key, "expert_parallel");
 		for (size_t j = 0; j < ARRAY_SIZE(fixed); j++)
 			is_fixed |= !strcmp(name, fixed[j]);
 		if (!is_fixed)
@@ -411,6 +413,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 		      cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
 		return EXIT_FAIL;
 	}
+	if (expert_parallel_check(cfg))
+		return EXIT_FAIL;
 	if (!strcmp(cfg->train_delay_mode, "per-stage") &&
 	    (cfg->train_delay || strcmp(cfg->train_schedule, "none"))) {
 		error("train.delay_mode = per-stage gives stage s the delay S-1-s by itself: it "

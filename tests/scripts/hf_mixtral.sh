@@ -88,3 +88,17 @@ if $A train -q "${TINY[@]}" 2> err.txt &&
 else
 	fail trained_moe_round_trip "$(cat err.txt)"
 fi
+
+# model.expert_parallel is how the experts are spread, not the model: a
+# checkpoint written with 2 (import-hf stores what --set says) resumes with 1
+for i in $(seq 60); do printf 'the then thin tin the then in\n\n'; done > text.txt
+if $A import-hf -o ep2.ckpt --set model.expert_parallel=2 "$TESTDATA/hf/mixtral" > out.txt 2> err.txt &&
+   $A tokenize encode -q -t ep2.tok --docs blank-line --val-fraction 0.2 -o data text.txt \
+	> out.txt 2>> err.txt &&
+   $A train -q --resume ep2.ckpt --set model.expert_parallel=1 --set data.train=data_train.shard \
+	--set data.val=data_val.shard --set train.steps=1 \
+	--set train.out_dir=ep1 > out.txt 2>> err.txt && [ -e ep1/ckpt-00000001.ckpt ]; then
+	pass resume_changes_expert_parallel
+else
+	fail resume_changes_expert_parallel "$(tail -n 2 err.txt | tr '\n' ' ')"
+fi
