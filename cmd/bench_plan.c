@@ -316,7 +316,8 @@ int bench_plan(int argc, char **argv)
 		OPT_GROUP("Mixture of experts (model.n_expert, top_k, d_expert, shared_expert):"),
 		OPT_INT(0, "experts", &E, "E", "routed experts per layer (overrides the model's; 0: dense)"),
 		OPT_INT(0, "top-k", &topk, "K", "experts per token (default: the model's, else 2)"),
-		OPT_INT(0, "d-expert", &De, "DE", "an expert's width (needed with --experts unless the model has one)"),
+		OPT_INT(0, "d-expert", &De, "DE",
+			"an expert's width (needed with --experts unless the model has one)"),
 		OPT_FLAG(0, "shared-expert", &shared, "add a shared expert of width DE"),
 		OPT_GROUP("Machine (per GPU):"),
 		OPT_DOUBLE(0, "tflops", &tflops, "F",
@@ -333,7 +334,7 @@ int bench_plan(int argc, char **argv)
 		OPT_STRING(0, "stages", &stages_list, "LIST", "pipeline stages S (default 4,8,16,32,64)"),
 		OPT_STRING(0, "dp", &dp_list, "LIST", "data-parallel replicas (default 1,8,64,1024)"),
 		OPT_STRING(0, "ep", &ep_list, "LIST",
-			   "expert-parallel degrees (model.expert_parallel; default 1,8): each divides E, rows where it does not divide DP are left out"),
+			   "expert-parallel degrees (model.expert_parallel; default 1,8, or 1 where 8 does not divide E): each divides E; rows where it does not divide DP are left out"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, opts,
@@ -365,7 +366,8 @@ int bench_plan(int argc, char **argv)
 	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes,
 			 bucket_mb, moe};
 	if (moe.E)
-		return plan_moe_table(&p, stages_list, dp_list, ep_list ? ep_list : "1,8", opts);
+		return plan_moe_table(&p, stages_list, dp_list,
+				      ep_list ? ep_list : moe.E % 8 ? "1" : "1,8", opts);
 	printf("model: %ld layers, width %ld, vocabulary %ld, T %ld, micro-batch %ld x %ld tokens, "
 	       "M = %ld x S\n", L, C, V, T, B, T, K);
 	printf("machine: %g TFLOP/s, NVLink %g GB/s, InfiniBand %g GB/s, HBM %g GB/s, %g us a "
