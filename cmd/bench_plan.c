@@ -74,8 +74,9 @@ static double ring_s(const struct plan *p, double bytes, long n)
 	return 2.0 * (n - 1) / n * bytes / (p->ib * 1e9) + 2.0 * (n - 1) * p->latency;
 }
 
-/* Stage s of a mixture of experts (`layers` layers, emb its embedding or
- * head parameters) at N replicas, ep of them sharing out the experts. */
+/* The times of a stage of a mixture of experts (`layers` layers, emb its
+ * embedding or head parameters, head_f the head's forward) at N replicas,
+ * ep of them sharing out the experts; *params what one GPU holds. */
 static void moe_stage(const struct plan *p, long layers, double emb, double head_f, int N,
 		      long ep, struct sim_times *t, double *params)
 {
@@ -182,7 +183,7 @@ static const struct {
 static void plan_moe_options(struct plan_moe *moe, long E, long K, long De, int shared,
 			     const char *ep_list, const struct option *opts)
 {
-	if (E >= 0)
+	if (E != -1) /* given */
 		*moe = (struct plan_moe){E, moe->K, moe->De, moe->shared};
 	if (!moe->E) {
 		if (K || De || shared || ep_list)
