@@ -150,6 +150,10 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs (bytes: activations in the backend's act_dtype) */
 	size_t act_bytes_per_slot, scratch_bytes;
+	/* Of act_bytes_per_slot, what the split backward keeps between its
+	 * input and weight parts (stage_split_init; 0 before) */
+	size_t split_bytes_per_slot;
+	int split;             /* stage_split_init has run */
 	/* When set, stage_backward reports each range of the gradient arena as
 	 * soon as it has made its last contribution to it: grads_done(ctx, lo,
 	 * n) for the n floats at grads + lo. The ranges tile the arena, every
@@ -230,6 +234,39 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
  * arena); dx_in[B*T*C] (non-first stages) receives the input gradient. */
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
 		    const void *dx_out, void *dx_in);
+/* The split backward of zero-bubble schedules: stage_backward in two
+ * parts, B (the input gradient, on the critical path to the previous stage)
+ * and W (the parameter gradients, which may wait for a bubble).
+ * stage_split_init enables them once, before any forward: each activation
+ * slot grows by what B keeps for W, the gradient at the output of every
+ * product and norm with weights (per layer of width C, in act_dtype
+ * elements: 4*N*C + N*fc_rows + N*QKV dense, or N*C (shared expert only) +
+ * 3*N*C + N*QKV + N*K*(C + 2*De) + N*E (+ N*2*De shared) with experts, and
+ * N*C more on stage 0; N = B*T), counted in act_bytes_per_slot and
+ * split_bytes_per_slot. -1 after error() when the memory cannot be had
+ * (the stage is then as before).
+ *
+ * stage_backward_input(slot) does all stage_backward does but the
+ * parameter gradients: dx_out, dx_in as there, grads untouched.
+ * stage_backward_weight(slot) then makes them from what B kept, reading no
+ * weight (so the weights may change between the two; the activations in
+ * the slot must not: the slot is free again only after W). For any
+ * interleaving of forwards and B's, with each micro-batch's W after its B
+ * and the W's in the order of the fused backwards they replace, grads and
+ * the input gradients are the same bits as with stage_backward, on every
+ * backend (backend.h: each part of a split op is that part of the fused
+ * op). The head's and final norm's gradients stay in stage_forward (with
+ * grads), which makes them in the forward either way; grads_done reports
+ * come from W, in stage_backward's order. */
+int stage_split_init(struct stage *st);
+void stage_backward_input(struct stage *st, int slot, const float *params, const void *dx_out,
+			  void *dx_in);
+void stage_backward_weight(struct stage *st, int slot, float *grads);
+/* Bytes per slot stage_split_init adds, without building the stage (for
+ * memory plans): stage s of cut (NULL: the whole model) at micro-batch BxT
+ * with act_size bytes per activation. */
+size_t stage_split_bytes(const struct model *m, const struct stage_cut *cut, int s, int B,
+			 int T, size_t act_size);
 /* The auxiliary (router) losses of the micro-batch forwarded in `slot`:
  * the sum over the stage's MoE layers of aux_coef*balance + z_coef*zloss
  * (see moe.h). 0 for a dense model. stage_forward's loss is the
