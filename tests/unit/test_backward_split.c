@@ -11,12 +11,14 @@
  * which the micro-batches' contributions are added shows: W1 before W0
  * must differ (checked, so the comparison can fail). Runs on
  * test_backend() (the CPU unless ASYNCPP_TEST_DEVICE says otherwise;
- * experts are CPU-only). */
+ * experts are CPU-only). split_ops: each backend op called in parts, as B
+ * and W call it, against the one call (tests/split_ops.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../io/util.h"
 #include "../../model/model.h"
+#include "../split_ops.h"
 #include "../test.h"
 
 enum { B_ = 2, T_ = 8, M_ = 2, L_ = 4, MAX_REPORTS = 64 };
@@ -386,4 +388,19 @@ TEST(split_backward_memory_accounting)
 	}
 	cut_free(&cut);
 	model_free(&m);
+}
+
+/* Each op's parts against the one call, f32 and bf16 activations, shapes
+ * whose rows and columns are not multiples of anything. */
+TEST(split_backward_ops)
+{
+	static const int shapes[][3] = {{16, 32, 96}, {37, 77, 100}, {5, 31, 8}};
+	const struct backend *tables[2] = {f32(), bf16()};
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < ARRAY_SIZE(shapes); i++) {
+			const char *bad = split_ops_check(tables[k], shapes[i][0], shapes[i][1],
+							  shapes[i][2], 11 + i);
+			CHECK_MSG(!bad, "%s %s N=%d C=%d OC=%d: %s", tables[k]->name,
+				  k ? "bf16" : "f32", shapes[i][0], shapes[i][1], shapes[i][2], bad);
+		}
 }
