@@ -235,7 +235,6 @@ static void stage_rows(struct kb *k, const struct row_opts *ro, int arch)
 	struct sb b;
 	char sh[64];
 	int counts[3] = {1, 1, 1};
-	struct bench_timing t[3];
 
 	if (ro->only && !strstr("stage_forward stage_backward_input stage_backward_weight", ro->only))
 		return;
@@ -265,20 +264,38 @@ static void stage_rows(struct kb *k, const struct row_opts *ro, int arch)
 	struct bench_timing tf = bench_time(be, op_stage_fwd, &b, ro->iters, ro->max_sec);
 	printf("%-26s %-24s %10.3f %10s %9s %5d\n", "stage_forward", sh, tf.median * 1e3, "-", "-",
 	       tf.runs);
+	/* the three in rounds (fused, B, W), so that each ratio compares calls
+	 * made at the same time on a machine whose load changes */
 	static const char *const names[3] = {"stage_backward (fused)", "stage_backward_input (B)",
 					     "stage_backward_weight (W)"};
 	void (*fns[3])(void *) = {op_stage_bwd, op_stage_bwd_in, op_stage_bwd_w};
-	for (int i = 0; i < 3; i++) {
-		if (i == 2) /* W reads what the last B kept */
-			op_stage_bwd_in(&b);
-		t[i] = bench_time(be, fns[i], &b, ro->iters, ro->max_sec);
-		printf("%-26s %-24s %10.3f %10s %9s %5d\n", names[i], sh, t[i].median * 1e3, "-",
-		       "-", t[i].runs);
+	double *ts = xmalloc(st_mult((size_t)ro->iters * 3, sizeof(double))), total = 0;
+	int n = 0;
+	for (int i = 0; i < 3; i++) /* warm-up */
+		fns[i](&b);
+	be->synchronize();
+	while (n < ro->iters && (n < 3 || total < 3 * ro->max_sec)) {
+		for (int i = 0; i < 3; i++) {
+			double t0 = now_sec();
+			fns[i](&b);
+			be->synchronize();
+			ts[i * ro->iters + n] = now_sec() - t0;
+			total += ts[i * ro->iters + n];
+		}
+		n++;
 	}
+	double med[3];
+	for (int i = 0; i < 3; i++) {
+		double *ti = ts + (size_t)i * ro->iters;
+		qsort(ti, n, sizeof(double), cmp_double);
+		med[i] = n % 2 ? ti[n / 2] : 0.5 * (ti[n / 2 - 1] + ti[n / 2]);
+		printf("%-26s %-24s %10.3f %10s %9s %5d\n", names[i], sh, med[i] * 1e3, "-", "-", n);
+	}
+	free(ts);
 	printf("  B/fused %.3f, W/fused %.3f, (B+W)/fused %.3f; B keeps %.1f MB per micro-batch "
 	       "for W\n",
-	       t[1].median / t[0].median, t[2].median / t[0].median,
-	       (t[1].median + t[2].median) / t[0].median, b.st.split_bytes_per_slot / 1e6);
+	       med[1] / med[0], med[2] / med[0], (med[1] + med[2]) / med[0],
+	       b.st.split_bytes_per_slot / 1e6);
 	fflush(stdout);
 	void *bufs[] = {b.p, b.g, b.x_in, b.x_out, b.dx_out, b.dx_in};
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
