@@ -428,6 +428,16 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
 }
 
+/* The input of layer li of the slot v: the layer before's output, or x0. */
+static const void *layer_input(const struct stage *st, const struct slot_view *v, int li)
+{
+	struct layer_acts prev;
+	if (li == 0)
+		return v->x0;
+	layout_layer(st, v, li - 1, &prev);
+	return prev.res3;
+}
+
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
 		    const void *dx_out, void *dx_in)
 {
@@ -444,14 +454,10 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
 	layout_grads_done(st, GRADS_AT_START);
 	for (int li = nl - 1; li >= 0; li--) {
-		struct layer_acts a, prev;
-		const void *x = v.x0;
+		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		if (li > 0) {
-			layout_layer(st, &v, li - 1, &prev);
-			x = prev.res3;
-		}
-		block_backward(st, params, grads, li, x, &a, &sv, NULL, st->slot_dloss_[slot]);
+		block_backward(st, params, grads, li, layer_input(st, &v, li), &a, &sv, NULL,
+			       st->slot_dloss_[slot]);
 		layout_grads_done(st, li);
 	}
 	if (st->has_embed)
@@ -460,16 +466,6 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	else if (dx_in)
 		be->copy(dx_in, sv.dres, NCb);
 	layout_grads_done(st, GRADS_AT_END);
-}
-
-/* The input of layer li of the slot v: the layer before's output, or x0. */
-static const void *layer_input(const struct stage *st, const struct slot_view *v, int li)
-{
-	struct layer_acts prev;
-	if (li == 0)
-		return v->x0;
-	layout_layer(st, v, li - 1, &prev);
-	return prev.res3;
 }
 
 /* The slot's split region: after its activations (stage_split_init). */
