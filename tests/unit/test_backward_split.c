@@ -4,12 +4,13 @@
  * and sigmoid routers, with and without the shared expert), tied and
  * untied, f32 and bf16 activations, on the first, middle and last stage
  * of a 3-stage cut and on the whole model as one stage, two micro-batches
- * in the orders F0 F1 B0 B1 W0 W1 and F0 B0 F1 B1 W0 W1 leave every
- * parameter gradient, the input gradients, the losses and the grads_done
- * reports the same bits as F0 F1 B0 B1 and F0 B0 F1 B1 fused. The
- * gradients start from random values, not zero, so that the order in
- * which the micro-batches' contributions are added shows: W1 before W0
- * must differ (checked, so the comparison can fail). Runs on
+ * in the orders F0 F1 B0 B1 W0 W1, F0 B0 F1 B1 W0 W1, F0 F1 B0 W0 B1 W1
+ * and F0 B0 F1 W0 B1 W1 leave every parameter gradient, the input
+ * gradients, the losses and the grads_done reports the same bits as the
+ * same orders fused (without the W's). The gradients start from random
+ * values, not zero, so that the order in which the micro-batches'
+ * contributions are added shows: W1 before W0 must differ (checked, so
+ * the comparison can fail). Runs on
  * test_backend() (the CPU unless ASYNCPP_TEST_DEVICE says otherwise;
  * experts are CPU-only). split_ops: each backend op called in parts, as B
  * and W call it, against the one call (tests/split_ops.h). */
@@ -74,9 +75,14 @@ static void frand(float *x, size_t n, uint64_t seed, float scale)
 		x[i] = scale * rng_normal(&s);
 }
 
-/* The orders: fused and split share the forwards' and B's places; the
- * split one adds W0 W1 at the end (or W1 W0: reversed). */
-enum order { F0F1B0B1, F0B0F1B1 };
+/* The orders the split backward runs in ("F0 F1 B0 B1 W0 W1": forward of
+ * micro-batch 0, ...); the fused backward runs the same without the W's,
+ * its B being the whole backward. W's come after their B, other
+ * micro-batches' forwards and B's in between, in ascending order. */
+static const char *const orders[] = {"F0 F1 B0 B1 W0 W1", "F0 B0 F1 B1 W0 W1",
+				     "F0 F1 B0 W0 B1 W1", "F0 B0 F1 W0 B1 W1"};
+/* the first order with its W's the other way round: it must differ */
+static const char *const reversed_order = "F0 F1 B0 B1 W1 W0";
 
 /* One stage's run; everything it produced. */
 struct result {
@@ -93,9 +99,10 @@ struct inputs {
 	const float *grads0;         /* [numel] the gradients before */
 };
 
-/* split: 0 fused, 1 B then W in mb order, 2 B then W in reverse order */
+/* Stage s run in order (orders above), fused (B the whole backward, W
+ * ignored) or split; its results in r. */
 static int run(const struct model *m, const struct backend *be, const struct stage_cut *cut, int s,
-	       const struct inputs *in, enum order ord, int split, struct result *r)
+	       const struct inputs *in, const char *order, int split, struct result *r)
 {
 	struct stage st;
 	size_t NCb = (size_t)B_ * T_ * m->cfg.C * act_size(be);
@@ -113,26 +120,20 @@ static int run(const struct model *m, const struct backend *be, const struct sta
 	for (int mb = 0; mb < M_; mb++)
 		r->dx_in[mb] = be->alloc(NCb);
 	void *x_out = be->alloc(NCb);
-	int nF = 0, nB = 0;
-	/* F0 F1 B0 B1 or F0 B0 F1 B1 */
-	for (int step = 0; step < 2 * M_; step++) {
-		int fwd = ord == F0F1B0B1 ? step < M_ : step % 2 == 0;
-		if (fwd) {
-			int mb = nF++;
+	for (const char *o = order; o[0] && o[1]; o += o[2] ? 3 : 2) {
+		int mb = o[1] - '0';
+		void *dx_in = st.has_embed ? NULL : r->dx_in[mb];
+		if (o[0] == 'F')
 			stage_forward(&st, mb, in->params, in->tok[mb], in->x_in[mb],
 				      st.has_head ? in->tgt[mb] : NULL, st.has_head ? NULL : x_out,
 				      st.has_head ? &r->loss[mb] : NULL, NULL, r->grads, 1.0f / M_);
-		} else {
-			int mb = nB++;
-			void *dx_in = st.has_embed ? NULL : r->dx_in[mb];
-			if (split)
-				stage_backward_input(&st, mb, in->params, in->dx_out[mb], dx_in);
-			else
-				stage_backward(&st, mb, in->params, r->grads, in->dx_out[mb], dx_in);
-		}
+		else if (o[0] == 'B' && split)
+			stage_backward_input(&st, mb, in->params, in->dx_out[mb], dx_in);
+		else if (o[0] == 'B')
+			stage_backward(&st, mb, in->params, r->grads, in->dx_out[mb], dx_in);
+		else if (o[0] == 'W' && split)
+			stage_backward_weight(&st, mb, r->grads);
 	}
-	for (int i = 0; split && i < M_; i++)
-		stage_backward_weight(&st, split == 1 ? i : M_ - 1 - i, r->grads);
 	stage_finish_grads(&st, r->grads);
 	be->free(x_out);
 	stage_free(&st);
@@ -245,24 +246,27 @@ static void check_stage(const struct model *m, const struct backend *be,
 	}
 	free(f);
 
-	for (int ord = 0; ord < 2; ord++) {
-		struct result fused, split, reversed;
+	for (size_t k = 0; k <= ARRAY_SIZE(orders); k++) {
+		/* the last round: the reversed W's must differ from the fused */
+		int rev = k == ARRAY_SIZE(orders);
+		const char *order = rev ? reversed_order : orders[k];
+		struct result fused, split;
 		char what[160] = "";
 		memset(&fused, 0, sizeof(fused));
 		memset(&split, 0, sizeof(split));
-		memset(&reversed, 0, sizeof(reversed));
-		if (run(m, be, cut, s, &in, ord, 0, &fused) || run(m, be, cut, s, &in, ord, 1, &split) ||
-		    run(m, be, cut, s, &in, ord, 2, &reversed)) {
+		if (run(m, be, cut, s, &in, order, 0, &fused) ||
+		    run(m, be, cut, s, &in, order, 1, &split)) {
 			CHECK_MSG(0, "%s: stage %d: a run failed", name, s);
 			break;
 		}
-		CHECK_MSG(same(m, &st, be, &fused, &split, what, sizeof(what)),
-			  "%s, stage %d of %d, %s: split differs from fused: %s", name, s,
-			  cut ? cut->S : 1, ord == F0F1B0B1 ? "F0 F1 B0 B1" : "F0 B0 F1 B1", what);
-		/* the comparison sees the order of the W's (the input gradients
-		 * and losses do not depend on it; the parameter gradients do) */
-		CHECK_MSG(!same(m, &st, be, &fused, &reversed, what, sizeof(what)),
-			  "%s, stage %d: W1 before W0 gave the same bits", name, s);
+		if (!rev)
+			CHECK_MSG(same(m, &st, be, &fused, &split, what, sizeof(what)),
+				  "%s, stage %d of %d, %s: split differs from fused: %s", name, s,
+				  cut ? cut->S : 1, order, what);
+		else /* the comparison sees the order of the W's (the input gradients
+		      * and losses do not depend on it; the parameter gradients do) */
+			CHECK_MSG(!same(m, &st, be, &fused, &split, what, sizeof(what)),
+				  "%s, stage %d: %s gave the fused bits", name, s, order);
 		/* and the backward did something */
 		float *gh = xmalloc(st.numel * sizeof(float));
 		be->to_host(gh, fused.grads, st.numel * sizeof(float));
@@ -270,7 +274,6 @@ static void check_stage(const struct model *m, const struct backend *be,
 		free(gh);
 		result_free(be, &fused);
 		result_free(be, &split);
-		result_free(be, &reversed);
 	}
 	for (int mb = 0; mb < M_; mb++) {
 		be->free(in.x_in[mb]);
