@@ -218,7 +218,7 @@ struct sb {
 static void op_stage_fwd(void *a) { SB(a); stage_forward(&b->st, 0, b->p, NULL, b->x_in, NULL, b->x_out, NULL, NULL, NULL, 0.0f); }
 static void op_stage_bwd(void *a) { SB(a); stage_backward(&b->st, 0, b->p, b->g, b->dx_out, b->dx_in); }
 static void op_stage_bwd_in(void *a) { SB(a); stage_backward_input(&b->st, 0, b->p, b->dx_out, b->dx_in); }
-static void op_stage_bwd_w(void *a) { SB(a); stage_backward_weight(&b->st, 0, b->g); }
+static void op_stage_bwd_w(void *a) { SB(a); stage_backward_weight(&b->st, 0, b->p, b->g); }
 
 /* The middle stage of a 3-stage cut of a 3-layer model of arch with k's
  * shapes: one layer, no embedding and no head. The backward leaves the slot's
@@ -236,11 +236,12 @@ static void stage_rows(struct kb *k, const struct row_opts *ro, int arch)
 	char sh[64];
 	int counts[3] = {1, 1, 1};
 
-	if (ro->only && !strstr("stage_forward stage_backward_input stage_backward_weight", ro->only))
+	if (ro->only &&
+	    !strstr("stage_forward stage_backward_input stage_backward_weight", ro->only))
 		return;
 	if (model_init(&m, &c) || cut_from_counts(&cut, c.L, counts, 3))
 		die("bench kernels: %s", last_error());
-	if (stage_init(&b.st, &m, be, &cut, 1, k->B, k->T, 1) || stage_split_init(&b.st))
+	if (stage_init(&b.st, &m, be, &cut, 1, k->B, k->T, 1) || stage_split_init(&b.st, 0))
 		die("bench kernels: %s", last_error());
 	float *host = xcalloc(m.numel, sizeof(float)), *sp = xmalloc(st_mult(b.st.numel, 4));
 	model_init_weights_stage(&m, host, 1, &cut, 1);
@@ -327,7 +328,8 @@ int bench_kernels(int argc, char **argv)
 		OPT_INT(0, "kv-heads", &NKV, "H", "key/value heads (default: as many as query heads)"),
 		OPT_INT(0, "vocab", &V, "V", "vocabulary; the logits are padded to a multiple of 128 "
 			"(50257)"),
-		OPT_STRING(0, "arch", &arch, "A", "architecture of the stage rows: gpt2 or llama (gpt2)"),
+		OPT_STRING(0, "arch", &arch, "A",
+			   "architecture of the stage rows: gpt2 or llama (gpt2)"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, opts,

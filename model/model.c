@@ -529,9 +529,10 @@ static size_t dsave_view(const struct model_config *c, int N_, size_t A, void *b
 	return pos;
 }
 
-/* The split view of nl layers (and d(x0) on stage 0) over base. */
+/* The split view of nl layers (and d(x0) on stage 0, the targets and
+ * d(lnf) with a deferred head) over base. */
 static void split_view_of(const struct model_config *c, int N, size_t A, int nl, int has_embed,
-			  void *base, struct split_view *v)
+			  int head, void *base, struct split_view *v)
 {
 	struct layer_dsave d;
 	size_t pos = 0;
@@ -541,13 +542,15 @@ static void split_view_of(const struct model_config *c, int N, size_t A, int nl,
 	v->layers = base;
 	pos = v->layer_stride * nl;
 	v->dx0 = has_embed ? take(base, &pos, (size_t)N * c->C, A) : NULL;
+	v->targets = head ? take(base, &pos, (size_t)N, sizeof(int32_t)) : NULL;
+	v->dlnf = head ? take(base, &pos, (size_t)N * c->C, A) : NULL;
 	v->total = pos;
 }
 
 void layout_split(const struct stage *st, void *base, struct split_view *v)
 {
 	split_view_of(&st->m->cfg, st->B * st->T, act_size(st->be), st->layer_end - st->layer_begin,
-		      st->has_embed, base, v);
+		      st->has_embed, st->split_head, base, v);
 }
 
 void layout_layer_dsave(const struct stage *st, const struct split_view *v, int li,
@@ -558,13 +561,13 @@ void layout_layer_dsave(const struct stage *st, const struct split_view *v, int 
 }
 
 size_t stage_split_bytes(const struct model *m, const struct stage_cut *cut, int s, int B,
-			 int T, size_t act_size)
+			 int T, size_t act_size, int flags)
 {
-	int begin, end;
+	int begin, end, S = stage_layers(m, cut, s, &begin, &end);
 	struct split_view v;
 
-	stage_layers(m, cut, s, &begin, &end);
-	split_view_of(&m->cfg, B * T, act_size, end - begin, s == 0, NULL, &v);
+	split_view_of(&m->cfg, B * T, act_size, end - begin, s == 0,
+		      (flags & SPLIT_HEAD) && s == S - 1, NULL, &v);
 	return v.total;
 }
 
@@ -751,14 +754,19 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	return 0;
 }
 
-int stage_split_init(struct stage *st)
+int stage_split_init(struct stage *st, int flags)
 {
 	struct split_view v;
 	size_t bytes;
 	void **slots;
+	int head = (flags & SPLIT_HEAD) && st->has_head;
 
 	if (st->split)
-		return 0;
+		return st->split_head == head ? 0
+					       : error("stage %d: the split backward is set up "
+						       "already, with the head %s", st->s,
+						       st->split_head ? "split" : "in the forward");
+	st->split_head = head; /* layout_split reads it */
 	layout_split(st, NULL, &v);
 	bytes = st->act_bytes_per_slot + v.total;
 	/* new slots, then the old ones go: a failure leaves the stage whole */
@@ -768,8 +776,9 @@ int stage_split_init(struct stage *st)
 			for (int j = 0; j < i; j++)
 				st->be->free(slots[j]);
 			free(slots);
-			return error("stage %d: cannot allocate %zu bytes of activations for the split "
-				     "backward (%zu of them kept for the weight gradients)",
+			st->split_head = 0;
+			return error("stage %d: cannot allocate %zu bytes of activations for the "
+				     "split backward (%zu of them kept for the weight gradients)",
 				     st->s, bytes, v.total);
 		}
 	}

@@ -306,12 +306,14 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 		if (!cnt)
 			continue;
 		be->matmul_backward(act_at(s->dact, r0 * De, A),
-				    expert_grad(g->fcprojw, e, (size_t)C * De), NULL, act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
+				    expert_grad(g->fcprojw, e, (size_t)C * De), NULL,
+				    act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
 				    w->fcprojw + (size_t)e * C * De, cnt, De, C);
 		be->swiglu_backward(act_at(s->dh, r0 * 2 * De, A), act_at(s->dact, r0 * De, A),
 				    act_at(a->h, r0 * 2 * De, A), cnt, De);
 		be->matmul_backward(act_at(s->dxd, r0 * C, A),
-				    expert_grad(g->fcw, e, (size_t)2 * De * C), NULL, act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
+				    expert_grad(g->fcw, e, (size_t)2 * De * C), NULL,
+				    act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
 				    w->fcw + (size_t)e * 2 * De * C, cnt, C, 2 * De);
 	}
 

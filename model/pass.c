@@ -275,8 +275,9 @@ static void block_weight(const struct stage *st, float *grads, int li, const voi
 		layout_moe_dims(st, &d);
 		moe_backward_weight(be, &d, &g, a->ln2, ds->dres3, &a->moe, &ds->moe);
 	} else {
-		be->matmul_backward(NULL, GW(st, grads, li, K_FCPROJW), GW(st, grads, li, K_FCPROJB),
-				    ds->dres3, a->fca, NULL, N, c->F, C);
+		be->matmul_backward(NULL, GW(st, grads, li, K_FCPROJW),
+				    GW(st, grads, li, K_FCPROJB), ds->dres3, a->fca, NULL, N, c->F,
+				    C);
 		be->matmul_backward(NULL, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB),
 				    ds->dfch, a->ln2, NULL, N, C, fc_rows(c));
 	}
@@ -371,6 +372,61 @@ static void weights_prepare(const struct stage *st, const float *params)
 		st->be->weights_bf16(params, st->numel);
 }
 
+/* The input of layer li of the slot v: the layer before's output, or x0. */
+static const void *layer_input(const struct stage *st, const struct slot_view *v, int li)
+{
+	struct layer_acts prev;
+	if (li == 0)
+		return v->x0;
+	layout_layer(st, v, li - 1, &prev);
+	return prev.res3;
+}
+
+/* The slot's split region: after its activations (stage_split_init). */
+static void split_of(const struct stage *st, int slot, struct split_view *w)
+{
+	if (!st->split)
+		die("internal error: stage %d's split backward before stage_split_init", st->s);
+	layout_split(st, (char *)st->slot_acts[slot] +
+				 (st->act_bytes_per_slot - st->split_bytes_per_slot), w);
+}
+
+/* The head over the rows of v.lnf in chunks of head_rows rows: logits,
+ * losses[N] and, when dlnf or dhead is wanted, the logits' gradient (in
+ * place), then dlnf's rows (act [N,C], overwritten) and the head's
+ * gradient (dhead [Vp,C], accumulated chunk after chunk, in row order),
+ * each skipped when NULL. So the chunk's logits can be reused, and the
+ * split backward's W can run the chunks again for dhead alone with the
+ * forward's bits. */
+static void head_chunks(const struct stage *st, const struct slot_view *v,
+			const struct scratch_view *sv, const float *params, const int32_t *targets,
+			float dloss, void *dlnf, float *dhead)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+	size_t A = act_size(be);
+
+	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
+		int K = MIN(st->head_rows, N - r0);
+		const void *lnf = act_at(v->lnf, (size_t)r0 * C, A);
+		be->matmul_forward(sv->logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
+		be->softmax_xent(sv->losses + r0, dlnf || dhead ? sv->logits : NULL, sv->logits,
+				 targets + r0, K, c->V, c->Vp, dloss / (float)N);
+		if (dlnf || dhead)
+			be->matmul_backward(dlnf ? act_at(dlnf, (size_t)r0 * C, A) : NULL, dhead,
+					    NULL, sv->logits, lnf, PG(st, params, G_HEAD), K, C,
+					    c->Vp);
+	}
+}
+
+/* Where the head's gradient accumulates: the tied head's own buffer
+ * (S = 1), else the head (or tied copy) in grads. */
+static float *head_grad(const struct stage *st, float *grads)
+{
+	return st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD);
+}
+
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
 		   const void *x_in, const int32_t *targets, void *x_out, float *loss,
 		   float *loss_dev, float *grads, float dloss)
@@ -395,21 +451,17 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 		     PG(st, params, G_LNFB));
 	if (!targets) /* nothing reads logits without targets (model_logits_at has its own) */
 		return;
-	/* The head in chunks of head_rows rows: logits, loss and dlogits (in
-	 * place), then dlnf's rows and the head's gradient (accumulated chunk
-	 * after chunk, in row order), so the chunk's logits can be reused. */
-	size_t A = act_size(be);
-	float *dhead = grads ? st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD) : NULL;
-	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
-		int K = MIN(st->head_rows, N - r0);
-		const void *lnf = act_at(v.lnf, (size_t)r0 * C, A);
-		be->matmul_forward(sv.logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
-		be->softmax_xent(sv.losses + r0, grads ? sv.logits : NULL, sv.logits, targets + r0, K,
-				 c->V, c->Vp, dloss / (float)N);
-		if (grads)
-			be->matmul_backward(act_at(sv.dlnf, (size_t)r0 * C, A), dhead, NULL, sv.logits,
-					    lnf, PG(st, params, G_HEAD), K, C, c->Vp);
+	/* with the head's gradient left to the split backward's W (SPLIT_HEAD),
+	 * d(lnf) and the targets stay in the slot for it */
+	struct split_view w;
+	int defer = grads && st->split_head;
+	if (defer) {
+		split_of(st, slot, &w);
+		be->copy(w.targets, targets, (size_t)N * sizeof(int32_t));
 	}
+	void *dlnf = !grads ? NULL : defer ? w.dlnf : sv.dlnf;
+	head_chunks(st, &v, &sv, params, targets, dloss, dlnf,
+		    grads && !defer ? head_grad(st, grads) : NULL);
 	/* one reduction for both, so a loss read at once and one read later
 	 * have the same bits on every backend */
 	if (loss_dev)
@@ -424,18 +476,9 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	if (!grads)
 		return;
 	/* Back through the final norm; d(x) stays in the slot. */
-	norm_backward(st, v.dx, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), sv.dlnf, x,
-		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
-}
-
-/* The input of layer li of the slot v: the layer before's output, or x0. */
-static const void *layer_input(const struct stage *st, const struct slot_view *v, int li)
-{
-	struct layer_acts prev;
-	if (li == 0)
-		return v->x0;
-	layout_layer(st, v, li - 1, &prev);
-	return prev.res3;
+	norm_backward(st, v.dx, defer ? NULL : GG(st, grads, G_LNFW),
+		      defer ? NULL : GG(st, grads, G_LNFB), dlnf, x, PG(st, params, G_LNFW),
+		      v.lnf_mean, v.lnf_rstd);
 }
 
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
@@ -468,15 +511,6 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	layout_grads_done(st, GRADS_AT_END);
 }
 
-/* The slot's split region: after its activations (stage_split_init). */
-static void split_of(const struct stage *st, int slot, struct split_view *w)
-{
-	if (!st->split)
-		die("internal error: stage %d's split backward before stage_split_init", st->s);
-	layout_split(st, (char *)st->slot_acts[slot] +
-				 (st->act_bytes_per_slot - st->split_bytes_per_slot), w);
-}
-
 void stage_backward_input(struct stage *st, int slot, const float *params, const void *dx_out,
 			  void *dx_in)
 {
@@ -507,7 +541,7 @@ void stage_backward_input(struct stage *st, int slot, const float *params, const
 		be->copy(dx_in, sv.dres, NCb);
 }
 
-void stage_backward_weight(struct stage *st, int slot, float *grads)
+void stage_backward_weight(struct stage *st, int slot, const float *params, float *grads)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
@@ -517,6 +551,17 @@ void stage_backward_weight(struct stage *st, int slot, float *grads)
 
 	layout_slot(st, st->slot_acts[slot], &v);
 	split_of(st, slot, &w);
+	if (st->split_head) {
+		/* the forward's head chunks again, for the head's gradient alone;
+		 * then the final norm's from d(lnf) kept (the forward's order) */
+		struct scratch_view sv;
+		weights_prepare(st, params);
+		layout_scratch(st, st->scratch, &sv);
+		head_chunks(st, &v, &sv, params, w.targets, st->slot_dloss_[slot], NULL,
+			    head_grad(st, grads));
+		norm_weight(st, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), w.dlnf,
+			    layer_input(st, &v, nl), v.lnf_mean, v.lnf_rstd);
+	}
 	layout_grads_done(st, GRADS_AT_START);
 	for (int li = nl - 1; li >= 0; li--) {
 		struct layer_acts a;

@@ -111,6 +111,8 @@ struct split_view {
 	void *layers;           /* layer 0's, then each layer's */
 	size_t layer_stride;    /* bytes per layer */
 	void *dx0;              /* [N,C] stage 0: the embeddings' dout */
+	int32_t *targets;       /* [N] SPLIT_HEAD: the forward's targets */
+	void *dlnf;             /* [N,C] SPLIT_HEAD: the final norm's dout */
 	size_t total;           /* bytes */
 };
 /* Split views over base (NULL: sizing only). */

@@ -130,8 +130,8 @@ static inline const char *split_ops_check(const struct backend *t, int N, int C,
 		SPLIT_OPS_RESET();
 		t->copy(dinp1, pre, nc * A); /* the accumulator */
 		t->copy(dinp2, pre, nc * A);
-		t->norm_backward_add(dinp1, dw1, ln ? db1 : NULL, dnc, inp, nw, ln ? mean : NULL, rstd,
-				     N, C, ln);
+		t->norm_backward_add(dinp1, dw1, ln ? db1 : NULL, dnc, inp, nw, ln ? mean : NULL,
+				     rstd, N, C, ln);
 		t->norm_backward_add(dinp2, NULL, NULL, dnc, inp, nw, ln ? mean : NULL, rstd, N, C,
 				     ln);
 		if (ln)

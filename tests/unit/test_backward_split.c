@@ -10,7 +10,8 @@
  * same orders fused (without the W's). The gradients start from random
  * values, not zero, so that the order in which the micro-batches'
  * contributions are added shows: W1 before W0 must differ (checked, so
- * the comparison can fail). Runs on
+ * the comparison can fail). Each with the head's gradient in the forward
+ * and in W (SPLIT_HEAD). Runs on
  * test_backend() (the CPU unless ASYNCPP_TEST_DEVICE says otherwise;
  * experts are CPU-only). split_ops: each backend op called in parts, as B
  * and W call it, against the one call (tests/split_ops.h). */
@@ -99,8 +100,9 @@ struct inputs {
 	const float *grads0;         /* [numel] the gradients before */
 };
 
-/* Stage s run in order (orders above), fused (B the whole backward, W
- * ignored) or split; its results in r. */
+/* Stage s run in order (orders above), fused (split < 0: B the whole
+ * backward, W ignored) or split with stage_split_init(split); its results
+ * in r. */
 static int run(const struct model *m, const struct backend *be, const struct stage_cut *cut, int s,
 	       const struct inputs *in, const char *order, int split, struct result *r)
 {
@@ -109,7 +111,7 @@ static int run(const struct model *m, const struct backend *be, const struct sta
 
 	if (stage_init(&st, m, be, cut, s, B_, T_, M_))
 		return -1;
-	if (split && stage_split_init(&st)) {
+	if (split >= 0 && stage_split_init(&st, split)) {
 		stage_free(&st);
 		return -1;
 	}
@@ -127,12 +129,12 @@ static int run(const struct model *m, const struct backend *be, const struct sta
 			stage_forward(&st, mb, in->params, in->tok[mb], in->x_in[mb],
 				      st.has_head ? in->tgt[mb] : NULL, st.has_head ? NULL : x_out,
 				      st.has_head ? &r->loss[mb] : NULL, NULL, r->grads, 1.0f / M_);
-		else if (o[0] == 'B' && split)
+		else if (o[0] == 'B' && split >= 0)
 			stage_backward_input(&st, mb, in->params, in->dx_out[mb], dx_in);
 		else if (o[0] == 'B')
 			stage_backward(&st, mb, in->params, r->grads, in->dx_out[mb], dx_in);
-		else if (o[0] == 'W' && split)
-			stage_backward_weight(&st, mb, r->grads);
+		else if (o[0] == 'W' && split >= 0)
+			stage_backward_weight(&st, mb, in->params, r->grads);
 	}
 	stage_finish_grads(&st, r->grads);
 	be->free(x_out);
@@ -246,37 +248,45 @@ static void check_stage(const struct model *m, const struct backend *be,
 	}
 	free(f);
 
-	/* a last stage of the head alone has no W (its gradients are the
-	 * forward's), so nothing for the reversed round to tell apart */
-	int has_w = st.layer_end > st.layer_begin || st.has_embed;
-	for (size_t k = 0; k < ARRAY_SIZE(orders) + has_w; k++) {
-		/* the last round: the reversed W's must differ from the fused */
-		int rev = k == ARRAY_SIZE(orders);
-		const char *order = rev ? reversed_order : orders[k];
-		struct result fused, split;
-		char what[160] = "";
-		memset(&fused, 0, sizeof(fused));
-		memset(&split, 0, sizeof(split));
-		if (run(m, be, cut, s, &in, order, 0, &fused) ||
-		    run(m, be, cut, s, &in, order, 1, &split)) {
-			CHECK_MSG(0, "%s: stage %d: a run failed", name, s);
-			break;
+	/* the head in the forward (flags 0) and in W (SPLIT_HEAD) */
+	for (int flags = 0; flags <= SPLIT_HEAD; flags += SPLIT_HEAD) {
+		/* a last stage of the head alone has no W when the head is the
+		 * forward's, so nothing for the reversed round to tell apart */
+		int has_w = st.layer_end > st.layer_begin || st.has_embed ||
+			    (st.has_head && flags);
+		for (size_t k = 0; k < ARRAY_SIZE(orders) + has_w; k++) {
+			/* the last round: the reversed W's must differ */
+			int rev = k == ARRAY_SIZE(orders);
+			const char *order = rev ? reversed_order : orders[k];
+			struct result fused, split;
+			char what[160] = "";
+			memset(&fused, 0, sizeof(fused));
+			memset(&split, 0, sizeof(split));
+			if (run(m, be, cut, s, &in, order, -1, &fused) ||
+			    run(m, be, cut, s, &in, order, flags, &split)) {
+				CHECK_MSG(0, "%s: stage %d: a run failed", name, s);
+				break;
+			}
+			if (!rev)
+				CHECK_MSG(same(m, &st, be, &fused, &split, what, sizeof(what)),
+					  "%s, stage %d of %d%s, %s: split differs from fused: %s",
+					  name, s, cut ? cut->S : 1, flags ? ", head split" : "",
+					  order, what);
+			else /* the comparison sees the order of the W's (the input
+			      * gradients and losses do not depend on it, the
+			      * parameter gradients do) */
+				CHECK_MSG(!same(m, &st, be, &fused, &split, what, sizeof(what)),
+					  "%s, stage %d%s: %s gave the fused bits", name, s,
+					  flags ? ", head split" : "", order);
+			/* and the backward did something */
+			float *gh = xmalloc(st.numel * sizeof(float));
+			be->to_host(gh, fused.grads, st.numel * sizeof(float));
+			CHECK_MSG(memcmp(gh, g0, st.numel * sizeof(float)) != 0, "%s: no gradient",
+				  name);
+			free(gh);
+			result_free(be, &fused);
+			result_free(be, &split);
 		}
-		if (!rev)
-			CHECK_MSG(same(m, &st, be, &fused, &split, what, sizeof(what)),
-				  "%s, stage %d of %d, %s: split differs from fused: %s", name, s,
-				  cut ? cut->S : 1, order, what);
-		else /* the comparison sees the order of the W's (the input gradients
-		      * and losses do not depend on it; the parameter gradients do) */
-			CHECK_MSG(!same(m, &st, be, &fused, &split, what, sizeof(what)),
-				  "%s, stage %d: %s gave the fused bits", name, s, order);
-		/* and the backward did something */
-		float *gh = xmalloc(st.numel * sizeof(float));
-		be->to_host(gh, fused.grads, st.numel * sizeof(float));
-		CHECK_MSG(memcmp(gh, g0, st.numel * sizeof(float)) != 0, "%s: no gradient", name);
-		free(gh);
-		result_free(be, &fused);
-		result_free(be, &split);
 	}
 	for (int mb = 0; mb < M_; mb++) {
 		be->free(in.x_in[mb]);
@@ -369,8 +379,9 @@ TEST(split_backward_moe_bf16)
 	check_model(tiny_moe(ROUTER_SIGMOID, 1, 0, 0), bf16(), "moe sigmoid top-1 bf16");
 }
 
-/* stage_split_init grows each slot by what stage_split_bytes predicts, and
- * a second call changes nothing. */
+/* stage_split_init grows each slot by what stage_split_bytes predicts (a
+ * second call with the same flags changes nothing, with others it is
+ * refused), with and without SPLIT_HEAD. */
 TEST(split_backward_memory_accounting)
 {
 	struct model_config c = tiny(ARCH_GPT2, 1);
@@ -381,20 +392,26 @@ TEST(split_backward_memory_accounting)
 
 	CHECK(model_init(&m, &c) == 0);
 	CHECK(cut_from_counts(&cut, c.L, counts, 3) == 0);
-	for (int s = 0; s < 3; s++) {
-		CHECK(stage_init(&st, &m, f32(), &cut, s, B_, T_, 2) == 0);
-		size_t before = st.act_bytes_per_slot;
-		size_t want = stage_split_bytes(&m, &cut, s, B_, T_, act_size(f32()));
-		CHECK(stage_split_init(&st) == 0 && stage_split_init(&st) == 0);
-		CHECK(st.split_bytes_per_slot == want && st.act_bytes_per_slot == before + want);
-		/* per layer: 4 N*C + N*F + N*QKV; stage 0 one N*C more */
-		size_t N = B_ * T_, per_layer = (4 * N * c.C + N * m.cfg.F + N * 3 * c.C) * 4;
-		size_t nl = (size_t)counts[s];
-		CHECK_MSG(want == nl * per_layer + (s == 0 ? N * c.C * 4 : 0),
-			  "stage %d: %zu bytes kept, expected %zu", s, want,
-			  nl * per_layer + (s == 0 ? N * c.C * 4 : 0));
-		stage_free(&st);
-	}
+	for (int flags = 0; flags <= SPLIT_HEAD; flags += SPLIT_HEAD)
+		for (int s = 0; s < 3; s++) {
+			CHECK(stage_init(&st, &m, f32(), &cut, s, B_, T_, 2) == 0);
+			size_t before = st.act_bytes_per_slot;
+			size_t want = stage_split_bytes(&m, &cut, s, B_, T_, act_size(f32()), flags);
+			CHECK(stage_split_init(&st, flags) == 0 && stage_split_init(&st, flags) == 0);
+			CHECK(st.split_bytes_per_slot == want && st.act_bytes_per_slot == before + want);
+			/* a stage without the head ignores SPLIT_HEAD; the head's
+			 * stage refuses to change its mind */
+			CHECK((stage_split_init(&st, flags ^ SPLIT_HEAD) == 0) == (s < 2));
+			CHECK(s < 2 || strstr(last_error(), "the split backward is set up already"));
+			/* per layer: 4 N*C + N*F + N*QKV; stage 0 one N*C more; the
+			 * head split: the targets and one N*C more */
+			size_t N = B_ * T_, per_layer = (4 * N * c.C + N * m.cfg.F + N * 3 * c.C) * 4;
+			size_t expect = (size_t)counts[s] * per_layer + (s == 0 ? N * c.C * 4 : 0) +
+					(s == 2 && flags ? 64 + N * c.C * 4 : 0);
+			CHECK_MSG(want == expect, "stage %d, flags %d: %zu bytes kept, expected %zu", s,
+				  flags, want, expect);
+			stage_free(&st);
+		}
 	cut_free(&cut);
 	model_free(&m);
 }
@@ -410,6 +427,7 @@ TEST(split_backward_ops)
 			const char *bad = split_ops_check(tables[k], shapes[i][0], shapes[i][1],
 							  shapes[i][2], 11 + i);
 			CHECK_MSG(!bad, "%s %s N=%d C=%d OC=%d: %s", tables[k]->name,
-				  k ? "bf16" : "f32", shapes[i][0], shapes[i][1], shapes[i][2], bad);
+				  k ? "bf16" : "f32", shapes[i][0], shapes[i][1], shapes[i][2],
+				  bad);
 		}
 }
