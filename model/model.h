@@ -159,9 +159,10 @@ struct stage {
 	 * soon as it has made its last contribution to it: grads_done(ctx, lo,
 	 * n) for the n floats at grads + lo. The ranges tile the arena, every
 	 * backward in the same order: the head's and final norm's (finished by
-	 * the forward), then each layer's from the last, then the embeddings'
-	 * (after the lookup's backward). So the replicas' gradient sum of a
-	 * step's last micro-batch can start while its backward goes on. */
+	 * the forward; under SPLIT_HEAD by W, first), then each layer's from
+	 * the last, then the embeddings' (after the lookup's backward). So the
+	 * replicas' gradient sum of a step's last micro-batch can start while
+	 * its backward goes on. With the split backward, W reports them. */
 	void (*grads_done)(void *ctx, size_t lo, size_t n);
 	void *grads_done_ctx;
 	/* private to model.c: tensor offsets within the stage arena, the
