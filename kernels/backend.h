@@ -86,7 +86,13 @@ struct backend {
 	/* ---- normalisation (over the last dimension C of inp[N,C]) ---- */
 	/* out[N,C], mean[N], rstd[N]; w[C], b[C]. A NULL w means weight 1, a
 	 * NULL b bias 0. The backward reads w the same way and skips dw or db
-	 * when that pointer is NULL (the other is still accumulated). */
+	 * when that pointer is NULL (the other is still accumulated).
+	 * Split backward (zero-bubble schedules, model.h stage_backward_input):
+	 * both backwards skip dinp when it is NULL (w is then not read), and
+	 * rmsnorm_backward skips a NULL dw; dinp alone (dw, db NULL) and dw, db
+	 * alone (dinp NULL) are each the same bits as that part of one call
+	 * with all three, and so are norm_backward_add with dw = db = NULL
+	 * and matmul_backward_dgelu with dw = dbias = NULL. */
 	void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
 				  const float *w, const float *b, int N, int C, float eps);
 	void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout,
@@ -117,8 +123,11 @@ struct backend {
 	/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
 	void (*matmul_forward)(void *out, const void *inp, const float *w,
 			       const float *bias, int N, int C, int OC);
-	/* dinp[N,C] = dout @ w (skipped if dinp NULL); dw[OC,C] += dout^T @ inp;
-	 * dbias[OC] += column sums of dout (if non-NULL) */
+	/* dinp[N,C] = dout @ w (skipped if dinp NULL; w is read for it only);
+	 * dw[OC,C] += dout^T @ inp (skipped if dw NULL); dbias[OC] += column
+	 * sums of dout (if non-NULL). Each part called alone (the split
+	 * backward: dinp with dw = dbias = NULL, then dw, dbias with dinp =
+	 * NULL) gives the bits of the call with all three. */
 	void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC);
 	/* Optional fused forms (NULL: the model runs the ops apart; CUDA: one

@@ -54,6 +54,18 @@ size_t moe_scratch_view(const struct moe_dims *d, void *base, struct moe_scratch
 	s->dgate = TAKE_F32(N * d->K);
 	s->dsh_act = d->shared ? TAKE_ACT(N * De) : NULL;
 	s->dsh_h = d->shared ? TAKE_ACT(N * 2 * De) : NULL;
+	s->tmp = s->dy;
+	return pos;
+}
+
+size_t moe_dsave_view(const struct moe_dims *d, void *base, struct moe_dsave *s)
+{
+	size_t N = (size_t)d->N, NK = N * d->K, C = d->C, De = d->De, pos = 0;
+
+	s->dy = TAKE_ACT(NK * C);
+	s->dh = TAKE_ACT(NK * 2 * De);
+	s->dz = TAKE_ACT(N * d->E);
+	s->dsh_h = d->shared ? TAKE_ACT(N * 2 * De) : NULL;
 	return pos;
 }
 
@@ -242,15 +254,34 @@ static void router_token_backward(const struct moe_dims *d, const float *z, cons
 		dz[e] += (float)(cz * lse * exp(z[e] - lse));
 }
 
+/* Expert e's slice of a gradient tensor of per-expert size n; NULL when g is */
+static float *expert_grad(float *g, int e, size_t n)
+{
+	return g ? g + (size_t)e * n : NULL;
+}
+
 void moe_backward(const struct backend *be, const struct moe_dims *d,
 		  const struct moe_params *w, const struct moe_grads *g, const void *x,
 		  const void *dout, void *dx, const struct moe_acts *a,
-		  const struct moe_scratch *s, float dloss)
+		  const struct moe_scratch *scr, const struct moe_dsave *keep, float dloss)
 {
 	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De, dt = d->act_dtype;
 	size_t A = act_dtype_size(dt);
 	double f[E > 0 ? E : 1];
-	void *tmp = s->dy;
+	/* the products' output gradients go where the weight part finds them */
+	struct moe_scratch sk = *scr;
+	const struct moe_scratch *s = &sk;
+	static const struct moe_grads none;
+	void *tmp = scr->tmp;
+
+	if (keep) {
+		sk.dy = keep->dy;
+		sk.dh = keep->dh;
+		sk.dz = keep->dz;
+		sk.dsh_h = keep->dsh_h;
+	}
+	if (!g)
+		g = &none;
 	float *row = xmalloc(st_mult(2 * (size_t)(C > E ? C : E), sizeof(float)));
 	float *row2 = row + (C > E ? C : E);
 
@@ -274,13 +305,15 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 		int cnt = a->count[e + 1] - a->count[e];
 		if (!cnt)
 			continue;
-		be->matmul_backward(act_at(s->dact, r0 * De, A), g->fcprojw + (size_t)e * C * De,
-				    NULL, act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
+		be->matmul_backward(act_at(s->dact, r0 * De, A),
+				    expert_grad(g->fcprojw, e, (size_t)C * De), NULL,
+				    act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
 				    w->fcprojw + (size_t)e * C * De, cnt, De, C);
 		be->swiglu_backward(act_at(s->dh, r0 * 2 * De, A), act_at(s->dact, r0 * De, A),
 				    act_at(a->h, r0 * 2 * De, A), cnt, De);
-		be->matmul_backward(act_at(s->dxd, r0 * C, A), g->fcw + (size_t)e * 2 * De * C,
-				    NULL, act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
+		be->matmul_backward(act_at(s->dxd, r0 * C, A),
+				    expert_grad(g->fcw, e, (size_t)2 * De * C), NULL,
+				    act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
 				    w->fcw + (size_t)e * 2 * De * C, cnt, C, 2 * De);
 	}
 
@@ -321,4 +354,32 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 			act_store(dx, o + c, dt, row[c]);
 	}
 	free(row);
+}
+
+void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
+			 const struct moe_grads *g, const void *x, const void *dout,
+			 const struct moe_acts *a, const struct moe_dsave *keep)
+{
+	int N = d->N, C = d->C, E = d->E, De = d->De;
+	size_t A = act_dtype_size(d->act_dtype);
+
+	/* each tensor gets the one product moe_backward gives it (no weight is
+	 * read: dinp is NULL) */
+	for (int e = 0; e < E; e++) {
+		size_t r0 = (size_t)a->count[e];
+		int cnt = a->count[e + 1] - a->count[e];
+		if (!cnt)
+			continue;
+		be->matmul_backward(NULL, g->fcprojw + (size_t)e * C * De, NULL,
+				    act_at(keep->dy, r0 * C, A), act_at(a->act, r0 * De, A), NULL,
+				    cnt, De, C);
+		be->matmul_backward(NULL, g->fcw + (size_t)e * 2 * De * C, NULL,
+				    act_at(keep->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A), NULL,
+				    cnt, C, 2 * De);
+	}
+	be->matmul_backward(NULL, g->router, NULL, keep->dz, x, NULL, N, C, E);
+	if (d->shared) {
+		be->matmul_backward(NULL, g->sh_fcprojw, NULL, dout, a->sh_act, NULL, N, De, C);
+		be->matmul_backward(NULL, g->sh_fcw, NULL, keep->dsh_h, x, NULL, N, C, 2 * De);
+	}
 }

@@ -83,6 +83,7 @@
 int cuda_rope_tables_made(void); /* cuda_elementwise.cu, for cuda_rope_table */
 #endif
 #include "../ref_attention.h"
+#include "../split_ops.h"
 #include "../test.h"
 
 static const struct backend *cu;
@@ -1768,6 +1769,31 @@ TEST(cuda_fused_norms)
 			norm_fused_case(tb, ln, shapes[k][0], shapes[k][1]);
 		}
 	dev = cu;
+}
+
+/* The split backward's ops (model.h stage_backward_input/_weight): each
+ * part alone, as B and W call it, the same bits as the one call, on both
+ * tables; with the GELU epilogue on, so matmul_backward_dgelu's B part is
+ * the fused kernel's (tests/split_ops.h). */
+TEST(cuda_split_backward_ops)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	setenv("ASYNCPP_GEMM_EPILOGUES", "1", 1);
+	static const int shapes[][3] = {{256, 128, 512}, {1024, 768, 3072}, {37, 77, 100},
+					{5, 31, 8}};
+	const struct backend *tables[2] = {cu, tb};
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < ARRAY_SIZE(shapes); i++) {
+			dev = tables[k];
+			const char *bad = split_ops_check(tables[k], shapes[i][0], shapes[i][1],
+							  shapes[i][2], seed0 + i);
+			CHECK_MSG(!bad, "%s N=%d C=%d OC=%d: %s" SEED_FMT,
+				  k ? "bf16" : "f32", shapes[i][0], shapes[i][1], shapes[i][2], bad,
+				  SEED_ARG);
+		}
+	dev = cu;
+	unsetenv("ASYNCPP_GEMM_EPILOGUES");
 }
 
 /* weights_bf16's copies: a product reads a prepared copy (the same bits as
