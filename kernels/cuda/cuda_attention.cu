@@ -28,6 +28,7 @@
 
 #include "cuda_act.h"
 #include "cuda_common.h"
+#include "cuda_cudnn.h"
 #include "cuda_flash.h"
 
 #define ATT_Q 16      /* queries (keys) per block */
@@ -173,6 +174,9 @@ static void attention_forward(A *out, float *lse, const A *qkv, int B, int T, in
 			      int HD)
 {
 	if (B <= 0 || T <= 0)
+		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_CUDNN &&
+	    cuda_cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD) == 0)
 		return;
 	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
@@ -460,6 +464,9 @@ static void attention_backward(A *dqkv, const A *dout, const A *qkv, const A *ou
 			       const float *lse, int B, int T, int NH, int NKV, int HD)
 {
 	if (B <= 0 || T <= 0)
+		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_CUDNN &&
+	    cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD) == 0)
 		return;
 	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
