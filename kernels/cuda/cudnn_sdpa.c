@@ -26,6 +26,13 @@
  */
 #include "cudnn_sdpa.h"
 
+#if defined(__has_include)
+#if __has_include(<cudnn_graph.h>)
+#define SDPA_HAVE_HEADERS 1
+#endif
+#endif
+
+#ifdef SDPA_HAVE_HEADERS
 #include <cudnn_graph.h>
 
 #include <dlfcn.h>
@@ -819,3 +826,90 @@ void sdpa_ctx_free(struct sdpa_ctx *c)
 	free(c->libpath);
 	free(c);
 }
+
+#else /* built without cuDNN's headers: every context refuses, once */
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct sdpa_ctx {
+	int notices;
+	void (*notice)(void *arg, const char *msg);
+	void *notice_arg;
+};
+
+#define SDPA_NO_HEADERS "built without cuDNN's headers (cudnn_graph.h; make CUDNN_INC=-IDIR)"
+
+static void notice_stderr(void *arg, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "asyncpp: %s\n", msg);
+}
+
+struct sdpa_ctx *sdpa_ctx_new(const char *libpath)
+{
+	(void)libpath;
+	struct sdpa_ctx *c = calloc(1, sizeof(*c));
+	if (c)
+		c->notice = notice_stderr;
+	return c;
+}
+
+void sdpa_ctx_free(struct sdpa_ctx *c)
+{
+	free(c);
+}
+
+void sdpa_ctx_set_notice(struct sdpa_ctx *c, void (*fn)(void *arg, const char *msg), void *arg)
+{
+	c->notice = fn ? fn : notice_stderr;
+	c->notice_arg = arg;
+}
+
+int sdpa_ctx_notices(const struct sdpa_ctx *c)
+{
+	return c->notices;
+}
+
+const char *sdpa_ctx_why(const struct sdpa_ctx *c)
+{
+	return SDPA_NO_HEADERS;
+}
+
+long sdpa_ctx_descriptors(const struct sdpa_ctx *c)
+{
+	return 0;
+}
+
+void *sdpa_ctx_handle(struct sdpa_ctx *c, int device)
+{
+	(void)device;
+	if (!c->notices++)
+		c->notice(c->notice_arg, "cuDNN attention not used (" SDPA_NO_HEADERS
+					 "); running the flash kernels");
+	c->notices = 1;
+	return NULL;
+}
+
+int sdpa_ctx_set_stream(struct sdpa_ctx *c, void *handle, void *stream)
+{
+	return -1;
+}
+
+const struct sdpa_plan *sdpa_plan_get(struct sdpa_ctx *c, void *handle, const struct sdpa_key *k)
+{
+	return NULL;
+}
+
+size_t sdpa_plan_workspace(const struct sdpa_plan *p)
+{
+	return 0;
+}
+
+int sdpa_plan_run(struct sdpa_ctx *c, void *handle, const struct sdpa_plan *p,
+		  const struct sdpa_ptrs *x, void *workspace)
+{
+	return -1;
+}
+
+#endif
