@@ -26,6 +26,8 @@
  */
 #include "cudnn_sdpa.h"
 
+#include "../../io/util.h"
+
 #if defined(__has_include)
 #if __has_include(<cudnn_graph.h>)
 #define SDPA_HAVE_HEADERS 1
@@ -72,7 +74,7 @@ struct sdpa_api {
 
 #define MAX_DEVICES 64
 #define PLAN_CACHE 64
-#define MAX_DESCS 96 /* descriptors of one graph (the backward has ~80) */
+#define MAX_DESCS 192 /* descriptors of one graph and its engine choice */
 #define MAX_OPS 40
 #define HEUR_CONFIGS 16
 #define WS_ALIGN 256
@@ -106,10 +108,11 @@ struct sdpa_ctx {
 	void *notice_arg;
 };
 
+/* the default notice: a warning line (io/util.h: kept off a progress line) */
 static void notice_stderr(void *arg, const char *msg)
 {
 	(void)arg;
-	fprintf(stderr, "asyncpp: %s\n", msg);
+	warning("%s", msg);
 }
 
 struct sdpa_ctx *sdpa_ctx_new(const char *libpath)
@@ -840,10 +843,11 @@ struct sdpa_ctx {
 
 #define SDPA_NO_HEADERS "built without cuDNN's headers (cudnn_graph.h; make CUDNN_INC=-IDIR)"
 
+/* the default notice: a warning line (io/util.h: kept off a progress line) */
 static void notice_stderr(void *arg, const char *msg)
 {
 	(void)arg;
-	fprintf(stderr, "asyncpp: %s\n", msg);
+	warning("%s", msg);
 }
 
 struct sdpa_ctx *sdpa_ctx_new(const char *libpath)

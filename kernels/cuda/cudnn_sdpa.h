@@ -55,7 +55,8 @@ struct sdpa_ctx;
  * /usr/local/cuda/lib64/libcudnn.so.9) at first use. Never fails. */
 struct sdpa_ctx *sdpa_ctx_new(const char *libpath);
 void sdpa_ctx_free(struct sdpa_ctx *c);
-/* Where notices go (default: one line on stderr); arg is passed back. */
+/* Where notices go (default: warning(), one line on stderr); arg is passed
+ * back. */
 void sdpa_ctx_set_notice(struct sdpa_ctx *c, void (*fn)(void *arg, const char *msg), void *arg);
 /* How many notices the context has given (0 or 1) and the last reason a
  * plan was refused ("" if none). */
