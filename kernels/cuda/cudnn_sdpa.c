@@ -699,6 +699,29 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 	p->one = 1.0f;
 }
 
+int sdpa_graph_check(struct sdpa_ctx *c, const struct sdpa_key *k)
+{
+	pthread_mutex_lock(&c->mu);
+	if (load_locked(c) < 0) {
+		pthread_mutex_unlock(&c->mu);
+		return -1;
+	}
+	struct gb g = {.c = c, .next_uid = SDPA_UID_VIRTUAL};
+	if (k->backward)
+		build_backward(&g, k);
+	else
+		build_forward(&g, k);
+	cudnnBackendDescriptor_t graph = gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
+	       g.ops);
+	gb_finalize(&g, graph, "operation graph");
+	gb_destroy_all(&g);
+	if (g.failed)
+		snprintf(c->why, sizeof(c->why), "%s", g.why);
+	pthread_mutex_unlock(&c->mu);
+	return g.failed ? -1 : 0;
+}
+
 static void plan_destroy(struct sdpa_ctx *c, struct sdpa_plan *p)
 {
 	if (p->plan)
@@ -912,6 +935,11 @@ size_t sdpa_plan_workspace(const struct sdpa_plan *p)
 
 int sdpa_plan_run(struct sdpa_ctx *c, void *handle, const struct sdpa_plan *p,
 		  const struct sdpa_ptrs *x, void *workspace)
+{
+	return -1;
+}
+
+int sdpa_graph_check(struct sdpa_ctx *c, const struct sdpa_key *k)
 {
 	return -1;
 }

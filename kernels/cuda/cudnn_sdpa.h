@@ -78,6 +78,12 @@ size_t sdpa_plan_workspace(const struct sdpa_plan *p);
 /* How many descriptors the context created so far (the cache test). */
 long sdpa_ctx_descriptors(const struct sdpa_ctx *c);
 
+/* Build k's operation graph and finalize it, without a handle, heuristics
+ * or plan: what cuDNN's own descriptor checks say of the graph, which runs
+ * on a machine without a GPU (test_cudnn_graph against the real library).
+ * 0, or -1 with the reason in sdpa_ctx_why (no notice). */
+int sdpa_graph_check(struct sdpa_ctx *c, const struct sdpa_key *k);
+
 /* Device pointers of one call; forward reads qkv, writes out and lse;
  * backward reads qkv, out, dout, lse and writes dqkv. */
 struct sdpa_ptrs {

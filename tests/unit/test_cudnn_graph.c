@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../io/util.h"
 #include "../test.h"
 
 #if defined(__has_include)
@@ -553,6 +554,43 @@ TEST(cudnn_graph_fallback_nondeterministic)
 	struct sdpa_ctx *c = ctx_for(fake_path);
 	refused(c, "no deterministic engine among 3");
 	CHECK(fk.executions(&(int){0}, &(int){0}) == 0);
+	sdpa_ctx_free(c);
+}
+
+/* The real libcudnn, where this machine has one (no GPU needed): every
+ * tensor, operation and the operation graph of both directions pass
+ * cuDNN's own finalize checks at the production and odd shapes. (Engines
+ * and plans need a device: gpu-check's cuda_bf16_attention_cudnn.)
+ * ASYNCPP_TEST_CUDNN=PATH names the library; skipped where none loads. */
+TEST(cudnn_graph_real_library)
+{
+	const char *env = getenv("ASYNCPP_TEST_CUDNN");
+	static const char *paths[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"};
+	const char *path = NULL;
+	for (size_t i = 0; !path && i < ARRAY_SIZE(paths); i++) {
+		const char *p = env && *env ? env : paths[i];
+		void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+		if (lib) {
+			dlclose(lib);
+			path = p;
+		}
+	}
+	if (!path)
+		SKIP("no libcudnn.so.9 on this machine (ASYNCPP_TEST_CUDNN=PATH names one)");
+	static const int shapes[][5] = {
+		{16, 1024, 12, 12, 64}, {4, 2048, 15, 5, 64}, {2, 1023, 4, 2, 64},
+		{2, 1, 4, 2, 64},       {3, 257, 6, 3, 128},
+	};
+	struct sdpa_ctx *c = ctx_for(path);
+	for (size_t i = 0; i < ARRAY_SIZE(shapes); i++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			struct sdpa_key k = key(shapes[i][0], shapes[i][1], shapes[i][2],
+						shapes[i][3], shapes[i][4], bwd);
+			CHECK_MSG(sdpa_graph_check(c, &k) == 0, "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s",
+				  bwd ? "backward" : "forward", k.B, k.T, k.NH, k.NKV, k.HD,
+				  sdpa_ctx_why(c));
+		}
+	CHECK(notices == 0);
 	sdpa_ctx_free(c);
 }
 
