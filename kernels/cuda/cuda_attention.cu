@@ -21,7 +21,9 @@
  * These are the reference. cuda_flash.cu has the same tiling on bf16 tensor
  * cores; the two entry points below run it unless the SIMT kernels are
  * selected (cuda_flash.h: ASYNCPP_ATTENTION=simt) or it does not take the
- * shape.
+ * shape. With ASYNCPP_ATTENTION=cudnn, cuDNN's fused attention
+ * (cuda_cudnn.h) is tried first and the flash kernels run whatever it
+ * declines.
  */
 #include <cuda_runtime.h>
 #include <math.h>
