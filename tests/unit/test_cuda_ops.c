@@ -2524,36 +2524,44 @@ static void bf16_attention_bits(float *r[3], const uint16_t *qkv, const uint16_t
  * bits; GPT-2's full shape (B 16, T 1024) against the flash kernels. Skips
  * when libcudnn cannot be loaded; fails when cuDNN is loaded but a
  * production shape ran elsewhere (an odd shape may fall back). */
+static void cudnn_attention_cases(char *cwhy, size_t whylen);
+
 TEST(cuda_bf16_attention_cudnn)
 {
 	NEED_BF16(attention_forward);
 	NEED_BF16(attention_backward);
+	char cwhy[512];
+	int prev = cuda_attention_set_impl(CUDA_ATTENTION_CUDNN);
+	if (cuda_attention_cudnn_calls(cwhy, sizeof(cwhy)) < 0) {
+		cuda_attention_set_impl(prev);
+		SKIP(cwhy);
+	}
+	cudnn_attention_cases(cwhy, sizeof(cwhy)); /* returns at the first failure */
+	cuda_attention_set_impl(prev);
+}
+
+static void cudnn_attention_cases(char *cwhy, size_t whylen)
+{
 	static const int shapes[][6] = {
 		/* B, T, NH, NKV, HD, production */
 		{2, 1024, 12, 12, 64, 1}, {1, 2048, 15, 5, 64, 1}, {2, 1023, 4, 2, 64, 0},
 		{2, 1, 4, 2, 64, 0},      {3, 257, 6, 3, 128, 0},  {1, 129, 2, 1, 128, 0},
 	};
-	char why[512];
-	int prev = cuda_attention_set_impl(CUDA_ATTENTION_CUDNN);
-	if (cuda_attention_cudnn_calls(why, sizeof(why)) < 0) {
-		cuda_attention_set_impl(prev);
-		SKIP(why);
-	}
 	for (size_t i = 0; i < ARRAY_SIZE(shapes) && !test_failed(); i++) {
 		int B = shapes[i][0], T = shapes[i][1], NH = shapes[i][2], NKV = shapes[i][3];
 		int HD = shapes[i][4];
 		size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
 		size_t n[3] = {no, (size_t)B * NH * T, nq};
 		uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1);
-		long before = cuda_attention_cudnn_calls(why, sizeof(why));
+		long before = cuda_attention_cudnn_calls(cwhy, whylen);
 		snprintf(ctx, sizeof(ctx), "cudnn attention B=%d T=%d NH=%d NKV=%d HD=%d", B, T,
 			 NH, NKV, HD);
 		bf16_attention_run(B, T, NH, NKV, HD, 1e-2, 2e-2, qkv, dy, NULL);
-		long ran = cuda_attention_cudnn_calls(why, sizeof(why)) - before;
+		long ran = cuda_attention_cudnn_calls(cwhy, whylen) - before;
 		if (!test_failed() && shapes[i][5])
-			CHECK_MSG(ran == 2, "%s: cuDNN ran %ld of 2 calls (%s)", ctx, ran, why);
+			CHECK_MSG(ran == 2, "%s: cuDNN ran %ld of 2 calls (%s)", ctx, ran, cwhy);
 		if (!ran && !test_failed())
-			fprintf(stderr, "note: %s ran the flash kernels (%s)\n", ctx, why);
+			fprintf(stderr, "note: %s ran the flash kernels (%s)\n", ctx, cwhy);
 		float *a[3] = {NULL}, *b[3] = {NULL};
 		dev = tb;
 		if (!test_failed())
@@ -2592,7 +2600,11 @@ TEST(cuda_bf16_attention_cudnn)
 		snprintf(ctx, sizeof(ctx), "cudnn attention B=%d T=%d NH=%d HD=%d against flash", B,
 			 T, NH, HD);
 		dev = tb;
+		long before = cuda_attention_cudnn_calls(cwhy, whylen);
 		bf16_attention_bits(c, qkv, dy, B, T, NH, NH, HD, 0);
+		long ran = cuda_attention_cudnn_calls(cwhy, whylen) - before;
+		if (!test_failed())
+			CHECK_MSG(ran == 3, "%s: cuDNN ran %ld of 3 calls (%s)", ctx, ran, cwhy);
 		cuda_attention_set_impl(CUDA_ATTENTION_FLASH);
 		if (!test_failed())
 			bf16_attention_bits(f, qkv, dy, B, T, NH, NH, HD, 0);
@@ -2606,7 +2618,6 @@ TEST(cuda_bf16_attention_cudnn)
 			free(c[o]), free(f[o]);
 		free(qkv), free(dy);
 	}
-	cuda_attention_set_impl(prev);
 }
 #endif
 
