@@ -157,8 +157,8 @@ static void refuse(struct sdpa_ctx *c, const char *fmt, ...)
 	if (!c->notices) {
 		char msg[640];
 		c->notices = 1;
-		snprintf(msg, sizeof(msg), "cuDNN attention not used (%s); running the flash kernels",
-			 c->why);
+		snprintf(msg, sizeof(msg),
+			 "cuDNN attention not used (%s); running the flash kernels", c->why);
 		c->notice(c->notice_arg, msg);
 	}
 }
@@ -640,8 +640,10 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 							       HEUR_CONFIGS, &ncfg, cfg);
 		if (st != CUDNN_STATUS_SUCCESS)
 			gb_fail(&g, "engine heuristics results", st);
-		else if (ncfg <= 0)
-			snprintf(g.why, sizeof(g.why), "the heuristics offer no engine"), g.failed = 1;
+		else if (ncfg <= 0) {
+			snprintf(g.why, sizeof(g.why), "the heuristics offer no engine");
+			g.failed = 1;
+		}
 	}
 	int ndet = 0;
 	for (int64_t i = 0; !g.failed && i < ncfg && i < HEUR_CONFIGS && !p->plan; i++) {
@@ -653,8 +655,8 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 						    &plan) != CUDNN_STATUS_SUCCESS)
 			break;
 		c->ndesc++;
-		cudnnStatus_t st = a->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-							       CUDNN_TYPE_HANDLE, 1, &h);
+		cudnnStatus_t st = a->cudnnBackendSetAttribute(
+			plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
 		if (st == CUDNN_STATUS_SUCCESS)
 			st = a->cudnnBackendSetAttribute(plan,
 							 CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,

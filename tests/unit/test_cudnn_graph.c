@@ -139,7 +139,9 @@ static const char *op_name(int op)
 	case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: {
 		int r = (int)a1(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC);
 		int64_t rop = a1(r, CUDNN_ATTR_REDUCTION_OPERATOR);
-		return rop == CUDNN_REDUCE_TENSOR_MAX ? "rmax" : rop == CUDNN_REDUCE_TENSOR_ADD ? "rsum" : "r?";
+		if (rop == CUDNN_REDUCE_TENSOR_MAX)
+			return "rmax";
+		return rop == CUDNN_REDUCE_TENSOR_ADD ? "rsum" : "r?";
 	}
 	case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
 		int pw = (int)a1(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
@@ -174,7 +176,8 @@ static int graph_ops(int *ops, int max, char *seq, size_t len)
 	int n = (int)a->count < max ? (int)a->count : max;
 	for (int i = 0; i < n; i++) {
 		ops[i] = (int)a->i64[i];
-		snprintf(seq + strlen(seq), len - strlen(seq), "%s%s", i ? " " : "", op_name(ops[i]));
+		size_t used = strlen(seq);
+		snprintf(seq + used, len - used, "%s%s", i ? " " : "", op_name(ops[i]));
 	}
 	return n;
 }
@@ -192,7 +195,8 @@ static struct tens tensor(int id)
 	t.uid = a1(id, CUDNN_ATTR_TENSOR_UNIQUE_ID);
 	t.dtype = a1(id, CUDNN_ATTR_TENSOR_DATA_TYPE);
 	t.virt = a1(id, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
-	t.byval = fk.attr(id, CUDNN_ATTR_TENSOR_IS_BY_VALUE) ? a1(id, CUDNN_ATTR_TENSOR_IS_BY_VALUE) : 0;
+	if (fk.attr(id, CUDNN_ATTR_TENSOR_IS_BY_VALUE))
+		t.byval = a1(id, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
 	t.align = a1(id, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT);
 	const struct fake_attr *d = fk.attr(id, CUDNN_ATTR_TENSOR_DIMENSIONS);
 	const struct fake_attr *s = fk.attr(id, CUDNN_ATTR_TENSOR_STRIDES);
@@ -227,12 +231,14 @@ static int all_final(void)
 {
 	for (int i = 0; i < fk.count(); i++) {
 		int t = fk.type(i);
-		if (t == CUDNN_BACKEND_ENGINE_DESCRIPTOR || t == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR ||
+		if (t == CUDNN_BACKEND_ENGINE_DESCRIPTOR ||
+		    t == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR ||
 		    t == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
 			continue;
 		if (!fk.finalized(i))
 			return 0;
-		if (t == CUDNN_BACKEND_TENSOR_DESCRIPTOR && (tensor(i).align != 16 || tensor(i).d[3] < 1))
+		if (t == CUDNN_BACKEND_TENSOR_DESCRIPTOR &&
+		    (tensor(i).align != 16 || tensor(i).d[3] < 1))
 			return 0;
 	}
 	return 1;
@@ -281,7 +287,8 @@ TEST(cudnn_graph_forward)
 	int ops[64];
 	char seq[512];
 	int n = graph_ops(ops, 64, seq, sizeof(seq));
-	CHECK_MSG(!strcmp(seq, "matmul mul gen2 gen3 ge select rmax sub exp rsum log add div matmul"),
+	CHECK_MSG(!strcmp(seq, "matmul mul gen2 gen3 ge select rmax sub exp rsum log add div "
+			       "matmul"),
 		  "forward ops: %s", seq);
 	CHECK(n == 14);
 	int g = find_type(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -354,7 +361,8 @@ TEST(cudnn_graph_forward)
 	CHECK(pack_ptr(SDPA_UID_V) == qkv + 2 * (NH + NKV) * HD);
 	CHECK(pack_ptr(SDPA_UID_O) == out && pack_ptr(SDPA_UID_STATS) == lse);
 	CHECK(*(float *)pack_ptr(SDPA_UID_SCALE) == 0.125f);
-	CHECK(isinf(*(float *)pack_ptr(SDPA_UID_NEG_INF)) && *(float *)pack_ptr(SDPA_UID_NEG_INF) < 0);
+	float neg_inf = *(float *)pack_ptr(SDPA_UID_NEG_INF);
+	CHECK(isinf(neg_inf) && neg_inf < 0);
 	int plan, pack;
 	CHECK(fk.executions(&plan, &pack) == 1);
 	CHECK(fk.attr(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)->ptr[0] == ws);
@@ -431,7 +439,8 @@ static void check_backward(int NH, int NKV)
 	CHECK(MM_B(ops[i + 5]).uid == SDPA_UID_Q);
 	struct tens dk = NH == NKV ? MM_C(ops[i + 5])
 				   : tensor(opt(ops[i + 6], CUDNN_ATTR_OPERATION_REDUCTION_YDESC));
-	CHECK(dk.uid == SDPA_UID_DK && same4(dk.d, B, NKV, T, HD) && same4(dk.s, T * ld, HD, ld, 1));
+	CHECK(dk.uid == SDPA_UID_DK && same4(dk.d, B, NKV, T, HD));
+	CHECK(same4(dk.s, T * ld, HD, ld, 1));
 
 	/* dQ = dS K, written by the product itself: no fp32 accumulator */
 	int j = n - 2;
@@ -586,7 +595,8 @@ TEST(cudnn_graph_real_library)
 		for (int bwd = 0; bwd < 2; bwd++) {
 			struct sdpa_key k = key(shapes[i][0], shapes[i][1], shapes[i][2],
 						shapes[i][3], shapes[i][4], bwd);
-			CHECK_MSG(sdpa_graph_check(c, &k) == 0, "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s",
+			CHECK_MSG(sdpa_graph_check(c, &k) == 0,
+				  "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s",
 				  bwd ? "backward" : "forward", k.B, k.T, k.NH, k.NKV, k.HD,
 				  sdpa_ctx_why(c));
 		}
