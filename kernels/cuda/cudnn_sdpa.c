@@ -606,57 +606,45 @@ static int engine_deterministic(struct gb *g, cudnnBackendDescriptor_t cfg)
 	return 1;
 }
 
-/* Build k's graph, choose its engine, make the plan; with c->mu held. */
-static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
+/* The engines heuristics `mode` offers for graph, in their order: the first
+ * deterministic one whose execution plan finalizes becomes p's plan.
+ * *offered and *ndet count the configurations offered and the
+ * deterministic ones; g->why says why the last one tried failed. */
+static void choose_engine(struct gb *g, cudnnHandle_t h, cudnnBackendDescriptor_t graph,
+			  cudnnBackendHeurMode_t mode, struct sdpa_plan *p, int64_t *offered,
+			  int *ndet)
 {
-	const struct sdpa_key *k = &p->key;
-	struct gb g = {.c = c, .next_uid = SDPA_UID_VIRTUAL};
-	struct sdpa_api *a = &c->api;
-	if (k->backward)
-		build_backward(&g, k);
-	else
-		build_forward(&g, k);
-
-	cudnnBackendDescriptor_t graph = gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
-	       g.ops);
-	gb_finalize(&g, graph, "operation graph");
-
-	cudnnBackendDescriptor_t heur = gb_new(&g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-	gb_set(&g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	struct sdpa_api *a = &g->c->api;
+	cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+	gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
 	       &graph);
-	gb_set(&g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-	gb_finalize(&g, heur, "engine heuristics");
-
+	gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+	gb_finalize(g, heur, "engine heuristics");
 	cudnnBackendDescriptor_t cfg[HEUR_CONFIGS];
 	int64_t ncfg = 0;
 	for (int i = 0; i < HEUR_CONFIGS; i++)
-		cfg[i] = gb_new(&g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-	if (!g.failed) {
-		cudnnStatus_t st = a->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-							       CUDNN_TYPE_BACKEND_DESCRIPTOR,
-							       HEUR_CONFIGS, &ncfg, cfg);
-		if (st != CUDNN_STATUS_SUCCESS)
-			gb_fail(&g, "engine heuristics results", st);
-		else if (ncfg <= 0) {
-			snprintf(g.why, sizeof(g.why), "the heuristics offer no engine");
-			g.failed = 1;
-		}
+		cfg[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	if (g->failed)
+		return;
+	cudnnStatus_t st = a->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+						       CUDNN_TYPE_BACKEND_DESCRIPTOR, HEUR_CONFIGS,
+						       &ncfg, cfg);
+	if (st != CUDNN_STATUS_SUCCESS) {
+		gb_fail(g, "engine heuristics results", st);
+		return;
 	}
-	int ndet = 0;
-	for (int64_t i = 0; !g.failed && i < ncfg && i < HEUR_CONFIGS && !p->plan; i++) {
-		if (!engine_deterministic(&g, cfg[i]))
+	*offered += ncfg;
+	for (int64_t i = 0; !g->failed && i < ncfg && i < HEUR_CONFIGS && !p->plan; i++) {
+		if (!engine_deterministic(g, cfg[i]))
 			continue;
-		ndet++;
+		(*ndet)++;
 		cudnnBackendDescriptor_t plan = NULL;
 		if (a->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
 						    &plan) != CUDNN_STATUS_SUCCESS)
 			break;
-		c->ndesc++;
-		cudnnStatus_t st = a->cudnnBackendSetAttribute(
-			plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+		g->c->ndesc++;
+		st = a->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+						 CUDNN_TYPE_HANDLE, 1, &h);
 		if (st == CUDNN_STATUS_SUCCESS)
 			st = a->cudnnBackendSetAttribute(plan,
 							 CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
@@ -669,7 +657,7 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 							 CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
 							 CUDNN_TYPE_INT64, 1, &n, &ws);
 		if (st != CUDNN_STATUS_SUCCESS || ws < 0) {
-			snprintf(g.why, sizeof(g.why), "execution plan: %s",
+			snprintf(g->why, sizeof(g->why), "execution plan: %s",
 				 a->cudnnGetErrorString(st));
 			a->cudnnBackendDestroyDescriptor(plan);
 			continue;
@@ -677,9 +665,35 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 		p->plan = plan;
 		p->cudnn_ws = (size_t)ws;
 	}
-	if (!g.failed && !p->plan && !ndet)
+}
+
+/* Build k's graph, choose its engine, make the plan; with c->mu held. */
+static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
+{
+	const struct sdpa_key *k = &p->key;
+	struct gb g = {.c = c, .next_uid = SDPA_UID_VIRTUAL};
+	if (k->backward)
+		build_backward(&g, k);
+	else
+		build_forward(&g, k);
+
+	cudnnBackendDescriptor_t graph = gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
+	       g.ops);
+	gb_finalize(&g, graph, "operation graph");
+
+	/* the heuristics' first choice, then their fallback list */
+	static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+	int64_t offered = 0;
+	int ndet = 0;
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]) && !g.failed && !p->plan; m++)
+		choose_engine(&g, h, graph, modes[m], p, &offered, &ndet);
+	if (!g.failed && !p->plan && !offered)
+		snprintf(g.why, sizeof(g.why), "the heuristics offer no engine");
+	else if (!g.failed && !p->plan && !ndet)
 		snprintf(g.why, sizeof(g.why), "no deterministic engine among %lld",
-			 (long long)ncfg);
+			 (long long)offered);
 	if (p->plan) {
 		p->graph = malloc((size_t)g.ndesc * sizeof(*p->graph));
 		if (p->graph) {

@@ -559,9 +559,9 @@ TEST(cudnn_graph_fallback_no_engine)
 TEST(cudnn_graph_fallback_nondeterministic)
 {
 	CHECK_MSG(fake_open() == 0, "fake libcudnn not found beside the test: %s", fake_path);
-	fk.config(3, 7, -1); /* three engines, none deterministic */
+	fk.config(3, 0x707, -1); /* three engines in each list, none deterministic */
 	struct sdpa_ctx *c = ctx_for(fake_path);
-	refused(c, "no deterministic engine among 3");
+	refused(c, "no deterministic engine among 6");
 	CHECK(fk.executions(&(int){0}, &(int){0}) == 0);
 	sdpa_ctx_free(c);
 }
@@ -600,6 +600,23 @@ TEST(cudnn_graph_real_library)
 				  bwd ? "backward" : "forward", k.B, k.T, k.NH, k.NKV, k.HD,
 				  sdpa_ctx_why(c));
 		}
+	CHECK(notices == 0);
+	sdpa_ctx_free(c);
+}
+
+/* No deterministic engine in mode A's list: the fallback list's first
+ * deterministic one (the fake numbers those from 8). */
+TEST(cudnn_graph_heuristics_fallback)
+{
+	CHECK_MSG(fake_open() == 0, "fake libcudnn not found beside the test: %s", fake_path);
+	fk.config(2, 0x103, -1); /* A: 0, 1 non-deterministic; fallback: 8 too, 9 not */
+	struct sdpa_ctx *c = ctx_for(fake_path);
+	void *h = sdpa_ctx_handle(c, 0);
+	struct sdpa_key k = key(2, 64, 4, 2, 64, 1);
+	CHECK_MSG(sdpa_plan_get(c, h, &k), "refused: %s", sdpa_ctx_why(c));
+	int heur = find_type(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+	CHECK(a1(heur, CUDNN_ATTR_ENGINEHEUR_MODE) == CUDNN_HEUR_MODE_FALLBACK);
+	CHECK(plan_engine_index() == 9);
 	CHECK(notices == 0);
 	sdpa_ctx_free(c);
 }
