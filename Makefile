@@ -78,7 +78,7 @@ ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
 # cuDNN's attention graphs (plain C against cuDNN's headers; cuDNN itself is
 # loaded with dlopen, see kernels/cuda/cudnn_sdpa.h)
-CU_OBJ += $(BUILD)/kernels/cuda/cudnn_sdpa.o
+CU_OBJ += $(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o
 ALL_CFLAGS += -DASYNCPP_CUDA=1
 # cudart links statically; it finds the driver (libcuda) at run time, so the
 # binary starts where there is none. cuBLAS and NCCL are loaded with dlopen.
@@ -165,7 +165,8 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasync
 # CUDNN_INC=-IDIR names another folder with cudnn_graph.h (a build without
 # the headers runs the flash kernels where cudnn is asked for, saying so).
 CUDNN_INC ?= $(if $(wildcard $(CUDA_HOME)/include/cudnn_graph.h),-I$(CUDA_HOME)/include)
-$(BUILD)/kernels/cuda/cudnn_sdpa.o: EXTRA_CFLAGS += $(CUDNN_INC)
+$(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o: \
+	EXTRA_CFLAGS += $(CUDNN_INC)
 $(BUILD)/tests/unit/test_cudnn_graph: EXTRA_CFLAGS += $(CUDNN_INC)
 ifneq ($(CUDNN_INC),)
 $(BUILD)/tests/unit/test_cudnn_graph: $(BUILD)/tests/fake_cudnn.so $(BUILD)/tests/fake_cudnn_noexec.so

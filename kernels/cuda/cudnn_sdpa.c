@@ -1,28 +1,11 @@
-/* cudnn_sdpa.c - causal grouped-query attention as cuDNN backend-API graphs
- * (see cudnn_sdpa.h). cuDNN is opened with dlopen at first use; its
- * headers give the types and enum values only.
+/* cudnn_sdpa.c - causal grouped-query attention on cuDNN (see cudnn_sdpa.h):
+ * loading libcudnn with dlopen at first use (its headers give the types and
+ * enum values only), handles, the engine choice, the plan cache and the
+ * variant pack of each call. The graphs themselves: cudnn_sdpa_graph.c.
  *
- * The graphs are the composition that cuDNN's fused flash-attention
- * engines pattern-match (the same one cudnn-frontend's SDPA nodes lower
- * to), tensors as [batch, head, row, column] with strides into our
- * row-major buffers:
- *
- *   forward   S = Q K^T (fp32) * scale; causal: S where row >= col, else -inf
- *             M = rowmax S; E = exp(S - M); Z = rowsum E;
- *             stats = M + log Z (our lse); P = E / Z (bf16); O = P V
- *   backward  Dsum = rowsum(dO * O) (fp32, in our workspace)
- *             P = exp(mask(Q K^T * scale - stats))
- *             dV = P^T dO;  dS = (dO V^T - Dsum) * P * scale
- *             dK = dS^T Q;  dQ = dS K
- *
- * Grouped-query: K and V carry NKV heads; cuDNN broadcasts them over the
- * NH/NKV query heads of a group in the products, and the backward's dK and
- * dV are full-head products summed over the group by a reduction.
- *
- * Determinism: the backward writes dQ straight from its product (no fp32
- * dQ accumulator, which the engines fill with atomic adds; cudnn-frontend
- * builds this form when a deterministic algorithm is asked for on Hopper),
- * and any engine carrying CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is refused.
+ * Determinism: the backward's graph writes dQ straight from its product
+ * (cudnn_sdpa_graph.c), and any engine carrying
+ * CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is refused.
  */
 #include "cudnn_sdpa.h"
 
@@ -35,7 +18,7 @@
 #endif
 
 #ifdef SDPA_HAVE_HEADERS
-#include <cudnn_graph.h>
+#include "cudnn_sdpa_graph.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -46,36 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the entry points used, resolved with dlsym */
-#define SDPA_FUNCS(X)                                                                    \
-	X(cudnnGetVersion, size_t, (void))                                               \
-	X(cudnnGetErrorString, const char *, (cudnnStatus_t))                            \
-	X(cudnnCreate, cudnnStatus_t, (cudnnHandle_t *))                                 \
-	X(cudnnDestroy, cudnnStatus_t, (cudnnHandle_t))                                  \
-	X(cudnnSetStream, cudnnStatus_t, (cudnnHandle_t, cudaStream_t))                  \
-	X(cudnnBackendCreateDescriptor, cudnnStatus_t,                                   \
-	  (cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *))                    \
-	X(cudnnBackendDestroyDescriptor, cudnnStatus_t, (cudnnBackendDescriptor_t))      \
-	X(cudnnBackendFinalize, cudnnStatus_t, (cudnnBackendDescriptor_t))               \
-	X(cudnnBackendSetAttribute, cudnnStatus_t,                                       \
-	  (cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,                        \
-	   cudnnBackendAttributeType_t, int64_t, const void *))                          \
-	X(cudnnBackendGetAttribute, cudnnStatus_t,                                       \
-	  (cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,                  \
-	   cudnnBackendAttributeType_t, int64_t, int64_t *, void *))                     \
-	X(cudnnBackendExecute, cudnnStatus_t,                                            \
-	  (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t))
-
-struct sdpa_api {
-#define X(name, ret, args) ret(*name) args;
-	SDPA_FUNCS(X)
-#undef X
-};
-
 #define MAX_DEVICES 64
 #define PLAN_CACHE 64
-#define MAX_DESCS 192 /* descriptors of one graph and its engine choice */
-#define MAX_OPS 40
 #define HEUR_CONFIGS 16
 #define WS_ALIGN 256
 
@@ -242,350 +197,11 @@ int sdpa_ctx_set_stream(struct sdpa_ctx *c, void *handle, void *stream)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ */
-/* graph building: every call checks the status; the first failure is */
-/* kept (its call named) and later calls do nothing                     */
-
-struct gb {
-	struct sdpa_ctx *c;
-	cudnnBackendDescriptor_t desc[MAX_DESCS];
-	int ndesc;
-	cudnnBackendDescriptor_t ops[MAX_OPS];
-	int nops;
-	int64_t next_uid; /* virtual tensors */
-	int failed;
-	char why[256];
-};
-
-static void gb_fail(struct gb *g, const char *what, cudnnStatus_t st)
-{
-	if (g->failed++)
-		return;
-	snprintf(g->why, sizeof(g->why), "%s: %s", what, g->c->api.cudnnGetErrorString(st));
-}
-
-static cudnnBackendDescriptor_t gb_new(struct gb *g, cudnnBackendDescriptorType_t type)
-{
-	cudnnBackendDescriptor_t d = NULL;
-	if (g->failed)
-		return NULL;
-	if (g->ndesc == MAX_DESCS) {
-		g->failed = 1;
-		snprintf(g->why, sizeof(g->why), "graph too large");
-		return NULL;
-	}
-	cudnnStatus_t st = g->c->api.cudnnBackendCreateDescriptor(type, &d);
-	g->c->ndesc++;
-	if (st != CUDNN_STATUS_SUCCESS) {
-		gb_fail(g, "cudnnBackendCreateDescriptor", st);
-		return NULL;
-	}
-	g->desc[g->ndesc++] = d;
-	return d;
-}
-
-static void gb_set(struct gb *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-		   cudnnBackendAttributeType_t type, int64_t n, const void *v)
-{
-	if (g->failed)
-		return;
-	cudnnStatus_t st = g->c->api.cudnnBackendSetAttribute(d, name, type, n, v);
-	if (st != CUDNN_STATUS_SUCCESS) {
-		char what[64];
-		snprintf(what, sizeof(what), "cudnnBackendSetAttribute(attribute %d)", (int)name);
-		gb_fail(g, what, st);
-	}
-}
-
-static void gb_finalize(struct gb *g, cudnnBackendDescriptor_t d, const char *what)
-{
-	if (g->failed)
-		return;
-	cudnnStatus_t st = g->c->api.cudnnBackendFinalize(d);
-	if (st != CUDNN_STATUS_SUCCESS)
-		gb_fail(g, what, st);
-}
-
-static void gb_destroy_all(struct gb *g)
-{
-	for (int i = 0; i < g->ndesc; i++)
-		g->c->api.cudnnBackendDestroyDescriptor(g->desc[i]);
-	g->ndesc = 0;
-}
-
-/* A 4-d tensor; uid 0 makes it virtual (a fresh uid). */
-static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
-					  const int64_t dims[4], const int64_t strides[4],
-					  int by_value)
-{
-	cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-	bool virt = uid == 0, byval = by_value != 0;
-	int64_t align = 16;
-	if (virt)
-		uid = g->next_uid++;
-	gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-	gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
-	gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
-	gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-	gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-	gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
-	if (byval)
-		gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
-	gb_finalize(g, t, "tensor");
-	return t;
-}
-
-/* a virtual tensor of dims d, contiguous */
-static cudnnBackendDescriptor_t gb_virt(struct gb *g, cudnnDataType_t dt, int64_t d0, int64_t d1,
-					int64_t d2, int64_t d3)
-{
-	int64_t dims[4] = {d0, d1, d2, d3};
-	int64_t st[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
-	return gb_tensor(g, 0, dt, dims, st, 0);
-}
-
-/* a pass-by-value fp32 scalar */
-static cudnnBackendDescriptor_t gb_scalar(struct gb *g, int64_t uid)
-{
-	int64_t one[4] = {1, 1, 1, 1};
-	return gb_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, 1);
-}
-
-static void gb_op(struct gb *g, cudnnBackendDescriptor_t op, const char *what)
-{
-	gb_finalize(g, op, what);
-	if (g->failed)
-		return;
-	if (g->nops == MAX_OPS) {
-		g->failed = 1;
-		snprintf(g->why, sizeof(g->why), "graph too large");
-		return;
-	}
-	g->ops[g->nops++] = op;
-}
-
-/* y = mode(x[, b[, t]]); axis >= 0 for GEN_INDEX */
-static void gb_pw(struct gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
-		  cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-		  cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis)
-{
-	cudnnBackendDescriptor_t pw = gb_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-	gb_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-	gb_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-	if (axis >= 0)
-		gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-	gb_finalize(g, pw, "pointwise descriptor");
-	cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-	       1, &pw);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-	if (b)
-		gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-		       1, &b);
-	if (t)
-		gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-		       1, &t);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-	gb_op(g, op, "pointwise operation");
-}
-
-/* y = reduce(x) over the dimensions where y's extent is 1 */
-static void gb_reduce(struct gb *g, cudnnReduceTensorOp_t rop, cudnnBackendDescriptor_t x,
-		      cudnnBackendDescriptor_t y)
-{
-	cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-	cudnnBackendDescriptor_t r = gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-	gb_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &rop);
-	gb_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-	gb_finalize(g, r, "reduction descriptor");
-	cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
-	gb_op(g, op, "reduction operation");
-}
-
-/* c = a b, batched over the first two dimensions (fp32 accumulation) */
-static void gb_matmul(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
-		      cudnnBackendDescriptor_t c)
-{
-	cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-	cudnnBackendDescriptor_t m = gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-	gb_set(g, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-	gb_finalize(g, m, "matmul descriptor");
-	cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m);
-	gb_op(g, op, "matmul operation");
-}
-
-/* y = x seen through other dims/strides (a transpose, no data moved) */
-static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
-{
-	cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-	gb_op(g, op, "reshape operation");
-}
-
-/* s (fp32 [B,NH,T,T]) -> s where row >= col, else -inf: the causal mask as
- * GEN_INDEX on axes 2 and 3, CMP_GE, BINARY_SELECT (true keeps x) */
-static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_key *k,
-					  cudnnBackendDescriptor_t s,
-					  cudnnBackendDescriptor_t neg_inf)
-{
-	int64_t B = k->B, H = k->NH, T = k->T;
-	cudnnBackendDescriptor_t row = gb_virt(g, CUDNN_DATA_INT32, B, H, T, T);
-	cudnnBackendDescriptor_t col = gb_virt(g, CUDNN_DATA_INT32, B, H, T, T);
-	cudnnBackendDescriptor_t keep = gb_virt(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
-	cudnnBackendDescriptor_t y = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, row, 2);
-	gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, col, 3);
-	gb_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
-	gb_pw(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neg_inf, keep, y, -1);
-	return y;
-}
-
-/* The real tensors, in the backend's layouts (see the header). */
-struct io {
-	cudnnBackendDescriptor_t q, kt, v, o, stats, scale, neg_inf;
-};
-
-static void gb_io(struct gb *g, const struct sdpa_key *k, struct io *t)
-{
-	int64_t B = k->B, T = k->T, H = k->NH, HK = k->NKV, D = k->HD;
-	int64_t ld = (H + 2 * HK) * D; /* a qkv row */
-	int64_t qd[4] = {B, H, T, D}, qs[4] = {T * ld, D, ld, 1};
-	int64_t ktd[4] = {B, HK, D, T}, kts[4] = {T * ld, D, 1, ld}; /* K^T: a transposed view */
-	int64_t vd[4] = {B, HK, T, D}, vs[4] = {T * ld, D, ld, 1};
-	int64_t od[4] = {B, H, T, D}, os[4] = {T * H * D, D, H * D, 1};
-	int64_t sd[4] = {B, H, T, 1}, ss[4] = {H * T, T, 1, 1};
-	t->q = gb_tensor(g, SDPA_UID_Q, CUDNN_DATA_BFLOAT16, qd, qs, 0);
-	t->kt = gb_tensor(g, SDPA_UID_K, CUDNN_DATA_BFLOAT16, ktd, kts, 0);
-	t->v = gb_tensor(g, SDPA_UID_V, CUDNN_DATA_BFLOAT16, vd, vs, 0);
-	t->o = gb_tensor(g, SDPA_UID_O, CUDNN_DATA_BFLOAT16, od, os, 0);
-	t->stats = gb_tensor(g, SDPA_UID_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
-	t->scale = gb_scalar(g, SDPA_UID_SCALE);
-	t->neg_inf = gb_scalar(g, SDPA_UID_NEG_INF);
-}
-
-static void build_forward(struct gb *g, const struct sdpa_key *k)
-{
-	int64_t B = k->B, T = k->T, H = k->NH;
-	struct io t;
-	gb_io(g, k, &t);
-	cudnnBackendDescriptor_t s = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_matmul(g, t.q, t.kt, s);
-	cudnnBackendDescriptor_t ss = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, t.scale, NULL, ss, -1);
-	cudnnBackendDescriptor_t sm = gb_causal(g, k, ss, t.neg_inf);
-	/* softmax, keeping stats = max + log(sum) */
-	cudnnBackendDescriptor_t m = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, 1);
-	gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, sm, m);
-	cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, m, NULL, sub, -1);
-	cudnnBackendDescriptor_t e = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, e, -1);
-	cudnnBackendDescriptor_t z = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, 1);
-	gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, e, z);
-	cudnnBackendDescriptor_t lz = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, 1);
-	gb_pw(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, z, NULL, NULL, lz, -1);
-	gb_pw(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, m, lz, NULL, t.stats, -1);
-	/* P in the inputs' type, as the second product's A operand */
-	cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_BFLOAT16, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, z, NULL, p, -1);
-	gb_matmul(g, p, t.v, t.o);
-}
-
-/* dx = a b, or for grouped-query heads (NH > NKV) a full-head product
- * summed over each group into dx */
-static void gb_matmul_grouped(struct gb *g, const struct sdpa_key *k, cudnnBackendDescriptor_t a,
-			      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t dx)
-{
-	if (k->NH == k->NKV) {
-		gb_matmul(g, a, b, dx);
-		return;
-	}
-	cudnnBackendDescriptor_t full =
-		gb_virt(g, CUDNN_DATA_BFLOAT16, k->B, k->NH, k->T, k->HD);
-	gb_matmul(g, a, b, full);
-	gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, dx);
-}
-
-static void build_backward(struct gb *g, const struct sdpa_key *k)
-{
-	int64_t B = k->B, T = k->T, H = k->NH, HK = k->NKV, D = k->HD;
-	int64_t ld = (H + 2 * HK) * D;
-	struct io t;
-	gb_io(g, k, &t);
-	/* V^T and dO; the gradients at the offsets of q, k, v in dqkv */
-	int64_t vtd[4] = {B, HK, D, T}, vts[4] = {T * ld, D, 1, ld};
-	int64_t od[4] = {B, H, T, D}, os[4] = {T * H * D, D, H * D, 1};
-	int64_t qd[4] = {B, H, T, D}, qs[4] = {T * ld, D, ld, 1};
-	int64_t kd[4] = {B, HK, T, D}, ks[4] = {T * ld, D, ld, 1};
-	int64_t sd[4] = {B, H, T, 1}, ss[4] = {H * T, T, 1, 1};
-	cudnnBackendDescriptor_t vt = gb_tensor(g, SDPA_UID_V, CUDNN_DATA_BFLOAT16, vtd, vts, 0);
-	cudnnBackendDescriptor_t dout = gb_tensor(g, SDPA_UID_DO, CUDNN_DATA_BFLOAT16, od, os, 0);
-	cudnnBackendDescriptor_t dq = gb_tensor(g, SDPA_UID_DQ, CUDNN_DATA_BFLOAT16, qd, qs, 0);
-	cudnnBackendDescriptor_t dk = gb_tensor(g, SDPA_UID_DK, CUDNN_DATA_BFLOAT16, kd, ks, 0);
-	cudnnBackendDescriptor_t dv = gb_tensor(g, SDPA_UID_DV, CUDNN_DATA_BFLOAT16, kd, ks, 0);
-	cudnnBackendDescriptor_t one = gb_scalar(g, SDPA_UID_ONE);
-	cudnnBackendDescriptor_t rowsum = gb_tensor(g, SDPA_UID_SOFTMAX_SUM, CUDNN_DATA_FLOAT, sd,
-						    ss, 0);
-
-	/* Dsum = rowsum(dO * O) (times 1: the dropout scale's place) */
-	int64_t pd[4] = {B, H, T, D}, ps[4] = {H * T * D, T * D, H * D, 1};
-	cudnnBackendDescriptor_t prod = gb_tensor(g, 0, CUDNN_DATA_FLOAT, pd, ps, 0);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, t.o, NULL, prod, -1);
-	cudnnBackendDescriptor_t sum = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, 1);
-	gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, prod, sum);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, sum, one, NULL, rowsum, -1);
-
-	/* P = exp(mask(Q K^T * scale - stats)) */
-	cudnnBackendDescriptor_t s = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_matmul(g, t.q, t.kt, s);
-	cudnnBackendDescriptor_t s2 = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, t.scale, NULL, s2, -1);
-	cudnnBackendDescriptor_t s3 = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s2, t.stats, NULL, s3, -1);
-	cudnnBackendDescriptor_t s4 = gb_causal(g, k, s3, t.neg_inf);
-	cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, s4, NULL, NULL, p, -1);
-
-	/* dV = P^T dO: P seen transposed, in the inputs' type */
-	int64_t trd[4] = {B, H, T, T}, trs[4] = {H * T * T, T * T, 1, T};
-	cudnnBackendDescriptor_t pt = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, trd, trs, 0);
-	gb_reshape(g, p, pt);
-	gb_matmul_grouped(g, k, pt, dout, dv);
-
-	/* dS = (dO V^T - Dsum) * P * scale */
-	cudnnBackendDescriptor_t dp = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_matmul(g, dout, vt, dp);
-	cudnnBackendDescriptor_t d1 = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, rowsum, NULL, d1, -1);
-	cudnnBackendDescriptor_t d2 = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d1, p, NULL, d2, -1);
-	cudnnBackendDescriptor_t ds = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-	gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d2, t.scale, NULL, ds, -1);
-
-	/* dK = dS^T Q */
-	cudnnBackendDescriptor_t dst = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, trd, trs, 0);
-	gb_reshape(g, ds, dst);
-	gb_matmul_grouped(g, k, dst, t.q, dk);
-
-	/* dQ = dS K, written directly: no fp32 accumulator, deterministic */
-	cudnnBackendDescriptor_t kk = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, kd, ks, 0);
-	gb_reshape(g, t.kt, kk);
-	gb_matmul(g, ds, kk, dq);
-}
-
 /* 1 if the engine configuration's engine is deterministic */
 static int engine_deterministic(struct gb *g, cudnnBackendDescriptor_t cfg)
 {
-	struct sdpa_api *a = &g->c->api;
-	cudnnBackendDescriptor_t eng = gb_new(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+	const struct sdpa_api *a = g->api;
+	cudnnBackendDescriptor_t eng = sdpa_gb_new(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
 	if (!eng)
 		return 0;
 	int64_t n = 0;
@@ -614,23 +230,23 @@ static void choose_engine(struct gb *g, cudnnHandle_t h, cudnnBackendDescriptor_
 			  cudnnBackendHeurMode_t mode, struct sdpa_plan *p, int64_t *offered,
 			  int *ndet)
 {
-	struct sdpa_api *a = &g->c->api;
-	cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	const struct sdpa_api *a = g->api;
+	cudnnBackendDescriptor_t heur = sdpa_gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+	sdpa_gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
 	       &graph);
-	gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-	gb_finalize(g, heur, "engine heuristics");
+	sdpa_gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+	sdpa_gb_finalize(g, heur, "engine heuristics");
 	cudnnBackendDescriptor_t cfg[HEUR_CONFIGS];
 	int64_t ncfg = 0;
 	for (int i = 0; i < HEUR_CONFIGS; i++)
-		cfg[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+		cfg[i] = sdpa_gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
 	if (g->failed)
 		return;
 	cudnnStatus_t st = a->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
 						       CUDNN_TYPE_BACKEND_DESCRIPTOR, HEUR_CONFIGS,
 						       &ncfg, cfg);
 	if (st != CUDNN_STATUS_SUCCESS) {
-		gb_fail(g, "engine heuristics results", st);
+		sdpa_gb_fail(g, "engine heuristics results", st);
 		return;
 	}
 	*offered += ncfg;
@@ -642,7 +258,7 @@ static void choose_engine(struct gb *g, cudnnHandle_t h, cudnnBackendDescriptor_
 		if (a->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
 						    &plan) != CUDNN_STATUS_SUCCESS)
 			break;
-		g->c->ndesc++;
+		(*g->created)++;
 		st = a->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
 						 CUDNN_TYPE_HANDLE, 1, &h);
 		if (st == CUDNN_STATUS_SUCCESS)
@@ -671,17 +287,17 @@ static void choose_engine(struct gb *g, cudnnHandle_t h, cudnnBackendDescriptor_
 static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 {
 	const struct sdpa_key *k = &p->key;
-	struct gb g = {.c = c, .next_uid = SDPA_UID_VIRTUAL};
+	struct gb g = {.api = &c->api, .created = &c->ndesc, .next_uid = SDPA_UID_VIRTUAL};
 	if (k->backward)
-		build_backward(&g, k);
+		sdpa_build_backward(&g, k);
 	else
-		build_forward(&g, k);
+		sdpa_build_forward(&g, k);
 
-	cudnnBackendDescriptor_t graph = gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
+	cudnnBackendDescriptor_t graph = sdpa_gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	sdpa_gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+	sdpa_gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
 	       g.ops);
-	gb_finalize(&g, graph, "operation graph");
+	sdpa_gb_finalize(&g, graph, "operation graph");
 
 	/* the heuristics' first choice, then their fallback list */
 	static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
@@ -702,7 +318,7 @@ static void plan_build(struct sdpa_ctx *c, cudnnHandle_t h, struct sdpa_plan *p)
 			g.ndesc = 0;
 		}
 	}
-	gb_destroy_all(&g);
+	sdpa_gb_destroy_all(&g);
 	if (!p->plan) {
 		refuse(c, "%s attention B=%d T=%d NH=%d NKV=%d HD=%d: %s",
 		       k->backward ? "backward" : "forward", k->B, k->T, k->NH, k->NKV, k->HD,
@@ -722,16 +338,16 @@ int sdpa_graph_check(struct sdpa_ctx *c, const struct sdpa_key *k)
 		pthread_mutex_unlock(&c->mu);
 		return -1;
 	}
-	struct gb g = {.c = c, .next_uid = SDPA_UID_VIRTUAL};
+	struct gb g = {.api = &c->api, .created = &c->ndesc, .next_uid = SDPA_UID_VIRTUAL};
 	if (k->backward)
-		build_backward(&g, k);
+		sdpa_build_backward(&g, k);
 	else
-		build_forward(&g, k);
-	cudnnBackendDescriptor_t graph = gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-	gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
+		sdpa_build_forward(&g, k);
+	cudnnBackendDescriptor_t graph = sdpa_gb_new(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	sdpa_gb_set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops,
 	       g.ops);
-	gb_finalize(&g, graph, "operation graph");
-	gb_destroy_all(&g);
+	sdpa_gb_finalize(&g, graph, "operation graph");
+	sdpa_gb_destroy_all(&g);
 	if (g.failed)
 		snprintf(c->why, sizeof(c->why), "%s", g.why);
 	pthread_mutex_unlock(&c->mu);

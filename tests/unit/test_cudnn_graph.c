@@ -1,4 +1,4 @@
-/* test_cudnn_graph.c - the cuDNN attention graphs (kernels/cuda/cudnn_sdpa.c)
+/* test_cudnn_graph.c - the cuDNN attention graphs (kernels/cuda/cudnn_sdpa*.c)
  * built against a fake libcudnn (fixtures/fake_cudnn.c, built by the
  * Makefile beside this binary) that records every descriptor and attribute:
  * the operation sequence, each tensor's dims, strides, uid, type, alignment
@@ -33,6 +33,7 @@ TEST(cudnn_graph)
 #else
 
 #include "../../kernels/cuda/cudnn_sdpa.c"
+#include "../../kernels/cuda/cudnn_sdpa_graph.c"
 #include "fixtures/fake_cudnn.h"
 
 /* ---- the fake library and its record ---- */
