@@ -232,8 +232,8 @@ static void choose_engine(struct gb *g, cudnnHandle_t h, cudnnBackendDescriptor_
 {
 	const struct sdpa_api *a = g->api;
 	cudnnBackendDescriptor_t heur = sdpa_gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	sdpa_gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-	       &graph);
+	sdpa_gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+		    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
 	sdpa_gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
 	sdpa_gb_finalize(g, heur, "engine heuristics");
 	cudnnBackendDescriptor_t cfg[HEUR_CONFIGS];

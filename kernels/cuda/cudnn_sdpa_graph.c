@@ -74,6 +74,13 @@ void sdpa_gb_set(struct gb *g, cudnnBackendDescriptor_t d, cudnnBackendAttribute
 	}
 }
 
+/* attribute name of d: the one descriptor v */
+static void gb_link(struct gb *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+		    cudnnBackendDescriptor_t v)
+{
+	sdpa_gb_set(g, d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+}
+
 void sdpa_gb_finalize(struct gb *g, cudnnBackendDescriptor_t d, const char *what)
 {
 	if (g->failed)
@@ -153,16 +160,13 @@ static void gb_pw(struct gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
 		sdpa_gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
 	sdpa_gb_finalize(g, pw, "pointwise descriptor");
 	cudnnBackendDescriptor_t op = sdpa_gb_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-	       1, &pw);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
 	if (b)
-		sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-		       1, &b);
+		gb_link(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
 	if (t)
-		sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-		       1, &t);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+		gb_link(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
 	gb_op(g, op, "pointwise operation");
 }
 
@@ -172,13 +176,14 @@ static void gb_reduce(struct gb *g, cudnnReduceTensorOp_t rop, cudnnBackendDescr
 {
 	cudnnDataType_t prec = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t r = sdpa_gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-	sdpa_gb_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &rop);
+	sdpa_gb_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1,
+		    &rop);
 	sdpa_gb_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
 	sdpa_gb_finalize(g, r, "reduction descriptor");
 	cudnnBackendDescriptor_t op = sdpa_gb_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r);
 	gb_op(g, op, "reduction operation");
 }
 
@@ -191,10 +196,10 @@ static void gb_matmul(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDesc
 	sdpa_gb_set(g, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
 	sdpa_gb_finalize(g, m, "matmul descriptor");
 	cudnnBackendDescriptor_t op = sdpa_gb_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, m);
 	gb_op(g, op, "matmul operation");
 }
 
@@ -202,8 +207,8 @@ static void gb_matmul(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDesc
 static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
 	cudnnBackendDescriptor_t op = sdpa_gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-	sdpa_gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+	gb_link(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
 	gb_op(g, op, "reshape operation");
 }
 
