@@ -76,6 +76,9 @@ CU_FIRST = $(wildcard $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cud
 CU_SRC = $(CU_FIRST) $(filter-out $(CU_FIRST),$(wildcard kernels/cuda/*.cu))
 ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
+# cuDNN's attention graphs (plain C against cuDNN's headers; cuDNN itself is
+# loaded with dlopen, see kernels/cuda/cudnn_sdpa.h)
+CU_OBJ += $(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o
 ALL_CFLAGS += -DASYNCPP_CUDA=1
 # cudart links statically; it finds the driver (libcuda) at run time, so the
 # binary starts where there is none. cuBLAS and NCCL are loaded with dlopen.
@@ -155,6 +158,25 @@ $(BUILD)/%.o: %.cu $(BUILD)/.flags
 $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
+
+# test_cudnn_graph builds cuDNN's attention graphs against a fake libcudnn
+# (tests/unit/fixtures/fake_cudnn.c; a second copy lacks cudnnBackendExecute)
+# with cuDNN's headers; without them the test skips.
+# CUDNN_INC=-IDIR names another folder with cudnn_graph.h (a build without
+# the headers runs the flash kernels where cudnn is asked for, saying so).
+CUDNN_INC ?= $(if $(wildcard $(CUDA_HOME)/include/cudnn_graph.h),-I$(CUDA_HOME)/include)
+$(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o: \
+	EXTRA_CFLAGS += $(CUDNN_INC)
+$(BUILD)/tests/unit/test_cudnn_graph: EXTRA_CFLAGS += $(CUDNN_INC)
+ifneq ($(CUDNN_INC),)
+$(BUILD)/tests/unit/test_cudnn_graph: $(BUILD)/tests/fake_cudnn.so $(BUILD)/tests/fake_cudnn_noexec.so
+endif
+$(BUILD)/tests/fake_cudnn.so: tests/unit/fixtures/fake_cudnn.c tests/unit/fixtures/fake_cudnn.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -O1 -shared -fPIC $(CUDNN_INC) -o $@ $<
+$(BUILD)/tests/fake_cudnn_noexec.so: tests/unit/fixtures/fake_cudnn.c tests/unit/fixtures/fake_cudnn.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -O1 -shared -fPIC -DFAKE_NO_EXECUTE $(CUDNN_INC) -o $@ $<
 
 $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz_file.h $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)
