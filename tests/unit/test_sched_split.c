@@ -291,7 +291,8 @@ static double bubble_of(int kind, int S, int M, int V, double wfrac)
  * messages) against the papers' formulas: 1f1b (S-1)/(M+S-1); interleaved
  * (S-1)/(V*M+S-1) (Narayanan et al. 2021: the bubble shrinks by V); zb-h1
  * (S-1)/(3M+S-1) (Qi et al. 2024: (S-1)(F+B-W) idle per stage); zb-v about
- * half of zb-h1's (its chunks are half stages) for M >= 2S; and
+ * half of zb-h1's (its chunks are half stages) for M >= 2S, exactly the
+ * warm-up's (S-1) half forwards per stage: (S-1)/(6M+S-1); and
  * sched_bubble_published agrees. */
 TEST(test_bubbles_match_the_published_formulas)
 {
@@ -315,6 +316,8 @@ TEST(test_bubbles_match_the_published_formulas)
 				double v = bubble_of(SCHED_ZBV, S, M, 2, 0);
 				CHECK_MSG(v >= 0 && v < 0.55 * h1, "zb-v S=%d M=%d: %g, zb-h1 %g", S, M,
 					  v, h1);
+				/* the warm-up's (S-1) half forwards per stage, nothing else */
+				CHECK_NEAR(v, (double)(S - 1) / (6 * M + S - 1), 1e-9);
 			}
 		}
 	/* a W heavier than B: zb-h1 still ahead of 1f1b */
