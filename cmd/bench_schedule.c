@@ -320,6 +320,14 @@ int bench_schedule(int argc, char **argv)
 		else
 			printf("steady-state bubble  n/a        (segment too short; raise --steps)\n");
 	}
+	/* micro-batches per time unit: over the segment, or the steady window's
+	 * for the asynchronous kinds (their fill and drain come once a run) */
+	double rate = r.makespan > 0 ? sc->n_mb / r.makespan : 0;
+	if (sched_kind_async(kind) && r.steady_bubble >= 0 && r.steady_t1 > r.steady_t0)
+		rate = (double)(r.steady_hi - r.steady_lo) * sc->M / (r.steady_t1 - r.steady_t0);
+	printf("throughput           %.6g micro-batches per time unit%s (x tokens per "
+	       "micro-batch:\n                     tokens/s when the times are seconds)\n", rate,
+	       sched_kind_async(kind) && r.steady_bubble >= 0 ? ", steady state" : "");
 	int ret = EXIT_OK;
 	if (with_model && compare_cuts(sc, &cfg, &m, comm, optim))
 		ret = EXIT_FAIL;
