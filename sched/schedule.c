@@ -653,19 +653,22 @@ struct schedule *sched_build_virtual(enum sched_kind kind, int S, int M, int V, 
 	if (!V)
 		V = kind == SCHED_ZBV ? 2 : 1;
 	if (kind == SCHED_INTERLEAVED ? V < 1 || V > 64 : V != (kind == SCHED_ZBV ? 2 : 1)) {
-		snprintf(err, errlen, "%s schedule: %d virtual stages (chunks per stage); it takes %s",
-			 name, V, kind == SCHED_INTERLEAVED ? "1 to 64" : kind == SCHED_ZBV ? "2" : "1");
+		const char *takes = kind == SCHED_INTERLEAVED ? "1 to 64"
+				    : kind == SCHED_ZBV	  ? "2"
+							  : "1";
+		snprintf(err, errlen, "%s schedule: %d virtual stages (chunks per stage); it "
+			 "takes %s", name, V, takes);
 		return NULL;
 	}
 	if (kind == SCHED_INTERLEAVED && V > 1 && M % S) {
-		snprintf(err, errlen, "interleaved schedule needs micro-batches a multiple of stages "
-			 "with %d virtual stages (got %d micro-batches, %d stages), as Megatron-LM does",
-			 V, M, S);
+		snprintf(err, errlen, "interleaved schedule needs micro-batches a multiple of "
+			 "stages with %d virtual stages (got %d micro-batches, %d stages), as "
+			 "Megatron-LM does", V, M, S);
 		return NULL;
 	}
 	if (kind == SCHED_ZBV && M < 2 * S) {
-		snprintf(err, errlen, "zb-v schedule needs micro-batches >= 2 x stages (got %d < %d)",
-			 M, 2 * S);
+		snprintf(err, errlen, "zb-v schedule needs micro-batches >= 2 x stages "
+			 "(got %d < %d)", M, 2 * S);
 		return NULL;
 	}
 	long n_mb = kind == SCHED_PIPEDREAM ? n_steps : (long)n_steps * M;
@@ -1131,7 +1134,8 @@ int sched_check_channel_order(const struct schedule *sc, char *why, size_t len)
 	int S = sc->S, nch = 2 * S * S, ret = -1;
 	/* per channel, the messages in the sender's order and in the
 	 * receiver's (counted first, then filled) */
-	long **snd = xcalloc((size_t)nch, sizeof(long *)), **rcv = xcalloc((size_t)nch, sizeof(long *));
+	long **snd = xcalloc((size_t)nch, sizeof(long *));
+	long **rcv = xcalloc((size_t)nch, sizeof(long *));
 	int *ns = xcalloc((size_t)nch, sizeof(int)), *nr = xcalloc((size_t)nch, sizeof(int));
 	int *pos = xcalloc((size_t)S, sizeof(int));
 	char cn[64], m1[96], m2[96];

@@ -128,12 +128,13 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 				    a->op == SCHED_SEND_GRAD || a->op == SCHED_RECV_GRAD) {
 					if (mb < 0 || mb >= nmb || a->chunk < 0 || a->chunk >= V) {
 						snprintf(why, len, "stage %d action %d: %s of "
-							 "micro-batch %d chunk %d out of range",
-							 s, pc[s], sched_op_name(a->op), mb, a->chunk);
+							 "micro-batch %d chunk %d out of "
+							 "range", s, pc[s],
+							 sched_op_name(a->op), mb, a->chunk);
 						ret = -1;
 						break;
 					}
-					/* the neighbour piece the message goes to or comes from */
+					/* the neighbour piece it goes to or comes from */
 					p = sched_piece(sc, s, a->chunk);
 					int n = a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_GRAD ?
 							p + 1 : p - 1;
