@@ -38,7 +38,8 @@
  * while a later action needs that version.
  *
  * Activation slots: a FORWARD takes the lowest free slot and its BACKWARD
- * frees it; a stage needs nslots activation buffers.
+ * (or BACKWARD_WEIGHT, below) frees it; a stage needs nslots activation
+ * buffers.
  *
  * The kinds:
  *   gpipe      per step: all M forwards, all M backwards (ascending mb),
@@ -89,7 +90,8 @@
  *              megatron/core/pipeline_parallel/schedules.py,
  *              forward_backward_pipelining_with_interleaving): V chunks per
  *              stage, chunk c of stage s is piece c*S + s (stage S-1 chunk c
- *              hands to stage 0 chunk c+1). M must be a multiple of S. Per
+ *              hands to stage 0 chunk c+1). M must be a multiple of S when
+ *              V > 1 (Megatron's condition). Per
  *              step the M*V (chunk, mb) units run in Megatron's order: unit
  *              k is mb (k / (S*V))*S + k%S on chunk (k % (S*V)) / S forward
  *              and V-1 minus that backward; (S-s-1)*2 + (V-1)*S warm-up
@@ -116,6 +118,8 @@
  *              remaining W's of chunk 1, then of chunk 0; OPTIM_STEP.
  * All three are synchronous: version = step, one OPTIM_STEP per step after
  * every chunk's last W (or BACKWARD), updating all the stage's chunks.
+ * The stage workers do not execute them yet (sched_kind_trainable): they
+ * are drawn and simulated, and their lists checked.
  */
 #ifndef ASYNCPP_SCHEDULE_H
 #define ASYNCPP_SCHEDULE_H
@@ -157,9 +161,9 @@ struct sched_action {
 	int version; /* FORWARD/BACKWARD: version used; OPTIM_STEP: version made;
 			sends/receives: the micro-batch's version */
 	int peer;    /* sends/receives: the other stage; -1 otherwise */
-	int slot;    /* FORWARD/BACKWARD: activation slot; -1 otherwise */
-	int wbuf;    /* FORWARD/BACKWARD: weight buffer of `version`; OPTIM_STEP:
-			the buffer it writes; -1 otherwise */
+	int slot;    /* FORWARD and the backwards: activation slot; -1 otherwise */
+	int wbuf;    /* FORWARD and the backwards: weight buffer of `version`;
+			OPTIM_STEP: the buffer it writes; -1 otherwise */
 	int chunk;   /* the stage's chunk (0..V-1) the action belongs to; 0 for
 			OPTIM_STEP, which updates every chunk */
 };
