@@ -21,7 +21,6 @@
 #include "../io/staged.h"
 #include "../io/util.h"
 #include "../sched/comm/dist.h"
-#include "../sched/schedule.h"
 #include "../sched/trainer.h"
 #include "cmd.h"
 #include "opts.h"
@@ -419,20 +418,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 		      cfg->train_delay, cfg->train_schedule);
 		return EXIT_FAIL;
 	}
-	/* the schedules the stage workers cannot run yet: refused before
-	 * anything is written */
-	int kind = sched_kind_from_name(cfg->train_schedule);
-	if (kind >= 0 && !sched_kind_trainable(kind)) {
-		error("train.schedule = %s is drawn and simulated by asyncpp bench schedule --kind %s "
-		      "but not yet executed by asyncpp train: pick gpipe, 1f1b, 2bw or pipedream",
-		      cfg->train_schedule, cfg->train_schedule);
+	if (run_check_schedule(cfg)) /* before anything is written */
 		return EXIT_FAIL;
-	}
-	if (cfg->pipeline_virtual_stages != 1 && kind != SCHED_INTERLEAVED) {
-		error("pipeline.virtual_stages = %ld is for train.schedule = interleaved, not %s: "
-		      "leave it at 1", cfg->pipeline_virtual_stages, cfg->train_schedule);
-		return EXIT_FAIL;
-	}
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
 	char *metrics_path = cfg->log_metrics[0]
