@@ -261,7 +261,12 @@ int sched_check(const struct schedule *sc, char *why, size_t len);
  * activations a -> b and gradients a -> b (for the fused kinds activations
  * s -> s+1 and gradients s+1 -> s; interleaved adds S-1 -> 0 and 0 -> S-1,
  * zb-v activations s+1 -> s and gradients s -> s+1 for chunk 1). The
- * chunks of a stage share its channels. Checks that on every channel the
+ * chunks of a stage share its channels. (A transport with a single channel
+ * per direction, activations and gradients together, would need one order
+ * for both: interleaved and zb-h1 keep it, zb-v does not: stage 0 sends
+ * chunk 0's activation of micro-batch 2 to stage 1 before chunk 1's
+ * gradient of micro-batch 0, which stage 1 receives first, so zb-v needs
+ * the channels per kind.) Checks that on every channel the
  * sender's order of (micro-batch, chunk) is the receiver's, message for
  * message (and their counts
  * agree), and that the lists run to completion when each channel is a
