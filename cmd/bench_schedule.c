@@ -130,7 +130,7 @@ int bench_schedule(int argc, char **argv)
 {
 	const char *kind_name = NULL, *svg = NULL, *config_file = NULL;
 	struct opt_list sets = {0};
-	long S = LONG_MIN, M = LONG_MIN, steps = 0, V = 0; /* LONG_MIN: not given */
+	long S = LONG_MIN, M = LONG_MIN, steps = 0, V = LONG_MIN; /* LONG_MIN: not given */
 	double fwd = -1, bwd = -1, comm = 0, optim = 0, wfrac = 0.5; /* -1: not given */
 	int no_timeline = 0, force = 0;
 	const struct option opts[] = {
@@ -200,8 +200,10 @@ int bench_schedule(int argc, char **argv)
 	if (!(wfrac > 0 && wfrac < 1))
 		opts_usage_error(usage, opts, "--wfrac must be between 0 and 1 (exclusive), not %g",
 				 wfrac);
-	if (V < 0 || V > 64)
+	if (V != LONG_MIN && (V < 1 || V > 64))
 		opts_usage_error(usage, opts, "--virtual must be between 1 and 64, not %ld", V);
+	if (V == LONG_MIN)
+		V = 0; /* the kind's default */
 	struct config cfg;
 	struct model m;
 	struct stage_cut cut = {0};
