@@ -28,8 +28,8 @@
  *   split backward zb-h1 and zb-v split each backward into the input
  *                  gradient and the weight gradient, half of it each (the
  *                  weight gradient is the matmuls' second half).
- * A step's time is the simulated makespan per step (2BW: the steady-state
- * window's), tokens/s = DP x M x B x T / step time, idle = the simulated
+ * A step's time is the simulated makespan per step (2BW and 2bw-zb: the
+ * steady-state window's), tokens/s = DP x M x B x T / step time, idle = the simulated
  * bubble (waits for the replicas' sum included). Activation memory is the
  * most activation slots any stage holds, counted in micro-batches of that
  * stage's activations (a chunk's slot is 1/V of one); its bytes are that
@@ -108,7 +108,7 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, struct p
 			t[s].buckets = bucket > 0 ? (int)MIN(ceil(bytes / bucket), 1 << 20) : 1;
 		}
 	}
-	int steps = kind == SCHED_2BW ? 6 : 1;
+	int steps = sched_kind_async(kind) ? 6 : 1;
 	char err[256];
 	struct schedule *sc = sched_build_virtual(kind, S, M, V, steps, 0, err, sizeof(err));
 	if (!sc) {
@@ -124,7 +124,7 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, struct p
 		return -1;
 	}
 	double step = r.makespan, idle = r.bubble;
-	if (kind == SCHED_2BW && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
+	if (sched_kind_async(kind) && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
 		step = (r.steady_t1 - r.steady_t0) / (r.steady_hi - r.steady_lo);
 		idle = r.steady_bubble;
 	}
@@ -153,8 +153,10 @@ static const struct {
 	{"zb-h1", SCHED_ZBH1, 1},
 	{"zb-v", SCHED_ZBV, 2},
 	{"2bw", SCHED_2BW, 1},
+	{"2bw-zb", SCHED_2BW_ZB, 1},
 };
 #define N_SYNC 4 /* kinds[0..3] */
+#define I_2BW 4  /* kinds[4] */
 
 /* Per schedule at S stages and N replicas: tokens/s, idle, memory and
  * versions, and each against 2bw. */
@@ -164,7 +166,7 @@ static int print_schedules(const struct plan *p, long S, long N)
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
 		if (predict(p, kinds[k].kind, kinds[k].V, (int)S, (int)N, &pr[k]))
 			return -1;
-	const struct prediction *bw = &pr[ARRAY_SIZE(kinds) - 1];
+	const struct prediction *bw = &pr[I_2BW];
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
 		if (!pr[k].ok) {
 			printf("%6ld %6ld  %-14s (%s)\n", S, N, kinds[k].name, pr[k].why);

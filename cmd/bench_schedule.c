@@ -135,14 +135,14 @@ int bench_schedule(int argc, char **argv)
 	int no_timeline = 0, force = 0;
 	const struct option opts[] = {
 		OPT_STRING('k', "kind", &kind_name, "K",
-			   "schedule: gpipe, 1f1b, 2bw, pipedream, interleaved, zb-h1 or zb-v"),
+			   "schedule: gpipe, 1f1b, 2bw, pipedream, interleaved, zb-h1, zb-v or 2bw-zb"),
 		OPT_INT('s', "stages", &S, "S", "pipeline stages"),
 		OPT_INT('m', "micro", &M, "M", "micro-batches per optimizer step"),
 		OPT_INT('v', "virtual", &V, "V",
 			"model chunks per stage (virtual stages): interleaved 1..64 (default 1), "
 			"zb-v 2; the others 1"),
 		OPT_INT('n', "steps", &steps, "N",
-			"optimizer steps in the segment (default: 1 for gpipe, 1f1b; 4 for 2bw; "
+			"optimizer steps in the segment (default: 1; 4 for 2bw and 2bw-zb; "
 			"4*max(M,S) for pipedream, where a step is one micro-batch)"),
 		OPT_GROUP("Simulated times (any unit):"),
 		OPT_DOUBLE(0, "fwd", &fwd, "T", "forward of one micro-batch on one stage (1)"),
@@ -174,18 +174,20 @@ int bench_schedule(int argc, char **argv)
 	int kind = sched_kind_from_name(kind_name);
 	if (kind < 0)
 		opts_usage_error(usage, opts, "unknown schedule kind '%s' (gpipe, 1f1b, 2bw, pipedream, "
-				 "interleaved, zb-h1, zb-v)", kind_name);
+				 "interleaved, zb-h1, zb-v, 2bw-zb)", kind_name);
 	if (S == LONG_MIN || M == LONG_MIN)
 		opts_usage_error(usage, opts, "missing --%s", S == LONG_MIN ? "stages" : "micro");
 	if (S < 1 || S > 100000)
 		opts_usage_error(usage, opts, "--stages must be between 1 and 100000, not %ld", S);
 	if (M < 1 || M > 10000000)
 		opts_usage_error(usage, opts, "--micro must be between 1 and 10000000, not %ld", M);
-	if (kind == SCHED_2BW && M < S)
-		opts_usage_error(usage, opts,
-				 "--kind 2bw needs --micro >= --stages (got %ld < %ld)", M, S);
+	if ((kind == SCHED_2BW || kind == SCHED_2BW_ZB) && M < S)
+		opts_usage_error(usage, opts, "--kind %s needs --micro >= --stages (got %ld < %ld)",
+				 sched_kind_name(kind), M, S);
 	if (!steps)
-		steps = kind == SCHED_2BW ? 4 : kind == SCHED_PIPEDREAM ? 4 * MAX(M, S) : 1;
+		steps = kind == SCHED_2BW || kind == SCHED_2BW_ZB ? 4
+			: kind == SCHED_PIPEDREAM		      ? 4 * MAX(M, S)
+								      : 1;
 	if (steps < 1 || steps > 100000000)
 		opts_usage_error(usage, opts, "--steps must be positive (got %ld)", steps);
 	if (svg && opts_output_is_new(svg, force))

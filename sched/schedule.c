@@ -18,6 +18,7 @@ static const char *const kind_names[SCHED_NKINDS] = {
 	[SCHED_INTERLEAVED] = "interleaved",
 	[SCHED_ZBH1] = "zb-h1",
 	[SCHED_ZBV] = "zb-v",
+	[SCHED_2BW_ZB] = "2bw-zb",
 };
 
 static const char *const op_names[SCHED_NOPS] = {
@@ -58,12 +59,12 @@ const char *sched_op_name(enum sched_op op)
 
 int sched_kind_async(enum sched_kind kind)
 {
-	return kind == SCHED_2BW || kind == SCHED_PIPEDREAM;
+	return kind == SCHED_2BW || kind == SCHED_PIPEDREAM || kind == SCHED_2BW_ZB;
 }
 
 int sched_kind_split(enum sched_kind kind)
 {
-	return kind == SCHED_ZBH1 || kind == SCHED_ZBV;
+	return kind == SCHED_ZBH1 || kind == SCHED_ZBV || kind == SCHED_2BW_ZB;
 }
 
 int sched_kind_trainable(enum sched_kind kind)
@@ -152,7 +153,8 @@ int sched_mb_version(const struct schedule *sc, int s, int mb)
 {
 	long g0 = sc->first_step;
 	switch (sc->kind) {
-	case SCHED_2BW: {
+	case SCHED_2BW:
+	case SCHED_2BW_ZB: {
 		long t = g0 + mb / sc->M;
 		return (int)((t > 0 ? t - 1 : 0) - g0);
 	}
@@ -391,6 +393,30 @@ static void order_zbh1(struct ulist *l, int S, int M, int s)
 		uadd(l, SCHED_BACKWARD_WEIGHT, w, 0);
 }
 
+/* 2bw-zb on stage s: the n_mb micro-batches as one stream in zb-h1's order
+ * (min(S-s, n) warm-up forwards; for k: B of k, W of k-s once k >= s, F of
+ * k+S-s), OPTIM_STEP t right after the W of step t's last micro-batch. The
+ * forwards of step t+2 (version t+1, made by OPTIM_STEP t) come after it:
+ * F of k+S-s follows W of k-s, and M >= S. */
+static void emit_2bw_zb(struct builder *b)
+{
+	const struct schedule *sc = b->sc;
+	int N = sc->n_mb, S = sc->S, s = b->s, M = sc->M;
+	for (int f = 0; f < MIN(S - s, N); f++)
+		emit_fwd(b, f, 0);
+	for (int k = 0; k < N + s; k++) {
+		if (k < N)
+			emit_bwd_op(b, SCHED_BACKWARD_INPUT, k, 0);
+		if (k >= s) {
+			emit_w(b, k - s, 0);
+			if ((k - s + 1) % M == 0)
+				emit_optim(b, b->next_step++);
+		}
+		if (k + S - s < N)
+			emit_fwd(b, k + S - s, 0);
+	}
+}
+
 /* One step's units for every stage (the chunked and split kinds). */
 static void unit_orders(struct builder *b)
 {
@@ -452,6 +478,9 @@ static void build_stage(struct builder *b)
 	case SCHED_2BW:
 	case SCHED_PIPEDREAM:
 		emit_1f1b(b, 0, sc->n_mb);
+		break;
+	case SCHED_2BW_ZB:
+		emit_2bw_zb(b);
 		break;
 	case SCHED_INTERLEAVED:
 	case SCHED_ZBH1:
@@ -645,9 +674,9 @@ struct schedule *sched_build_virtual(enum sched_kind kind, int S, int M, int V, 
 		snprintf(err, errlen, "%s schedule: first step %ld out of range", name, first_step);
 		return NULL;
 	}
-	if (kind == SCHED_2BW && M < S) {
-		snprintf(err, errlen, "2bw schedule needs micro-batches >= stages (got %d < %d)",
-			 M, S);
+	if ((kind == SCHED_2BW || kind == SCHED_2BW_ZB) && M < S) {
+		snprintf(err, errlen, "%s schedule needs micro-batches >= stages (got %d < %d)",
+			 name, M, S);
 		return NULL;
 	}
 	if (!V)
@@ -690,7 +719,7 @@ struct schedule *sched_build_virtual(enum sched_kind kind, int S, int M, int V, 
 	size_t cells = st_mult((size_t)n_mb, (size_t)V);
 	b.slot_of = xmalloc(st_mult(cells, sizeof(int)));
 	b.used = xcalloc(cells, 1);
-	if (kind >= SCHED_NKINDS_FUSED)
+	if (kind >= SCHED_NKINDS_FUSED && kind != SCHED_2BW_ZB)
 		unit_orders(&b);
 	for (int s = 0; s < S; s++) {
 		b.st = &sc->stage[s];
@@ -743,6 +772,7 @@ static int expected_delay(const struct schedule *sc, int s, int t)
 	long g = sc->first_step + t;
 	switch (sc->kind) {
 	case SCHED_2BW:
+	case SCHED_2BW_ZB:
 		return g > 0 ? 1 : 0;
 	case SCHED_PIPEDREAM:
 		return (int)MIN(g, (long)(sc->S - 1 - s));
@@ -776,6 +806,8 @@ static int max_slots(const struct schedule *sc, int s)
 		return M == S ? M * V : MIN(2 * (S - s - 1) + (V - 1) * S + 1, M * V);
 	case SCHED_ZBH1:
 		return MIN(S, M); /* 1F1B's peak, stage 0's */
+	case SCHED_2BW_ZB:
+		return MIN(S, N);
 	case SCHED_ZBV:
 		return MIN(2 * S, 2 * M); /* 1F1B's stage 0: S micro-batches of both chunks */
 	default:
@@ -794,7 +826,9 @@ static int check_stage(const struct schedule *sc, int s, int *pos, char *why, si
 	int split = sched_kind_split(sc->kind);
 	int per_step = sc->kind == SCHED_PIPEDREAM ? 1 : sc->M * V;
 	int n_updates = sc->kind == SCHED_PIPEDREAM ? sc->n_mb : sc->n_steps;
-	int max_versions = sc->kind == SCHED_2BW ? 2 : sc->kind == SCHED_PIPEDREAM ? S - s : 1;
+	int max_versions = sc->kind == SCHED_2BW || sc->kind == SCHED_2BW_ZB ? 2
+			   : sc->kind == SCHED_PIPEDREAM			 ? S - s
+									 : 1;
 	/* positions of each chunk-micro-batch's F, B (the fused BACKWARD or
 	 * BACKWARD_INPUT), W (BACKWARD_WEIGHT, or the fused BACKWARD again),
 	 * RECV_ACT, SEND_ACT, RECV_GRAD, SEND_GRAD on this stage and its
@@ -835,8 +869,8 @@ static int check_stage(const struct schedule *sc, int s, int *pos, char *why, si
 			if (d != want)
 				BAD("%s: step %d sees delay %d, expected %d", at, a->step, d, want);
 			if (sched_kind_async(sc->kind) && i > 0 &&
-			    st->a[i - 1].op != SCHED_BACKWARD &&
-			    !(st->a[i - 1].op == SCHED_SEND_GRAD && i > 1 &&
+			    st->a[i - 1].op != (split ? SCHED_BACKWARD_WEIGHT : SCHED_BACKWARD) &&
+			    !(!split && st->a[i - 1].op == SCHED_SEND_GRAD && i > 1 &&
 			      st->a[i - 2].op == SCHED_BACKWARD))
 				BAD("%s: not right after the step's last backward", at);
 			nupd++;

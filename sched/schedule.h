@@ -118,6 +118,16 @@
  *              remaining W's of chunk 1, then of chunk 0; OPTIM_STEP.
  * All three are synchronous: version = step, one OPTIM_STEP per step after
  * every chunk's last W (or BACKWARD), updating all the stage's chunks.
+ *   2bw-zb     2bw's update (M >= S, version max(t-1, 0) for step t, two
+ *              versions, delay 1) with the backward split and the W's put
+ *              off as zb-h1 puts them off: the n_steps*M micro-batches are
+ *              one stream in zb-h1's order on stage s (min(S-s, n) warm-up
+ *              forwards; for k: B of k, W of k-s once k >= s, F of k+S-s),
+ *              OPTIM_STEP t right after the W of step t's last micro-batch.
+ *              The forwards of step t+2, which need the version OPTIM_STEP
+ *              t makes, come after it since M >= S. Less idle in the
+ *              segment's drain (and where messages' latency leaves waits);
+ *              up to min(S, M) micro-batches in flight.
  * The stage workers do not execute them yet (sched_kind_trainable): they
  * are drawn and simulated, and their lists checked.
  */
@@ -135,6 +145,7 @@ enum sched_kind {
 	SCHED_INTERLEAVED,
 	SCHED_ZBH1,
 	SCHED_ZBV,
+	SCHED_2BW_ZB,
 	SCHED_NKINDS
 };
 
@@ -228,8 +239,8 @@ int sched_mb_version(const struct schedule *sc, int s, int mb);
  * never alive there. */
 int sched_version_buffer(const struct schedule *sc, int s, int v);
 
-/* "gpipe", "1f1b", "2bw", "pipedream", "interleaved", "zb-h1", "zb-v" <->
- * kind; -1 for an unknown name.
+/* "gpipe", "1f1b", "2bw", "pipedream", "interleaved", "zb-h1", "zb-v",
+ * "2bw-zb" <-> kind; -1 for an unknown name.
  * "pipedream-flush" is accepted for 1f1b and "pipedream-2bw" for 2bw. */
 int sched_kind_from_name(const char *name);
 const char *sched_kind_name(enum sched_kind kind);

@@ -224,7 +224,10 @@ void sim_result_free(struct sim_result *r)
 
 /* Steady window for the asynchronous kinds: "steps" of M micro-batches
  * [lo, hi) leaving at least a quarter of the segment, and the pipeline's
- * fill and drain, on either side. */
+ * fill and drain, on either side. The window runs from the last stage's
+ * start of step lo's first forward to its start of step hi's first forward:
+ * the same event hi-lo steps apart, so it spans whole periods whatever the
+ * kind puts between (a split kind's W's wait). */
 static void steady_window(const struct schedule *sc, struct sim_result *r)
 {
 	int S = sc->S, M = sc->M;
@@ -235,16 +238,16 @@ static void steady_window(const struct schedule *sc, struct sim_result *r)
 	r->steady_t0 = r->steady_t1 = 0;
 	if (hi <= lo)
 		return;
-	int first = lo * M, last = hi * M - 1;
-	double t0 = 0, t1 = INFINITY;
+	int first = lo * M, next = hi * M; /* next < n_mb: lo >= 1 */
+	double t0 = 0, t1 = 0;
 	for (int s = 0; s < S; s++) {
 		const struct sched_stage *st = &sc->stage[s];
 		for (int i = 0; i < st->n; i++) {
 			const struct sched_action *a = &st->a[i];
 			if (a->op == SCHED_FORWARD && a->mb == first)
 				t0 = MAX(t0, r->start[s][i]);
-			if (is_grad(a->op) && a->mb == last)
-				t1 = MIN(t1, r->end[s][i]);
+			if (a->op == SCHED_FORWARD && a->mb == next)
+				t1 = MAX(t1, r->start[s][i]);
 		}
 	}
 	if (!(t1 > t0))

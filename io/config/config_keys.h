@@ -38,7 +38,7 @@
 	X(train, device, CHOICE("cpu|cuda|cuda:N"), "cpu", "backend that runs the model: cpu, cuda (the GPU of the local rank) or cuda:N")                     \
 	X(train, threads, INT_IN(0, 4096), "0", "CPU threads; 0 uses every core")                                  \
 	X(train, act_dtype, CHOICE("auto|f32|bf16"), "auto", "storage of activations and their gradients: f32, bf16 (rounded to nearest even on every store), or auto (bf16 on cuda, f32 on cpu); weights, gradients and optimizer state stay f32") \
-	X(train, schedule, CHOICE("none|gpipe|1f1b|2bw|pipedream|interleaved|zb-h1|zb-v"), "none", "pipeline schedule; none runs the stages in order on one worker; interleaved, zb-h1 and zb-v are drawn and simulated by bench schedule, not yet trained") \
+	X(train, schedule, CHOICE("none|gpipe|1f1b|2bw|pipedream|interleaved|zb-h1|zb-v|2bw-zb"), "none", "pipeline schedule; none runs the stages in order on one worker; interleaved, zb-h1, zb-v and 2bw-zb are drawn and simulated by bench schedule, not yet trained") \
 	X(train, delay, INT_IN(0, 64), "0", "emulated gradient delay in steps (one device)")                     \
 	X(train, delay_mode, CHOICE("uniform|per-stage"), "uniform", "uniform: every layer sees train.delay; per-stage: layers of stage s see S-1-s (original PipeDream)") \
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \

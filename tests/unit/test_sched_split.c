@@ -1,5 +1,5 @@
 /* test_sched_split.c - the chunked and split-backward schedules (interleaved,
- * zb-h1, zb-v): both checks pass for every valid (S, V, M) up to 8, 4, 16
+ * zb-h1, zb-v, 2bw-zb): both checks pass for every valid (S, V, M) up to 8, 4, 16
  * and the invalid ones are refused naming the constraint; the lists hold
  * each property again, asserted directly here (not through sched_check);
  * interleaved follows Megatron's order, computed here another way; the
@@ -13,7 +13,7 @@
 #include "../../sched/schedule.h"
 #include "../test.h"
 
-static const int new_kinds[] = {SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBV};
+static const int new_kinds[] = {SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_ZBV, SCHED_2BW_ZB};
 
 /* Why (kind, S, M, V) is invalid, as a part of the builder's message, or
  * NULL when it is valid. */
@@ -23,6 +23,8 @@ static const char *invalid(int kind, int S, int M, int V)
 		return V > 1 && M % S ? "a multiple of stages" : NULL;
 	if (kind == SCHED_ZBV)
 		return V != 2 ? "it takes 2" : M < 2 * S ? ">= 2 x stages" : NULL;
+	if (kind == SCHED_2BW_ZB && M < S) /* checked before the chunks */
+		return "micro-batches >= stages";
 	return V != 1 ? "it takes 1" : NULL;
 }
 
@@ -67,7 +69,8 @@ TEST(test_new_kinds_pass_both_checks_or_are_refused)
 						built[kind]++;
 						sched_free(sc);
 					}
-	CHECK(built[SCHED_INTERLEAVED] > 300 && built[SCHED_ZBH1] > 200 && built[SCHED_ZBV] > 50);
+	CHECK(built[SCHED_INTERLEAVED] > 300 && built[SCHED_ZBH1] > 200 && built[SCHED_ZBV] > 50 &&
+	      built[SCHED_2BW_ZB] > 100);
 	CHECK(refused > 500);
 	/* the default chunk counts */
 	struct schedule *sc = sched_build(SCHED_ZBV, 2, 4, 1, err, sizeof(err));
@@ -323,6 +326,26 @@ TEST(test_bubbles_match_the_published_formulas)
 				CHECK_NEAR(v, (double)(S - 1) / (6 * M + S - 1), 1e-9);
 			}
 		}
+	/* 2bw-zb: 2bw's stream with zb-h1's W's; a segment of n steps idles
+	 * (S-1)(F+B-W) per stage where 2bw idles (S-1)(F+B+W), none in the
+	 * steady state */
+	for (int S = 2; S <= 8; S++)
+		for (int M = S; M <= 2 * S; M += S) {
+			char e[256];
+			struct sim_times t = {.fwd = 1, .bwd = 2};
+			struct schedule *a = sched_build(SCHED_2BW, S, M, 6, e, sizeof(e));
+			struct schedule *b = sched_build(SCHED_2BW_ZB, S, M, 6, e, sizeof(e));
+			struct sim_result ra, rb;
+			CHECK(a && b && sched_simulate(a, &t, &ra) == 0 && sched_simulate(b, &t, &rb) == 0);
+			CHECK_NEAR(ra.bubble, (double)(S - 1) / (6 * M + S - 1), 1e-9);
+			CHECK_NEAR(rb.bubble, (double)(S - 1) / (3 * 6 * M + S - 1), 1e-9);
+			CHECK_NEAR(rb.steady_bubble, 0, 1e-12);
+			CHECK(b->stage[0].nversions == 2);
+			sim_result_free(&ra);
+			sim_result_free(&rb);
+			sched_free(a);
+			sched_free(b);
+		}
 	/* a W heavier than B: zb-h1 still ahead of 1f1b */
 	CHECK(bubble_of(SCHED_ZBH1, 4, 8, 1, 0.7) < bubble_of(SCHED_1F1B, 4, 8, 1, 0));
 }
@@ -337,7 +360,8 @@ TEST(test_busy_time_and_memory)
 	for (size_t k = 0; k < ARRAY_SIZE(new_kinds); k++)
 		for (int S = 1; S <= 6; S++)
 			for (int M = 2 * S; M <= 12; M += S) {
-				int kind = new_kinds[k], V = kind == SCHED_ZBH1 ? 1 : 2;
+				int kind = new_kinds[k];
+				int V = kind == SCHED_INTERLEAVED || kind == SCHED_ZBV ? 2 : 1;
 				struct schedule *sc = sched_build_virtual(kind, S, M, V, 1, 0, err,
 									  sizeof(err));
 				struct sim_times t = {.fwd = 1.5, .bwd = 2.5, .comm = 0.25, .wfrac = 0.3};
@@ -348,7 +372,7 @@ TEST(test_busy_time_and_memory)
 				sim_result_free(&r);
 				struct schedule *ref = sched_build(SCHED_1F1B, S, M, 1, err, sizeof(err));
 				for (int s = 0; s < S; s++) {
-					if (kind == SCHED_ZBH1)
+					if (kind == SCHED_ZBH1 || kind == SCHED_2BW_ZB)
 						CHECK(sc->stage[s].nslots <= ref->stage[0].nslots);
 					if (kind == SCHED_ZBV)
 						CHECK(sc->stage[s].nslots <= 2 * ref->stage[0].nslots);
@@ -553,4 +577,37 @@ TEST(test_timeline_draws_b_w_and_chunks)
 	buf_free(&b);
 	sim_result_free(&r);
 	sched_free(sc);
+}
+
+/* The steady-state window of the asynchronous kinds spans whole periods:
+ * one stage's 2bw step takes exactly M*(fwd+bwd) + optim; 2bw-zb, which only
+ * moves W's, has 2bw's period without message latency and is never slower
+ * with it (its W's fill the waits). The window once ended at a step's last
+ * backward, leaving out the last optimizer step. */
+TEST(test_steady_window_is_whole_periods)
+{
+	char err[256];
+	for (int S = 1; S <= 4; S++)
+		for (int M = S; M <= 2 * S; M += S)
+			for (int c = 0; c < 2; c++) {
+				struct sim_times t = {.fwd = 1, .bwd = 2, .optim = 0.5, .comm = 0.25 * c};
+				double period[2];
+				for (int k = 0; k < 2; k++) {
+					struct schedule *sc = sched_build(k ? SCHED_2BW_ZB : SCHED_2BW, S,
+									  M, 12, err, sizeof(err));
+					struct sim_result r;
+					CHECK(sc && sched_simulate(sc, &t, &r) == 0);
+					CHECK(r.steady_hi > r.steady_lo);
+					period[k] = (r.steady_t1 - r.steady_t0) /
+						    (r.steady_hi - r.steady_lo);
+					if (S == 1)
+						CHECK_NEAR(period[k], M * 3.0 + 0.5, 1e-9);
+					sim_result_free(&r);
+					sched_free(sc);
+				}
+				if (c)
+					CHECK(period[1] <= period[0] + 1e-9);
+				else
+					CHECK_NEAR(period[1], period[0], 1e-9);
+			}
 }
