@@ -1,7 +1,8 @@
-/* bench_plan.c - `asyncpp bench plan`: predicted tokens/s and idle of sync
- * 1F1B against PipeDream-2BW at scales beyond the machines at hand, from a
- * model shape, a compute rate (measured: bench train --device cuda) and link
- * figures, by simulating the real schedules (sched/simulate.c).
+/* bench_plan.c - `asyncpp bench plan`: predicted tokens/s and idle of the
+ * synchronous schedules (1F1B, interleaved 1F1B, ZB-H1, ZB-V) against
+ * PipeDream-2BW at scales beyond the machines at hand, from a model shape, a
+ * compute rate (measured: bench train --device cuda) and link figures, by
+ * simulating the real schedules (sched/simulate.c).
  *
  * The model of one training step, per pipeline replica:
  *   layer forward  B*T*(24*C^2 + 4*T*C) FLOPs at the compute rate (the
@@ -26,9 +27,20 @@
  * to its forward and backward, keeps E/EP of the experts on a GPU (for the
  * optimizer step, the memory column and the replicas' sum: the experts'
  * gradients are summed over the DP/EP replicas holding the same ones).
- * A step's time is the simulated makespan per step (2BW: the steady-state
- * window's), tokens/s = DP x M x B x T / step time, idle = the simulated
- * bubble (waits for the replicas' sum included).
+ *   chunks         interleaved (V = 2) and zb-v run each stage as two
+ *                  chunks of half its layers: half its times per op, the
+ *                  same hand-off bytes per message (twice the messages).
+ *   split backward zb-h1 and zb-v split each backward into the input
+ *                  gradient and the weight gradient, half of it each (the
+ *                  weight gradient is the matmuls' second half).
+ * A step's time is the simulated makespan per step (2BW and 2bw-zb: the
+ * steady-state window's), tokens/s = DP x M x B x T / step time, idle = the simulated
+ * bubble (waits for the replicas' sum included). Activation memory is the
+ * most activation slots any stage holds, counted in micro-batches of that
+ * stage's activations (a chunk's slot is 1/V of one); its bytes are that
+ * times one micro-batch's activations of the stage, which this model does
+ * not size (asyncpp train logs them). The split kinds also hold the output
+ * gradients of the micro-batches between B and W ("held W").
  */
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +72,11 @@ struct plan {
 struct prediction {
 	double tokens_per_s, idle, step_s;
 	double state_gb; /* the fullest GPU's weights, gradients, AdamW moments */
+	double act;       /* peak activations on a stage, in its micro-batches */
+	double held;      /* peak B-done-W-pending micro-batches, the same unit */
+	int versions;     /* peak weight versions on a stage */
+	int ok;           /* 0: the schedule does not fit (its reason in why) */
+	char why[160];
 };
 
 static double layer_fwd_s(const struct plan *p)
@@ -101,12 +118,19 @@ static void moe_stage(const struct plan *p, long layers, double emb, double head
 		t->buckets = 0;
 }
 
-/* One stage layout and schedule kind at S stages and N replicas (ep of
- * them share out a mixture's experts; 1 for a dense model). */
-static int predict(const struct plan *p, int kind, int S, int N, long ep,
+/* One stage layout and schedule kind (V chunks per stage) at S stages and N
+ * replicas, ep of them sharing out a mixture's experts (1 for a dense
+ * model). A kind that cannot run this layout (too few layers for its
+ * chunks, too few micro-batches) gets out->ok = 0 and returns 0. */
+static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
 		   struct prediction *out)
 {
 	int M = (int)p->K * S;
+	memset(out, 0, sizeof(*out));
+	if (p->L < (long)S * V) {
+		snprintf(out->why, sizeof(out->why), "%d chunks need %d layers", S * V, S * V);
+		return 0;
+	}
 	double C = (double)p->C, bt = (double)p->B * (double)p->T;
 	double lf = layer_fwd_s(p), head_f = 2 * bt * C * (double)p->V / (p->tflops * 1e12);
 	double hop_bytes = bt * C * p->act_bytes;
@@ -136,12 +160,13 @@ static int predict(const struct plan *p, int kind, int S, int N, long ep,
 			t[s].buckets = bucket > 0 ? (int)MIN(ceil(bytes / bucket), 1 << 20) : 1;
 		}
 	}
-	int steps = kind == SCHED_2BW ? 6 : 1;
+	int steps = sched_kind_async(kind) ? 6 : 1;
 	char err[256];
-	struct schedule *sc = sched_build(kind, S, M, steps, err, sizeof(err));
+	struct schedule *sc = sched_build_virtual(kind, S, M, V, steps, 0, err, sizeof(err));
 	if (!sc) {
 		free(t);
-		return error("%s", err);
+		snprintf(out->why, sizeof(out->why), "%.150s", err);
+		return 0;
 	}
 	struct sim_result r;
 	int rc = sched_simulate_stages(sc, t, &r);
@@ -151,15 +176,60 @@ static int predict(const struct plan *p, int kind, int S, int N, long ep,
 		return -1;
 	}
 	double step = r.makespan, idle = r.bubble;
-	if (kind == SCHED_2BW && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
+	if (sched_kind_async(kind) && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
 		step = (r.steady_t1 - r.steady_t0) / (r.steady_hi - r.steady_lo);
 		idle = r.steady_bubble;
 	}
 	out->step_s = step;
 	out->idle = idle;
 	out->tokens_per_s = (double)N * M * bt / step;
+	for (int s = 0; s < S; s++) {
+		const struct sched_stage *st = sched_stage(sc, s);
+		out->act = MAX(out->act, (double)st->nslots / sc->V);
+		out->held = MAX(out->held, (double)st->npending / sc->V);
+		out->versions = MAX(out->versions, st->nversions);
+	}
+	out->ok = 1;
 	sim_result_free(&r);
 	sched_free(sc);
+	return 0;
+}
+
+/* The schedules compared: the synchronous ones, then 2bw. */
+static const struct {
+	const char *name;
+	int kind, V;
+} kinds[] = {
+	{"1f1b", SCHED_1F1B, 1},
+	{"interleaved/2", SCHED_INTERLEAVED, 2},
+	{"zb-h1", SCHED_ZBH1, 1},
+	{"zb-v", SCHED_ZBV, 2},
+	{"2bw", SCHED_2BW, 1},
+	{"2bw-zb", SCHED_2BW_ZB, 1},
+};
+#define N_SYNC 4 /* kinds[0..3] */
+#define I_2BW 4  /* kinds[4] */
+
+/* Per schedule at S stages and N replicas: tokens/s, idle, memory and
+ * versions, and each against 2bw. */
+static int print_schedules(const struct plan *p, long S, long N)
+{
+	struct prediction pr[ARRAY_SIZE(kinds)];
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+		if (predict(p, kinds[k].kind, kinds[k].V, (int)S, (int)N, 1, &pr[k]))
+			return -1;
+	const struct prediction *bw = &pr[I_2BW];
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		if (!pr[k].ok) {
+			printf("%6ld %6ld  %-14s (%s)\n", S, N, kinds[k].name, pr[k].why);
+			continue;
+		}
+		printf("%6ld %6ld  %-14s %12.4g %8.4f %7.2f %7.2f %9d", S, N, kinds[k].name,
+		       pr[k].tokens_per_s, pr[k].idle, pr[k].act, pr[k].held, pr[k].versions);
+		if (bw->ok)
+			printf(" %8.3f", bw->tokens_per_s / pr[k].tokens_per_s);
+		printf("\n");
+	}
 	return 0;
 }
 
@@ -277,8 +347,8 @@ static int plan_moe_table(const struct plan *p, const char *stages_list, const c
 				if (N % ep)
 					continue;
 				struct prediction sync = {0}, async = {0};
-				if (predict(p, SCHED_1F1B, (int)S, (int)N, ep, &sync) ||
-				    predict(p, SCHED_2BW, (int)S, (int)N, ep, &async)) {
+				if (predict(p, SCHED_1F1B, 1, (int)S, (int)N, ep, &sync) ||
+				    predict(p, SCHED_2BW, 1, (int)S, (int)N, ep, &async)) {
 					rc = EXIT_FAIL;
 					break;
 				}
@@ -339,9 +409,11 @@ int bench_plan(int argc, char **argv)
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, opts,
-			      "Predict tokens/s and idle of sync 1F1B against PipeDream-2BW for a model on\n"
-			      "S stages x DP replicas, by simulating the schedules with per-stage times from\n"
-			      "a compute rate and link figures (see asyncpp-bench(1) for the cost model).");
+			      "Predict tokens/s, idle, activation memory and weight versions of the\n"
+			      "synchronous schedules (1f1b, interleaved, zb-h1, zb-v) and PipeDream-2BW for\n"
+			      "a model on S stages x DP replicas, by simulating the schedules with per-stage\n"
+			      "times from a compute rate and link figures (see asyncpp-bench(1) for the\n"
+			      "cost model).");
 	if (npos)
 		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
 	int found = 0;
@@ -379,9 +451,35 @@ int bench_plan(int argc, char **argv)
 	else
 		printf("replicas' sum: after each step's last backward\n");
 	printf("layer forward %.3f ms per micro-batch\n\n", layer_fwd_s(&p) * 1e3);
-	printf("%6s %6s %6s %16s %8s %16s %8s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s", "idle",
-	       "2bw tokens/s", "idle", "2bw/1f1b");
 	int rc = EXIT_OK;
+	/* per schedule, at the first replica count */
+	long dp0 = strtol(dp_list, NULL, 10);
+	printf("each schedule at DP = %ld: act = the most activations a stage holds, in "
+	       "micro-batches of that stage's\nactivations (x its bytes per micro-batch); held W = "
+	       "those whose weight gradient waits (their\noutput gradients held too); versions = "
+	       "weight copies per stage; 2bw/x = 2bw's tokens/s over x's\n", dp0);
+	printf("%6s %6s  %-14s %12s %8s %7s %7s %9s %8s\n", "S", "DP", "schedule", "tokens/s", "idle",
+	       "act", "held W", "versions", "2bw/x");
+	char *sl0 = xstrdup(stages_list);
+	for (char *save, *a = strtok_r(sl0, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long S = strtol(a, &end, 10);
+		if (*end || S < 1 || S > 1024)
+			opts_usage_error(usage, opts, "--stages: '%s' is not a count of 1..1024", a);
+		if (dp0 < 1 || dp0 > 1 << 20)
+			opts_usage_error(usage, opts, "--dp: '%s' does not start with a count of "
+					 "1..1048576", dp_list);
+		if (S > L)
+			printf("%6ld %6s   (more stages than %ld layers)\n", S, "-", L);
+		else if (print_schedules(&p, S, dp0))
+			rc = EXIT_FAIL;
+	}
+	free(sl0);
+	if (rc)
+		return rc;
+	printf("\n2bw beside 1f1b and beside the fastest synchronous schedule (best sync):\n");
+	printf("%6s %6s %6s %16s %8s %16s %8s %8s  %-14s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s",
+	       "idle", "2bw tokens/s", "idle", "2bw/1f1b", "best sync", "2bw/best");
 	char *sl = xstrdup(stages_list);
 	for (char *save1, *a = strtok_r(sl, ",", &save1); a; a = strtok_r(NULL, ",", &save1)) {
 		char *end;
@@ -397,15 +495,32 @@ int bench_plan(int argc, char **argv)
 			long N = strtol(b, &end, 10);
 			if (*end || N < 1 || N > 1 << 20)
 				opts_usage_error(usage, opts, "--dp: '%s' is not a count of 1..1048576", b);
-			struct prediction sync = {0}, async = {0};
-			if (predict(&p, SCHED_1F1B, (int)S, (int)N, 1, &sync) ||
-			    predict(&p, SCHED_2BW, (int)S, (int)N, 1, &async)) {
+			struct prediction sync = {0}, async = {0}, best = {0}, x;
+			int bi = 0;
+			if (predict(&p, SCHED_1F1B, 1, (int)S, (int)N, 1, &sync) ||
+			    predict(&p, SCHED_2BW, 1, (int)S, (int)N, 1, &async)) {
 				rc = EXIT_FAIL;
 				break;
 			}
-			printf("%6ld %6ld %6ld %16.4g %8.4f %16.4g %8.4f %8.3f\n", S, N, S * N,
-			       sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
-			       async.tokens_per_s / sync.tokens_per_s);
+			if (!sync.ok || !async.ok) { /* cannot happen: S <= L, M = K*S >= S */
+				rc = error("bench plan: %s", sync.ok ? async.why : sync.why);
+				break;
+			}
+			best = sync;
+			for (int k = 1; k < N_SYNC; k++) {
+				if (predict(&p, kinds[k].kind, kinds[k].V, (int)S, (int)N, 1, &x)) {
+					rc = EXIT_FAIL;
+					break;
+				}
+				if (x.ok && x.tokens_per_s > best.tokens_per_s)
+					best = x, bi = k;
+			}
+			if (rc)
+				break;
+			printf("%6ld %6ld %6ld %16.4g %8.4f %16.4g %8.4f %8.3f  %-14s %8.3f\n", S, N,
+			       S * N, sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
+			       async.tokens_per_s / sync.tokens_per_s, kinds[bi].name,
+			       async.tokens_per_s / best.tokens_per_s);
 		}
 		free(dl);
 	}

@@ -11,6 +11,7 @@
 #include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 #include "../sched/comm/dist.h"
+#include "../sched/schedule.h"
 
 int model_from_config(struct model *m, const struct config *cfg, int vocab)
 {
@@ -256,4 +257,18 @@ int backend_lanes_from_config(const struct backend *be, const struct config *cfg
 		rc = error("pipeline.devices = %s cannot be served: %s", list, why);
 	free(dev);
 	return rc;
+}
+
+int run_check_schedule(const struct config *cfg)
+{
+	int kind = sched_kind_from_name(cfg->train_schedule);
+	if (kind >= 0 && !sched_kind_trainable(kind))
+		return error("train.schedule = %s is drawn and simulated by asyncpp bench schedule "
+			     "--kind %s but not yet executed by asyncpp train: pick gpipe, 1f1b, 2bw "
+			     "or pipedream", cfg->train_schedule, cfg->train_schedule);
+	if (cfg->pipeline_virtual_stages != 1 && kind != SCHED_INTERLEAVED)
+		return error("pipeline.virtual_stages = %ld is for train.schedule = interleaved, "
+			     "not %s: leave it at 1", cfg->pipeline_virtual_stages,
+			     cfg->train_schedule);
+	return 0;
 }

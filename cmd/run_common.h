@@ -43,5 +43,11 @@ const struct backend *backend_from_config(const struct config *cfg);
  * change. train and bench train call it: eval, sample and export run one
  * stage and ignore the key. */
 int backend_lanes_from_config(const struct backend *be, const struct config *cfg);
+/* train.schedule and pipeline.virtual_stages as the stage workers can run
+ * them: 0, or -1 after error() when the schedule is one bench schedule
+ * draws but the workers do not execute yet (interleaved, zb-h1, zb-v), or
+ * virtual stages are asked of another schedule. train and bench train call
+ * it before anything runs. */
+int run_check_schedule(const struct config *cfg);
 
 #endif

@@ -422,6 +422,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 		      cfg->train_delay, cfg->train_schedule);
 		return EXIT_FAIL;
 	}
+	if (run_check_schedule(cfg)) /* before anything is written */
+		return EXIT_FAIL;
 	if (make_dirs(cfg->train_out_dir))
 		return EXIT_FAIL;
 	char *metrics_path = cfg->log_metrics[0]
