@@ -78,6 +78,20 @@ static int unset(const struct json *obj, const char *key, int empty_ok)
 static const char cl100k_regex[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}"
 	"\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen 2's and 3's: cl100k's with single digits (PRETOK_QWEN) */
+static const char qwen_regex[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}"
+	"\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* The kind whose Split regex is re[0..n), or -1. */
+static int split_kind(const char *re, size_t n)
+{
+	if (n == sizeof(cl100k_regex) - 1 && !memcmp(re, cl100k_regex, n))
+		return PRETOK_CL100K;
+	if (n == sizeof(qwen_regex) - 1 && !memcmp(re, qwen_regex, n))
+		return PRETOK_QWEN;
+	return -1;
+}
 
 /* A ByteLevel pre-tokenizer at JSON path at: no prefix space, and GPT-2's
  * regex when regex (Hugging Face's default) or none after a Split. */
@@ -93,22 +107,25 @@ static int check_bytelevel(const char *path, const struct json *p, const char *a
 			     "(use_regex false, as Llama 3's)", path, p->line, at);
 	if (!has && regex)
 		return error("%s:%d: %s.use_regex: ByteLevel with use_regex false is implemented "
-			     "only after Llama 3's Split", path, p->line, at);
+			     "only after Llama 3's or Qwen's Split", path, p->line, at);
 	return 0;
 }
 
-/* Llama 3's Split at JSON path at: cl100k's regex, Isolated, not inverted. */
-static int check_split(const char *path, const struct json *p, const char *at)
+/* Llama 3's or Qwen's Split at JSON path at: its regex, Isolated, not
+ * inverted. The kind in *kind. */
+static int check_split(const char *path, const struct json *p, const char *at, uint32_t *kind)
 {
 	const struct json *pat = json_get(p, "pattern"), *re = json_get(pat, "Regex"),
 			  *beh = json_get(p, "behavior");
 	if (!re || re->type != JSON_STRING)
 		return error("%s:%d: %s.pattern: a Split pattern that is not a Regex is not "
 			     "implemented", path, p->line, at);
-	if (re->len != sizeof(cl100k_regex) - 1 || memcmp(re->str, cl100k_regex, re->len))
+	int k = split_kind(re->str, re->len);
+	if (k < 0)
 		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented "
-			     "(asyncpp implements Llama 3's, which is cl100k_base's)", path,
-			     re->line, at);
+			     "(asyncpp implements Llama 3's, which is cl100k_base's, and Qwen's)",
+			     path, re->line, at);
+	*kind = (uint32_t)k;
 	if (!beh || beh->type != JSON_STRING || strcmp(beh->str, "Isolated"))
 		return error("%s:%d: %s.behavior: a Split behavior other than Isolated is not "
 			     "implemented", path, p->line, at);
@@ -144,9 +161,8 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	const char *at0 = "pre_tokenizer.pretokenizers[0]", *at1 = "pre_tokenizer.pretokenizers[1]";
 	const char *at_last = list->len == 2 ? at1 : at0;
 	if (list->len == 2 && !strcmp(type_of(first), "Split")) {
-		if (check_split(path, first, at0))
+		if (check_split(path, first, at0, kind))
 			return -1;
-		*kind = PRETOK_CL100K;
 	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
 		if (!is_true(first, "individual_digits"))
 			return error("%s:%d: %s.individual_digits: Digits with individual_digits "
@@ -160,7 +176,7 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	if (strcmp(type_of(last), "ByteLevel"))
 		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (asyncpp implements "
 			     "only ByteLevel there)", path, last->line, at_last, type_of(last));
-	return check_bytelevel(path, last, at_last, *kind != PRETOK_CL100K);
+	return check_bytelevel(path, last, at_last, *kind == PRETOK_GPT2_DIGITS);
 }
 
 static int check_pipeline(const char *path, const struct json *root, uint32_t *kind)
@@ -473,26 +489,27 @@ static void put_pretok(struct buf *j, uint32_t kind)
 		return;
 	}
 	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
-	if (kind == PRETOK_CL100K) {
+	if (kind == PRETOK_CL100K || kind == PRETOK_QWEN) {
+		const char *re = kind == PRETOK_QWEN ? qwen_regex : cl100k_regex;
 		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
-		json_put_string(j, cl100k_regex, sizeof(cl100k_regex) - 1);
+		json_put_string(j, re, strlen(re));
 		put_s(j, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
 	} else {
 		put_s(j, "{\"type\": \"Digits\", \"individual_digits\": true},\n    ");
 	}
 	put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
 		 "\"use_regex\": ");
-	put_s(j, kind == PRETOK_CL100K ? "false}]}" : "true}]}");
+	put_s(j, kind == PRETOK_GPT2_DIGITS ? "true}]}" : "false}]}");
 }
 
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length)
 {
 	uint32_t kind = tokenizer_pretok(tok);
-	if (kind != PRETOK_GPT2 && kind != PRETOK_CL100K && kind != PRETOK_GPT2_DIGITS)
+	if (kind == PRETOK_O200K)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
-			     "writes GPT-2's, Llama 3's (cl100k) and SmolLM's (gpt2_digits) so far",
-			     dir, pretok_kind_name(kind));
+			     "writes GPT-2's, Llama 3's (cl100k), SmolLM's (gpt2_digits) and "
+			     "Qwen's so far", dir, pretok_kind_name(kind));
 	if (kind != PRETOK_GPT2 || tokenizer_flags(tok))
 		gpt2_files = 0; /* vocab.json and merges.txt cannot say how to split */
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
