@@ -176,15 +176,24 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	if (strcmp(type_of(last), "ByteLevel"))
 		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (asyncpp implements "
 			     "only ByteLevel there)", path, last->line, at_last, type_of(last));
-	return check_bytelevel(path, last, at_last, *kind == PRETOK_GPT2_DIGITS);
+	return check_bytelevel(path, last, at_last, *kind != PRETOK_CL100K && *kind != PRETOK_QWEN);
+}
+
+/* The normalizer: none, or NFC (Qwen's): *nfc. (A normalizer chain, for
+ * Llama 2's and Mistral's, is another reader's.) */
+static int check_normalizer(const char *path, const struct json *root, int *nfc)
+{
+	const struct json *j = json_get(root, "normalizer");
+	*nfc = j && j->type != JSON_NULL && !strcmp(type_of(j), "NFC");
+	if (j && j->type != JSON_NULL && !*nfc)
+		return error("%s:%d: normalizer: normalizer '%s' is not implemented (asyncpp "
+			     "implements none and NFC)", path, j->line, type_of(j));
+	return 0;
 }
 
 static int check_pipeline(const char *path, const struct json *root, uint32_t *kind)
 {
-	const struct json *j = json_get(root, "normalizer");
-	if (j && j->type != JSON_NULL)
-		return error("%s:%d: normalizer '%s' is not implemented (asyncpp normalizes nothing)",
-			     path, j->line, type_of(j));
+	const struct json *j;
 	if (check_pretok(path, root, kind))
 		return -1;
 	j = json_get(root, "decoder");
@@ -218,7 +227,28 @@ struct vocab {
 	unsigned char *special;
 };
 
-static int read_vocab(const char *path, const struct json *root, struct vocab *v)
+/* An added token's options at added_tokens[i]: Hugging Face's lstrip,
+ * rstrip and single_word change where it is found, and are refused when
+ * true; normalized (matching in normalized text) is refused with a
+ * normalizer, and means nothing without one. */
+static int check_added(const char *path, const struct json *a, size_t i, int nfc)
+{
+	static const char *const refused[] = {"lstrip", "rstrip", "single_word"};
+	for (int k = 0; k < 3; k++)
+		if (is_true(a, refused[k]))
+			return error("%s:%d: added_tokens[%zu].%s: an added token with %s true is not "
+				     "implemented", path, a->line, i, refused[k], refused[k]);
+	const struct json *norm = json_get(a, "normalized");
+	/* Hugging Face's default: normalized unless special */
+	int normalized = norm ? norm->type == JSON_TRUE : !is_true(a, "special");
+	if (nfc && normalized)
+		return error("%s:%d: added_tokens[%zu].normalized: an added token found in "
+			     "normalized text is not implemented (asyncpp finds added tokens in the "
+			     "raw text, as with normalized false)", path, a->line, i);
+	return 0;
+}
+
+static int read_vocab(const char *path, const struct json *root, struct vocab *v, int nfc)
 {
 	const struct json *vocab = json_get(json_get(root, "model"), "vocab");
 	const struct json *added = json_get(root, "added_tokens");
@@ -258,9 +288,10 @@ static int read_vocab(const char *path, const struct json *root, struct vocab *v
 	for (size_t i = 0; i < nadded; i++) {
 		const struct json *a = &added->kids[i], *c = json_get(a, "content");
 		int64_t id = json_get(a, "id")->i;
-		if (!is_true(a, "special"))
-			return error("%s:%d: added token '%s' (id %lld) is not special; asyncpp cannot "
-				     "split text on it", path, a->line, c->str, (long long)id);
+		/* a token that is not special is found in text all the same (asyncpp
+		 * holds both as special tokens) */
+		if (check_added(path, a, i, nfc))
+			return -1;
 		if (v->special[id])
 			return error("%s:%d: id %lld is added twice", path, a->line, (long long)id);
 		if (v->s[id] && (v->len[id] != c->len || memcmp(v->s[id], c->str, c->len)))
@@ -318,9 +349,10 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		goto out;
 	}
 	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
-	int dup_line = 0;
+	int dup_line = 0, nfc = 0;
 	size_t dup_rank = 0;
-	if (check_pipeline(path, root, &kind) || read_vocab(path, root, &v))
+	if (check_normalizer(path, root, &nfc) || check_pipeline(path, root, &kind) ||
+	    read_vocab(path, root, &v, nfc))
 		goto out;
 	ignore_merges = (uint32_t)is_true(json_get(root, "model"), "ignore_merges");
 	const struct json *ml = json_get(json_get(root, "model"), "merges");
@@ -415,7 +447,8 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		}
 	rc = tokenizer_build_flags(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
 				   (const uint32_t(*)[3])merges, nspecial, special, eot,
-				   ignore_merges ? TOK_IGNORE_MERGES : 0);
+				   (ignore_merges ? TOK_IGNORE_MERGES : 0) | (nfc ? TOK_NFC : 0) |
+				   (nspecial ? TOK_SPLIT_ADDED : 0));
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
 	else if (kind != PRETOK_GPT2)
@@ -510,7 +543,7 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
 			     "writes GPT-2's, Llama 3's (cl100k), SmolLM's (gpt2_digits) and "
 			     "Qwen's so far", dir, pretok_kind_name(kind));
-	if (kind != PRETOK_GPT2 || tokenizer_flags(tok))
+	if (kind != PRETOK_GPT2 || (tokenizer_flags(tok) & ~TOK_SPLIT_ADDED))
 		gpt2_files = 0; /* vocab.json and merges.txt cannot say how to split */
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
 	uint32_t eot = tokenizer_eot_id(tok);
@@ -566,7 +599,9 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 			  "\"normalized\": false, \"special\": true}");
 		first = 0;
 	}
-	put_s(&j, "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ");
+	put_s(&j, tokenizer_flags(tok) & TOK_NFC ? "\n  ],\n  \"normalizer\": {\"type\": \"NFC\"},"
+		  : "\n  ],\n  \"normalizer\": null,");
+	put_s(&j, "\n  \"pre_tokenizer\": ");
 	put_pretok(&j, kind);
 	put_s(&j, ",\n"
 		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "

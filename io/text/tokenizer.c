@@ -12,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "added_tokens.h"
 #include "pretok.h"
 #include "tokenizer.h"
+#include "unicode_nfc.h"
 
 #define HDR_SIZE 48
 #define EMPTY_KEY UINT64_MAX
@@ -38,6 +40,8 @@ struct tokenizer {
 	uint32_t *whole;          /* TOK_IGNORE_MERGES: ids of the tokens by their bytes,
 				   * open addressing, UINT32_MAX empty; else NULL */
 	uint64_t whole_mask;
+	struct added_tokens *added; /* TOK_SPLIT_ADDED: the special tokens; else NULL */
+	int added_nl;               /* one of them has a '\n' before its last byte */
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -85,6 +89,7 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->pair_key);
 	free(t->pair_rank);
 	free(t->whole);
+	added_tokens_free(t->added);
 	free(t);
 }
 
@@ -126,12 +131,14 @@ static int tok_init(struct tokenizer *t, const char *name)
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits): written by a newer asyncpp?", name, t->pretok);
+			     "o200k, gpt2_digits, qwen): written by a newer asyncpp?", name, t->pretok);
 	t->next = pretok_next_of(t->pretok);
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
-	if (t->flags & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
+		return error("%s: flag split-added without special tokens: file is corrupt", name);
 	int loose = t->flags & TOK_IGNORE_MERGES; /* Hugging Face's merges: checked below */
 	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
 		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
@@ -218,6 +225,18 @@ static int tok_init(struct tokenizer *t, const char *name)
 	}
 	if (loose && whole_init(t, made, name))
 		goto out;
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->added) {
+		const unsigned char **sp = xmalloc(st_mult(t->nspecial, sizeof(*sp)));
+		uint32_t *len = xmalloc(st_mult(t->nspecial, sizeof(*len)));
+		for (uint32_t i = 0; i < t->nspecial; i++) {
+			sp[i] = t->bytes + t->off[t->special[i]], len[i] = t->lens[t->special[i]];
+			if (memchr(sp[i], '\n', len[i] - 1))
+				t->added_nl = 1;
+		}
+		t->added = added_tokens_new(t->nspecial, t->special, sp, len);
+		free(sp);
+		free(len);
+	}
 	rc = 0;
 out:
 	free(made);
@@ -386,7 +405,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (version < 1 || version > TOKENIZER_VERSION)
 		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
 			     name, version, TOKENIZER_VERSION);
-	if (get_le32(p + 12) & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (get_le32(p + 12) & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
 	uint64_t L = get_le64(p + 32);
@@ -642,7 +661,8 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 	return method ? bpe_heap(t, out, n) : bpe_scan(t, out, n);
 }
 
-size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+static size_t encode_plain(const struct tokenizer *t, const void *text, size_t len,
+			   uint32_t *out)
 {
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
@@ -719,8 +739,8 @@ static inline uint64_t piece_hash(const unsigned char *s, size_t n)
 	return h | 1;
 }
 
-size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
-			       const void *text, size_t len, uint32_t *out)
+static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
+				  const void *text, size_t len, uint32_t *out)
 {
 	const unsigned char *s = text;
 	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
@@ -771,6 +791,76 @@ size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 next:;
 	}
 	return nout;
+}
+
+/* ---- added tokens and NFC (TOK_SPLIT_ADDED, TOK_NFC) ---- */
+
+size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
+{
+	return t->flags & TOK_NFC ? st_mult(len, 3) : len;
+}
+
+/* s[0..n) between added tokens: normalized (NFC, unless it is already
+ * normal: the quick check), pre-tokenized and merged; c may be NULL. */
+static size_t encode_segment(const struct tokenizer *t, struct tok_cache *c,
+			     const unsigned char *s, size_t n, struct buf *tmp, uint32_t *out)
+{
+	if ((t->flags & TOK_NFC) && !utf8_is_nfc_quick((const char *)s, n)) {
+		tmp->len = 0;
+		buf_reserve(tmp, UTF8_NFC_MAX(n));
+		tmp->len = utf8_nfc((const char *)s, n, (char *)tmp->data, UTF8_NFC_MAX(n));
+		s = tmp->data, n = tmp->len;
+	}
+	return c ? encode_cached_plain(t, c, s, n, out) : encode_plain(t, s, n, out);
+}
+
+/* Hugging Face's order: the added tokens out of the raw text first, then
+ * each stretch between them apart. */
+static size_t encode_full(const struct tokenizer *t, struct tok_cache *c, const void *text,
+			  size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	struct buf tmp = {0};
+	size_t pos = 0, nout = 0;
+	while (pos < len) {
+		size_t at = len - pos, k = 0;
+		uint32_t id = 0;
+		if (t->added)
+			k = added_tokens_find(t->added, s + pos, len - pos, &at, &id);
+		if (at)
+			nout += encode_segment(t, c, s + pos, at, &tmp, out + nout);
+		if (k)
+			out[nout++] = id;
+		pos += at + k;
+	}
+	buf_free(&tmp);
+	return nout;
+}
+
+size_t tokenizer_split_point(const struct tokenizer *t, const void *text, size_t len,
+			     size_t target)
+{
+	/* a cut is right after a '\n': inside an added token only if one holds
+	 * a '\n' before its end; NFC keeps the text on each side apart (a '\n'
+	 * and an ASCII character compose with nothing) */
+	if (t->added_nl)
+		return len;
+	return pretok_split_point_of(t->pretok, text, len, target);
+}
+
+size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+{
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, NULL, text, len, out);
+	return encode_plain(t, text, len, out);
+}
+
+size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
+			       const void *text, size_t len, uint32_t *out)
+{
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, c, text, len, out);
+	return encode_cached_plain(t, c, text, len, out);
 }
 
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
@@ -831,9 +921,16 @@ int tokenizer_inspect(const char *path, FILE *out)
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
 		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
 			"Unicode %s tables)\n", unicode_tables_version);
+	else if (t->pretok == PRETOK_QWEN)
+		fprintf(out, "pre-tokenizer:  qwen pattern (cl100k's with single digits; Unicode %s "
+			"tables)\n", unicode_tables_version);
 	else
 		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
 			pretok_kind_name(t->pretok), unicode_tables_version);
+	if (t->flags & TOK_NFC)
+		fprintf(out, "normalizer:     NFC (Unicode %s tables)\n", unicode_nfc_version);
+	if (t->flags & TOK_SPLIT_ADDED)
+		fprintf(out, "special tokens: found in the text first (Hugging Face's encode)\n");
 	if (t->flags & TOK_IGNORE_MERGES)
 		fprintf(out, "BPE:            ignore_merges (a pre-token that is a token is taken "
 			"whole; Hugging Face's merges)\n");

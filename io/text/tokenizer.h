@@ -57,6 +57,16 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
  * may make a token more than once (one merge for each split of it, as Llama
  * 3's) and use tokens that later merges make. */
 #define TOK_IGNORE_MERGES 1u
+/* TOK_NFC: text is put in Unicode NFC before pre-tokenizing (the NFC
+ * normalizer of Qwen's tokenizer.json; io/text/unicode_nfc.h), so decoding
+ * gives the NFC form of the text. TOK_SPLIT_ADDED: the special (added)
+ * tokens are found in the text first, as Hugging Face's encode does by
+ * default (leftmost, longest; io/text/added_tokens.h), and the text between
+ * them is normalized and pre-tokenized apart (set by tokenizer.json import;
+ * without it a special token's text is plain text). */
+#define TOK_NFC 2u
+#define TOK_SPLIT_ADDED 4u
+#define TOK_KNOWN_FLAGS (TOK_IGNORE_MERGES | TOK_NFC | TOK_SPLIT_ADDED)
 int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 			  const unsigned char *bytes, uint32_t nmerges,
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
@@ -80,10 +90,17 @@ uint64_t tokenizer_hash(const struct tokenizer *tok);
 const unsigned char *tokenizer_token(const struct tokenizer *tok, uint32_t id, size_t *len);
 int tokenizer_is_special(const struct tokenizer *tok, uint32_t id);
 
-/* Encode len bytes of text into out, which must have room for len ids (a
- * token is at least one byte). Returns the number of ids. Special tokens are
- * never produced from text: "<|endoftext|>" in the text is plain text.
- * Thread-safe on a shared tokenizer. */
+/* Encode len bytes of text into out, which must have room for
+ * tokenizer_max_ids(tok, len) ids (len: a token is at least one byte, and
+ * NFC at most triples the bytes). Returns the number of ids. Special tokens
+ * are produced from text only with TOK_SPLIT_ADDED; else "<|endoftext|>" in
+ * the text is plain text. Thread-safe on a shared tokenizer. */
+size_t tokenizer_max_ids(const struct tokenizer *tok, size_t len);
+/* pretok_split_point_of for the tokenizer: a cut in text[0..len) at or after
+ * target where encoding the two sides apart gives the ids of the whole (also
+ * with its normalizer and added tokens); len when there is none. */
+size_t tokenizer_split_point(const struct tokenizer *tok, const void *text, size_t len,
+			     size_t target);
 size_t tokenizer_encode(const struct tokenizer *tok, const void *text, size_t len, uint32_t *out);
 
 /* The same with a cache of encoded pre-tokens, much faster on real text.

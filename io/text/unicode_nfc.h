@@ -29,8 +29,9 @@
  * between two that are already normal. */
 size_t utf8_nfc(const char *in, size_t n, char *out, size_t cap);
 
-/* Whether in[0..n) is unchanged by utf8_nfc (the fast check alone; no
- * allocation). */
+/* 1 when in[0..n) is surely unchanged by utf8_nfc: every character's
+ * NFC_QC is Yes and the combining classes are in order (UAX #15's quick
+ * check, no allocation); 0 when it may change (NFC_QC Maybe or No). */
 int utf8_is_nfc_quick(const char *in, size_t n);
 
 extern const char unicode_nfc_version[];

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct tokenizer *tok, *back;
 	if (!hf_tokenizer_read(&tok, path, -1)) {
 		static const char text[] = "the then thin\n\n\xff caf\xc3\xa9 12";
-		uint32_t ids[sizeof(text)];
+		uint32_t ids[3 * sizeof(text)]; /* tokenizer_max_ids: NFC at most triples */
 		size_t n = tokenizer_encode(tok, text, sizeof(text) - 1, ids);
 		struct buf out = {0};
 		if (tokenizer_decode(tok, ids, n, 0, &out) || out.len != sizeof(text) - 1 ||
