@@ -202,8 +202,11 @@ static int check_pipeline(const char *path, const struct json *root, uint32_t *k
 			     path, j && j->type != JSON_NULL ? type_of(j) : "null");
 	j = json_get(root, "post_processor");
 	if (j && j->type != JSON_NULL && strcmp(type_of(j), "ByteLevel"))
-		return error("%s:%d: post-processor '%s' is not implemented (asyncpp adds no tokens "
-			     "to an encoding)", path, j->line, type_of(j));
+		return error("%s:%d: post_processor: post-processor '%s' is not implemented "
+			     "(asyncpp adds no tokens to an encoding: tokenize encode puts the "
+			     "end-of-text token before each document; with post_processor null "
+			     "the tokenizer.json imports and gives the same ids)", path, j->line,
+			     type_of(j));
 	const struct json *m = json_get(root, "model");
 	if (!m || m->type != JSON_OBJECT)
 		return error("%s: no 'model' object", path);

@@ -55,12 +55,17 @@ elif variant == "normalized_default":
     del added[1]["normalized"]  # Hugging Face's default for a non-special token: true
 elif variant == "nfkc":
     norm = {"type": "NFKC"}
+elif variant == "template":  # Meta's Llama 3 adds <|begin_of_text|> so
+    BL = dict(BL)
+post = BL if variant != "template" else {
+    "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|im", "type_id": 0}},
+                                             {"Sequence": {"id": "A", "type_id": 0}}]}
 json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
            "normalizer": norm,
            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                {"type": "Split", "pattern": {"Regex": QWEN}, "behavior": "Isolated",
                 "invert": False}, BL]},
-           "post_processor": BL, "decoder": BL,
+           "post_processor": post, "decoder": BL,
            "model": {"type": "BPE", "dropout": None, "unk_token": None,
                      "continuing_subword_prefix": "", "end_of_word_suffix": "",
                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
@@ -104,7 +109,8 @@ for c in "lstrip|added_tokens[1].lstrip: an added token with lstrip true is not 
 	"single_word|added_tokens[1].single_word: an added token with single_word true" \
 	"normalized|added_tokens[1].normalized: an added token found in normalized text" \
 	"normalized_default|added_tokens[1].normalized: an added token found in normalized" \
-	"nfkc|normalizer: normalizer 'NFKC' is not implemented (asyncpp implements none and NFC)"; do
+	"nfkc|normalizer: normalizer 'NFKC' is not implemented (asyncpp implements none and NFC)" \
+	"template|post_processor: post-processor 'TemplateProcessing' is not implemented"; do
 	python3 mk.py "${c%%|*}" > r.json
 	refused "refuse_${c%%|*}" "${c#*|}" $A tokenize import-hf -o bad.tok r.json
 done
