@@ -9,6 +9,7 @@
 
 #include "json.h"
 #include "pretok.h"
+#include "regex_split.h"
 #include "tokenizer.h"
 
 /* ---- a map from token strings to ids ---- */
@@ -111,34 +112,55 @@ static int check_bytelevel(const char *path, const struct json *p, const char *a
 	return 0;
 }
 
-/* Llama 3's or Qwen's Split at JSON path at: its regex, Isolated, not
- * inverted. The kind in *kind. */
-static int check_split(const char *path, const struct json *p, const char *at, uint32_t *kind)
+/* A Split that no scanner implements (PRETOK_SPLIT_REGEX): its regex
+ * (JSON-owned), behavior and invert. */
+struct split_spec {
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+};
+
+/* The Split at JSON path at: Llama 3's or Qwen's regex, Isolated and not
+ * inverted, is their scanner's kind; any other regex, behavior or invert
+ * goes through PCRE2 (PRETOK_SPLIT_REGEX, *sp; compiled here so that a
+ * refusal names the path). The kind in *kind. */
+static int check_split(const char *path, const struct json *p, const char *at, uint32_t *kind,
+		       struct split_spec *sp)
 {
 	const struct json *pat = json_get(p, "pattern"), *re = json_get(pat, "Regex"),
-			  *beh = json_get(p, "behavior");
+			  *beh = json_get(p, "behavior"), *inv = json_get(p, "invert");
 	if (!re || re->type != JSON_STRING)
 		return error("%s:%d: %s.pattern: a Split pattern that is not a Regex is not "
 			     "implemented", path, p->line, at);
+	int b = beh && beh->type == JSON_STRING ? split_behavior_parse(beh->str) : -1;
+	if (b < 0)
+		return error("%s:%d: %s.behavior: Split behavior '%s' is not one of Removed, "
+			     "Isolated, MergedWithPrevious, MergedWithNext, Contiguous", path,
+			     p->line, at, beh && beh->type == JSON_STRING ? beh->str : "?");
+	if (inv && inv->type != JSON_TRUE && inv->type != JSON_FALSE)
+		return error("%s:%d: %s.invert: not true or false", path, p->line, at);
 	int k = split_kind(re->str, re->len);
-	if (k < 0)
-		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented "
-			     "(asyncpp implements Llama 3's, which is cl100k_base's, and Qwen's)",
-			     path, re->line, at);
-	*kind = (uint32_t)k;
-	if (!beh || beh->type != JSON_STRING || strcmp(beh->str, "Isolated"))
-		return error("%s:%d: %s.behavior: a Split behavior other than Isolated is not "
-			     "implemented", path, p->line, at);
-	if (is_true(p, "invert"))
-		return error("%s:%d: %s.invert: an inverted Split is not implemented", path,
-			     p->line, at);
+	if (k >= 0 && b == SPLIT_ISOLATED && !is_true(p, "invert")) {
+		*kind = (uint32_t)k;
+		return 0;
+	}
+	char where[512];
+	snprintf(where, sizeof(where), "%s:%d: %s.pattern.Regex", path, re->line, at);
+	struct regex_split *rx;
+	if (regex_split_new(&rx, re->str, re->len, (uint32_t)b, is_true(p, "invert"), where))
+		return -1;
+	regex_split_free(rx);
+	*kind = PRETOK_SPLIT_REGEX;
+	*sp = (struct split_spec){re->str, re->len, (uint32_t)b, is_true(p, "invert")};
 	return 0;
 }
 
 /* The pre-tokenizer: a lone ByteLevel (GPT-2's, also in a Sequence of one),
  * Sequence[Split(cl100k's regex), ByteLevel] (Llama 3's) or
  * Sequence[Digits(individual), ByteLevel] (SmolLM's). Its kind in *kind. */
-static int check_pretok(const char *path, const struct json *root, uint32_t *kind)
+static int check_pretok(const char *path, const struct json *root, uint32_t *kind,
+			struct split_spec *sp)
 {
 	const struct json *j = json_get(root, "pre_tokenizer");
 	if (!j || j->type == JSON_NULL)
@@ -161,7 +183,7 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	const char *at0 = "pre_tokenizer.pretokenizers[0]", *at1 = "pre_tokenizer.pretokenizers[1]";
 	const char *at_last = list->len == 2 ? at1 : at0;
 	if (list->len == 2 && !strcmp(type_of(first), "Split")) {
-		if (check_split(path, first, at0, kind))
+		if (check_split(path, first, at0, kind, sp))
 			return -1;
 	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
 		if (!is_true(first, "individual_digits"))
@@ -176,7 +198,8 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	if (strcmp(type_of(last), "ByteLevel"))
 		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (asyncpp implements "
 			     "only ByteLevel there)", path, last->line, at_last, type_of(last));
-	return check_bytelevel(path, last, at_last, *kind != PRETOK_CL100K && *kind != PRETOK_QWEN);
+	return check_bytelevel(path, last, at_last,
+			       *kind == PRETOK_GPT2 || *kind == PRETOK_GPT2_DIGITS);
 }
 
 /* The normalizer: none, or NFC (Qwen's): *nfc. (A normalizer chain, for
@@ -191,10 +214,11 @@ static int check_normalizer(const char *path, const struct json *root, int *nfc)
 	return 0;
 }
 
-static int check_pipeline(const char *path, const struct json *root, uint32_t *kind)
+static int check_pipeline(const char *path, const struct json *root, uint32_t *kind,
+			  struct split_spec *sp)
 {
 	const struct json *j;
-	if (check_pretok(path, root, kind))
+	if (check_pretok(path, root, kind, sp))
 		return -1;
 	j = json_get(root, "decoder");
 	if (!j || j->type == JSON_NULL || strcmp(type_of(j), "ByteLevel"))
@@ -354,7 +378,8 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
 	int dup_line = 0, nfc = 0;
 	size_t dup_rank = 0;
-	if (check_normalizer(path, root, &nfc) || check_pipeline(path, root, &kind) ||
+	struct split_spec sp = {0};
+	if (check_normalizer(path, root, &nfc) || check_pipeline(path, root, &kind, &sp) ||
 	    read_vocab(path, root, &v, nfc))
 		goto out;
 	ignore_merges = (uint32_t)is_true(json_get(root, "model"), "ignore_merges");
@@ -454,6 +479,8 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 				   (nspecial ? TOK_SPLIT_ADDED : 0));
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
+	else if (kind == PRETOK_SPLIT_REGEX)
+		rc = tokenizer_set_split_regex(*tok, sp.re, sp.n, sp.behavior, sp.invert, path);
 	else if (kind != PRETOK_GPT2)
 		rc = tokenizer_set_pretok(*tok, kind);
 	if (rc) {
@@ -517,16 +544,27 @@ static void cat_pair(struct buf *b, const char **s, const size_t *len, const uin
 }
 
 /* The pre-tokenizer of kind as check_pretok reads it back. */
-static void put_pretok(struct buf *j, uint32_t kind)
+static void put_pretok(struct buf *j, const struct tokenizer *tok)
 {
+	uint32_t kind = tokenizer_pretok(tok);
 	if (kind == PRETOK_GPT2) {
 		put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
 			 "\"trim_offsets\": true, \"use_regex\": true}");
 		return;
 	}
 	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
-	if (kind == PRETOK_CL100K || kind == PRETOK_QWEN) {
-		const char *re = kind == PRETOK_QWEN ? qwen_regex : cl100k_regex;
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+	if (!tokenizer_split_regex(tok, &re, &n, &behavior, &invert)) {
+		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+		json_put_string(j, re, n);
+		put_s(j, "}, \"behavior\": \"");
+		put_s(j, split_behavior_name(behavior));
+		put_s(j, invert ? "\", \"invert\": true},\n    " : "\", \"invert\": false},\n    ");
+	} else if (kind == PRETOK_CL100K || kind == PRETOK_QWEN) {
+		re = kind == PRETOK_QWEN ? qwen_regex : cl100k_regex;
 		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
 		json_put_string(j, re, strlen(re));
 		put_s(j, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
@@ -605,7 +643,7 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 	put_s(&j, tokenizer_flags(tok) & TOK_NFC ? "\n  ],\n  \"normalizer\": {\"type\": \"NFC\"},"
 		  : "\n  ],\n  \"normalizer\": null,");
 	put_s(&j, "\n  \"pre_tokenizer\": ");
-	put_pretok(&j, kind);
+	put_pretok(&j, tok);
 	put_s(&j, ",\n"
 		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
 		  "\"trim_offsets\": false, \"use_regex\": true},\n"

@@ -69,6 +69,10 @@ size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
  *     pattern on the text between them
  *   PRETOK_QWEN    Qwen 2's and 3's Split: cl100k's pattern with \p{N} in
  *     place of \p{N}{1,3} (every numeric character a piece of its own)
+ *   PRETOK_SPLIT_REGEX  Hugging Face's Split with any other regex, behavior
+ *     and invert, through PCRE2 (io/text/regex_split.h); the only kind with
+ *     parameters (the tokenizer holds them) and no scanner here:
+ *     pretok_next_of gives GPT-2's for it, which the tokenizer never calls
  *
  * Later kinds (a chain of Split, Digits, Metaspace steps with parameters)
  * get new numbers; the numbers are stored in files, never reused. */
@@ -78,6 +82,7 @@ enum pretok_kind {
 	PRETOK_O200K = 2,
 	PRETOK_GPT2_DIGITS = 3,
 	PRETOK_QWEN = 4,
+	PRETOK_SPLIT_REGEX = 5,
 	PRETOK_NKINDS
 };
 

@@ -12,6 +12,7 @@
 static const char *const kind_names[PRETOK_NKINDS] = {
 	[PRETOK_GPT2] = "gpt2", [PRETOK_CL100K] = "cl100k", [PRETOK_O200K] = "o200k",
 	[PRETOK_GPT2_DIGITS] = "gpt2_digits", [PRETOK_QWEN] = "qwen",
+	[PRETOK_SPLIT_REGEX] = "split_regex",
 };
 
 const char *pretok_kind_name(uint32_t kind)
@@ -47,6 +48,8 @@ size_t pretok_split_point_of(uint32_t kind, const unsigned char *s, size_t n, si
 {
 	if (kind == PRETOK_GPT2 || kind == PRETOK_GPT2_DIGITS) /* a digit ends a piece anyway */
 		return pretok_split_point(s, n, target);
+	if (kind == PRETOK_SPLIT_REGEX) /* any regex: no cut is known to be safe */
+		return n;
 	/* "x\nY", x printable ASCII, Y an ASCII letter or digit: the piece
 	 * holding x ends at the '\n' at the latest (a punctuation run takes
 	 * the "\n" but not Y), the '\n' alone is \s*[\r\n]+ otherwise, and

@@ -14,6 +14,7 @@
 
 #include "added_tokens.h"
 #include "pretok.h"
+#include "regex_split.h"
 #include "tokenizer.h"
 #include "unicode_nfc.h"
 
@@ -42,6 +43,11 @@ struct tokenizer {
 	uint64_t whole_mask;
 	struct added_tokens *added; /* TOK_SPLIT_ADDED: the special tokens; else NULL */
 	int added_nl;               /* one of them has a '\n' before its last byte */
+	/* PRETOK_SPLIT_REGEX: the step's parameters as stored (u32 behavior, u32
+	 * invert, the pattern) and the compiled regex; else NULL, 0 */
+	unsigned char *rx_param;
+	uint32_t rx_plen;
+	struct regex_split *rx;
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -90,6 +96,8 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->pair_rank);
 	free(t->whole);
 	added_tokens_free(t->added);
+	free(t->rx_param);
+	regex_split_free(t->rx);
 	free(t);
 }
 
@@ -131,8 +139,26 @@ static int tok_init(struct tokenizer *t, const char *name)
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits, qwen): written by a newer asyncpp?", name, t->pretok);
+			     "o200k, gpt2_digits, qwen, split_regex): written by a newer asyncpp?", name,
+			     t->pretok);
 	t->next = pretok_next_of(t->pretok);
+	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
+		if (t->rx_plen < 8 || get_le32(t->rx_param) >= SPLIT_NBEHAVIORS ||
+		    get_le32(t->rx_param + 4) > 1)
+			return error("%s: Split regex parameters of %u bytes: file is corrupt", name,
+				     t->rx_plen);
+		size_t wn = strlen(name) + 32;
+		char *where = xmalloc(wn);
+		snprintf(where, wn, "%s: the Split regex", name);
+		int rc = regex_split_new(&t->rx, (const char *)t->rx_param + 8, t->rx_plen - 8,
+					 get_le32(t->rx_param), (int)get_le32(t->rx_param + 4), where);
+		free(where);
+		if (rc)
+			return -1;
+	} else if (t->pretok != PRETOK_SPLIT_REGEX && t->rx_plen) {
+		return error("%s: pre-tokenizer kind %u with %u bytes of parameters (it takes none)",
+			     name, t->pretok, t->rx_plen);
+	}
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
 	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
@@ -278,11 +304,13 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
 	}
-	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step, no parameters */
+	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step */
 		put_le32(w, 1);
 		put_le32(w + 4, t->pretok);
-		put_le32(w + 8, 0);
+		put_le32(w + 8, t->rx_plen);
 		buf_append(out, w, 12);
+		if (t->rx_plen)
+			buf_append(out, t->rx_param, t->rx_plen);
 	}
 	unsigned char *p = out->data + start;
 	size_t n = out->len - start;
@@ -355,8 +383,48 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
 uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
 
+int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n,
+			      uint32_t behavior, int invert, const char *where)
+{
+	struct regex_split *rx;
+	if (n > TOKENIZER_MAX_VOCAB)
+		return error("%s: a Split regex of %zu bytes is too long", where, n);
+	if (regex_split_new(&rx, pattern, n, behavior, invert, where))
+		return -1;
+	regex_split_free(t->rx);
+	free(t->rx_param);
+	t->rx = rx;
+	t->rx_plen = (uint32_t)(8 + n);
+	t->rx_param = xmalloc(t->rx_plen);
+	put_le32(t->rx_param, behavior);
+	put_le32(t->rx_param + 4, (uint32_t)!!invert);
+	memcpy(t->rx_param + 8, pattern, n);
+	t->pretok = PRETOK_SPLIT_REGEX;
+	t->next = pretok_next_of(t->pretok);
+	struct buf b = {0};
+	tokenizer_serialize(t, &b);
+	t->hash = get_le64(b.data + 40);
+	buf_free(&b);
+	return 0;
+}
+
+int tokenizer_split_regex(const struct tokenizer *t, const char **pattern, size_t *n,
+			  uint32_t *behavior, int *invert)
+{
+	if (t->pretok != PRETOK_SPLIT_REGEX)
+		return -1;
+	*behavior = get_le32(t->rx_param);
+	*invert = (int)get_le32(t->rx_param + 4);
+	*pattern = (const char *)t->rx_param + 8;
+	*n = t->rx_plen - 8;
+	return 0;
+}
+
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 {
+	if (kind == PRETOK_SPLIT_REGEX)
+		return error("tokenizer: the Split regex kind needs its regex "
+			     "(tokenizer_set_split_regex)");
 	if (!pretok_kind_name(kind))
 		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
 	t->pretok = kind;
@@ -370,11 +438,23 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 
 /* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
  * steps, then per step a u32 kind, a u32 parameter length and the
- * parameters. This asyncpp's kinds are single steps without parameters, and
- * GPT-2's is never in one (a file is in the one form tokenizer_serialize
- * writes). */
-static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind, const char *name)
+ * parameters. This asyncpp's kinds are single steps, with parameters only
+ * for the Split regex (into t, checked by tok_init), and GPT-2's is never in
+ * one (a file is in the one form tokenizer_serialize writes). */
+static int read_pretok_section(const unsigned char *p, size_t n, struct tokenizer *t,
+			       const char *name)
 {
+	uint32_t *kind = &t->pretok;
+	if (n >= 12 && get_le32(p) == 1 && get_le32(p + 4) == PRETOK_SPLIT_REGEX) {
+		if ((uint64_t)n != 12ULL + get_le32(p + 8))
+			return error("%s: pre-tokenizer section of %zu bytes, its step says %llu",
+				     name, n, 12ULL + get_le32(p + 8));
+		*kind = PRETOK_SPLIT_REGEX;
+		t->rx_plen = get_le32(p + 8);
+		t->rx_param = xmalloc(t->rx_plen ? t->rx_plen : 1);
+		memcpy(t->rx_param, p + 12, t->rx_plen);
+		return 0;
+	}
 	if (n < 4)
 		return error("%s: truncated pre-tokenizer section (%zu bytes)", name, n);
 	uint32_t steps = get_le32(p);
@@ -458,7 +538,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
-	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, name))
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), t, name))
 		goto fail;
 	if (tok_init(t, name))
 		goto fail;
@@ -661,11 +741,34 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 	return method ? bpe_heap(t, out, n) : bpe_scan(t, out, n);
 }
 
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, uint32_t *out);
+
+/* PRETOK_SPLIT_REGEX: the regex's pieces of the whole text (its matches
+ * depend on what comes before and after), each encoded apart; c may be
+ * NULL. */
+static size_t encode_regex(const struct tokenizer *t, struct tok_cache *c,
+			   const unsigned char *s, size_t len, uint32_t *out)
+{
+	struct split_piece *p = NULL;
+	size_t cap = 0, np = regex_split_pieces(t->rx, s, len, &p, &cap), nout = 0;
+	for (size_t i = 0; i < np; i++) {
+		const unsigned char *w = s + p[i].start;
+		size_t l = p[i].end - p[i].start;
+		nout += c ? encode_cached_piece(t, c, w, l, out + nout)
+			  : encode_piece(t, w, l, out + nout);
+	}
+	free(p);
+	return nout;
+}
+
 static size_t encode_plain(const struct tokenizer *t, const void *text, size_t len,
 			   uint32_t *out)
 {
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, NULL, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
 		nout += encode_piece(t, s + pos, l, out + nout);
@@ -739,56 +842,59 @@ static inline uint64_t piece_hash(const unsigned char *s, size_t n)
 	return h | 1;
 }
 
+/* One pre-token w[0..l) through the cache; returns its count of ids. */
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, uint32_t *out)
+{
+	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
+	if (l == 1) {
+		out[0] = t->byte_id[w[0]];
+		return 1;
+	}
+	if (l > CACHE_MAX_PIECE)
+		return encode_piece(t, w, l, out);
+	uint64_t h = piece_hash(w, l);
+	size_t i = h & mask;
+	struct cache_slot *sl;
+	for (;; i = (i + 1) & mask) {
+		sl = &c->slots[i];
+		if (!sl->hash)
+			break;
+		if (sl->hash == h && sl->wlen == l && !memcmp(c->words.data + sl->woff, w, l)) {
+			memcpy(out, c->ids + sl->ioff, sl->nids * sizeof(*out));
+			return sl->nids;
+		}
+	}
+	size_t k = encode_piece(t, w, l, out);
+	if (c->used * 2 >= mask || c->nids + k > c->cap) {
+		cache_clear(c);
+		for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+			;
+		sl = &c->slots[i];
+	}
+	sl->hash = h;
+	sl->wlen = (uint8_t)l;
+	sl->nids = (uint8_t)k;
+	sl->woff = (uint32_t)c->words.len;
+	sl->ioff = (uint32_t)c->nids;
+	buf_append(&c->words, w, l);
+	memcpy(c->ids + c->nids, out, k * sizeof(*out));
+	c->nids += k;
+	c->used++;
+	return k;
+}
+
 static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
 				  const void *text, size_t len, uint32_t *out)
 {
 	const unsigned char *s = text;
-	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
 	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, c, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
-		const unsigned char *w = s + pos;
+		nout += encode_cached_piece(t, c, s + pos, l, out + nout);
 		pos += l;
-		if (l == 1) {
-			out[nout++] = t->byte_id[w[0]];
-			continue;
-		}
-		if (l > CACHE_MAX_PIECE) {
-			nout += encode_piece(t, w, l, out + nout);
-			continue;
-		}
-		uint64_t h = piece_hash(w, l);
-		size_t i = h & mask;
-		struct cache_slot *sl;
-		for (;; i = (i + 1) & mask) {
-			sl = &c->slots[i];
-			if (!sl->hash)
-				break;
-			if (sl->hash == h && sl->wlen == l &&
-			    !memcmp(c->words.data + sl->woff, w, l)) {
-				memcpy(out + nout, c->ids + sl->ioff, sl->nids * sizeof(*out));
-				nout += sl->nids;
-				goto next;
-			}
-		}
-		size_t k = encode_piece(t, w, l, out + nout);
-		if (c->used * 2 >= mask || c->nids + k > c->cap) {
-			cache_clear(c);
-			for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
-				;
-			sl = &c->slots[i];
-		}
-		sl->hash = h;
-		sl->wlen = (uint8_t)l;
-		sl->nids = (uint8_t)k;
-		sl->woff = (uint32_t)c->words.len;
-		sl->ioff = (uint32_t)c->nids;
-		buf_append(&c->words, w, l);
-		memcpy(c->ids + c->nids, out + nout, k * sizeof(*out));
-		c->nids += k;
-		c->used++;
-		nout += k;
-next:;
 	}
 	return nout;
 }
@@ -921,6 +1027,10 @@ int tokenizer_inspect(const char *path, FILE *out)
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
 		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
 			"Unicode %s tables)\n", unicode_tables_version);
+	else if (t->pretok == PRETOK_SPLIT_REGEX)
+		fprintf(out, "pre-tokenizer:  Split regex %.*s (%s%s; PCRE2)\n", (int)(t->rx_plen - 8),
+			(const char *)t->rx_param + 8, split_behavior_name(get_le32(t->rx_param)),
+			get_le32(t->rx_param + 4) ? ", inverted" : "");
 	else if (t->pretok == PRETOK_QWEN)
 		fprintf(out, "pre-tokenizer:  qwen pattern (cl100k's with single digits; Unicode %s "
 			"tables)\n", unicode_tables_version);

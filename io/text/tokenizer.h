@@ -78,6 +78,14 @@ uint32_t tokenizer_flags(const struct tokenizer *tok);
  * for an unknown kind. */
 uint32_t tokenizer_pretok(const struct tokenizer *tok);
 int tokenizer_set_pretok(struct tokenizer *tok, uint32_t kind);
+/* PRETOK_SPLIT_REGEX: Hugging Face's Split with pattern[0..n), behavior
+ * (enum split_behavior) and invert, through PCRE2 (io/text/regex_split.h);
+ * 0, or -1 after error() starting with where (the regex refused, or no
+ * PCRE2). tokenizer_split_regex reads them back (-1 for another kind). */
+int tokenizer_set_split_regex(struct tokenizer *tok, const char *pattern, size_t n,
+			      uint32_t behavior, int invert, const char *where);
+int tokenizer_split_regex(const struct tokenizer *tok, const char **pattern, size_t *n,
+			  uint32_t *behavior, int *invert);
 
 uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
 uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */

@@ -8,9 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/text/regex_split.h"
 #include "../../io/text/tokenizer.h"
 #include "../../io/text/unicode_nfc.h"
 #include "../../io/util.h"
+
+/* Whether decode(encode(text)) gives the text back (or its NFC form): all
+ * but a Split regex that removes its matches. */
+static int lossless(const struct tokenizer *tok)
+{
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+	return tokenizer_split_regex(tok, &re, &n, &behavior, &invert) || behavior != SPLIT_REMOVED;
+}
 
 /* decode(encode(text)) is the text, or with TOK_NFC its NFC form */
 static void check_round_trip(const struct tokenizer *tok, const uint8_t *data, size_t size)
@@ -24,8 +36,9 @@ static void check_round_trip(const struct tokenizer *tok, const uint8_t *data, s
 		buf_reserve(&want, UTF8_NFC_MAX(size) + 1);
 		want.len = utf8_nfc((const char *)data, size, (char *)want.data, UTF8_NFC_MAX(size));
 	}
-	if (n > max || tokenizer_decode(tok, ids, n, 0, &out) || out.len != want.len ||
-	    (want.len && memcmp(out.data, want.data, want.len)))
+	if (n > max || tokenizer_decode(tok, ids, n, 0, &out) ||
+	    (lossless(tok) && (out.len != want.len ||
+			       (want.len && memcmp(out.data, want.data, want.len)))))
 		abort();
 	buf_free(&want);
 	struct tok_cache *c = tok_cache_new(tok);

@@ -41,9 +41,9 @@ pre = {
     "gpt2": BL(True),
     "digits": seq(DIGITS, BL(True)),
     "llama3": seq(split(), BL(False)),
-    "split_regex": seq(split("\\s+"), BL(False)),
-    "split_behavior": seq(split(behavior="Removed"), BL(False)),
-    "split_invert": seq(split(invert=True), BL(False)),
+    "split_regex": seq(split("\\h+"), BL(False)),  # Oniguruma's hex digit: refused
+    "split_behavior": seq(split(behavior="Bogus"), BL(False)),
+    "split_invert": seq(split(invert="yes"), BL(False)),
     "digits_grouped": seq({"type": "Digits", "individual_digits": False}, BL(True)),
     "split_then_regex": seq(split(), BL(True)),
     "digits_no_regex": seq(DIGITS, BL(False)),
@@ -122,9 +122,9 @@ mk llama3 "y+z,x+y,xy+z,x+yz" 0 > alias0.json
 refused alias_needs_ignore_merges "merge 3 makes 'xyz', which a byte or an earlier merge already makes" \
 	$A tokenize import-hf -o bad.tok alias0.json
 P=pre_tokenizer.pretokenizers
-for c in "split_regex|$P[0].pattern.Regex: this Split regex is not implemented" \
-	"split_behavior|$P[0].behavior: a Split behavior other than Isolated" \
-	"split_invert|$P[0].invert: an inverted Split is not implemented" \
+for c in "split_regex|$P[0].pattern.Regex: \\h means another thing in Oniguruma" \
+	"split_behavior|$P[0].behavior: Split behavior 'Bogus' is not one of Removed" \
+	"split_invert|$P[0].invert: not true or false" \
 	"digits_grouped|$P[0].individual_digits: Digits with individual_digits false" \
 	"split_then_regex|$P[1].use_regex: ByteLevel after a Split must not split again" \
 	"digits_no_regex|$P[1].use_regex: ByteLevel with use_regex false is implemented only" \

@@ -166,7 +166,8 @@ compare() { # NAME JSON TOK FILE...: the ids of each FILE
 			break
 		fi
 	done
-	if [ -z "$bad" ]; then pass "$name"; else fail "$name" "ids differ from Hugging Face's: $bad"; fi
+	if [ -z "$bad" ]; then pass "$name";
+	else fail "$name" "ids differ from Hugging Face's: $bad"; fi
 }
 # the small one first: the reference agrees on what the checks above assert
 printf 'x12 3 caf\x65\xcc\x81 the<think>x<|im_start|><|im <|endoftext|> <|i th<think>e' > s.txt
