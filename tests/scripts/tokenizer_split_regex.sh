@@ -157,6 +157,30 @@ done
 if [ -z "$bad" ]; then pass "behaviors_equal_model ($ncases cases)";
 else fail behaviors_equal_model "$bad"; fi
 
+# the hand-written scanners against PCRE2: Llama 3's and Qwen's regexes,
+# wrapped in (?:...) so that no scanner recognises them, split as the
+# scanners do (the ids over the stress texts are the same)
+CL100K="(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+CL100K="$CL100K| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+QWEN=${CL100K/\\p\{N\}\{1,3\}/\\p\{N\}}
+cat "$TESTDATA/tiktoken_stress.txt" "$TESTDATA/nfc_stress.txt" > st.txt
+bad=
+for re in "$CL100K" "$QWEN"; do
+	python3 mk.py json "$re" Isolated 0 > k.json
+	python3 mk.py json "(?:$re)" Isolated 0 > x.json
+	rm -f k.tok x.tok
+	$A tokenize import-hf -o k.tok k.json > e.txt 2>&1 && $A tokenize import-hf -o x.tok x.json \
+		>> e.txt 2>&1 || { bad="import: $(head -c 200 e.txt)"; break; }
+	if $A inspect k.tok | grep -q 'Split regex' || ! $A inspect x.tok | grep -q 'Split regex'; then
+		bad="the scanner's kind was not chosen for the bare regex"
+		break
+	fi
+	$A tokenize encode -q -t k.tok --ids st.txt > k.ids && $A tokenize encode -q -t x.tok --ids \
+		st.txt > x.ids
+	cmp -s k.ids x.ids || { bad="${re:0:50}: $(cmp k.ids x.ids)"; break; }
+done
+if [ -z "$bad" ]; then pass scanners_equal_pcre2; else fail scanners_equal_pcre2 "$bad"; fi
+
 # lossless behaviors decode to the text; Removed drops the matches
 python3 mk.py json '\s+' MergedWithNext 1 > m.json
 rm -f m.tok r_train.shard back.txt
