@@ -1,7 +1,8 @@
 /* hf_tokenizer.c - Hugging Face tokenizer.json <-> our tokenizer (see
  * tokenizer.h). Only what our encoder does exactly is accepted: byte-level
- * BPE (with ignore_merges or not) after GPT-2's, Llama 3's or SmolLM's
- * pre-tokenizer, each recognised part by part; anything else is refused
+ * BPE (with ignore_merges or not, NFC or no normalizer) after GPT-2's,
+ * Llama 3's, Qwen's or SmolLM's pre-tokenizer, or a Split with any other
+ * regex (PCRE2), each recognised part by part; anything else is refused
  * naming its JSON path. */
 #include <stdio.h>
 #include <stdlib.h>

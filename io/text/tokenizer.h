@@ -192,15 +192,18 @@ uint32_t tiktoken_published_ranks(uint32_t kind);
 void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
 
 /* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
- * BPE, ByteLevel decoder, no normalizer) whose pre-tokenizer is GPT-2's
- * (ByteLevel with its regex, no prefix space; alone or a Sequence of one),
- * Llama 3's (Sequence[Split with cl100k's regex string, Isolated; ByteLevel
- * without its regex]: PRETOK_CL100K) or SmolLM's (Sequence[Digits
+ * BPE, ByteLevel decoder, no normalizer or NFC: TOK_NFC) whose pre-tokenizer
+ * is GPT-2's (ByteLevel with its regex, no prefix space; alone or a Sequence
+ * of one), a Split then ByteLevel without its regex (Llama 3's regex string,
+ * Isolated: PRETOK_CL100K; Qwen's: PRETOK_QWEN; any other regex, behavior or
+ * invert through PCRE2: PRETOK_SPLIT_REGEX) or SmolLM's (Sequence[Digits
  * individual; ByteLevel]: PRETOK_GPT2_DIGITS); BPE's ignore_merges becomes
- * TOK_IGNORE_MERGES. Anything else (another model type, normalizer,
- * pre-tokenizer or regex, post-processor that adds tokens, dropout, byte
- * fallback, an added token that is not special) is refused naming its JSON
- * path. Special added tokens become special tokens; the end-of-text id is
+ * TOK_IGNORE_MERGES. Anything else (another model type, normalizer or
+ * pre-tokenizer, a regex Oniguruma reads otherwise than PCRE2, a
+ * post-processor that adds tokens, dropout, byte fallback, an added token
+ * with lstrip, rstrip, single_word, or normalized under a normalizer) is
+ * refused naming its JSON path. Added tokens (special or not) become special
+ * tokens, found in text first (TOK_SPLIT_ADDED); the end-of-text id is
  * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
  * else <|end_of_text|>'s. */
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
