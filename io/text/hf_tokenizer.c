@@ -276,6 +276,49 @@ static int check_added(const char *path, const struct json *a, size_t i, int nfc
 	return 0;
 }
 
+/* Whether an occurrence of a[0..na) and one of b[0..nb) can overlap in a
+ * text: one holds the other, or an end of one is a start of the other. */
+static int contains(const char *a, size_t na, const char *b, size_t nb)
+{
+	for (size_t i = 0; i + nb <= na; i++)
+		if (!memcmp(a + i, b, nb))
+			return 1;
+	return 0;
+}
+
+static int may_overlap(const char *a, size_t na, const char *b, size_t nb)
+{
+	if (contains(a, na, b, nb) || contains(b, nb, a, na))
+		return 1;
+	for (size_t k = 1; k < na && k < nb; k++)
+		if (!memcmp(a + na - k, b, k) || !memcmp(b + nb - k, a, k))
+			return 1;
+	return 0;
+}
+
+/* Hugging Face finds the added tokens with normalized false in the raw text
+ * first, then those with normalized true in what is left; asyncpp finds all
+ * in one leftmost-longest pass, which is the same unless a token of one
+ * group can overlap one of the other (refused, naming both). Without a
+ * normalizer, that is; with one, check_added refuses normalized true. */
+static int check_added_groups(const char *path, const struct json *added, size_t nadded)
+{
+	for (size_t i = 0; i < nadded; i++)
+		for (size_t j = i + 1; j < nadded; j++) {
+			const struct json *a = &added->kids[i], *b = &added->kids[j];
+			const struct json *na = json_get(a, "normalized"), *nb = json_get(b, "normalized");
+			int ra = na ? na->type == JSON_TRUE : !is_true(a, "special");
+			int rb = nb ? nb->type == JSON_TRUE : !is_true(b, "special");
+			const struct json *ca = json_get(a, "content"), *cb = json_get(b, "content");
+			if (ra != rb && may_overlap(ca->str, ca->len, cb->str, cb->len))
+				return error("%s:%d: added_tokens[%zu] and added_tokens[%zu]: '%s' and "
+					     "'%s' can overlap, and Hugging Face finds the one with "
+					     "normalized false first; not implemented", path, b->line, i, j,
+					     ca->str, cb->str);
+		}
+	return 0;
+}
+
 static int read_vocab(const char *path, const struct json *root, struct vocab *v, int nfc)
 {
 	const struct json *vocab = json_get(json_get(root, "model"), "vocab");
@@ -333,7 +376,7 @@ static int read_vocab(const char *path, const struct json *root, struct vocab *v
 		if (!v->s[id])
 			return error("%s: no token has id %u (ids must run from 0 without gaps)", path,
 				     id);
-	return 0;
+	return check_added_groups(path, added, nadded);
 }
 
 /* A merge entry: "a b" or ["a", "b"]. */

@@ -55,6 +55,12 @@ elif variant == "normalized_default":
     del added[1]["normalized"]  # Hugging Face's default for a non-special token: true
 elif variant == "nfkc":
     norm = {"type": "NFKC"}
+elif variant == "groups":  # found in raw text and in normalized text, overlapping
+    norm = None
+    added[3]["normalized"] = True
+elif variant == "groups_ok":  # <think> overlaps none of the others
+    norm = None
+    added[1]["normalized"] = True
 elif variant == "template":  # Meta's Llama 3 adds <|begin_of_text|> so
     BL = dict(BL)
 post = BL if variant != "template" else {
@@ -110,7 +116,8 @@ for c in "lstrip|added_tokens[1].lstrip: an added token with lstrip true is not 
 	"normalized|added_tokens[1].normalized: an added token found in normalized text" \
 	"normalized_default|added_tokens[1].normalized: an added token found in normalized" \
 	"nfkc|normalizer: normalizer 'NFKC' is not implemented (asyncpp implements none and NFC)" \
-	"template|post_processor: post-processor 'TemplateProcessing' is not implemented"; do
+	"template|post_processor: post-processor 'TemplateProcessing' is not implemented" \
+	"groups|added_tokens[2] and added_tokens[3]: '<|im_start|>' and '<|im' can overlap"; do
 	python3 mk.py "${c%%|*}" > r.json
 	refused "refuse_${c%%|*}" "${c#*|}" $A tokenize import-hf -o bad.tok r.json
 done
@@ -147,7 +154,7 @@ if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
 fi
 if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
 	for t in qwen3_import qwen3_stress qwen3_nfc_stress qwen3_mix qwen3_long qwen3_kjv \
-		qwen3_roundtrip qwen3_small_ref qwen3_export_ids; do
+		qwen3_roundtrip qwen3_small_ref qwen3_small_groups_ref qwen3_export_ids; do
 		skip $t "npm packages unavailable (no node, npm or network)"
 	done
 	exit 0
@@ -172,6 +179,12 @@ compare() { # NAME JSON TOK FILE...: the ids of each FILE
 # the small one first: the reference agrees on what the checks above assert
 printf 'x12 3 caf\x65\xcc\x81 the<think>x<|im_start|><|im <|endoftext|> <|i th<think>e' > s.txt
 compare qwen3_small_ref q.json q.tok s.txt
+# added tokens with normalized true and false that cannot overlap: one pass
+# finds what Hugging Face's two find
+python3 mk.py groups_ok > g.json
+rm -f g.tok
+$A tokenize import-hf -o g.tok g.json 2> g.err || fail groups_ok_import "$(head -c 300 g.err)"
+compare qwen3_small_groups_ref g.json g.tok s.txt
 
 for seed in 1 2 3; do
 	python3 - $seed > mix$seed.txt << 'PY'
