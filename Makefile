@@ -53,8 +53,15 @@ STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd
 	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a) -linih) \
 	$(firstword $(wildcard $(BLAS_DIR)/libopenblas.a) -lopenblas) -lgfortran
 endif
+# PCRE2 (a tokenizer.json's Split regex without a scanner of its own) links
+# statically when its archive and header exist (libpcre2-dev; the GPU kit's
+# DEPS_PREFIX); without them asyncpp refuses such a regex, saying why.
+PCRE2_DIR := $(if $(DEPS_PREFIX),$(DEPS_PREFIX)/lib,/usr/lib/x86_64-linux-gnu)
+PCRE2_H := $(if $(DEPS_PREFIX),$(DEPS_PREFIX)/include,/usr/include)/pcre2.h
+PCRE2_LIB := $(if $(wildcard $(PCRE2_H)),$(wildcard $(PCRE2_DIR)/libpcre2-8.a))
+STATIC_LIBS += $(PCRE2_LIB)
 ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp -fno-math-errno \
-	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
+	$(WARN) $(BLAS_INC) $(if $(PCRE2_LIB),-DASYNCPP_PCRE2) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS = $(STATIC_LIBS) -lpthread -lm -ldl -fopenmp $(EXTRA_LDLIBS)
 
 # ---- CUDA (optional) ----
@@ -186,7 +193,8 @@ test-bins: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
 .PHONY: test-bins
 
 # Install the Debian packages the build and tests need (as root), or say how.
-DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-dev libopenblas-dev \
+DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-dev libpcre2-dev \
+	libopenblas-dev \
 	libgfortran-12-dev openmpi-bin libopenmpi-dev nodejs npm bible-kjv bible-kjv-text
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)

@@ -111,15 +111,14 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 	/* pieces as `tokenize encode` cuts them */
 	size_t np = 0, cap = 64, *cut = xmalloc(cap * sizeof(*cut));
 	for (size_t at = 0; at < text->len;) {
-		size_t c = pretok_split_point_of(tokenizer_pretok(tok), text->data + at,
-						 text->len - at, 256 << 10);
+		size_t c = tokenizer_split_point(tok, text->data + at, text->len - at, 256 << 10);
 		if (np + 1 >= cap)
 			cut = xrealloc(cut, (cap *= 2) * sizeof(*cut));
 		cut[np++] = at;
 		at += c;
 	}
 	cut[np] = text->len;
-	uint32_t *ids = xmalloc(st_mult(text->len + 1, sizeof(*ids)));
+	uint32_t *ids = xmalloc(st_mult(tokenizer_max_ids(tok, text->len) + 1, sizeof(*ids)));
 	size_t *nids = xcalloc(np, sizeof(*nids));
 	double best = 1e30;
 	for (int rep = 0; rep < 3; rep++) {
@@ -134,7 +133,7 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 			for (long i = 0; i < (long)np; i++)
 				nids[i] = tokenizer_encode_cached(tok, caches[omp_get_thread_num()],
 								  text->data + cut[i], cut[i + 1] - cut[i],
-								  ids + cut[i]);
+								  ids + tokenizer_max_ids(tok, cut[i]));
 		}
 		double dt = now_sec() - t0;
 		best = dt < best ? dt : best;

@@ -155,17 +155,20 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 {
 	const struct encode_opts *o = e->o;
 	long np = (long)e->npieces;
-	if (text_len > e->ids_cap) { /* a piece of n bytes has at most n tokens */
+	/* a piece of n bytes has at most tokenizer_max_ids(n) tokens, at that
+	 * multiple of its offset (the bound is linear) */
+	size_t need = tokenizer_max_ids(o->tok, text_len);
+	if (need > e->ids_cap) {
 		free(e->ids);
-		e->ids_cap = text_len;
-		e->ids = xmalloc(st_mult(text_len, sizeof(*e->ids)));
+		e->ids_cap = need;
+		e->ids = xmalloc(st_mult(need, sizeof(*e->ids)));
 	}
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o->nthreads)
 	for (long i = 0; i < np; i++) {
 		struct piece *pc = &e->pieces[i];
 		const unsigned char *p = e->text + pc->off;
 		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p,
-						   pc->n, e->ids + pc->off);
+						   pc->n, e->ids + tokenizer_max_ids(o->tok, pc->off));
 		pc->hash = text_hash(p, pc->n);
 	}
 	uint32_t eot = tokenizer_eot_id(o->tok);
@@ -181,7 +184,7 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 		if (!o->train_path) {
 			const char *sep = "";
 			for (size_t q = i; q < j; q++) {
-				const uint32_t *ids = e->ids + e->pieces[q].off;
+				const uint32_t *ids = e->ids + tokenizer_max_ids(o->tok, e->pieces[q].off);
 				for (size_t t = 0; t < e->pieces[q].nids; t++, sep = " ")
 					fprintf(o->ids_out, "%s%u", sep, ids[t]);
 			}
@@ -198,7 +201,8 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 			for (size_t q = i; q < j && !rc; q++) {
 				const struct piece *pc = &e->pieces[q];
 				int first = !has_eot && q == i;
-				if (shard_writer_add(w, e->ids + pc->off, pc->nids, first))
+				if (shard_writer_add(w, e->ids + tokenizer_max_ids(o->tok, pc->off),
+						     pc->nids, first))
 					rc = -1;
 			}
 		}
@@ -229,7 +233,7 @@ static int encode_batch(struct encoder *e, const struct batch *b)
 		size_t n = b->ends[d] - start;
 		for (size_t at = 0; at < n;) {
 			size_t cut = n - at <= CHUNK_BYTES ? n - at :
-				     pretok_split_point_of(tokenizer_pretok(e->o->tok), s + at, n - at, CHUNK_BYTES);
+				     tokenizer_split_point(e->o->tok, s + at, n - at, CHUNK_BYTES);
 			add_piece(e, start + at, cut, at == 0);
 			at += cut;
 		}

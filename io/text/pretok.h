@@ -67,6 +67,12 @@ size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
  *   PRETOK_GPT2_DIGITS  SmolLM's: every numeric character (\p{N}) a piece of
  *     its own (Hugging Face's Digits with individual_digits), then GPT-2's
  *     pattern on the text between them
+ *   PRETOK_QWEN    Qwen 2's and 3's Split: cl100k's pattern with \p{N} in
+ *     place of \p{N}{1,3} (every numeric character a piece of its own)
+ *   PRETOK_SPLIT_REGEX  Hugging Face's Split with any other regex, behavior
+ *     and invert, through PCRE2 (io/text/regex_split.h); the only kind with
+ *     parameters (the tokenizer holds them) and no scanner here:
+ *     pretok_next_of gives GPT-2's for it, which the tokenizer never calls
  *
  * Later kinds (a chain of Split, Digits, Metaspace steps with parameters)
  * get new numbers; the numbers are stored in files, never reused. */
@@ -75,10 +81,12 @@ enum pretok_kind {
 	PRETOK_CL100K = 1,
 	PRETOK_O200K = 2,
 	PRETOK_GPT2_DIGITS = 3,
+	PRETOK_QWEN = 4,
+	PRETOK_SPLIT_REGEX = 5,
 	PRETOK_NKINDS
 };
 
-/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits"), or NULL for an
+/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits", "qwen"), or NULL for an
  * unknown one. */
 const char *pretok_kind_name(uint32_t kind);
 /* The kind named name; -1 when none is. */
@@ -90,6 +98,7 @@ pretok_next_fn pretok_next_of(uint32_t kind);
 size_t pretok_next_cl100k(const unsigned char *s, size_t n);
 size_t pretok_next_o200k(const unsigned char *s, size_t n);
 size_t pretok_next_gpt2_digits(const unsigned char *s, size_t n);
+size_t pretok_next_qwen(const unsigned char *s, size_t n);
 
 /* pretok_split_point for kind: the same cut, which for the tiktoken
  * kinds also wants an ASCII letter or digit after the '\n' (o200k's

@@ -12,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "added_tokens.h"
 #include "pretok.h"
+#include "regex_split.h"
 #include "tokenizer.h"
+#include "unicode_nfc.h"
 
 #define HDR_SIZE 48
 #define EMPTY_KEY UINT64_MAX
@@ -38,6 +41,13 @@ struct tokenizer {
 	uint32_t *whole;          /* TOK_IGNORE_MERGES: ids of the tokens by their bytes,
 				   * open addressing, UINT32_MAX empty; else NULL */
 	uint64_t whole_mask;
+	struct added_tokens *added; /* TOK_SPLIT_ADDED: the special tokens; else NULL */
+	int added_nl;               /* one of them has a '\n' before its last byte */
+	/* PRETOK_SPLIT_REGEX: the step's parameters as stored (u32 behavior, u32
+	 * invert, the pattern) and the compiled regex; else NULL, 0 */
+	unsigned char *rx_param;
+	uint32_t rx_plen;
+	struct regex_split *rx;
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -85,6 +95,9 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->pair_key);
 	free(t->pair_rank);
 	free(t->whole);
+	added_tokens_free(t->added);
+	free(t->rx_param);
+	regex_split_free(t->rx);
 	free(t);
 }
 
@@ -126,12 +139,32 @@ static int tok_init(struct tokenizer *t, const char *name)
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits): written by a newer asyncpp?", name, t->pretok);
+			     "o200k, gpt2_digits, qwen, split_regex): written by a newer asyncpp?", name,
+			     t->pretok);
 	t->next = pretok_next_of(t->pretok);
+	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
+		if (t->rx_plen < 8 || get_le32(t->rx_param) >= SPLIT_NBEHAVIORS ||
+		    get_le32(t->rx_param + 4) > 1)
+			return error("%s: Split regex parameters of %u bytes: file is corrupt", name,
+				     t->rx_plen);
+		size_t wn = strlen(name) + 32;
+		char *where = xmalloc(wn);
+		snprintf(where, wn, "%s: the Split regex", name);
+		int rc = regex_split_new(&t->rx, (const char *)t->rx_param + 8, t->rx_plen - 8,
+					 get_le32(t->rx_param), (int)get_le32(t->rx_param + 4), where);
+		free(where);
+		if (rc)
+			return -1;
+	} else if (t->pretok != PRETOK_SPLIT_REGEX && t->rx_plen) {
+		return error("%s: pre-tokenizer kind %u with %u bytes of parameters (it takes none)",
+			     name, t->pretok, t->rx_plen);
+	}
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
-	if (t->flags & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
+		return error("%s: flag split-added without special tokens: file is corrupt", name);
 	int loose = t->flags & TOK_IGNORE_MERGES; /* Hugging Face's merges: checked below */
 	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
 		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
@@ -218,6 +251,18 @@ static int tok_init(struct tokenizer *t, const char *name)
 	}
 	if (loose && whole_init(t, made, name))
 		goto out;
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->added) {
+		const unsigned char **sp = xmalloc(st_mult(t->nspecial, sizeof(*sp)));
+		uint32_t *len = xmalloc(st_mult(t->nspecial, sizeof(*len)));
+		for (uint32_t i = 0; i < t->nspecial; i++) {
+			sp[i] = t->bytes + t->off[t->special[i]], len[i] = t->lens[t->special[i]];
+			if (memchr(sp[i], '\n', len[i] - 1))
+				t->added_nl = 1;
+		}
+		t->added = added_tokens_new(t->nspecial, t->special, sp, len);
+		free(sp);
+		free(len);
+	}
 	rc = 0;
 out:
 	free(made);
@@ -259,11 +304,13 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
 	}
-	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step, no parameters */
+	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step */
 		put_le32(w, 1);
 		put_le32(w + 4, t->pretok);
-		put_le32(w + 8, 0);
+		put_le32(w + 8, t->rx_plen);
 		buf_append(out, w, 12);
+		if (t->rx_plen)
+			buf_append(out, t->rx_param, t->rx_plen);
 	}
 	unsigned char *p = out->data + start;
 	size_t n = out->len - start;
@@ -336,8 +383,48 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
 uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
 
+int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n,
+			      uint32_t behavior, int invert, const char *where)
+{
+	struct regex_split *rx;
+	if (n > TOKENIZER_MAX_VOCAB)
+		return error("%s: a Split regex of %zu bytes is too long", where, n);
+	if (regex_split_new(&rx, pattern, n, behavior, invert, where))
+		return -1;
+	regex_split_free(t->rx);
+	free(t->rx_param);
+	t->rx = rx;
+	t->rx_plen = (uint32_t)(8 + n);
+	t->rx_param = xmalloc(t->rx_plen);
+	put_le32(t->rx_param, behavior);
+	put_le32(t->rx_param + 4, (uint32_t)!!invert);
+	memcpy(t->rx_param + 8, pattern, n);
+	t->pretok = PRETOK_SPLIT_REGEX;
+	t->next = pretok_next_of(t->pretok);
+	struct buf b = {0};
+	tokenizer_serialize(t, &b);
+	t->hash = get_le64(b.data + 40);
+	buf_free(&b);
+	return 0;
+}
+
+int tokenizer_split_regex(const struct tokenizer *t, const char **pattern, size_t *n,
+			  uint32_t *behavior, int *invert)
+{
+	if (t->pretok != PRETOK_SPLIT_REGEX)
+		return -1;
+	*behavior = get_le32(t->rx_param);
+	*invert = (int)get_le32(t->rx_param + 4);
+	*pattern = (const char *)t->rx_param + 8;
+	*n = t->rx_plen - 8;
+	return 0;
+}
+
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 {
+	if (kind == PRETOK_SPLIT_REGEX)
+		return error("tokenizer: the Split regex kind needs its regex "
+			     "(tokenizer_set_split_regex)");
 	if (!pretok_kind_name(kind))
 		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
 	t->pretok = kind;
@@ -351,11 +438,23 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 
 /* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
  * steps, then per step a u32 kind, a u32 parameter length and the
- * parameters. This asyncpp's kinds are single steps without parameters, and
- * GPT-2's is never in one (a file is in the one form tokenizer_serialize
- * writes). */
-static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind, const char *name)
+ * parameters. This asyncpp's kinds are single steps, with parameters only
+ * for the Split regex (into t, checked by tok_init), and GPT-2's is never in
+ * one (a file is in the one form tokenizer_serialize writes). */
+static int read_pretok_section(const unsigned char *p, size_t n, struct tokenizer *t,
+			       const char *name)
 {
+	uint32_t *kind = &t->pretok;
+	if (n >= 12 && get_le32(p) == 1 && get_le32(p + 4) == PRETOK_SPLIT_REGEX) {
+		if ((uint64_t)n != 12ULL + get_le32(p + 8))
+			return error("%s: pre-tokenizer section of %zu bytes, its step says %llu",
+				     name, n, 12ULL + get_le32(p + 8));
+		*kind = PRETOK_SPLIT_REGEX;
+		t->rx_plen = get_le32(p + 8);
+		t->rx_param = xmalloc(t->rx_plen ? t->rx_plen : 1);
+		memcpy(t->rx_param, p + 12, t->rx_plen);
+		return 0;
+	}
 	if (n < 4)
 		return error("%s: truncated pre-tokenizer section (%zu bytes)", name, n);
 	uint32_t steps = get_le32(p);
@@ -386,7 +485,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (version < 1 || version > TOKENIZER_VERSION)
 		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
 			     name, version, TOKENIZER_VERSION);
-	if (get_le32(p + 12) & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (get_le32(p + 12) & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
 	uint64_t L = get_le64(p + 32);
@@ -439,7 +538,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
-	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, name))
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), t, name))
 		goto fail;
 	if (tok_init(t, name))
 		goto fail;
@@ -642,10 +741,34 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 	return method ? bpe_heap(t, out, n) : bpe_scan(t, out, n);
 }
 
-size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, uint32_t *out);
+
+/* PRETOK_SPLIT_REGEX: the regex's pieces of the whole text (its matches
+ * depend on what comes before and after), each encoded apart; c may be
+ * NULL. */
+static size_t encode_regex(const struct tokenizer *t, struct tok_cache *c,
+			   const unsigned char *s, size_t len, uint32_t *out)
+{
+	struct split_piece *p = NULL;
+	size_t cap = 0, np = regex_split_pieces(t->rx, s, len, &p, &cap), nout = 0;
+	for (size_t i = 0; i < np; i++) {
+		const unsigned char *w = s + p[i].start;
+		size_t l = p[i].end - p[i].start;
+		nout += c ? encode_cached_piece(t, c, w, l, out + nout)
+			  : encode_piece(t, w, l, out + nout);
+	}
+	free(p);
+	return nout;
+}
+
+static size_t encode_plain(const struct tokenizer *t, const void *text, size_t len,
+			   uint32_t *out)
 {
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, NULL, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
 		nout += encode_piece(t, s + pos, l, out + nout);
@@ -719,58 +842,131 @@ static inline uint64_t piece_hash(const unsigned char *s, size_t n)
 	return h | 1;
 }
 
+/* One pre-token w[0..l) through the cache; returns its count of ids. */
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, uint32_t *out)
+{
+	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
+	if (l == 1) {
+		out[0] = t->byte_id[w[0]];
+		return 1;
+	}
+	if (l > CACHE_MAX_PIECE)
+		return encode_piece(t, w, l, out);
+	uint64_t h = piece_hash(w, l);
+	size_t i = h & mask;
+	struct cache_slot *sl;
+	for (;; i = (i + 1) & mask) {
+		sl = &c->slots[i];
+		if (!sl->hash)
+			break;
+		if (sl->hash == h && sl->wlen == l && !memcmp(c->words.data + sl->woff, w, l)) {
+			memcpy(out, c->ids + sl->ioff, sl->nids * sizeof(*out));
+			return sl->nids;
+		}
+	}
+	size_t k = encode_piece(t, w, l, out);
+	if (c->used * 2 >= mask || c->nids + k > c->cap) {
+		cache_clear(c);
+		for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+			;
+		sl = &c->slots[i];
+	}
+	sl->hash = h;
+	sl->wlen = (uint8_t)l;
+	sl->nids = (uint8_t)k;
+	sl->woff = (uint32_t)c->words.len;
+	sl->ioff = (uint32_t)c->nids;
+	buf_append(&c->words, w, l);
+	memcpy(c->ids + c->nids, out, k * sizeof(*out));
+	c->nids += k;
+	c->used++;
+	return k;
+}
+
+static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
+				  const void *text, size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, c, s, len, out);
+	while (pos < len) {
+		size_t l = t->next(s + pos, len - pos);
+		nout += encode_cached_piece(t, c, s + pos, l, out + nout);
+		pos += l;
+	}
+	return nout;
+}
+
+/* ---- added tokens and NFC (TOK_SPLIT_ADDED, TOK_NFC) ---- */
+
+size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
+{
+	return t->flags & TOK_NFC ? st_mult(len, 3) : len;
+}
+
+/* s[0..n) between added tokens: normalized (NFC, unless it is already
+ * normal: the quick check), pre-tokenized and merged; c may be NULL. */
+static size_t encode_segment(const struct tokenizer *t, struct tok_cache *c,
+			     const unsigned char *s, size_t n, struct buf *tmp, uint32_t *out)
+{
+	if ((t->flags & TOK_NFC) && !utf8_is_nfc_quick((const char *)s, n)) {
+		tmp->len = 0;
+		buf_reserve(tmp, UTF8_NFC_MAX(n));
+		tmp->len = utf8_nfc((const char *)s, n, (char *)tmp->data, UTF8_NFC_MAX(n));
+		s = tmp->data, n = tmp->len;
+	}
+	return c ? encode_cached_plain(t, c, s, n, out) : encode_plain(t, s, n, out);
+}
+
+/* Hugging Face's order: the added tokens out of the raw text first, then
+ * each stretch between them apart. */
+static size_t encode_full(const struct tokenizer *t, struct tok_cache *c, const void *text,
+			  size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	struct buf tmp = {0};
+	size_t pos = 0, nout = 0;
+	while (pos < len) {
+		size_t at = len - pos, k = 0;
+		uint32_t id = 0;
+		if (t->added)
+			k = added_tokens_find(t->added, s + pos, len - pos, &at, &id);
+		if (at)
+			nout += encode_segment(t, c, s + pos, at, &tmp, out + nout);
+		if (k)
+			out[nout++] = id;
+		pos += at + k;
+	}
+	buf_free(&tmp);
+	return nout;
+}
+
+size_t tokenizer_split_point(const struct tokenizer *t, const void *text, size_t len,
+			     size_t target)
+{
+	/* a cut is right after a '\n': inside an added token only if one holds
+	 * a '\n' before its end; NFC keeps the text on each side apart (a '\n'
+	 * and an ASCII character compose with nothing) */
+	if (t->added_nl)
+		return len;
+	return pretok_split_point_of(t->pretok, text, len, target);
+}
+
+size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+{
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, NULL, text, len, out);
+	return encode_plain(t, text, len, out);
+}
+
 size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 			       const void *text, size_t len, uint32_t *out)
 {
-	const unsigned char *s = text;
-	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
-	size_t pos = 0, nout = 0;
-	while (pos < len) {
-		size_t l = t->next(s + pos, len - pos);
-		const unsigned char *w = s + pos;
-		pos += l;
-		if (l == 1) {
-			out[nout++] = t->byte_id[w[0]];
-			continue;
-		}
-		if (l > CACHE_MAX_PIECE) {
-			nout += encode_piece(t, w, l, out + nout);
-			continue;
-		}
-		uint64_t h = piece_hash(w, l);
-		size_t i = h & mask;
-		struct cache_slot *sl;
-		for (;; i = (i + 1) & mask) {
-			sl = &c->slots[i];
-			if (!sl->hash)
-				break;
-			if (sl->hash == h && sl->wlen == l &&
-			    !memcmp(c->words.data + sl->woff, w, l)) {
-				memcpy(out + nout, c->ids + sl->ioff, sl->nids * sizeof(*out));
-				nout += sl->nids;
-				goto next;
-			}
-		}
-		size_t k = encode_piece(t, w, l, out + nout);
-		if (c->used * 2 >= mask || c->nids + k > c->cap) {
-			cache_clear(c);
-			for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
-				;
-			sl = &c->slots[i];
-		}
-		sl->hash = h;
-		sl->wlen = (uint8_t)l;
-		sl->nids = (uint8_t)k;
-		sl->woff = (uint32_t)c->words.len;
-		sl->ioff = (uint32_t)c->nids;
-		buf_append(&c->words, w, l);
-		memcpy(c->ids + c->nids, out + nout, k * sizeof(*out));
-		c->nids += k;
-		c->used++;
-		nout += k;
-next:;
-	}
-	return nout;
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, c, text, len, out);
+	return encode_cached_plain(t, c, text, len, out);
 }
 
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
@@ -831,9 +1027,20 @@ int tokenizer_inspect(const char *path, FILE *out)
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
 		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
 			"Unicode %s tables)\n", unicode_tables_version);
+	else if (t->pretok == PRETOK_SPLIT_REGEX)
+		fprintf(out, "pre-tokenizer:  Split regex %.*s (%s%s; PCRE2)\n", (int)(t->rx_plen - 8),
+			(const char *)t->rx_param + 8, split_behavior_name(get_le32(t->rx_param)),
+			get_le32(t->rx_param + 4) ? ", inverted" : "");
+	else if (t->pretok == PRETOK_QWEN)
+		fprintf(out, "pre-tokenizer:  qwen pattern (cl100k's with single digits; Unicode %s "
+			"tables)\n", unicode_tables_version);
 	else
 		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
 			pretok_kind_name(t->pretok), unicode_tables_version);
+	if (t->flags & TOK_NFC)
+		fprintf(out, "normalizer:     NFC (Unicode %s tables)\n", unicode_nfc_version);
+	if (t->flags & TOK_SPLIT_ADDED)
+		fprintf(out, "special tokens: found in the text first (Hugging Face's encode)\n");
 	if (t->flags & TOK_IGNORE_MERGES)
 		fprintf(out, "BPE:            ignore_merges (a pre-token that is a token is taken "
 			"whole; Hugging Face's merges)\n");
