@@ -78,7 +78,10 @@ if $A train -q "${TINY[@]}" 2> err.txt &&
 	same_tensors trained_moe_round_trip run/ckpt-00000003.ckpt trained.ckpt
 	EV=(--data run/data/builtin_val.shard --batches 4 --batch-size 4)
 	if $A eval "${EV[@]}" run/ckpt-00000003.ckpt > a.txt 2> err.txt &&
-	   $A eval "${EV[@]}" trained.ckpt > b.txt 2>> err.txt &&
+	   # the re-imported tokenizer splits added tokens out of the text as
+	   # HF's does (a flag the built-in one lacks), so its hash differs;
+	   # the shard holds no special-token text, so --force says the ids agree
+	   $A eval --force "${EV[@]}" trained.ckpt > b.txt 2>> err.txt &&
 	   diff <(grep -E '^(loss|perplexity)' a.txt) <(grep -E '^(loss|perplexity)' b.txt) > /dev/null &&
 	   grep -q '^loss' a.txt; then
 		pass trained_moe_evaluates_the_same
