@@ -12,11 +12,16 @@ struct tok_families_opts {
 	const char *tiktoken_pkg;
 	const char *gpt3_pkg;
 	int no_js;                /* no node, no npm: asyncpp's column alone */
+	const char *family;       /* only this family (tok_family_known), or NULL */
 };
 
 /* The default peers folder: $ASYNCPP_BENCH_NPM, else
  * ${XDG_CACHE_HOME:-$HOME/.cache}/asyncpp/bench-npm. Returns a malloc'd path. */
 char *tok_families_default_dir(void);
+
+/* Whether name is a family's (case, spaces and '-' ignored: "llama3",
+ * "Llama 3"); the names, comma-separated, into names when not NULL. */
+int tok_family_known(const char *name, struct buf *names);
 
 /* Installs the packages missing from the peers folder (npm, unless no_js),
  * then for each family: asyncpp's one-thread MB/s on text, each peer's

@@ -31,11 +31,11 @@
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench tokenizer [--text FILE] [--vocab N] [--gpt2 TOK] [--peers DIR] [--npm-pkg DIR] [--tiktoken-pkg DIR] [-j N] [--no-js] [--families-only]",
+	"asyncpp bench tokenizer [--text FILE] [--vocab N] [--gpt2 TOK] [--peers DIR] [--npm-pkg DIR] [--tiktoken-pkg DIR] [-j N] [--no-js] [--families-only] [--family NAME]",
 	NULL,
 };
 
-static const char *text_path, *gpt2_path, *npm_pkg, *tiktoken_pkg, *peers_dir;
+static const char *text_path, *gpt2_path, *npm_pkg, *tiktoken_pkg, *peers_dir, *family;
 static long vocab = 8192, threads = 0;
 static int no_js, families_only;
 
@@ -57,6 +57,8 @@ static const struct option options[] = {
 	OPT_FLAG(0, "no-js", &no_js, "run no peer and install nothing (asyncpp's speeds alone)"),
 	OPT_FLAG(0, "families-only", &families_only,
 		 "only the table of families (no training, threads or corpus rows)"),
+	OPT_STRING(0, "family", &family, "NAME",
+		   "only this family in the table (GPT-2, SmolLM, Llama 3, cl100k, o200k)"),
 	OPT_END(),
 };
 
@@ -304,6 +306,11 @@ int bench_tokenizer(int argc, char **argv)
 		   "tokenize encode pipeline over\nplain text, JSONL, JSONL.zst and JSONL.gz.");
 	if (vocab < 257 || vocab > (long)TOKENIZER_MAX_VOCAB)
 		opts_usage_error(usage, options, "--vocab must be in 257..%u", TOKENIZER_MAX_VOCAB);
+	struct buf names = {0};
+	if (family && !tok_family_known(family, &names))
+		opts_usage_error(usage, options, "--family: no family '%s' (families: %s)", family,
+				 (char *)names.data);
+	buf_free(&names);
 	struct buf text = {0};
 	const char *text_name = text_path;
 	if (text_path) {
@@ -344,7 +351,7 @@ int bench_tokenizer(int argc, char **argv)
 		tiktoken_pkg = getenv("ASYNCPP_TIKTOKEN_PKG");
 	char *peers = peers_dir ? xstrdup(peers_dir) : tok_families_default_dir();
 	struct tok_families_opts fo = {.peers_dir = peers, .tiktoken_pkg = tiktoken_pkg,
-				       .gpt3_pkg = npm_pkg, .no_js = no_js};
+				       .gpt3_pkg = npm_pkg, .no_js = no_js, .family = family};
 	rc = bench_tok_families(&text, &fo);
 	if (rc || families_only)
 		goto out_peers;
