@@ -270,8 +270,8 @@ static int pkg_present(const struct tok_families_opts *o, const char *pkg)
 	return has_package_json(dir);
 }
 
-/* Runs a shell command line; returns its first line of output in out (the
- * whole of it when short) and its exit status. */
+/* Runs a shell command line; returns the start of its output in out (cap
+ * bytes at most) and its exit status. */
 static int run_line(const char *cmd, char *out, size_t cap)
 {
 	FILE *p = popen(cmd, "r");
@@ -280,6 +280,9 @@ static int run_line(const char *cmd, char *out, size_t cap)
 		return -1;
 	size_t n = fread(out, 1, cap - 1, p);
 	out[n] = 0;
+	char rest[4096]; /* drained, so that a long output cannot block the child */
+	while (fread(rest, 1, sizeof(rest), p) > 0)
+		;
 	int rc = pclose(p);
 	return rc;
 }
