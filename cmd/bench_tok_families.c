@@ -65,7 +65,8 @@ static const char js_hf[] =
 	"const tj = JSON.parse(fs.readFileSync(json, 'utf8'));"
 	"const t = new Tokenizer(Object.assign({}, tj, {added_tokens: []}), {});"
 	"for (const p of (t.pre_tokenizer && t.pre_tokenizer.tokenizers) || [t.pre_tokenizer])"
-	"  if (p && p.pattern instanceof RegExp && /^\\[\\^\\\\d\\]\\+\\|\\\\d\\+?$/.test(p.pattern.source))"
+	"  if (p && p.pattern instanceof RegExp &&"
+	"      /^\\[\\^\\\\d\\]\\+\\|\\\\d\\+?$/.test(p.pattern.source))"
 	"    p.pattern = new RegExp(p.pattern.source.replace(/\\\\d/g, '\\\\p{N}'), 'gu');"
 	"const enc = (s) => t.encode(s, {add_special_tokens: false}).ids;";
 
@@ -108,7 +109,9 @@ struct peer {
 	const char *js;
 };
 
-enum { PEER_HF, PEER_TIKTOKEN_NODE, PEER_TIKTOKEN_WASM, PEER_GPT_TOKENIZER, PEER_GPT3, NPEER_KINDS };
+enum {
+	PEER_HF, PEER_TIKTOKEN_NODE, PEER_TIKTOKEN_WASM, PEER_GPT_TOKENIZER, PEER_GPT3, NPEER_KINDS
+};
 
 static const struct peer peer_kinds[NPEER_KINDS] = {
 	[PEER_HF] = {"@huggingface/tokenizers (JS)", PKG_HF, js_hf},
@@ -167,7 +170,8 @@ static const char js_gen_json[] =
 	"const vocab = JSON.parse(fs.readFileSync(dir + '/encoder.json', 'utf8'));"
 	"const merges = fs.readFileSync(dir + '/vocab.bpe', 'utf8').split('\\n').slice(1)"
 	"  .filter((l) => l);"
-	"const BL = {type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true};"
+	"const BL = {type: 'ByteLevel', add_prefix_space: false, trim_offsets: true,"
+	"  use_regex: true};"
 	"const eot = vocab['<|endoftext|>']; delete vocab['<|endoftext|>'];"
 	"const pre = kind === 'smollm' ? {type: 'Sequence', pretokenizers: ["
 	"  {type: 'Digits', individual_digits: true}, BL]} : BL;"

@@ -37,8 +37,8 @@ TEST(ascii_run_matches_a_byte_loop)
 					a++;
 				while (b < n && s[b] >= 'a' && s[b] <= 'z')
 					b++;
-				CHECK_MSG(ascii_run(s, i, n, 0x20) == a, "letters from %zu of %zu", i, n);
-				CHECK_MSG(ascii_run(s, i, n, 0) == b, "lower case from %zu of %zu", i, n);
+				CHECK_MSG(ascii_run(s, i, n, 0x20) == a, "letters %zu..%zu", i, n);
+				CHECK_MSG(ascii_run(s, i, n, 0) == b, "lower case %zu..%zu", i, n);
 				if (test_failed())
 					return;
 			}
