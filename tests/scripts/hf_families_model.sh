@@ -126,10 +126,6 @@ for fam in smollm:smollm.json:50257:1 llama3:$L3:128256:1; do
 		continue
 	fi
 	pass ${fam}_import
-	# the imported tokenizer is the family's (tokenize import-hf of the same json)
-	$A tokenize import-hf -o $fam-alone.tok "$json" > /dev/null 2>&1
-	if cmp -s $fam.tok $fam-alone.tok; then pass ${fam}_tokenizer_imported;
-	else fail ${fam}_tokenizer_imported "import-hf's tokenizer differs from tokenize import-hf's"; fi
 	if $A tokenize encode -q -t $fam.tok --docs blank-line --val-fraction 0.2 -o d-$fam \
 		corpus.txt > out.txt 2> err.txt &&
 	   $A train -q --resume $fam.ckpt --set data.train=d-${fam}_train.shard \
@@ -182,7 +178,8 @@ if mkmodel pad smollm.json 50304 1 > mk.err 2>&1 && $A import-hf -o pad.ckpt --s
 else
 	fail padded_vocab_trains "$(head -c 300 mk.err err.txt)"
 fi
-mkmodel small smollm.json 50000 1 > mk.err 2>&1
+mkdir -p small && cp pad/model.safetensors pad/tokenizer.json small/ &&
+	sed 's/"vocab_size": 50304/"vocab_size": 50000/' pad/config.json > small/config.json
 expect_exit 1 tokenizer_beyond_vocab_refused -- $A import-hf -o small.ckpt small
 if grep -qF "the tokenizer has 50257 tokens but the model's embedding only 50000 rows (config.json vocab_size)" err.txt && [ ! -e small.ckpt ] && [ ! -e small.tok ]; then
 	pass tokenizer_beyond_vocab_names_both
