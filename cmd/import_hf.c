@@ -85,8 +85,11 @@ static int read_tokenizer(struct tokenizer **tok, const char *dir, long eos, int
 			   dir);
 	}
 	if (!rc && tokenizer_vocab_size(*tok) > (uint32_t)V) {
-		rc = error("%s: the tokenizer has %u tokens but the model only %d", dir,
-			   tokenizer_vocab_size(*tok), V);
+		/* an id past the embedding has no row: refused, never truncated */
+		rc = error("%s: the tokenizer has %u tokens but the model's embedding only %d rows "
+			   "(config.json vocab_size): ids %d and up would have none; give the "
+			   "model's own tokenizer, or --no-tokenizer to import the weights alone", dir,
+			   tokenizer_vocab_size(*tok), V, V);
 		tokenizer_free(*tok);
 		*tok = NULL;
 	}

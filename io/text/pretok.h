@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { UC_OTHER = 0, UC_LETTER = 1, UC_NUMBER = 2, UC_SPACE = 3 };
 
@@ -33,6 +34,36 @@ static inline int unicode_class(uint32_t cp)
 /* Decode one valid UTF-8 sequence at s[0..n) (n >= 1): returns its length
  * (1..4) and the code point, or 0 when s[0] does not start one. */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+
+/* The end of the run from i in s[0..n) of ASCII letters (A-Z, a-z; fold
+ * 0x20) or of lower-case ones (a-z; fold 0), eight bytes at a time where
+ * eight remain: the scanners' hot loop (a word) without a branch a
+ * character (the run's end was one mispredicted branch a word). In each
+ * byte b, with y = (b | fold) & 0x7f (below 0x80, so the additions never
+ * carry into the next byte): y + 0x1f has its top bit set iff y >= 'a',
+ * y + 0x05 iff y > 'z'; and b's own top bit must be clear. The caller goes
+ * on from the returned position with its exact rules (a non-ASCII letter
+ * continues a \p{L} run there). */
+static inline size_t ascii_run(const unsigned char *s, size_t i, size_t n, unsigned fold)
+{
+	const uint64_t ones = 0x0101010101010101ULL, top = 0x80 * ones;
+	while (i + 8 <= n) {
+		uint64_t x;
+		memcpy(&x, s + i, 8);
+		uint64_t y = (x | fold * ones) & 0x7f * ones;
+		uint64_t stop = ~((y + 0x1f * ones) & ~(y + 0x05 * ones) & ~x) & top;
+		if (stop) /* the first byte outside: the lowest in memory order */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+			return i + (size_t)__builtin_clzll(stop) / 8;
+#else
+			return i + (size_t)__builtin_ctzll(stop) / 8;
+#endif
+		i += 8;
+	}
+	while (i < n && ((s[i] | fold) - 'a') < 26u)
+		i++;
+	return i;
+}
 
 /* Length of the first pre-token of s[0..n), n >= 1; always >= 1. */
 size_t pretok_next(const unsigned char *s, size_t n);

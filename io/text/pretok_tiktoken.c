@@ -193,12 +193,12 @@ static size_t cl100k_like(const unsigned char *s, size_t n, int max_digits)
 	int g = gc_at(s, n, &l);
 	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
 	if (is_letter(g)) {
-		i = l;
+		i = ascii_run(s, l, n, 0x20); /* exactly the ASCII characters in \p{L} */
 		RUN(i, is_letter);
 		return i;
 	}
 	if (is_prefix(g, s[0]) && l < n && is_letter(gc_at(s + l, n - l, &l2))) {
-		i = l + l2;
+		i = ascii_run(s, l + l2, n, 0x20);
 		RUN(i, is_letter);
 		return i;
 	}
@@ -230,7 +230,7 @@ static size_t o200k_upper_lower(const unsigned char *s, size_t n, size_t j)
 	}
 	size_t end;
 	if (i < n && g == GC_LL) {
-		end = i + l;
+		end = ascii_run(s, i + l, n, 0); /* a-z: exactly the ASCII in Lower */
 		RUN(end, is_lower);
 	} else if (last_lower) {
 		end = last_lower;

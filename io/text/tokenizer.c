@@ -742,7 +742,8 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 }
 
 static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
-				  const unsigned char *w, size_t l, uint32_t *out);
+				  const unsigned char *w, size_t l, const unsigned char *end,
+				  uint32_t *out);
 
 /* PRETOK_SPLIT_REGEX: the regex's pieces of the whole text (its matches
  * depend on what comes before and after), each encoded apart; c may be
@@ -755,7 +756,7 @@ static size_t encode_regex(const struct tokenizer *t, struct tok_cache *c,
 	for (size_t i = 0; i < np; i++) {
 		const unsigned char *w = s + p[i].start;
 		size_t l = p[i].end - p[i].start;
-		nout += c ? encode_cached_piece(t, c, w, l, out + nout)
+		nout += c ? encode_cached_piece(t, c, w, l, s + len, out + nout)
 			  : encode_piece(t, w, l, out + nout);
 	}
 	free(p);
@@ -777,23 +778,31 @@ static size_t encode_plain(const struct tokenizer *t, const void *text, size_t l
 	return nout;
 }
 
-/* ---- the pre-token cache ---- */
+/* ---- the pre-token cache ----
+ *
+ * On real text most pre-tokens repeat, so encoding is mostly this lookup:
+ * it is laid out for few cache misses. A slot (8 bytes) holds 32 bits of
+ * the piece's hash and where its record starts in the arena; the record is
+ * one run of 64-bit words: a header (the piece's length and id count), the
+ * piece's bytes zero-padded to whole words, then its ids two to a word. A
+ * hit reads the slot and one record, and compares the piece word by word
+ * (the words the hash was computed from), so no memcmp call. A full table
+ * or arena is cleared, and fills again from the text. */
 
 #define CACHE_BITS 16
-#define CACHE_MAX_PIECE 32
+#define CACHE_MAX_PIECE 32 /* longer pieces are encoded each time */
+#define CACHE_WORDS (CACHE_MAX_PIECE / 8)
+#define CACHE_ARENA ((size_t)1 << (CACHE_BITS + 3)) /* 64-bit words: 4 MB */
 
 struct cache_slot {
-	uint64_t hash; /* 0: empty */
-	uint32_t woff, ioff;
-	uint8_t wlen, nids;
+	uint32_t tag; /* the hash's high 32 bits, made odd; 0: empty */
+	uint32_t rec; /* the record's first word in the arena */
 };
 
 struct tok_cache {
 	struct cache_slot *slots;
-	size_t used;
-	struct buf words;
-	uint32_t *ids;
-	size_t nids, cap;
+	size_t used, top; /* slots used, arena words used */
+	uint64_t *arena;
 };
 
 struct tok_cache *tok_cache_new(const struct tokenizer *t)
@@ -801,9 +810,7 @@ struct tok_cache *tok_cache_new(const struct tokenizer *t)
 	(void)t;
 	struct tok_cache *c = xcalloc(1, sizeof(*c));
 	c->slots = xcalloc((size_t)1 << CACHE_BITS, sizeof(*c->slots));
-	c->cap = (size_t)1 << (CACHE_BITS + 2);
-	c->ids = xmalloc(c->cap * sizeof(*c->ids));
-	buf_reserve(&c->words, c->cap);
+	c->arena = xmalloc(CACHE_ARENA * sizeof(*c->arena));
 	return c;
 }
 
@@ -812,8 +819,7 @@ void tok_cache_free(struct tok_cache *c)
 	if (!c)
 		return;
 	free(c->slots);
-	free(c->ids);
-	buf_free(&c->words);
+	free(c->arena);
 	free(c);
 }
 
@@ -821,30 +827,43 @@ static void cache_clear(struct tok_cache *c)
 {
 	memset(c->slots, 0, ((size_t)1 << CACHE_BITS) * sizeof(*c->slots));
 	c->used = 0;
-	c->words.len = 0;
-	c->nids = 0;
+	c->top = 0;
 }
 
-static inline uint64_t piece_hash(const unsigned char *s, size_t n)
+/* The piece w[0..n) (2 <= n <= CACHE_MAX_PIECE) as little-endian 64-bit
+ * words zero-padded (into wd), and its hash. end is the end of the text:
+ * a word that lies wholly before it is loaded whole and masked, else byte by
+ * byte. */
+static inline uint64_t piece_words(const unsigned char *w, size_t n, const unsigned char *end,
+				   uint64_t wd[CACHE_WORDS])
 {
 	uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t w;
-		memcpy(&w, s + i, 8);
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+	size_t k = 0, i = 0;
+	for (; i + 8 <= n; i += 8, k++) {
+		memcpy(&wd[k], w + i, 8);
+		h = (h ^ wd[k]) * 0xff51afd7ed558ccdULL;
 		h ^= h >> 32;
 	}
-	uint64_t w = 0;
-	memcpy(&w, s + i, n - i);
-	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 29;
-	return h | 1;
+	if (i < n) {
+		uint64_t x = 0;
+		if ((size_t)(end - (w + i)) >= 8) {
+			memcpy(&x, w + i, 8);
+			x &= ~0ULL >> (8 * (8 - (n - i)));
+		} else {
+			memcpy(&x, w + i, n - i);
+		}
+		wd[k] = x;
+		h = (h ^ x) * 0xc4ceb9fe1a85ec53ULL;
+		h ^= h >> 29;
+	}
+	return h;
 }
 
-/* One pre-token w[0..l) through the cache; returns its count of ids. */
+/* One pre-token w[0..l) through the cache (end: the end of the text, which
+ * piece_words may read up to); returns its count of ids. */
 static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
-				  const unsigned char *w, size_t l, uint32_t *out)
+				  const unsigned char *w, size_t l, const unsigned char *end,
+				  uint32_t *out)
 {
 	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
 	if (l == 1) {
@@ -853,35 +872,48 @@ static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c
 	}
 	if (l > CACHE_MAX_PIECE)
 		return encode_piece(t, w, l, out);
-	uint64_t h = piece_hash(w, l);
-	size_t i = h & mask;
+	uint64_t wd[CACHE_WORDS];
+	uint64_t h = piece_words(w, l, end, wd);
+	uint32_t tag = (uint32_t)(h >> 32) | 1;
+	size_t nw = (l + 7) / 8, i = h & mask;
 	struct cache_slot *sl;
 	for (;; i = (i + 1) & mask) {
 		sl = &c->slots[i];
-		if (!sl->hash)
+		if (!sl->tag)
 			break;
-		if (sl->hash == h && sl->wlen == l && !memcmp(c->words.data + sl->woff, w, l)) {
-			memcpy(out, c->ids + sl->ioff, sl->nids * sizeof(*out));
-			return sl->nids;
-		}
+		const uint64_t *r = c->arena + sl->rec;
+		if (sl->tag != tag || (r[0] & 0xff) != l)
+			continue;
+		size_t k = 0;
+		while (k < nw && r[1 + k] == wd[k])
+			k++;
+		if (k < nw)
+			continue;
+		size_t m = r[0] >> 8, j = 0; /* two ids a word, inline (m is small) */
+		for (r += 1 + nw; j + 2 <= m; j += 2)
+			memcpy(out + j, r + j / 2, 2 * sizeof(*out));
+		if (j < m)
+			memcpy(out + j, r + j / 2, sizeof(*out));
+		return m;
 	}
-	size_t k = encode_piece(t, w, l, out);
-	if (c->used * 2 >= mask || c->nids + k > c->cap) {
+	size_t m = encode_piece(t, w, l, out);
+	size_t need = 1 + nw + (m + 1) / 2;
+	if (c->used * 2 >= mask || c->top + need > CACHE_ARENA) {
 		cache_clear(c);
-		for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+		for (i = h & mask; c->slots[i].tag; i = (i + 1) & mask)
 			;
 		sl = &c->slots[i];
 	}
-	sl->hash = h;
-	sl->wlen = (uint8_t)l;
-	sl->nids = (uint8_t)k;
-	sl->woff = (uint32_t)c->words.len;
-	sl->ioff = (uint32_t)c->nids;
-	buf_append(&c->words, w, l);
-	memcpy(c->ids + c->nids, out, k * sizeof(*out));
-	c->nids += k;
+	uint64_t *r = c->arena + c->top;
+	r[0] = l | m << 8;
+	memcpy(r + 1, wd, nw * sizeof(*wd));
+	r[nw + (m + 1) / 2] = 0; /* the pad of an odd count */
+	memcpy(r + 1 + nw, out, m * sizeof(*out));
+	sl->tag = tag;
+	sl->rec = (uint32_t)c->top;
+	c->top += need;
 	c->used++;
-	return k;
+	return m;
 }
 
 static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
@@ -893,7 +925,7 @@ static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c
 		return encode_regex(t, c, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
-		nout += encode_cached_piece(t, c, s + pos, l, out + nout);
+		nout += encode_cached_piece(t, c, s + pos, l, s + len, out + nout);
 		pos += l;
 	}
 	return nout;
