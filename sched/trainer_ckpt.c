@@ -233,7 +233,7 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 					continue;
 				struct optim_state_buf rb = optim_state(&wr->opt, i);
 				if (rb.numel != sb.numel)
-					die("internal error: replica %d stage %d state '%s' has %zu floats, "
+					bug("replica %d stage %d state '%s' has %zu floats, "
 					    "another replica %zu", r, s, rb.name, rb.numel, sb.numel);
 				int before = backend_lane_enter(tr->be, s);
 				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));
