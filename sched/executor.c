@@ -31,13 +31,15 @@
  * Under MPI or TCP (tr->dist, the process's runtime: dist.h) process
  * rank = r*S + s runs stage s of replica r on its main thread; the
  * transport, board and replica group it keeps between segments belong to
- * that runtime (mpi_attach, dist_set_pipeline). Every process builds the trainer (same
- * seed, same initial weights: replica 0's stages and its own); on its first
- * use the executor frees the workers of the other stages on every rank but
- * 0. Rank 0 keeps replica 0's as the place a checkpoint gathers into
- * (pipeline_save) and for the per-stage statistics, which are replica 0's.
- * After a segment the last rank of each replica broadcasts its losses, so
- * every rank returns the same statistics and the same result.
+ * that runtime (mpi_attach, dist_set_pipeline). Every process builds only
+ * its own stage's worker (trainer_init_on: same seed, same initial
+ * weights). Rank 0 writes checkpoints from what the other ranks of replica
+ * 0 send (pipeline_save) and collects the per-stage statistics, which are
+ * replica 0's. After a segment the last rank of each replica broadcasts
+ * its losses, so every rank returns the same statistics and the same
+ * result. Evaluation runs the same per-stage forward (eval_stage) on a
+ * thread per stage or on each rank, and a save the same gather, whatever
+ * the processes.
  *
  * Failures return -1 after error(), never exit. What can fail on one
  * process and not another (setting up, a segment's start, sharing its
@@ -936,71 +938,168 @@ out:
 	return rc;
 }
 
-/* ---- evaluation and checkpoints under MPI (dist.h) ---- */
+/* ---- evaluation: one path for threads and processes ---- */
 
-int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, double *loss)
+/* One stage's part of an evaluation: replica r takes batches r, r+N, ...
+ * (the replicas hold the same weights) through stage s, on the newest
+ * weights and slot 0 as trainer_eval's forward_all does, activations
+ * passed on tp; the last stage writes each batch's loss. */
+struct eval_ctx {
+	struct trainer *tr;
+	struct dataloader *data;
+	struct transport *tp;     /* the replica's */
+	int r, s, batches;
+	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
+	float *losses;            /* [batches] */
+	int failed;               /* a message buffer could not be had */
+};
+
+static void *eval_stage(void *arg)
 {
-	struct dist *d = tr->dist;
-	if (!dist_active(d)) {
-		*loss = trainer_eval(tr, data, batches);
-		return 0;
-	}
-	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
-	if (dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
-		return -1;
-	const struct mpi_side *mp = dist_pipeline(d);
+	struct eval_ctx *e = arg;
+	struct trainer *tr = e->tr;
 	const struct backend *be = tr->be;
-	int S = tr->S, N = tr->N, r = mp->r, s = mp->s, last = s == S - 1;
-	struct stage_worker *w = trainer_worker(tr, r, s);
+	int S = tr->S, s = e->s, last = s == S - 1;
+	struct stage_worker *w = trainer_worker(tr, e->r, s);
+	struct transport *tp = e->tp;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
-	struct transport *tp = mp->tp;
+	backend_lane_bind(be, s); /* this thread's ops (one lane between processes) */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
-	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
-	int failed = !dev_in || !dev_tg ? error("rank %d: cannot allocate the evaluation's tokens "
-						 "on backend '%s'", dist_rank(d), be->name) : 0;
-	if (dist_agree(d, failed, "to start the evaluation")) {
-		be->free(dev_in);
-		be->free(dev_tg);
-		free(host_in);
-		free(host_tg);
-		free(losses);
-		return -1;
-	}
-	/* trainer_eval's forward_all, one stage per rank: the newest weights,
-	 * slot 0, the same loss scale; replica r takes batches r, r+N, ... (the
-	 * replicas hold the same weights) */
-	for (int i = r; i < batches; i += N) {
+	for (int i = e->r; i < e->batches; i += tr->N) {
 		if (s == 0 || last) {
-			dataloader_batch(data, i, host_in, host_tg);
-			be->to_device(dev_in, host_in, bt * sizeof(int32_t));
-			be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
+			dataloader_batch(e->data, i, host_in, host_tg);
+			be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
+			be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
 		}
 		void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
-		void *x_out = last ? NULL : tp->buffer(tp, s, act_bytes);
-		if ((s > 0 && !x_in) || (!last && !x_out)) { /* error() said why */
-			error("rank %d (stage %d): the evaluation cannot go on; aborting the job",
-			      dist_rank(d), s);
-			dist_abort(); /* the peers wait inside MPI (p2p.h) */
+		void *x_out = last || (s > 0 && !x_in) ? NULL : tp->buffer(tp, s, act_bytes);
+		if ((s > 0 && !x_in) || (!last && !x_out)) {
+			e->failed = 1; /* error() said why, or another stage gave up */
+			break;
 		}
 		float loss = 0.0f;
-		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? dev_in : NULL, x_in,
-			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
+		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? e->dev_in : NULL,
+			      x_in, last ? e->dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
 			      1.0f / (float)tr->M);
 		if (x_in)
 			tp->release(tp, s, x_in);
 		if (x_out)
 			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
-		losses[i] = loss;
+		if (last)
+			e->losses[i] = loss;
 	}
-	be->free(dev_in);
-	be->free(dev_tg);
 	free(host_in);
 	free(host_tg);
-	/* every replica's losses from its last rank, then added in order */
-	float *got = N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float)) : losses;
-	for (int q = 0; q < N; q++) {
+	if (e->failed && tp->abort)
+		tp->abort(tp); /* the other stages of the replica stop waiting */
+	return NULL;
+}
+
+/* The tokens of ctx[lo, hi)'s stages on their lanes. 0, or -1 after error(). */
+static int eval_alloc(struct eval_ctx *ctx, int lo, int hi)
+{
+	const struct backend *be = ctx[lo].tr->be;
+	size_t bytes = (size_t)ctx[lo].tr->B * (size_t)ctx[lo].tr->T * sizeof(int32_t);
+	int rc = 0;
+	for (int i = lo; i < hi; i++) {
+		int before = backend_lane_enter(be, ctx[i].s);
+		ctx[i].dev_in = be->alloc(bytes);
+		ctx[i].dev_tg = be->alloc(bytes);
+		backend_lane_bind(be, before);
+		if (!rc && (!ctx[i].dev_in || !ctx[i].dev_tg))
+			rc = error("cannot allocate the evaluation's tokens for stage %d on backend "
+				   "'%s'", ctx[i].s, be->name);
+	}
+	return rc;
+}
+
+static void eval_release(struct eval_ctx *ctx, int lo, int hi)
+{
+	const struct backend *be = ctx[lo].tr->be;
+	for (int i = lo; i < hi; i++) {
+		int before = backend_lane_enter(be, ctx[i].s);
+		be->free(ctx[i].dev_in);
+		be->free(ctx[i].dev_tg);
+		backend_lane_bind(be, before);
+	}
+}
+
+/* Every stage of every replica on a thread of its own, over local
+ * transports. 0, or -1 after error(). */
+static int eval_threads(struct trainer *tr, struct eval_ctx *ctx)
+{
+	int N = tr->N, S = tr->S, rc = 0;
+	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
+	struct transport **tp = xcalloc((size_t)N, sizeof(*tp));
+	for (int r = 0; r < N; r++)
+		tp[r] = transport_local(tr->be, S, act_bytes);
+	for (int i = 0; i < N * S; i++)
+		ctx[i].tp = tp[i / S];
+	pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
+	int started = 0;
+	while (started < N * S && !pthread_create(&th[started], NULL, eval_stage, &ctx[started]))
+		started++;
+	if (started < N * S) {
+		rc = error("cannot start the evaluation thread of stage %d of replica %d",
+			   started % S, started / S);
+		for (int r = 0; r < N; r++)
+			tp[r]->abort(tp[r]); /* the threads started stop waiting */
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (backend_lane_count(tr->be) > 1)
+		tr->be->synchronize(); /* the lanes' last ops, before the buffers go */
+	for (int i = 0; i < started; i++)
+		if (ctx[i].failed)
+			rc = -1;
+	for (int r = 0; r < N; r++)
+		tp[r]->destroy(tp[r]);
+	free(th);
+	free(tp);
+	return rc;
+}
+
+int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, double *loss)
+{
+	struct dist *d = tr->dist;
+	int mpi = dist_active(d);
+	if (tr->kind < 0) { /* one worker: no pipeline to run it through */
+		*loss = trainer_eval(tr, data, batches);
+		return 0;
+	}
+	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
+	if (mpi && dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
+		return -1;
+	int N = tr->N, S = tr->S;
+	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
+	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * S;
+	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
+	struct eval_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
+	for (int i = lo; i < hi; i++)
+		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / S, .s = i % S,
+					   .batches = batches, .losses = losses};
+	int before = backend_lane_current(tr->be); /* bound again when done */
+	int failed = dist_agree(d, eval_alloc(ctx, lo, hi), "to start the evaluation");
+	if (!failed && mpi) {
+		const struct mpi_side *mp = dist_pipeline(d);
+		ctx[lo].tp = mp->tp;
+		eval_stage(&ctx[lo]);
+		if (ctx[lo].failed) {
+			error("rank %d (stage %d): the evaluation cannot go on; aborting the job",
+			      dist_rank(d), ctx[lo].s);
+			dist_abort(); /* the peers wait inside MPI (p2p.h) */
+		}
+	} else if (!failed) {
+		failed = eval_threads(tr, ctx);
+	}
+	backend_lane_bind(tr->be, before);
+	eval_release(ctx, lo, hi);
+	free(ctx);
+	/* between processes: every replica's losses from its last rank */
+	float *got = mpi && N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float))
+				  : losses;
+	for (int q = 0; mpi && !failed && q < N; q++) {
 		int root = q * S + S - 1;
 		if (got != losses && dist_rank(d) == root)
 			memcpy(got, losses, (size_t)batches * sizeof(float));
@@ -1014,6 +1113,7 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	}
 	if (got != losses)
 		free(got);
+	/* added in batch order, as trainer_eval adds them */
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++)
 		sum += losses[i];
@@ -1022,9 +1122,14 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	return failed ? -1 : 0;
 }
 
-/* Checkpoints under MPI. Rank 0 writes the file from its own stage and
- * from what the other ranks of replica 0 send, in checkpoint order, so no
- * rank ever holds more than its own stage. Rank s > 0 sends, for each
+/* ---- checkpoints: one path for threads and processes ---- */
+
+/* Checkpoints: one path for a process that holds every stage (threads)
+ * and for one stage per process. Rank 0 writes the file from the stages it
+ * holds and from what the other ranks of replica 0 send, in checkpoint
+ * order, so no rank ever holds more than its own stage (gather_weights,
+ * gather_states: a stage's part comes from its worker where this process
+ * holds it, else from its rank). Rank s > 0 sends, for each
  * weight version (back = 0, 1, ...): a weights_head and its own parameters'
  * floats, which are contiguous in the global arena from base_off; then each
  * optimizer-state tensor as a tensor_head and its floats, and an end
@@ -1090,14 +1195,19 @@ static int send_state(struct trainer *tr, int s)
 	return rc;
 }
 
-/* Rank 0's sources for trainer_save_from: its own stage 0, the rest received. */
-static int recv_weights(void *ctx, int back, float *global)
+/* Rank 0's sources for trainer_save_from: the stages it holds (all of them
+ * in a one-process run), the rest received. */
+static int gather_weights(void *ctx, int back, float *global)
 {
 	struct trainer *tr = ctx;
 	const struct dist *d = tr->dist;
-	struct stage_worker *w0 = &tr->w[0];
-	worker_save_version(w0, w0->newest - MIN(back, w0->n_versions - 1), global);
-	for (int s = 1; s < tr->S; s++) {
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		if (worker_alive(w)) {
+			/* what trainer_gather_weights takes from this stage */
+			worker_save_version(w, w->newest - MIN(back, w->n_versions - 1), global);
+			continue;
+		}
 		struct weights_head h;
 		if (dist_recv(d, &h, sizeof(h), s, TAG_STATE))
 			return -1;
@@ -1110,12 +1220,12 @@ static int recv_weights(void *ctx, int back, float *global)
 	return 0;
 }
 
-static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
+static int gather_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 {
 	struct trainer *tr = ctx;
 	const struct dist *d = tr->dist;
-	if (s == 0)
-		return worker_state_tensors(tr, &tr->w[0], sink, sink_ctx);
+	if (worker_alive(&tr->w[s]))
+		return worker_state_tensors(tr, &tr->w[s], sink, sink_ctx);
 	float *buf = NULL;
 	size_t cap = 0;
 	int rc = 0;
@@ -1149,18 +1259,14 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		  const char *extra_meta)
 {
 	struct dist *d = tr->dist;
-	if (!dist_active(d))
-		return trainer_save(tr, path, config_text, extra_meta);
-	if (dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
-		return -1;
-	const struct mpi_side *mp = dist_pipeline(d);
-	int rc = 0;
-	if (mp->r > 0) {
-		/* replica 0 holds the same bits */
-	} else if (!dist_is_root(d)) {
-		rc = send_state(tr, dist_rank(d));
+	int rank = dist_rank(d), rc = 0;
+	if (rank >= tr->S) {
+		/* replica rank / S > 0: replica 0 holds the same bits */
+	} else if (rank > 0) {
+		rc = send_state(tr, rank);
 	} else {
-		struct ckpt_source src = {.weights = recv_weights, .states = recv_states, .ctx = tr};
+		struct ckpt_source src = {.weights = gather_weights, .states = gather_states,
+					  .ctx = tr};
 		rc = trainer_save_from(tr, &src, path, config_text, extra_meta);
 	}
 	/* a failed send or receive ends the job (p2p.h), so every rank gets

@@ -207,8 +207,9 @@ struct ckpt;
 int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 const char *extra_meta);
 int trainer_load(struct trainer *tr, struct ckpt *k);
-/* The parts of a save, for a writer that gathers them from elsewhere (rank
- * 0 under MPI receives them from the other ranks): a sink takes tensors in
+/* The parts of a save, for a writer that gathers them (pipeline_save,
+ * dist.h: rank 0 takes the stages it holds and receives the others from
+ * their ranks; trainer_save goes through it too): a sink takes tensors in
  * checkpoint order; a source fills the global arena of a weight version and
  * feeds stage s's optimizer-state tensors to a sink. */
 typedef int (*tensor_sink)(void *ctx, const char *name, const float *data, size_t numel,

@@ -168,20 +168,23 @@ struct transport;
 struct transport *transport_p2p(const struct dist *d, const struct backend *be, int S, int rank,
 				size_t msg_bytes, int stages, double timeout);
 
-/* ---- hooks for cmd/train.c (sched/executor.c) ----
- * In a one-process run (tr->dist NULL) each is the plain trainer call. */
+/* ---- hooks for cmd/train.c (sched/executor.c) ---- */
 struct trainer;
-/* trainer_save, distributed: every rank of replica 0 sends its stage's
- * weight versions and optimizer state to rank 0, which writes the
- * checkpoint in the global layout (the same file a threaded run writes);
- * the other replicas hold the same bits and send nothing. Every rank gets
- * -1 when any rank failed (rank 0 to write, another to send); the other
- * ranks write nothing. */
+/* Every checkpoint is written here (trainer_save too): rank 0 writes the
+ * file in the global layout from the stages it holds (all of them in a
+ * one-process run, tr->dist NULL) and from what each other rank of replica
+ * 0 sends of its stage (weight versions, optimizer state); the other
+ * replicas hold the same bits and send nothing. The same file whatever
+ * the processes. Every rank gets -1 when any rank failed (rank 0 to
+ * write, another to send); the other ranks write nothing. */
 int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		  const char *extra_meta);
-/* trainer_eval, distributed: a pipelined forward through the ranks (with
- * replicas, replica r takes batches r, r+N, ...); every rank gets the loss
- * in *loss, the per-batch losses added in batch order as trainer_eval does.
+/* trainer_eval through the pipeline, one path for threads and processes:
+ * each stage (a thread over local transports, or this process's rank)
+ * runs its forward of the batches (with replicas, replica r takes batches
+ * r, r+N, ...) on the newest weights, as trainer_eval does (schedule none
+ * is trainer_eval itself); every rank gets the loss in *loss, the
+ * per-batch losses added in batch order as trainer_eval does.
  * 0, or -1 on every rank when any rank failed (the failing one said why). */
 int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, double *loss);
 
