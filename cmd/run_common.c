@@ -212,17 +212,18 @@ const struct backend *backend_from_config(const struct config *cfg)
 	return be;
 }
 
-int backend_lanes_from_config(const struct backend *be, const struct config *cfg)
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg,
+			      const struct dist *d)
 {
 	const char *list = cfg->pipeline_devices;
 	long S = cfg->pipeline_stages;
 	if (!*list)
 		return 0;
-	if (strcmp(cfg->pipeline_transport, "local") || dist_active())
+	if (strcmp(cfg->pipeline_transport, "local") || dist_active(d))
 		return error("pipeline.devices = %s places the stages of one process; with "
 			     "pipeline.transport = %s (or under a launcher) each process takes its local "
 			     "rank's GPU: leave pipeline.devices empty", list,
-			     dist_active() && !strcmp(cfg->pipeline_transport, "local") ? "mpi"
+			     dist_active(d) && !strcmp(cfg->pipeline_transport, "local") ? "mpi"
 											  : cfg->pipeline_transport);
 	if (!strcmp(cfg->train_schedule, "none"))
 		return error("pipeline.devices = %s needs a pipeline schedule (train.schedule = "

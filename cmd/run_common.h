@@ -42,7 +42,10 @@ const struct backend *backend_from_config(const struct config *cfg);
  * on lane s (empty: nothing to do); 0, or -1 after error() naming what to
  * change. train and bench train call it: eval, sample and export run one
  * stage and ignore the key. */
-int backend_lanes_from_config(const struct backend *be, const struct config *cfg);
+/* d: the process's distributed runtime (NULL: one process) */
+struct dist;
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg,
+			      const struct dist *d);
 /* train.schedule and pipeline.virtual_stages as the stage workers can run
  * them: 0, or -1 after error() when the schedule is one bench schedule
  * draws but the workers do not execute yet (interleaved, zb-h1, zb-v), or

@@ -630,7 +630,7 @@ static void assign_buffers(struct sched_stage *st)
 			if (holder[b] < 0 || lt.dies[holder[b]] < lt.born[k])
 				break;
 		if (b == nb) /* cannot happen: nversions is the peak */
-			die("schedule: no weight buffer free for version %d", k + lt.vmin);
+			bug("schedule: no weight buffer free for version %d", k + lt.vmin);
 		holder[b] = k;
 		st->vbuf[k] = b;
 	}
