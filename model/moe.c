@@ -1,9 +1,7 @@
 /* moe.c - the mixture-of-experts feed-forward of moe.h: routing, dispatch,
- * experts, combine, auxiliary losses, and their backward. */
-#include <string.h>
-
+ * experts, combine, auxiliary losses, and their backward, as calls of the
+ * backend's ops (the routing and dispatch ones: backend.h, moe_*). */
 #include "moe.h"
-#include "../io/util.h"
 
 /* ---- buffer layout ---- */
 
