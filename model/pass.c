@@ -332,14 +332,20 @@ int stage_moe_stats(const struct stage *st, int slot, double *out)
 		return 0;
 	for (int i = 0; i < 2 + c->E; i++)
 		out[i] = 0.0;
+	int32_t count[c->E + 1];
+	float aux[2];
+
 	layout_slot(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		out[0] += a.moe.aux[0];
-		out[1] += a.moe.aux[1];
+		/* activation memory: the backend's (a GPU's), read by copy */
+		st->be->to_host(aux, a.moe.aux, sizeof(aux));
+		st->be->to_host(count, a.moe.count, sizeof(count));
+		out[0] += aux[0];
+		out[1] += aux[1];
 		for (int e = 0; e < c->E; e++)
-			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
+			out[2 + e] += count[e + 1] - count[e];
 	}
 	return c->E;
 }
@@ -356,8 +362,10 @@ double stage_aux_loss(const struct stage *st, int slot)
 	layout_slot(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
+		float aux[2];
 		layout_layer(st, &v, li, &a);
-		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+		st->be->to_host(aux, a.moe.aux, sizeof(aux)); /* the backend's memory */
+		sum += (double)c->aux_coef * aux[0] + (double)c->z_coef * aux[1];
 	}
 	return sum;
 }
