@@ -363,6 +363,49 @@ static void s_swiglu_backward(void *dinp, const void *dout, const void *inp, int
 	SPY_OP("swiglu_backward", R(dout), R(inp), W(dinp));
 	spy.base->swiglu_backward(dinp, dout, inp, N, F);
 }
+static void s_moe_route(float *score, int32_t *sel, float *gate, const void *z, int N, int E,
+			int K, int router)
+{
+	SPY_OP("moe_route", R(z), W(score), W(sel), W(gate));
+	spy.base->moe_route(score, sel, gate, z, N, E, K, router);
+}
+static void s_moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, int N, int K, int E)
+{
+	SPY_OP("moe_dispatch", R(sel), W(count), W(pos));
+	spy.base->moe_dispatch(count, pos, sel, N, K, E);
+}
+static void s_moe_gather(void *xd, const void *x, const int32_t *pos, int N, int K, int C)
+{
+	SPY_OP("moe_gather", R(x), R(pos), W(xd));
+	spy.base->moe_gather(xd, x, pos, N, K, C);
+}
+static void s_moe_combine(void *out, const void *y, const float *gate, const int32_t *pos, int N,
+			  int K, int C)
+{
+	SPY_OP("moe_combine", R(out), R(y), R(gate), R(pos), W(out));
+	spy.base->moe_combine(out, y, gate, pos, N, K, C);
+}
+static void s_moe_combine_backward(void *dy, float *dgate, const void *dout, const void *y,
+				   const float *gate, const int32_t *pos, int N, int K, int C)
+{
+	SPY_OP("moe_combine_backward", R(dout), R(y), R(gate), R(pos), W(dy), W(dgate));
+	spy.base->moe_combine_backward(dy, dgate, dout, y, gate, pos, N, K, C);
+}
+static void s_moe_aux(float *aux, const void *z, const float *score, const int32_t *count, int N,
+		      int E, int K, int router)
+{
+	SPY_OP("moe_aux", R(z), R(score), R(count), W(aux));
+	spy.base->moe_aux(aux, z, score, count, N, E, K, router);
+}
+static void s_moe_router_backward(void *dz, const void *z, const float *score,
+				  const int32_t *sel, const float *gate, const float *dgate,
+				  const int32_t *count, int N, int E, int K, int router, float dloss,
+				  float alpha, float beta)
+{
+	SPY_OP("moe_router_backward", R(z), R(score), R(sel), R(gate), R(dgate), R(count), W(dz));
+	spy.base->moe_router_backward(dz, z, score, sel, gate, dgate, count, N, E, K, router, dloss,
+				      alpha, beta);
+}
 static void s_add_act(void *out, const void *a, const void *b, size_t n)
 {
 	SPY_OP("add_act", R(a), R(b), W(out));
@@ -508,6 +551,9 @@ static const struct backend *spy_on(const struct backend *base, const int *dev, 
 	t.attention_forward = s_attention_forward, t.attention_backward = s_attention_backward;
 	t.gelu_forward = s_gelu_forward, t.gelu_backward = s_gelu_backward;
 	t.swiglu_forward = s_swiglu_forward, t.swiglu_backward = s_swiglu_backward;
+	t.moe_route = s_moe_route, t.moe_dispatch = s_moe_dispatch, t.moe_gather = s_moe_gather;
+	t.moe_combine = s_moe_combine, t.moe_combine_backward = s_moe_combine_backward;
+	t.moe_aux = s_moe_aux, t.moe_router_backward = s_moe_router_backward;
 	t.add_act = s_add_act, t.add = s_add, t.softmax_xent = s_softmax_xent;
 	t.loss_mean = s_loss_mean, t.adamw_dir = s_adamw_dir, t.adan_dir = s_adan_dir;
 	t.ademamix_dir = s_ademamix_dir, t.mars_correct = s_mars_correct, t.ema = s_ema;
