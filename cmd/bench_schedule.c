@@ -148,8 +148,8 @@ int bench_schedule(int argc, char **argv)
 		OPT_DOUBLE(0, "fwd", &fwd, "T", "forward of one micro-batch on one stage (1)"),
 		OPT_DOUBLE(0, "bwd", &bwd, "T", "backward of one micro-batch on one stage (2)"),
 		OPT_DOUBLE(0, "wfrac", &wfrac, "F",
-			   "zb-h1, zb-v: the weight gradient's share of the backward, the input "
-			   "gradient taking the rest (0.5)"),
+			   "the split kinds (zb-h1, zb-v, 2bw-zb): the weight gradient's share of "
+			   "the backward, the input gradient taking the rest (0.5)"),
 		OPT_DOUBLE(0, "comm", &comm, "T", "latency of one activation or gradient message (0)"),
 		OPT_DOUBLE(0, "optim", &optim, "T", "one optimizer step on one stage (0)"),
 		OPT_GROUP("Times from a model instead of --fwd and --bwd:"),

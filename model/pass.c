@@ -394,7 +394,7 @@ static const void *layer_input(const struct stage *st, const struct slot_view *v
 static void split_of(const struct stage *st, int slot, struct split_view *w)
 {
 	if (!st->split)
-		die("internal error: stage %d's split backward before stage_split_init", st->s);
+		bug("stage %d's split backward before stage_split_init", st->s);
 	layout_split(st, (char *)st->slot_acts[slot] +
 				 (st->act_bytes_per_slot - st->split_bytes_per_slot), w);
 }

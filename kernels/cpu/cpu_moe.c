@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/util.h"
 #include "../act.h"
 #include "cpu.h"
 
@@ -70,7 +71,7 @@ static void moe_route(float *score, int32_t *sel, float *gate, const void *z, in
 {
 #pragma omp parallel num_threads(cpu_threads()) MOE_PAR((size_t)N * E * K)
 	{
-		float *row = malloc(sizeof(float) * (size_t)E);
+		float *row = xmalloc(st_mult(sizeof(float), (size_t)E));
 #pragma omp for
 		for (int n = 0; n < N; n++) {
 			load_row(row, z, (size_t)n * E, E, dt);
@@ -83,7 +84,7 @@ static void moe_route(float *score, int32_t *sel, float *gate, const void *z, in
 
 static void moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, int N, int K, int E)
 {
-	int32_t *fill = calloc((size_t)E, sizeof(int32_t));
+	int32_t *fill = xcalloc((size_t)E, sizeof(int32_t));
 
 	memset(count, 0, sizeof(int32_t) * (size_t)(E + 1));
 	for (int i = 0; i < N * K; i++)
@@ -109,7 +110,7 @@ static void moe_combine(void *out, const void *y, const float *gate, const int32
 {
 #pragma omp parallel num_threads(cpu_threads()) MOE_PAR((size_t)N * K * C)
 	{
-		float *row = malloc(sizeof(float) * (size_t)C);
+		float *row = xmalloc(st_mult(sizeof(float), (size_t)C));
 #pragma omp for
 		for (int n = 0; n < N; n++) {
 			size_t o = (size_t)n * C;
@@ -168,8 +169,8 @@ static double balance_norm(const float *score, int E, int router)
 static void moe_aux(float *aux, const void *z, const float *score, const int32_t *count, int N,
 		    int E, int K, int router, int dt)
 {
-	double zsum = 0, bal = 0, *P = calloc((size_t)E, sizeof(double));
-	float *row = malloc(sizeof(float) * (size_t)E);
+	double zsum = 0, bal = 0, *P = xcalloc((size_t)E, sizeof(double));
+	float *row = xmalloc(st_mult(sizeof(float), (size_t)E));
 
 	for (int n = 0; n < N; n++) {
 		const float *sc = score + (size_t)n * E;
@@ -246,15 +247,15 @@ static void moe_router_backward(void *dz, const void *z, const float *score, con
 				int N, int E, int K, int router, float dloss, float alpha,
 				float beta, int dt)
 {
-	double *f = malloc(sizeof(double) * (size_t)E);
+	double *f = xmalloc(st_mult(sizeof(double), (size_t)E));
 	double ca = (double)dloss * alpha * E / N, cz = (double)dloss * beta * 2.0 / N;
 
 	for (int e = 0; e < E; e++)
 		f[e] = (double)(count[e + 1] - count[e]) / ((double)N * K);
 #pragma omp parallel num_threads(cpu_threads()) MOE_PAR((size_t)N * E * 4)
 	{
-		float *row = malloc(sizeof(float) * 2 * (size_t)E), *row2 = row + E;
-		double *db = malloc(sizeof(double) * (size_t)K);
+		float *row = xmalloc(st_mult(2 * sizeof(float), (size_t)E)), *row2 = row + E;
+		double *db = xmalloc(st_mult(sizeof(double), (size_t)K));
 #pragma omp for
 		for (int n = 0; n < N; n++) {
 			load_row(row, z, (size_t)n * E, E, dt);

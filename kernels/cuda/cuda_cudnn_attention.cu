@@ -23,6 +23,8 @@
 #include "cuda_flash.h"
 #include "cudnn_sdpa.h"
 
+/* Process-wide, as the cuBLASLt loader's state (cuda_matmul.cu): the
+ * dlopen'd library, its per-device handles and the plan cache. */
 static std::mutex cd_mutex;
 static struct sdpa_ctx *cd_ctx;
 static std::atomic<long> cd_calls; /* calls cuDNN ran */
@@ -64,6 +66,8 @@ static int cd_run(struct sdpa_key *k, struct cd_buf *bufs)
 	std::lock_guard<std::mutex> lock(cd_mutex);
 	if (!cd_ctx)
 		cd_ctx = sdpa_ctx_new(NULL);
+	if (!cd_ctx)
+		return -1; /* the flash kernels run (as for any refusal) */
 	cudaStream_t s = cuda_stream(); /* makes the lane's device current */
 	CUDA_CHECK(cudaGetDevice(&k->device));
 	void *h = sdpa_ctx_handle(cd_ctx, k->device);
@@ -146,6 +150,8 @@ extern "C" long cuda_attention_cudnn_calls(char *why, size_t len)
 	std::lock_guard<std::mutex> lock(cd_mutex);
 	if (!cd_ctx)
 		cd_ctx = sdpa_ctx_new(NULL);
+	if (!cd_ctx)
+		return -1; /* the flash kernels run (as for any refusal) */
 	cuda_stream();
 	int d = 0;
 	CUDA_CHECK(cudaGetDevice(&d));

@@ -169,7 +169,9 @@ for f in mpick/ckpt-*.ckpt; do
 	n_files=$((n_files + 1))
 	$A inspect "$f" > /dev/null 2>&1 && n_ok=$((n_ok + 1))
 done
-if [ $rc = 0 ] || grep -q "holds no checkpoint" err.txt; then
+# only the race that took the step before the folder was made is a skip (the
+# checkpoint is then a file); a run that exits 0 past the folder is a failure
+if [ -f "$bad" ] || grep -q "holds no checkpoint" err.txt; then
 	skip exec_failure_mpi_checkpoint "the run passed step $at before the folder was made"
 elif [ $rc != 0 ] && [ $rc != 124 ] && grep -q "$(basename "$bad")" err.txt &&
    grep -q "rank 1: stopping: another rank failed to write the checkpoint" err.txt &&
