@@ -307,6 +307,22 @@ out:
 	return rc;
 }
 
+/* Whether a Split regex ran out of PCRE2's limits while encoding (after
+ * error()): its text then stayed unsplit, and no shard may keep it. */
+static int regex_failed(const struct tokenizer *tok)
+{
+	const char *re = "";
+	size_t n = 0;
+	uint64_t fails = tokenizer_regex_failures(tok, &re, &n);
+	if (fails)
+		error("the Split regex %.*s ran out of PCRE2's backtracking limits %" PRIu64
+		      " time(s), even retried with 10 times the limits: text there was left "
+		      "unsplit, so no shard was written; rewrite the regex without nested "
+		      "quantifiers such as (a+)+ (they backtrack exponentially), or cut the "
+		      "documents shorter", (int)n, re, fails);
+	return fails != 0;
+}
+
 int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_result *r)
 {
 	struct encoder e = {.o = o, .r = r};
@@ -371,7 +387,7 @@ int encode_corpus(struct corpus *c, const struct encode_opts *o, struct encode_r
 		buf_free(&rd.b[i].text);
 		free(rd.b[i].ends);
 	}
-	if (failed)
+	if (failed || regex_failed(o->tok))
 		goto out;
 	progress(&e, 1);
 	if (!o->train_path) {

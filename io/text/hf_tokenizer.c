@@ -113,13 +113,11 @@ static int check_bytelevel(const char *path, const struct json *p, const char *a
 	return 0;
 }
 
-/* A Split that no scanner implements (PRETOK_SPLIT_REGEX): its regex
- * (JSON-owned), behavior and invert. */
+/* The Splits that no scanner implements (PRETOK_SPLIT_REGEX): one, or a
+ * chain of them; regexes JSON-owned. */
 struct split_spec {
-	const char *re;
-	size_t n;
-	uint32_t behavior;
-	int invert;
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k;
 };
 
 /* The Split at JSON path at: Llama 3's or Qwen's regex, Isolated and not
@@ -127,7 +125,7 @@ struct split_spec {
  * goes through PCRE2 (PRETOK_SPLIT_REGEX, *sp; compiled here so that a
  * refusal names the path). The kind in *kind. */
 static int check_split(const char *path, const struct json *p, const char *at, uint32_t *kind,
-		       struct split_spec *sp)
+		       struct split_spec *sp, int chain)
 {
 	const struct json *pat = json_get(p, "pattern"), *re = json_get(pat, "Regex"),
 			  *beh = json_get(p, "behavior"), *inv = json_get(p, "invert");
@@ -141,7 +139,7 @@ static int check_split(const char *path, const struct json *p, const char *at, u
 			     p->line, at, beh && beh->type == JSON_STRING ? beh->str : "?");
 	if (inv && inv->type != JSON_TRUE && inv->type != JSON_FALSE)
 		return error("%s:%d: %s.invert: not true or false", path, p->line, at);
-	int k = split_kind(re->str, re->len);
+	int k = chain ? -1 : split_kind(re->str, re->len);
 	if (k >= 0 && b == SPLIT_ISOLATED && !is_true(p, "invert")) {
 		*kind = (uint32_t)k;
 		return 0;
@@ -153,13 +151,37 @@ static int check_split(const char *path, const struct json *p, const char *at, u
 		return -1;
 	regex_split_free(rx);
 	*kind = PRETOK_SPLIT_REGEX;
-	*sp = (struct split_spec){re->str, re->len, (uint32_t)b, is_true(p, "invert")};
+	sp->st[sp->k++] = (struct split_step){re->str, re->len, (uint32_t)b, is_true(p, "invert")};
+	return 0;
+}
+
+/* A chain of Splits before ByteLevel (DeepSeek-V3's): list->kids[0..
+ * len-1) all Splits, each through PCRE2 (a recognised regex too: PCRE2
+ * reads those as their scanners split, tokenizer_split_regex.sh). */
+static int check_split_chain(const char *path, const struct json *list, uint32_t *kind,
+			     struct split_spec *sp)
+{
+	if (list->len - 1 > SPLIT_MAX_STEPS)
+		return error("%s:%d: pre_tokenizer.pretokenizers: a chain of %zu Splits is not "
+			     "implemented (asyncpp takes up to %d)", path, list->line,
+			     list->len - 1, SPLIT_MAX_STEPS);
+	for (size_t i = 0; i + 1 < list->len; i++) {
+		char at[64];
+		snprintf(at, sizeof(at), "pre_tokenizer.pretokenizers[%zu]", i);
+		if (strcmp(type_of(&list->kids[i]), "Split"))
+			return error("%s:%d: %s: pre-tokenizer '%s' is not implemented in a Sequence "
+				     "of more than two (asyncpp implements Splits, then ByteLevel)",
+				     path, list->kids[i].line, at, type_of(&list->kids[i]));
+		if (check_split(path, &list->kids[i], at, kind, sp, 1))
+			return -1;
+	}
 	return 0;
 }
 
 /* The pre-tokenizer: a lone ByteLevel (GPT-2's, also in a Sequence of one),
- * Sequence[Split(cl100k's regex), ByteLevel] (Llama 3's) or
- * Sequence[Digits(individual), ByteLevel] (SmolLM's). Its kind in *kind. */
+ * Sequence[Split(cl100k's regex), ByteLevel] (Llama 3's),
+ * Sequence[Digits(individual), ByteLevel] (SmolLM's) or Sequence[Split,
+ * Split, ..., ByteLevel] (DeepSeek-V3's). Its kind in *kind. */
 static int check_pretok(const char *path, const struct json *root, uint32_t *kind,
 			struct split_spec *sp)
 {
@@ -175,16 +197,22 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 			     "implements ByteLevel, alone or in a Sequence)", path, j->line,
 			     type_of(j));
 	const struct json *list = json_get(j, "pretokenizers");
-	if (!list || list->type != JSON_ARRAY || !list->len || list->len > 2)
+	if (!list || list->type != JSON_ARRAY || !list->len ||
+	    (list->len > 2 && strcmp(type_of(&list->kids[0]), "Split")))
 		return error("%s:%d: pre_tokenizer.pretokenizers: a Sequence of %zu pre-tokenizers "
 			     "is not implemented (asyncpp implements ByteLevel, alone or after "
-			     "Llama 3's Split or individual Digits)", path, j->line,
+			     "Llama 3's Split, individual Digits or a chain of Splits)", path, j->line,
 			     list && list->type == JSON_ARRAY ? list->len : 0);
 	const struct json *first = &list->kids[0], *last = &list->kids[list->len - 1];
 	const char *at0 = "pre_tokenizer.pretokenizers[0]", *at1 = "pre_tokenizer.pretokenizers[1]";
-	const char *at_last = list->len == 2 ? at1 : at0;
-	if (list->len == 2 && !strcmp(type_of(first), "Split")) {
-		if (check_split(path, first, at0, kind, sp))
+	char at_n[64];
+	snprintf(at_n, sizeof(at_n), "pre_tokenizer.pretokenizers[%zu]", list->len - 1);
+	const char *at_last = list->len == 2 ? at1 : list->len == 1 ? at0 : at_n;
+	if (list->len > 2) {
+		if (check_split_chain(path, list, kind, sp))
+			return -1;
+	} else if (list->len == 2 && !strcmp(type_of(first), "Split")) {
+		if (check_split(path, first, at0, kind, sp, 0))
 			return -1;
 	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
 		if (!is_true(first, "individual_digits"))
@@ -524,7 +552,7 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
 	else if (kind == PRETOK_SPLIT_REGEX)
-		rc = tokenizer_set_split_regex(*tok, sp.re, sp.n, sp.behavior, sp.invert, path);
+		rc = tokenizer_set_split_chain(*tok, sp.st, sp.k, path);
 	else if (kind != PRETOK_GPT2)
 		rc = tokenizer_set_pretok(*tok, kind);
 	if (rc) {
@@ -598,15 +626,17 @@ static void put_pretok(struct buf *j, const struct tokenizer *tok)
 	}
 	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
 	const char *re;
-	size_t n;
-	uint32_t behavior;
-	int invert;
-	if (!tokenizer_split_regex(tok, &re, &n, &behavior, &invert)) {
-		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
-		json_put_string(j, re, n);
-		put_s(j, "}, \"behavior\": \"");
-		put_s(j, split_behavior_name(behavior));
-		put_s(j, invert ? "\", \"invert\": true},\n    " : "\", \"invert\": false},\n    ");
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k;
+	if (!tokenizer_split_chain(tok, st, &k)) {
+		for (size_t i = 0; i < k; i++) {
+			put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+			json_put_string(j, st[i].re, st[i].n);
+			put_s(j, "}, \"behavior\": \"");
+			put_s(j, split_behavior_name(st[i].behavior));
+			put_s(j, st[i].invert ? "\", \"invert\": true},\n    "
+					      : "\", \"invert\": false},\n    ");
+		}
 	} else if (kind == PRETOK_CL100K || kind == PRETOK_QWEN) {
 		re = kind == PRETOK_QWEN ? qwen_regex : cl100k_regex;
 		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");

@@ -1,6 +1,7 @@
 /* regex_split.c - Split with any regex through PCRE2 (see regex_split.h).
  * Without PCRE2 in the build (no libpcre2-dev), regex_split_new refuses
  * every pattern, saying so. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,26 +86,101 @@ static int onig_only(const char *p, size_t n, const char *where)
 	return 0;
 }
 
+void split_params_put(struct buf *out, const struct split_step *st, size_t k)
+{
+	unsigned char w[12];
+	if (k == 1) { /* the layout of files written before chains */
+		put_le32(w, st[0].behavior);
+		put_le32(w + 4, (uint32_t)!!st[0].invert);
+		buf_append(out, w, 8);
+		buf_append(out, st[0].re, st[0].n);
+		return;
+	}
+	put_le32(w, SPLIT_CHAIN_TAG);
+	put_le32(w + 4, (uint32_t)k);
+	buf_append(out, w, 8);
+	for (size_t i = 0; i < k; i++) {
+		put_le32(w, st[i].behavior);
+		put_le32(w + 4, (uint32_t)!!st[i].invert);
+		put_le32(w + 8, (uint32_t)st[i].n);
+		buf_append(out, w, 12);
+		buf_append(out, st[i].re, st[i].n);
+	}
+}
+
+int split_params_get(const unsigned char *p, size_t n, struct split_step st[SPLIT_MAX_STEPS],
+		     size_t *k, const char *where)
+{
+	*k = 0;
+	if (n < 8)
+		return error("%s: Split regex parameters of %zu bytes: file is corrupt", where, n);
+	if (get_le32(p) != SPLIT_CHAIN_TAG) {
+		if (get_le32(p) >= SPLIT_NBEHAVIORS || get_le32(p + 4) > 1)
+			return error("%s: Split regex parameters with behavior %u, invert %u: file "
+				     "is corrupt", where, get_le32(p), get_le32(p + 4));
+		st[0] = (struct split_step){(const char *)p + 8, n - 8, get_le32(p),
+					    (int)get_le32(p + 4)};
+		*k = 1;
+		return 0;
+	}
+	uint32_t count = get_le32(p + 4);
+	if (count < 2 || count > SPLIT_MAX_STEPS)
+		return error("%s: a chain of %u Splits (asyncpp takes 2 to %d): file is corrupt",
+			     where, count, SPLIT_MAX_STEPS);
+	size_t at = 8;
+	for (uint32_t i = 0; i < count; i++) {
+		if (n - at < 12 || get_le32(p + at) >= SPLIT_NBEHAVIORS || get_le32(p + at + 4) > 1 ||
+		    get_le32(p + at + 8) > n - at - 12)
+			return error("%s: Split %u of the chain: parameters truncated or out of "
+				     "range: file is corrupt", where, i);
+		uint32_t len = get_le32(p + at + 8);
+		st[i] = (struct split_step){(const char *)p + at + 12, len, get_le32(p + at),
+					    (int)get_le32(p + at + 4)};
+		at += 12 + (size_t)len;
+	}
+	if (at != n)
+		return error("%s: %zu bytes after the chain of Splits: file is corrupt", where, n - at);
+	*k = count;
+	return 0;
+}
+
+int regex_split_new(struct regex_split **rx, const char *pattern, size_t n, uint32_t behavior,
+		    int invert, const char *where)
+{
+	struct split_step st = {pattern, n, behavior, invert};
+	return regex_split_new_chain(rx, &st, 1, where);
+}
+
 #ifdef ASYNCPP_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-struct regex_split {
+struct rx_step {
 	pcre2_code *code;
 	uint32_t behavior;
 	int invert;
 };
 
+struct regex_split {
+	size_t nsteps;
+	struct rx_step step[SPLIT_MAX_STEPS];
+	/* matches that failed at PCRE2's limits, and the step of the last one:
+	 * written by any thread encoding with the (otherwise read-only) rx */
+	_Atomic uint64_t fails;
+	_Atomic size_t fail_step;
+};
+
 int regex_split_available(void) { return 1; }
 
-int regex_split_new(struct regex_split **rx, const char *pattern, size_t n, uint32_t behavior,
-		    int invert, const char *where)
+/* step's regex as PCRE2 code, or NULL after error() */
+static pcre2_code *compile_step(const struct split_step *st, const char *where)
 {
-	*rx = NULL;
-	if (behavior >= SPLIT_NBEHAVIORS)
-		return error("%s: unknown Split behavior %u", where, behavior);
+	if (st->behavior >= SPLIT_NBEHAVIORS)
+		return error("%s: unknown Split behavior %u", where, st->behavior), NULL;
+	const char *pattern = st->re;
+	size_t n = st->n;
 	if (onig_only(pattern, n, where))
-		return -1;
+		return NULL;
 	/* \s and \S as Oniguruma's: the White_Space property, which has U+0085
 	 * (PCRE2's \s is the Z categories and five controls) */
 	struct buf pat = {0};
@@ -132,14 +208,35 @@ int regex_split_new(struct regex_split **rx, const char *pattern, size_t n, uint
 	if (!code) {
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(err, msg, sizeof(msg));
-		return error("%s: PCRE2 refuses the regex (near byte %zu, counting \\s as "
-			     "\\p{White_Space}): %s", where, (size_t)at, (const char *)msg);
+		error("%s: PCRE2 refuses the regex (near byte %zu, counting \\s as "
+		      "\\p{White_Space}): %s", where, (size_t)at, (const char *)msg);
+		return NULL;
 	}
 	pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* without JIT, the interpreter */
+	return code;
+}
+
+int regex_split_new_chain(struct regex_split **rx, const struct split_step *st, size_t k,
+			  const char *where)
+{
+	*rx = NULL;
+	if (k < 1 || k > SPLIT_MAX_STEPS)
+		return error("%s: a chain of %zu Splits is not implemented (asyncpp takes 1 to %d)",
+			     where, k, SPLIT_MAX_STEPS);
 	struct regex_split *r = xcalloc(1, sizeof(*r));
-	r->code = code;
-	r->behavior = behavior;
-	r->invert = invert;
+	for (size_t i = 0; i < k; i++) {
+		char w[640];
+		if (k > 1)
+			snprintf(w, sizeof(w), "%s (Split %zu of the chain)", where, i);
+		r->step[i].code = compile_step(&st[i], k > 1 ? w : where);
+		if (!r->step[i].code) {
+			regex_split_free(r);
+			return -1;
+		}
+		r->step[i].behavior = st[i].behavior;
+		r->step[i].invert = st[i].invert;
+		r->nsteps = i + 1;
+	}
 	*rx = r;
 	return 0;
 }
@@ -148,8 +245,15 @@ void regex_split_free(struct regex_split *rx)
 {
 	if (!rx)
 		return;
-	pcre2_code_free(rx->code);
+	for (size_t i = 0; i < rx->nsteps; i++)
+		pcre2_code_free(rx->step[i].code);
 	free(rx);
+}
+
+uint64_t regex_split_failures(const struct regex_split *rx, size_t *step)
+{
+	*step = atomic_load(&rx->fail_step);
+	return atomic_load(&rx->fails);
 }
 
 struct seg {
@@ -173,23 +277,50 @@ static size_t char_len(const unsigned char *s, size_t n, size_t at)
 	return l ? l : 1;
 }
 
+/* Whether rc is PCRE2 running out of a limit (not a no-match, not a bug) */
+static int is_limit(int rc)
+{
+	return rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+	       rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY ||
+	       rc == PCRE2_ERROR_JIT_STACKLIMIT;
+}
+
+/* The retry's limits: 10 times PCRE2's default match and depth limits
+ * (10^7 each; about a second of backtracking), no heap limit beyond
+ * memory. A match that needs more is counted as failed
+ * (regex_split_failures). */
+#define RETRY_MATCH_LIMIT 100000000u
+
 /* The matches as Oniguruma's find_iter gives them (the onig crate: an empty
  * match where the last match ended is skipped by one character), with the
- * text between: Hugging Face's Pattern::find_matches. */
-static size_t find_matches(const struct regex_split *rx, const unsigned char *s, size_t n,
-			   struct seg **v, size_t *cap)
+ * text between: Hugging Face's Pattern::find_matches. A match that runs
+ * into PCRE2's limits is retried once with the interpreter and raised
+ * limits; failing again, it is counted and the rest is text between. */
+static size_t find_matches(struct regex_split *rx, size_t step, const unsigned char *s,
+			   size_t n, struct seg **v, size_t *cap)
 {
+	const struct rx_step *st = &rx->step[step];
 	size_t len = 0, prev = 0, last_end = 0, last_match_end = SIZE_MAX;
-	pcre2_match_data *md = pcre2_match_data_create_from_pattern(rx->code, NULL);
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(st->code, NULL);
+	pcre2_match_context *mc = NULL;
 	uint32_t opts = 0;
 	while (last_end <= n) {
-		int rc = pcre2_match(rx->code, s, n, last_end, opts, md, NULL);
-		if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !opts) { /* the interpreter has more room */
+		int rc = pcre2_match(st->code, s, n, last_end, opts, md, mc);
+		if (rc == PCRE2_ERROR_NOMATCH)
+			break;
+		if (is_limit(rc) && !mc) { /* the interpreter, with more room */
+			mc = pcre2_match_context_create(NULL);
+			pcre2_set_match_limit(mc, RETRY_MATCH_LIMIT);
+			pcre2_set_depth_limit(mc, RETRY_MATCH_LIMIT);
+			pcre2_set_heap_limit(mc, UINT32_MAX);
 			opts = PCRE2_NO_JIT;
 			continue;
 		}
-		if (rc < 0) /* no match (or a match limit: the rest is text between) */
+		if (rc < 0) { /* never silent: encoding with rx fails */
+			atomic_fetch_add(&rx->fails, 1);
+			atomic_store(&rx->fail_step, step);
 			break;
+		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 		size_t b = ov[0], e = ov[1];
 		if (b == e && last_match_end == e) {
@@ -203,23 +334,27 @@ static size_t find_matches(const struct regex_split *rx, const unsigned char *s,
 		push(v, &len, cap, b, e, 1);
 		prev = e;
 	}
+	pcre2_match_context_free(mc);
 	pcre2_match_data_free(md);
 	if (prev != n)
 		push(v, &len, cap, prev, n, 0);
 	return len;
 }
 
-size_t regex_split_pieces(const struct regex_split *rx, const unsigned char *s, size_t n,
-			  struct split_piece **pieces, size_t *cap)
+/* One step's pieces of s[0..n), offset by base, appended to *out (*len of
+ * them, *cap its room). */
+static void split_step(struct regex_split *rx, size_t step, const unsigned char *s, size_t n,
+		       size_t base, struct split_piece **out, size_t *len, size_t *cap)
 {
+	const struct rx_step *st = &rx->step[step];
 	struct seg *m = NULL;
-	size_t mcap = 0, nm = n ? find_matches(rx, s, n, &m, &mcap) : 0, k = 0;
-	for (size_t i = 0; i < nm && rx->invert; i++)
+	size_t mcap = 0, nm = n ? find_matches(rx, step, s, n, &m, &mcap) : 0, k = 0;
+	for (size_t i = 0; i < nm && st->invert; i++)
 		m[i].match = !m[i].match;
 	/* Hugging Face's behaviors, fold for fold (NormalizedString::split);
 	 * out[] is built in m[] itself, never ahead of the reading */
 	int prev_match = 0;
-	switch (rx->behavior) {
+	switch (st->behavior) {
 	case SPLIT_REMOVED:
 		for (size_t i = 0; i < nm; i++)
 			if (!m[i].match)
@@ -258,35 +393,61 @@ size_t regex_split_pieces(const struct regex_split *rx, const unsigned char *s, 
 		}
 		break;
 	}
-	size_t np = 0;
 	for (size_t i = 0; i < k; i++) {
 		if (m[i].start == m[i].end) /* pieces of no bytes are dropped */
 			continue;
-		if (np == *cap) {
+		if (*len == *cap) {
 			*cap = *cap ? 2 * *cap : 64;
-			*pieces = xrealloc(*pieces, st_mult(*cap, sizeof(**pieces)));
+			*out = xrealloc(*out, st_mult(*cap, sizeof(**out)));
 		}
-		(*pieces)[np++] = (struct split_piece){m[i].start, m[i].end};
+		(*out)[(*len)++] = (struct split_piece){base + m[i].start, base + m[i].end};
 	}
 	free(m);
+}
+
+size_t regex_split_pieces(const struct regex_split *crx, const unsigned char *s, size_t n,
+			  struct split_piece **pieces, size_t *cap)
+{
+	/* only the failure counters are written (atomically); rx is
+	 * allocated by regex_split_new_chain, never a const object */
+	struct regex_split *rx = (struct regex_split *)crx;
+	size_t np = 0;
+	split_step(rx, 0, s, n, 0, pieces, &np, cap);
+	/* each further step splits every piece of the one before, apart */
+	struct split_piece *prev = NULL;
+	size_t pcap = 0;
+	for (size_t step = 1; step < rx->nsteps; step++) {
+		struct split_piece *t = prev;
+		size_t tcap = pcap, nprev = np;
+		prev = *pieces, pcap = *cap;
+		*pieces = t, *cap = tcap, np = 0;
+		for (size_t i = 0; i < nprev; i++)
+			split_step(rx, step, s + prev[i].start, prev[i].end - prev[i].start,
+				   prev[i].start, pieces, &np, cap);
+	}
+	free(prev);
 	return np;
 }
 
 int regex_split_lossless(const struct regex_split *rx)
 {
-	return rx->behavior != SPLIT_REMOVED;
+	for (size_t i = 0; i < rx->nsteps; i++)
+		if (rx->step[i].behavior == SPLIT_REMOVED)
+			return 0;
+	return 1;
 }
 
 #else /* no PCRE2 */
 
 int regex_split_available(void) { return 0; }
 
-int regex_split_new(struct regex_split **rx, const char *pattern, size_t n, uint32_t behavior,
-		    int invert, const char *where)
+int regex_split_new_chain(struct regex_split **rx, const struct split_step *st, size_t k,
+			  const char *where)
 {
 	*rx = NULL;
-	if (onig_only(pattern, n, where))
-		return -1;
+	for (size_t i = 0; i < k; i++)
+		if (onig_only(st[i].re, st[i].n, where))
+			return -1;
 	return error("%s: this asyncpp was built without PCRE2 (install libpcre2-dev and "
 		     "rebuild), which a Split regex without a scanner of its own needs", where);
 }
@@ -296,6 +457,12 @@ void regex_split_free(struct regex_split *rx) { (void)rx; }
 size_t regex_split_pieces(const struct regex_split *rx, const unsigned char *s, size_t n,
 			  struct split_piece **pieces, size_t *cap)
 {
+	return 0;
+}
+
+uint64_t regex_split_failures(const struct regex_split *rx, size_t *step)
+{
+	*step = 0;
 	return 0;
 }
 

@@ -37,6 +37,33 @@ int split_behavior_parse(const char *name);
 
 struct regex_split;
 
+/* One Split of a chain: its regex pattern[0..n) (not owned), behavior and
+ * invert. A pre_tokenizer Sequence of several Splits (DeepSeek-V3's) is a
+ * chain: each step splits every piece the step before made, apart (Hugging
+ * Face's PreTokenizedString: a piece's regex sees that piece alone, so ^, $
+ * and lookaround stop at its ends). */
+struct split_step {
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+};
+#define SPLIT_MAX_STEPS 16
+
+/* The chain as the tokenizer file stores it (the Split regex kind's
+ * parameters). One step: u32 behavior, u32 invert, the pattern (the layout
+ * of files written before chains). Several: u32 SPLIT_CHAIN_TAG (not a
+ * behavior, so the layouts never meet), u32 count, then per step u32
+ * behavior, u32 invert, u32 pattern length, the pattern. split_params_put
+ * appends st[0..k) to out; split_params_get reads p[0..n) into st (patterns
+ * pointing into p) and *k: 0, or -1 after error() (prefixed by where) for a
+ * corrupt layout. */
+#define SPLIT_CHAIN_TAG 0x4E494843u /* "CHIN" */
+struct buf;
+void split_params_put(struct buf *out, const struct split_step *st, size_t k);
+int split_params_get(const unsigned char *p, size_t n, struct split_step st[SPLIT_MAX_STEPS],
+		     size_t *k, const char *where);
+
 /* Whether this asyncpp was built with PCRE2. */
 int regex_split_available(void);
 
@@ -46,6 +73,10 @@ int regex_split_available(void);
  * construct that Oniguruma reads otherwise, or no PCRE2 in this build. */
 int regex_split_new(struct regex_split **rx, const char *pattern, size_t n, uint32_t behavior,
 		    int invert, const char *where);
+/* The chain st[0..k) (1 <= k <= SPLIT_MAX_STEPS), compiled; messages as
+ * regex_split_new's, naming the step when k > 1. */
+int regex_split_new_chain(struct regex_split **rx, const struct split_step *st, size_t k,
+			  const char *where);
 void regex_split_free(struct regex_split *rx);
 
 /* The pieces of s[0..n): (start, end) byte offsets in order into *pieces
@@ -56,6 +87,13 @@ struct split_piece {
 };
 size_t regex_split_pieces(const struct regex_split *rx, const unsigned char *s, size_t n,
 			  struct split_piece **pieces, size_t *cap);
+
+/* A match that ran into PCRE2's limits (match, depth, heap, memory) even
+ * when retried with raised ones ends that text's matches there, and is
+ * counted: the count so far (all threads), and in *step the step whose
+ * regex failed last. Encoding with such a tokenizer must fail, never keep
+ * the pieces (tokenizer_regex_failures). */
+uint64_t regex_split_failures(const struct regex_split *rx, size_t *step);
 
 /* Whether the pieces always cover the text (every behavior but Removed). */
 int regex_split_lossless(const struct regex_split *rx);

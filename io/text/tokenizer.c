@@ -143,15 +143,12 @@ static int tok_init(struct tokenizer *t, const char *name)
 			     t->pretok);
 	t->next = pretok_next_of(t->pretok);
 	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
-		if (t->rx_plen < 8 || get_le32(t->rx_param) >= SPLIT_NBEHAVIORS ||
-		    get_le32(t->rx_param + 4) > 1)
-			return error("%s: Split regex parameters of %u bytes: file is corrupt", name,
-				     t->rx_plen);
-		size_t wn = strlen(name) + 32;
+		size_t wn = strlen(name) + 32, k;
 		char *where = xmalloc(wn);
 		snprintf(where, wn, "%s: the Split regex", name);
-		int rc = regex_split_new(&t->rx, (const char *)t->rx_param + 8, t->rx_plen - 8,
-					 get_le32(t->rx_param), (int)get_le32(t->rx_param + 4), where);
+		struct split_step st[SPLIT_MAX_STEPS];
+		int rc = split_params_get(t->rx_param, t->rx_plen, st, &k, where) ||
+			 regex_split_new_chain(&t->rx, st, k, where);
 		free(where);
 		if (rc)
 			return -1;
@@ -386,19 +383,28 @@ uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
 int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n,
 			      uint32_t behavior, int invert, const char *where)
 {
+	struct split_step st = {pattern, n, behavior, invert};
+	return tokenizer_set_split_chain(t, &st, 1, where);
+}
+
+int tokenizer_set_split_chain(struct tokenizer *t, const struct split_step *st, size_t k,
+			      const char *where)
+{
 	struct regex_split *rx;
-	if (n > TOKENIZER_MAX_VOCAB)
-		return error("%s: a Split regex of %zu bytes is too long", where, n);
-	if (regex_split_new(&rx, pattern, n, behavior, invert, where))
+	size_t total = 0;
+	for (size_t i = 0; i < k; i++)
+		total += st[i].n;
+	if (total > TOKENIZER_MAX_VOCAB)
+		return error("%s: Split regexes of %zu bytes are too long", where, total);
+	if (regex_split_new_chain(&rx, st, k, where))
 		return -1;
 	regex_split_free(t->rx);
 	free(t->rx_param);
 	t->rx = rx;
-	t->rx_plen = (uint32_t)(8 + n);
-	t->rx_param = xmalloc(t->rx_plen);
-	put_le32(t->rx_param, behavior);
-	put_le32(t->rx_param + 4, (uint32_t)!!invert);
-	memcpy(t->rx_param + 8, pattern, n);
+	struct buf p = {0};
+	split_params_put(&p, st, k);
+	t->rx_plen = (uint32_t)p.len;
+	t->rx_param = p.data;
 	t->pretok = PRETOK_SPLIT_REGEX;
 	t->next = pretok_next_of(t->pretok);
 	struct buf b = {0};
@@ -411,13 +417,36 @@ int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n
 int tokenizer_split_regex(const struct tokenizer *t, const char **pattern, size_t *n,
 			  uint32_t *behavior, int *invert)
 {
-	if (t->pretok != PRETOK_SPLIT_REGEX)
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k;
+	if (tokenizer_split_chain(t, st, &k) || k != 1)
 		return -1;
-	*behavior = get_le32(t->rx_param);
-	*invert = (int)get_le32(t->rx_param + 4);
-	*pattern = (const char *)t->rx_param + 8;
-	*n = t->rx_plen - 8;
+	*behavior = st[0].behavior;
+	*invert = st[0].invert;
+	*pattern = st[0].re;
+	*n = st[0].n;
 	return 0;
+}
+
+int tokenizer_split_chain(const struct tokenizer *t, struct split_step st[SPLIT_MAX_STEPS],
+			  size_t *k)
+{
+	*k = 0;
+	if (t->pretok != PRETOK_SPLIT_REGEX) /* tok_init checked the parameters */
+		return -1;
+	return split_params_get(t->rx_param, t->rx_plen, st, k, "tokenizer");
+}
+
+uint64_t tokenizer_regex_failures(const struct tokenizer *t, const char **pattern, size_t *n)
+{
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k, step;
+	uint64_t fails = t->rx ? regex_split_failures(t->rx, &step) : 0;
+	if (!fails || tokenizer_split_chain(t, st, &k) || step >= k)
+		return fails;
+	*pattern = st[step].re;
+	*n = st[step].n;
+	return fails;
 }
 
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
@@ -1035,6 +1064,30 @@ static void print_quoted(FILE *out, const unsigned char *p, size_t n)
 	fputc('"', out);
 }
 
+/* The Split regex kind: one line per step of the chain, in order; a
+ * control character in a regex as its escape (\r, \n, \t, \xHH), which
+ * the regex reads the same. */
+static void print_split_chain(FILE *out, const struct tokenizer *t)
+{
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k = 0;
+	tokenizer_split_chain(t, st, &k); /* tok_init read them */
+	for (size_t i = 0; i < k; i++) {
+		fputs(i ? "                then Split regex " : "pre-tokenizer:  Split regex ", out);
+		for (size_t j = 0; j < st[i].n; j++) {
+			unsigned char c = (unsigned char)st[i].re[j];
+			if (c == '\r' || c == '\n' || c == '\t')
+				fputs(c == '\r' ? "\\r" : c == '\n' ? "\\n" : "\\t", out);
+			else if (c < 0x20 || c == 0x7f)
+				fprintf(out, "\\x%02x", c);
+			else
+				fputc(c, out);
+		}
+		fprintf(out, " (%s%s; PCRE2)\n", split_behavior_name(st[i].behavior),
+			st[i].invert ? ", inverted" : "");
+	}
+}
+
 int tokenizer_inspect(const char *path, FILE *out)
 {
 	struct buf b = {0};
@@ -1060,9 +1113,7 @@ int tokenizer_inspect(const char *path, FILE *out)
 		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
 			"Unicode %s tables)\n", unicode_tables_version);
 	else if (t->pretok == PRETOK_SPLIT_REGEX)
-		fprintf(out, "pre-tokenizer:  Split regex %.*s (%s%s; PCRE2)\n", (int)(t->rx_plen - 8),
-			(const char *)t->rx_param + 8, split_behavior_name(get_le32(t->rx_param)),
-			get_le32(t->rx_param + 4) ? ", inverted" : "");
+		print_split_chain(out, t);
 	else if (t->pretok == PRETOK_QWEN)
 		fprintf(out, "pre-tokenizer:  qwen pattern (cl100k's with single digits; Unicode %s "
 			"tables)\n", unicode_tables_version);

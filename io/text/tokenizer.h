@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "../util.h"
+#include "regex_split.h"
 
 #define TOKENIZER_MAGIC "ASYNCTOK"
 #define TOKENIZER_VERSION 2
@@ -86,6 +87,19 @@ int tokenizer_set_split_regex(struct tokenizer *tok, const char *pattern, size_t
 			      uint32_t behavior, int invert, const char *where);
 int tokenizer_split_regex(const struct tokenizer *tok, const char **pattern, size_t *n,
 			  uint32_t *behavior, int *invert);
+/* The same for a chain of Splits st[0..k) (a pre_tokenizer Sequence of
+ * several Splits, see regex_split.h), stored as the kind's parameters;
+ * tokenizer_split_chain reads them back, patterns pointing into tok (-1 for
+ * another kind; tokenizer_split_regex is -1 for a chain). */
+int tokenizer_set_split_chain(struct tokenizer *tok, const struct split_step *st, size_t k,
+			      const char *where);
+int tokenizer_split_chain(const struct tokenizer *tok, struct split_step st[SPLIT_MAX_STEPS],
+			  size_t *k);
+/* How many regex matches ran out of PCRE2's limits while encoding with tok
+ * (any thread, since it was loaded); when some did, *pattern, *n is the
+ * regex that failed last. Output encoded with such a tok lost its splits:
+ * a caller must fail, not keep it. */
+uint64_t tokenizer_regex_failures(const struct tokenizer *tok, const char **pattern, size_t *n);
 
 uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
 uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */

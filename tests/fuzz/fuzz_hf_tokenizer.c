@@ -37,11 +37,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint32_t ids[3 * sizeof(text)]; /* tokenizer_max_ids: NFC at most triples */
 		size_t n = tokenizer_encode(tok, text, sizeof(text) - 1, ids);
 		struct buf out = {0};
-		const char *re;
-		size_t rn;
-		uint32_t behavior;
-		int invert, removes = !tokenizer_split_regex(tok, &re, &rn, &behavior, &invert) &&
-				      behavior == SPLIT_REMOVED; /* drops text on purpose */
+		struct split_step st[SPLIT_MAX_STEPS];
+		size_t k = 0;
+		int removes = 0; /* a Split that drops text on purpose */
+		if (!tokenizer_split_chain(tok, st, &k))
+			for (size_t i = 0; i < k; i++)
+				removes |= st[i].behavior == SPLIT_REMOVED;
 		if (tokenizer_decode(tok, ids, n, 0, &out) ||
 		    (!removes && (out.len != sizeof(text) - 1 || memcmp(out.data, text, out.len))))
 			abort();

@@ -14,14 +14,18 @@
 #include "../../io/util.h"
 
 /* Whether decode(encode(text)) gives the text back (or its NFC form): all
- * but a Split regex that removes its matches. */
+ * but a Split regex (or a step of a chain of them) that removes its
+ * matches. */
 static int lossless(const struct tokenizer *tok)
 {
-	const char *re;
-	size_t n;
-	uint32_t behavior;
-	int invert;
-	return tokenizer_split_regex(tok, &re, &n, &behavior, &invert) || behavior != SPLIT_REMOVED;
+	struct split_step st[SPLIT_MAX_STEPS];
+	size_t k;
+	if (tokenizer_split_chain(tok, st, &k))
+		return 1;
+	for (size_t i = 0; i < k; i++)
+		if (st[i].behavior == SPLIT_REMOVED)
+			return 0;
+	return 1;
 }
 
 /* decode(encode(text)) is the text, or with TOK_NFC its NFC form */

@@ -10,7 +10,8 @@
 # regex. Then, where npm and node run, the ids must be those of Hugging
 # Face's tokenizers (npm @huggingface/tokenizers, which implements Isolated,
 # Removed and invert with Removed) for Unicode patterns (o200k's pattern as a
-# Split regex, \s with U+0085) on the stress texts and random mixes.
+# Split regex, \s with U+0085) on the stress texts and random mixes. A
+# match that runs out of PCRE2's limits makes encode fail.
 # Without PCRE2 in the build everything SKIPs but the refusal saying so.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
@@ -208,6 +209,26 @@ refused refuse_onig_nested_class "$P: a class within a class" '[a[bc]]'
 refused refuse_onig_absent "$P: Oniguruma's absent operator" '(?~abc)'
 refused refuse_onig_option "$P: the inline option (?m) is not implemented" '(?m:a.b)'
 refused refuse_pcre2_syntax "$P: PCRE2 refuses the regex" '(a'
+
+# a match that runs out of PCRE2's limits (nested quantifiers backtracking
+# exponentially), even retried with raised ones, is never silent: encode
+# fails naming the regex, and writes no shard
+python3 mk.py json '(a+)+$' Isolated 0 > p.json
+python3 -c "print('the ' + 'a' * 40 + '!')" > pa.txt
+rm -f p.tok pa_train.shard pa_val.shard
+$A tokenize import-hf -o p.tok p.json > /dev/null 2>&1
+$A tokenize encode -q -t p.tok -o pa --val-fraction 0 pa.txt > out.txt 2> err.txt
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qF 'the Split regex (a+)+$ ran out of PCRE2' err.txt &&
+	grep -qF 'no shard was written' err.txt && ! ls pa_* > /dev/null 2>&1; then
+	pass match_limit_fails
+else
+	fail match_limit_fails "exit $rc, $(ls pa_* 2> /dev/null) $(head -c 300 err.txt)"
+fi
+$A tokenize encode -q -t p.tok --ids pa.txt > out.txt 2> err.txt
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qF 'ran out of PCRE2' err.txt; then pass match_limit_fails_ids;
+else fail match_limit_fails_ids "exit $rc: $(head -c 300 err.txt)"; fi
 
 # ---- against Hugging Face's tokenizers
 NPM=${ASYNCPP_HF_NPM:-}
