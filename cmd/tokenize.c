@@ -27,7 +27,7 @@
 static const char *const usage[] = {
 	"asyncpp tokenize train [--vocab N] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] -o TOK INPUT...",
 	"asyncpp tokenize import-gpt2 -o TOK ENCODER_JSON VOCAB_BPE",
-	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k|llama3] [--special NAME=ID]... FILE",
+	"asyncpp tokenize import-tiktoken -o TOK [--pattern cl100k|o200k|llama3|REGEX] [--special NAME=ID]... FILE",
 	"asyncpp tokenize import-hf -o TOK TOKENIZER_JSON",
 	"asyncpp tokenize encode -t TOK [-o PREFIX] [--val-fraction F] [--seed S] [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [--chunk-tokens N] [-j N] INPUT...",
 	"asyncpp tokenize encode -t TOK --ids [--format FMT] [--field NAME] [--docs MODE] [--max-bad N] [-j N] INPUT...",
@@ -60,7 +60,9 @@ static const struct option options[] = {
 	OPT_INT(0, "vocab", &vocab, "N", "vocabulary size, <|endoftext|> included (train; 8192)"),
 	OPT_STRING(0, "pattern", &pattern, "NAME",
 		   "import-tiktoken: the encoding's pre-tokenizer pattern and special tokens, "
-		   "'cl100k', 'o200k' or 'llama3' (default: told by the file's number of ranks)"),
+		   "'cl100k', 'o200k' or 'llama3' (default: told by the file's number of ranks); "
+		   "any other value is a regex (PCRE2, its matches the pieces) with no special "
+		   "tokens but --special's"),
 	OPT_LIST(0, "special", &specials, "NAME=ID",
 		 "import-tiktoken: a special token besides the pattern's, or a new id for one "
 		 "of them (repeatable)"),
@@ -324,9 +326,8 @@ static int do_import_tiktoken(int n, char **args)
 	if (pattern) {
 		llama3 = !strcmp(pattern, "llama3");
 		kind = llama3 ? PRETOK_CL100K : pretok_kind_parse(pattern);
-		if (kind != PRETOK_CL100K && kind != PRETOK_O200K)
-			opts_usage_error(usage, options, "--pattern must be 'cl100k', 'o200k' or "
-					 "'llama3', not '%s'", pattern);
+		if (kind != PRETOK_CL100K && kind != PRETOK_O200K) /* a regex */
+			kind = PRETOK_SPLIT_REGEX;
 	}
 	char *copies[MAX_SPECIAL_OPTS];
 	uint32_t opt_ids[MAX_SPECIAL_OPTS];
@@ -337,6 +338,11 @@ static int do_import_tiktoken(int n, char **args)
 	int rc = -1;
 	if (opts_output_is_new(output, force) || tiktoken_read(args[0], &file))
 		goto out;
+	if (kind == PRETOK_SPLIT_REGEX && !regex_split_available()) {
+		error("--pattern %s: not cl100k, o200k or llama3, so a regex, and this asyncpp was "
+		      "built without PCRE2 (install libpcre2-dev and rebuild)", pattern);
+		goto out;
+	}
 	if (kind == PRETOK_GPT2) { /* told by the number of ranks */
 		uint32_t nr = tiktoken_count_ranks(file.data, file.len);
 		for (int k = 0; k < PRETOK_NKINDS; k++)
@@ -359,7 +365,7 @@ static int do_import_tiktoken(int n, char **args)
 	uint32_t ids[MAX_SPECIAL_OPTS + LLAMA3_NSPECIAL];
 	const char *const *pn;
 	const uint32_t *pi;
-	uint32_t ns = llama3 ? 0 : tiktoken_published(kind, &pn, &pi);
+	uint32_t ns = llama3 || kind == PRETOK_SPLIT_REGEX ? 0 : tiktoken_published(kind, &pn, &pi);
 	for (uint32_t i = 0; i < ns; i++) {
 		names[i] = pn[i];
 		ids[i] = pi[i];
@@ -377,7 +383,13 @@ static int do_import_tiktoken(int n, char **args)
 		ids[j] = opt_ids[i];
 		ns += j == ns;
 	}
-	rc = tiktoken_import_mem(&tok, file.data, file.len, args[0], (uint32_t)kind, ns, names, ids);
+	/* a regex: its matches are the pieces (Isolated), set once the ranks
+	 * are read */
+	uint32_t read_kind = kind == PRETOK_SPLIT_REGEX ? PRETOK_GPT2 : (uint32_t)kind;
+	rc = tiktoken_import_mem(&tok, file.data, file.len, args[0], read_kind, ns, names, ids);
+	if (!rc && kind == PRETOK_SPLIT_REGEX)
+		rc = tokenizer_set_split_regex(tok, pattern, strlen(pattern), SPLIT_ISOLATED, 0,
+					       "--pattern");
 	if (!rc)
 		rc = tokenizer_save(tok, output);
 out:

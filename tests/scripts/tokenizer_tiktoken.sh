@@ -7,7 +7,8 @@
 # stress text (testdata/tiktoken_stress.txt), on random mixes of the
 # characters the patterns treat apart, on long runs, and on 600 KB of the
 # King James Bible (more than one 256 KB piece, so the threads' cutting is
-# checked too). The
+# checked too); --pattern with cl100k's regex string gives --pattern
+# cl100k's ids. The
 # package is installed into $TMPDIR with npm at test time, or taken from
 # $ASYNCPP_TIKTOKEN_PKG; without it those checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -73,8 +74,26 @@ usage_error() { # NAME WANT-IN-STDERR CMD...: exit 2 with that message
 	if [ "$rc" -eq 2 ] && grep -qF -- "$want" err.txt; then pass "$name";
 	else fail "$name" "exit $rc, wanted 2 and '$want': $(head -c 300 err.txt)"; fi
 }
-usage_error bad_pattern "--pattern must be 'cl100k', 'o200k' or 'llama3', not 'gpt3'" \
-	$A tokenize import-tiktoken -o bad.tok --pattern gpt3 small.tiktoken
+# any other --pattern is a regex (PCRE2, Isolated), with no special tokens
+# but --special's
+refused bad_pattern_regex "--pattern: PCRE2 refuses the regex" \
+	$A tokenize import-tiktoken -o bad.tok --pattern '(a' small.tiktoken
+rm -f rx.tok
+$A tokenize import-tiktoken -o rx.tok --pattern '\s+|[a-z]+' --special '<|endoftext|>=300' \
+	small.tiktoken > out.txt 2> err.txt
+printf 'abc ab  abcab\n' > rx.txt
+got=$($A tokenize encode -q -t rx.tok --ids rx.txt 2>&1)
+$A inspect rx.tok > insp.txt 2>&1
+if [ "$got" = "257 32 256 32 32 257 256 10" ] &&
+	grep -qF 'pre-tokenizer:  Split regex \s+|[a-z]+ (Isolated; PCRE2)' insp.txt &&
+	grep -qF 'special token:  300 "<|endoftext|>" (end of text)' insp.txt &&
+	[ "$(grep -c '^special token:' insp.txt)" = 1 ]; then
+	pass pattern_regex_small
+elif grep -q 'built without PCRE2' err.txt; then
+	skip pattern_regex_small "this asyncpp was built without PCRE2 (libpcre2-dev)"
+else
+	fail pattern_regex_small "ids '$got', $(head -c 200 err.txt) $(sed -n 3p insp.txt)"
+fi
 usage_error bad_special "--special wants NAME=ID with an id below 16777216, not '<|x|>'" \
 	$A tokenize import-tiktoken -o bad.tok --special '<|x|>' small.tiktoken
 
@@ -150,8 +169,29 @@ for e in cl100k o200k; do
 		skip ${e}_kjv "no bible-kjv (Debian package bible-kjv)"
 	fi
 	cat "$TESTDATA/tiktoken_stress.txt" mix1.txt > all.txt
+	rm -f r_train.shard back.txt # (not the last encoding's)
 	$A tokenize encode -q -t $e.tok -o r --val-fraction 0 all.txt &&
 		$A tokenize decode -t $e.tok -o back.txt r_train.shard
 	if cmp -s all.txt back.txt; then pass ${e}_roundtrip;
 	else fail ${e}_roundtrip "decoded bytes differ"; fi
 done
+
+# --pattern REGEX with cl100k's regex string (as Llama 3's tokenizer.json
+# has it) gives --pattern cl100k's ids, through PCRE2
+CL100K="(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+CL100K="$CL100K| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+rm -f cl100k_rx.tok
+if $A tokenize import-tiktoken -o cl100k_rx.tok --pattern "$CL100K" \
+	--special '<|endoftext|>=100257' cl100k.tiktoken > out.txt 2> err.txt; then
+	bad=
+	for f in "$TESTDATA/tiktoken_stress.txt" mix1.txt long.txt; do
+		$A tokenize encode -q -t cl100k.tok --ids "$f" > a.ids 2>&1
+		$A tokenize encode -q -t cl100k_rx.tok --ids "$f" > b.ids 2>&1
+		cmp -s a.ids b.ids || { bad="$f: $(cmp a.ids b.ids 2>&1 | head -c 100)"; break; }
+	done
+	if [ -z "$bad" ]; then pass cl100k_pattern_regex; else fail cl100k_pattern_regex "$bad"; fi
+elif grep -q 'built without PCRE2' err.txt; then
+	skip cl100k_pattern_regex "this asyncpp was built without PCRE2 (libpcre2-dev)"
+else
+	fail cl100k_pattern_regex "$(head -c 300 err.txt)"
+fi
