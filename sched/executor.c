@@ -14,8 +14,9 @@
  * before it goes on with the next step's micro-batches.
  *
  * The arithmetic is exactly the single-device trainer's: the same
- * stage_forward/stage_backward on the same weight versions, gradients
- * accumulated in ascending micro-batch order, the same tied-weight sum and
+ * stage_forward/stage_backward on the same weight versions (zero-bubble
+ * kinds: stage_backward in its two parts, B and W, which model.h makes
+ * the same bits), gradients accumulated in ascending micro-batch order, the same tied-weight sum and
  * the same norm summed tensor by tensor in global order. It lives here
  * once, for both boards and both transports, so a run over MPI computes
  * the same bits as the same run in threads.
@@ -282,6 +283,35 @@ static void on_grads_done(void *arg, size_t lo, size_t n)
 		bucket_send(c);
 }
 
+/* Before the backward (fused, or W) of micro-batch mb of step gstep: the
+ * step's last one sends the replicas' sum out in buckets as it finishes
+ * layers (the weight gradients of a step run in ascending micro-batch
+ * order, so its last is the step's last contribution). Returns whether it
+ * does (then buckets_end follows the backward). */
+static int buckets_begin(struct stage_ctx *c, struct stage_worker *w, int mb, long gstep)
+{
+	struct pipeline *p = c->p;
+	if (!(p->rx && p->rx->bucket && p->bucket_floats && mb % p->mb_r == p->mb_r - 1))
+		return 0;
+	c->bucketed = gstep;
+	c->bk_g = worker_grads(w, gstep);
+	c->bk_n = 0;
+	c->bk_waited = 0.0;
+	w->st.grads_done = on_grads_done;
+	w->st.grads_done_ctx = c;
+	return 1;
+}
+
+/* After it: the last bucket goes out; returns the seconds the buckets
+ * waited (idle, not busy). */
+static double buckets_end(struct stage_ctx *c, struct stage_worker *w)
+{
+	bucket_send(c);
+	w->st.grads_done = NULL;
+	c->idle += c->bk_waited;
+	return c->bk_waited;
+}
+
 /* Apply the update of step gstep on this stage once every stage posted.
  * 0, or -1 when the segment was called off. */
 static int complete_step(struct stage_ctx *c, long gstep)
@@ -435,40 +465,48 @@ static void *stage_main(void *arg)
 			tp->send(tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
 			x_out = NULL;
 			break;
-		case SCHED_BACKWARD: {
+		case SCHED_BACKWARD:
+		case SCHED_BACKWARD_INPUT: {
+			int fused = a[i].op == SCHED_BACKWARD;
 			long gstep = global_step(p, a[i].step);
-			/* the gradient buffer of gstep held step gstep-2 */
-			while (c->completed < gstep - 2 && !bad)
+			/* the gradient buffer of gstep held step gstep-2 (B
+			 * leaves the gradients to W) */
+			while (fused && c->completed < gstep - 2 && !bad)
 				bad = complete_step(c, c->completed + 1) != 0;
 			if (bad || (s > 0 && !(dx_in = tp->buffer(tp, s, p->act_bytes)))) {
 				bad = 1;
 				break;
 			}
 			t0 = now_sec();
-			/* the step's last backward sends the replicas' sum out in
-			 * buckets as it finishes layers (the micro-batches of a
-			 * step run in ascending order) */
-			int buckets = p->rx && p->rx->bucket && p->bucket_floats &&
-				      a[i].mb % p->mb_r == p->mb_r - 1;
-			if (buckets) {
-				c->bucketed = gstep;
-				c->bk_g = worker_grads(w, gstep);
-				c->bk_n = 0;
-				c->bk_waited = 0.0;
-				w->st.grads_done = on_grads_done;
-				w->st.grads_done_ctx = c;
-			}
-			stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv), worker_grads(w, gstep),
-				       dx_out, dx_in);
-			if (buckets) {
-				bucket_send(c);
-				w->st.grads_done = NULL;
-				c->idle += c->bk_waited;
-				t0 += c->bk_waited; /* not busy */
-			}
+			int buckets = fused && buckets_begin(c, w, a[i].mb, gstep);
+			if (fused)
+				stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv),
+					       worker_grads(w, gstep), dx_out, dx_in);
+			else
+				stage_backward_input(&w->st, a[i].slot, worker_grad_weights(w, gv),
+						     dx_out, dx_in);
+			if (buckets)
+				t0 += buckets_end(c, w);
 			if (dx_out)
 				tp->release(tp, s, dx_out);
 			dx_out = NULL;
+			c->busy += now_sec() - t0;
+			break;
+		}
+		case SCHED_BACKWARD_WEIGHT: {
+			/* the parameter gradients of the micro-batch B left in
+			 * its slot, which is free again after this */
+			long gstep = global_step(p, a[i].step);
+			while (c->completed < gstep - 2 && !bad)
+				bad = complete_step(c, c->completed + 1) != 0;
+			if (bad)
+				break;
+			t0 = now_sec();
+			int buckets = buckets_begin(c, w, a[i].mb, gstep);
+			stage_backward_weight(&w->st, a[i].slot, worker_grad_weights(w, gv),
+					      worker_grads(w, gstep));
+			if (buckets)
+				t0 += buckets_end(c, w);
 			c->busy += now_sec() - t0;
 			break;
 		}
@@ -681,7 +719,7 @@ static int mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
 /* How many steps past step t a stage may have begun when it learns that
  * step t's posts ask to stop: it learns when it completes step t, and it
  * completes steps lazily, when an action needs them (a forward the version
- * t + 1, a backward of step t + 2 the gradient buffer of step t, the
+ * t + 1, a backward or W of step t + 2 the gradient buffer of step t, the
  * optimizer step t + 1 its predecessor). Stopping stop_lag steps after
  * step t then never cuts a step that a stage has begun. Over the lists of
  * every stage, so every rank finds the same number (2bw: 2, pipedream: S,
@@ -695,7 +733,8 @@ static int stop_lag(const struct schedule *sc)
 		for (int i = 0; i < n; i++) {
 			begun = MAX(begun, a[i].step);
 			int needs = a[i].op == SCHED_FORWARD	? a[i].version - 1
-				    : a[i].op == SCHED_BACKWARD	? a[i].step - 2
+				    : a[i].op == SCHED_BACKWARD ||
+				      a[i].op == SCHED_BACKWARD_WEIGHT ? a[i].step - 2
 				    : a[i].op == SCHED_OPTIM_STEP ? a[i].step - 1
 								  : -1;
 			for (int t = forced + 1; t <= needs; t++)
@@ -770,6 +809,11 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.sc = sched_build_at(tr->kind, S, is_pd ? tr->M : p.mb_r, n, tr->step, err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
+	if (p.sc->V != 1) {
+		sched_free(p.sc);
+		return error("train.schedule = %s runs %d chunks per stage; the stage workers run "
+			     "one", sched_kind_name(tr->kind), p.sc->V);
+	}
 	p.stop_lag = stop_lag(p.sc);
 	for (int i = lo; i < hi; i++) {
 		const struct sched_stage *ss = sched_stage(p.sc, i % S);

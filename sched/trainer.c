@@ -14,7 +14,7 @@
 int trainer_stage_delay(const struct config *cfg, int s, int S)
 {
 	const char *kind = cfg->train_schedule;
-	if (!strcmp(kind, "2bw"))
+	if (!strcmp(kind, "2bw") || !strcmp(kind, "2bw-zb"))
 		return 1;
 	if (!strcmp(kind, "pipedream"))
 		return S - 1 - s;
@@ -23,7 +23,7 @@ int trainer_stage_delay(const struct config *cfg, int s, int S)
 			return S - 1 - s;
 		return (int)cfg->train_delay;
 	}
-	return 0; /* gpipe, 1f1b: synchronous */
+	return 0; /* gpipe, 1f1b, zb-h1: synchronous */
 }
 
 static size_t act_elems(const struct trainer *tr)
@@ -83,14 +83,16 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	/* pipedream's step is one micro-batch per pipeline: N per step */
 	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? tr->N : tr->M;
 	tr->mb_per_replica = tr->mb_per_step / tr->N;
-	if (tr->kind == SCHED_2BW && tr->N > 1 && tr->mb_per_replica < tr->S)
-		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
+	int twobw = tr->kind == SCHED_2BW || tr->kind == SCHED_2BW_ZB;
+	if (twobw && tr->N > 1 && tr->mb_per_replica < tr->S)
+		return error("%s needs at least pipeline.stages = %d micro-batches per replica and "
 			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
-			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
-	if (tr->kind == SCHED_2BW && tr->M < tr->S)
-		return error("train.schedule = 2bw needs pipeline.micro_batches >= pipeline.stages "
-			     "(got %d < %d): set pipeline.micro_batches = %d or more", tr->M, tr->S,
-			     tr->S);
+			     "replicas gives %d", sched_kind_name(tr->kind), tr->S, tr->M, tr->N,
+			     tr->mb_per_replica);
+	if (twobw && tr->M < tr->S)
+		return error("train.schedule = %s needs pipeline.micro_batches >= pipeline.stages "
+			     "(got %d < %d): set pipeline.micro_batches = %d or more",
+			     sched_kind_name(tr->kind), tr->M, tr->S, tr->S);
 	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
 		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
 			     "list one device per stage", backend_lane_count(be), tr->S);
@@ -154,6 +156,18 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 				tr->kind >= 0, params)) {
 			sched_free(probe);
 			return -1;
+		}
+		/* zero-bubble kinds run the backward as B and W (model.h); the
+		 * head's gradient stays in the last stage's forward, as the
+		 * fused kinds have it (no SPLIT_HEAD) */
+		if (tr->kind >= 0 && sched_kind_split(tr->kind)) {
+			int lane = backend_lane_enter(be, s);
+			int rc = stage_split_init(&tr->w[i].st, 0);
+			backend_lane_bind(be, lane);
+			if (rc) {
+				sched_free(probe);
+				return -1;
+			}
 		}
 	}
 	sched_free(probe);
