@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # mpi_pipeline.sh - a 2-process pipeline over MPI computes exactly what the
-# same pipeline computes in threads: for 2bw and 1f1b, 20 steps of a tiny
+# same pipeline computes in threads: for 2bw, 1f1b and the zero-bubble zb-h1
+# and 2bw-zb (B and W apart; their metrics are 1f1b's and 2bw's), 20 steps of a tiny
 # model on the built-in corpus give the same metrics (step, loss, val_loss,
 # lr, grad_norm at %.9g) and identical checkpoints (lib.sh same_ckpt); an MPI run resumed
 # from its step-10 checkpoint ends on the same bytes; a wrong process count
@@ -31,7 +32,7 @@ DATA=(--set data.train=base/data/builtin_train.shard --set data.val=base/data/bu
 # columns that must agree: everything but the clock and the rates
 cols() { cut -d, -f1,2,4,5,6,7 "$1"; }
 
-for kind in 2bw 1f1b; do
+for kind in 2bw 1f1b zb-h1 2bw-zb; do
 	RUN=("${TINY[@]}" "${DATA[@]}" --set train.schedule=$kind --set pipeline.stages=2
 	     --set pipeline.micro_batches=2 --set train.steps=20 --set eval.every=10
 	     --set eval.batches=2 --set checkpoint.every=10)
@@ -71,6 +72,14 @@ for kind in 2bw 1f1b; do
 		pass "mpi_${kind}_inspect_diff_all_identical"
 	else
 		fail "mpi_${kind}_inspect_diff_all_identical" "$(head -n 8 diff.txt | tr '\n' ' ')"
+	fi
+	# the split backward changes no bit: the fused twin's metrics
+	twin=$(case $kind in zb-h1) echo 1f1b ;; 2bw-zb) echo 2bw ;; esac)
+	[ -n "$twin" ] || continue
+	if diff <(cols threads_$twin/metrics.csv) <(cols mpi_$kind/metrics.csv) > d.txt; then
+		pass "mpi_${kind}_metrics_equal_${twin}"
+	else
+		fail "mpi_${kind}_metrics_equal_${twin}" "$(head -n 6 d.txt | tr '\n' ' ')"
 	fi
 done
 
