@@ -124,7 +124,7 @@ static int stops_early_and_exactly(const char *kind, const char *stages, const c
 
 TEST(stop_within_a_segment_keeps_the_bits)
 {
-	static const char *const kinds[] = {"gpipe", "1f1b", "2bw", "pipedream"};
+	static const char *const kinds[] = {"gpipe", "1f1b", "2bw", "pipedream", "zb-h1", "2bw-zb"};
 	static const struct {
 		const char *stages, *replicas;
 	} shapes[] = {{"2", "1"}, {"4", "1"}, {"2", "2"}};
