@@ -47,6 +47,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	tr->cfg = cfg;
 	tr->m = m;
 	tr->be = be;
+	tr->V = 1;
 	tr->S = (int)cfg->pipeline_stages;
 	tr->M = (int)cfg->pipeline_micro_batches;
 	tr->B = (int)cfg->train_batch_size;
@@ -99,13 +100,31 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	if (tr->kind >= 0 && cfg->train_delay)
 		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
 			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
+	if (tr->kind == SCHED_INTERLEAVED && cfg->pipeline_virtual_stages > 1) {
+		/* V chunks per stage: S pieces for everything but the threads */
+		if (cfg->pipeline_virtual_stages > 64)
+			return error("pipeline.virtual_stages = %ld: at most 64",
+				     cfg->pipeline_virtual_stages);
+		if (dist_active(d))
+			return error("train.schedule = interleaved with pipeline.virtual_stages = "
+				     "%ld runs in threads (pipeline.transport = local) only yet",
+				     cfg->pipeline_virtual_stages);
+		if (backend_lane_count(be) > 1)
+			return error("train.schedule = interleaved with pipeline.virtual_stages = "
+				     "%ld does not run on several devices (pipeline.devices) yet",
+				     cfg->pipeline_virtual_stages);
+		tr->V = (int)cfg->pipeline_virtual_stages;
+		tr->S *= tr->V;
+	}
 	/* activation slots per stage: 1 when micro-batches run one at a time,
 	 * else what the schedule keeps in flight */
 	struct schedule *probe = NULL;
 	if (tr->kind >= 0) {
 		char err[256];
 		int sched_m = tr->kind == SCHED_PIPEDREAM ? tr->M : tr->mb_per_replica;
-		probe = sched_build(tr->kind, tr->S, sched_m, 4 * tr->S + 4, err, sizeof(err));
+		int stages = tr->S / tr->V;
+		probe = sched_build_virtual(tr->kind, stages, sched_m, tr->V, 4 * stages + 4, 0,
+					    err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
 		/* NCCL pairs a channel's messages by their order (nccl.h) */
@@ -120,7 +139,21 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	}
 	/* the one place a run's cut is made (train.c builds the same one for
 	 * the weights an MPI rank initialises) */
-	if (cut_from_config(&tr->cut, cfg, m)) {
+	int cut_rc;
+	if (tr->V > 1) {
+		/* the existing cut code over S pieces: pipeline.layers lists
+		 * one count per piece */
+		struct config pieces;
+		char n[16];
+		config_copy(&pieces, cfg);
+		snprintf(n, sizeof(n), "%d", tr->S);
+		cut_rc = config_set_key(&pieces, "pipeline", "stages", n, "interleaved") ||
+			 cut_from_config(&tr->cut, &pieces, m);
+		config_free(&pieces);
+	} else {
+		cut_rc = cut_from_config(&tr->cut, cfg, m);
+	}
+	if (cut_rc) {
 		sched_free(probe);
 		return -1;
 	}
@@ -151,7 +184,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		if (own >= 0 && i != own)
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
-		int slots = probe ? sched_stage(probe, s)->nslots : 1;
+		int slots = probe ? sched_stage(probe, sched_piece_stage(probe, s))->nslots : 1;
 		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, tr->B, tr->T, slots, delay,
 				tr->kind >= 0, params)) {
 			sched_free(probe);

@@ -75,6 +75,9 @@ static void set_cut(struct config *cfg, const char *list)
 static const char *const uneven[] = {"3,1", "1,3", "0,3,1", "1,2,1,0"};
 
 
+/* the model pieces (workers per replica) of train()'s last trainer */
+static int last_pieces;
+
 /* when set, train() below runs on this table instead of test_backend() */
 static const struct backend *train_with;
 
@@ -108,6 +111,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		ckpt_close(k);
 	}
 	long first = tr.step;
+	last_pieces = tr.S;
 	struct step_stats st[STEPS];
 	for (int done = 0; done < steps;) {
 		int n = MIN(chunk, steps - done);
@@ -1639,4 +1643,83 @@ TEST(bf16_twobw_zb_equals_delay_one)
 	if (!bf16_here())
 		SKIP("the backend has no bf16 activation storage");
 	zero_bubble_grid("2bw-zb", "bf16");
+}
+
+/* ---- interleaved: V model chunks per stage ---- */
+
+/* interleaved with V chunks on S stages (S*V pieces of the cut) == one
+ * worker: M a multiple of S (Megatron's condition), llama and gpt2, the
+ * even cut and uneven ones over the pieces (pipeline.layers lists one
+ * count per piece: the model's 4 layers allow at most 6), V = 1 (1f1b)
+ * to 4, one stage (every handoff local) to three. */
+TEST(interleaved_equals_one_worker)
+{
+	static const struct {
+		const char *arch, *opt, *S, *V, *M, *layers;
+	} runs[] = {
+		{"llama", "adamw", "2", "2", "4", NULL},   {"gpt2", "muon", "2", "2", "6", NULL},
+		{"gpt2", "adamw", "1", "4", "3", NULL},    {"llama", "muon", "1", "2", "4", NULL},
+		{"llama", "adamw", "2", "1", "4", NULL},   {"gpt2", "adamw", "3", "2", "6", NULL},
+		{"llama", "muon", "2", "3", "4", "0,1,1,1,1,0"},
+		{"gpt2", "adamw", "2", "2", "8", "2,1,1,0"},
+		{"llama", "adamw", "2", "2", "2", "0,2,1,1"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config one, pipe;
+		base_config(&one, runs[i].arch, runs[i].opt);
+		config_set_key(&one, "pipeline", "micro_batches", runs[i].M, "test");
+		base_config(&pipe, runs[i].arch, runs[i].opt);
+		config_set_key(&pipe, "train", "schedule", "interleaved", "test");
+		config_set_key(&pipe, "pipeline", "micro_batches", runs[i].M, "test");
+		config_set_key(&pipe, "pipeline", "virtual_stages", runs[i].V, "test");
+		if (runs[i].layers) {
+			config_set_key(&pipe, "pipeline", "split", "layers", "test");
+			config_set_key(&pipe, "pipeline", "layers", runs[i].layers, "test");
+		}
+		config_set_key(&pipe, "pipeline", "stages", runs[i].S, "test");
+		char what[128];
+		snprintf(what, sizeof(what), "interleaved S=%s V=%s M=%s%s%s %s %s", runs[i].S,
+			 runs[i].V, runs[i].M, runs[i].layers ? " layers " : "",
+			 runs[i].layers ? runs[i].layers : "", runs[i].arch, runs[i].opt);
+		if (same_run(what, &one, &pipe))
+			CHECK_MSG(last_pieces == atoi(runs[i].S) * atoi(runs[i].V),
+				  "%s: %d pieces, not stages x chunks", what, last_pieces);
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+/* interleaved resumes exactly (a checkpoint of S x V pieces holds the
+ * global arena), from its own checkpoint and from 1f1b's; with replicas
+ * it equals the serial replicas. */
+TEST(interleaved_resumes_and_replicates_exactly)
+{
+	struct config il, f;
+	base_config(&il, "llama", "muon");
+	config_set_key(&il, "train", "schedule", "interleaved", "test");
+	config_set_key(&il, "pipeline", "stages", "2", "test");
+	config_set_key(&il, "pipeline", "virtual_stages", "2", "test");
+	check_resume("interleaved S=2 V=2", &il, &il, 7);
+	base_config(&f, "llama", "muon");
+	config_set_key(&f, "train", "schedule", "1f1b", "test");
+	config_set_key(&f, "pipeline", "stages", "3", "test");
+	check_resume("1f1b S=3 -> interleaved S=2 V=2", &f, &il, 6);
+	config_free(&il);
+	config_free(&f);
+	if (test_failed())
+		return;
+	struct config one, pipe;
+	base_config(&one, "gpt2", "adamw");
+	config_set_key(&one, "pipeline", "micro_batches", "8", "test");
+	config_set_key(&one, "pipeline", "data_parallel", "2", "test");
+	base_config(&pipe, "gpt2", "adamw");
+	config_set_key(&pipe, "train", "schedule", "interleaved", "test");
+	config_set_key(&pipe, "pipeline", "stages", "2", "test");
+	config_set_key(&pipe, "pipeline", "virtual_stages", "2", "test");
+	config_set_key(&pipe, "pipeline", "micro_batches", "8", "test");
+	config_set_key(&pipe, "pipeline", "data_parallel", "2", "test");
+	config_set_key(&pipe, "pipeline", "bucket_mb", "0.0001", "test");
+	same_run("interleaved S=2 V=2 N=2 M=8 gpt2 adamw, buckets", &one, &pipe);
+	config_free(&one);
+	config_free(&pipe);
 }
