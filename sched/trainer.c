@@ -100,20 +100,20 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	if (tr->kind >= 0 && cfg->train_delay)
 		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
 			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
-	if (tr->kind == SCHED_INTERLEAVED && cfg->pipeline_virtual_stages > 1) {
+	int V = tr->kind == SCHED_ZBV ? 2
+		: tr->kind == SCHED_INTERLEAVED ? (int)MIN(cfg->pipeline_virtual_stages, 65) : 1;
+	if (V > 1) {
 		/* V chunks per stage: S pieces for everything but the threads */
-		if (cfg->pipeline_virtual_stages > 64)
+		if (V > 64)
 			return error("pipeline.virtual_stages = %ld: at most 64",
 				     cfg->pipeline_virtual_stages);
 		if (dist_active(d))
-			return error("train.schedule = interleaved with pipeline.virtual_stages = "
-				     "%ld runs in threads (pipeline.transport = local) only yet",
-				     cfg->pipeline_virtual_stages);
+			return error("train.schedule = %s (%d chunks per stage) runs in threads "
+				     "(pipeline.transport = local) only yet", cfg->train_schedule, V);
 		if (backend_lane_count(be) > 1)
-			return error("train.schedule = interleaved with pipeline.virtual_stages = "
-				     "%ld does not run on several devices (pipeline.devices) yet",
-				     cfg->pipeline_virtual_stages);
-		tr->V = (int)cfg->pipeline_virtual_stages;
+			return error("train.schedule = %s (%d chunks per stage) does not run on "
+				     "several devices (pipeline.devices) yet", cfg->train_schedule, V);
+		tr->V = V;
 		tr->S *= tr->V;
 	}
 	/* activation slots per stage: 1 when micro-batches run one at a time,

@@ -1723,3 +1723,47 @@ TEST(interleaved_resumes_and_replicates_exactly)
 	config_free(&one);
 	config_free(&pipe);
 }
+
+/* zb-v: two chunks per stage in a V (stage s holds pieces s and 2S-1-s),
+ * the backward split == one worker, M >= 2S; one stage (both handoffs
+ * local) to three, an uneven cut over the pieces, resume. */
+TEST(zbv_equals_one_worker)
+{
+	static const struct {
+		const char *arch, *opt, *S, *M, *layers;
+	} runs[] = {
+		{"llama", "adamw", "2", "4", NULL}, {"gpt2", "muon", "2", "7", NULL},
+		{"gpt2", "adamw", "1", "3", NULL},  {"llama", "muon", "3", "6", NULL},
+		{"gpt2", "adamw", "2", "5", "0,2,1,1"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config one, pipe;
+		base_config(&one, runs[i].arch, runs[i].opt);
+		config_set_key(&one, "pipeline", "micro_batches", runs[i].M, "test");
+		base_config(&pipe, runs[i].arch, runs[i].opt);
+		config_set_key(&pipe, "train", "schedule", "zb-v", "test");
+		config_set_key(&pipe, "pipeline", "micro_batches", runs[i].M, "test");
+		if (runs[i].layers) {
+			config_set_key(&pipe, "pipeline", "split", "layers", "test");
+			config_set_key(&pipe, "pipeline", "layers", runs[i].layers, "test");
+		}
+		config_set_key(&pipe, "pipeline", "stages", runs[i].S, "test");
+		char what[128];
+		snprintf(what, sizeof(what), "zb-v S=%s M=%s%s%s %s %s", runs[i].S, runs[i].M,
+			 runs[i].layers ? " layers " : "", runs[i].layers ? runs[i].layers : "",
+			 runs[i].arch, runs[i].opt);
+		if (same_run(what, &one, &pipe))
+			CHECK_MSG(last_pieces == 2 * atoi(runs[i].S), "%s: %d pieces, not 2 per stage",
+				  what, last_pieces);
+		config_free(&one);
+		config_free(&pipe);
+	}
+	if (test_failed())
+		return;
+	struct config zv;
+	base_config(&zv, "llama", "muon");
+	config_set_key(&zv, "train", "schedule", "zb-v", "test");
+	config_set_key(&zv, "pipeline", "stages", "2", "test");
+	check_resume("zb-v S=2", &zv, &zv, 7);
+	config_free(&zv);
+}
