@@ -3,7 +3,13 @@
  *
  * Each stage executes its action list (sched/schedule.h) in order,
  * exchanging activations and gradients through a transport (local queues
- * between threads, or MPI between processes). An OPTIM_STEP only *posts*
+ * between threads, or MPI between processes). With V chunks per stage
+ * (interleaved, zb-v) the trainer holds S*V model pieces, a worker each
+ * (trainer.h), and everything below but the threads is per piece: the
+ * transport, the board and the replicas' sums address pieces, and the
+ * thread of stage s runs each action on its chunk's piece (stage_main),
+ * a handoff between two pieces of the same stage going through the
+ * transport too. An OPTIM_STEP only *posts*
  * the stage's part of the step-finish sequence (trainer.h) to a board
  * (sched/comm/board.h); the update itself is completed lazily, when a later
  * action needs it: a forward that uses the new version, a backward that
