@@ -143,6 +143,19 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	if (tr->V > 1) {
 		/* the existing cut code over S pieces: pipeline.layers lists
 		 * one count per piece */
+		int counts[4096];
+		char why[256];
+		int listed = !strcmp(cfg->pipeline_split, "layers")
+				     ? cut_parse_list(cfg->pipeline_layers, counts, 4096, why,
+						      sizeof(why))
+				     : tr->S;
+		if (listed >= 0 && listed != tr->S) {
+			sched_free(probe);
+			return error("pipeline.layers = %s lists %d counts; train.schedule = %s "
+				     "cuts the model into pipeline.stages x %d = %d pieces: give "
+				     "one layer count per piece", cfg->pipeline_layers, listed,
+				     cfg->train_schedule, tr->V, tr->S);
+		}
 		struct config pieces;
 		char n[16];
 		config_copy(&pieces, cfg);
