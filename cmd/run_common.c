@@ -265,8 +265,8 @@ int run_check_schedule(const struct config *cfg)
 	int kind = sched_kind_from_name(cfg->train_schedule);
 	if (kind >= 0 && !sched_kind_trainable(kind))
 		return error("train.schedule = %s is drawn and simulated by asyncpp bench schedule "
-			     "--kind %s but not yet executed by asyncpp train: pick gpipe, 1f1b, 2bw "
-			     "or pipedream", cfg->train_schedule, cfg->train_schedule);
+			     "--kind %s but not yet executed by asyncpp train: pick gpipe, 1f1b, 2bw, "
+			     "pipedream, interleaved, zb-h1 or 2bw-zb", cfg->train_schedule, cfg->train_schedule);
 	if (cfg->pipeline_virtual_stages != 1 && kind != SCHED_INTERLEAVED)
 		return error("pipeline.virtual_stages = %ld is for train.schedule = interleaved, "
 			     "not %s: leave it at 1", cfg->pipeline_virtual_stages,

@@ -3,7 +3,13 @@
  *
  * Each stage executes its action list (sched/schedule.h) in order,
  * exchanging activations and gradients through a transport (local queues
- * between threads, or MPI between processes). An OPTIM_STEP only *posts*
+ * between threads, or MPI between processes). With V chunks per stage
+ * (interleaved, zb-v) the trainer holds S*V model pieces, a worker each
+ * (trainer.h), and everything below but the threads is per piece: the
+ * transport, the board and the replicas' sums address pieces, and the
+ * thread of stage s runs each action on its chunk's piece (stage_main),
+ * a handoff between two pieces of the same stage going through the
+ * transport too. An OPTIM_STEP only *posts*
  * the stage's part of the step-finish sequence (trainer.h) to a board
  * (sched/comm/board.h); the update itself is completed lazily, when a later
  * action needs it: a forward that uses the new version, a backward that
@@ -14,8 +20,9 @@
  * before it goes on with the next step's micro-batches.
  *
  * The arithmetic is exactly the single-device trainer's: the same
- * stage_forward/stage_backward on the same weight versions, gradients
- * accumulated in ascending micro-batch order, the same tied-weight sum and
+ * stage_forward/stage_backward on the same weight versions (zero-bubble
+ * kinds: stage_backward in its two parts, B and W, which model.h makes
+ * the same bits), gradients accumulated in ascending micro-batch order, the same tied-weight sum and
  * the same norm summed tensor by tensor in global order. It lives here
  * once, for both boards and both transports, so a run over MPI computes
  * the same bits as the same run in threads.
@@ -282,6 +289,35 @@ static void on_grads_done(void *arg, size_t lo, size_t n)
 		bucket_send(c);
 }
 
+/* Before the backward (fused, or W) of micro-batch mb of step gstep: the
+ * step's last one sends the replicas' sum out in buckets as it finishes
+ * layers (the weight gradients of a step run in ascending micro-batch
+ * order, so its last is the step's last contribution). Returns whether it
+ * does (then buckets_end follows the backward). */
+static int buckets_begin(struct stage_ctx *c, struct stage_worker *w, int mb, long gstep)
+{
+	struct pipeline *p = c->p;
+	if (!(p->rx && p->rx->bucket && p->bucket_floats && mb % p->mb_r == p->mb_r - 1))
+		return 0;
+	c->bucketed = gstep;
+	c->bk_g = worker_grads(w, gstep);
+	c->bk_n = 0;
+	c->bk_waited = 0.0;
+	w->st.grads_done = on_grads_done;
+	w->st.grads_done_ctx = c;
+	return 1;
+}
+
+/* After it: the last bucket goes out; returns the seconds the buckets
+ * waited (idle, not busy). */
+static double buckets_end(struct stage_ctx *c, struct stage_worker *w)
+{
+	bucket_send(c);
+	w->st.grads_done = NULL;
+	c->idle += c->bk_waited;
+	return c->bk_waited;
+}
+
 /* Apply the update of step gstep on this stage once every stage posted.
  * 0, or -1 when the segment was called off. */
 static int complete_step(struct stage_ctx *c, long gstep)
@@ -362,31 +398,52 @@ static void *buffer_of(struct stage_ctx *c, struct transport *tp, long gstep, in
 	return tp->buffer(tp, c->s, p->act_bytes);
 }
 
+/* Is model piece q held by stage s0 (the same thread: a local handoff,
+ * which the lists leave out)? */
+static int local_piece(const struct pipeline *p, int q, int s0)
+{
+	return p->tr->V > 1 && q >= 0 && q < p->tr->S && sched_piece_stage(p->sc, q) == s0;
+}
+
+/* Stage s0 of replica c0->r: its list. c0 is the context of its chunk 0
+ * (piece s0); with V chunks (interleaved) the context of chunk k, piece
+ * q = sched_piece(s0, k), is c0 + q - s0, and each action runs on its
+ * chunk's piece: its worker, its messages (addressed by piece), its
+ * board posts. */
 static void *stage_main(void *arg)
 {
-	struct stage_ctx *c = arg;
-	struct pipeline *p = c->p;
+	struct stage_ctx *c0 = arg, *c = c0;
+	struct pipeline *p = c0->p;
 	struct trainer *tr = p->tr;
 	const struct backend *be = tr->be;
-	struct stage_worker *w = trainer_worker(tr, c->r, c->s);
-	struct transport *tp = p->tp[c->r];
-	struct board *board = p->board[c->r];
-	int s = c->s, S = tr->S, last = s == S - 1;
+	struct transport *tp = p->tp[c0->r];
+	struct board *board = p->board[c0->r];
+	int s0 = c0->s, S = tr->S, V = tr->V;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
-	backend_lane_bind(be, s); /* this thread's ops, of every replica's stage s */
+	backend_lane_bind(be, s0); /* this thread's ops, of every replica's stage s */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	int32_t *dev_in = c->dev_in, *dev_tg = c->dev_tg;
 	void *x_in = NULL, *x_out = NULL, *dx_out = NULL, *dx_in = NULL; /* act_dtype */
 	float dloss = 1.0f / (float)p->mb_per_step;
-	c->completed = c->posted = p->first_step;
+	struct stage_ctx *chunk[64];
+	for (int k = 0; k < V; k++) {
+		chunk[k] = c0 + (sched_piece(p->sc, s0, k) - s0);
+		chunk[k]->completed = chunk[k]->posted = p->first_step;
+	}
 	int n;
-	const struct sched_action *a = sched_actions(p->sc, s, &n);
+	const struct sched_action *a = sched_actions(p->sc, s0, &n);
 	int bad = 0; /* this stage failed, or another called the segment off */
 	for (int i = 0; i < n && !bad; i++) {
-		if (called_off(c))
+		if (called_off(c0))
 			break;
-		if (a[i].step > c->stop_at)
+		int stop_at = c0->stop_at;
+		for (int k = 1; k < V; k++)
+			stop_at = MIN(stop_at, chunk[k]->stop_at);
+		if (a[i].step > stop_at)
 			continue; /* a stop was agreed: this step is not run */
+		c = chunk[a[i].chunk];
+		struct stage_worker *w = trainer_worker(tr, c->r, c->s);
+		int s = c->s, last = s == S - 1;
+		int32_t *dev_in = c->dev_in, *dev_tg = c->dev_tg;
 		c->begun = MAX(c->begun, a[i].step);
 		double waited = 0.0, t0;
 		long gv = p->first_step + a[i].version;
@@ -406,6 +463,11 @@ static void *stage_main(void *arg)
 		case SCHED_FORWARD: {
 			if ((bad = need_version(c, gv) != 0))
 				break;
+			if (local_piece(p, s - 1, s0)) {
+				x_in = tp->recv(tp, s, s - 1, MSG_ACT, a[i].mb, &waited);
+				if ((bad = !x_in))
+					break;
+			}
 			t0 = now_sec();
 			if (s == 0 || last) {
 				dataloader_batch(tr->data, data_index, host_in, host_tg);
@@ -429,46 +491,68 @@ static void *stage_main(void *arg)
 						p->moe + (size_t)gmb * p->moe_w +
 							(size_t)s * (p->moe_w / S));
 			c->busy += now_sec() - t0;
+			if (local_piece(p, s + 1, s0)) {
+				tp->send(tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
+				x_out = NULL;
+			}
 			break;
 		}
 		case SCHED_SEND_ACT:
 			tp->send(tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
 			x_out = NULL;
 			break;
-		case SCHED_BACKWARD: {
+		case SCHED_BACKWARD:
+		case SCHED_BACKWARD_INPUT: {
+			int fused = a[i].op == SCHED_BACKWARD;
 			long gstep = global_step(p, a[i].step);
-			/* the gradient buffer of gstep held step gstep-2 */
-			while (c->completed < gstep - 2 && !bad)
+			/* the gradient buffer of gstep held step gstep-2 (B
+			 * leaves the gradients to W) */
+			while (fused && c->completed < gstep - 2 && !bad)
 				bad = complete_step(c, c->completed + 1) != 0;
 			if (bad || (s > 0 && !(dx_in = tp->buffer(tp, s, p->act_bytes)))) {
 				bad = 1;
 				break;
 			}
+			if (local_piece(p, s + 1, s0)) {
+				dx_out = tp->recv(tp, s, s + 1, MSG_GRAD, a[i].mb, &waited);
+				c->idle += waited;
+				if ((bad = !dx_out))
+					break;
+			}
 			t0 = now_sec();
-			/* the step's last backward sends the replicas' sum out in
-			 * buckets as it finishes layers (the micro-batches of a
-			 * step run in ascending order) */
-			int buckets = p->rx && p->rx->bucket && p->bucket_floats &&
-				      a[i].mb % p->mb_r == p->mb_r - 1;
-			if (buckets) {
-				c->bucketed = gstep;
-				c->bk_g = worker_grads(w, gstep);
-				c->bk_n = 0;
-				c->bk_waited = 0.0;
-				w->st.grads_done = on_grads_done;
-				w->st.grads_done_ctx = c;
-			}
-			stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv), worker_grads(w, gstep),
-				       dx_out, dx_in);
-			if (buckets) {
-				bucket_send(c);
-				w->st.grads_done = NULL;
-				c->idle += c->bk_waited;
-				t0 += c->bk_waited; /* not busy */
-			}
+			int buckets = fused && buckets_begin(c, w, a[i].mb, gstep);
+			if (fused)
+				stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv),
+					       worker_grads(w, gstep), dx_out, dx_in);
+			else
+				stage_backward_input(&w->st, a[i].slot, worker_grad_weights(w, gv),
+						     dx_out, dx_in);
+			if (buckets)
+				t0 += buckets_end(c, w);
 			if (dx_out)
 				tp->release(tp, s, dx_out);
 			dx_out = NULL;
+			c->busy += now_sec() - t0;
+			if (local_piece(p, s - 1, s0)) {
+				tp->send(tp, s, s - 1, MSG_GRAD, a[i].mb, dx_in);
+				dx_in = NULL;
+			}
+			break;
+		}
+		case SCHED_BACKWARD_WEIGHT: {
+			/* the parameter gradients of the micro-batch B left in
+			 * its slot, which is free again after this */
+			long gstep = global_step(p, a[i].step);
+			while (c->completed < gstep - 2 && !bad)
+				bad = complete_step(c, c->completed + 1) != 0;
+			if (bad)
+				break;
+			t0 = now_sec();
+			int buckets = buckets_begin(c, w, a[i].mb, gstep);
+			stage_backward_weight(&w->st, a[i].slot, worker_grad_weights(w, gv),
+					      worker_grads(w, gstep));
+			if (buckets)
+				t0 += buckets_end(c, w);
 			c->busy += now_sec() - t0;
 			break;
 		}
@@ -478,12 +562,19 @@ static void *stage_main(void *arg)
 			break;
 		case SCHED_OPTIM_STEP: {
 			long gstep = global_step(p, a[i].step);
-			/* updates are applied in order: finish older ones first */
-			while (c->completed < gstep - 1 && c->completed < c->posted && !bad)
-				bad = complete_step(c, c->completed + 1) != 0;
-			if (bad || (bad = post_step(c, gstep) != 0))
-				break;
-			c->posted_at[gstep - p->first_step - 1] = now_sec();
+			/* every chunk's piece, the last first: with one stage
+			 * (S = V pieces) piece 0 waits in post_step for the
+			 * last piece's half of the tied embedding */
+			for (int k = V - 1; k >= 0 && !bad; k--) {
+				c = chunk[k];
+				c->begun = MAX(c->begun, a[i].step);
+				/* updates are applied in order: finish older ones first */
+				while (c->completed < gstep - 1 && c->completed < c->posted && !bad)
+					bad = complete_step(c, c->completed + 1) != 0;
+				if (bad || (bad = post_step(c, gstep) != 0))
+					break;
+				c->posted_at[gstep - p->first_step - 1] = now_sec();
+			}
 			break;
 		}
 		default:
@@ -492,10 +583,11 @@ static void *stage_main(void *arg)
 		if (board->poll)
 			board->poll(board);
 	}
-	while (!bad && !called_off(c) && c->completed < c->posted)
-		bad = complete_step(c, c->completed + 1) != 0;
+	for (int k = 0; k < V; k++)
+		while (!bad && !called_off(chunk[k]) && chunk[k]->completed < chunk[k]->posted)
+			bad = complete_step(chunk[k], chunk[k]->completed + 1) != 0;
 	if (bad)
-		stage_fail(c);
+		stage_fail(c0);
 	free(host_in);
 	free(host_tg);
 	return NULL;
@@ -681,7 +773,7 @@ static int mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
 /* How many steps past step t a stage may have begun when it learns that
  * step t's posts ask to stop: it learns when it completes step t, and it
  * completes steps lazily, when an action needs them (a forward the version
- * t + 1, a backward of step t + 2 the gradient buffer of step t, the
+ * t + 1, a backward or W of step t + 2 the gradient buffer of step t, the
  * optimizer step t + 1 its predecessor). Stopping stop_lag steps after
  * step t then never cuts a step that a stage has begun. Over the lists of
  * every stage, so every rank finds the same number (2bw: 2, pipedream: S,
@@ -695,7 +787,8 @@ static int stop_lag(const struct schedule *sc)
 		for (int i = 0; i < n; i++) {
 			begun = MAX(begun, a[i].step);
 			int needs = a[i].op == SCHED_FORWARD	? a[i].version - 1
-				    : a[i].op == SCHED_BACKWARD	? a[i].step - 2
+				    : a[i].op == SCHED_BACKWARD ||
+				      a[i].op == SCHED_BACKWARD_WEIGHT ? a[i].step - 2
 				    : a[i].op == SCHED_OPTIM_STEP ? a[i].step - 1
 								  : -1;
 			for (int t = forced + 1; t <= needs; t++)
@@ -711,8 +804,9 @@ int pipeline_stop_steps(const struct trainer *tr)
 	/* a segment long enough for stop_lag to see the steady state */
 	int is_pd = tr->kind == SCHED_PIPEDREAM, n = 2 * tr->S + 4;
 	char err[256];
-	struct schedule *sc = sched_build_at(tr->kind, tr->S, is_pd ? tr->M : tr->mb_per_replica,
-					     n, 0, err, sizeof(err));
+	struct schedule *sc = sched_build_virtual(tr->kind, tr->S / tr->V,
+						  is_pd ? tr->M : tr->mb_per_replica, tr->V, n, 0, err,
+						  sizeof(err));
 	if (!sc)
 		bug("%s", err);
 	int steps = 1 + stop_lag(sc) + 1; /* the next post, the lag, the drain (< 1 step) */
@@ -767,12 +861,16 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	p.rep_r = lo / S;
 	p.rep_s = lo % S;
 	/* the same lists on every rank: it fails everywhere or nowhere */
-	p.sc = sched_build_at(tr->kind, S, is_pd ? tr->M : p.mb_r, n, tr->step, err, sizeof(err));
+	p.sc = sched_build_virtual(tr->kind, S / tr->V, is_pd ? tr->M : p.mb_r, tr->V, n, tr->step,
+				   err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
+	if (p.sc->V != tr->V)
+		bug("the %s schedule has %d chunks per stage, the trainer %d",
+		    sched_kind_name(tr->kind), p.sc->V, tr->V);
 	p.stop_lag = stop_lag(p.sc);
 	for (int i = lo; i < hi; i++) {
-		const struct sched_stage *ss = sched_stage(p.sc, i % S);
+		const struct sched_stage *ss = sched_stage(p.sc, sched_piece_stage(p.sc, i % S));
 		if (ss->nslots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
 			bug("stage %d needs %d slots and %d versions, has %d and %d", i % S,
 			    ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
@@ -845,16 +943,20 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		/* every thread waits at the gate until all have started: one
 		 * that cannot start calls the segment off before any stage
 		 * waits on it */
-		pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
+		/* a thread per stage (S / V of them): stage s of replica r
+		 * starts from its chunk 0's piece s */
+		int stages = S / tr->V, nth = N * stages;
+		pthread_t *th = xcalloc((size_t)nth, sizeof(*th));
 		int started = 0;
-		while (started < N * S && !pthread_create(&th[started], NULL, stage_thread,
-							  &ctx[started]))
+		while (started < nth &&
+		       !pthread_create(&th[started], NULL, stage_thread,
+				       &ctx[started / stages * S + started % stages]))
 			started++;
-		if (started < N * S)
+		if (started < nth)
 			rc = error("cannot start the thread of stage %d of replica %d (%d threads "
 				   "run; lower pipeline.stages or pipeline.data_parallel, or raise "
-				   "the process limit: ulimit -u)", started % S, started / S,
-				   started);
+				   "the process limit: ulimit -u)", started % stages,
+				   started / stages, started);
 		open_gate(&p, rc ? -1 : 1);
 		for (int i = 0; i < started; i++)
 			pthread_join(th[i], NULL);

@@ -69,7 +69,8 @@ int sched_kind_split(enum sched_kind kind)
 
 int sched_kind_trainable(enum sched_kind kind)
 {
-	return (unsigned)kind < SCHED_NKINDS_FUSED;
+	return (unsigned)kind < SCHED_NKINDS_FUSED || kind == SCHED_ZBH1 || kind == SCHED_2BW_ZB ||
+	       kind == SCHED_INTERLEAVED || kind == SCHED_ZBV;
 }
 
 int sched_piece(const struct schedule *sc, int s, int c)

@@ -128,8 +128,10 @@
  *              t makes, come after it since M >= S. Less idle in the
  *              segment's drain (and where messages' latency leaves waits);
  *              up to min(S, M) micro-batches in flight.
- * The stage workers do not execute them yet (sched_kind_trainable): they
- * are drawn and simulated, and their lists checked.
+ * The executor runs them all (sched/executor.c): B and W with
+ * stage_backward_input and _weight, the slot free after W; with V chunks
+ * each piece is a worker of its own and a stage's thread runs its list on
+ * them (threads only yet: trainer.c refuses chunks between processes).
  */
 #ifndef ASYNCPP_SCHEDULE_H
 #define ASYNCPP_SCHEDULE_H
@@ -249,8 +251,8 @@ const char *sched_op_name(enum sched_op op);
 int sched_kind_async(enum sched_kind kind);
 /* Does the kind split the backward into BACKWARD_INPUT and BACKWARD_WEIGHT? */
 int sched_kind_split(enum sched_kind kind);
-/* Can `asyncpp train` execute the kind yet (the stage workers run the
- * fused kinds only)? */
+/* Can `asyncpp train` execute the kind (every kind here can; a kind added
+ * to be drawn before it is executed answers 0)? */
 int sched_kind_trainable(enum sched_kind kind);
 
 /* Check every invariant (see schedule.c): fields in range; each micro-batch

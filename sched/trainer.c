@@ -14,7 +14,7 @@
 int trainer_stage_delay(const struct config *cfg, int s, int S)
 {
 	const char *kind = cfg->train_schedule;
-	if (!strcmp(kind, "2bw"))
+	if (!strcmp(kind, "2bw") || !strcmp(kind, "2bw-zb"))
 		return 1;
 	if (!strcmp(kind, "pipedream"))
 		return S - 1 - s;
@@ -23,7 +23,7 @@ int trainer_stage_delay(const struct config *cfg, int s, int S)
 			return S - 1 - s;
 		return (int)cfg->train_delay;
 	}
-	return 0; /* gpipe, 1f1b: synchronous */
+	return 0; /* gpipe, 1f1b, zb-h1: synchronous */
 }
 
 static size_t act_elems(const struct trainer *tr)
@@ -47,6 +47,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	tr->cfg = cfg;
 	tr->m = m;
 	tr->be = be;
+	tr->V = 1;
 	tr->S = (int)cfg->pipeline_stages;
 	tr->M = (int)cfg->pipeline_micro_batches;
 	tr->B = (int)cfg->train_batch_size;
@@ -83,27 +84,47 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	/* pipedream's step is one micro-batch per pipeline: N per step */
 	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? tr->N : tr->M;
 	tr->mb_per_replica = tr->mb_per_step / tr->N;
-	if (tr->kind == SCHED_2BW && tr->N > 1 && tr->mb_per_replica < tr->S)
-		return error("2bw needs at least pipeline.stages = %d micro-batches per replica and "
+	int twobw = tr->kind == SCHED_2BW || tr->kind == SCHED_2BW_ZB;
+	if (twobw && tr->N > 1 && tr->mb_per_replica < tr->S)
+		return error("%s needs at least pipeline.stages = %d micro-batches per replica and "
 			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
-			     "replicas gives %d", tr->S, tr->M, tr->N, tr->mb_per_replica);
-	if (tr->kind == SCHED_2BW && tr->M < tr->S)
-		return error("train.schedule = 2bw needs pipeline.micro_batches >= pipeline.stages "
-			     "(got %d < %d): set pipeline.micro_batches = %d or more", tr->M, tr->S,
-			     tr->S);
+			     "replicas gives %d", sched_kind_name(tr->kind), tr->S, tr->M, tr->N,
+			     tr->mb_per_replica);
+	if (twobw && tr->M < tr->S)
+		return error("train.schedule = %s needs pipeline.micro_batches >= pipeline.stages "
+			     "(got %d < %d): set pipeline.micro_batches = %d or more",
+			     sched_kind_name(tr->kind), tr->M, tr->S, tr->S);
 	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
 		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
 			     "list one device per stage", backend_lane_count(be), tr->S);
 	if (tr->kind >= 0 && cfg->train_delay)
 		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
 			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
+	int V = tr->kind == SCHED_ZBV ? 2
+		: tr->kind == SCHED_INTERLEAVED ? (int)MIN(cfg->pipeline_virtual_stages, 65) : 1;
+	if (V > 1) {
+		/* V chunks per stage: S pieces for everything but the threads */
+		if (V > 64)
+			return error("pipeline.virtual_stages = %ld: at most 64",
+				     cfg->pipeline_virtual_stages);
+		if (dist_active(d))
+			return error("train.schedule = %s (%d chunks per stage) runs in threads "
+				     "(pipeline.transport = local) only yet", cfg->train_schedule, V);
+		if (backend_lane_count(be) > 1)
+			return error("train.schedule = %s (%d chunks per stage) does not run on "
+				     "several devices (pipeline.devices) yet", cfg->train_schedule, V);
+		tr->V = V;
+		tr->S *= tr->V;
+	}
 	/* activation slots per stage: 1 when micro-batches run one at a time,
 	 * else what the schedule keeps in flight */
 	struct schedule *probe = NULL;
 	if (tr->kind >= 0) {
 		char err[256];
 		int sched_m = tr->kind == SCHED_PIPEDREAM ? tr->M : tr->mb_per_replica;
-		probe = sched_build(tr->kind, tr->S, sched_m, 4 * tr->S + 4, err, sizeof(err));
+		int stages = tr->S / tr->V;
+		probe = sched_build_virtual(tr->kind, stages, sched_m, tr->V, 4 * stages + 4, 0,
+					    err, sizeof(err));
 		if (!probe)
 			return error("%s", err);
 		/* NCCL pairs a channel's messages by their order (nccl.h) */
@@ -118,7 +139,34 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	}
 	/* the one place a run's cut is made (train.c builds the same one for
 	 * the weights an MPI rank initialises) */
-	if (cut_from_config(&tr->cut, cfg, m)) {
+	int cut_rc;
+	if (tr->V > 1) {
+		/* the existing cut code over S pieces: pipeline.layers lists
+		 * one count per piece */
+		int counts[4096];
+		char why[256];
+		int listed = !strcmp(cfg->pipeline_split, "layers")
+				     ? cut_parse_list(cfg->pipeline_layers, counts, 4096, why,
+						      sizeof(why))
+				     : tr->S;
+		if (listed >= 0 && listed != tr->S) {
+			sched_free(probe);
+			return error("pipeline.layers = %s lists %d counts; train.schedule = %s "
+				     "cuts the model into pipeline.stages x %d = %d pieces: give "
+				     "one layer count per piece", cfg->pipeline_layers, listed,
+				     cfg->train_schedule, tr->V, tr->S);
+		}
+		struct config pieces;
+		char n[16];
+		config_copy(&pieces, cfg);
+		snprintf(n, sizeof(n), "%d", tr->S);
+		cut_rc = config_set_key(&pieces, "pipeline", "stages", n, "interleaved") ||
+			 cut_from_config(&tr->cut, &pieces, m);
+		config_free(&pieces);
+	} else {
+		cut_rc = cut_from_config(&tr->cut, cfg, m);
+	}
+	if (cut_rc) {
 		sched_free(probe);
 		return -1;
 	}
@@ -149,11 +197,23 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		if (own >= 0 && i != own)
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
-		int slots = probe ? sched_stage(probe, s)->nslots : 1;
+		int slots = probe ? sched_stage(probe, sched_piece_stage(probe, s))->nslots : 1;
 		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, tr->B, tr->T, slots, delay,
 				tr->kind >= 0, params)) {
 			sched_free(probe);
 			return -1;
+		}
+		/* zero-bubble kinds run the backward as B and W (model.h); the
+		 * head's gradient stays in the last stage's forward, as the
+		 * fused kinds have it (no SPLIT_HEAD) */
+		if (tr->kind >= 0 && sched_kind_split(tr->kind)) {
+			int lane = backend_lane_enter(be, s);
+			int rc = stage_split_init(&tr->w[i].st, 0);
+			backend_lane_bind(be, lane);
+			if (rc) {
+				sched_free(probe);
+				return -1;
+			}
 		}
 	}
 	sched_free(probe);

@@ -74,8 +74,13 @@ struct trainer {
 	const struct config *cfg;
 	const struct model *m;
 	const struct backend *be;
-	int S, M, B, T;
-	struct stage_cut cut;      /* the layers of each stage (cut_from_config) */
+	int S, M, B, T;            /* S: model pieces, stages x V */
+	int V;                     /* chunks per stage (interleaved's
+				    * pipeline.virtual_stages; else 1): stage s
+				    * holds pieces c*S/V + s, each a worker of
+				    * its own, so that w[], checkpoints and
+				    * evaluation see S pieces as S stages */
+	struct stage_cut cut;      /* the layers of each piece (cut_from_config) */
 	int N;                     /* data-parallel replicas (pipeline.data_parallel) */
 	int mb_per_step;           /* micro-batches per optimizer step, all replicas
 				    * together: M, or N for pipedream, whose step

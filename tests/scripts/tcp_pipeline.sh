@@ -3,7 +3,8 @@
 # MASTER_ADDR, MASTER_PORT; no MPI anywhere) with pipeline.transport = tcp
 # compute exactly what the same pipeline computes in threads: for 2bw and
 # 1f1b with 2 stages, 1f1b with 3 (a middle rank that reads no data) and
-# 2bw with 2 stages x 2 data-parallel replicas (4 processes), 20 steps of a
+# 2bw with 2 stages x 2 data-parallel replicas (4 processes), the zero-bubble
+# zb-h1 and 2bw-zb with 2 stages (B and W apart), 20 steps of a
 # tiny model on the built-in corpus give the same metrics (loss, val_loss,
 # lr, grad_norm at %.9g) and checkpoints whose tensors are identical (the
 # stored configuration differs only in pipeline.transport); a run resumed
@@ -60,7 +61,7 @@ same_tensors() {
 }
 
 # name kind stages replicas micro-batches
-for spec in "2bw 2 1 2" "1f1b 2 1 2" "1f1b 3 1 3" "2bw 2 2 4"; do
+for spec in "2bw 2 1 2" "1f1b 2 1 2" "1f1b 3 1 3" "2bw 2 2 4" "zb-h1 2 1 2" "2bw-zb 2 1 2"; do
 	set -- $spec
 	kind=$1 S=$2 N=$3 M=$4
 	name="tcp_${kind}_s${S}_dp${N}"

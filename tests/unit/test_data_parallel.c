@@ -291,7 +291,7 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 }
 
 /* The replicas' sum in buckets started during the step's last backward
- * (pipeline.bucket_mb) gives the one sum's bits, on every schedule. Tiny
+ * (the zero-bubble kinds: its last W) (pipeline.bucket_mb) gives the one sum's bits, on every schedule. Tiny
  * buckets (26 floats) make one bucket per run of tensors finished together
  * (the head's, each layer's, the embeddings'), so every point of the
  * backward that reports ranges is crossed; 0.1 MiB joins neighbouring
@@ -299,7 +299,8 @@ TEST(replicated_pipelines_equal_replicated_one_worker)
 TEST(bucketed_replica_sums_equal_one_sum)
 {
 	static const char *const kinds[][2] = {{"gpipe", "2"}, {"1f1b", "2"}, {"2bw", "2"},
-					       {"pipedream", "3"}, {"1f1b", "1"}};
+					       {"pipedream", "3"}, {"1f1b", "1"}, {"zb-h1", "3"},
+					       {"2bw-zb", "2"}};
 	static const char *const sizes[] = {"0", "0.0001", "0.1"};
 	for (size_t k = 0; k < ARRAY_SIZE(kinds) && !test_failed(); k++)
 		for (int ia = 0; ia < 2 && !test_failed(); ia++) {
@@ -334,6 +335,34 @@ TEST(bucketed_replica_sums_equal_one_sum)
 				  archs[ia], r[0].buckets, r[1].buckets, r[2].buckets);
 			for (int i = 0; i < 3; i++)
 				free(r[i].weights);
+		}
+}
+
+/* The zero-bubble kinds: the replicas' sum starts after the step's last W
+ * (B leaves the gradients alone), so zb-h1 == the serial replicas and
+ * 2bw-zb == delay 1, S = 2 and 4, N = 2. */
+TEST(replicated_zero_bubble_kinds_equal_their_emulation)
+{
+	for (int ia = 0; ia < 2; ia++)
+		for (int k = 0; k < 2; k++) {
+			struct config one, pipe;
+			char what[128];
+			const char *S = ia ? "4" : "2", *opt = optims[(ia + k) % 2];
+			tiny_config(&one, archs[ia], opt);
+			set(&one, "pipeline", "data_parallel", "2");
+			set(&one, "pipeline", "micro_batches", "8");
+			set(&one, "train", "delay", k ? "1" : "0");
+			tiny_config(&pipe, archs[ia], opt);
+			set(&pipe, "train", "schedule", k ? "2bw-zb" : "zb-h1");
+			set(&pipe, "pipeline", "stages", S);
+			set(&pipe, "pipeline", "data_parallel", "2");
+			set(&pipe, "pipeline", "micro_batches", "8");
+			snprintf(what, sizeof(what), "%s S=%s N=2 M=8 %s %s", k ? "2bw-zb" : "zb-h1", S,
+				 archs[ia], opt);
+			if (!same_run(what, &one, &pipe, DATA_NOISY))
+				return;
+			config_free(&one);
+			config_free(&pipe);
 		}
 }
 

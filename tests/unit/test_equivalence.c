@@ -75,6 +75,9 @@ static void set_cut(struct config *cfg, const char *list)
 static const char *const uneven[] = {"3,1", "1,3", "0,3,1", "1,2,1,0"};
 
 
+/* the model pieces (workers per replica) of train()'s last trainer */
+static int last_pieces;
+
 /* when set, train() below runs on this table instead of test_backend() */
 static const struct backend *train_with;
 
@@ -108,6 +111,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		ckpt_close(k);
 	}
 	long first = tr.step;
+	last_pieces = tr.S;
 	struct step_stats st[STEPS];
 	for (int done = 0; done < steps;) {
 		int n = MIN(chunk, steps - done);
@@ -1430,4 +1434,337 @@ TEST(bf16_resume_is_exact)
 	config_set_key(&moe, "pipeline", "stages", "2", "test");
 	check_resume("bf16 1f1b S=2 moe", &moe, &moe, 6);
 	config_free(&moe);
+}
+
+/* ---- the zero-bubble kinds: the backward split into B and W ---- */
+
+/* Train cfg and compare with ref's losses and final weights bit for bit;
+ * 0 (after test_fail) when they differ. */
+static int same_as(const char *what, const struct run_result *ref, const struct config *cfg)
+{
+	struct run_result r = {0};
+	if (train(cfg, STEPS, 5, NULL, NULL, &r)) {
+		test_fail(__FILE__, __LINE__, "%s: training failed: %s", what, last_error());
+		return 0;
+	}
+	int ok = 1;
+	for (int i = 0; i < STEPS && ok; i++)
+		if (memcmp(&ref->loss[i], &r.loss[i], sizeof(double))) {
+			test_fail(__FILE__, __LINE__, "%s: step %d loss %.9g != %.9g", what, i + 1,
+				  ref->loss[i], r.loss[i]);
+			ok = 0;
+		}
+	if (ok && memcmp(ref->weights, r.weights, ref->numel * sizeof(float))) {
+		test_fail(__FILE__, __LINE__, "%s: final weights differ", what);
+		ok = 0;
+	}
+	if (ok && memcmp(ref->moe, r.moe, sizeof(r.moe))) {
+		test_fail(__FILE__, __LINE__, "%s: the router statistics differ", what);
+		ok = 0;
+	}
+	free(r.weights);
+	return ok;
+}
+
+/* kind (zb-h1 or 2bw-zb) on S = 1..4 stages for M = 1..8 (2bw-zb needs
+ * M >= S) against one worker with the same M (with delay 1 for 2bw-zb),
+ * llama and gpt2, in f32 or bf16 activations. The reference is trained
+ * once per M. To stay quick, by default M = 1, 2, 3, 5, 8 (bf16: 2, 5, 8),
+ * each (architecture, M) with one S (every S is met: S = 1 + (M + arch) %
+ * 4, at most M for 2bw-zb); ASYNCPP_TEST_FULL=1 runs the whole grid (about
+ * 40 s). */
+static void zero_bubble_grid(const char *kind, const char *act_dtype)
+{
+	int async = !strcmp(kind, "2bw-zb");
+	int full = getenv("ASYNCPP_TEST_FULL") && atoi(getenv("ASYNCPP_TEST_FULL"));
+	int bf16 = !strcmp(act_dtype, "bf16");
+	static const char *const two[] = {"llama", "gpt2"};
+	for (int ia = 0; ia < 2; ia++)
+		for (int M = 1; M <= 8; M++) {
+			if (!full && (bf16 ? M % 3 != 2 : M == 4 || M == 6 || M == 7))
+				continue;
+			int pick = 1 + (M + ia) % 4;
+			if (async)
+				pick = MIN(pick, M);
+			const char *opt = optims[(ia + M) % 2];
+			char m[8], what[128];
+			snprintf(m, sizeof(m), "%d", M);
+			struct config one;
+			base_config(&one, two[ia], opt);
+			config_set_key(&one, "train", "act_dtype", act_dtype, "test");
+			config_set_key(&one, "pipeline", "micro_batches", m, "test");
+			if (async)
+				config_set_key(&one, "train", "delay", "1", "test");
+			struct run_result ref = {0};
+			if (train(&one, STEPS, 5, NULL, NULL, &ref)) {
+				test_fail(__FILE__, __LINE__, "one worker M=%d %s: %s", M, two[ia],
+					  last_error());
+				return;
+			}
+			CHECK_MSG(ref.loss[STEPS - 1] < ref.loss[0] - 0.02, "M=%d %s: loss did not fall",
+				  M, two[ia]);
+			for (int S = 1; S <= 4 && !test_failed(); S++) {
+				if ((async && M < S) || (!full && S != pick))
+					continue;
+				struct config pipe;
+				char st[8];
+				snprintf(st, sizeof(st), "%d", S);
+				base_config(&pipe, two[ia], opt);
+				config_set_key(&pipe, "train", "act_dtype", act_dtype, "test");
+				config_set_key(&pipe, "train", "schedule", kind, "test");
+				config_set_key(&pipe, "pipeline", "stages", st, "test");
+				config_set_key(&pipe, "pipeline", "micro_batches", m, "test");
+				snprintf(what, sizeof(what), "%s %s S=%d M=%d %s %s", act_dtype, kind, S,
+					 M, two[ia], opt);
+				same_as(what, &ref, &pipe);
+				config_free(&pipe);
+			}
+			free(ref.weights);
+			config_free(&one);
+			if (test_failed())
+				return;
+		}
+}
+
+TEST(zbh1_equals_one_worker)
+{
+	zero_bubble_grid("zb-h1", "f32");
+}
+
+TEST(twobw_zb_equals_delay_one)
+{
+	zero_bubble_grid("2bw-zb", "f32");
+}
+
+/* zb-h1 == 1f1b directly (both == one worker; this names the pair), and
+ * 2bw-zb == 2bw, on 4 stages with 6 micro-batches. */
+TEST(zero_bubble_kinds_equal_their_fused_twins)
+{
+	static const char *const pairs[][2] = {{"1f1b", "zb-h1"}, {"2bw", "2bw-zb"}};
+	for (int k = 0; k < 2 && !test_failed(); k++) {
+		struct config a, b;
+		base_config(&a, k ? "gpt2" : "llama", "adamw");
+		base_config(&b, k ? "gpt2" : "llama", "adamw");
+		config_set_key(&a, "train", "schedule", pairs[k][0], "test");
+		config_set_key(&b, "train", "schedule", pairs[k][1], "test");
+		for (struct config *c = &a; c; c = c == &a ? &b : NULL) {
+			config_set_key(c, "pipeline", "stages", "4", "test");
+			config_set_key(c, "pipeline", "micro_batches", "6", "test");
+		}
+		char what[64];
+		snprintf(what, sizeof(what), "%s == %s S=4 M=6", pairs[k][1], pairs[k][0]);
+		same_run(what, &a, &b);
+		config_free(&a);
+		config_free(&b);
+	}
+}
+
+/* Uneven cuts (stages without a layer at either end), every architecture
+ * (the MoE layers' B and W too) and both optimizers; 2bw-zb once with
+ * error feedback and once with weight prediction. */
+TEST(zero_bubble_kinds_equal_their_emulation_uneven)
+{
+	FOR_EACH_ARCH_OPTIM(arch, opt) {
+		int i = 2 * ia + io;
+		for (int k = 0; k < 2 && !test_failed(); k++) {
+			const char *cut = uneven[(i + k) % N_UNEVEN];
+			const char *corr = k && io == 0 ? (ia % 2 ? "predict" : "ef") : "none";
+			struct config one, pipe;
+			base_config(&one, arch, opt);
+			base_config(&pipe, arch, opt);
+			config_set_key(&pipe, "train", "schedule", k ? "2bw-zb" : "zb-h1", "test");
+			set_cut(&pipe, cut);
+			if (k) {
+				config_set_key(&one, "train", "delay", "1", "test");
+				config_set_key(&one, "optim", "correction", corr, "test");
+				config_set_key(&pipe, "optim", "correction", corr, "test");
+			}
+			char what[128];
+			snprintf(what, sizeof(what), "%s%s%s layers %s %s %s", k ? "2bw-zb" : "zb-h1",
+				 k ? "+" : "", k ? corr : "", cut, arch, opt);
+			same_run(what, &one, &pipe);
+			config_free(&one);
+			config_free(&pipe);
+		}
+		if (test_failed())
+			return;
+	}
+}
+
+/* A checkpoint mid-run resumes exactly, and a checkpoint of the fused twin
+ * resumes under the zero-bubble kind (the same state) as if run so all
+ * along. */
+TEST(resume_is_exact_for_zero_bubble_kinds)
+{
+	struct config zb, bw, one_f;
+	base_config(&zb, "llama", "muon");
+	config_set_key(&zb, "train", "schedule", "zb-h1", "test");
+	config_set_key(&zb, "pipeline", "stages", "3", "test");
+	check_resume("zb-h1 S=3", &zb, &zb, 7);
+	base_config(&one_f, "llama", "muon");
+	config_set_key(&one_f, "train", "schedule", "1f1b", "test");
+	config_set_key(&one_f, "pipeline", "stages", "2", "test");
+	check_resume("1f1b S=2 -> zb-h1 S=3", &one_f, &zb, 6);
+	config_free(&zb);
+	config_free(&one_f);
+	if (test_failed())
+		return;
+	base_config(&bw, "gpt2", "adamw");
+	config_set_key(&bw, "train", "schedule", "2bw-zb", "test");
+	config_set_key(&bw, "pipeline", "stages", "2", "test");
+	config_set_key(&bw, "optim", "correction", "ef", "test");
+	check_resume("2bw-zb+ef S=2", &bw, &bw, 9);
+	struct config fused;
+	base_config(&fused, "gpt2", "adamw");
+	config_set_key(&fused, "train", "schedule", "2bw", "test");
+	config_set_key(&fused, "pipeline", "stages", "4", "test");
+	config_set_key(&fused, "optim", "correction", "ef", "test");
+	check_resume("2bw S=4 -> 2bw-zb S=2", &fused, &bw, 8);
+	config_free(&bw);
+	config_free(&fused);
+	if (test_failed())
+		return;
+	base_config(&bw, "llama", "adamw");
+	config_set_key(&bw, "train", "schedule", "2bw-zb", "test");
+	config_set_key(&bw, "pipeline", "stages", "4", "test");
+	config_set_key(&bw, "optim", "correction", "predict", "test");
+	check_resume("2bw-zb+predict S=4", &bw, &bw, 7);
+	config_free(&bw);
+}
+
+TEST(bf16_zbh1_equals_one_worker)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	zero_bubble_grid("zb-h1", "bf16");
+}
+
+TEST(bf16_twobw_zb_equals_delay_one)
+{
+	if (!bf16_here())
+		SKIP("the backend has no bf16 activation storage");
+	zero_bubble_grid("2bw-zb", "bf16");
+}
+
+/* ---- interleaved: V model chunks per stage ---- */
+
+/* interleaved with V chunks on S stages (S*V pieces of the cut) == one
+ * worker: M a multiple of S (Megatron's condition), llama and gpt2, the
+ * even cut and uneven ones over the pieces (pipeline.layers lists one
+ * count per piece: the model's 4 layers allow at most 6), V = 1 (1f1b)
+ * to 4, one stage (every handoff local) to three. */
+TEST(interleaved_equals_one_worker)
+{
+	static const struct {
+		const char *arch, *opt, *S, *V, *M, *layers;
+	} runs[] = {
+		{"llama", "adamw", "2", "2", "4", NULL},   {"gpt2", "muon", "2", "2", "6", NULL},
+		{"gpt2", "adamw", "1", "4", "3", NULL},    {"llama", "muon", "1", "2", "4", NULL},
+		{"llama", "adamw", "2", "1", "4", NULL},   {"gpt2", "adamw", "3", "2", "6", NULL},
+		{"llama", "muon", "2", "3", "4", "0,1,1,1,1,0"},
+		{"gpt2", "adamw", "2", "2", "8", "2,1,1,0"},
+		{"llama", "adamw", "2", "2", "2", "0,2,1,1"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config one, pipe;
+		base_config(&one, runs[i].arch, runs[i].opt);
+		config_set_key(&one, "pipeline", "micro_batches", runs[i].M, "test");
+		base_config(&pipe, runs[i].arch, runs[i].opt);
+		config_set_key(&pipe, "train", "schedule", "interleaved", "test");
+		config_set_key(&pipe, "pipeline", "micro_batches", runs[i].M, "test");
+		config_set_key(&pipe, "pipeline", "virtual_stages", runs[i].V, "test");
+		if (runs[i].layers) {
+			config_set_key(&pipe, "pipeline", "split", "layers", "test");
+			config_set_key(&pipe, "pipeline", "layers", runs[i].layers, "test");
+		}
+		config_set_key(&pipe, "pipeline", "stages", runs[i].S, "test");
+		char what[128];
+		snprintf(what, sizeof(what), "interleaved S=%s V=%s M=%s%s%s %s %s", runs[i].S,
+			 runs[i].V, runs[i].M, runs[i].layers ? " layers " : "",
+			 runs[i].layers ? runs[i].layers : "", runs[i].arch, runs[i].opt);
+		if (same_run(what, &one, &pipe))
+			CHECK_MSG(last_pieces == atoi(runs[i].S) * atoi(runs[i].V),
+				  "%s: %d pieces, not stages x chunks", what, last_pieces);
+		config_free(&one);
+		config_free(&pipe);
+	}
+}
+
+/* interleaved resumes exactly (a checkpoint of S x V pieces holds the
+ * global arena), from its own checkpoint and from 1f1b's; with replicas
+ * it equals the serial replicas. */
+TEST(interleaved_resumes_and_replicates_exactly)
+{
+	struct config il, f;
+	base_config(&il, "llama", "muon");
+	config_set_key(&il, "train", "schedule", "interleaved", "test");
+	config_set_key(&il, "pipeline", "stages", "2", "test");
+	config_set_key(&il, "pipeline", "virtual_stages", "2", "test");
+	check_resume("interleaved S=2 V=2", &il, &il, 7);
+	base_config(&f, "llama", "muon");
+	config_set_key(&f, "train", "schedule", "1f1b", "test");
+	config_set_key(&f, "pipeline", "stages", "3", "test");
+	check_resume("1f1b S=3 -> interleaved S=2 V=2", &f, &il, 6);
+	config_free(&il);
+	config_free(&f);
+	if (test_failed())
+		return;
+	struct config one, pipe;
+	base_config(&one, "gpt2", "adamw");
+	config_set_key(&one, "pipeline", "micro_batches", "8", "test");
+	config_set_key(&one, "pipeline", "data_parallel", "2", "test");
+	base_config(&pipe, "gpt2", "adamw");
+	config_set_key(&pipe, "train", "schedule", "interleaved", "test");
+	config_set_key(&pipe, "pipeline", "stages", "2", "test");
+	config_set_key(&pipe, "pipeline", "virtual_stages", "2", "test");
+	config_set_key(&pipe, "pipeline", "micro_batches", "8", "test");
+	config_set_key(&pipe, "pipeline", "data_parallel", "2", "test");
+	config_set_key(&pipe, "pipeline", "bucket_mb", "0.0001", "test");
+	same_run("interleaved S=2 V=2 N=2 M=8 gpt2 adamw, buckets", &one, &pipe);
+	config_free(&one);
+	config_free(&pipe);
+}
+
+/* zb-v: two chunks per stage in a V (stage s holds pieces s and 2S-1-s),
+ * the backward split == one worker, M >= 2S; one stage (both handoffs
+ * local) to three, an uneven cut over the pieces, resume. */
+TEST(zbv_equals_one_worker)
+{
+	static const struct {
+		const char *arch, *opt, *S, *M, *layers;
+	} runs[] = {
+		{"llama", "adamw", "2", "4", NULL}, {"gpt2", "muon", "2", "7", NULL},
+		{"gpt2", "adamw", "1", "3", NULL},  {"llama", "muon", "3", "6", NULL},
+		{"gpt2", "adamw", "2", "5", "0,2,1,1"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
+		struct config one, pipe;
+		base_config(&one, runs[i].arch, runs[i].opt);
+		config_set_key(&one, "pipeline", "micro_batches", runs[i].M, "test");
+		base_config(&pipe, runs[i].arch, runs[i].opt);
+		config_set_key(&pipe, "train", "schedule", "zb-v", "test");
+		config_set_key(&pipe, "pipeline", "micro_batches", runs[i].M, "test");
+		if (runs[i].layers) {
+			config_set_key(&pipe, "pipeline", "split", "layers", "test");
+			config_set_key(&pipe, "pipeline", "layers", runs[i].layers, "test");
+		}
+		config_set_key(&pipe, "pipeline", "stages", runs[i].S, "test");
+		char what[128];
+		snprintf(what, sizeof(what), "zb-v S=%s M=%s%s%s %s %s", runs[i].S, runs[i].M,
+			 runs[i].layers ? " layers " : "", runs[i].layers ? runs[i].layers : "",
+			 runs[i].arch, runs[i].opt);
+		if (same_run(what, &one, &pipe))
+			CHECK_MSG(last_pieces == 2 * atoi(runs[i].S), "%s: %d pieces, not 2 per stage",
+				  what, last_pieces);
+		config_free(&one);
+		config_free(&pipe);
+	}
+	if (test_failed())
+		return;
+	struct config zv;
+	base_config(&zv, "llama", "muon");
+	config_set_key(&zv, "train", "schedule", "zb-v", "test");
+	config_set_key(&zv, "pipeline", "stages", "2", "test");
+	check_resume("zb-v S=2", &zv, &zv, 7);
+	config_free(&zv);
 }

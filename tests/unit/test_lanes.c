@@ -774,7 +774,7 @@ TEST(every_schedule_on_lanes_is_race_free_and_exact)
 {
 	if (!cpu_base())
 		SKIP("the spy wraps the cpu backend");
-	static const char *const sched[] = {"gpipe", "1f1b", "2bw", "pipedream"};
+	static const char *const sched[] = {"gpipe", "1f1b", "2bw", "pipedream", "zb-h1", "2bw-zb"};
 	static const int *const maps[] = {four_devices, two_devices, one_device, halves};
 	static const char *const map_name[] = {"0,1,2,3", "0,1,0,1", "0,0,0,0", "0,0,1,1"};
 	for (size_t i = 0; i < ARRAY_SIZE(sched) && !test_failed(); i++)

@@ -79,7 +79,15 @@ static int stops_early_and_exactly(const char *kind, const char *stages, const c
 {
 	struct config cfg;
 	tiny_config(&cfg, "llama", "adamw");
-	set(&cfg, "train", "schedule", kind);
+	/* "interleaved/V": V chunks per stage */
+	char name[32];
+	snprintf(name, sizeof(name), "%s", kind);
+	char *v = strchr(name, '/');
+	if (v) {
+		*v++ = 0;
+		set(&cfg, "pipeline", "virtual_stages", v);
+	}
+	set(&cfg, "train", "schedule", name);
 	set(&cfg, "pipeline", "stages", stages);
 	set(&cfg, "pipeline", "data_parallel", replicas);
 	config_finish(&cfg);
@@ -124,7 +132,7 @@ static int stops_early_and_exactly(const char *kind, const char *stages, const c
 
 TEST(stop_within_a_segment_keeps_the_bits)
 {
-	static const char *const kinds[] = {"gpipe", "1f1b", "2bw", "pipedream"};
+	static const char *const kinds[] = {"gpipe", "1f1b", "2bw", "pipedream", "zb-h1", "2bw-zb"};
 	static const struct {
 		const char *stages, *replicas;
 	} shapes[] = {{"2", "1"}, {"4", "1"}, {"2", "2"}};
@@ -133,4 +141,11 @@ TEST(stop_within_a_segment_keeps_the_bits)
 			if (!stops_early_and_exactly(kinds[k], shapes[h].stages,
 						     shapes[h].replicas))
 				return;
+	/* several pieces per stage: a stage's thread stops its pieces alike */
+	static const char *const chunked[][3] = {{"interleaved/2", "2", "1"},
+						 {"interleaved/2", "2", "2"},
+						 {"zb-v", "2", "1"}, {"zb-v", "1", "2"}};
+	for (size_t k = 0; k < ARRAY_SIZE(chunked); k++)
+		if (!stops_early_and_exactly(chunked[k][0], chunked[k][1], chunked[k][2]))
+			return;
 }

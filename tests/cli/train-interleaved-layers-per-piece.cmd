@@ -1,0 +1,1 @@
+$ASYNCPP train --set train.schedule=interleaved --set pipeline.virtual_stages=2 --set pipeline.stages=2 --set pipeline.micro_batches=4 --set model.n_layer=4 --set model.d_model=32 --set pipeline.split=layers --set pipeline.layers=2,2 --set train.steps=1 --set train.out_dir=o -q; echo "exit $?"; test -e o/ckpt-00000001.ckpt && echo "a checkpoint was written"; true
