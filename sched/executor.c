@@ -196,7 +196,7 @@ static double stop_asked(struct stage_ctx *c)
 	for (int q = 0; q < N; q++)
 		host[q] = asked;
 	be->to_device(c->asked_dev, host, (size_t)N * sizeof(float));
-	double waited;
+	double waited = 0;
 	p->rx->allreduce(p->rx, c->r, c->s, c->asked_dev, (size_t)N, &waited);
 	c->idle += waited;
 	be->to_host(host, c->asked_dev, sizeof(float));
@@ -219,7 +219,7 @@ static int post_step(struct stage_ctx *c, long gstep)
 		/* the replicas' sum first: everything below sees the step's
 		 * whole gradient (S = 1 keeps the tied head part apart); its
 		 * buckets, if the last backward sent it in buckets */
-		double waited, head_waited = 0.0;
+		double waited = 0.0, head_waited = 0.0;
 		if (c->bucketed == gstep)
 			p->rx->finish(p->rx, c->r, c->s, &waited);
 		else
@@ -242,7 +242,7 @@ static int post_step(struct stage_ctx *c, long gstep)
 			return -1;
 		if (c->s == 0) {
 			/* stage 0's norm needs the summed gradient now */
-			double waited;
+			double waited = 0;
 			c->busy += now_sec() - t0;
 			const float *head = b->tied_wait(b, c->s, gstep, &waited);
 			c->idle += waited;
@@ -326,7 +326,7 @@ static int complete_step(struct stage_ctx *c, long gstep)
 	struct trainer *tr = p->tr;
 	struct stage_worker *w = trainer_worker(tr, c->r, c->s);
 	struct board *b = p->board[c->r];
-	double waited;
+	double waited = 0;
 	const double *sums = b->wait(b, c->s, gstep, &waited);
 	c->idle += waited;
 	if (!sums)
@@ -577,8 +577,9 @@ static void *stage_main(void *arg)
 			}
 			break;
 		}
-		default:
-			break;
+		default: /* sched_check admits no other op */
+			bug("stage %d: action %d is op %s, which the worker does not run", c->s, i,
+			    sched_op_name(a[i].op));
 		}
 		if (board->poll)
 			board->poll(board);
