@@ -119,7 +119,9 @@ static double encode_speed(const struct tokenizer *tok, const struct buf *text, 
 		at += c;
 	}
 	cut[np] = text->len;
-	uint32_t *ids = xmalloc(st_mult(text->len + 1, sizeof(*ids)));
+	/* one piece per thread... or the whole text for a SentencePiece-style
+	 * tokenizer (no cuts), which may prepend */
+	uint32_t *ids = xmalloc(st_mult(tokenizer_max_ids(tok, text->len) + 1, sizeof(*ids)));
 	size_t *nids = xcalloc(np, sizeof(*nids));
 	double best = 1e30;
 	for (int rep = 0; rep < 3; rep++) {

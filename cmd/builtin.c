@@ -97,9 +97,10 @@ static void write_paragraph(const unsigned char *p, size_t n, void *arg)
 	struct writer_ctx *w = arg;
 	if (w->failed)
 		return;
-	/* n bytes never need more than n + 1 tokens (plus the separator) */
-	if (n + 2 > w->cap) {
-		w->cap = n + 2;
+	/* n bytes never need more than n + 1 tokens (plus the separator and what
+	 * a SentencePiece-style tokenizer prepends) */
+	if (tokenizer_max_ids(w->tok, n) + 2 > w->cap) {
+		w->cap = tokenizer_max_ids(w->tok, n) + 2;
 		w->ids = xrealloc(w->ids, w->cap * sizeof(uint32_t));
 	}
 	size_t k = tokenizer_encode(w->tok, p, n, w->ids);

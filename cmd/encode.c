@@ -150,22 +150,30 @@ static uint64_t text_hash(const unsigned char *s, size_t n)
 	return rng_mix(h, w);
 }
 
+/* Where the ids of piece q go: a piece of n bytes has at most n tokens, plus
+ * what a SentencePiece-style tokenizer prepends (tokenizer_max_ids). */
+static size_t ids_at(const struct encoder *e, size_t q)
+{
+	return e->pieces[q].off + q * tokenizer_max_ids(e->o->tok, 0);
+}
+
 /* Encode the queued pieces in parallel, then write their documents. */
 static int flush_pieces(struct encoder *e, size_t text_len)
 {
 	const struct encode_opts *o = e->o;
 	long np = (long)e->npieces;
-	if (text_len > e->ids_cap) { /* a piece of n bytes has at most n tokens */
+	size_t need = text_len + e->npieces * tokenizer_max_ids(o->tok, 0);
+	if (need > e->ids_cap) {
 		free(e->ids);
-		e->ids_cap = text_len;
-		e->ids = xmalloc(st_mult(text_len, sizeof(*e->ids)));
+		e->ids_cap = need;
+		e->ids = xmalloc(st_mult(need, sizeof(*e->ids)));
 	}
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o->nthreads)
 	for (long i = 0; i < np; i++) {
 		struct piece *pc = &e->pieces[i];
 		const unsigned char *p = e->text + pc->off;
 		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p,
-						   pc->n, e->ids + pc->off);
+						   pc->n, e->ids + ids_at(e, (size_t)i));
 		pc->hash = text_hash(p, pc->n);
 	}
 	uint32_t eot = tokenizer_eot_id(o->tok);
@@ -181,7 +189,7 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 		if (!o->train_path) {
 			const char *sep = "";
 			for (size_t q = i; q < j; q++) {
-				const uint32_t *ids = e->ids + e->pieces[q].off;
+				const uint32_t *ids = e->ids + ids_at(e, q);
 				for (size_t t = 0; t < e->pieces[q].nids; t++, sep = " ")
 					fprintf(o->ids_out, "%s%u", sep, ids[t]);
 			}
@@ -198,7 +206,7 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 			for (size_t q = i; q < j && !rc; q++) {
 				const struct piece *pc = &e->pieces[q];
 				int first = !has_eot && q == i;
-				if (shard_writer_add(w, e->ids + pc->off, pc->nids, first))
+				if (shard_writer_add(w, e->ids + ids_at(e, q), pc->nids, first))
 					rc = -1;
 			}
 		}

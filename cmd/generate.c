@@ -74,7 +74,7 @@ void generate(struct stage *st, const float *params, const struct tokenizer *tok
 	/* the ids buffer holds the prompt, then a sliding window of the last T
 	 * tokens: its size never depends on max_tokens */
 	size_t plen = strlen(prompt);
-	size_t cap = st_add(plen + 2, (size_t)T);
+	size_t cap = st_add(tokenizer_max_ids(tok, plen) + 2, (size_t)T);
 	uint32_t *ids = xmalloc(st_mult(cap, sizeof(uint32_t)));
 	size_t n = 0;
 	uint32_t eot = tokenizer_eot_id(tok);
@@ -108,7 +108,7 @@ void generate(struct stage *st, const float *params, const struct tokenizer *tok
 		ids[n++] = (uint32_t)next;
 		piece.len = 0;
 		uint32_t id = (uint32_t)next;
-		if (!tokenizer_decode(tok, &id, 1, 0, &piece))
+		if (!tokenizer_decode(tok, &id, 1, TOK_DECODE_CONTINUE, &piece)) /* after the prompt */
 			emit(piece.data, piece.len, ctx);
 	}
 	buf_free(&piece);

@@ -7,18 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_parts.h"
 #include "json.h"
 #include "pretok.h"
 #include "tokenizer.h"
 
-/* ---- a map from token strings to ids ---- */
-
-struct smap {
-	const char **s;
-	size_t *len;
-	uint32_t *slot; /* id + 1, 0 empty */
-	size_t mask;
-};
+/* ---- a map from token strings to ids (struct smap: hf_parts.h) ---- */
 
 static void smap_init(struct smap *m, uint32_t n, const char **s, size_t *len)
 {
@@ -301,6 +295,10 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		error("%s: not a JSON object", path);
 		goto out;
 	}
+	if (hf_spm_style(root)) { /* Llama 2's, Mistral's: hf_spm.c */
+		rc = hf_spm_read(tok, path, root, eos_hint);
+		goto out;
+	}
 	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
 	int dup_line = 0;
 	size_t dup_rank = 0;
@@ -489,6 +487,8 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		       int max_length)
 {
 	uint32_t kind = tokenizer_pretok(tok);
+	if (tokenizer_flags(tok) & TOK_SPM)
+		return hf_spm_write(tok, dir, max_length);
 	if (kind != PRETOK_GPT2 && kind != PRETOK_CL100K && kind != PRETOK_GPT2_DIGITS)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
 			     "writes GPT-2's, Llama 3's (cl100k) and SmolLM's (gpt2_digits) so far",
@@ -620,5 +620,32 @@ out:
 	free(off);
 	free(len);
 	free(s);
+	return rc;
+}
+
+/* ---- shared with hf_spm.c (hf_parts.h) ---- */
+
+void hf_smap_init(struct smap *m, uint32_t n, const char **s, size_t *len)
+{
+	smap_init(m, n, s, len);
+}
+long hf_smap_find(const struct smap *m, const char *s, size_t n) { return smap_find(m, s, n); }
+long hf_smap_add(struct smap *m, uint32_t id) { return smap_add(m, id); }
+const char *hf_type_of(const struct json *j) { return type_of(j); }
+int hf_is_true(const struct json *obj, const char *key) { return is_true(obj, key); }
+int hf_unset(const struct json *obj, const char *key, int empty_ok)
+{
+	return unset(obj, key, empty_ok);
+}
+int hf_merge_parts(const struct json *e, const char **a, size_t *na, const char **b, size_t *nb)
+{
+	return merge_parts(e, a, na, b, nb);
+}
+
+int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *out)
+{
+	struct vocab v = {0};
+	int rc = read_vocab(path, root, &v);
+	*out = (struct hf_vocab){v.V, v.s, v.len, v.special};
 	return rc;
 }

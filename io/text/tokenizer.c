@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "pretok.h"
+#include "spm.h"
 #include "tokenizer.h"
 
 #define HDR_SIZE 48
@@ -20,7 +21,7 @@
 
 struct tokenizer {
 	uint32_t vocab, nmerges, nspecial, eot;
-	uint32_t flags;           /* TOK_IGNORE_MERGES */
+	uint32_t flags;           /* TOK_* */
 	uint64_t hash;
 	uint32_t pretok;          /* enum pretok_kind */
 	pretok_next_fn next;      /* its scanner */
@@ -38,6 +39,8 @@ struct tokenizer {
 	uint32_t *whole;          /* TOK_IGNORE_MERGES: ids of the tokens by their bytes,
 				   * open addressing, UINT32_MAX empty; else NULL */
 	uint64_t whole_mask;
+	struct spm *spm;          /* TOK_SPM: normalizers, characters, decoding; else NULL */
+	struct spm_params *spm_p; /* its parameters, as read or built */
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -85,6 +88,8 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->pair_key);
 	free(t->pair_rank);
 	free(t->whole);
+	spm_free(t->spm);
+	free(t->spm_p);
 	free(t);
 }
 
@@ -130,9 +135,19 @@ static int tok_init(struct tokenizer *t, const char *name)
 	t->next = pretok_next_of(t->pretok);
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
-	if (t->flags & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (t->flags & ~(uint32_t)TOK_ALL_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
-	int loose = t->flags & TOK_IGNORE_MERGES; /* Hugging Face's merges: checked below */
+	int spm = (t->flags & TOK_SPM) != 0;
+	if (spm != (t->pretok == PRETOK_SPM || t->pretok == PRETOK_METASPACE) ||
+	    spm != (t->spm_p != NULL))
+		return error("%s: SentencePiece-style flag 0x%x with pre-tokenizer %s%s", name,
+			     t->flags, pretok_kind_name(t->pretok),
+			     t->spm_p ? "" : " and no SentencePiece parameters");
+	if (!spm && (t->flags & (TOK_BYTE_FALLBACK | TOK_FUSE_UNK)))
+		return error("%s: byte_fallback and fuse_unk (flags 0x%x) need a "
+			     "SentencePiece-style tokenizer", name, t->flags);
+	/* Hugging Face's merges: checked below */
+	int loose = (t->flags & (TOK_IGNORE_MERGES | TOK_SPM)) != 0;
 	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
 		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
 			     name, V, t->nmerges, t->nspecial);
@@ -160,7 +175,9 @@ static int tok_init(struct tokenizer *t, const char *name)
 	for (int b = 0; b < 256; b++)
 		t->byte_id[b] = UINT32_MAX;
 	for (uint32_t i = 0; i < V; i++) {
-		if (t->is_special[i] || t->lens[i] != 1)
+		if (spm) /* its base symbols are characters (spm.c): every token may start */
+			made[i] = 1;
+		if (spm || t->is_special[i] || t->lens[i] != 1)
 			continue;
 		unsigned char b = t->bytes[t->off[i]];
 		if (t->byte_id[b] != UINT32_MAX) {
@@ -170,7 +187,7 @@ static int tok_init(struct tokenizer *t, const char *name)
 		t->byte_id[b] = i;
 		made[i] = 1;
 	}
-	for (int b = 0; b < 256; b++)
+	for (int b = 0; b < 256 && !spm; b++)
 		if (t->byte_id[b] == UINT32_MAX) {
 			error("%s: no token for the byte 0x%02x", name, b);
 			goto out;
@@ -216,7 +233,9 @@ static int tok_init(struct tokenizer *t, const char *name)
 		t->pair_key[i] = key;
 		t->pair_rank[i] = r;
 	}
-	if (loose && whole_init(t, made, name))
+	if ((t->flags & TOK_IGNORE_MERGES) && whole_init(t, made, name))
+		goto out;
+	if (spm && spm_new(&t->spm, t, t->spm_p, name))
 		goto out;
 	rc = 0;
 out:
@@ -228,7 +247,9 @@ out:
  * files (and their identity hashes) stay what earlier versions wrote. */
 static uint32_t file_version(const struct tokenizer *t)
 {
-	return t->pretok == PRETOK_GPT2 ? 1 : TOKENIZER_VERSION;
+	if (t->flags & TOK_SPM)
+		return 3;
+	return t->pretok == PRETOK_GPT2 ? 1 : 2;
 }
 
 /* Serialize with the hash field zero, then fill hash and crc. */
@@ -259,11 +280,20 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
 	}
-	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step, no parameters */
+	if (file_version(t) == 2) { /* the pre-tokenizer section: one step, no parameters */
 		put_le32(w, 1);
 		put_le32(w + 4, t->pretok);
 		put_le32(w + 8, 0);
 		buf_append(out, w, 12);
+	} else if (file_version(t) == 3) { /* one step with its SentencePiece parameters */
+		struct buf par = {0};
+		spm_params_put(t->spm_p, &par);
+		put_le32(w, 1);
+		put_le32(w + 4, t->pretok);
+		put_le32(w + 8, (uint32_t)par.len);
+		buf_append(out, w, 12);
+		buf_append(out, par.data, par.len);
+		buf_free(&par);
 	}
 	unsigned char *p = out->data + start;
 	size_t n = out->len - start;
@@ -298,6 +328,15 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
 			  uint32_t eot, uint32_t flags)
 {
+	return tokenizer_build_spm(tok, vocab, lens, bytes, nmerges, merges, nspecial, special, eot,
+				   flags, PRETOK_GPT2, NULL);
+}
+
+int tokenizer_build_spm(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+			const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
+			uint32_t nspecial, const uint32_t *special, uint32_t eot, uint32_t flags,
+			uint32_t kind, const struct spm_params *p)
+{
 	*tok = NULL;
 	if (vocab > TOKENIZER_MAX_VOCAB || nmerges > TOKENIZER_MAX_VOCAB ||
 	    nspecial > TOKENIZER_MAX_VOCAB)
@@ -308,6 +347,11 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 	t->nspecial = nspecial;
 	t->eot = eot;
 	t->flags = flags;
+	t->pretok = kind;
+	if (p) {
+		t->spm_p = xmalloc(sizeof(*t->spm_p));
+		*t->spm_p = *p;
+	}
 	t->lens = xmalloc(st_mult(vocab ? vocab : 1, 4));
 	if (vocab)
 		memcpy(t->lens, lens, (size_t)vocab * 4);
@@ -335,11 +379,15 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 
 uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
 uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
+const struct spm_params *tokenizer_spm(const struct tokenizer *t) { return t->spm_p; }
 
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 {
 	if (!pretok_kind_name(kind))
 		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
+	if ((t->flags & TOK_SPM) || kind == PRETOK_SPM || kind == PRETOK_METASPACE)
+		return error("tokenizer: a SentencePiece-style pre-tokenizer is set when building "
+			     "(tokenizer_build_spm)");
 	t->pretok = kind;
 	t->next = pretok_next_of(kind);
 	struct buf b = {0};
@@ -354,7 +402,8 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
  * parameters. This asyncpp's kinds are single steps without parameters, and
  * GPT-2's is never in one (a file is in the one form tokenizer_serialize
  * writes). */
-static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind, const char *name)
+static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind,
+			       uint32_t version, struct spm_params **sp, const char *name)
 {
 	if (n < 4)
 		return error("%s: truncated pre-tokenizer section (%zu bytes)", name, n);
@@ -362,9 +411,23 @@ static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind,
 	if (steps != 1)
 		return error("%s: a pre-tokenizer chain of %u steps (this asyncpp reads one): "
 			     "written by a newer asyncpp?", name, steps);
+	if (version == 3) { /* SentencePiece-style: the step's parameters */
+		if (n < 12 || get_le32(p + 8) != n - 12)
+			return error("%s: pre-tokenizer section of %zu bytes, its step says %u bytes "
+				     "of parameters", name, n, n < 12 ? 0 : get_le32(p + 8));
+		*kind = get_le32(p + 4);
+		if (*kind != PRETOK_SPM && *kind != PRETOK_METASPACE)
+			return error("%s: version 3 with pre-tokenizer kind %u (version 3 holds the "
+				     "SentencePiece-style kinds): file is corrupt", name, *kind);
+		*sp = xmalloc(sizeof(**sp));
+		return spm_params_get(*sp, p + 12, n - 12, name);
+	}
 	if (n != 12)
 		return error("%s: pre-tokenizer section of %zu bytes, expected 12", name, n);
 	*kind = get_le32(p + 4);
+	if (*kind == PRETOK_SPM || *kind == PRETOK_METASPACE)
+		return error("%s: version 2 with the SentencePiece-style pre-tokenizer %s, which "
+			     "is written as version 3: file is corrupt", name, pretok_kind_name(*kind));
 	if (*kind == PRETOK_GPT2) /* one tokenizer, one file and one hash */
 		return error("%s: version 2 with GPT-2's pre-tokenizer, which is written as "
 			     "version 1: file is corrupt", name);
@@ -386,8 +449,11 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (version < 1 || version > TOKENIZER_VERSION)
 		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
 			     name, version, TOKENIZER_VERSION);
-	if (get_le32(p + 12) & ~(uint32_t)TOK_IGNORE_MERGES)
+	if (get_le32(p + 12) & ~(uint32_t)TOK_ALL_FLAGS)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
+	if ((version == 3) != ((get_le32(p + 12) & TOK_SPM) != 0))
+		return error("%s: version %u with flags 0x%x (version 3 is the SentencePiece-style "
+			     "tokenizers'): file is corrupt", name, version, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
 	uint64_t L = get_le64(p + 32);
 	if (V > TOKENIZER_MAX_VOCAB || M > TOKENIZER_MAX_VOCAB || S > TOKENIZER_MAX_VOCAB ||
@@ -439,7 +505,8 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
-	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, name))
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, version,
+						&t->spm_p, name))
 		goto fail;
 	if (tok_init(t, name))
 		goto fail;
@@ -613,10 +680,31 @@ static size_t bpe_heap(const struct tokenizer *t, uint32_t *sym, size_t n)
 
 #define SCAN_MAX 64 /* pieces up to this many bytes use bpe_scan */
 
+size_t tokenizer_bpe_ids(const struct tokenizer *t, uint32_t *sym, size_t n)
+{
+	if (n <= SCAN_MAX)
+		return bpe_scan(t, sym, n);
+	if (n > UINT32_MAX)
+		return n; /* positions are 32-bit; never reached by real pieces */
+	return bpe_heap(t, sym, n);
+}
+
+uint32_t tokenizer_whole_id(const struct tokenizer *t, const void *s, size_t n)
+{
+	return t->whole && n > 1 ? whole_lookup(t, s, n) : UINT32_MAX;
+}
+
+size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
+{
+	return t->spm ? spm_max_ids(t->spm, len) : len;
+}
+
 /* Encode one pre-token s[0..n) into out; returns the count. */
 static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, size_t n,
 			   uint32_t *out)
 {
+	if (t->spm)
+		return spm_piece(t, t->spm, s, n, out);
 	if (t->whole && n > 1) { /* ignore_merges: a piece that is a token is taken whole */
 		uint32_t id = whole_lookup(t, s, n);
 		if (id != UINT32_MAX) {
@@ -644,6 +732,8 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 
 size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, NULL, text, len, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	while (pos < len) {
@@ -719,56 +809,64 @@ static inline uint64_t piece_hash(const unsigned char *s, size_t n)
 	return h | 1;
 }
 
+/* One pre-token through the cache (inlined in the loop below: the hot path) */
+static inline size_t piece_cached(const struct tokenizer *t, struct tok_cache *c,
+				  const void *piece, size_t l, uint32_t *out)
+{
+	const unsigned char *w = piece;
+	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
+	if (l == 1 && !t->spm)
+		return out[0] = t->byte_id[w[0]], 1;
+	if (l > CACHE_MAX_PIECE)
+		return encode_piece(t, w, l, out);
+	uint64_t h = piece_hash(w, l);
+	size_t i = h & mask;
+	struct cache_slot *sl;
+	for (;; i = (i + 1) & mask) {
+		sl = &c->slots[i];
+		if (!sl->hash)
+			break;
+		if (sl->hash == h && sl->wlen == l && !memcmp(c->words.data + sl->woff, w, l)) {
+			memcpy(out, c->ids + sl->ioff, sl->nids * sizeof(*out));
+			return sl->nids;
+		}
+	}
+	size_t k = encode_piece(t, w, l, out);
+	if (c->used * 2 >= mask || c->nids + k > c->cap) {
+		cache_clear(c);
+		for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+			;
+		sl = &c->slots[i];
+	}
+	sl->hash = h;
+	sl->wlen = (uint8_t)l;
+	sl->nids = (uint8_t)k;
+	sl->woff = (uint32_t)c->words.len;
+	sl->ioff = (uint32_t)c->nids;
+	buf_append(&c->words, w, l);
+	memcpy(c->ids + c->nids, out, k * sizeof(*out));
+	c->nids += k;
+	c->used++;
+	return k;
+}
+
+size_t tokenizer_piece_cached(const struct tokenizer *t, struct tok_cache *c, const void *piece,
+			      size_t l, uint32_t *out)
+{
+	return piece_cached(t, c, piece, l, out);
+}
+
 size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 			       const void *text, size_t len, uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, c, text, len, out);
 	const unsigned char *s = text;
-	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
 	size_t pos = 0, nout = 0;
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
-		const unsigned char *w = s + pos;
+		nout += piece_cached(t, c, s + pos, l, out + nout);
 		pos += l;
-		if (l == 1) {
-			out[nout++] = t->byte_id[w[0]];
-			continue;
-		}
-		if (l > CACHE_MAX_PIECE) {
-			nout += encode_piece(t, w, l, out + nout);
-			continue;
-		}
-		uint64_t h = piece_hash(w, l);
-		size_t i = h & mask;
-		struct cache_slot *sl;
-		for (;; i = (i + 1) & mask) {
-			sl = &c->slots[i];
-			if (!sl->hash)
-				break;
-			if (sl->hash == h && sl->wlen == l &&
-			    !memcmp(c->words.data + sl->woff, w, l)) {
-				memcpy(out + nout, c->ids + sl->ioff, sl->nids * sizeof(*out));
-				nout += sl->nids;
-				goto next;
-			}
-		}
-		size_t k = encode_piece(t, w, l, out + nout);
-		if (c->used * 2 >= mask || c->nids + k > c->cap) {
-			cache_clear(c);
-			for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
-				;
-			sl = &c->slots[i];
-		}
-		sl->hash = h;
-		sl->wlen = (uint8_t)l;
-		sl->nids = (uint8_t)k;
-		sl->woff = (uint32_t)c->words.len;
-		sl->ioff = (uint32_t)c->nids;
-		buf_append(&c->words, w, l);
-		memcpy(c->ids + c->nids, out + nout, k * sizeof(*out));
-		c->nids += k;
-		c->used++;
-		nout += k;
-next:;
 	}
 	return nout;
 }
@@ -776,6 +874,14 @@ next:;
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
 		     struct buf *out)
 {
+	for (size_t i = 0; i < n && t->spm; i++)
+		if (ids[i] >= t->vocab)
+			return error("token id %u out of range (vocabulary %u)", ids[i], t->vocab);
+	if (t->spm) {
+		spm_decode(t, t->spm, ids, n, flags & TOK_DECODE_SKIP_SPECIAL,
+			   !(flags & TOK_DECODE_CONTINUE), out);
+		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		uint32_t id = ids[i];
 		if (id >= t->vocab)
@@ -819,13 +925,21 @@ int tokenizer_inspect(const char *path, FILE *out)
 	}
 	fprintf(out, "%s: asyncpp tokenizer, format version %u, %zu bytes\n", path,
 		get_le32(b.data + 8), b.len);
-	if (t->flags & TOK_IGNORE_MERGES) /* several merges may make one token */
+	if (t->flags & TOK_SPM)
+		fprintf(out, "vocabulary:     %u tokens (%u special; %u merges)\n", t->vocab,
+			t->nspecial, t->nmerges);
+	else if (t->flags & TOK_IGNORE_MERGES) /* several merges may make one token */
 		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u special; %u merges, whole "
 			"pieces taken first)\n", t->vocab, t->nspecial, t->nmerges);
 	else
 		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n",
 			t->vocab, t->nmerges, t->nspecial);
-	if (t->pretok == PRETOK_GPT2)
+	if (t->spm) {
+		struct buf d = {0};
+		spm_describe(t->spm, &d);
+		fwrite(d.data, 1, d.len, out);
+		buf_free(&d);
+	} else if (t->pretok == PRETOK_GPT2)
 		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
 			unicode_tables_version);
 	else if (t->pretok == PRETOK_GPT2_DIGITS)

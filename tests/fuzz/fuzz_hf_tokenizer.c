@@ -33,12 +33,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct tokenizer *tok, *back;
 	if (!hf_tokenizer_read(&tok, path, -1)) {
 		static const char text[] = "the then thin\n\n\xff caf\xc3\xa9 12";
-		uint32_t ids[sizeof(text)];
+		uint32_t *ids = xmalloc(st_mult(tokenizer_max_ids(tok, sizeof(text)), sizeof(*ids)));
 		size_t n = tokenizer_encode(tok, text, sizeof(text) - 1, ids);
 		struct buf out = {0};
-		if (tokenizer_decode(tok, ids, n, 0, &out) || out.len != sizeof(text) - 1 ||
-		    memcmp(out.data, text, out.len))
+		/* a SentencePiece-style tokenizer's normalizers may change the text */
+		if (tokenizer_decode(tok, ids, n, 0, &out) ||
+		    (!(tokenizer_flags(tok) & TOK_SPM) &&
+		     (out.len != sizeof(text) - 1 || memcmp(out.data, text, out.len))))
 			abort();
+		free(ids);
 		buf_free(&out);
 		/* written back: the same tokenizer, unless two tokens share bytes
 		 * (refused with a message) */

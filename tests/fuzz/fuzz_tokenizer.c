@@ -1,7 +1,9 @@
 /* fuzz_tokenizer.c - the tokenizer-file reader and the encoder.
  *
  * The input is (1) loaded as a tokenizer file, which must either fail cleanly
- * or give a tokenizer that round-trips text and the input itself, and (2)
+ * or give a tokenizer that round-trips text and the input itself (a
+ * SentencePiece-style one, whose normalizers may change the text, at least
+ * encodes within its bound and the same with the cache), and (2)
  * encoded as text with a fixed tokenizer, which must decode to the input
  * byte for byte. Any mismatch aborts. */
 #include <stdint.h>
@@ -13,14 +15,16 @@
 
 static void check_round_trip(const struct tokenizer *tok, const uint8_t *data, size_t size)
 {
-	uint32_t *ids = xmalloc(st_mult(size + 1, sizeof(*ids)));
+	size_t bound = tokenizer_max_ids(tok, size);
+	uint32_t *ids = xmalloc(st_mult(bound + 1, sizeof(*ids)));
 	size_t n = tokenizer_encode(tok, data, size, ids);
 	struct buf out = {0};
-	if (n > size || tokenizer_decode(tok, ids, n, 0, &out) || out.len != size ||
-	    (size && memcmp(out.data, data, size)))
+	int exact = !(tokenizer_flags(tok) & TOK_SPM);
+	if (n > bound || tokenizer_decode(tok, ids, n, 0, &out) ||
+	    (exact && (out.len != size || (size && memcmp(out.data, data, size)))))
 		abort();
 	struct tok_cache *c = tok_cache_new(tok);
-	uint32_t *ids2 = xmalloc(st_mult(size + 1, sizeof(*ids2)));
+	uint32_t *ids2 = xmalloc(st_mult(bound + 1, sizeof(*ids2)));
 	if (tokenizer_encode_cached(tok, c, data, size, ids2) != n ||
 	    (n && memcmp(ids, ids2, n * sizeof(*ids))))
 		abort();
