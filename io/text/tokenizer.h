@@ -218,12 +218,14 @@ void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
  * fallback, an added token that is not special) is refused naming its JSON
  * path. Special added tokens become special tokens; the end-of-text id is
  * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
- * else <|end_of_text|>'s. */
+ * else <|end_of_text|>'s. A SentencePiece-style file (no pre-tokenizer,
+ * Metaspace, or byte_fallback: Llama 2's, Mistral's) is read by hf_spm.c
+ * instead (io/text/hf_parts.h; end of text </s> after eos_hint). */
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
 /* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
  * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
  * DIR/merges.txt (only for GPT-2's pre-tokenizer without flags); each file
- * atomically. The o200k pre-tokenizer is refused. Refused when two tokens have the
+ * atomically. A SentencePiece-style tokenizer is written by hf_spm.c. The o200k pre-tokenizer is refused. Refused when two tokens have the
  * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length);
