@@ -76,7 +76,8 @@ struct tok_cache;
 struct spm;
 
 /* Check p against the tokenizer's vocabulary (t's tokens, specials, flags
- * and pre-tokenizer kind, PRETOK_SPM or PRETOK_METASPACE, set) and build the encoder's tables: *out, to free with spm_free. Returns
+ * and pre-tokenizer kind, PRETOK_SPM or PRETOK_METASPACE, set) and build
+ * the encoder's tables: *out, to free with spm_free. Returns
  * 0, or -1 after error() naming name. */
 int spm_new(struct spm **out, const struct tokenizer *t, const struct spm_params *p,
 	    const char *name);

@@ -6,7 +6,9 @@
  * text never produces. A SentencePiece-style one (TOK_SPM: Llama 2,
  * Mistral) holds each token as its UTF-8 string instead ('▁' and all, the
  * byte-fallback tokens as their names "<0xXX>"), starts BPE from a piece's
- * characters and has a normalizer chain: io/text/spm.h says how. Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
+ * characters and has a normalizer chain: io/text/spm.h says how.
+ *
+ * Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
  * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k, SmolLM's), then
  * merges are applied within each piece in rank order (with
  * TOK_IGNORE_MERGES, a piece that is a token is taken whole).
@@ -225,7 +227,8 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
 /* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
  * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
  * DIR/merges.txt (only for GPT-2's pre-tokenizer without flags); each file
- * atomically. A SentencePiece-style tokenizer is written by hf_spm.c. The o200k pre-tokenizer is refused. Refused when two tokens have the
+ * atomically. A SentencePiece-style tokenizer is written by hf_spm.c. The
+ * o200k pre-tokenizer is refused. Refused when two tokens have the
  * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length);
