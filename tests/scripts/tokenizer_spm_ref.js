@@ -1,7 +1,8 @@
-// tokenizer_spm_ref.js - the reference for tests/scripts/tokenizer_spm_families.sh:
-// Hugging Face's tokenizers in JavaScript (the npm package
-// @huggingface/tokenizers) on a SentencePiece-style tokenizer.json. Not a
-// test itself (tests/run runs *.sh).
+// tokenizer_spm_ref.js - the references for tests/scripts/tokenizer_spm_families.sh:
+// Hugging Face's tokenizers on a SentencePiece-style tokenizer.json, either
+// the JavaScript port (the npm package @huggingface/tokenizers) or the Rust
+// library itself (the npm package tokenizers: its Node binding, a native
+// module). Not a test itself (tests/run runs *.sh).
 //
 //   node tokenizer_spm_ref.js PKG ids TOKENIZER_JSON FILE     ids of FILE, space-separated
 //   node tokenizer_spm_ref.js PKG decode TOKENIZER_JSON FILE  FILE encoded, then decoded
@@ -11,14 +12,33 @@
 // asyncpp encodes it (the reference gets no added tokens to split out).
 'use strict';
 const fs = require('fs');
+const os = require('os');
 const path = require('path');
 const [pkg, mode, json, file] = process.argv.slice(2);
-const tj = JSON.parse(fs.readFileSync(json, 'utf8'));
-const { Tokenizer } = require(path.join(pkg, 'dist', 'tokenizers.cjs'));
-const t = new Tokenizer(Object.assign({}, tj, { added_tokens: [] }), {});
+const tj = Object.assign(JSON.parse(fs.readFileSync(json, 'utf8')), { added_tokens: [] });
 const text = fs.readFileSync(file, 'utf8');
-const ids = t.encode(text, { add_special_tokens: false }).ids;
-if (mode === 'ids')
-	console.log(ids.join(' '));
-else if (mode === 'decode')
-	process.stdout.write(t.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
+
+function out(ids, decoded) {
+	if (mode === 'ids')
+		console.log(ids.join(' '));
+	else
+		process.stdout.write(decoded);
+}
+
+if (fs.existsSync(path.join(pkg, 'dist', 'tokenizers.cjs'))) { // the JavaScript port
+	const { Tokenizer } = require(path.join(pkg, 'dist', 'tokenizers.cjs'));
+	const t = new Tokenizer(tj, {});
+	const ids = t.encode(text, { add_special_tokens: false }).ids;
+	out(ids, mode === 'decode' &&
+		t.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
+} else { // the Rust library
+	const { Tokenizer } = require(pkg);
+	const tmp = path.join(os.tmpdir(), `spm_ref_${process.pid}.json`);
+	fs.writeFileSync(tmp, JSON.stringify(tj));
+	const t = Tokenizer.fromFile(tmp);
+	fs.unlinkSync(tmp);
+	(async () => {
+		const ids = (await t.encode(text, null, { addSpecialTokens: false })).getIds();
+		out(ids, mode === 'decode' && await t.decode(ids, true));
+	})();
+}
