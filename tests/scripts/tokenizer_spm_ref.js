@@ -4,7 +4,8 @@
 // library itself (the npm package tokenizers: its Node binding, a native
 // module). Not a test itself (tests/run runs *.sh).
 //
-//   node tokenizer_spm_ref.js PKG ids TOKENIZER_JSON FILE     ids of FILE, space-separated
+//   node tokenizer_spm_ref.js PKG ids TOKENIZER_JSON FILE...  ids of each FILE, space-separated,
+//                                                             a line each
 //   node tokenizer_spm_ref.js PKG decode TOKENIZER_JSON FILE  FILE encoded, then decoded
 //
 // PKG is the folder of the installed package. No special tokens are added
@@ -14,9 +15,8 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const [pkg, mode, json, file] = process.argv.slice(2);
+const [pkg, mode, json, ...files] = process.argv.slice(2);
 const tj = Object.assign(JSON.parse(fs.readFileSync(json, 'utf8')), { added_tokens: [] });
-const text = fs.readFileSync(file, 'utf8');
 
 function out(ids, decoded) {
 	if (mode === 'ids')
@@ -28,9 +28,11 @@ function out(ids, decoded) {
 if (fs.existsSync(path.join(pkg, 'dist', 'tokenizers.cjs'))) { // the JavaScript port
 	const { Tokenizer } = require(path.join(pkg, 'dist', 'tokenizers.cjs'));
 	const t = new Tokenizer(tj, {});
-	const ids = t.encode(text, { add_special_tokens: false }).ids;
-	out(ids, mode === 'decode' &&
-		t.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
+	for (const file of files) {
+		const ids = t.encode(fs.readFileSync(file, 'utf8'), { add_special_tokens: false }).ids;
+		out(ids, mode === 'decode' &&
+			t.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
+	}
 } else { // the Rust library
 	const { Tokenizer } = require(pkg);
 	const tmp = path.join(os.tmpdir(), `spm_ref_${process.pid}.json`);
@@ -38,7 +40,10 @@ if (fs.existsSync(path.join(pkg, 'dist', 'tokenizers.cjs'))) { // the JavaScript
 	const t = Tokenizer.fromFile(tmp);
 	fs.unlinkSync(tmp);
 	(async () => {
-		const ids = (await t.encode(text, null, { addSpecialTokens: false })).getIds();
-		out(ids, mode === 'decode' && await t.decode(ids, true));
+		for (const file of files) {
+			const text = fs.readFileSync(file, 'utf8');
+			const ids = (await t.encode(text, null, { addSpecialTokens: false })).getIds();
+			out(ids, mode === 'decode' && await t.decode(ids, true));
+		}
 	})();
 }
