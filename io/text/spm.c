@@ -21,7 +21,7 @@ struct spm {
 	size_t meta_len;
 	int cut;                /* 1: pieces may be cut before '▁' after another character */
 	uint32_t flags;
-	size_t extra;           /* most characters normalizing adds to a text */
+	size_t extra, growth;   /* an encoding of len bytes has at most (len + extra) * growth ids */
 };
 
 #define NO_CP UINT32_MAX
@@ -107,8 +107,8 @@ static int check_params(const struct spm_params *p, const char *name)
 		    !json_utf8_valid((const unsigned char *)n->a, n->alen) ||
 		    !json_utf8_valid((const unsigned char *)n->b, n->blen))
 			return error("%s: normalizer %u: bad strings", name, i);
-		/* a Replace never makes more characters than the bytes it replaces,
-		 * so that an encoding needs room for len ids plus what is prepended */
+		/* a Replace never makes more characters than the bytes it replaces
+		 * (imports refuse others), which keeps tokenizer_max_ids near len */
 		if (n->kind == NORM_REPLACE &&
 		    count_chars((const unsigned char *)n->b, n->blen) > n->alen)
 			return error("%s: normalizer %u replaces %u bytes by more characters", name, i,
@@ -119,6 +119,45 @@ static int check_params(const struct spm_params *p, const char *name)
 	    p->meta_cp == ' ' || !p->meta_cp)
 		return error("%s: bad Metaspace or decoder parameters", name);
 	return 0;
+}
+
+/* Is normalizer step i "prepend the replacement" (j = 0) or "replace ' ' by it" (j = 1)? */
+static int is_llama_step(const struct spm *s, uint32_t i, int j)
+{
+	const struct spm_norm *m = &s->p.norm[i];
+	if (j == 0)
+		return m->kind == NORM_PREPEND && m->alen == s->meta_len &&
+		       !memcmp(m->a, s->meta, s->meta_len);
+	return m->kind == NORM_REPLACE && m->alen == 1 && m->a[0] == ' ' &&
+	       m->blen == s->meta_len && !memcmp(m->b, s->meta, s->meta_len);
+}
+
+/* The most ids an encoding gives: an id is at least one byte of the
+ * normalized text, which a Replace may lengthen (a step that makes blen
+ * bytes of alen multiplies the length by at most ceil(blen / alen)) and a
+ * Prepend or Metaspace lengthens by its string. Llama 2's and Mistral's
+ * shapes (Prepend and Replace of ' ' by the replacement, or none, and the
+ * replacement a token) give one id for the ' ' a replacement takes: at most
+ * len + 2 ids. */
+static void bound_ids(struct spm *s, int meta_token)
+{
+	int meta = s->pipe_kind == PRETOK_METASPACE;
+	if (meta_token && (s->p.nnorm == 0 ||
+	    (s->p.nnorm == 2 && is_llama_step(s, 0, 0) && is_llama_step(s, 1, 1)))) {
+		s->extra = 2;
+		s->growth = 1;
+		return;
+	}
+	s->extra = meta ? s->meta_len : 0;
+	s->growth = meta ? s->meta_len : 1;
+	for (uint32_t i = 0; i < s->p.nnorm; i++) {
+		const struct spm_norm *m = &s->p.norm[i];
+		if (m->kind == NORM_PREPEND)
+			s->extra += m->alen;
+		else
+			s->growth *= (m->blen + m->alen - 1) / m->alen > 1 ?
+				     (m->blen + m->alen - 1) / m->alen : 1;
+	}
 }
 
 int spm_new(struct spm **out, const struct tokenizer *t, const struct spm_params *p,
@@ -196,10 +235,7 @@ int spm_new(struct spm **out, const struct tokenizer *t, const struct spm_params
 		goto fail;
 	}
 	s->cut = meta_token && !meta_inside && !(s->flags & TOK_IGNORE_MERGES);
-	for (uint32_t i = 0; i < p->nnorm; i++)
-		if (p->norm[i].kind == NORM_PREPEND)
-			s->extra += count_chars((const unsigned char *)p->norm[i].a, p->norm[i].alen);
-	s->extra += s->pipe_kind == PRETOK_METASPACE && p->prepend != META_NEVER;
+	bound_ids(s, meta_token);
 	*out = s;
 	return 0;
 fail:
@@ -221,7 +257,7 @@ const struct spm_params *spm_params(const struct spm *s) { return &s->p; }
 
 size_t spm_max_ids(const struct spm *s, size_t len)
 {
-	return len + s->extra;
+	return st_mult(st_add(len, s->extra), s->growth);
 }
 
 /* ---- the file's section ---- */

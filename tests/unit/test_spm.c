@@ -314,3 +314,29 @@ TEST(spm_metaspace_split_and_prepend)
 	tokenizer_free(tok);
 	buf_free(&t.bytes);
 }
+
+/* A Replace whose content is no token (bytes that fall back) gives more ids
+ * than the text has bytes: the bound says so, and the encoder keeps to it. */
+TEST(spm_max_ids_bounds_a_lengthening_replace)
+{
+	uint64_t st = 5;
+	struct toy t;
+	toy_make(&t, &st, 0, 0);
+	struct spm_params p = llama_params();
+	p.norm[1] = (struct spm_norm){.kind = NORM_REPLACE, .alen = 1, .blen = 2};
+	p.norm[1].a[0] = 'a';
+	memcpy(p.norm[1].b, "\xc9\x90", 2); /* U+0250, no token: two byte tokens */
+	struct tokenizer *tok = toy_build(&t, TOK_BYTE_FALLBACK, PRETOK_SPM, &p);
+	CHECK(tok != NULL);
+	uint32_t ids[64];
+	size_t n = tokenizer_encode(tok, "aaaa", 4, ids);
+	CHECK(n == 9 && ids[0] == BASE && ids[1] == 3 + 0xc9 && ids[2] == 3 + 0x90);
+	CHECK(n <= tokenizer_max_ids(tok, 4));
+	tokenizer_free(tok);
+	/* Llama 2's shape with '▁' a token: at most len + 2 */
+	p = llama_params();
+	tok = toy_build(&t, TOK_BYTE_FALLBACK, PRETOK_SPM, &p);
+	CHECK(tokenizer_max_ids(tok, 100) == 102);
+	tokenizer_free(tok);
+	buf_free(&t.bytes);
+}
