@@ -70,7 +70,7 @@ static void toy_make(struct toy *t, uint64_t *st, int nm, int meta_inside)
 		const char *m = strstr(cat + 1, META);
 		int bad = 0;
 		for (; m; m = strstr(m + 1, META))
-			if (memcmp(m - 3, META, 3))
+			if (m - cat < 3 || memcmp(m - 3, META, 3)) /* after another character */
 				bad = 1;
 		if ((bad && !meta_inside) || find(t, cat) >= 0)
 			continue;
