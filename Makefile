@@ -53,8 +53,15 @@ STATIC_LIBS = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a) -lzstd
 	$(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a) -linih) \
 	$(firstword $(wildcard $(BLAS_DIR)/libopenblas.a) -lopenblas) -lgfortran
 endif
+# PCRE2 (a tokenizer.json's Split regex without a scanner of its own) links
+# statically when its archive and header exist (libpcre2-dev; the GPU kit's
+# DEPS_PREFIX); without them asyncpp refuses such a regex, saying why.
+PCRE2_DIR := $(if $(DEPS_PREFIX),$(DEPS_PREFIX)/lib,/usr/lib/x86_64-linux-gnu)
+PCRE2_H := $(if $(DEPS_PREFIX),$(DEPS_PREFIX)/include,/usr/include)/pcre2.h
+PCRE2_LIB := $(if $(wildcard $(PCRE2_H)),$(wildcard $(PCRE2_DIR)/libpcre2-8.a))
+STATIC_LIBS += $(PCRE2_LIB)
 ALL_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fopenmp -fno-math-errno \
-	$(WARN) $(BLAS_INC) $(CFLAGS) $(EXTRA_CFLAGS)
+	$(WARN) $(BLAS_INC) $(if $(PCRE2_LIB),-DASYNCPP_PCRE2) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS = $(STATIC_LIBS) -lpthread -lm -ldl -fopenmp $(EXTRA_LDLIBS)
 
 # ---- CUDA (optional) ----
@@ -76,6 +83,9 @@ CU_FIRST = $(wildcard $(addprefix kernels/cuda/,cuda_flash.cu cuda_matmul.cu cud
 CU_SRC = $(CU_FIRST) $(filter-out $(CU_FIRST),$(wildcard kernels/cuda/*.cu))
 ifeq ($(CUDA),1)
 CU_OBJ = $(CU_SRC:%.cu=$(BUILD)/%.o)
+# cuDNN's attention graphs (plain C against cuDNN's headers; cuDNN itself is
+# loaded with dlopen, see kernels/cuda/cudnn_sdpa.h)
+CU_OBJ += $(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o
 ALL_CFLAGS += -DASYNCPP_CUDA=1
 # cudart links statically; it finds the driver (libcuda) at run time, so the
 # binary starts where there is none. cuBLAS and NCCL are loaded with dlopen.
@@ -156,6 +166,25 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/tests/harness.o $(BUILD)/libasync
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/tests/harness.o $(BUILD)/libasyncpp.a $(LDLIBS)
 
+# test_cudnn_graph builds cuDNN's attention graphs against a fake libcudnn
+# (tests/unit/fixtures/fake_cudnn.c; a second copy lacks cudnnBackendExecute)
+# with cuDNN's headers; without them the test skips.
+# CUDNN_INC=-IDIR names another folder with cudnn_graph.h (a build without
+# the headers runs the flash kernels where cudnn is asked for, saying so).
+CUDNN_INC ?= $(if $(wildcard $(CUDA_HOME)/include/cudnn_graph.h),-I$(CUDA_HOME)/include)
+$(BUILD)/kernels/cuda/cudnn_sdpa.o $(BUILD)/kernels/cuda/cudnn_sdpa_graph.o: \
+	EXTRA_CFLAGS += $(CUDNN_INC)
+$(BUILD)/tests/unit/test_cudnn_graph: EXTRA_CFLAGS += $(CUDNN_INC)
+ifneq ($(CUDNN_INC),)
+$(BUILD)/tests/unit/test_cudnn_graph: $(BUILD)/tests/fake_cudnn.so $(BUILD)/tests/fake_cudnn_noexec.so
+endif
+$(BUILD)/tests/fake_cudnn.so: tests/unit/fixtures/fake_cudnn.c tests/unit/fixtures/fake_cudnn.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -O1 -shared -fPIC $(CUDNN_INC) -o $@ $<
+$(BUILD)/tests/fake_cudnn_noexec.so: tests/unit/fixtures/fake_cudnn.c tests/unit/fixtures/fake_cudnn.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -O1 -shared -fPIC -DFAKE_NO_EXECUTE $(CUDNN_INC) -o $@ $<
+
 $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c tests/fuzz/fuzz_file.h $(BUILD)/libasyncpp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libasyncpp.a $(LDLIBS)
@@ -164,7 +193,8 @@ test-bins: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
 .PHONY: test-bins
 
 # Install the Debian packages the build and tests need (as root), or say how.
-DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-dev libopenblas-dev \
+DEB_PACKAGES = build-essential pkg-config libzstd-dev zstd zlib1g-dev libinih-dev libpcre2-dev \
+	libopenblas-dev \
 	libgfortran-12-dev openmpi-bin libopenmpi-dev nodejs npm bible-kjv bible-kjv-text
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)

@@ -29,7 +29,7 @@ static const struct command commands[] = {
 	{"bench", cmd_bench, "time kernels, a training step, or a pipeline schedule"},
 	{"plot", cmd_plot, "draw metrics files as an SVG line chart"},
 	{"import-llmc", cmd_import_llmc, "convert an llm.c GPT-2 checkpoint into an asyncpp checkpoint"},
-	{"import-hf", cmd_import_hf, "convert a Hugging Face GPT-2 or Llama folder into a checkpoint and tokenizer"},
+	{"import-hf", cmd_import_hf, "convert a Hugging Face GPT-2, Llama or Mixtral folder into a checkpoint and tokenizer"},
 	{"export", cmd_export, "write a checkpoint's weights as safetensors or a Hugging Face folder"},
 };
 

@@ -7,7 +7,9 @@
  * helper (warm-up, then the median of up to N timed calls, each closed by the
  * backend's synchronize). On the CPU, each matrix product also gets a
  * reference line: plain cblas_sgemm of the same shape, on OpenBLAS's own
- * threads.
+ * threads; last, one layer as a pipeline stage runs its forward, its fused
+ * backward and the split backward's two parts (B and W: the ratios the
+ * zero-bubble schedules are planned with).
  */
 #include <cblas.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 
 #include "../io/util.h"
 #include "../kernels/backend.h"
+#include "../model/model.h"
 #ifdef ASYNCPP_CUDA
 #include "../kernels/cuda/cuda_bench.h"
 #endif
@@ -26,7 +29,7 @@
 
 static const char *const usage[] = {
 	"asyncpp bench kernels [--device D] [--iters N] [--max-sec S] [--threads N] [--batch B] "
-	"[--seq T] [--channels C] [--heads H] [--kv-heads H] [--vocab V] [--only NAME]",
+	"[--seq T] [--channels C] [--heads H] [--kv-heads H] [--vocab V] [--arch A] [--only NAME]",
 	NULL,
 };
 
@@ -202,9 +205,168 @@ static void matmul_rows(struct kb *k, const struct row_opts *ro, const char *wha
 	print_row(k, ro, name, shape, op_mm_bwd, 2 * fl, 0);
 }
 
+/* ---- pipeline stages: one layer's forward, fused backward and the
+ * split backward's parts (model.h: stage_backward_input, _weight); the
+ * head's stage with its gradient in the forward or left to W ---- */
+
+struct sb {
+	struct stage st;
+	float *p, *g;
+	void *x_in, *x_out, *dx_out, *dx_in;
+	int32_t *tgt;
+};
+
+#define SB(a) struct sb *b = (a)
+static void op_stage_fwd(void *a) { SB(a); stage_forward(&b->st, 0, b->p, NULL, b->x_in, NULL, b->x_out, NULL, NULL, NULL, 0.0f); }
+static void op_stage_fwd_loss(void *a) { SB(a); stage_forward(&b->st, 0, b->p, NULL, b->x_in, b->tgt, NULL, NULL, NULL, b->g, 1.0f); }
+static void op_stage_bwd(void *a) { SB(a); stage_backward(&b->st, 0, b->p, b->g, b->dx_out, b->dx_in); }
+static void op_stage_bwd_in(void *a) { SB(a); stage_backward_input(&b->st, 0, b->p, b->dx_out, b->dx_in); }
+static void op_stage_bwd_w(void *a) { SB(a); stage_backward_weight(&b->st, 0, b->p, b->g); }
+
+/* Stage s of cut over m on k's backend, split with flags, its weights
+ * from the model's initialisation, the rest random. */
+static void sb_open(struct sb *b, const struct kb *k, const struct model *m,
+		    const struct stage_cut *cut, int s, int flags)
+{
+	const struct backend *be = k->be;
+	size_t nc = (size_t)k->N * k->C;
+
+	if (stage_init(&b->st, m, be, cut, s, k->B, k->T, 1) || stage_split_init(&b->st, flags))
+		die("bench kernels: %s", last_error());
+	float *host = xcalloc(m->numel, sizeof(float)), *sp = xmalloc(st_mult(b->st.numel, 4));
+	model_init_weights_stage(m, host, 1, cut, s);
+	stage_gather(&b->st, sp, host);
+	b->p = be->alloc(b->st.numel * sizeof(float));
+	be->to_device(b->p, sp, b->st.numel * sizeof(float));
+	free(host);
+	free(sp);
+	b->g = dev_random(be, b->st.numel, 30, 0.0f);
+	float *f = dev_random(be, nc, 31, 1.0f);
+	b->x_in = be->alloc(nc * act_size(be));
+	b->x_out = be->alloc(nc * act_size(be));
+	b->dx_out = be->alloc(nc * act_size(be));
+	b->dx_in = be->alloc(nc * act_size(be));
+	be->act_from_f32(b->x_in, f, nc);
+	be->scale(f, 1e-3f, nc);
+	be->act_from_f32(b->dx_out, f, nc);
+	be->free(f);
+	b->tgt = dev_tokens(be, (size_t)k->N, k->V, 32);
+}
+
+static void sb_close(struct sb *b)
+{
+	const struct backend *be = b->st.be;
+	void *bufs[] = {b->p, b->g, b->x_in, b->x_out, b->dx_out, b->dx_in, b->tgt};
+	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
+		be->free(bufs[i]);
+	stage_free(&b->st);
+}
+
+/* n calls timed in rounds (each once, then again), so that their ratios
+ * compare calls made at the same time on a machine whose load changes;
+ * one row each, the medians into med[n]. */
+static void rounds(const struct backend *be, const struct row_opts *ro, int n,
+		   const char *const *names, void (*const *fns)(void *), void *const *args,
+		   const char *shape, double *med)
+{
+	double *ts = xmalloc(st_mult((size_t)ro->iters * n, sizeof(double))), total = 0;
+	int r = 0;
+
+	for (int i = 0; i < n; i++) /* warm-up */
+		fns[i](args[i]);
+	be->synchronize();
+	while (r < ro->iters && (r < 3 || total < n * ro->max_sec)) {
+		for (int i = 0; i < n; i++) {
+			double t0 = now_sec();
+			fns[i](args[i]);
+			be->synchronize();
+			ts[(size_t)i * ro->iters + r] = now_sec() - t0;
+			total += ts[(size_t)i * ro->iters + r];
+		}
+		r++;
+	}
+	for (int i = 0; i < n; i++) {
+		double *ti = ts + (size_t)i * ro->iters;
+		qsort(ti, r, sizeof(double), cmp_double);
+		med[i] = r % 2 ? ti[r / 2] : 0.5 * (ti[r / 2 - 1] + ti[r / 2]);
+		printf("%-26s %-24s %10.3f %10s %9s %5d\n", names[i], shape, med[i] * 1e3, "-", "-",
+		       r);
+	}
+	free(ts);
+}
+
+/* A 3-layer model of arch with k's shapes: the middle stage of the cut
+ * 1,1,1 (one layer, no embedding, no head), then the last stage of the
+ * cut 1,2,0 (the final norm and the head alone) with the head's gradient
+ * in the forward and left to W (SPLIT_HEAD). A backward leaves the slot's
+ * activations as they are, so each row repeats its call on the one
+ * forward's activations. */
+static void stage_rows(struct kb *k, const struct row_opts *ro, int arch)
+{
+	const struct backend *be = k->be;
+	struct model_config c = {.arch = arch, .V = k->V, .L = 3, .C = k->C, .NH = k->NH,
+				 .NKV = k->NKV, .T = k->T, .tied = 1};
+	struct model m;
+	struct stage_cut cut;
+	struct sb b, h[2];
+	char sh[64];
+	double med[3];
+	int layer[3] = {1, 1, 1}, head[3] = {1, 2, 0};
+	int show_layer = !ro->only ||
+			 strstr("stage_forward stage_backward_input stage_backward_weight", ro->only);
+	int show_head = !ro->only || strstr("head_forward head_backward_weight", ro->only);
+
+	if (model_init(&m, &c))
+		die("bench kernels: %s", last_error());
+	if (show_layer) {
+		if (cut_from_counts(&cut, c.L, layer, 3))
+			die("bench kernels: %s", last_error());
+		sb_open(&b, k, &m, &cut, 1, 0);
+		snprintf(sh, sizeof(sh), "1 %s layer, %dx%d", arch == ARCH_GPT2 ? "gpt2" : "llama",
+			 k->N, k->C);
+		struct bench_timing tf = bench_time(be, op_stage_fwd, &b, ro->iters, ro->max_sec);
+		printf("%-26s %-24s %10.3f %10s %9s %5d\n", "stage_forward", sh, tf.median * 1e3,
+		       "-", "-", tf.runs);
+		static const char *const names[3] = {"stage_backward (fused)",
+						     "stage_backward_input (B)",
+						     "stage_backward_weight (W)"};
+		void (*const fns[3])(void *) = {op_stage_bwd, op_stage_bwd_in, op_stage_bwd_w};
+		void *const args[3] = {&b, &b, &b};
+		rounds(be, ro, 3, names, fns, args, sh, med);
+		printf("  B/fused %.3f, W/fused %.3f, (B+W)/fused %.3f; B keeps %.1f MB per "
+		       "micro-batch for W\n",
+		       med[1] / med[0], med[2] / med[0], (med[1] + med[2]) / med[0],
+		       b.st.split_bytes_per_slot / 1e6);
+		fflush(stdout);
+		sb_close(&b);
+		cut_free(&cut);
+	}
+	if (show_head) {
+		if (cut_from_counts(&cut, c.L, head, 3))
+			die("bench kernels: %s", last_error());
+		sb_open(&h[0], k, &m, &cut, 2, 0);
+		sb_open(&h[1], k, &m, &cut, 2, SPLIT_HEAD);
+		/* W reads what its forward kept */
+		op_stage_fwd_loss(&h[1]);
+		snprintf(sh, sizeof(sh), "%dx%d @ %dx%d^T", k->N, k->C, k->Vp, k->C);
+		static const char *const names[3] = {"head_forward (with dW)", "head_forward (no dW)",
+						     "head_backward_weight"};
+		void (*const fns[3])(void *) = {op_stage_fwd_loss, op_stage_fwd_loss, op_stage_bwd_w};
+		void *const args[3] = {&h[0], &h[1], &h[1]};
+		rounds(be, ro, 3, names, fns, args, sh, med);
+		printf("  SPLIT_HEAD: forward %.3f, W %.3f, both %.3f of the forward with dW\n",
+		       med[1] / med[0], med[2] / med[0], (med[1] + med[2]) / med[0]);
+		fflush(stdout);
+		sb_close(&h[0]);
+		sb_close(&h[1]);
+		cut_free(&cut);
+	}
+	model_free(&m);
+}
+
 int bench_kernels(int argc, char **argv)
 {
-	const char *device = "cpu", *only = NULL;
+	const char *device = "cpu", *only = NULL, *arch = "gpt2";
 	long iters = 10, threads = 0, B = 8, T = 128, C = 768, NH = 12, NKV = 0, V = 50257;
 	double max_sec = 2.0;
 	const struct option opts[] = {
@@ -222,6 +384,8 @@ int bench_kernels(int argc, char **argv)
 		OPT_INT(0, "kv-heads", &NKV, "H", "key/value heads (default: as many as query heads)"),
 		OPT_INT(0, "vocab", &V, "V", "vocabulary; the logits are padded to a multiple of 128 "
 			"(50257)"),
+		OPT_STRING(0, "arch", &arch, "A",
+			   "architecture of the stage rows: gpt2 or llama (gpt2)"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, opts,
@@ -232,7 +396,11 @@ int bench_kernels(int argc, char **argv)
 			      "same shape, on all of OpenBLAS's threads, as a reference. On a GPU\n"
 			      "(--device cuda) the shapes are fixed (GPT-2 124M and SmolLM-360M layers,\n"
 			      "B 8, T 1024), calls are timed with device events, and every rate is a\n"
-			      "percentage of the GEMM and copy rates measured first on the same device.");
+			      "percentage of the GEMM and copy rates measured first on the same device.\n"
+			      "On the CPU the last rows run one layer as a pipeline stage: its forward,\n"
+			      "fused backward and the split backward's B and W parts, with their ratios;\n"
+			      "then the head's stage (final norm, head, loss) with the head's gradient\n"
+			      "made in the forward, and left to W (SPLIT_HEAD).");
 	if (npos)
 		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
 	if (!NKV)
@@ -248,6 +416,8 @@ int bench_kernels(int argc, char **argv)
 				 "--kv-heads must divide --heads");
 	if (!(max_sec > 0))
 		opts_usage_error(usage, opts, "--max-sec must be positive");
+	if (strcmp(arch, "gpt2") && strcmp(arch, "llama"))
+		opts_usage_error(usage, opts, "--arch must be gpt2 or llama, not '%s'", arch);
 
 	const struct backend *be = backend_by_name(device);
 	if (!be)
@@ -376,6 +546,7 @@ int bench_kernels(int argc, char **argv)
 	double m = MIN(k.ns_rows, k.ns_cols), n = MAX(k.ns_rows, k.ns_cols);
 	snprintf(sh, sizeof(sh), "%dx%d, 5 steps", k.ns_rows, k.ns_cols);
 	print_row(&k, &ro, "newton_schulz", sh, op_ns, 5 * (4 * m * m * n + 2 * m * m * m), 0);
+	stage_rows(&k, &ro, strcmp(arch, "llama") ? ARCH_GPT2 : ARCH_LLAMA);
 
 	float *bufs[] = {k.x, k.y, k.dy, k.dx, k.w, k.dw, k.b, k.db, k.mean, k.rstd, k.qkv,
 			 k.dqkv, k.att, k.datt, k.lse, k.logits, k.losses, k.wte, k.dwte,

@@ -1,7 +1,8 @@
-/* bench_plan.c - `asyncpp bench plan`: predicted tokens/s and idle of sync
- * 1F1B against PipeDream-2BW at scales beyond the machines at hand, from a
- * model shape, a compute rate (measured: bench train --device cuda) and link
- * figures, by simulating the real schedules (sched/simulate.c).
+/* bench_plan.c - `asyncpp bench plan`: predicted tokens/s and idle of the
+ * synchronous schedules (1F1B, interleaved 1F1B, ZB-H1, ZB-V) against
+ * PipeDream-2BW at scales beyond the machines at hand, from a model shape, a
+ * compute rate (measured: bench train --device cuda) and link figures, by
+ * simulating the real schedules (sched/simulate.c).
  *
  * The model of one training step, per pipeline replica:
  *   layer forward  B*T*(24*C^2 + 4*T*C) FLOPs at the compute rate (the
@@ -21,9 +22,25 @@
  *                  finishes them; the stage's optimizer step waits for the
  *                  last (sim_reduce_end), under both kinds, as the executor
  *                  does.
- * A step's time is the simulated makespan per step (2BW: the steady-state
- * window's), tokens/s = DP x M x B x T / step time, idle = the simulated
- * bubble (waits for the replicas' sum included).
+ * A mixture of experts (--experts; costs in bench_plan_moe.h) replaces a
+ * layer's FLOPs by its active FLOPs, adds the all-to-all of each MoE layer
+ * to its forward and backward, keeps E/EP of the experts on a GPU (for the
+ * optimizer step, the memory column and the replicas' sum: the experts'
+ * gradients are summed over the DP/EP replicas holding the same ones).
+ *   chunks         interleaved (V = 2) and zb-v run each stage as two
+ *                  chunks of half its layers: half its times per op, the
+ *                  same hand-off bytes per message (twice the messages).
+ *   split backward zb-h1 and zb-v split each backward into the input
+ *                  gradient and the weight gradient, half of it each (the
+ *                  weight gradient is the matmuls' second half).
+ * A step's time is the simulated makespan per step (2BW and 2bw-zb: the
+ * steady-state window's), tokens/s = DP x M x B x T / step time, idle = the simulated
+ * bubble (waits for the replicas' sum included). Activation memory is the
+ * most activation slots any stage holds, counted in micro-batches of that
+ * stage's activations (a chunk's slot is 1/V of one); its bytes are that
+ * times one micro-batch's activations of the stage, which this model does
+ * not size (asyncpp train logs them). The split kinds also hold the output
+ * gradients of the micro-batches between B and W ("held W").
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,10 +50,11 @@
 #include "../io/util.h"
 #include "../sched/schedule.h"
 #include "bench.h"
+#include "bench_plan_moe.h"
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--act-bytes N] [--bucket-mb MB] [--stages LIST] [--dp LIST]",
+	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--experts E] [--top-k K] [--d-expert DE] [--shared-expert] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--act-bytes N] [--bucket-mb MB] [--stages LIST] [--dp LIST] [--ep LIST]",
 	NULL,
 };
 
@@ -48,10 +66,17 @@ struct plan {
 	long gpus_per_node;
 	double act_bytes;
 	double bucket_mb;                    /* 0: one sum after the backward */
+	struct plan_moe moe;                 /* E = 0: dense */
 };
 
 struct prediction {
 	double tokens_per_s, idle, step_s;
+	double state_gb; /* the fullest GPU's weights, gradients, AdamW moments */
+	double act;       /* peak activations on a stage, in its micro-batches */
+	double held;      /* peak B-done-W-pending micro-batches, the same unit */
+	int versions;     /* peak weight versions on a stage */
+	int ok;           /* 0: the schedule does not fit (its reason in why) */
+	char why[160];
 };
 
 static double layer_fwd_s(const struct plan *p)
@@ -60,16 +85,67 @@ static double layer_fwd_s(const struct plan *p)
 	return bt * (24 * C * C + 4 * (double)p->T * C) / (p->tflops * 1e12);
 }
 
-/* One stage layout and schedule kind at S stages and N replicas. */
-static int predict(const struct plan *p, int kind, int S, int N, struct prediction *out)
+/* Ring all-reduce of bytes over n ranks across nodes. */
+static double ring_s(const struct plan *p, double bytes, long n)
+{
+	return 2.0 * (n - 1) / n * bytes / (p->ib * 1e9) + 2.0 * (n - 1) * p->latency;
+}
+
+/* The times of a stage of a mixture of experts (`layers` layers, emb its
+ * embedding or head parameters, head_f the head's forward) at N replicas,
+ * ep of them sharing out the experts; *params what one GPU holds. */
+static void moe_stage(const struct plan *p, long layers, double emb, double head_f, int N,
+		      long ep, struct sim_times *t, double *params)
+{
+	double bt = (double)p->B * (double)p->T;
+	struct moe_layer_cost c;
+	moe_layer_cost(&p->moe, (double)p->C, (double)p->T, bt, ep, p->act_bytes, &c);
+	double f = (double)layers * c.fwd_flops / (p->tflops * 1e12) + head_f;
+	double a2a = (double)layers * moe_a2a_seconds(c.a2a_bytes, ep, p->ib * 1e9, p->latency);
+	double dense = (double)layers * c.dense_params + emb;
+	double experts = (double)layers * c.expert_params / (double)ep;
+	*params = dense + experts;
+	t->fwd = f + a2a;
+	t->bwd = 2 * f + a2a;
+	t->optim = *params * 16 / (p->hbm * 1e9);
+	/* fp32 gradients: the shared part over all N replicas, each expert over
+	 * the N/ep holding it */
+	t->reduce = (N > 1 ? ring_s(p, dense * 4, N) : 0) +
+		    (N / ep > 1 ? ring_s(p, experts * 4, N / ep) : 0);
+	double bucket = p->bucket_mb * 1048576.0;
+	t->buckets = bucket > 0 ? (int)MIN(ceil(*params * 4 / bucket), 1 << 20) : 1;
+	if (t->reduce == 0)
+		t->buckets = 0;
+}
+
+/* One stage layout and schedule kind (V chunks per stage) at S stages and N
+ * replicas, ep of them sharing out a mixture's experts (1 for a dense
+ * model). A kind that cannot run this layout (too few layers for its
+ * chunks, too few micro-batches) gets out->ok = 0 and returns 0. */
+static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
+		   struct prediction *out)
 {
 	int M = (int)p->K * S;
+	memset(out, 0, sizeof(*out));
+	if (p->L < (long)S * V) {
+		snprintf(out->why, sizeof(out->why), "%d chunks need %d layers", S * V, S * V);
+		return 0;
+	}
 	double C = (double)p->C, bt = (double)p->B * (double)p->T;
 	double lf = layer_fwd_s(p), head_f = 2 * bt * C * (double)p->V / (p->tflops * 1e12);
 	double hop_bytes = bt * C * p->act_bytes;
 	struct sim_times *t = xcalloc((size_t)S, sizeof(*t));
+	out->state_gb = 0;
 	for (int s = 0; s < S; s++) {
 		long layers = p->L / S + (s < p->L % S);
+		if (p->moe.E) {
+			double emb = s == S - 1 || s == 0 ? C * (double)p->V : 0, params;
+			int crosses = (s + 1) % p->gpus_per_node == 0;
+			moe_stage(p, layers, emb, s == S - 1 ? head_f : 0, N, ep, &t[s], &params);
+			t[s].comm = p->latency + hop_bytes / ((crosses ? p->ib : p->nvlink) * 1e9);
+			out->state_gb = MAX(out->state_gb, params * 16 / 1e9);
+			continue;
+		}
 		double f = (double)layers * lf + (s == S - 1 ? head_f : 0);
 		double params = (double)layers * 12 * C * C + (s == S - 1 || s == 0 ? C * (double)p->V : 0);
 		int crosses = (s + 1) % p->gpus_per_node == 0; /* s -> s+1 leaves the node */
@@ -84,12 +160,13 @@ static int predict(const struct plan *p, int kind, int S, int N, struct predicti
 			t[s].buckets = bucket > 0 ? (int)MIN(ceil(bytes / bucket), 1 << 20) : 1;
 		}
 	}
-	int steps = kind == SCHED_2BW ? 6 : 1;
+	int steps = sched_kind_async(kind) ? 6 : 1;
 	char err[256];
-	struct schedule *sc = sched_build(kind, S, M, steps, err, sizeof(err));
+	struct schedule *sc = sched_build_virtual(kind, S, M, V, steps, 0, err, sizeof(err));
 	if (!sc) {
 		free(t);
-		return error("%s", err);
+		snprintf(out->why, sizeof(out->why), "%.150s", err);
+		return 0;
 	}
 	struct sim_result r;
 	int rc = sched_simulate_stages(sc, t, &r);
@@ -99,27 +176,194 @@ static int predict(const struct plan *p, int kind, int S, int N, struct predicti
 		return -1;
 	}
 	double step = r.makespan, idle = r.bubble;
-	if (kind == SCHED_2BW && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
+	if (sched_kind_async(kind) && r.steady_bubble >= 0 && r.steady_hi > r.steady_lo) {
 		step = (r.steady_t1 - r.steady_t0) / (r.steady_hi - r.steady_lo);
 		idle = r.steady_bubble;
 	}
 	out->step_s = step;
 	out->idle = idle;
 	out->tokens_per_s = (double)N * M * bt / step;
+	for (int s = 0; s < S; s++) {
+		const struct sched_stage *st = sched_stage(sc, s);
+		out->act = MAX(out->act, (double)st->nslots / sc->V);
+		out->held = MAX(out->held, (double)st->npending / sc->V);
+		out->versions = MAX(out->versions, st->nversions);
+	}
+	out->ok = 1;
 	sim_result_free(&r);
 	sched_free(sc);
+	return 0;
+}
+
+/* The schedules compared: the synchronous ones, then 2bw. */
+static const struct {
+	const char *name;
+	int kind, V;
+} kinds[] = {
+	{"1f1b", SCHED_1F1B, 1},
+	{"interleaved/2", SCHED_INTERLEAVED, 2},
+	{"zb-h1", SCHED_ZBH1, 1},
+	{"zb-v", SCHED_ZBV, 2},
+	{"2bw", SCHED_2BW, 1},
+	{"2bw-zb", SCHED_2BW_ZB, 1},
+};
+#define N_SYNC 4 /* kinds[0..3] */
+#define I_2BW 4  /* kinds[4] */
+
+/* Per schedule at S stages and N replicas: tokens/s, idle, memory and
+ * versions, and each against 2bw. */
+static int print_schedules(const struct plan *p, long S, long N)
+{
+	struct prediction pr[ARRAY_SIZE(kinds)];
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+		if (predict(p, kinds[k].kind, kinds[k].V, (int)S, (int)N, 1, &pr[k]))
+			return -1;
+	const struct prediction *bw = &pr[I_2BW];
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		if (!pr[k].ok) {
+			printf("%6ld %6ld  %-14s (%s)\n", S, N, kinds[k].name, pr[k].why);
+			continue;
+		}
+		printf("%6ld %6ld  %-14s %12.4g %8.4f %7.2f %7.2f %9d", S, N, kinds[k].name,
+		       pr[k].tokens_per_s, pr[k].idle, pr[k].act, pr[k].held, pr[k].versions);
+		if (bw->ok)
+			printf(" %8.3f", bw->tokens_per_s / pr[k].tokens_per_s);
+		printf("\n");
+	}
 	return 0;
 }
 
 static const struct {
 	const char *name;
 	long L, C, V;
+	struct plan_moe moe;
 } presets[] = {
-	{"gpt2-124m", 12, 768, 50257},
-	{"gpt2-1.5b", 48, 1600, 50257},
-	{"llama-8b", 32, 4096, 128256},
-	{"gpt3-175b", 96, 12288, 50257},
+	{"gpt2-124m", 12, 768, 50257, {0}},
+	{"gpt2-1.5b", 48, 1600, 50257, {0}},
+	{"llama-8b", 32, 4096, 128256, {0}},
+	{"gpt3-175b", 96, 12288, 50257, {0}},
+	/* the paper's 10B MoE: its shape is not published with the figures;
+	 * this one (OLMoE's layer, 64 experts of width 1024, top-8, at 24
+	 * layers) has 10.3B parameters, 1.8B active */
+	{"moe-10b", 24, 2048, 50304, {64, 8, 1024, 0}},
 };
+
+/* --experts, --top-k, --d-expert, --shared-expert and --ep over the
+ * preset's mixture (E = 0: dense, where they are refused but --experts). */
+static void plan_moe_options(struct plan_moe *moe, long E, long K, long De, int shared,
+			     const char *ep_list, const struct option *opts)
+{
+	if (E != -1) /* given */
+		*moe = (struct plan_moe){E, moe->K, moe->De, moe->shared};
+	if (!moe->E) {
+		if (K || De || shared || ep_list)
+			opts_usage_error(usage, opts, "--top-k, --d-expert, --shared-expert and --ep "
+					 "need --experts E (or --model moe-10b)");
+		return;
+	}
+	moe->K = K ? K : moe->K ? moe->K : 2;
+	moe->De = De ? De : moe->De;
+	moe->shared |= shared;
+	if (moe->E < 1 || moe->E > 4096 || moe->K < 1 || moe->K > moe->E)
+		opts_usage_error(usage, opts, "--experts must be 1..4096 and --top-k 1..E (got %ld "
+				 "and %ld)", moe->E, moe->K);
+	if (moe->De < 1)
+		opts_usage_error(usage, opts, "--experts needs --d-expert DE, each expert's width");
+}
+
+/* Each expert-parallel degree of list: a count that divides E. */
+static long parse_ep(const char *a, const struct plan_moe *moe, const struct option *opts)
+{
+	char *end;
+	long ep = strtol(a, &end, 10);
+	if (*end || ep < 1 || ep > moe->E || moe->E % ep)
+		opts_usage_error(usage, opts, "--ep: '%s' is not a degree that divides the %ld experts "
+				 "(model.expert_parallel)", a, moe->E);
+	return ep;
+}
+
+/* The mixture's grid: S stages x EP x DP replicas (EP dividing DP). */
+static int plan_moe_table(const struct plan *p, const char *stages_list, const char *dp_list,
+			  const char *ep_list, const struct option *opts)
+{
+	const struct plan_moe *m = &p->moe;
+	double bt = (double)p->B * (double)p->T;
+	printf("model: %ld layers, width %ld, vocabulary %ld, T %ld, micro-batch %ld x %ld tokens, "
+	       "M = %ld x S\n", p->L, p->C, p->V, p->T, p->B, p->T, p->K);
+	printf("experts: %ld a layer, top-%ld, width %ld, %s: %.4g parameters, %.4g active a "
+	       "token\n", m->E, m->K, m->De, m->shared ? "a shared expert" : "no shared expert",
+	       moe_model_params(m, p->L, (double)p->C, (double)p->V, 0),
+	       moe_model_params(m, p->L, (double)p->C, (double)p->V, 1));
+	printf("machine: %g TFLOP/s, NVLink %g GB/s, InfiniBand %g GB/s, HBM %g GB/s, %g us a "
+	       "message, %ld GPUs a node\n", p->tflops, p->nvlink, p->ib, p->hbm,
+	       p->latency * 1e6, p->gpus_per_node);
+	if (p->bucket_mb > 0)
+		printf("replicas' sum: in buckets of %g MiB during each step's last backward\n",
+		       p->bucket_mb);
+	else
+		printf("replicas' sum: after each step's last backward\n");
+	struct moe_layer_cost c;
+	moe_layer_cost(m, (double)p->C, (double)p->T, bt, 1, p->act_bytes, &c);
+	printf("layer forward %.4g ms per micro-batch (active FLOPs)\n",
+	       c.fwd_flops / (p->tflops * 1e12) * 1e3);
+	char *el = xstrdup(ep_list);
+	for (char *save, *a = strtok_r(el, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+		long ep = parse_ep(a, m, opts);
+		if (ep == 1)
+			continue;
+		moe_layer_cost(m, (double)p->C, (double)p->T, bt, ep, p->act_bytes, &c);
+		printf("all-to-all at EP %ld: %.4g MB a rank per layer and micro-batch, %.4g ms "
+		       "(forward; the backward again)\n", ep, c.a2a_bytes / 1e6,
+		       moe_a2a_seconds(c.a2a_bytes, ep, p->ib * 1e9, p->latency) * 1e3);
+	}
+	free(el);
+	printf("GB/GPU: weights, gradients and AdamW moments (16 bytes a parameter) of the "
+	       "fullest GPU, E/EP experts each; 2bw's second version adds a quarter; no "
+	       "activations\n\n");
+	printf("%6s %4s %6s %6s %8s %16s %8s %16s %8s %8s\n", "S", "EP", "DP", "GPUs", "GB/GPU",
+	       "1f1b tokens/s", "idle", "2bw tokens/s", "idle", "2bw/1f1b");
+	int rc = EXIT_OK;
+	char *sl = xstrdup(stages_list);
+	for (char *s1, *a = strtok_r(sl, ",", &s1); a && rc == EXIT_OK; a = strtok_r(NULL, ",", &s1)) {
+		char *end;
+		long S = strtol(a, &end, 10);
+		if (*end || S < 1 || S > 1024)
+			opts_usage_error(usage, opts, "--stages: '%s' is not a count of 1..1024", a);
+		if (S > p->L) {
+			printf("%6ld %4s %6s %6s   (more stages than %ld layers)\n", S, "-", "-", "-",
+			       p->L);
+			continue;
+		}
+		el = xstrdup(ep_list);
+		for (char *s2, *e = strtok_r(el, ",", &s2); e && rc == EXIT_OK;
+		     e = strtok_r(NULL, ",", &s2)) {
+			long ep = parse_ep(e, m, opts);
+			char *dl = xstrdup(dp_list);
+			for (char *s3, *b = strtok_r(dl, ",", &s3); b; b = strtok_r(NULL, ",", &s3)) {
+				long N = strtol(b, &end, 10);
+				if (*end || N < 1 || N > 1 << 20)
+					opts_usage_error(usage, opts, "--dp: '%s' is not a count of "
+							 "1..1048576", b);
+				if (N % ep)
+					continue;
+				struct prediction sync = {0}, async = {0};
+				if (predict(p, SCHED_1F1B, 1, (int)S, (int)N, ep, &sync) ||
+				    predict(p, SCHED_2BW, 1, (int)S, (int)N, ep, &async)) {
+					rc = EXIT_FAIL;
+					break;
+				}
+				printf("%6ld %4ld %6ld %6ld %8.4g %16.4g %8.4f %16.4g %8.4f %8.3f\n", S,
+				       ep, N, S * N, sync.state_gb, sync.tokens_per_s, sync.idle,
+				       async.tokens_per_s, async.idle,
+				       async.tokens_per_s / sync.tokens_per_s);
+			}
+			free(dl);
+		}
+		free(el);
+	}
+	free(sl);
+	return rc;
+}
 
 int bench_plan(int argc, char **argv)
 {
@@ -127,17 +371,25 @@ int bench_plan(int argc, char **argv)
 	long L = 0, C = 0, V = -1, T = 2048, B = 1, K = 2, gpn = 8;
 	double tflops = 400, nvlink = 450, ib = 50, hbm = 3000, latency_us = 10, act_bytes = 2;
 	double bucket_mb = 25;
-	const char *stages_list = "4,8,16,32,64", *dp_list = "1,8,64,1024";
+	const char *stages_list = "4,8,16,32,64", *dp_list = "1,8,64,1024", *ep_list = NULL;
+	long E = -1, topk = 0, De = 0;
+	int shared = 0;
 	const struct option opts[] = {
 		OPT_GROUP("Model:"),
 		OPT_STRING(0, "model", &model, "NAME",
-			   "gpt2-124m, gpt2-1.5b, llama-8b or gpt3-175b (default gpt3-175b)"),
+			   "gpt2-124m, gpt2-1.5b, llama-8b, gpt3-175b or moe-10b (default gpt3-175b)"),
 		OPT_INT(0, "layers", &L, "L", "layers (overrides the model's)"),
 		OPT_INT(0, "d-model", &C, "C", "width (overrides the model's)"),
 		OPT_INT(0, "vocab", &V, "V", "vocabulary, for the head on the last stage; 0: no head"),
 		OPT_INT(0, "seq", &T, "T", "sequence length (default 2048)"),
 		OPT_INT(0, "batch", &B, "B", "sequences per micro-batch (default 1)"),
 		OPT_INT(0, "micro-per-stage", &K, "K", "micro-batches per step M = K x S (default 2)"),
+		OPT_GROUP("Mixture of experts (model.n_expert, top_k, d_expert, shared_expert):"),
+		OPT_INT(0, "experts", &E, "E", "routed experts per layer (overrides the model's; 0: dense)"),
+		OPT_INT(0, "top-k", &topk, "K", "experts per token (default: the model's, else 2)"),
+		OPT_INT(0, "d-expert", &De, "DE",
+			"an expert's width (needed with --experts unless the model has one)"),
+		OPT_FLAG(0, "shared-expert", &shared, "add a shared expert of width DE"),
 		OPT_GROUP("Machine (per GPU):"),
 		OPT_DOUBLE(0, "tflops", &tflops, "F",
 			   "achieved TFLOP/s of the layers (measure it: bench train --device cuda; default 400)"),
@@ -152,33 +404,43 @@ int bench_plan(int argc, char **argv)
 		OPT_GROUP("Grid:"),
 		OPT_STRING(0, "stages", &stages_list, "LIST", "pipeline stages S (default 4,8,16,32,64)"),
 		OPT_STRING(0, "dp", &dp_list, "LIST", "data-parallel replicas (default 1,8,64,1024)"),
+		OPT_STRING(0, "ep", &ep_list, "LIST",
+			   "expert-parallel degrees (model.expert_parallel; default 1,8, or 1 where 8 does not divide E): each divides E; rows where it does not divide DP are left out"),
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, opts,
-			      "Predict tokens/s and idle of sync 1F1B against PipeDream-2BW for a model on\n"
-			      "S stages x DP replicas, by simulating the schedules with per-stage times from\n"
-			      "a compute rate and link figures (see asyncpp-bench(1) for the cost model).");
+			      "Predict tokens/s, idle, activation memory and weight versions of the\n"
+			      "synchronous schedules (1f1b, interleaved, zb-h1, zb-v) and PipeDream-2BW for\n"
+			      "a model on S stages x DP replicas, by simulating the schedules with per-stage\n"
+			      "times from a compute rate and link figures (see asyncpp-bench(1) for the\n"
+			      "cost model).");
 	if (npos)
 		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
 	int found = 0;
+	struct plan_moe moe = {0};
 	for (size_t i = 0; i < ARRAY_SIZE(presets); i++)
 		if (!strcmp(model, presets[i].name)) {
 			L = L ? L : presets[i].L;
 			C = C ? C : presets[i].C;
 			V = V >= 0 ? V : presets[i].V;
+			moe = presets[i].moe;
 			found = 1;
 		}
 	if (!found)
 		opts_usage_error(usage, opts, "unknown --model '%s' (gpt2-124m, gpt2-1.5b, llama-8b, "
-				 "gpt3-175b)", model);
+				 "gpt3-175b, moe-10b)", model);
 	if (L < 1 || C < 1 || V < 0 || T < 1 || B < 1 || K < 1 || gpn < 1)
 		opts_usage_error(usage, opts, "--layers, --d-model, --seq, --batch, --micro-per-stage "
 				 "and --gpus-per-node must be at least 1, --vocab at least 0");
 	if (!(tflops > 0 && nvlink > 0 && ib > 0 && hbm > 0 && latency_us >= 0 && act_bytes > 0 &&
 	      bucket_mb >= 0) || !isfinite(bucket_mb))
 		opts_usage_error(usage, opts, "rates must be positive, the latency and --bucket-mb >= 0");
+	plan_moe_options(&moe, E, topk, De, shared, ep_list, opts);
 	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes,
-			 bucket_mb};
+			 bucket_mb, moe};
+	if (moe.E)
+		return plan_moe_table(&p, stages_list, dp_list,
+				      ep_list ? ep_list : moe.E % 8 ? "1" : "1,8", opts);
 	printf("model: %ld layers, width %ld, vocabulary %ld, T %ld, micro-batch %ld x %ld tokens, "
 	       "M = %ld x S\n", L, C, V, T, B, T, K);
 	printf("machine: %g TFLOP/s, NVLink %g GB/s, InfiniBand %g GB/s, HBM %g GB/s, %g us a "
@@ -189,9 +451,35 @@ int bench_plan(int argc, char **argv)
 	else
 		printf("replicas' sum: after each step's last backward\n");
 	printf("layer forward %.3f ms per micro-batch\n\n", layer_fwd_s(&p) * 1e3);
-	printf("%6s %6s %6s %16s %8s %16s %8s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s", "idle",
-	       "2bw tokens/s", "idle", "2bw/1f1b");
 	int rc = EXIT_OK;
+	/* per schedule, at the first replica count */
+	long dp0 = strtol(dp_list, NULL, 10);
+	printf("each schedule at DP = %ld: act = the most activations a stage holds, in "
+	       "micro-batches of that stage's\nactivations (x its bytes per micro-batch); held W = "
+	       "those whose weight gradient waits (their\noutput gradients held too); versions = "
+	       "weight copies per stage; 2bw/x = 2bw's tokens/s over x's\n", dp0);
+	printf("%6s %6s  %-14s %12s %8s %7s %7s %9s %8s\n", "S", "DP", "schedule", "tokens/s", "idle",
+	       "act", "held W", "versions", "2bw/x");
+	char *sl0 = xstrdup(stages_list);
+	for (char *save, *a = strtok_r(sl0, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long S = strtol(a, &end, 10);
+		if (*end || S < 1 || S > 1024)
+			opts_usage_error(usage, opts, "--stages: '%s' is not a count of 1..1024", a);
+		if (dp0 < 1 || dp0 > 1 << 20)
+			opts_usage_error(usage, opts, "--dp: '%s' does not start with a count of "
+					 "1..1048576", dp_list);
+		if (S > L)
+			printf("%6ld %6s   (more stages than %ld layers)\n", S, "-", L);
+		else if (print_schedules(&p, S, dp0))
+			rc = EXIT_FAIL;
+	}
+	free(sl0);
+	if (rc)
+		return rc;
+	printf("\n2bw beside 1f1b and beside the fastest synchronous schedule (best sync):\n");
+	printf("%6s %6s %6s %16s %8s %16s %8s %8s  %-14s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s",
+	       "idle", "2bw tokens/s", "idle", "2bw/1f1b", "best sync", "2bw/best");
 	char *sl = xstrdup(stages_list);
 	for (char *save1, *a = strtok_r(sl, ",", &save1); a; a = strtok_r(NULL, ",", &save1)) {
 		char *end;
@@ -207,15 +495,32 @@ int bench_plan(int argc, char **argv)
 			long N = strtol(b, &end, 10);
 			if (*end || N < 1 || N > 1 << 20)
 				opts_usage_error(usage, opts, "--dp: '%s' is not a count of 1..1048576", b);
-			struct prediction sync = {0}, async = {0};
-			if (predict(&p, SCHED_1F1B, (int)S, (int)N, &sync) ||
-			    predict(&p, SCHED_2BW, (int)S, (int)N, &async)) {
+			struct prediction sync = {0}, async = {0}, best = {0}, x;
+			int bi = 0;
+			if (predict(&p, SCHED_1F1B, 1, (int)S, (int)N, 1, &sync) ||
+			    predict(&p, SCHED_2BW, 1, (int)S, (int)N, 1, &async)) {
 				rc = EXIT_FAIL;
 				break;
 			}
-			printf("%6ld %6ld %6ld %16.4g %8.4f %16.4g %8.4f %8.3f\n", S, N, S * N,
-			       sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
-			       async.tokens_per_s / sync.tokens_per_s);
+			if (!sync.ok || !async.ok) { /* cannot happen: S <= L, M = K*S >= S */
+				rc = error("bench plan: %s", sync.ok ? async.why : sync.why);
+				break;
+			}
+			best = sync;
+			for (int k = 1; k < N_SYNC; k++) {
+				if (predict(&p, kinds[k].kind, kinds[k].V, (int)S, (int)N, 1, &x)) {
+					rc = EXIT_FAIL;
+					break;
+				}
+				if (x.ok && x.tokens_per_s > best.tokens_per_s)
+					best = x, bi = k;
+			}
+			if (rc)
+				break;
+			printf("%6ld %6ld %6ld %16.4g %8.4f %16.4g %8.4f %8.3f  %-14s %8.3f\n", S, N,
+			       S * N, sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
+			       async.tokens_per_s / sync.tokens_per_s, kinds[bi].name,
+			       async.tokens_per_s / best.tokens_per_s);
 		}
 		free(dl);
 	}

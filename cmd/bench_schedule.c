@@ -27,8 +27,9 @@
 #define TIMELINE_ROWS 32
 
 static const char *const usage[] = {
-	"asyncpp bench schedule --kind K --stages S --micro M [--steps N] [--fwd T] [--bwd T] "
-	"[--comm T] [--optim T] [-c FILE] [--set SECTION.KEY=VALUE]... [--svg FILE [--force]] [--no-timeline]",
+	"asyncpp bench schedule --kind K --stages S --micro M [--virtual V] [--steps N] [--fwd T] "
+	"[--bwd T] [--wfrac F] [--comm T] [--optim T] [-c FILE] [--set SECTION.KEY=VALUE]... "
+	"[--svg FILE [--force]] [--no-timeline]",
 	NULL,
 };
 
@@ -129,19 +130,26 @@ int bench_schedule(int argc, char **argv)
 {
 	const char *kind_name = NULL, *svg = NULL, *config_file = NULL;
 	struct opt_list sets = {0};
-	long S = LONG_MIN, M = LONG_MIN, steps = 0; /* LONG_MIN: not given */
-	double fwd = -1, bwd = -1, comm = 0, optim = 0; /* -1: not given */
+	long S = LONG_MIN, M = LONG_MIN, steps = 0, V = LONG_MIN; /* LONG_MIN: not given */
+	double fwd = -1, bwd = -1, comm = 0, optim = 0, wfrac = 0.5; /* -1: not given */
 	int no_timeline = 0, force = 0;
 	const struct option opts[] = {
-		OPT_STRING('k', "kind", &kind_name, "K", "schedule: gpipe, 1f1b, 2bw or pipedream"),
+		OPT_STRING('k', "kind", &kind_name, "K",
+			   "schedule: gpipe, 1f1b, 2bw, pipedream, interleaved, zb-h1, zb-v or 2bw-zb"),
 		OPT_INT('s', "stages", &S, "S", "pipeline stages"),
 		OPT_INT('m', "micro", &M, "M", "micro-batches per optimizer step"),
+		OPT_INT('v', "virtual", &V, "V",
+			"model chunks per stage (virtual stages): interleaved 1..64 (default 1), "
+			"zb-v 2; the others 1"),
 		OPT_INT('n', "steps", &steps, "N",
-			"optimizer steps in the segment (default: 1 for gpipe, 1f1b; 4 for 2bw; "
+			"optimizer steps in the segment (default: 1; 4 for 2bw and 2bw-zb; "
 			"4*max(M,S) for pipedream, where a step is one micro-batch)"),
 		OPT_GROUP("Simulated times (any unit):"),
 		OPT_DOUBLE(0, "fwd", &fwd, "T", "forward of one micro-batch on one stage (1)"),
 		OPT_DOUBLE(0, "bwd", &bwd, "T", "backward of one micro-batch on one stage (2)"),
+		OPT_DOUBLE(0, "wfrac", &wfrac, "F",
+			   "zb-h1, zb-v: the weight gradient's share of the backward, the input "
+			   "gradient taking the rest (0.5)"),
 		OPT_DOUBLE(0, "comm", &comm, "T", "latency of one activation or gradient message (0)"),
 		OPT_DOUBLE(0, "optim", &optim, "T", "one optimizer step on one stage (0)"),
 		OPT_GROUP("Times from a model instead of --fwd and --bwd:"),
@@ -157,7 +165,7 @@ int bench_schedule(int argc, char **argv)
 	};
 	int npos = opts_parse(argc, argv, usage, opts,
 			      "Build a pipeline schedule, simulate it and print its timeline (one row\n"
-			      "per stage), the predicted bubble beside (S-1)/(M+S-1), and the peak\n"
+			      "per stage), the predicted bubble beside its formula, and the peak\n"
 			      "in-flight activations and weight versions of each stage.");
 	if (npos)
 		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
@@ -165,19 +173,21 @@ int bench_schedule(int argc, char **argv)
 		opts_usage_error(usage, opts, "missing --kind");
 	int kind = sched_kind_from_name(kind_name);
 	if (kind < 0)
-		opts_usage_error(usage, opts, "unknown schedule kind '%s' (gpipe, 1f1b, 2bw, pipedream)",
-				 kind_name);
+		opts_usage_error(usage, opts, "unknown schedule kind '%s' (gpipe, 1f1b, 2bw, pipedream, "
+				 "interleaved, zb-h1, zb-v, 2bw-zb)", kind_name);
 	if (S == LONG_MIN || M == LONG_MIN)
 		opts_usage_error(usage, opts, "missing --%s", S == LONG_MIN ? "stages" : "micro");
 	if (S < 1 || S > 100000)
 		opts_usage_error(usage, opts, "--stages must be between 1 and 100000, not %ld", S);
 	if (M < 1 || M > 10000000)
 		opts_usage_error(usage, opts, "--micro must be between 1 and 10000000, not %ld", M);
-	if (kind == SCHED_2BW && M < S)
-		opts_usage_error(usage, opts,
-				 "--kind 2bw needs --micro >= --stages (got %ld < %ld)", M, S);
+	if ((kind == SCHED_2BW || kind == SCHED_2BW_ZB) && M < S)
+		opts_usage_error(usage, opts, "--kind %s needs --micro >= --stages (got %ld < %ld)",
+				 sched_kind_name(kind), M, S);
 	if (!steps)
-		steps = kind == SCHED_2BW ? 4 : kind == SCHED_PIPEDREAM ? 4 * MAX(M, S) : 1;
+		steps = kind == SCHED_2BW || kind == SCHED_2BW_ZB ? 4
+			: kind == SCHED_PIPEDREAM		      ? 4 * MAX(M, S)
+								      : 1;
 	if (steps < 1 || steps > 100000000)
 		opts_usage_error(usage, opts, "--steps must be positive (got %ld)", steps);
 	if (svg && opts_output_is_new(svg, force))
@@ -189,6 +199,13 @@ int bench_schedule(int argc, char **argv)
 	bwd = bwd == -1 ? 2 : bwd;
 	if (!(fwd >= 0 && bwd >= 0 && comm >= 0 && optim >= 0 && fwd + bwd + comm + optim < 1e300))
 		opts_usage_error(usage, opts, "times must be finite and >= 0");
+	if (!(wfrac > 0 && wfrac < 1))
+		opts_usage_error(usage, opts, "--wfrac must be between 0 and 1 (exclusive), not %g",
+				 wfrac);
+	if (V != LONG_MIN && (V < 1 || V > 64))
+		opts_usage_error(usage, opts, "--virtual must be between 1 and 64, not %ld", V);
+	if (V == LONG_MIN)
+		V = 0; /* the kind's default */
 	struct config cfg;
 	struct model m;
 	struct stage_cut cut = {0};
@@ -206,11 +223,14 @@ int bench_schedule(int argc, char **argv)
 	}
 
 	char err[256];
-	struct schedule *sc = sched_build(kind, (int)S, (int)M, (int)steps, err, sizeof(err));
+	struct schedule *sc = sched_build_virtual(kind, (int)S, (int)M, (int)V, (int)steps, 0, err,
+						  sizeof(err));
 	if (!sc)
 		opts_usage_error(usage, opts, "%s", err);
-	struct sim_times t = {.fwd = fwd, .bwd = bwd, .comm = comm, .optim = optim};
+	struct sim_times t = {.fwd = fwd, .bwd = bwd, .comm = comm, .optim = optim, .wfrac = wfrac};
 	struct sim_times *per = with_model ? model_times(&m, &cut, comm, optim) : NULL;
+	for (int s = 0; per && s < cut.S; s++)
+		per[s].wfrac = wfrac;
 	struct sim_result r;
 	int bad = per ? sched_simulate_stages(sc, per, &r) : sched_simulate(sc, &t, &r);
 	free(per);
@@ -220,12 +240,17 @@ int bench_schedule(int argc, char **argv)
 	}
 
 	const char *kn = sched_kind_name(kind);
+	int split = sched_kind_split(kind);
 	long nact = 0;
 	for (int s = 0; s < sc->S; s++)
 		nact += sc->stage[s].n;
 	if (kind == SCHED_PIPEDREAM)
 		printf("schedule %s: %ld stages, %ld micro-batches with an optimizer step each "
 		       "(window %ld), %ld actions\n", kn, S, steps, M, nact);
+	else if (sc->V > 1)
+		printf("schedule %s: %ld stages of %d chunks (virtual stages), %ld micro-batches per "
+		       "step, %ld step%s, %ld actions\n", kn, S, sc->V, M, steps, steps == 1 ? "" : "s",
+		       nact);
 	else
 		printf("schedule %s: %ld stages, %ld micro-batches per step, %ld step%s, %ld "
 		       "actions\n", kn, S, M, steps, steps == 1 ? "" : "s", nact);
@@ -235,26 +260,62 @@ int bench_schedule(int argc, char **argv)
 		printf("times: stage s forward 1/3, backward 2/3 of its training GFLOP per token "
 		       "(cut %s, %s), communication %g, optimizer %g\n", list, cfg.pipeline_split, comm,
 		       optim);
+	} else if (split) {
+		printf("times: forward %g, backward %g (input gradient %g, weight gradient %g), "
+		       "communication %g, optimizer %g\n", fwd, bwd, bwd * (1 - wfrac), bwd * wfrac,
+		       comm, optim);
 	} else {
 		printf("times: forward %g, backward %g, communication %g, optimizer %g\n", fwd, bwd,
 		       comm, optim);
 	}
+	if (sc->V > 1)
+		printf("a chunk holds 1/%d of its stage's layers: its ops take 1/%d of these times\n",
+		       sc->V, sc->V);
 	if (!no_timeline) {
 		printf("\n");
 		sched_print_timeline(stdout, sc, &r, TIMELINE_WIDTH, TIMELINE_ROWS);
 	}
-	printf("\n%-6s %6s %9s %6s %12s %12s %8s\n", "stage", "slots", "versions", "delay", "busy",
-	       "idle", "bubble");
+	/* chunked or split: the activations in micro-batches of the stage and
+	 * the W's held back besides the slots */
+	int wide = sc->V > 1 || split;
+	if (wide)
+		printf("\n%-6s %6s %8s %7s %9s %6s %12s %12s %8s\n", "stage", "slots", "act", "held W",
+		       "versions", "delay", "busy", "idle", "bubble");
+	else
+		printf("\n%-6s %6s %9s %6s %12s %12s %8s\n", "stage", "slots", "versions", "delay",
+		       "busy", "idle", "bubble");
+	double peak_act = 0;
 	for (int s = 0; s < sc->S; s++) {
 		const struct sched_stage *st = &sc->stage[s];
 		char d[32];
 		print_delay(d, sizeof(d), st);
-		printf("%-6d %6d %9d %6s %12g %12g %8.4f\n", s, st->nslots, st->nversions, d,
-		       r.busy[s], r.idle[s], r.stage_bubble[s]);
+		peak_act = MAX(peak_act, (double)st->nslots / sc->V);
+		if (wide)
+			printf("%-6d %6d %8.2f %7.2f %9d %6s %12g %12g %8.4f\n", s, st->nslots,
+			       (double)st->nslots / sc->V, (double)st->npending / sc->V, st->nversions,
+			       d, r.busy[s], r.idle[s], r.stage_bubble[s]);
+		else
+			printf("%-6d %6d %9d %6s %12g %12g %8.4f\n", s, st->nslots, st->nversions, d,
+			       r.busy[s], r.idle[s], r.stage_bubble[s]);
 	}
+	if (wide)
+		printf("(slots: of one chunk and micro-batch; act: the same in micro-batches of the "
+		       "whole stage, peak %g\nagainst 1f1b's %ld; held W: micro-batches whose input "
+		       "gradient ran and weight gradient waits,\ntheir output gradients kept)\n",
+		       peak_act, MIN(S, M));
 	printf("\nmakespan             %g\n", r.makespan);
 	printf("bubble (simulated)   %.6f\n", r.bubble);
-	printf("bubble (formula)     %.6f   (S-1)/(M+S-1)\n", sched_bubble_formula((int)S, (int)M));
+	char ftext[64];
+	double formula = sched_bubble_published(sc, ftext, sizeof(ftext));
+	if (kind < SCHED_NKINDS_FUSED)
+		printf("bubble (formula)     %.6f   (S-1)/(M+S-1)\n", sched_bubble_formula((int)S,
+										    (int)M));
+	else if (formula >= 0)
+		printf("bubble (formula)     %.6f   %s%s\n", formula, ftext,
+		       kind == SCHED_ZBH1 ? " with F = B = W" : " with equal chunks");
+	else
+		printf("bubble (formula)     n/a        (none published; 1f1b's (S-1)/(M+S-1) is "
+		       "%.6f)\n", sched_bubble_formula((int)S, (int)M));
 	if (sched_kind_async(kind)) {
 		if (r.steady_bubble >= 0)
 			printf("steady-state bubble  %.6f   micro-batches %d..%d, time %g..%g\n",
@@ -263,6 +324,14 @@ int bench_schedule(int argc, char **argv)
 		else
 			printf("steady-state bubble  n/a        (segment too short; raise --steps)\n");
 	}
+	/* micro-batches per time unit: over the segment, or the steady window's
+	 * for the asynchronous kinds (their fill and drain come once a run) */
+	double rate = r.makespan > 0 ? sc->n_mb / r.makespan : 0;
+	if (sched_kind_async(kind) && r.steady_bubble >= 0 && r.steady_t1 > r.steady_t0)
+		rate = (double)(r.steady_hi - r.steady_lo) * sc->M / (r.steady_t1 - r.steady_t0);
+	printf("throughput           %.6g micro-batches per time unit%s (x tokens per "
+	       "micro-batch:\n                     tokens/s when the times are seconds)\n", rate,
+	       sched_kind_async(kind) && r.steady_bubble >= 0 ? ", steady state" : "");
 	int ret = EXIT_OK;
 	if (with_model && compare_cuts(sc, &cfg, &m, comm, optim))
 		ret = EXIT_FAIL;

@@ -717,7 +717,9 @@ int bench_train(int argc, char **argv)
 		      cfg.pipeline_devices);
 		goto out_cfg;
 	}
-	if (!(b.be = backend_from_config(&cfg)) || backend_lanes_from_config(b.be, &cfg))
+	if (run_check_schedule(&cfg)) /* a schedule the workers cannot run yet */
+		goto out_cfg;
+	if (!(b.be = backend_from_config(&cfg)) || backend_lanes_from_config(b.be, &cfg, NULL))
 		goto out_cfg;
 	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))
 		goto out_cfg;

@@ -162,7 +162,8 @@ static int export_hf(const struct loaded_model *lm, const char *dir, int dtype,
 	free(stage);
 	if (!rc)
 		printf("wrote %s: %s, %s, %zu parameters (step %ld of %s)%s\n", dir,
-		       lm->m.cfg.arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+		       lm->m.cfg.arch == ARCH_GPT2 ? "GPT2LMHeadModel" :
+		       lm->m.cfg.E ? "MixtralForCausalLM" : "LlamaForCausalLM",
 		       st_dtype_name((enum st_dtype)dtype), lm->m.numel, lm->step, lm->path,
 		       tok ? ", with its tokenizer" : "");
 	tokenizer_free(tok);

@@ -1,5 +1,5 @@
-/* import_hf.c - `asyncpp import-hf DIR -o OUT.ckpt`: a Hugging Face GPT-2 or
- * Llama folder (config.json, safetensors weights, tokenizer.json) as an
+/* import_hf.c - `asyncpp import-hf DIR -o OUT.ckpt`: a Hugging Face GPT-2,
+ * Llama or Mixtral folder (config.json, safetensors weights, tokenizer.json) as an
  * asyncpp checkpoint (step 0, no optimizer state) and tokenizer file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +53,15 @@ static int set_model_keys(struct config *cfg, const struct model_config *mc, con
 	rc |= SETF("norm_eps", mc->eps);
 	if (mc->arch == ARCH_LLAMA)
 		rc |= SETF("rope_theta", mc->rope_theta);
+	if (mc->E) { /* Mixtral: softmax router, no shared expert */
+		rc |= SETI("n_expert", mc->E);
+		rc |= SETI("top_k", mc->K);
+		rc |= SETI("d_expert", mc->De);
+		rc |= SETI("shared_expert", 0);
+		rc |= config_set_key(cfg, "model", "router", "softmax", src);
+		rc |= SETF("aux_loss_coef", mc->aux_coef);
+		rc |= SETF("z_loss_coef", mc->z_coef);
+	}
 #undef SETI
 #undef SETF
 	return rc;
@@ -76,8 +85,11 @@ static int read_tokenizer(struct tokenizer **tok, const char *dir, long eos, int
 			   dir);
 	}
 	if (!rc && tokenizer_vocab_size(*tok) > (uint32_t)V) {
-		rc = error("%s: the tokenizer has %u tokens but the model only %d", dir,
-			   tokenizer_vocab_size(*tok), V);
+		/* an id past the embedding has no row: refused, never truncated */
+		rc = error("%s: the tokenizer has %u tokens but the model's embedding only %d rows "
+			   "(config.json vocab_size): ids %d and up would have none; give the "
+			   "model's own tokenizer, or --no-tokenizer to import the weights alone", dir,
+			   tokenizer_vocab_size(*tok), V, V);
 		tokenizer_free(*tok);
 		*tok = NULL;
 	}
@@ -123,7 +135,7 @@ int cmd_import_hf(int argc, char **argv, const char *prog)
 		OPT_END(),
 	};
 	int npos = opts_parse(argc, argv, usage, options,
-			      "Convert a Hugging Face GPT-2 or Llama model folder (config.json, "
+			      "Convert a Hugging Face GPT-2, Llama or Mixtral model folder (config.json, "
 			      "safetensors, tokenizer.json).");
 	if (npos != 1)
 		opts_usage_error(usage, options, npos ? "too many arguments" : "no model folder given");
@@ -206,6 +218,8 @@ int cmd_import_hf(int argc, char **argv, const char *prog)
 		       c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH);
 		if (c->NKV != c->NH)
 			printf(" (%d key/value)", c->NKV);
+		if (c->E)
+			printf(", %d experts (top-%d, width %d)", c->E, c->K, c->De);
 		printf(", context %d, vocabulary %d, %zu parameters\n", c->T, c->V, m.numel);
 		if (tok)
 			printf("wrote %s: %u tokens, %u merges, hash 0x%016llx\n", tok_path,

@@ -11,6 +11,7 @@
 #include "../io/formats/checkpoint.h"
 #include "../io/util.h"
 #include "../sched/comm/dist.h"
+#include "../sched/schedule.h"
 
 int model_from_config(struct model *m, const struct config *cfg, int vocab)
 {
@@ -165,6 +166,26 @@ double device_peak_flops(const struct backend *be, int threads)
 	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
 }
 
+int expert_parallel_check(const struct config *cfg)
+{
+	long N = cfg->model_expert_parallel, E = cfg->model_n_expert,
+	     dp = cfg->pipeline_data_parallel;
+	if (N == 1)
+		return 0;
+	if (!E)
+		return error("model.expert_parallel = %ld splits experts, and model.n_expert is 0 "
+			     "(a dense model): set model.expert_parallel = 1", N);
+	if (E % N)
+		return error("model.expert_parallel = %ld does not divide model.n_expert = %ld: each "
+			     "of the %ld ranks holds an equal share of every layer's experts", N, E, N);
+	if (dp % N)
+		return error("model.expert_parallel = %ld does not divide pipeline.data_parallel = "
+			     "%ld: the experts are split over ranks of one data-parallel group", N, dp);
+	return error("model.expert_parallel = %ld: expert parallelism is planned by 'asyncpp bench "
+		     "plan --ep' but not yet executed by train; set model.expert_parallel = 1 (every "
+		     "rank then holds every expert)", N);
+}
+
 const struct backend *backend_from_config(const struct config *cfg)
 {
 	/* the MoE layer (model/moe.c) routes on host memory: asked first, so
@@ -191,17 +212,18 @@ const struct backend *backend_from_config(const struct config *cfg)
 	return be;
 }
 
-int backend_lanes_from_config(const struct backend *be, const struct config *cfg)
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg,
+			      const struct dist *d)
 {
 	const char *list = cfg->pipeline_devices;
 	long S = cfg->pipeline_stages;
 	if (!*list)
 		return 0;
-	if (strcmp(cfg->pipeline_transport, "local") || dist_active())
+	if (strcmp(cfg->pipeline_transport, "local") || dist_active(d))
 		return error("pipeline.devices = %s places the stages of one process; with "
 			     "pipeline.transport = %s (or under a launcher) each process takes its local "
 			     "rank's GPU: leave pipeline.devices empty", list,
-			     dist_active() && !strcmp(cfg->pipeline_transport, "local") ? "mpi"
+			     dist_active(d) && !strcmp(cfg->pipeline_transport, "local") ? "mpi"
 											  : cfg->pipeline_transport);
 	if (!strcmp(cfg->train_schedule, "none"))
 		return error("pipeline.devices = %s needs a pipeline schedule (train.schedule = "
@@ -236,4 +258,18 @@ int backend_lanes_from_config(const struct backend *be, const struct config *cfg
 		rc = error("pipeline.devices = %s cannot be served: %s", list, why);
 	free(dev);
 	return rc;
+}
+
+int run_check_schedule(const struct config *cfg)
+{
+	int kind = sched_kind_from_name(cfg->train_schedule);
+	if (kind >= 0 && !sched_kind_trainable(kind))
+		return error("train.schedule = %s is drawn and simulated by asyncpp bench schedule "
+			     "--kind %s but not yet executed by asyncpp train: pick gpipe, 1f1b, 2bw "
+			     "or pipedream", cfg->train_schedule, cfg->train_schedule);
+	if (cfg->pipeline_virtual_stages != 1 && kind != SCHED_INTERLEAVED)
+		return error("pipeline.virtual_stages = %ld is for train.schedule = interleaved, "
+			     "not %s: leave it at 1", cfg->pipeline_virtual_stages,
+			     cfg->train_schedule);
+	return 0;
 }

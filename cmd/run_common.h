@@ -32,12 +32,25 @@ int list_checkpoints(const char *dir, char ***paths);
 /* Nominal peak FLOP/s of the device for MFU (CPU: cores x clock x SIMD
  * FMA width; CUDA: the device table). */
 double device_peak_flops(const struct backend *be, int threads);
+/* model.expert_parallel = N: 0 for N = 1; else -1 after an error saying
+ * what N must divide (model.n_expert, pipeline.data_parallel) or, when it
+ * does, that train does not run expert parallelism yet. */
+int expert_parallel_check(const struct config *cfg);
 /* Backend for a config, with threads set. */
 const struct backend *backend_from_config(const struct config *cfg);
 /* pipeline.devices (one cuda:N per stage) declared as be's lanes, stage s
  * on lane s (empty: nothing to do); 0, or -1 after error() naming what to
  * change. train and bench train call it: eval, sample and export run one
  * stage and ignore the key. */
-int backend_lanes_from_config(const struct backend *be, const struct config *cfg);
+/* d: the process's distributed runtime (NULL: one process) */
+struct dist;
+int backend_lanes_from_config(const struct backend *be, const struct config *cfg,
+			      const struct dist *d);
+/* train.schedule and pipeline.virtual_stages as the stage workers can run
+ * them: 0, or -1 after error() when the schedule is one bench schedule
+ * draws but the workers do not execute yet (interleaved, zb-h1, zb-v), or
+ * virtual stages are asked of another schedule. train and bench train call
+ * it before anything runs. */
+int run_check_schedule(const struct config *cfg);
 
 #endif

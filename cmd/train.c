@@ -68,7 +68,9 @@ static int check_resume_config(const struct config *cfg, struct ckpt *ck)
 		const struct config_key_info *k = &config_key_table[i];
 		char name[64];
 		snprintf(name, sizeof(name), "%s.%s", k->section, k->key);
-		int is_fixed = !strcmp(k->section, "model");
+		/* how the experts are spread is not the model: checkpoints hold
+		 * every expert whatever model.expert_parallel was */
+		int is_fixed = !strcmp(k->section, "model") && strcmp(k->key, "expert_parallel");
 		for (size_t j = 0; j < ARRAY_SIZE(fixed); j++)
 			is_fixed |= !strcmp(name, fixed[j]);
 		if (!is_fixed)
@@ -400,114 +402,134 @@ int cmd_train(int argc, char **argv, const char *prog)
 	/* stored absolute (config.ini, checkpoints): eval and sample find them
 	 * from any directory */
 	run_paths_absolute(cfg);
-	if (dist_init(cfg)) /* under mpirun/srun: one pipeline stage per process */
-		return EXIT_FAIL;
-	if (!dist_is_root()) /* only rank 0 prints, writes metrics and checkpoints */
+	if (dist_init(cfg, &r.dist)) /* under mpirun/srun: one pipeline stage per process */
+		return EXIT_FAIL; /* every rank failed there, and no runtime is left */
+	if (!dist_is_root(r.dist)) /* only rank 0 prints, writes metrics and checkpoints */
 		r.quiet = quiet = 1;
+	/* From here one path leads out (`out`): it frees what was made and
+	 * agrees on the status with the other processes. A step that can fail
+	 * on one process and not on another sets `failed` and the later steps
+	 * are skipped, so that every process meets the others at the same
+	 * agreements (dist_max_int) in the same order: none leaves while
+	 * another still waits for it. */
+	int rc = 0, failed = 0, sig = 0;
+	char *metrics_path = NULL, *saved = NULL;
+	float *params = NULL;
 	if (cfg->log_every < 1 || cfg->checkpoint_keep < 1 || cfg->eval_batches < 1 ||
 	    cfg->train_steps < 0) {
-		error("log.every, checkpoint.keep and eval.batches must be at least 1 and "
-		      "train.steps at least 0 (got %ld, %ld, %ld, %ld)", cfg->log_every,
-		      cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
-		return EXIT_FAIL;
+		rc = error("log.every, checkpoint.keep and eval.batches must be at least 1 and "
+			   "train.steps at least 0 (got %ld, %ld, %ld, %ld)", cfg->log_every,
+			   cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
+		goto out; /* every rank finds it */
+	}
+	if (expert_parallel_check(cfg) || run_check_schedule(cfg)) {
+		rc = -1; /* before anything is written; every rank finds it */
+		goto out;
 	}
 	if (!strcmp(cfg->train_delay_mode, "per-stage") &&
 	    (cfg->train_delay || strcmp(cfg->train_schedule, "none"))) {
-		error("train.delay_mode = per-stage gives stage s the delay S-1-s by itself: it "
-		      "cannot be combined with train.delay = %ld or train.schedule = %s",
-		      cfg->train_delay, cfg->train_schedule);
-		return EXIT_FAIL;
+		rc = error("train.delay_mode = per-stage gives stage s the delay S-1-s by itself: it "
+			   "cannot be combined with train.delay = %ld or train.schedule = %s",
+			   cfg->train_delay, cfg->train_schedule);
+		goto out; /* every rank finds it */
 	}
-	if (make_dirs(cfg->train_out_dir))
-		return EXIT_FAIL;
-	char *metrics_path = cfg->log_metrics[0]
-				     ? xstrdup(cfg->log_metrics)
-				     : path_join(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
-									 ? "metrics.csv"
-									 : "metrics.jsonl");
+	failed = make_dirs(cfg->train_out_dir) != 0;
+	metrics_path = cfg->log_metrics[0]
+			       ? xstrdup(cfg->log_metrics)
+			       : path_join(cfg->train_out_dir, strcmp(cfg->log_format, "jsonl")
+								   ? "metrics.csv"
+								   : "metrics.jsonl");
 	r.lock_fd = -1;
-	int claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 0) : 0;
-	if (dist_max_int(claimed != 0)) /* every rank stops when the root could not */
-		return EXIT_FAIL;
-	if (!(r.be = backend_from_config(cfg)) || backend_lanes_from_config(r.be, cfg))
-		return EXIT_FAIL;
+	if (!failed && dist_is_root(r.dist))
+		failed = claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 0) != 0;
+	if (dist_max_int(r.dist, failed)) { /* every rank stops when one could not */
+		rc = -1;
+		goto out;
+	}
+	failed = !(r.be = backend_from_config(cfg)) ||
+		 backend_lanes_from_config(r.be, cfg, r.dist);
 	/* (the built-in data says what it does itself) */
-	progress_begin(&pg, !quiet && cfg->data_train[0], "reading %s", cfg->data_train);
-	int data = train_setup_data(&r);
+	progress_begin(&pg, !quiet && !failed && cfg->data_train[0], "reading %s", cfg->data_train);
+	failed = failed || train_setup_data(&r);
 	progress_end(&pg);
-	if (data || (ck_path ? model_from_ckpt_config(&r.m, cfg, (int)r.train.vocab, ck_path)
-			     : model_from_config(&r.m, cfg, (int)r.train.vocab)))
-		return EXIT_FAIL;
-	progress_begin(&pg, !quiet, "allocating and initialising %zu parameters", r.m.numel);
-	/* the checkpoint's config must describe the model without the data */
-	char vocab[32];
-	snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
-	config_set_key(cfg, "model", "vocab_size", vocab, "data");
-	float *params = xmalloc(st_mult(r.m.numel, sizeof(float)));
-	if (dist_active()) { /* one stage per process: the rest of the arena stays untouched */
-		struct stage_cut cut; /* the trainer's: both come from cut_from_config */
-		if (cut_from_config(&cut, cfg, &r.m)) {
-			progress_end(&pg);
-			return EXIT_FAIL;
-		}
-		model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
-					 dist_rank() % cut.S);
-		cut_free(&cut);
-	} else
-		model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
-	int init = trainer_init(&r.tr, cfg, &r.m, r.be, params, &r.train);
-	progress_end(&pg);
-	if (init)
-		return EXIT_FAIL;
-	free(params);
-	if (ck) {
-		progress_begin(&pg, !quiet, "loading %s", ck_path);
-		int loaded = trainer_load(&r.tr, ck);
+	failed = failed || (ck_path ? model_from_ckpt_config(&r.m, cfg, (int)r.train.vocab, ck_path)
+				    : model_from_config(&r.m, cfg, (int)r.train.vocab));
+	if (!failed) {
+		progress_begin(&pg, !quiet, "allocating and initialising %zu parameters",
+			       r.m.numel);
+		/* the checkpoint's config must describe the model without the data */
+		char vocab[32];
+		snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
+		config_set_key(cfg, "model", "vocab_size", vocab, "data");
+		params = xmalloc(st_mult(r.m.numel, sizeof(float)));
+		if (dist_active(r.dist)) { /* one stage per process: the rest of the arena stays untouched */
+			struct stage_cut cut; /* the trainer's: both come from cut_from_config */
+			failed = cut_from_config(&cut, cfg, &r.m) != 0;
+			if (!failed) {
+				model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
+							 dist_rank(r.dist) % cut.S);
+				cut_free(&cut);
+			}
+		} else
+			model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
+		failed = failed || trainer_init_on(&r.tr, r.dist, cfg, &r.m, r.be, params, &r.train);
+		failed = failed || dist_fault(r.dist, "setup", 0, 0, "set up its part of the run");
 		progress_end(&pg);
-		if (loaded)
-			return EXIT_FAIL;
-		if (!quiet)
+		free(params);
+		params = NULL;
+	}
+	if (!failed && ck) {
+		progress_begin(&pg, !quiet, "loading %s", ck_path);
+		failed = trainer_load(&r.tr, ck) != 0;
+		progress_end(&pg);
+		if (!failed && !quiet)
 			fprintf(stderr, "asyncpp: resuming %s at step %ld\n", ck_path, r.tr.step);
 	}
-	watch_init(&r.watch, cfg, &r.tr); /* the checkpoint resumed waits like any other */
-	if (ck)
-		watch_saved(&r.watch, r.tr.step, ck_path);
+	if (!failed) {
+		watch_init(&r.watch, cfg, &r.tr); /* the checkpoint resumed waits like any other */
+		if (ck)
+			watch_saved(&r.watch, r.tr.step, ck_path);
+	}
 	/* the log files that can still refuse the run, before anything of an
 	 * earlier run is touched (the tensorboard file is new, never another's) */
-	int logs = 0;
-	if (dist_is_root()) {
+	if (!failed && dist_is_root(r.dist)) {
 		char *mdir = parent_dir(metrics_path);
 		if (access(mdir, W_OK | X_OK))
-			logs = error("cannot write the metrics '%s': its directory '%s': %s; %s",
-				     metrics_path, mdir, strerror(errno), errno == ENOENT ?
-				     "create it or set log.metrics" :
-				     "make it writable or set log.metrics");
+			failed = error("cannot write the metrics '%s': its directory '%s': %s; %s",
+				       metrics_path, mdir, strerror(errno), errno == ENOENT ?
+				       "create it or set log.metrics" :
+				       "make it writable or set log.metrics") != 0;
 		free(mdir);
-		if (!logs && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
-			logs = -1;
+		if (!failed && cfg->log_tensorboard[0] && tb_open(&r.tb, cfg->log_tensorboard))
+			failed = 1;
 	}
-	if (dist_max_int(logs != 0)) {
+	if (dist_agree(r.dist, failed, "to set up its part of the run")) {
 		tb_discard(&r.tb);
-		return EXIT_FAIL;
+		rc = -1;
+		goto out;
 	}
 	/* everything that can refuse the run has run: now --overwrite removes
 	 * the earlier run, and this run's files go in (their own failures, a
 	 * full disk, are all that can stop it from here) */
-	claimed = dist_is_root() ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 1) : 0;
-	int wrote = claimed || !dist_is_root() ? 0 : write_run_config(cfg, cmdline);
+	int claimed = dist_is_root(r.dist) ? claim_out_dir(&r, ck, ck_path, overwrite, metrics_path, 1) : 0;
+	int wrote = claimed || !dist_is_root(r.dist) ? 0 : write_run_config(cfg, cmdline);
 	free(cmdline);
+	cmdline = NULL;
 	free(ck_path);
+	ck_path = NULL;
 	if (ck)
 		ckpt_close(ck);
+	ck = NULL;
 	/* resuming from an earlier checkpoint rewrites history from there */
-	if (!claimed && !wrote && dist_is_root())
+	if (!claimed && !wrote && dist_is_root(r.dist))
 		wrote = (resume && metrics_keep_until(metrics_path, r.tr.step)) ||
 			metrics_open(&r.metrics, metrics_path,
 				     strcmp(cfg->log_format, "jsonl") ? METRICS_CSV : METRICS_JSONL,
 				     r.m.cfg.E);
-	if (dist_max_int(claimed || wrote)) {
+	if (dist_max_int(r.dist, claimed || wrote)) {
 		tb_discard(&r.tb);
-		return EXIT_FAIL;
+		rc = -1;
+		goto out;
 	}
 	r.flops_per_token = model_flops_per_token(&r.m);
 	r.peak = device_peak_flops(r.be, (int)cfg->train_threads);
@@ -517,8 +539,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 	staged_catch(SIGHUP, on_signal);
 
 	r.last_save = now_sec();
-	r.sample_every = dist_is_root() ? cfg->sample_every : 0;
-	if (r.sample_every && dist_active()) {
+	r.sample_every = dist_is_root(r.dist) ? cfg->sample_every : 0;
+	if (r.sample_every && dist_active(r.dist)) {
 		warning("sample.every needs the whole model in one process; under MPI there are no "
 			"samples during training (asyncpp sample reads any checkpoint)");
 		r.sample_every = 0;
@@ -530,14 +552,16 @@ int cmd_train(int argc, char **argv, const char *prog)
 	if (!quiet && r.tr.S > 1 &&
 	    cut_advice(&r.tr.cut, &r.m, cfg->pipeline_split, advice, sizeof(advice)))
 		warning("%s", advice);
-	int rc = train_loop(&r);
+	/* train_loop's failures are agreed on where they happen (every rank
+	 * returns -1 at the same point: sched/executor.c) */
+	rc = train_loop(&r);
 	if (!rc && r.watch.bad_in_row > 0) {
 		/* a signal stopped the run amid bad steps (a run that ends in
 		 * them fails in train_loop): their weights are the ones that led
 		 * into them, so no checkpoint, and none of the earlier ones goes.
 		 * The ranks saw the same steps: they all come here */
 		rc = -1;
-		if (dist_is_root()) {
+		if (dist_is_root(r.dist)) {
 			char where[1400];
 			train_fallback(&r, where, sizeof(where));
 			error("stopped by a signal at step %ld, after %ld step(s) in a row whose gradient "
@@ -545,7 +569,6 @@ int cmd_train(int argc, char **argv, const char *prog)
 			      r.tr.step, r.watch.bad_in_row, where);
 		}
 	}
-	char *saved = NULL;
 	progress_begin(&pg, !quiet && !rc, "writing the checkpoint of step %ld", r.tr.step);
 	if (!rc && train_save_checkpoint(&r.tr, cfg, r.run_id, NULL, &saved))
 		rc = -1;
@@ -554,8 +577,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 	 * still writing the checkpoint): agree once more, so that every rank
 	 * leaves the same way (under MPI one rank in MPI_Finalize and another
 	 * in the agreement below would wait for each other) */
-	int sig = dist_mpi() ? dist_max_int(stop_signal) : stop_signal;
-	if (sig && !rc && dist_is_root())
+	sig = dist_mpi(r.dist) ? dist_max_int(r.dist, stop_signal) : stop_signal;
+	if (sig && !rc && dist_is_root(r.dist))
 		fprintf(stderr, "\nasyncpp: %s: wrote %s at step %ld; continue with: %s train "
 			"--resume %s\n", sig == SIGINT ? "interrupted" : sig == SIGHUP ?
 			"hung up" : "terminated", saved,
@@ -565,27 +588,37 @@ int cmd_train(int argc, char **argv, const char *prog)
 			"  evaluate:  %s eval %s\n"
 			"  sample:    %s sample %s --prompt \"The\"\n",
 			saved, metrics_path, prog, saved, prog, saved);
+out:
 	metrics_close(&r.metrics);
 	tb_close(&r.tb);
 	train_sampler_free(r.sampler);
 	free(metrics_path);
 	free(saved);
+	free(cmdline);
+	free(ck_path);
+	ckpt_close(ck);
 	watch_free(&r.watch);
-	trainer_free(&r.tr);
+	if (r.tr.be)
+		trainer_free(&r.tr);
 	dataloader_close(&r.train);
 	if (r.has_val)
 		dataloader_close(&r.val);
 	model_free(&r.m);
 	config_free(cfg);
-	if (sig && dist_mpi()) {
+	if (sig && dist_mpi(r.dist)) {
 		/* mpirun's daemon is busy killing the job (asyncpp-distributed(7)),
 		 * and MPI_Finalize would wait for it until its SIGKILL: once every
 		 * rank is here (rank 0 has closed its files), leave without it */
-		dist_max_int(0);
+		dist_max_int(r.dist, 0);
 		fflush(NULL);
 		_exit(rc ? EXIT_FAIL : 128 + sig);
 	}
-	dist_finalize();
+	/* a failure was agreed on where it happened: one more agreement, so
+	 * that no rank leaves (and has the launcher end the job) before every
+	 * rank has printed its message */
+	if (dist_active(r.dist))
+		rc = dist_max_int(r.dist, rc != 0) ? -1 : 0;
+	dist_finalize(r.dist);
 	if (sig)
 		return rc ? EXIT_FAIL : 128 + sig;
 	return rc ? EXIT_FAIL : EXIT_OK;

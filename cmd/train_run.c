@@ -97,7 +97,7 @@ int train_save_checkpoint(struct trainer *tr, const struct config *cfg, uint64_t
 		return -1;
 	}
 	char **paths = NULL;
-	int n = dist_is_root() ? train_dir_checkpoints(cfg->train_out_dir, run_id, &paths) : 0;
+	int n = dist_is_root(tr->dist) ? train_dir_checkpoints(cfg->train_out_dir, run_id, &paths) : 0;
 	for (int i = 0; i < n; i++) {
 		if (i < n - cfg->checkpoint_keep && strcmp(paths[i], path) &&
 		    !(w && watch_holds(w, paths[i])))
@@ -154,8 +154,8 @@ int train_setup_data(struct run *r)
 	/* Under MPI a rank that runs neither the first stage (inputs) nor the
 	 * last (targets) never reads a token: it opens the shards for their
 	 * sizes only, instead of holding a copy of the data. */
-	int S = (int)cfg->pipeline_stages, s = dist_rank() % MAX(S, 1);
-	if (dist_active() && strcmp(cfg->train_schedule, "none") && s != 0 && s != S - 1)
+	int S = (int)cfg->pipeline_stages, s = dist_rank(r->dist) % MAX(S, 1);
+	if (dist_active(r->dist) && strcmp(cfg->train_schedule, "none") && s != 0 && s != S - 1)
 		load = DATA_LOAD_STREAM;
 	if (dataloader_open_named(&r->train, "the training data, data.train", cfg->data_train, B,
 				  T, (uint64_t)cfg->train_seed, 1, load))
@@ -336,7 +336,7 @@ static int sample_now(struct run *r)
  * agree, so that all of them stop. */
 static int data_failed(struct run *r, long first)
 {
-	if (!dist_max_int(r->train.failed || r->val.failed))
+	if (!dist_max_int(r->dist, r->train.failed || r->val.failed))
 		return 0;
 	error("reading the data failed (above): the steps after step %ld were not kept; "
 	      "checkpoints already in '%s' are intact. Replace or re-encode the shard "
@@ -378,7 +378,7 @@ void train_fallback(struct run *r, char *out, size_t len)
 static int remove_checkpoints_after(const struct run *r, long after, char *newest, size_t len)
 {
 	char **paths = NULL;
-	int np = dist_is_root() ? train_dir_checkpoints(r->cfg.train_out_dir, r->run_id, &paths) : 0;
+	int np = dist_is_root(r->dist) ? train_dir_checkpoints(r->cfg.train_out_dir, r->run_id, &paths) : 0;
 	int gone = 0;
 	for (int i = 0; i < np; i++) {
 		const char *name = strrchr(paths[i], '/') ? strrchr(paths[i], '/') + 1 : paths[i];
@@ -417,7 +417,7 @@ static int roll_back(struct run *r, long step, const char *what)
 		snprintf(removed, sizeof(removed), "; the %d checkpoint%s of the abandoned steps (the "
 			 "newest %s) %s removed", gone, gone == 1 ? "" : "s", newest,
 			 gone == 1 ? "was" : "were");
-	if (dist_is_root())
+	if (dist_is_root(r->dist))
 		fprintf(stderr, "%sasyncpp: %s; rolled back to %s (step %ld): the data of steps %ld to "
 			"%ld is passed over and the learning rate is now %.3g times optim.lr's "
 			"schedule (rollback %ld of train.max_rollbacks = %ld)%s\n", r->tty ? "\n" : "",
@@ -448,13 +448,13 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 				 "of the last %ld good steps (train.spike_factor = %g)", step, st->loss,
 				 st->loss / w->spike_mean, w->window, w->factor);
 		} else if (v == WATCH_BAD) {
-			if (dist_is_root() && st->skipped)
+			if (dist_is_root(r->dist) && st->skipped)
 				fprintf(stderr, "%sasyncpp: step %ld: gradient norm is %s (loss %.4g); "
 					"update skipped (%ld of train.max_skipped = %ld in a row)\n",
 					r->tty ? "\n" : "", step,
 					isnan(st->grad_norm) ? "NaN" : "infinite", st->loss, w->bad_in_row,
 					cfg->train_max_skipped);
-			else if (dist_is_root())
+			else if (dist_is_root(r->dist))
 				fprintf(stderr, "%sasyncpp: step %ld: loss is %s (gradient norm %.4g); "
 					"counted as a skipped step (%ld of train.max_skipped = %ld in a "
 					"row)\n", r->tty ? "\n" : "", step, isnan(st->loss) ? "NaN" :
@@ -480,7 +480,7 @@ static int check_steps(struct run *r, long first, const struct step_stats *stats
 			snprintf(why, sizeof(why), " (train.on_divergence = rollback: %s)", w->good.path ?
 				 "train.max_rollbacks rollbacks were made" : "no checkpoint to go back to");
 		}
-		if (!dist_is_root())
+		if (!dist_is_root(r->dist))
 			return -1;
 		char where[1400];
 		train_fallback(r, where, sizeof(where));
@@ -534,7 +534,7 @@ static void warn_data_passes(const struct run *r)
 static void check_kill_grace(struct run *r, double step_s)
 {
 	double grace = dist_kill_grace();
-	if (grace <= 0 || !dist_is_root())
+	if (grace <= 0 || !dist_is_root(r->dist))
 		return;
 	int steps = pipeline_stop_steps(&r->tr);
 	double stop_s = step_s * steps;
@@ -588,7 +588,7 @@ int train_loop(struct run *r)
 			cfg->eval_every, nb, nb == 1 ? "" : "es", tr->B, tr->T, cfg->data_val, r->prog);
 	}
 	/* MPI: the ranks agree on stopping, so they stop at the same step */
-	while (tr->step < total && !(*r->stop = dist_max_int(*r->stop))) {
+	while (tr->step < total && !(*r->stop = dist_max_int(r->dist, *r->stop))) {
 		long next_log = (tr->step / log_every + 1) * log_every;
 		long next = MIN(total, next_log);
 		if (tr->kind >= 0) /* a pipeline: see PIPELINE_SEGMENT_S */
@@ -622,7 +622,7 @@ int train_loop(struct run *r)
 			double fit = log_s * (double)(tr->step - first) / MAX(t_run, 1e-9);
 			long most = PIPELINE_SEGMENT_MAX * 1000L; /* an int for dist_max_int */
 			long steps = fit >= (double)most ? most : MAX((long)fit, 1);
-			chunk = dist_max_int(dist_is_root() ? (int)steps : 0);
+			chunk = dist_max_int(r->dist, dist_is_root(r->dist) ? (int)steps : 0);
 		}
 		if (tr->kind >= 0 && tr->step > first) {
 			/* the next segment's length from this one's pace; the root's
@@ -630,7 +630,7 @@ int train_loop(struct run *r)
 			double want = PIPELINE_SEGMENT_S * (double)(tr->step - first) / MAX(t_run, 1e-9);
 			long steps = want >= PIPELINE_SEGMENT_MAX ? PIPELINE_SEGMENT_MAX
 				   : MAX((long)want, segment_floor(tr));
-			segment = dist_max_int(dist_is_root() ? (int)steps : 0);
+			segment = dist_max_int(r->dist, dist_is_root(r->dist) ? (int)steps : 0);
 			if (++segments_run == 2) /* the first one includes the start-up */
 				check_kill_grace(r, t_run / (double)(tr->step - first));
 		}
@@ -678,7 +678,10 @@ int train_loop(struct run *r)
 		double val = NAN;
 		if (r->has_val && cfg->eval_every > 0 &&
 		    (tr->step % cfg->eval_every == 0 || tr->step == total)) {
-			val = pipeline_eval(tr, &r->val, (int)cfg->eval_batches);
+			if (pipeline_eval(tr, &r->val, (int)cfg->eval_batches, &val)) {
+				rc = -1; /* every rank: error() said why on the failing one */
+				break;
+			}
 			if (data_failed(r, tr->step)) {
 				rc = -1;
 				break;
@@ -737,7 +740,7 @@ int train_loop(struct run *r)
 		int by_steps = cfg->checkpoint_every > 0 && tr->step % cfg->checkpoint_every == 0;
 		/* by the clock: the root's clock decides, so that every rank agrees */
 		int by_time = cfg->checkpoint_every_minutes > 0 &&
-			      dist_max_int(dist_is_root() && now_sec() - r->last_save >=
+			      dist_max_int(r->dist, dist_is_root(r->dist) && now_sec() - r->last_save >=
 								    60 * cfg->checkpoint_every_minutes);
 		if ((by_steps || by_time) && tr->step < total && r->watch.bad_in_row == 0) {
 			char *saved = NULL;

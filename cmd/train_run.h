@@ -19,6 +19,7 @@
 struct sampler;
 
 struct run {
+	struct dist *dist; /* the process's runtime under a launcher (dist.h), else NULL */
 	struct config cfg;
 	struct model m;
 	const struct backend *be;

@@ -66,6 +66,20 @@ void die_usage(const char *fmt, ...)
 	exit(EXIT_USAGE);
 }
 
+void bug(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	error_quiet = 0;
+	error("internal error: %s (a bug in asyncpp: please report it)", msg);
+	staged_remove_all();
+	fflush(stdout);
+	abort(); /* a core to debug, and under MPI the launcher ends the job */
+}
+
 int error(const char *fmt, ...)
 {
 	va_list ap;

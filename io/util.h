@@ -4,6 +4,10 @@
  *   die()   prints "asyncpp: MSG", removes the files io/staged.h tracks
  *           and exits 1; only cmd/ and main call it.
  *   error() prints "asyncpp: MSG" and returns -1, for library layers.
+ *   bug()   prints "asyncpp: internal error: MSG (a bug in asyncpp)",
+ *           removes the staged files and aborts: a broken invariant of
+ *           the program itself, never bad input, a full disk or a failed
+ *           peer (those are error() and -1), so any layer may call it.
  *   Library functions return 0 on success and -1 on failure after calling
  *   error() with a message that names the file (and line) involved.
  */
@@ -33,6 +37,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 NORETURN void die(const char *fmt, ...) PRINTF_LIKE(1, 2);
 NORETURN void die_usage(const char *fmt, ...) PRINTF_LIKE(1, 2); /* exit 2 */
+NORETURN void bug(const char *fmt, ...) PRINTF_LIKE(1, 2);       /* abort() */
 int error(const char *fmt, ...) PRINTF_LIKE(1, 2);                /* returns -1 */
 void warning(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* Tests silence error() output while checking that a reader rejects input. */

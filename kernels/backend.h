@@ -86,7 +86,13 @@ struct backend {
 	/* ---- normalisation (over the last dimension C of inp[N,C]) ---- */
 	/* out[N,C], mean[N], rstd[N]; w[C], b[C]. A NULL w means weight 1, a
 	 * NULL b bias 0. The backward reads w the same way and skips dw or db
-	 * when that pointer is NULL (the other is still accumulated). */
+	 * when that pointer is NULL (the other is still accumulated).
+	 * Split backward (zero-bubble schedules, model.h stage_backward_input):
+	 * both backwards skip dinp when it is NULL (w is then not read), and
+	 * rmsnorm_backward skips a NULL dw; dinp alone (dw, db NULL) and dw, db
+	 * alone (dinp NULL) are each the same bits as that part of one call
+	 * with all three, and so are norm_backward_add with dw = db = NULL
+	 * and matmul_backward_dgelu with dw = dbias = NULL. */
 	void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
 				  const float *w, const float *b, int N, int C, float eps);
 	void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout,
@@ -117,8 +123,11 @@ struct backend {
 	/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
 	void (*matmul_forward)(void *out, const void *inp, const float *w,
 			       const float *bias, int N, int C, int OC);
-	/* dinp[N,C] = dout @ w (skipped if dinp NULL); dw[OC,C] += dout^T @ inp;
-	 * dbias[OC] += column sums of dout (if non-NULL) */
+	/* dinp[N,C] = dout @ w (skipped if dinp NULL; w is read for it only);
+	 * dw[OC,C] += dout^T @ inp (skipped if dw NULL); dbias[OC] += column
+	 * sums of dout (if non-NULL). Each part called alone (the split
+	 * backward: dinp with dw = dbias = NULL, then dw, dbias with dinp =
+	 * NULL) gives the bits of the call with all three. */
 	void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout,
 				const void *inp, const float *w, int N, int C, int OC);
 	/* Optional fused forms (NULL: the model runs the ops apart; CUDA: one
@@ -171,6 +180,45 @@ struct backend {
 	void (*add_act)(void *out, const void *a, const void *b, size_t n);
 	/* The same on floats (gradients: the tied embedding, replicas). */
 	void (*add)(float *out, const float *a, const float *b, size_t n);
+
+	/* ---- mixture of experts (model/moe.h has the maths; Legend there: N
+	 * tokens, C width, E experts, K experts per token, NK = N*K slots).
+	 * z, x, xd, y, out, dz, dy, dout are activations (act_dtype); score,
+	 * gate, dgate, aux float; sel, pos, count int32. Every sum runs in a
+	 * fixed order (per token over e or j in index order; over tokens in
+	 * index order), so no result depends on threads. ---- */
+	/* score[N,E] = softmax(z) (router 0) or sigmoid(z) (router 1) of
+	 * z[N,E]; sel[N,K] the K best, best first, ties to the lower index;
+	 * gate[N,K] = score[sel] / sum_j score[sel_j] when K > 1, else score. */
+	void (*moe_route)(float *score, int32_t *sel, float *gate, const void *z, int N, int E,
+			  int K, int router);
+	/* count[E+1]: expert e's slots are rows [count[e], count[e+1]) of the
+	 * dispatched buffers; pos[N,K]: the row of slot (n, j), slots of one
+	 * expert in ascending n (stable: by expert, then token, then j). */
+	void (*moe_dispatch)(int32_t *count, int32_t *pos, const int32_t *sel, int N, int K,
+			     int E);
+	/* xd[NK,C]: row pos[n,j] = x[N,C] row n. */
+	void (*moe_gather)(void *xd, const void *x, const int32_t *pos, int N, int K, int C);
+	/* out[N,C] += sum_j gate[n,j] * y[pos[n,j],:] (j in order, summed in
+	 * float from out's value, stored once); gate NULL adds y unscaled (the
+	 * gather's backward: dx += dxd). */
+	void (*moe_combine)(void *out, const void *y, const float *gate, const int32_t *pos,
+			    int N, int K, int C);
+	/* The combine's backward: dy[NK,C] row pos[n,j] = gate[n,j] *
+	 * dout[n]; dgate[N,K] = dout[n] . y[pos[n,j]] (double sum over c). */
+	void (*moe_combine_backward)(void *dy, float *dgate, const void *dout, const void *y,
+				     const float *gate, const int32_t *pos, int N, int K, int C);
+	/* aux[2] = the balance and z losses of moe.h from z[N,E], score[N,E]
+	 * and count[E+1]. */
+	void (*moe_aux)(float *aux, const void *z, const float *score, const int32_t *count,
+			int N, int E, int K, int router);
+	/* dz[N,E] (overwritten): the gates' gradient dgate[N,K] through gates
+	 * and scores, plus dloss*alpha times the balance loss's and dloss*beta
+	 * times the z loss's gradient. */
+	void (*moe_router_backward)(void *dz, const void *z, const float *score,
+				    const int32_t *sel, const float *gate, const float *dgate,
+				    const int32_t *count, int N, int E, int K, int router,
+				    float dloss, float alpha, float beta);
 
 	/* ---- loss ---- */
 	/* losses[N] (float) = -log softmax(logits[n,:V])[targets[n]]. If dlogits

@@ -507,6 +507,70 @@ void layout_scratch(const struct stage *st, void *base, struct scratch_view *v)
 	v->total = pos;
 }
 
+/* The split backward's saved gradients of one layer (stage_layout.h,
+ * layer_dsave) over base, A bytes per activation; returns the bytes. */
+static size_t dsave_view(const struct model_config *c, int N_, size_t A, void *base,
+			 struct layer_dsave *d)
+{
+	size_t N = (size_t)N_, C = c->C, pos = 0;
+
+	memset(d, 0, sizeof(*d));
+	d->dres3 = !c->E || c->shared ? take(base, &pos, N * C, A) : NULL;
+	d->dfch = c->E ? NULL : take(base, &pos, N * fc_rows(c), A);
+	d->dln2 = take(base, &pos, N * C, A);
+	d->dres2 = take(base, &pos, N * C, A);
+	d->dqkv = take(base, &pos, N * qkv_width(c), A);
+	d->dln1 = take(base, &pos, N * C, A);
+	if (c->E) {
+		struct moe_dims md = {.N = N_, .C = c->C, .E = c->E, .K = c->K, .De = c->De,
+				      .shared = c->shared, .act_dtype = A == 2 ? ACT_BF16 : ACT_F32};
+		pos += moe_dsave_view(&md, base ? (char *)base + pos : NULL, &d->moe);
+	}
+	return pos;
+}
+
+/* The split view of nl layers (and d(x0) on stage 0, the targets and
+ * d(lnf) with a deferred head) over base. */
+static void split_view_of(const struct model_config *c, int N, size_t A, int nl, int has_embed,
+			  int head, void *base, struct split_view *v)
+{
+	struct layer_dsave d;
+	size_t pos = 0;
+
+	memset(v, 0, sizeof(*v));
+	v->layer_stride = dsave_view(c, N, A, NULL, &d);
+	v->layers = base;
+	pos = v->layer_stride * nl;
+	v->dx0 = has_embed ? take(base, &pos, (size_t)N * c->C, A) : NULL;
+	v->targets = head ? take(base, &pos, (size_t)N, sizeof(int32_t)) : NULL;
+	v->dlnf = head ? take(base, &pos, (size_t)N * c->C, A) : NULL;
+	v->total = pos;
+}
+
+void layout_split(const struct stage *st, void *base, struct split_view *v)
+{
+	split_view_of(&st->m->cfg, st->B * st->T, act_size(st->be), st->layer_end - st->layer_begin,
+		      st->has_embed, st->split_head, base, v);
+}
+
+void layout_layer_dsave(const struct stage *st, const struct split_view *v, int li,
+			struct layer_dsave *d)
+{
+	dsave_view(&st->m->cfg, st->B * st->T, act_size(st->be),
+		   (char *)v->layers + v->layer_stride * li, d);
+}
+
+size_t stage_split_bytes(const struct model *m, const struct stage_cut *cut, int s, int B,
+			 int T, size_t act_size, int flags)
+{
+	int begin, end, S = stage_layers(m, cut, s, &begin, &end);
+	struct split_view v;
+
+	split_view_of(&m->cfg, B * T, act_size, end - begin, s == 0,
+		      (flags & SPLIT_HEAD) && s == S - 1, NULL, &v);
+	return v.total;
+}
+
 int stage_param_count(const struct model *m, const struct stage_cut *cut, int s)
 {
 	int begin, end, n = 0, S = stage_layers(m, cut, s, &begin, &end);
@@ -687,6 +751,44 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		return error("stage %d: cannot allocate the loss on backend '%s'", s, be->name);
 	}
 	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
+	return 0;
+}
+
+int stage_split_init(struct stage *st, int flags)
+{
+	struct split_view v;
+	size_t bytes;
+	void **slots;
+	int head = (flags & SPLIT_HEAD) && st->has_head;
+
+	if (st->split)
+		return st->split_head == head ? 0
+					       : error("stage %d: the split backward is set up "
+						       "already, with the head %s", st->s,
+						       st->split_head ? "split" : "in the forward");
+	st->split_head = head; /* layout_split reads it */
+	layout_split(st, NULL, &v);
+	bytes = st->act_bytes_per_slot + v.total;
+	/* new slots, then the old ones go: a failure leaves the stage whole */
+	slots = xcalloc(st->n_slots, sizeof(*slots));
+	for (int i = 0; i < st->n_slots; i++) {
+		if (!(slots[i] = st->be->alloc(bytes))) {
+			for (int j = 0; j < i; j++)
+				st->be->free(slots[j]);
+			free(slots);
+			st->split_head = 0;
+			return error("stage %d: cannot allocate %zu bytes of activations for the "
+				     "split backward (%zu of them kept for the weight gradients)",
+				     st->s, bytes, v.total);
+		}
+	}
+	for (int i = 0; i < st->n_slots; i++)
+		st->be->free(st->slot_acts[i]);
+	free(st->slot_acts);
+	st->slot_acts = slots;
+	st->act_bytes_per_slot = bytes;
+	st->split_bytes_per_slot = v.total;
+	st->split = 1;
 	return 0;
 }
 

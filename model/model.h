@@ -150,13 +150,19 @@ struct stage {
 	float *tied_head_grad; /* [Vp*C] when tied and S == 1, else NULL */
 	/* accounting, for logs (bytes: activations in the backend's act_dtype) */
 	size_t act_bytes_per_slot, scratch_bytes;
+	/* Of act_bytes_per_slot, what the split backward keeps between its
+	 * input and weight parts (stage_split_init; 0 before) */
+	size_t split_bytes_per_slot;
+	int split;             /* stage_split_init has run */
+	int split_head;        /* ... with SPLIT_HEAD on a stage with the head */
 	/* When set, stage_backward reports each range of the gradient arena as
 	 * soon as it has made its last contribution to it: grads_done(ctx, lo,
 	 * n) for the n floats at grads + lo. The ranges tile the arena, every
 	 * backward in the same order: the head's and final norm's (finished by
-	 * the forward), then each layer's from the last, then the embeddings'
-	 * (after the lookup's backward). So the replicas' gradient sum of a
-	 * step's last micro-batch can start while its backward goes on. */
+	 * the forward; under SPLIT_HEAD by W, first), then each layer's from
+	 * the last, then the embeddings' (after the lookup's backward). So the
+	 * replicas' gradient sum of a step's last micro-batch can start while
+	 * its backward goes on. With the split backward, W reports them. */
 	void (*grads_done)(void *ctx, size_t lo, size_t n);
 	void *grads_done_ctx;
 	/* private to model.c: tensor offsets within the stage arena, the
@@ -230,6 +236,50 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
  * arena); dx_in[B*T*C] (non-first stages) receives the input gradient. */
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
 		    const void *dx_out, void *dx_in);
+/* The split backward of zero-bubble schedules: stage_backward in two
+ * parts, B (the input gradient, on the critical path to the previous stage)
+ * and W (the parameter gradients, which may wait for a bubble).
+ * stage_split_init enables them once, before any forward: each activation
+ * slot grows by what B keeps for W, the gradient at the output of every
+ * product and norm with weights (per layer of width C, in act_dtype
+ * elements: 4*N*C + N*fc_rows + N*QKV dense, or N*C (shared expert only) +
+ * 3*N*C + N*QKV + N*K*(C + 2*De) + N*E (+ N*2*De shared) with experts, and
+ * N*C more on stage 0; N = B*T), counted in act_bytes_per_slot and
+ * split_bytes_per_slot. -1 after error() when the memory cannot be had
+ * (the stage is then as before).
+ *
+ * The head's and final norm's gradients are made by stage_forward (with
+ * grads), in the forward, as the fused backward has them, unless flags
+ * has SPLIT_HEAD: then the forward of the last stage makes only the loss
+ * and d(x), keeping the targets and the final norm's output gradient
+ * (N int32 + N*C more per slot), and W makes the head's gradient by
+ * running the head's row chunks again (their logits and loss gradient,
+ * then the gradient: one more product of the head's size, the price of
+ * not keeping B*T x Vp logits) and the final norm's from what was kept.
+ * A stage with SPLIT_HEAD is run with B and W only.
+ *
+ * stage_backward_input(slot) does all stage_backward does but the
+ * parameter gradients: dx_out, dx_in as there, grads untouched.
+ * stage_backward_weight(slot) then makes them from what B kept, reading no
+ * weight but the head's under SPLIT_HEAD (params: the weights the slot was
+ * forwarded with; read only then), so other weights may change between
+ * the two; the activations in the slot must not: the slot is free again
+ * only after W. For any interleaving of forwards and B's, with each
+ * micro-batch's W after its B and the W's in the order of the fused
+ * backwards they replace, grads and the input gradients are the same bits
+ * as with stage_backward, on every backend (backend.h: each part of a
+ * split op is that part of the fused op). grads_done reports come from W,
+ * in stage_backward's order. */
+enum { SPLIT_HEAD = 1 };
+int stage_split_init(struct stage *st, int flags);
+void stage_backward_input(struct stage *st, int slot, const float *params, const void *dx_out,
+			  void *dx_in);
+void stage_backward_weight(struct stage *st, int slot, const float *params, float *grads);
+/* Bytes per slot stage_split_init(flags) adds, without building the stage
+ * (for memory plans): stage s of cut (NULL: the whole model) at micro-batch
+ * BxT with act_size bytes per activation. */
+size_t stage_split_bytes(const struct model *m, const struct stage_cut *cut, int s, int B,
+			 int T, size_t act_size, int flags);
 /* The auxiliary (router) losses of the micro-batch forwarded in `slot`:
  * the sum over the stage's MoE layers of aux_coef*balance + z_coef*zloss
  * (see moe.h). 0 for a dense model. stage_forward's loss is the

@@ -29,8 +29,11 @@
  *     f is piecewise constant, the gradient flows through P;
  *   zloss = mean_n logsumexp(z[n,:])^2   (ST-MoE), for both routers.
  *
- * Everything here reads and writes host memory (the CPU backend's); the
- * matrix products and SwiGLU go through the backend table. Activations and
+ * Routing, dispatch, combine and the auxiliary losses are backend ops
+ * (kernels/backend.h, moe_*; the CPU's are the reference), as are the
+ * matrix products and SwiGLU; this file keeps the order of the calls. The
+ * host reads no activation memory but the E+1 per-expert counts, once per
+ * layer and pass, for the experts' GEMM shapes. Activations and
  * their gradients (void *: the router logits z and dz, the dispatched
  * inputs, the experts' hidden and output rows, the combined output) are
  * stored in act_dtype (kernels/act.h); scores, gates, the auxiliary losses
@@ -85,20 +88,37 @@ struct moe_scratch {
 	void *dz;                    /* [N,E] (act) */
 	float *dgate;                /* [N,K] */
 	void *dsh_act, *dsh_h;       /* [N,De] [N,2De] (act) */
+	void *tmp;                   /* [N,C] (act): dy's memory, which the
+				      * fused backward no longer needs by then */
+};
+
+/* What the split backward's input part keeps for its weight part, per
+ * slot: the gradients at the outputs of the layer's products (act). */
+struct moe_dsave {
+	void *dy, *dh, *dz, *dsh_h;  /* [NK,C] [NK,2De] [N,E] [N,2De] (shared) */
 };
 
 /* Bytes (each piece padded to 64) the views take; base NULL only sizes. */
 size_t moe_acts_view(const struct moe_dims *d, void *base, struct moe_acts *a);
 size_t moe_scratch_view(const struct moe_dims *d, void *base, struct moe_scratch *s);
+size_t moe_dsave_view(const struct moe_dims *d, void *base, struct moe_dsave *s);
 
 /* out[N,C] (overwritten) from x[N,C]; fills a. */
 void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
 		 const void *x, void *out, struct moe_acts *a);
 /* dx[N,C] (overwritten) from dout[N,C]; parameter gradients accumulate into
- * g. dloss scales the auxiliary losses' gradients (the caller's 1/M). */
+ * g. dloss scales the auxiliary losses' gradients (the caller's 1/M).
+ * With g NULL (the split backward's input part) no parameter gradient is
+ * made and the products' output gradients stay in keep for
+ * moe_backward_weight; keep NULL otherwise. */
 void moe_backward(const struct backend *be, const struct moe_dims *d,
 		  const struct moe_params *w, const struct moe_grads *g, const void *x,
 		  const void *dout, void *dx, const struct moe_acts *a,
-		  const struct moe_scratch *s, float dloss);
+		  const struct moe_scratch *s, const struct moe_dsave *keep, float dloss);
+/* The parameter gradients of moe_backward, accumulated into g from what
+ * moe_backward(g NULL) kept, each tensor's the same bits as there. */
+void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
+			 const struct moe_grads *g, const void *x, const void *dout,
+			 const struct moe_acts *a, const struct moe_dsave *keep);
 
 #endif

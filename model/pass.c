@@ -120,31 +120,40 @@ static void ffn_forward(const struct stage *st, const float *params, int li,
 			   PW(st, params, li, K_FCPROJB), N, c->F, C);
 }
 
-/* Its backward: sv->dln[N,C] (overwritten) = d(ln2) from dout[N,C] =
- * d(out); parameter gradients accumulate into grads; dloss scales the
- * router's auxiliary losses (the micro-batch's, from its forward). */
+static struct moe_grads moe_grads_of(const struct stage *st, float *grads, int li)
+{
+	return (struct moe_grads){
+		GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
+		GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
+		GW(st, grads, li, K_SHPROJW),
+	};
+}
+
+/* Its backward: dln[N,C] (overwritten) = d(ln2) from dout[N,C] = d(out);
+ * parameter gradients accumulate into grads; dloss scales the router's
+ * auxiliary losses (the micro-batch's, from its forward). With grads NULL
+ * (the split backward's input part) ds receives what the weight part
+ * needs (d(fch), the experts'); NULL otherwise. */
 static void ffn_backward(const struct stage *st, const float *params, float *grads, int li,
 			 const struct layer_acts *a, const struct scratch_view *sv,
-			 const void *dout, float dloss)
+			 const struct layer_dsave *ds, const void *dout, void *dln, float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
 	int N = st->B * st->T, C = c->C;
+	void *dfch = ds ? ds->dfch : sv->dfch;
 
 	if (c->E) {
 		struct moe_dims d;
 		struct moe_params w = moe_params_of(st, params, li);
-		struct moe_grads g = {
-			GW(st, grads, li, K_ROUTER), GW(st, grads, li, K_EXPFCW),
-			GW(st, grads, li, K_EXPPROJW), GW(st, grads, li, K_SHFCW),
-			GW(st, grads, li, K_SHPROJW),
-		};
+		struct moe_grads g = moe_grads_of(st, grads, li);
 		layout_moe_dims(st, &d);
-		moe_backward(be, &d, &w, &g, a->ln2, dout, sv->dln, &a->moe, &sv->moe, dloss);
+		moe_backward(be, &d, &w, grads ? &g : NULL, a->ln2, dout, dln, &a->moe, &sv->moe,
+			     ds ? &ds->moe : NULL, dloss);
 		return;
 	}
 	if (c->arch == ARCH_GPT2 && be->matmul_backward_dgelu) {
-		be->matmul_backward_dgelu(sv->dfch, GW(st, grads, li, K_FCPROJW),
+		be->matmul_backward_dgelu(dfch, GW(st, grads, li, K_FCPROJW),
 					  GW(st, grads, li, K_FCPROJB), dout, a->fca,
 					  PW(st, params, li, K_FCPROJW), a->fch, N, c->F, C);
 	} else {
@@ -152,12 +161,12 @@ static void ffn_backward(const struct stage *st, const float *params, float *gra
 				    GW(st, grads, li, K_FCPROJB), dout, a->fca,
 				    PW(st, params, li, K_FCPROJW), N, c->F, C);
 		if (c->arch == ARCH_GPT2)
-			be->gelu_backward(sv->dfch, a->fch, sv->dfca, (size_t)N * c->F);
+			be->gelu_backward(dfch, a->fch, sv->dfca, (size_t)N * c->F);
 		else
-			be->swiglu_backward(sv->dfch, sv->dfca, a->fch, N, c->F);
+			be->swiglu_backward(dfch, sv->dfca, a->fch, N, c->F);
 	}
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), sv->dfch,
-			    a->ln2, PW(st, params, li, K_FCW), N, C, fc_rows(c));
+	be->matmul_backward(dln, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB), dfch, a->ln2,
+			    PW(st, params, li, K_FCW), N, C, fc_rows(c));
 }
 
 /* x[N,C] -> a->res3[N,C], saving everything in a. With a backend that
@@ -196,35 +205,90 @@ static void block_forward(const struct stage *st, const float *params, int li, c
 }
 
 /* dres[N,C]: on entry d(res3), on return d(x). Parameter gradients
- * accumulate into grads. */
+ * accumulate into grads. With grads NULL and ds (the split backward's
+ * input part) no parameter gradient is made: the gradient at the output
+ * of each product and norm with weights goes to ds instead of the scratch
+ * (the same ops, the same bits), for block_weight. */
 static void block_backward(const struct stage *st, const float *params, float *grads, int li,
 			   const void *x, const struct layer_acts *a, const struct scratch_view *sv,
-			   float dloss)
+			   const struct layer_dsave *ds, float dloss)
 {
 	const struct backend *be = st->be;
 	const struct model_config *c = &st->m->cfg;
 	int B = st->B, T = st->T, N = B * T, C = c->C, QKV = qkv_width(c);
+	size_t NCb = (size_t)N * C * act_size(be);
 	void *dres = sv->dres;
+	void *dln2 = ds ? ds->dln2 : sv->dln, *dln1 = ds ? ds->dln1 : sv->dln;
+	void *dqkv = ds ? ds->dqkv : sv->dqkv;
 
 	/* res3 = res2 + ffn(ln2) */
-	ffn_backward(st, params, grads, li, a, sv, dres, dloss);
+	if (ds && ds->dres3)
+		be->copy(ds->dres3, dres, NCb);
+	ffn_backward(st, params, grads, li, a, sv, ds, dres, dln2, dloss);
 	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B),
-			  sv->dln, a->res2, PW(st, params, li, K_LN2W), a->ln2_mean,
+			  dln2, a->res2, PW(st, params, li, K_LN2W), a->ln2_mean,
 			  a->ln2_rstd); /* now d(res2) */
 
 	/* res2 = x + atty @ attprojw^T + attprojb */
+	if (ds)
+		be->copy(ds->dres2, dres, NCb);
 	be->matmul_backward(sv->datty, GW(st, grads, li, K_ATTPROJW),
 			    GW(st, grads, li, K_ATTPROJB), dres, a->atty,
 			    PW(st, params, li, K_ATTPROJW), N, C, C);
-	be->attention_backward(sv->dqkv, sv->datty, a->qkv, a->atty, a->lse, B, T, c->NH, c->NKV,
+	be->attention_backward(dqkv, sv->datty, a->qkv, a->atty, a->lse, B, T, c->NH, c->NKV,
 			       c->HD);
 	if (c->arch == ARCH_LLAMA)
-		be->rope_backward(sv->dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
-	be->matmul_backward(sv->dln, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB),
-			    sv->dqkv, a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
+		be->rope_backward(dqkv, B, T, c->NH, c->NKV, c->HD, c->rope_theta);
+	be->matmul_backward(dln1, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB), dqkv,
+			    a->ln1, PW(st, params, li, K_QKVW), N, C, QKV);
 	norm_backward_add(st, dres, sv->dbuf, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B),
-			  sv->dln, x, PW(st, params, li, K_LN1W), a->ln1_mean,
+			  dln1, x, PW(st, params, li, K_LN1W), a->ln1_mean,
 			  a->ln1_rstd); /* now d(x) */
+}
+
+/* A norm's dw/db alone (no dinp, so no weight read), accumulated as
+ * norm_backward and norm_backward_add accumulate them. */
+static void norm_weight(const struct stage *st, float *dw, float *db, const void *dout,
+			const void *inp, const float *mean, const float *rstd)
+{
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T;
+
+	if (c->arch == ARCH_GPT2)
+		st->be->layernorm_backward(NULL, dw, db, dout, inp, NULL, mean, rstd, N, c->C);
+	else
+		st->be->rmsnorm_backward(NULL, dw, dout, inp, NULL, rstd, N, c->C);
+}
+
+/* The split backward's weight part of layer li: each tensor gets the one
+ * contribution block_backward gives it, from the gradients ds kept. */
+static void block_weight(const struct stage *st, float *grads, int li, const void *x,
+			 const struct layer_acts *a, const struct layer_dsave *ds)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+
+	if (c->E) {
+		struct moe_dims d;
+		struct moe_grads g = moe_grads_of(st, grads, li);
+		layout_moe_dims(st, &d);
+		moe_backward_weight(be, &d, &g, a->ln2, ds->dres3, &a->moe, &ds->moe);
+	} else {
+		be->matmul_backward(NULL, GW(st, grads, li, K_FCPROJW),
+				    GW(st, grads, li, K_FCPROJB), ds->dres3, a->fca, NULL, N, c->F,
+				    C);
+		be->matmul_backward(NULL, GW(st, grads, li, K_FCW), GW(st, grads, li, K_FCB),
+				    ds->dfch, a->ln2, NULL, N, C, fc_rows(c));
+	}
+	norm_weight(st, GW(st, grads, li, K_LN2W), GW(st, grads, li, K_LN2B), ds->dln2, a->res2,
+		    a->ln2_mean, a->ln2_rstd);
+	be->matmul_backward(NULL, GW(st, grads, li, K_ATTPROJW), GW(st, grads, li, K_ATTPROJB),
+			    ds->dres2, a->atty, NULL, N, C, C);
+	be->matmul_backward(NULL, GW(st, grads, li, K_QKVW), GW(st, grads, li, K_QKVB), ds->dqkv,
+			    a->ln1, NULL, N, C, qkv_width(c));
+	norm_weight(st, GW(st, grads, li, K_LN1W), GW(st, grads, li, K_LN1B), ds->dln1, x,
+		    a->ln1_mean, a->ln1_rstd);
 }
 
 /* Forward through the embeddings (stage 0) and the stage's layers; returns
@@ -268,14 +332,20 @@ int stage_moe_stats(const struct stage *st, int slot, double *out)
 		return 0;
 	for (int i = 0; i < 2 + c->E; i++)
 		out[i] = 0.0;
+	int32_t count[c->E + 1];
+	float aux[2];
+
 	layout_slot(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		out[0] += a.moe.aux[0];
-		out[1] += a.moe.aux[1];
+		/* activation memory: the backend's (a GPU's), read by copy */
+		st->be->to_host(aux, a.moe.aux, sizeof(aux));
+		st->be->to_host(count, a.moe.count, sizeof(count));
+		out[0] += aux[0];
+		out[1] += aux[1];
 		for (int e = 0; e < c->E; e++)
-			out[2 + e] += a.moe.count[e + 1] - a.moe.count[e];
+			out[2 + e] += count[e + 1] - count[e];
 	}
 	return c->E;
 }
@@ -292,8 +362,10 @@ double stage_aux_loss(const struct stage *st, int slot)
 	layout_slot(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
+		float aux[2];
 		layout_layer(st, &v, li, &a);
-		sum += (double)c->aux_coef * a.moe.aux[0] + (double)c->z_coef * a.moe.aux[1];
+		st->be->to_host(aux, a.moe.aux, sizeof(aux)); /* the backend's memory */
+		sum += (double)c->aux_coef * aux[0] + (double)c->z_coef * aux[1];
 	}
 	return sum;
 }
@@ -306,6 +378,61 @@ static void weights_prepare(const struct stage *st, const float *params)
 {
 	if (st->be->weights_bf16)
 		st->be->weights_bf16(params, st->numel);
+}
+
+/* The input of layer li of the slot v: the layer before's output, or x0. */
+static const void *layer_input(const struct stage *st, const struct slot_view *v, int li)
+{
+	struct layer_acts prev;
+	if (li == 0)
+		return v->x0;
+	layout_layer(st, v, li - 1, &prev);
+	return prev.res3;
+}
+
+/* The slot's split region: after its activations (stage_split_init). */
+static void split_of(const struct stage *st, int slot, struct split_view *w)
+{
+	if (!st->split)
+		die("internal error: stage %d's split backward before stage_split_init", st->s);
+	layout_split(st, (char *)st->slot_acts[slot] +
+				 (st->act_bytes_per_slot - st->split_bytes_per_slot), w);
+}
+
+/* The head over the rows of v.lnf in chunks of head_rows rows: logits,
+ * losses[N] and, when dlnf or dhead is wanted, the logits' gradient (in
+ * place), then dlnf's rows (act [N,C], overwritten) and the head's
+ * gradient (dhead [Vp,C], accumulated chunk after chunk, in row order),
+ * each skipped when NULL. So the chunk's logits can be reused, and the
+ * split backward's W can run the chunks again for dhead alone with the
+ * forward's bits. */
+static void head_chunks(const struct stage *st, const struct slot_view *v,
+			const struct scratch_view *sv, const float *params, const int32_t *targets,
+			float dloss, void *dlnf, float *dhead)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int N = st->B * st->T, C = c->C;
+	size_t A = act_size(be);
+
+	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
+		int K = MIN(st->head_rows, N - r0);
+		const void *lnf = act_at(v->lnf, (size_t)r0 * C, A);
+		be->matmul_forward(sv->logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
+		be->softmax_xent(sv->losses + r0, dlnf || dhead ? sv->logits : NULL, sv->logits,
+				 targets + r0, K, c->V, c->Vp, dloss / (float)N);
+		if (dlnf || dhead)
+			be->matmul_backward(dlnf ? act_at(dlnf, (size_t)r0 * C, A) : NULL, dhead,
+					    NULL, sv->logits, lnf, PG(st, params, G_HEAD), K, C,
+					    c->Vp);
+	}
+}
+
+/* Where the head's gradient accumulates: the tied head's own buffer
+ * (S = 1), else the head (or tied copy) in grads. */
+static float *head_grad(const struct stage *st, float *grads)
+{
+	return st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD);
 }
 
 void stage_forward(struct stage *st, int slot, const float *params, const int32_t *tokens,
@@ -332,21 +459,17 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 		     PG(st, params, G_LNFB));
 	if (!targets) /* nothing reads logits without targets (model_logits_at has its own) */
 		return;
-	/* The head in chunks of head_rows rows: logits, loss and dlogits (in
-	 * place), then dlnf's rows and the head's gradient (accumulated chunk
-	 * after chunk, in row order), so the chunk's logits can be reused. */
-	size_t A = act_size(be);
-	float *dhead = grads ? st->tied_head_grad ? st->tied_head_grad : GG(st, grads, G_HEAD) : NULL;
-	for (int r0 = 0; r0 < N; r0 += st->head_rows) {
-		int K = MIN(st->head_rows, N - r0);
-		const void *lnf = act_at(v.lnf, (size_t)r0 * C, A);
-		be->matmul_forward(sv.logits, lnf, PG(st, params, G_HEAD), NULL, K, C, c->Vp);
-		be->softmax_xent(sv.losses + r0, grads ? sv.logits : NULL, sv.logits, targets + r0, K,
-				 c->V, c->Vp, dloss / (float)N);
-		if (grads)
-			be->matmul_backward(act_at(sv.dlnf, (size_t)r0 * C, A), dhead, NULL, sv.logits,
-					    lnf, PG(st, params, G_HEAD), K, C, c->Vp);
+	/* with the head's gradient left to the split backward's W (SPLIT_HEAD),
+	 * d(lnf) and the targets stay in the slot for it */
+	struct split_view w;
+	int defer = grads && st->split_head;
+	if (defer) {
+		split_of(st, slot, &w);
+		be->copy(w.targets, targets, (size_t)N * sizeof(int32_t));
 	}
+	void *dlnf = !grads ? NULL : defer ? w.dlnf : sv.dlnf;
+	head_chunks(st, &v, &sv, params, targets, dloss, dlnf,
+		    grads && !defer ? head_grad(st, grads) : NULL);
 	/* one reduction for both, so a loss read at once and one read later
 	 * have the same bits on every backend */
 	if (loss_dev)
@@ -361,8 +484,9 @@ void stage_forward(struct stage *st, int slot, const float *params, const int32_
 	if (!grads)
 		return;
 	/* Back through the final norm; d(x) stays in the slot. */
-	norm_backward(st, v.dx, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), sv.dlnf, x,
-		      PG(st, params, G_LNFW), v.lnf_mean, v.lnf_rstd);
+	norm_backward(st, v.dx, defer ? NULL : GG(st, grads, G_LNFW),
+		      defer ? NULL : GG(st, grads, G_LNFB), dlnf, x, PG(st, params, G_LNFW),
+		      v.lnf_mean, v.lnf_rstd);
 }
 
 void stage_backward(struct stage *st, int slot, const float *params, float *grads,
@@ -381,14 +505,10 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
 	layout_grads_done(st, GRADS_AT_START);
 	for (int li = nl - 1; li >= 0; li--) {
-		struct layer_acts a, prev;
-		const void *x = v.x0;
+		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		if (li > 0) {
-			layout_layer(st, &v, li - 1, &prev);
-			x = prev.res3;
-		}
-		block_backward(st, params, grads, li, x, &a, &sv, st->slot_dloss_[slot]);
+		block_backward(st, params, grads, li, layer_input(st, &v, li), &a, &sv, NULL,
+			       st->slot_dloss_[slot]);
 		layout_grads_done(st, li);
 	}
 	if (st->has_embed)
@@ -396,6 +516,72 @@ void stage_backward(struct stage *st, int slot, const float *params, float *grad
 				   st->B, st->T, c->C);
 	else if (dx_in)
 		be->copy(dx_in, sv.dres, NCb);
+	layout_grads_done(st, GRADS_AT_END);
+}
+
+void stage_backward_input(struct stage *st, int slot, const float *params, const void *dx_out,
+			  void *dx_in)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	size_t NCb = (size_t)st->B * st->T * c->C * act_size(be);
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	struct scratch_view sv;
+	struct split_view w;
+
+	weights_prepare(st, params);
+	layout_slot(st, st->slot_acts[slot], &v);
+	layout_scratch(st, st->scratch, &sv);
+	split_of(st, slot, &w);
+	be->copy(sv.dres, st->has_head ? v.dx : dx_out, NCb);
+	for (int li = nl - 1; li >= 0; li--) {
+		struct layer_acts a;
+		struct layer_dsave ds;
+		layout_layer(st, &v, li, &a);
+		layout_layer_dsave(st, &w, li, &ds);
+		block_backward(st, params, NULL, li, layer_input(st, &v, li), &a, &sv, &ds,
+			       st->slot_dloss_[slot]);
+	}
+	if (st->has_embed)
+		be->copy(w.dx0, sv.dres, NCb);
+	else if (dx_in)
+		be->copy(dx_in, sv.dres, NCb);
+}
+
+void stage_backward_weight(struct stage *st, int slot, const float *params, float *grads)
+{
+	const struct backend *be = st->be;
+	const struct model_config *c = &st->m->cfg;
+	int nl = st->layer_end - st->layer_begin;
+	struct slot_view v;
+	struct split_view w;
+
+	layout_slot(st, st->slot_acts[slot], &v);
+	split_of(st, slot, &w);
+	if (st->split_head) {
+		/* the forward's head chunks again, for the head's gradient alone;
+		 * then the final norm's from d(lnf) kept (the forward's order) */
+		struct scratch_view sv;
+		weights_prepare(st, params);
+		layout_scratch(st, st->scratch, &sv);
+		head_chunks(st, &v, &sv, params, w.targets, st->slot_dloss_[slot], NULL,
+			    head_grad(st, grads));
+		norm_weight(st, GG(st, grads, G_LNFW), GG(st, grads, G_LNFB), w.dlnf,
+			    layer_input(st, &v, nl), v.lnf_mean, v.lnf_rstd);
+	}
+	layout_grads_done(st, GRADS_AT_START);
+	for (int li = nl - 1; li >= 0; li--) {
+		struct layer_acts a;
+		struct layer_dsave ds;
+		layout_layer(st, &v, li, &a);
+		layout_layer_dsave(st, &w, li, &ds);
+		block_weight(st, grads, li, layer_input(st, &v, li), &a, &ds);
+		layout_grads_done(st, li);
+	}
+	if (st->has_embed)
+		be->embed_backward(GG(st, grads, G_WTE), GG(st, grads, G_WPE), w.dx0, v.tokens,
+				   st->B, st->T, c->C);
 	layout_grads_done(st, GRADS_AT_END);
 }
 

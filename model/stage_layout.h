@@ -47,10 +47,11 @@ static inline const float *PW(const struct stage *st, const float *params, int l
 	return o == NONE ? NULL : params + o;
 }
 
+/* NULL grads (the split backward's input part) gives NULL: no gradient */
 static inline float *GW(const struct stage *st, float *grads, int li, int k)
 {
 	size_t o = st->off_[(size_t)li * NKIND + k];
-	return o == NONE ? NULL : grads + o;
+	return o == NONE || !grads ? NULL : grads + o;
 }
 
 static inline const float *PG(const struct stage *st, const float *params, int g)
@@ -62,7 +63,7 @@ static inline const float *PG(const struct stage *st, const float *params, int g
 static inline float *GG(const struct stage *st, float *grads, int g)
 {
 	size_t o = goff(st)[g];
-	return o == NONE ? NULL : grads + o;
+	return o == NONE || !grads ? NULL : grads + o;
 }
 
 /* Views into one slot; each piece padded to 64 bytes. Activations (void *)
@@ -91,6 +92,33 @@ struct scratch_view {
 	struct moe_scratch moe;
 	size_t total;           /* bytes */
 };
+
+/* What the split backward's input part (B) keeps in a slot for its weight
+ * part (W), after the slot's activations: per layer the gradient at the
+ * output of each product and norm whose weights it updates (the activation
+ * the product read is in the slot already), and on stage 0 d(x0) for the
+ * embeddings. All act_dtype. */
+struct layer_dsave {
+	void *dres3;  /* [N,C] d(res3): fcprojw's dout (MoE: the shared expert's; NULL without) */
+	void *dfch;   /* [N,fc_rows] fcw's dout (NULL for MoE) */
+	void *dln2;   /* [N,C] ln2's dout */
+	void *dres2;  /* [N,C] d(res2): attprojw's dout */
+	void *dqkv;   /* [N,QKV] qkvw's dout (after the rotary backward) */
+	void *dln1;   /* [N,C] ln1's dout */
+	struct moe_dsave moe; /* mixture of experts */
+};
+struct split_view {
+	void *layers;           /* layer 0's, then each layer's */
+	size_t layer_stride;    /* bytes per layer */
+	void *dx0;              /* [N,C] stage 0: the embeddings' dout */
+	int32_t *targets;       /* [N] SPLIT_HEAD: the forward's targets */
+	void *dlnf;             /* [N,C] SPLIT_HEAD: the final norm's dout */
+	size_t total;           /* bytes */
+};
+/* Split views over base (NULL: sizing only). */
+void layout_split(const struct stage *st, void *base, struct split_view *v);
+void layout_layer_dsave(const struct stage *st, const struct split_view *v, int li,
+			struct layer_dsave *d);
 
 /* When stage_backward has finished a gradient run (model.c, grad_runs):
  * at its start, at its end, or after layer li (>= 0) of the stage. */

@@ -28,14 +28,27 @@
  * action at the same point of the same list), then posts as above; the
  * completion stays lazy, so 2bw keeps its pipeline full.
  *
- * Under MPI (dist_active(), see dist.h) process rank = r*S + s runs stage s
- * of replica r on its main thread. Every process builds the trainer (same
- * seed, same initial weights: replica 0's stages and its own); on its first
- * use the executor frees the workers of the other stages on every rank but
- * 0. Rank 0 keeps replica 0's as the place a checkpoint gathers into
- * (pipeline_save) and for the per-stage statistics, which are replica 0's.
- * After a segment the last rank of each replica broadcasts its losses, so
- * every rank returns the same statistics and the same result.
+ * Under MPI or TCP (tr->dist, the process's runtime: dist.h) process
+ * rank = r*S + s runs stage s of replica r on its main thread; the
+ * transport, board and replica group it keeps between segments belong to
+ * that runtime (mpi_attach, dist_set_pipeline). Every process builds only
+ * its own stage's worker (trainer_init_on: same seed, same initial
+ * weights). Rank 0 writes checkpoints from what the other ranks of replica
+ * 0 send (pipeline_save) and collects the per-stage statistics, which are
+ * replica 0's. After a segment the last rank of each replica broadcasts
+ * its losses, so every rank returns the same statistics and the same
+ * result. Evaluation runs the same per-stage forward (eval_stage) on a
+ * thread per stage or on each rank, and a save the same gather, whatever
+ * the processes.
+ *
+ * Failures return -1 after error(), never exit. What can fail on one
+ * process and not another (setting up, a segment's start, sharing its
+ * results, an evaluation, a checkpoint) is agreed on by every process
+ * (dist_agree) before any goes on, so all return -1 together and none
+ * waits for one that gave up; in threads a stage thread that cannot
+ * start calls the segment off before any stage runs (the gate). A peer
+ * that dies or hangs mid-segment is the carriers' to report (p2p.h: the
+ * job ends). Broken invariants are bug().
  *
  * Stopping within a segment (tr->stop: SIGTERM from a launcher that kills
  * the ranks a second later, see stop_lag): each stage posts, after its sums
@@ -47,6 +60,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +95,13 @@ struct pipeline {
 	size_t act_bytes, tied_n; /* a message (act_dtype), the tied wte (floats) */
 	size_t bucket_floats;     /* per bucket of the replicas' sum; 0: no buckets */
 	int stop_lag;             /* see stop_lag() */
+	/* the stage threads wait here until every one has started, so that
+	 * a thread that cannot start cancels the segment before any stage
+	 * waits on it (start_gate) */
+	pthread_mutex_t gate_mu;
+	pthread_cond_t gate_cv;
+	int gate;                 /* 0: wait, 1: run, -1: the segment is off */
+	atomic_int failed;        /* a stage failed mid-segment (stage_fail) */
 };
 
 struct stage_ctx {
@@ -100,7 +121,9 @@ struct stage_ctx {
 	 * segment steps <= stop_at (n - 1 when none was asked for) */
 	int stop_at;
 	int begun;                /* the newest segment step of an action begun */
-	float *asked_dev;         /* [N] backend memory: the replicas' requests */
+	float *asked_dev;         /* [N] backend memory: the replicas' requests
+				   * (with replicas; allocated before the segment) */
+	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens on its lane */
 };
 
 static long global_step(const struct pipeline *p, int seg_step) { return p->first_step + seg_step + 1; }
@@ -121,6 +144,33 @@ static int tied_stage(const struct trainer *tr, const struct stage_worker *w)
 	return tr->m->cfg.tied && tr->S > 1 && w->wte_param >= 0;
 }
 
+/* Stage c cannot go on (error() said why). In threads the segment is
+ * called off: every transport, board and replica sum of the process wakes
+ * its waiters, which return at once, so that every stage leaves its list
+ * and pipeline_run returns -1. Between processes the peers wait inside MPI
+ * or NCCL, which nothing interrupts: the job ends (p2p.h), every rank
+ * exiting non-zero. */
+static void stage_fail(struct stage_ctx *c)
+{
+	struct pipeline *p = c->p;
+	if (dist_active(p->tr->dist)) {
+		error("rank %d (stage %d): the segment cannot go on; aborting the job",
+		      dist_rank(p->tr->dist), c->s);
+		dist_abort();
+	}
+	if (atomic_exchange(&p->failed, 1))
+		return; /* another stage called it off */
+	for (int r = 0; r < p->tr->N; r++) {
+		p->tp[r]->abort(p->tp[r]);
+		p->board[r]->abort(p->board[r]);
+	}
+	if (p->rx)
+		p->rx->abort(p->rx);
+}
+
+/* Was the segment called off (stage_fail)? */
+static int called_off(const struct stage_ctx *c) { return atomic_load(&c->p->failed); }
+
 /* Was this stage's process asked to stop (1) or not (0)? With replicas,
  * whether any replica's process was: stage s of every replica posts the
  * same request, so that the replicas stop at the same step. The sum over
@@ -138,8 +188,6 @@ static double stop_asked(struct stage_ctx *c)
 	float *host = xmalloc((size_t)N * sizeof(float));
 	for (int q = 0; q < N; q++)
 		host[q] = asked;
-	if (!c->asked_dev && !(c->asked_dev = be->alloc((size_t)N * sizeof(float))))
-		die("cannot allocate %d floats on backend '%s'", N, be->name);
 	be->to_device(c->asked_dev, host, (size_t)N * sizeof(float));
 	double waited;
 	p->rx->allreduce(p->rx, c->r, c->s, c->asked_dev, (size_t)N, &waited);
@@ -150,8 +198,9 @@ static double stop_asked(struct stage_ctx *c)
 	return asked > 0;
 }
 
-/* OPTIM_STEP: post this stage's gradient sums (and tied part). */
-static void post_step(struct stage_ctx *c, long gstep)
+/* OPTIM_STEP: post this stage's gradient sums (and tied part). 0, or -1
+ * when the segment was called off or a part cannot be allocated. */
+static int post_step(struct stage_ctx *c, long gstep)
 {
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
@@ -175,27 +224,35 @@ static void post_step(struct stage_ctx *c, long gstep)
 		c->idle += waited;
 		c->busy += now_sec() - t0 - waited;
 		t0 = now_sec();
+		if (called_off(c))
+			return -1;
 	}
 	if (tr->S == 1) {
 		stage_finish_grads(&w->st, g);
 	} else if (tied_stage(tr, w)) {
 		float *g_wte = g + w->st.params[w->wte_param].offset;
-		b->tied_post(b, c->s, gstep, g_wte);
+		if (b->tied_post(b, c->s, gstep, g_wte))
+			return -1;
 		if (c->s == 0) {
 			/* stage 0's norm needs the summed gradient now */
 			double waited;
 			c->busy += now_sec() - t0;
 			const float *head = b->tied_wait(b, c->s, gstep, &waited);
 			c->idle += waited;
+			if (!head)
+				return -1;
 			t0 = now_sec();
 			tr->be->add(g_wte, g_wte, head, p->tied_n);
 		}
 	}
 	optim_grad_sumsq(&w->opt, g, w->sumsq);
 	w->sumsq[w->opt.n] = stop_asked(c);
+	if (called_off(c))
+		return -1;
 	b->post(b, c->s, gstep, w->sumsq);
 	c->posted = gstep;
 	c->busy += now_sec() - t0;
+	return 0;
 }
 
 /* Start the sum of the bucket gathered so far. */
@@ -225,8 +282,9 @@ static void on_grads_done(void *arg, size_t lo, size_t n)
 		bucket_send(c);
 }
 
-/* Apply the update of step gstep on this stage once every stage posted. */
-static void complete_step(struct stage_ctx *c, long gstep)
+/* Apply the update of step gstep on this stage once every stage posted.
+ * 0, or -1 when the segment was called off. */
+static int complete_step(struct stage_ctx *c, long gstep)
 {
 	struct pipeline *p = c->p;
 	struct trainer *tr = p->tr;
@@ -235,9 +293,13 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	double waited;
 	const double *sums = b->wait(b, c->s, gstep, &waited);
 	c->idle += waited;
+	if (!sums)
+		return -1;
 	if (tied_stage(tr, w) && c->s == tr->S - 1) {
 		const float *emb = b->tied_wait(b, c->s, gstep, &waited);
 		c->idle += waited;
+		if (!emb)
+			return -1;
 		float *g_wte = worker_grads(w, gstep) + w->st.params[w->wte_param].offset;
 		double t1 = now_sec();
 		tr->be->add(g_wte, emb, g_wte, p->tied_n);
@@ -256,7 +318,7 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	if (asked && seg_step + p->stop_lag < c->stop_at) {
 		c->stop_at = seg_step + p->stop_lag;
 		if (c->begun > c->stop_at)
-			die("internal error: stage %d began step %d of the segment, past the stop "
+			bug("stage %d began step %d of the segment, past the stop "
 			    "agreed at step %d", c->s, c->begun, c->stop_at);
 	}
 	double norm = sqrt(total);
@@ -269,16 +331,35 @@ static void complete_step(struct stage_ctx *c, long gstep)
 	}
 	b->done(b, c->s, gstep);
 	c->busy += now_sec() - t0;
+	return 0;
 }
 
-/* Complete pending updates until this stage's newest version is >= v. */
-static void need_version(struct stage_ctx *c, long v)
+/* Complete pending updates until this stage's newest version is >= v
+ * (0), or until the segment is called off (-1). */
+static int need_version(struct stage_ctx *c, long v)
 {
 	while (c->completed < v && c->completed < c->posted)
-		complete_step(c, c->completed + 1);
+		if (complete_step(c, c->completed + 1))
+			return -1;
 	if (trainer_worker(c->p->tr, c->r, c->s)->newest < v && v > 0)
-		die("internal error: stage %d needs version %ld but only %ld steps were posted",
+		bug("stage %d needs version %ld but only %ld steps were posted",
 		    c->s, v, c->posted);
+	return 0;
+}
+
+/* The buffer for stage c's activation of micro-batch mb of step gstep;
+ * NULL after error(): none could be allocated, or ASYNCPP_FAULT (dist.h)
+ * says that stage 0 of replica 0 runs out of memory there (the first
+ * micro-batch of the step). */
+static void *buffer_of(struct stage_ctx *c, struct transport *tp, long gstep, int mb)
+{
+	struct pipeline *p = c->p;
+	char what[96];
+	snprintf(what, sizeof(what), "allocate the activation of step %ld for stage 0", gstep);
+	if (c->s == 0 && c->r == 0 && mb % p->mb_r == 0 &&
+	    dist_fault(p->tr->dist, "buffer", gstep, gstep, what))
+		return NULL;
+	return tp->buffer(tp, c->s, p->act_bytes);
 }
 
 static void *stage_main(void *arg)
@@ -294,13 +375,16 @@ static void *stage_main(void *arg)
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	backend_lane_bind(be, s); /* this thread's ops, of every replica's stage s */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
+	int32_t *dev_in = c->dev_in, *dev_tg = c->dev_tg;
 	void *x_in = NULL, *x_out = NULL, *dx_out = NULL, *dx_in = NULL; /* act_dtype */
 	float dloss = 1.0f / (float)p->mb_per_step;
 	c->completed = c->posted = p->first_step;
 	int n;
 	const struct sched_action *a = sched_actions(p->sc, s, &n);
-	for (int i = 0; i < n; i++) {
+	int bad = 0; /* this stage failed, or another called the segment off */
+	for (int i = 0; i < n && !bad; i++) {
+		if (called_off(c))
+			break;
 		if (a[i].step > c->stop_at)
 			continue; /* a stop was agreed: this step is not run */
 		c->begun = MAX(c->begun, a[i].step);
@@ -312,21 +396,27 @@ static void *stage_main(void *arg)
 		case SCHED_RECV_ACT:
 			x_in = tp->recv(tp, s, s - 1, MSG_ACT, a[i].mb, &waited);
 			c->idle += waited;
+			bad = !x_in;
 			break;
 		case SCHED_RECV_GRAD:
 			dx_out = tp->recv(tp, s, s + 1, MSG_GRAD, a[i].mb, &waited);
 			c->idle += waited;
+			bad = !dx_out;
 			break;
 		case SCHED_FORWARD: {
-			need_version(c, gv);
+			if ((bad = need_version(c, gv) != 0))
+				break;
 			t0 = now_sec();
 			if (s == 0 || last) {
 				dataloader_batch(tr->data, data_index, host_in, host_tg);
 				be->to_device(dev_in, host_in, bt * sizeof(int32_t));
 				be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 			}
-			x_out = last ? NULL : tp->buffer(tp, s, p->act_bytes);
 			long gstep = global_step(p, a[i].step);
+			if (!last && !(x_out = buffer_of(c, tp, gstep, a[i].mb))) {
+				bad = 1;
+				break;
+			}
 			stage_forward(&w->st, a[i].slot, worker_grad_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
 				      NULL, last ? p->loss_dev + gmb : NULL,
@@ -348,10 +438,13 @@ static void *stage_main(void *arg)
 		case SCHED_BACKWARD: {
 			long gstep = global_step(p, a[i].step);
 			/* the gradient buffer of gstep held step gstep-2 */
-			while (c->completed < gstep - 2)
-				complete_step(c, c->completed + 1);
+			while (c->completed < gstep - 2 && !bad)
+				bad = complete_step(c, c->completed + 1) != 0;
+			if (bad || (s > 0 && !(dx_in = tp->buffer(tp, s, p->act_bytes)))) {
+				bad = 1;
+				break;
+			}
 			t0 = now_sec();
-			dx_in = s == 0 ? NULL : tp->buffer(tp, s, p->act_bytes);
 			/* the step's last backward sends the replicas' sum out in
 			 * buckets as it finishes layers (the micro-batches of a
 			 * step run in ascending order) */
@@ -386,9 +479,10 @@ static void *stage_main(void *arg)
 		case SCHED_OPTIM_STEP: {
 			long gstep = global_step(p, a[i].step);
 			/* updates are applied in order: finish older ones first */
-			while (c->completed < gstep - 1 && c->completed < c->posted)
-				complete_step(c, c->completed + 1);
-			post_step(c, gstep);
+			while (c->completed < gstep - 1 && c->completed < c->posted && !bad)
+				bad = complete_step(c, c->completed + 1) != 0;
+			if (bad || (bad = post_step(c, gstep) != 0))
+				break;
 			c->posted_at[gstep - p->first_step - 1] = now_sec();
 			break;
 		}
@@ -398,15 +492,35 @@ static void *stage_main(void *arg)
 		if (board->poll)
 			board->poll(board);
 	}
-	while (c->completed < c->posted)
-		complete_step(c, c->completed + 1);
-	be->free(dev_in);
-	be->free(dev_tg);
-	if (c->asked_dev)
-		be->free(c->asked_dev);
+	while (!bad && !called_off(c) && c->completed < c->posted)
+		bad = complete_step(c, c->completed + 1) != 0;
+	if (bad)
+		stage_fail(c);
 	free(host_in);
 	free(host_tg);
 	return NULL;
+}
+
+/* A stage thread: runs its stage once every thread of the segment has
+ * started (pipeline.gate), or nothing when one could not start. */
+static void *stage_thread(void *arg)
+{
+	struct stage_ctx *c = arg;
+	struct pipeline *p = c->p;
+	pthread_mutex_lock(&p->gate_mu);
+	while (!p->gate)
+		pthread_cond_wait(&p->gate_cv, &p->gate_mu);
+	int go = p->gate > 0;
+	pthread_mutex_unlock(&p->gate_mu);
+	return go ? stage_main(c) : NULL;
+}
+
+static void open_gate(struct pipeline *p, int state)
+{
+	pthread_mutex_lock(&p->gate_mu);
+	p->gate = state;
+	pthread_cond_broadcast(&p->gate_cv);
+	pthread_mutex_unlock(&p->gate_mu);
 }
 
 /* ---- one stage per process ---- */
@@ -414,51 +528,58 @@ static void *stage_main(void *arg)
 /* Tags of the control channel (dist_send/dist_recv) between segments. */
 enum { TAG_STATS = 1, TAG_STATE = 2 };
 
-/* The process's MPI side: one trainer, its transport, board and replica
- * group, kept from segment to segment (creating them is collective and
- * costs a round trip) until dist_finalize. */
-static struct {
-	const struct trainer *tr; /* the trainer attached, NULL before */
+/* The pipeline's side of the process's runtime (dist.h: the runtime holds
+ * it): one trainer, its transport, board and replica group, kept from
+ * segment to segment (creating them is collective and costs a round trip)
+ * until dist_finalize. */
+struct mpi_side {
+	const struct trainer *tr; /* the trainer attached */
 	int r, s;                 /* this process's replica and stage */
 	struct transport *tp;
 	struct board *board;
 	struct replicas *rx;      /* NULL for N = 1 */
 	struct nccl_world nccl;   /* the channels (pipeline.transport = nccl) */
-} mp;
+};
 
-static void mpi_detach(void)
+static void mpi_detach(void *arg)
 {
-	if (mp.rx)
-		mp.rx->destroy(mp.rx);
-	if (mp.board)
-		mp.board->destroy(mp.board);
-	if (mp.tp)
-		mp.tp->destroy(mp.tp);
-	nccl_world_close(&mp.nccl); /* after the transport and replicas on it */
-	memset(&mp, 0, sizeof(mp));
+	struct mpi_side *mp = arg;
+	if (mp->rx)
+		mp->rx->destroy(mp->rx);
+	if (mp->board)
+		mp->board->destroy(mp->board);
+	if (mp->tp)
+		mp->tp->destroy(mp->tp);
+	nccl_world_close(&mp->nccl); /* after the transport and replicas on it */
+	free(mp);
 }
 
 /* First use of tr under MPI (every rank reaches it at the same call): set
  * up the transport, the board and the replica group. The process holds
- * only its own stage's worker (trainer_init). */
-static void mpi_attach(struct trainer *tr)
+ * only its own stage's worker (trainer_init). 0, or -1 after error()
+ * (what was made is undone); the caller agrees on it with the other ranks
+ * (dist_agree). */
+static int mpi_attach(struct trainer *tr)
 {
-	if (mp.tr == tr)
-		return;
-	if (mp.tr)
-		die("internal error: a second trainer in one MPI process");
-	int S = tr->S, N = tr->N, rank = dist_rank();
-	if (S * N != dist_world())
-		die("internal error: %d stages x %d replicas on %d processes", S, N, dist_world());
-	mp.r = rank / S;
-	mp.s = rank % S;
+	struct dist *d = tr->dist;
+	const struct mpi_side *was = dist_pipeline(d);
+	if (was && was->tr == tr)
+		return 0;
+	if (was)
+		bug("a second trainer in one MPI process");
+	int S = tr->S, N = tr->N, rank = dist_rank(d);
+	if (S * N != dist_world(d))
+		bug("%d stages x %d replicas on %d processes", S, N, dist_world(d));
+	struct mpi_side *mp = xcalloc(1, sizeof(*mp));
+	mp->r = rank / S;
+	mp->s = rank % S;
 	/* the board needs every stage's tensor count; this rank holds one stage */
 	int *n_tensors = xcalloc((size_t)S, sizeof(int));
 	for (int s = 0; s < S; s++)
 		n_tensors[s] = stage_param_count(tr->m, &tr->cut, s);
-	if (n_tensors[mp.s] != tr->w[rank].opt.n)
-		die("internal error: stage %d holds %d tensors, stage_param_count says %d", mp.s,
-		    tr->w[rank].opt.n, n_tensors[mp.s]);
+	if (n_tensors[mp->s] != tr->w[rank].opt.n)
+		bug("stage %d holds %d tensors, stage_param_count says %d", mp->s,
+		    tr->w[rank].opt.n, n_tensors[mp->s]);
 	for (int s = 0; s < S; s++)
 		n_tensors[s]++; /* and the stop request: post_step */
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
@@ -467,37 +588,50 @@ static void mpi_attach(struct trainer *tr)
 	 * of its own replica */
 	double timeout = tr->cfg->pipeline_timeout;
 	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
-	if (nccl && nccl_world_open(&mp.nccl, S, N, rank))
-		die("cannot set up the NCCL channels between processes");
-	mp.tp = transport_shift(nccl ? transport_nccl(tr->be, &mp.nccl, act_bytes, timeout)
-				     : transport_p2p(tr->be, S * N, rank, act_bytes, S, timeout),
-				mp.r * S);
-	mp.board = mp.tp ? board_p2p(tr->be, S, mp.s, mp.r * S, n_tensors, tied_n, timeout)
+	if (nccl && nccl_world_open(&mp->nccl, d, S, N, rank)) {
+		free(n_tensors);
+		free(mp);
+		return error("rank %d: cannot set up the NCCL channels between processes", rank);
+	}
+	mp->tp = transport_shift(nccl ? transport_nccl(tr->be, &mp->nccl, act_bytes, timeout)
+				     : transport_p2p(d, tr->be, S * N, rank, act_bytes, S, timeout),
+				mp->r * S);
+	mp->board = mp->tp ? board_p2p(d, tr->be, S, mp->s, mp->r * S, n_tensors, tied_n, timeout)
 			 : NULL;
 	free(n_tensors);
-	if (!mp.tp || !mp.board)
-		die("cannot set up the pipeline between processes");
-	if (N > 1 && !(mp.rx = nccl ? replicas_nccl(tr->be, &mp.nccl, timeout)
-				    : replicas_p2p(tr->be, N, S, rank, timeout)))
-		die("cannot set up the data-parallel replicas between processes");
-	dist_at_finalize(mpi_detach);
-	mp.tr = tr;
+	if (!mp->tp || !mp->board) {
+		mpi_detach(mp);
+		return error("rank %d: cannot set up the pipeline between processes", rank);
+	}
+	if (N > 1 && !(mp->rx = nccl ? replicas_nccl(tr->be, &mp->nccl, timeout)
+				    : replicas_p2p(d, tr->be, N, S, rank, timeout))) {
+		mpi_detach(mp);
+		return error("rank %d: cannot set up the data-parallel replicas between processes",
+			     rank);
+	}
+	mp->tr = tr;
+	dist_set_pipeline(d, mp, mpi_detach);
+	return 0;
 }
 
 /* Every replica's losses to every rank (the last rank of each replica
  * holds its own micro-batches'); rank 0 collects the busy and idle seconds
- * of replica 0's stages. */
-static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
+ * of replica 0's stages. 0, or -1 after error(). */
+static int mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
 {
 	struct trainer *tr = p->tr;
+	const struct dist *d = tr->dist;
 	size_t n_mb = (size_t)n_steps * (size_t)p->mb_per_step;
 	float *got = tr->N > 1 ? xcalloc(n_mb, sizeof(float)) : p->losses;
 	for (int r = 0; r < tr->N; r++) {
 		int root = r * tr->S + tr->S - 1;
-		if (got != p->losses && dist_rank() == root)
+		if (got != p->losses && dist_rank(d) == root)
 			memcpy(got, p->losses, n_mb * sizeof(float));
-		if (dist_bcast(got, n_mb * sizeof(float), root))
-			die("cannot share the losses of the segment");
+		if (dist_bcast(d, got, n_mb * sizeof(float), root)) {
+			if (got != p->losses)
+				free(got);
+			return error("rank %d: cannot share the losses of the segment", dist_rank(d));
+		}
 		if (got != p->losses)
 			for (int t = 0; t < n_steps; t++)
 				for (int k = 0; k < p->mb_r; k++) {
@@ -514,10 +648,13 @@ static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps
 		double *all = xmalloc(n * sizeof(double));
 		for (int q = 0; q < tr->N * tr->S; q++) {
 			int r = q / tr->S, s = q % tr->S;
-			if (dist_rank() == q)
+			if (dist_rank(d) == q)
 				memcpy(all, p->moe, n * sizeof(double));
-			if (dist_bcast(all, n * sizeof(double), q))
-				die("cannot share the mixture-of-experts statistics of the segment");
+			if (dist_bcast(d, all, n * sizeof(double), q)) {
+				free(all);
+				return error("rank %d: cannot share the mixture-of-experts statistics "
+					     "of the segment", dist_rank(d));
+			}
 			for (int t = 0; t < n_steps; t++)
 				for (int k = 0; k < p->mb_r; k++) {
 					size_t i = (size_t)t * p->mb_per_step + (size_t)r * p->mb_r + k;
@@ -529,18 +666,16 @@ static void mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps
 	}
 	double t[2] = {c->busy, c->idle};
 	if (c->r > 0)
-		return;
-	if (!dist_is_root()) {
-		if (dist_send(t, sizeof(t), 0, TAG_STATS))
-			die("cannot send stage statistics");
-		return;
-	}
+		return 0;
+	if (!dist_is_root(d))
+		return dist_send(d, t, sizeof(t), 0, TAG_STATS);
 	for (int s = 1; s < tr->S; s++) {
-		if (dist_recv(t, sizeof(t), s, TAG_STATS))
-			die("cannot receive stage statistics");
+		if (dist_recv(d, t, sizeof(t), s, TAG_STATS))
+			return -1;
 		tr->w[s].busy_s += t[0];
 		tr->w[s].idle_s += t[1];
 	}
+	return 0;
 }
 
 /* How many steps past step t a stage may have begun when it learns that
@@ -579,10 +714,38 @@ int pipeline_stop_steps(const struct trainer *tr)
 	struct schedule *sc = sched_build_at(tr->kind, tr->S, is_pd ? tr->M : tr->mb_per_replica,
 					     n, 0, err, sizeof(err));
 	if (!sc)
-		die("internal error: %s", err);
+		bug("%s", err);
 	int steps = 1 + stop_lag(sc) + 1; /* the next post, the lag, the drain (< 1 step) */
 	sched_free(sc);
 	return steps;
+}
+
+/* The backend memory stage c uses in a segment, on its lane: its tokens,
+ * and with replicas the sum of the stop requests. Allocated before any
+ * stage starts, so that a failure is agreed on before anyone waits. 0, or
+ * -1 after error(). */
+static int stage_alloc(struct stage_ctx *c, const struct backend *be, size_t bt, int N)
+{
+	int before = backend_lane_enter(be, c->s);
+	c->dev_in = be->alloc(bt * sizeof(int32_t));
+	c->dev_tg = be->alloc(bt * sizeof(int32_t));
+	if (N > 1)
+		c->asked_dev = be->alloc((size_t)N * sizeof(float));
+	backend_lane_bind(be, before);
+	if (!c->dev_in || !c->dev_tg || (N > 1 && !c->asked_dev))
+		return error("cannot allocate the tokens of stage %d of replica %d on backend '%s'",
+			     c->s, c->r, be->name);
+	return 0;
+}
+
+static void stage_release(struct stage_ctx *c, const struct backend *be)
+{
+	int before = backend_lane_enter(be, c->s);
+	be->free(c->dev_in); /* NULL is fine, as for free() */
+	be->free(c->dev_tg);
+	be->free(c->asked_dev);
+	backend_lane_bind(be, before);
+	free(c->posted_at);
 }
 
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
@@ -590,17 +753,20 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	struct pipeline p = {.tr = tr, .first_step = tr->step};
 	char err[256];
-	int mpi = dist_active();
-	if (mpi)
-		mpi_attach(tr);
+	struct dist *d = tr->dist;
+	int mpi = dist_active(d);
+	if (mpi && dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
+		return -1;
+	const struct mpi_side *mp = dist_pipeline(d);
 	int N = tr->N, S = tr->S;
 	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
-	int lo = mpi ? dist_rank() : 0, hi = mpi ? lo + 1 : N * S;
+	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * S;
 	int is_pd = tr->kind == SCHED_PIPEDREAM;
 	p.mb_per_step = tr->mb_per_step;
 	p.mb_r = tr->mb_per_replica;
 	p.rep_r = lo / S;
 	p.rep_s = lo % S;
+	/* the same lists on every rank: it fails everywhere or nowhere */
 	p.sc = sched_build_at(tr->kind, S, is_pd ? tr->M : p.mb_r, n, tr->step, err, sizeof(err));
 	if (!p.sc)
 		return error("%s", err);
@@ -608,20 +774,56 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	for (int i = lo; i < hi; i++) {
 		const struct sched_stage *ss = sched_stage(p.sc, i % S);
 		if (ss->nslots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
-			die("internal error: stage %d needs %d slots and %d versions, has %d and %d",
-			    i % S, ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
+			bug("stage %d needs %d slots and %d versions, has %d and %d", i % S,
+			    ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
 	p.act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	double bucket = tr->cfg->pipeline_bucket_mb * 1048576.0 / 4.0; /* floats */
 	p.bucket_floats = bucket <= 0 ? 0 : bucket >= 0x1p62 ? (size_t)1 << 62
 					: (size_t)MAX(1.0, bucket);
 	p.tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
+	size_t n_mb = st_mult((size_t)n, (size_t)p.mb_per_step);
+	p.losses = xcalloc(n_mb, sizeof(float));
+	p.moe_w = trainer_moe_width(tr);
+	if (p.moe_w)
+		p.moe = xcalloc(st_mult(n_mb, p.moe_w), sizeof(double));
+	p.norm = xcalloc((size_t)n, sizeof(double));
+	p.lr = xcalloc((size_t)n, sizeof(double));
+	pthread_mutex_init(&p.gate_mu, NULL);
+	pthread_cond_init(&p.gate_cv, NULL);
+	/* what can fail on one process and not another, before any stage
+	 * starts: then every process agrees and none waits on a peer */
+	int failed = 0;
+	/* on the last stages' lane, which writes it (one lane with MPI) */
+	backend_lane_bind(tr->be, S - 1);
+	p.loss_dev = tr->be->alloc(st_mult(n_mb, sizeof(float)));
+	backend_lane_bind(tr->be, before);
+	if (!p.loss_dev)
+		failed = error("cannot allocate the segment's %zu losses on backend '%s'", n_mb,
+			       tr->be->name);
+	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
+	for (int i = lo; i < hi; i++) {
+		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S, .stop_at = n - 1,
+					    .begun = -1,
+					    .posted_at = xcalloc((size_t)n, sizeof(double))};
+		if (!failed && stage_alloc(&ctx[i], tr->be, bt, N))
+			failed = -1;
+	}
+	char what[96];
+	snprintf(what, sizeof(what), "start the segment of steps %ld to %ld", p.first_step + 1,
+		 p.first_step + n);
+	if (!failed && dist_fault(d, "segment", p.first_step + 1, p.first_step + n, what))
+		failed = -1;
+	int rc = dist_agree(d, failed, "to start the segment");
+	if (rc)
+		goto out;
 	p.tp = xcalloc((size_t)N, sizeof(*p.tp));
 	p.board = xcalloc((size_t)N, sizeof(*p.board));
 	if (mpi) {
-		p.tp[mp.r] = mp.tp;
-		p.board[mp.r] = mp.board;
-		p.rx = mp.rx;
+		p.tp[mp->r] = mp->tp;
+		p.board[mp->r] = mp->board;
+		p.rx = mp->rx;
 	} else {
 		int *nt = xcalloc((size_t)S, sizeof(int));
 		for (int s = 0; s < S; s++)
@@ -636,34 +838,25 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
-	p.losses = xcalloc(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float));
-	/* on the last stages' lane, which writes it (one lane with MPI) */
-	backend_lane_bind(tr->be, S - 1);
-	p.loss_dev = tr->be->alloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
-	backend_lane_bind(tr->be, before);
-	if (!p.loss_dev)
-		die("cannot allocate the segment's %ld losses on backend '%s'",
-		    (long)n * p.mb_per_step, tr->be->name);
-	p.moe_w = trainer_moe_width(tr);
-	if (p.moe_w)
-		p.moe = xcalloc(st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), p.moe_w),
-				sizeof(double));
 	trainer_moe_begin(tr, n);
-	p.norm = xcalloc((size_t)n, sizeof(double));
-	p.lr = xcalloc((size_t)n, sizeof(double));
-	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
-	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S, .stop_at = n - 1,
-					    .begun = -1,
-					    .posted_at = xcalloc((size_t)n, sizeof(double))};
 	if (mpi) {
 		stage_main(&ctx[lo]);
 	} else {
+		/* every thread waits at the gate until all have started: one
+		 * that cannot start calls the segment off before any stage
+		 * waits on it */
 		pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
-		for (int i = 0; i < N * S; i++)
-			if (pthread_create(&th[i], NULL, stage_main, &ctx[i]))
-				die("cannot start stage thread %d of replica %d", i % S, i / S);
-		for (int i = 0; i < N * S; i++)
+		int started = 0;
+		while (started < N * S && !pthread_create(&th[started], NULL, stage_thread,
+							  &ctx[started]))
+			started++;
+		if (started < N * S)
+			rc = error("cannot start the thread of stage %d of replica %d (%d threads "
+				   "run; lower pipeline.stages or pipeline.data_parallel, or raise "
+				   "the process limit: ulimit -u)", started % S, started / S,
+				   started);
+		open_gate(&p, rc ? -1 : 1);
+		for (int i = 0; i < started; i++)
 			pthread_join(th[i], NULL);
 		free(th);
 		/* the stages' lanes may still run their last ops; everything
@@ -675,26 +868,31 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
 			p.board[r]->end(p.board[r]);
+	if (atomic_load(&p.failed))
+		rc = -1; /* the failing stage said why */
+	if (rc)
+		goto out;
 	/* the steps run: every stage saw the same requests (post_step) */
 	int done = ctx[lo].stop_at + 1;
 	for (int i = lo; i < hi; i++) {
 		if (ctx[i].stop_at + 1 != done)
-			die("internal error: stage %d of replica %d stopped after %d steps of the "
-			    "segment, stage %d of replica %d after %d", i % S, i / S,
-			    ctx[i].stop_at + 1, lo % S, lo / S, done);
+			bug("stage %d of replica %d stopped after %d steps of the segment, stage %d "
+			    "of replica %d after %d", i % S, i / S, ctx[i].stop_at + 1, lo % S,
+			    lo / S, done);
 		tr->w[i].busy_s += ctx[i].busy;
 		tr->w[i].idle_s += ctx[i].idle;
 	}
+	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
 	backend_lane_bind(tr->be, S - 1);
-	tr->be->to_host(p.losses, p.loss_dev,
-			st_mult(st_mult((size_t)n, (size_t)p.mb_per_step), sizeof(float)));
-	tr->be->free(p.loss_dev);
+	tr->be->to_host(p.losses, p.loss_dev, st_mult(n_mb, sizeof(float)));
 	backend_lane_bind(tr->be, before);
-	if (mpi)
-		mpi_segment_end(&p, &ctx[lo], done);
-	int rc = 0;
+	if (mpi && dist_agree(d, mpi_segment_end(&p, &ctx[lo], done),
+			      "to share the segment's results")) {
+		rc = -1;
+		goto out;
+	}
 	for (int i = 0; i < done; i++) {
 		struct step_stats st = {0};
 		double sum = 0.0;
@@ -713,15 +911,18 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			stats[i] = st;
 		tr->last = st;
 	}
-	tr->step = p.first_step + done;
+out:
 	for (int k = lo; k < hi; k++)
-		free(ctx[k].posted_at);
+		stage_release(&ctx[k], tr->be);
 	free(ctx);
+	backend_lane_bind(tr->be, S - 1);
+	tr->be->free(p.loss_dev);
+	backend_lane_bind(tr->be, before);
 	free(p.losses);
 	free(p.moe);
 	free(p.norm);
 	free(p.lr);
-	if (!mpi) {
+	if (!mpi && p.board) {
 		for (int r = 0; r < N; r++) {
 			p.board[r]->destroy(p.board[r]);
 			p.tp[r]->destroy(p.tp[r]);
@@ -731,76 +932,204 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	}
 	free(p.board);
 	free(p.tp);
+	pthread_cond_destroy(&p.gate_cv);
+	pthread_mutex_destroy(&p.gate_mu);
 	sched_free(p.sc);
 	return rc;
 }
 
-/* ---- evaluation and checkpoints under MPI (dist.h) ---- */
+/* ---- evaluation: one path for threads and processes ---- */
 
-double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches)
+/* One stage's part of an evaluation: replica r takes batches r, r+N, ...
+ * (the replicas hold the same weights) through stage s, on the newest
+ * weights and slot 0 as trainer_eval's forward_all does, activations
+ * passed on tp; the last stage writes each batch's loss. */
+struct eval_ctx {
+	struct trainer *tr;
+	struct dataloader *data;
+	struct transport *tp;     /* the replica's */
+	int r, s, batches;
+	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
+	float *losses;            /* [batches] */
+	int failed;               /* a message buffer could not be had */
+};
+
+static void *eval_stage(void *arg)
 {
-	if (!dist_active())
-		return trainer_eval(tr, data, batches);
-	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
-	mpi_attach(tr);
+	struct eval_ctx *e = arg;
+	struct trainer *tr = e->tr;
 	const struct backend *be = tr->be;
-	int S = tr->S, N = tr->N, r = mp.r, s = mp.s, last = s == S - 1;
-	struct stage_worker *w = trainer_worker(tr, r, s);
+	int S = tr->S, s = e->s, last = s == S - 1;
+	struct stage_worker *w = trainer_worker(tr, e->r, s);
+	struct transport *tp = e->tp;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
-	struct transport *tp = mp.tp;
+	backend_lane_bind(be, s); /* this thread's ops (one lane between processes) */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	int32_t *dev_in = be->alloc(bt * sizeof(int32_t)), *dev_tg = be->alloc(bt * sizeof(int32_t));
-	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
-	/* trainer_eval's forward_all, one stage per rank: the newest weights,
-	 * slot 0, the same loss scale; replica r takes batches r, r+N, ... (the
-	 * replicas hold the same weights) */
-	for (int i = r; i < batches; i += N) {
+	for (int i = e->r; i < e->batches; i += tr->N) {
 		if (s == 0 || last) {
-			dataloader_batch(data, i, host_in, host_tg);
-			be->to_device(dev_in, host_in, bt * sizeof(int32_t));
-			be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
+			dataloader_batch(e->data, i, host_in, host_tg);
+			be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
+			be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
 		}
 		void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
-		void *x_out = last ? NULL : tp->buffer(tp, s, act_bytes);
+		void *x_out = last || (s > 0 && !x_in) ? NULL : tp->buffer(tp, s, act_bytes);
+		if ((s > 0 && !x_in) || (!last && !x_out)) {
+			e->failed = 1; /* error() said why, or another stage gave up */
+			break;
+		}
 		float loss = 0.0f;
-		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? dev_in : NULL, x_in,
-			      last ? dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
+		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? e->dev_in : NULL,
+			      x_in, last ? e->dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
 			      1.0f / (float)tr->M);
 		if (x_in)
 			tp->release(tp, s, x_in);
 		if (x_out)
 			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
-		losses[i] = loss;
+		if (last)
+			e->losses[i] = loss;
 	}
-	be->free(dev_in);
-	be->free(dev_tg);
 	free(host_in);
 	free(host_tg);
-	/* every replica's losses from its last rank, then added in order */
-	float *got = N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float)) : losses;
-	for (int q = 0; q < N; q++) {
+	if (e->failed && tp->abort)
+		tp->abort(tp); /* the other stages of the replica stop waiting */
+	return NULL;
+}
+
+/* The tokens of ctx[lo, hi)'s stages on their lanes. 0, or -1 after error(). */
+static int eval_alloc(struct eval_ctx *ctx, int lo, int hi)
+{
+	const struct backend *be = ctx[lo].tr->be;
+	size_t bytes = (size_t)ctx[lo].tr->B * (size_t)ctx[lo].tr->T * sizeof(int32_t);
+	int rc = 0;
+	for (int i = lo; i < hi; i++) {
+		int before = backend_lane_enter(be, ctx[i].s);
+		ctx[i].dev_in = be->alloc(bytes);
+		ctx[i].dev_tg = be->alloc(bytes);
+		backend_lane_bind(be, before);
+		if (!rc && (!ctx[i].dev_in || !ctx[i].dev_tg))
+			rc = error("cannot allocate the evaluation's tokens for stage %d on backend "
+				   "'%s'", ctx[i].s, be->name);
+	}
+	return rc;
+}
+
+static void eval_release(struct eval_ctx *ctx, int lo, int hi)
+{
+	const struct backend *be = ctx[lo].tr->be;
+	for (int i = lo; i < hi; i++) {
+		int before = backend_lane_enter(be, ctx[i].s);
+		be->free(ctx[i].dev_in);
+		be->free(ctx[i].dev_tg);
+		backend_lane_bind(be, before);
+	}
+}
+
+/* Every stage of every replica on a thread of its own, over local
+ * transports. 0, or -1 after error(). */
+static int eval_threads(struct trainer *tr, struct eval_ctx *ctx)
+{
+	int N = tr->N, S = tr->S, rc = 0;
+	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
+	struct transport **tp = xcalloc((size_t)N, sizeof(*tp));
+	for (int r = 0; r < N; r++)
+		tp[r] = transport_local(tr->be, S, act_bytes);
+	for (int i = 0; i < N * S; i++)
+		ctx[i].tp = tp[i / S];
+	pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
+	int started = 0;
+	while (started < N * S && !pthread_create(&th[started], NULL, eval_stage, &ctx[started]))
+		started++;
+	if (started < N * S) {
+		rc = error("cannot start the evaluation thread of stage %d of replica %d",
+			   started % S, started / S);
+		for (int r = 0; r < N; r++)
+			tp[r]->abort(tp[r]); /* the threads started stop waiting */
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (backend_lane_count(tr->be) > 1)
+		tr->be->synchronize(); /* the lanes' last ops, before the buffers go */
+	for (int i = 0; i < started; i++)
+		if (ctx[i].failed)
+			rc = -1;
+	for (int r = 0; r < N; r++)
+		tp[r]->destroy(tp[r]);
+	free(th);
+	free(tp);
+	return rc;
+}
+
+int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, double *loss)
+{
+	struct dist *d = tr->dist;
+	int mpi = dist_active(d);
+	if (tr->kind < 0) { /* one worker: no pipeline to run it through */
+		*loss = trainer_eval(tr, data, batches);
+		return 0;
+	}
+	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
+	if (mpi && dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
+		return -1;
+	int N = tr->N, S = tr->S;
+	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
+	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * S;
+	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
+	struct eval_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
+	for (int i = lo; i < hi; i++)
+		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / S, .s = i % S,
+					   .batches = batches, .losses = losses};
+	int before = backend_lane_current(tr->be); /* bound again when done */
+	int failed = dist_agree(d, eval_alloc(ctx, lo, hi), "to start the evaluation");
+	if (!failed && mpi) {
+		const struct mpi_side *mp = dist_pipeline(d);
+		ctx[lo].tp = mp->tp;
+		eval_stage(&ctx[lo]);
+		if (ctx[lo].failed) {
+			error("rank %d (stage %d): the evaluation cannot go on; aborting the job",
+			      dist_rank(d), ctx[lo].s);
+			dist_abort(); /* the peers wait inside MPI (p2p.h) */
+		}
+	} else if (!failed) {
+		failed = eval_threads(tr, ctx);
+	}
+	backend_lane_bind(tr->be, before);
+	eval_release(ctx, lo, hi);
+	free(ctx);
+	/* between processes: every replica's losses from its last rank */
+	float *got = mpi && N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float))
+				  : losses;
+	for (int q = 0; mpi && !failed && q < N; q++) {
 		int root = q * S + S - 1;
-		if (got != losses && dist_rank() == root)
+		if (got != losses && dist_rank(d) == root)
 			memcpy(got, losses, (size_t)batches * sizeof(float));
-		if (dist_bcast(got, (size_t)batches * sizeof(float), root))
-			die("cannot share the evaluation loss");
+		if (dist_bcast(d, got, (size_t)batches * sizeof(float), root)) {
+			failed = error("rank %d: cannot share the evaluation loss", dist_rank(d));
+			break;
+		}
 		if (got != losses)
 			for (int i = q; i < batches; i += N)
 				losses[i] = got[i];
 	}
 	if (got != losses)
 		free(got);
+	/* added in batch order, as trainer_eval adds them */
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++)
 		sum += losses[i];
 	free(losses);
-	return batches ? sum / batches : 0.0;
+	*loss = batches ? sum / batches : 0.0;
+	return failed ? -1 : 0;
 }
 
-/* Checkpoints under MPI. Rank 0 writes the file from its own stage and
- * from what the other ranks of replica 0 send, in checkpoint order, so no
- * rank ever holds more than its own stage. Rank s > 0 sends, for each
+/* ---- checkpoints: one path for threads and processes ---- */
+
+/* Checkpoints: one path for a process that holds every stage (threads)
+ * and for one stage per process. Rank 0 writes the file from the stages it
+ * holds and from what the other ranks of replica 0 send, in checkpoint
+ * order, so no rank ever holds more than its own stage (gather_weights,
+ * gather_states: a stage's part comes from its worker where this process
+ * holds it, else from its rank). Rank s > 0 sends, for each
  * weight version (back = 0, 1, ...): a weights_head and its own parameters'
  * floats, which are contiguous in the global arena from base_off; then each
  * optimizer-state tensor as a tensor_head and its floats, and an end
@@ -834,15 +1163,17 @@ static struct weights_head stage_range(const struct stage *st)
 static int send_tensor(void *ctx, const char *name, const float *data, size_t numel, int rows,
 		       int cols)
 {
+	const struct dist *d = ctx;
 	struct tensor_head h = {.numel = numel, .rows = rows, .cols = cols};
 	snprintf(h.name, sizeof(h.name), "%s", name);
-	if (dist_send(&h, sizeof(h), 0, TAG_STATE))
+	if (dist_send(d, &h, sizeof(h), 0, TAG_STATE))
 		return -1;
-	return dist_send(data, numel * sizeof(float), 0, TAG_STATE);
+	return dist_send(d, data, numel * sizeof(float), 0, TAG_STATE);
 }
 
 static int send_state(struct trainer *tr, int s)
 {
+	const struct dist *d = tr->dist;
 	struct stage_worker *w = &tr->w[s];
 	struct weights_head h = stage_range(&w->st);
 	float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
@@ -851,49 +1182,56 @@ static int send_state(struct trainer *tr, int s)
 		/* what trainer_gather_weights takes from this stage */
 		long v = w->newest - MIN(back, w->n_versions - 1);
 		tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
-		rc = dist_send(&h, sizeof(h), 0, TAG_STATE);
+		rc = dist_send(d, &h, sizeof(h), 0, TAG_STATE);
 		if (!rc)
-			rc = dist_send(host, h.count * sizeof(float), 0, TAG_STATE);
+			rc = dist_send(d, host, h.count * sizeof(float), 0, TAG_STATE);
 	}
 	free(host);
 	if (!rc)
-		rc = worker_state_tensors(tr, w, send_tensor, NULL);
+		rc = worker_state_tensors(tr, w, send_tensor, tr->dist);
 	struct tensor_head end = {.end = 1};
 	if (!rc)
-		rc = dist_send(&end, sizeof(end), 0, TAG_STATE);
+		rc = dist_send(d, &end, sizeof(end), 0, TAG_STATE);
 	return rc;
 }
 
-/* Rank 0's sources for trainer_save_from: its own stage 0, the rest received. */
-static int recv_weights(void *ctx, int back, float *global)
+/* Rank 0's sources for trainer_save_from: the stages it holds (all of them
+ * in a one-process run), the rest received. */
+static int gather_weights(void *ctx, int back, float *global)
 {
 	struct trainer *tr = ctx;
-	struct stage_worker *w0 = &tr->w[0];
-	worker_save_version(w0, w0->newest - MIN(back, w0->n_versions - 1), global);
-	for (int s = 1; s < tr->S; s++) {
+	const struct dist *d = tr->dist;
+	for (int s = 0; s < tr->S; s++) {
+		struct stage_worker *w = &tr->w[s];
+		if (worker_alive(w)) {
+			/* what trainer_gather_weights takes from this stage */
+			worker_save_version(w, w->newest - MIN(back, w->n_versions - 1), global);
+			continue;
+		}
 		struct weights_head h;
-		if (dist_recv(&h, sizeof(h), s, TAG_STATE))
+		if (dist_recv(d, &h, sizeof(h), s, TAG_STATE))
 			return -1;
 		if (h.base_off > tr->m->numel || h.count > tr->m->numel - h.base_off)
-			die("internal error: rank %d sent weights [%zu, %zu + %zu) outside the "
+			bug("rank %d sent weights [%zu, %zu + %zu) outside the "
 			    "model's %zu floats", s, h.base_off, h.base_off, h.count, tr->m->numel);
-		if (dist_recv(global + h.base_off, h.count * sizeof(float), s, TAG_STATE))
+		if (dist_recv(d, global + h.base_off, h.count * sizeof(float), s, TAG_STATE))
 			return -1;
 	}
 	return 0;
 }
 
-static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
+static int gather_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 {
 	struct trainer *tr = ctx;
-	if (s == 0)
-		return worker_state_tensors(tr, &tr->w[0], sink, sink_ctx);
+	const struct dist *d = tr->dist;
+	if (worker_alive(&tr->w[s]))
+		return worker_state_tensors(tr, &tr->w[s], sink, sink_ctx);
 	float *buf = NULL;
 	size_t cap = 0;
 	int rc = 0;
 	for (;;) {
 		struct tensor_head h;
-		if (dist_recv(&h, sizeof(h), s, TAG_STATE)) {
+		if (dist_recv(d, &h, sizeof(h), s, TAG_STATE)) {
 			rc = -1;
 			break;
 		}
@@ -901,13 +1239,13 @@ static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 			break;
 		h.name[sizeof(h.name) - 1] = '\0';
 		if (h.numel > MAX(tr->m->numel, optim_part_bound(tr->m)))
-			die("internal error: rank %d sent a state tensor '%s' of %zu floats, more "
+			bug("rank %d sent a state tensor '%s' of %zu floats, more "
 			    "than any optimizer keeps for this model", s, h.name, h.numel);
 		if (h.numel > cap) {
 			cap = h.numel;
 			buf = xrealloc(buf, st_mult(cap, sizeof(float)));
 		}
-		if (dist_recv(buf, h.numel * sizeof(float), s, TAG_STATE)) {
+		if (dist_recv(d, buf, h.numel * sizeof(float), s, TAG_STATE)) {
 			rc = -1;
 			break;
 		}
@@ -920,21 +1258,18 @@ static int recv_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		  const char *extra_meta)
 {
-	if (!dist_active())
-		return trainer_save(tr, path, config_text, extra_meta);
-	mpi_attach(tr);
-	int rc = 0;
-	if (mp.r > 0) {
-		/* replica 0 holds the same bits */
-	} else if (!dist_is_root()) {
-		rc = send_state(tr, dist_rank());
+	struct dist *d = tr->dist;
+	int rank = dist_rank(d), rc = 0;
+	if (rank >= tr->S) {
+		/* replica rank / S > 0: replica 0 holds the same bits */
+	} else if (rank > 0) {
+		rc = send_state(tr, rank);
 	} else {
-		struct ckpt_source src = {.weights = recv_weights, .states = recv_states, .ctx = tr};
+		struct ckpt_source src = {.weights = gather_weights, .states = gather_states,
+					  .ctx = tr};
 		rc = trainer_save_from(tr, &src, path, config_text, extra_meta);
 	}
-	/* a failed send or receive ends the job (MPI's errors are fatal), so
-	 * every rank gets here and learns whether rank 0 wrote the file */
-	if (dist_bcast(&rc, sizeof(rc), 0))
-		return -1;
-	return rc;
+	/* a failed send or receive ends the job (p2p.h), so every rank gets
+	 * here; every rank learns whether rank 0 wrote the file */
+	return dist_agree(d, rc, "to write the checkpoint");
 }

@@ -38,7 +38,8 @@
  * while a later action needs that version.
  *
  * Activation slots: a FORWARD takes the lowest free slot and its BACKWARD
- * frees it; a stage needs nslots activation buffers.
+ * (or BACKWARD_WEIGHT, below) frees it; a stage needs nslots activation
+ * buffers.
  *
  * The kinds:
  *   gpipe      per step: all M forwards, all M backwards (ascending mb),
@@ -60,6 +61,75 @@
  * Micro-batch indices are segment-global: mb of step t are [t*M, (t+1)*M)
  * (pipedream: mb j is step j). Backwards run in ascending mb order on every
  * stage, so gradients accumulate in the same order as on a single device.
+ *
+ * Chunks (virtual stages). The kinds below split the model into P = S*V
+ * pieces in model order and give stage s the V pieces sched_piece(sc, s, c)
+ * for its chunks c = 0..V-1 (V = 1 above: piece s). Every action names its
+ * chunk. Piece p's output activation goes to piece p+1 and p+1's input
+ * gradient back to p: by a SEND/RECV pair with `peer` the other piece's
+ * stage, or, when both pieces sit on the same stage, locally with no message
+ * (the later compute then follows the earlier in the list). Matching rule:
+ * a RECV_x(mb, chunk c) on stage s matches the one SEND_x(mb, chunk c') of
+ * its peer whose piece is the neighbour of piece (s, c): (kind, mb, chunk).
+ * Weights, slots and gradients are per chunk: a slot holds one chunk's
+ * activations of one micro-batch, so nslots counts chunk-micro-batches.
+ *
+ * Split backward (the zero-bubble kinds):
+ *   BACKWARD_INPUT  (B) mb's input gradient on chunk c, from its output
+ *                   gradient; frees nothing: the slot stays for W. SEND_GRAD
+ *                   follows it, RECV_GRAD precedes it.
+ *   BACKWARD_WEIGHT (W) mb's weight gradient on chunk c (accumulated), after
+ *                   its B; frees the slot.
+ * A kind uses either the fused BACKWARD or B and W, never both. The W's of a
+ * chunk run in ascending mb (weight gradients accumulate in one worker's
+ * order, bit for bit); B's need not, though every kind here runs them in
+ * ascending mb per chunk too. The B-done-W-pending micro-batches keep their
+ * output gradients besides the slot (npending).
+ *
+ *   interleaved Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21;
+ *              megatron/core/pipeline_parallel/schedules.py,
+ *              forward_backward_pipelining_with_interleaving): V chunks per
+ *              stage, chunk c of stage s is piece c*S + s (stage S-1 chunk c
+ *              hands to stage 0 chunk c+1). M must be a multiple of S when
+ *              V > 1 (Megatron's condition). Per
+ *              step the M*V (chunk, mb) units run in Megatron's order: unit
+ *              k is mb (k / (S*V))*S + k%S on chunk (k % (S*V)) / S forward
+ *              and V-1 minus that backward; (S-s-1)*2 + (V-1)*S warm-up
+ *              forwards (all M*V when M = S), then one forward one
+ *              backward, then the remaining backwards; OPTIM_STEP (flush).
+ *              V = 1 is exactly 1f1b. version = step.
+ *   zb-h1      ZB-H1 of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR
+ *              2024): B and W split, at most min(S, M) micro-batches in
+ *              flight on every stage (1F1B's peak, stage 0's). Per step on
+ *              stage s: min(S-s, M) warm-up forwards; then for k = 0..M-1:
+ *              B of k, W of k-s once k >= s, F of k+S-s while any is left;
+ *              then the s W's put off, which fill the cooldown's waits;
+ *              OPTIM_STEP (flush). Bubble (S-1)(F+B-W) per stage against
+ *              1F1B's (S-1)(F+B+W): with F = B = W, (S-1)/(3M+S-1).
+ *   zb-v       ZB-V of Qi et al., "Pipeline Parallelism with Controllable
+ *              Memory" (2024), in the order of torch.distributed.pipelining's
+ *              ScheduleZBVZeroBubble: V = 2, chunk 0 of stage s is piece s
+ *              (down), chunk 1 piece 2S-1-s (back up); the handoff at stage
+ *              S-1 is local. M >= 2S. Per step on stage s: 2(S-s)-1 forwards
+ *              of chunk 0; s times (F chunk 1, F chunk 0); S-s times (F, B,
+ *              W of chunk 1); then while work remains (F chunk 0 while any
+ *              is left, B and W chunk 0, F, B and W chunk 1); cooldown: s
+ *              times (B chunk 1, B chunk 0), S-s times (B, W chunk 0); the
+ *              remaining W's of chunk 1, then of chunk 0; OPTIM_STEP.
+ * All three are synchronous: version = step, one OPTIM_STEP per step after
+ * every chunk's last W (or BACKWARD), updating all the stage's chunks.
+ *   2bw-zb     2bw's update (M >= S, version max(t-1, 0) for step t, two
+ *              versions, delay 1) with the backward split and the W's put
+ *              off as zb-h1 puts them off: the n_steps*M micro-batches are
+ *              one stream in zb-h1's order on stage s (min(S-s, n) warm-up
+ *              forwards; for k: B of k, W of k-s once k >= s, F of k+S-s),
+ *              OPTIM_STEP t right after the W of step t's last micro-batch.
+ *              The forwards of step t+2, which need the version OPTIM_STEP
+ *              t makes, come after it since M >= S. Less idle in the
+ *              segment's drain (and where messages' latency leaves waits);
+ *              up to min(S, M) micro-batches in flight.
+ * The stage workers do not execute them yet (sched_kind_trainable): they
+ * are drawn and simulated, and their lists checked.
  */
 #ifndef ASYNCPP_SCHEDULE_H
 #define ASYNCPP_SCHEDULE_H
@@ -72,8 +142,15 @@ enum sched_kind {
 	SCHED_1F1B,
 	SCHED_2BW,
 	SCHED_PIPEDREAM,
+	SCHED_INTERLEAVED,
+	SCHED_ZBH1,
+	SCHED_ZBV,
+	SCHED_2BW_ZB,
 	SCHED_NKINDS
 };
+
+/* The kinds with one chunk and the fused backward (gpipe .. pipedream). */
+#define SCHED_NKINDS_FUSED (SCHED_PIPEDREAM + 1)
 
 enum sched_op {
 	SCHED_FORWARD,
@@ -83,6 +160,8 @@ enum sched_op {
 	SCHED_SEND_GRAD,
 	SCHED_RECV_GRAD,
 	SCHED_OPTIM_STEP,
+	SCHED_BACKWARD_INPUT,
+	SCHED_BACKWARD_WEIGHT,
 	SCHED_NOPS
 };
 
@@ -93,16 +172,20 @@ struct sched_action {
 	int version; /* FORWARD/BACKWARD: version used; OPTIM_STEP: version made;
 			sends/receives: the micro-batch's version */
 	int peer;    /* sends/receives: the other stage; -1 otherwise */
-	int slot;    /* FORWARD/BACKWARD: activation slot; -1 otherwise */
-	int wbuf;    /* FORWARD/BACKWARD: weight buffer of `version`; OPTIM_STEP:
-			the buffer it writes; -1 otherwise */
+	int slot;    /* FORWARD and the backwards: activation slot; -1 otherwise */
+	int wbuf;    /* FORWARD and the backwards: weight buffer of `version`;
+			OPTIM_STEP: the buffer it writes; -1 otherwise */
+	int chunk;   /* the stage's chunk (0..V-1) the action belongs to; 0 for
+			OPTIM_STEP, which updates every chunk */
 };
 
 /* Per stage: its actions and what executing them needs. */
 struct sched_stage {
 	struct sched_action *a;
 	int n;
-	int nslots;     /* activation buffers: peak micro-batches in flight */
+	int nslots;     /* activation buffers: peak chunk-micro-batches in
+			   flight (forwarded, BACKWARD or W not yet run) */
+	int npending;   /* peak micro-batches between their B and their W */
 	int nversions;  /* weight buffers: peak versions alive at once */
 	int vmin, vmax; /* versions the stage holds: vmin <= 0 from the
 			   checkpoint, up to vmax = nupdates */
@@ -116,6 +199,7 @@ struct sched_stage {
 struct schedule {
 	enum sched_kind kind;
 	int S, M, n_steps;
+	int V;            /* chunks per stage (1 but for interleaved, zb-v) */
 	long first_step;  /* global step the segment starts at */
 	int n_mb;         /* micro-batches in the segment */
 	struct sched_stage *stage; /* [S] */
@@ -132,11 +216,20 @@ struct schedule *sched_build(enum sched_kind kind, int S, int M, int n_steps,
  * versions differ: see above). */
 struct schedule *sched_build_at(enum sched_kind kind, int S, int M, int n_steps,
 				long first_step, char *err, size_t errlen);
+/* Either with V chunks per stage: interleaved takes V >= 1, zb-v V = 2 only,
+ * the others V = 1; 0 picks the kind's default (2 for zb-v, else 1). */
+struct schedule *sched_build_virtual(enum sched_kind kind, int S, int M, int V, int n_steps,
+				     long first_step, char *err, size_t errlen);
 void sched_free(struct schedule *sc);
 
 /* Stage s's actions; *n gets their number. */
 const struct sched_action *sched_actions(const struct schedule *sc, int s, int *n);
 const struct sched_stage *sched_stage(const struct schedule *sc, int s);
+/* The model piece (0..S*V-1) that chunk c of stage s holds; -1 when out of
+ * range. sched_piece_stage/_chunk invert it (-1 out of range). */
+int sched_piece(const struct schedule *sc, int s, int c);
+int sched_piece_stage(const struct schedule *sc, int p);
+int sched_piece_chunk(const struct schedule *sc, int p);
 /* The segment step micro-batch mb belongs to. */
 int sched_mb_step(const struct schedule *sc, int mb);
 /* The weight version micro-batch mb uses on stage s (what the builder
@@ -146,17 +239,26 @@ int sched_mb_version(const struct schedule *sc, int s, int mb);
  * never alive there. */
 int sched_version_buffer(const struct schedule *sc, int s, int v);
 
-/* "gpipe", "1f1b", "2bw", "pipedream" <-> kind; -1 for an unknown name.
+/* "gpipe", "1f1b", "2bw", "pipedream", "interleaved", "zb-h1", "zb-v",
+ * "2bw-zb" <-> kind; -1 for an unknown name.
  * "pipedream-flush" is accepted for 1f1b and "pipedream-2bw" for 2bw. */
 int sched_kind_from_name(const char *name);
 const char *sched_kind_name(enum sched_kind kind);
 const char *sched_op_name(enum sched_op op);
 /* Is the kind asynchronous (no flush between steps)? */
 int sched_kind_async(enum sched_kind kind);
+/* Does the kind split the backward into BACKWARD_INPUT and BACKWARD_WEIGHT? */
+int sched_kind_split(enum sched_kind kind);
+/* Can `asyncpp train` execute the kind yet (the stage workers run the
+ * fused kinds only)? */
+int sched_kind_trainable(enum sched_kind kind);
 
 /* Check every invariant (see schedule.c): fields in range; each micro-batch
- * forwarded and backwarded once per stage; every receive matched by one send
- * of the peer and placed around the right compute; backwards in ascending mb;
+ * forwarded and backwarded once per stage and chunk (split kinds: B and W
+ * once each, W after its B); every receive matched by one send of the peer
+ * and placed around the right compute of the right chunk, a local handoff
+ * after its earlier compute; weight gradients (BACKWARD, W) in ascending mb
+ * per chunk; slots freed by BACKWARD or W;
  * the lists complete under buffered sends (no deadlock); slots consistent;
  * versions exist when used, forward and backward agree, the kind's version
  * formula holds, at most nversions alive and buffer reuse safe; each update's
@@ -165,10 +267,19 @@ int sched_kind_async(enum sched_kind kind);
 int sched_check(const struct schedule *sc, char *why, size_t len);
 
 /* The nccl transport's matching (nccl.h). NCCL pairs a channel's sends and
- * receives by their order, not by (kind, mb); there is one channel per
- * direction of each neighbour pair: activations s -> s+1 and gradients
- * s+1 -> s. Checks that on every channel the sender's order of
- * micro-batches is the receiver's, message for message (and their counts
+ * receives by their order, not by (kind, mb, chunk); there is one channel
+ * per kind and direction of each pair of stages that exchange messages:
+ * activations a -> b and gradients a -> b (for the fused kinds activations
+ * s -> s+1 and gradients s+1 -> s; interleaved adds S-1 -> 0 and 0 -> S-1,
+ * zb-v activations s+1 -> s and gradients s -> s+1 for chunk 1). The
+ * chunks of a stage share its channels. (A transport with a single channel
+ * per direction, activations and gradients together, would need one order
+ * for both: interleaved and zb-h1 keep it, zb-v does not: stage 0 sends
+ * chunk 0's activation of micro-batch 2 to stage 1 before chunk 1's
+ * gradient of micro-batch 0, which stage 1 receives first, so zb-v needs
+ * the channels per kind.) Checks that on every channel the
+ * sender's order of (micro-batch, chunk) is the receiver's, message for
+ * message (and their counts
  * agree), and that the lists run to completion when each channel is a
  * FIFO whose send waits on its channel only, never stopping the stage,
  * while a receive stops its stage until the channel's next message was
@@ -188,10 +299,19 @@ struct sim_times {
 	double fwd, bwd, comm, optim;
 	double reduce;
 	int buckets;
+	double wfrac; /* the weight gradient's share W of bwd, the input
+			 gradient's B the rest (the fused BACKWARD takes bwd =
+			 B + W); 0 means 1/2. fwd and bwd are the whole
+			 stage's: a chunk's ops take a V-th of them */
 };
 
+/* t's W share of the backward (1/2 when wfrac is 0). */
+double sim_wfrac(const struct sim_times *t);
+
 /* When a stage's replica sum ends, from the start of the step's last
- * backward (see struct sim_times); start + bwd when reduce is 0. */
+ * backward (see struct sim_times); start + bwd when reduce is 0. (The
+ * simulator starts it at the step's last weight gradient op of any kind,
+ * with that op's time in place of bwd.) */
 double sim_reduce_end(const struct sim_times *t, double bwd_start);
 
 struct sim_result {
@@ -223,16 +343,26 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 
 /* The sync bubble formula (S-1)/(M+S-1). */
 double sched_bubble_formula(int S, int M);
+/* The published bubble of sc's kind with equal F, B and W (fwd = 1,
+ * bwd = 2, no messages), and its formula as text in text[len]: gpipe and
+ * 1f1b (S-1)/(M+S-1); interleaved (S-1)/(V*M+S-1) (Narayanan et al.);
+ * zb-h1 (S-1)/(3M+S-1), a third of 1F1B's idle time (Qi et al.: (S-1)(F+B-W)
+ * per stage against (S-1)(F+B+W)). -1 (text "n/a") for the asynchronous
+ * kinds and zb-v, whose paper gives no closed form (near zero for M >= 2S). */
+double sched_bubble_published(const struct schedule *sc, char *text, size_t len);
 
 /* ---- drawing (sched/timeline.c) ---- */
 
 /* Text timeline, one row per stage, at most width characters per row and
- * max_rows stages (0: all); says what it leaves out. Cells: F<mb>, B<mb>,
- * U<step> for OPTIM_STEP, '.' idle, '-' the rest of a long op. */
+ * max_rows stages (0: all); says what it leaves out. Cells: F<mb>, B<mb>
+ * (the fused backward or BACKWARD_INPUT), W<mb> (BACKWARD_WEIGHT), U<step>
+ * for OPTIM_STEP, '.' idle, '-' the rest of a long op; with V > 1 chunks a
+ * letter after the micro-batch names the chunk (a for 0, b for 1, ...). */
 void sched_print_timeline(FILE *fp, const struct schedule *sc,
 			  const struct sim_result *r, int width, int max_rows);
-/* SVG: a box per op (colour by kind), a row per stage, time axis, legend.
- * Written atomically. Returns 0 or -1 after error() naming the path. */
+/* SVG: a box per op (colour by kind, lighter for later chunks), a row per
+ * stage, time axis, legend. Written atomically. Returns 0 or -1 after
+ * error() naming the path. */
 int sched_write_svg(const char *path, const struct schedule *sc,
 		    const struct sim_result *r);
 

@@ -1,8 +1,10 @@
 /* simulate.c - run a schedule's action lists against an event clock: when
  * each action starts and ends, per-stage busy and idle time, the bubble.
  *
- * Model: one worker per stage runs its list in order. FORWARD, BACKWARD and
- * OPTIM_STEP take their time; a SEND takes none on the sender and its
+ * Model: one worker per stage runs its list in order. FORWARD, BACKWARD,
+ * BACKWARD_INPUT, BACKWARD_WEIGHT and OPTIM_STEP take their time (a chunk's
+ * a V-th of the stage's; B and W split the backward's by wfrac); a SEND
+ * takes none on the sender and its
  * message arrives comm later; a RECV waits for its message; an OPTIM_STEP
  * also waits for the replicas' sum the step's last backward started
  * (sim_reduce_end; what the executor does, for every kind). The lists are
@@ -17,13 +19,24 @@
 #include "../io/util.h"
 #include "schedule.h"
 
-static double op_time(const struct sim_times *t, enum sched_op op)
+double sim_wfrac(const struct sim_times *t)
+{
+	return t->wfrac > 0 && t->wfrac < 1 ? t->wfrac : 0.5;
+}
+
+/* An op's time on a stage with V chunks (a chunk holds a V-th of the
+ * stage's layers, so a V-th of its time). */
+static double op_time(const struct sim_times *t, enum sched_op op, int V)
 {
 	switch (op) {
 	case SCHED_FORWARD:
-		return t->fwd;
+		return t->fwd / V;
 	case SCHED_BACKWARD:
-		return t->bwd;
+		return t->bwd / V;
+	case SCHED_BACKWARD_INPUT:
+		return t->bwd * (1 - sim_wfrac(t)) / V;
+	case SCHED_BACKWARD_WEIGHT:
+		return t->bwd * sim_wfrac(t) / V;
 	case SCHED_OPTIM_STEP:
 		return t->optim;
 	default:
@@ -31,21 +44,54 @@ static double op_time(const struct sim_times *t, enum sched_op op)
 	}
 }
 
-double sim_reduce_end(const struct sim_times *t, double bwd_start)
+/* The replicas' sum of a step's last gradient op of duration d started at
+ * start (see struct sim_times). */
+static double reduce_end(const struct sim_times *t, double start, double d)
 {
 	if (!(t->reduce > 0))
-		return bwd_start + t->bwd;
-	/* bucket i (of n, equal) is ready at (i+1) bwd/n and the buckets go
-	 * one after another: the last ends at the latest of bwd/n + reduce
-	 * (transfers back to back from the first) and bwd + reduce/n (the
+		return start + d;
+	/* bucket i (of n, equal) is ready at (i+1) d/n and the buckets go
+	 * one after another: the last ends at the latest of d/n + reduce
+	 * (transfers back to back from the first) and d + reduce/n (the
 	 * last bucket after the backward) */
 	double n = t->buckets > 1 ? t->buckets : 1;
-	return bwd_start + MAX(t->bwd / n + t->reduce, t->bwd + t->reduce / n);
+	return start + MAX(d / n + t->reduce, d + t->reduce / n);
+}
+
+double sim_reduce_end(const struct sim_times *t, double bwd_start)
+{
+	return reduce_end(t, bwd_start, t->bwd);
 }
 
 static int is_compute(enum sched_op op)
 {
-	return op == SCHED_FORWARD || op == SCHED_BACKWARD || op == SCHED_OPTIM_STEP;
+	return op == SCHED_FORWARD || op == SCHED_BACKWARD || op == SCHED_OPTIM_STEP ||
+	       op == SCHED_BACKWARD_INPUT || op == SCHED_BACKWARD_WEIGHT;
+}
+
+/* Makes a weight gradient (the fused backward or W). */
+static int is_grad(enum sched_op op)
+{
+	return op == SCHED_BACKWARD || op == SCHED_BACKWARD_WEIGHT;
+}
+
+/* last[s][i]: action i of stage s is its step's last weight gradient op
+ * there (the one that starts the replicas' sum). */
+static char **last_grad_ops(const struct schedule *sc)
+{
+	char **last = xcalloc((size_t)sc->S, sizeof(char *));
+	for (int s = 0; s < sc->S; s++) {
+		const struct sched_stage *st = &sc->stage[s];
+		last[s] = xcalloc((size_t)st->n + 1, 1);
+		int next_step = -1; /* the step of the next gradient op; -1: none */
+		for (int i = st->n - 1; i >= 0; i--) {
+			if (!is_grad(st->a[i].op))
+				continue;
+			last[s][i] = st->a[i].step != next_step;
+			next_step = st->a[i].step;
+		}
+	}
+	return last;
 }
 
 int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
@@ -55,10 +101,10 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 	char dummy[1];
 	if (!why || !len)
 		why = dummy, len = sizeof(dummy);
-	int S = sc->S, nmb = sc->n_mb;
-	size_t cells = st_mult((size_t)S, (size_t)nmb);
-	/* act[s*nmb + mb]: arrival at stage s of mb's activation; grad[...]
-	 * its gradient; negative until sent. */
+	int S = sc->S, nmb = sc->n_mb, V = sc->V > 0 ? sc->V : 1, P = S * V;
+	size_t cells = st_mult((size_t)P, (size_t)nmb);
+	/* act[p*nmb + mb]: arrival at piece p of mb's input activation;
+	 * grad[...] of its output gradient; negative until sent. */
 	double *act = xmalloc(st_mult(cells, sizeof(double)));
 	double *grad = xmalloc(st_mult(cells, sizeof(double)));
 	for (size_t i = 0; i < cells; i++)
@@ -66,6 +112,7 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 	int *pc = xcalloc((size_t)S, sizeof(int));
 	double *clock = xcalloc((size_t)S, sizeof(double));
 	double *reduced = xcalloc((size_t)S, sizeof(double)); /* the replicas' sum ends */
+	char **last = last_grad_ops(sc);
 	int ret = 0, progress;
 	do {
 		progress = 0;
@@ -75,39 +122,44 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 			for (; pc[s] < st->n; pc[s]++, progress++) {
 				const struct sched_action *a = &st->a[pc[s]];
 				double t0 = clock[s];
-				int mb = a->mb, to = -1;
+				int mb = a->mb, p = -1, q = -1; /* q: the message's piece */
 				double *box = NULL;
 				if (a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_ACT ||
 				    a->op == SCHED_SEND_GRAD || a->op == SCHED_RECV_GRAD) {
-					if (mb < 0 || mb >= nmb) {
+					if (mb < 0 || mb >= nmb || a->chunk < 0 || a->chunk >= V) {
 						snprintf(why, len, "stage %d action %d: %s of "
-							 "micro-batch %d out of range",
-							 s, pc[s], sched_op_name(a->op), mb);
+							 "micro-batch %d chunk %d out of "
+							 "range", s, pc[s],
+							 sched_op_name(a->op), mb, a->chunk);
 						ret = -1;
 						break;
 					}
-					to = a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_GRAD ?
-						     s + 1 : s - 1;
-					if (a->peer != to || to < 0 || to >= S) {
+					/* the neighbour piece it goes to or comes from */
+					p = sched_piece(sc, s, a->chunk);
+					int n = a->op == SCHED_SEND_ACT || a->op == SCHED_RECV_GRAD ?
+							p + 1 : p - 1;
+					int to = sched_piece_stage(sc, n);
+					if (a->peer != to || to < 0 || to == s) {
 						snprintf(why, len, "stage %d action %d: %s with peer "
 							 "%d (expected %d)", s, pc[s],
 							 sched_op_name(a->op), a->peer, to);
 						ret = -1;
 						break;
 					}
+					q = a->op == SCHED_SEND_ACT || a->op == SCHED_SEND_GRAD ? n : p;
 				}
 				switch (a->op) {
 				case SCHED_SEND_ACT:
 				case SCHED_SEND_GRAD:
 					box = a->op == SCHED_SEND_ACT ? act : grad;
-					box[(size_t)to * nmb + mb] = clock[s] + t->comm;
+					box[(size_t)q * nmb + mb] = clock[s] + t->comm;
 					break;
 				case SCHED_RECV_ACT:
 				case SCHED_RECV_GRAD:
 					box = a->op == SCHED_RECV_ACT ? act : grad;
-					if (box[(size_t)s * nmb + mb] < 0)
+					if (box[(size_t)q * nmb + mb] < 0)
 						goto blocked;
-					t0 = MAX(t0, box[(size_t)s * nmb + mb]);
+					t0 = MAX(t0, box[(size_t)q * nmb + mb]);
 					break;
 				case SCHED_OPTIM_STEP:
 					t0 = MAX(t0, reduced[s]);
@@ -115,13 +167,13 @@ int sched_run(const struct schedule *sc, const struct sim_times *per_stage,
 				default:
 					break;
 				}
-				/* the step's last backward starts the replicas' sum */
-				if (a->op == SCHED_BACKWARD &&
-				    (mb + 1 == nmb || sched_mb_step(sc, mb + 1) != a->step))
-					reduced[s] = sim_reduce_end(t, t0);
+				/* the step's last weight gradient starts the replicas' sum */
+				double d = op_time(t, a->op, V);
+				if (last[s][pc[s]])
+					reduced[s] = reduce_end(t, t0, d);
 				if (start)
 					start[s][pc[s]] = t0;
-				clock[s] = t0 + op_time(t, a->op);
+				clock[s] = t0 + d;
 				if (end)
 					end[s][pc[s]] = clock[s];
 			}
@@ -148,6 +200,9 @@ blocked:;
 	free(pc);
 	free(clock);
 	free(reduced);
+	for (int s = 0; s < S; s++)
+		free(last[s]);
+	free(last);
 	return ret;
 }
 
@@ -169,7 +224,10 @@ void sim_result_free(struct sim_result *r)
 
 /* Steady window for the asynchronous kinds: "steps" of M micro-batches
  * [lo, hi) leaving at least a quarter of the segment, and the pipeline's
- * fill and drain, on either side. */
+ * fill and drain, on either side. The window runs from the last stage's
+ * start of step lo's first forward to its start of step hi's first forward:
+ * the same event hi-lo steps apart, so it spans whole periods whatever the
+ * kind puts between (a split kind's W's wait). */
 static void steady_window(const struct schedule *sc, struct sim_result *r)
 {
 	int S = sc->S, M = sc->M;
@@ -180,16 +238,16 @@ static void steady_window(const struct schedule *sc, struct sim_result *r)
 	r->steady_t0 = r->steady_t1 = 0;
 	if (hi <= lo)
 		return;
-	int first = lo * M, last = hi * M - 1;
-	double t0 = 0, t1 = INFINITY;
+	int first = lo * M, next = hi * M; /* next < n_mb: lo >= 1 */
+	double t0 = 0, t1 = 0;
 	for (int s = 0; s < S; s++) {
 		const struct sched_stage *st = &sc->stage[s];
 		for (int i = 0; i < st->n; i++) {
 			const struct sched_action *a = &st->a[i];
 			if (a->op == SCHED_FORWARD && a->mb == first)
 				t0 = MAX(t0, r->start[s][i]);
-			if (a->op == SCHED_BACKWARD && a->mb == last)
-				t1 = MIN(t1, r->end[s][i]);
+			if (a->op == SCHED_FORWARD && a->mb == next)
+				t1 = MAX(t1, r->start[s][i]);
 		}
 	}
 	if (!(t1 > t0))
@@ -232,7 +290,7 @@ int sched_simulate_stages(const struct schedule *sc, const struct sim_times *per
 	for (int s = 0; s < S; s++) {
 		const struct sim_times *t = &per_stage[s];
 		if (!(t->fwd >= 0 && t->bwd >= 0 && t->comm >= 0 && t->optim >= 0 &&
-		      t->reduce >= 0 && t->buckets >= 0) ||
+		      t->reduce >= 0 && t->buckets >= 0 && t->wfrac >= 0 && t->wfrac < 1) ||
 		    !isfinite(t->fwd + t->bwd + t->comm + t->optim + t->reduce)) {
 			sim_result_free(r);
 			return error("simulate: stage %d: times must be finite and >= 0", s);

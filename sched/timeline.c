@@ -12,7 +12,8 @@
 
 static int is_compute(enum sched_op op)
 {
-	return op == SCHED_FORWARD || op == SCHED_BACKWARD || op == SCHED_OPTIM_STEP;
+	return op == SCHED_FORWARD || op == SCHED_BACKWARD || op == SCHED_OPTIM_STEP ||
+	       op == SCHED_BACKWARD_INPUT || op == SCHED_BACKWARD_WEIGHT;
 }
 
 static int digits(long v)
@@ -25,7 +26,18 @@ static int digits(long v)
 
 static char op_letter(enum sched_op op)
 {
-	return op == SCHED_FORWARD ? 'F' : op == SCHED_BACKWARD ? 'B' : 'U';
+	return op == SCHED_FORWARD ? 'F'
+	       : op == SCHED_BACKWARD || op == SCHED_BACKWARD_INPUT ? 'B'
+	       : op == SCHED_BACKWARD_WEIGHT ? 'W' : 'U';
+}
+
+/* The chunk's letter in a cell (a for chunk 0, ...), none with one chunk. */
+static const char *chunk_letter(const struct schedule *sc, const struct sched_action *a,
+				char out[2])
+{
+	out[0] = sc->V > 1 && a->op != SCHED_OPTIM_STEP ? (char)('a' + a->chunk % 26) : 0;
+	out[1] = 0;
+	return out;
 }
 
 /* The time one text column stands for: the shortest op that takes time. */
@@ -61,7 +73,7 @@ void sched_print_timeline(FILE *fp, const struct schedule *sc, const struct sim_
 	double q = quantum(sc, r);
 	long ncols = to_col(r->makespan, q);
 	int nupd = sc->kind == SCHED_PIPEDREAM ? sc->n_mb : sc->n_steps;
-	int cw = 1 + digits(MAX(sc->n_mb - 1, nupd - 1));
+	int cw = 1 + digits(MAX(sc->n_mb - 1, nupd - 1)) + (sc->V > 1);
 	int label = 6 + digits(S - 1);
 	int rows = max_rows > 0 && S > max_rows ? max_rows : S;
 	long vis = (width - label - 2) / (cw + 1);
@@ -70,8 +82,14 @@ void sched_print_timeline(FILE *fp, const struct schedule *sc, const struct sim_
 	if (vis > ncols)
 		vis = ncols;
 
-	fprintf(fp, "timeline (one column = %g time unit%s; F/B forward/backward of a "
-		"micro-batch, U optimizer step, - continued, . idle):\n", q, q == 1 ? "" : "s");
+	if (sched_kind_split(sc->kind))
+		fprintf(fp, "timeline (one column = %g time unit%s; F forward, B input gradient, "
+			"W weight gradient of a micro-batch%s, U optimizer step, - continued, . "
+			"idle):\n", q, q == 1 ? "" : "s", sc->V > 1 ? " (a, b: its chunk)" : "");
+	else
+		fprintf(fp, "timeline (one column = %g time unit%s; F/B forward/backward of a "
+			"micro-batch%s, U optimizer step, - continued, . idle):\n", q,
+			q == 1 ? "" : "s", sc->V > 1 ? " (a, b, ...: its chunk)" : "");
 	char *cells = xmalloc(st_mult((size_t)vis + 1, (size_t)cw + 1));
 	char *owner = xmalloc((size_t)vis + 1);
 	for (int s = 0; s < rows; s++) {
@@ -87,10 +105,11 @@ void sched_print_timeline(FILE *fp, const struct schedule *sc, const struct sim_
 			if (c1 <= c0)
 				c1 = c0 + 1;
 			for (long c = c0; c < c1 && c < vis; c++) {
-				char text[32];
+				char text[32], ch[2];
 				if (c == c0)
-					snprintf(text, sizeof(text), "%c%d", op_letter(a->op),
-						 a->op == SCHED_OPTIM_STEP ? a->step : a->mb);
+					snprintf(text, sizeof(text), "%c%d%s", op_letter(a->op),
+						 a->op == SCHED_OPTIM_STEP ? a->step : a->mb,
+						 chunk_letter(sc, a, ch));
 				else
 					snprintf(text, sizeof(text), "-");
 				if (owner[c])
@@ -145,7 +164,17 @@ static double tick_step(double span, int want)
 
 static const char *op_color(enum sched_op op)
 {
-	return op == SCHED_FORWARD ? "#4c78a8" : op == SCHED_BACKWARD ? "#54a24b" : "#f58518";
+	return op == SCHED_FORWARD ? "#4c78a8"
+	       : op == SCHED_BACKWARD || op == SCHED_BACKWARD_INPUT ? "#54a24b"
+	       : op == SCHED_BACKWARD_WEIGHT ? "#b279a2" : "#f58518";
+}
+
+/* Later chunks are drawn lighter: chunk c of V at opacity 1 down to 0.45. */
+static double chunk_opacity(const struct schedule *sc, const struct sched_action *a)
+{
+	if (sc->V < 2 || a->op == SCHED_OPTIM_STEP)
+		return 1;
+	return 1 - 0.55 * a->chunk / (sc->V - 1);
 }
 
 int sched_write_svg(const char *path, const struct schedule *sc, const struct sim_result *r)
@@ -164,20 +193,31 @@ int sched_write_svg(const char *path, const struct schedule *sc, const struct si
 		"viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"11\">\n",
 		w, h, w, h);
 	bprintf(&b, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+	char ftext[64], vtext[64] = "";
+	double formula = sched_bubble_published(sc, ftext, sizeof(ftext));
+	if (formula < 0)
+		formula = sched_bubble_formula(S, sc->M), snprintf(ftext, sizeof(ftext), "1f1b's");
+	if (sc->V > 1)
+		snprintf(vtext, sizeof(vtext), ", %d chunks per stage (later ones lighter)", sc->V);
 	bprintf(&b, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s: %d stages, %d micro-batches "
-		"per step, %d steps; bubble %.4f (formula %.4f)</text>\n", left,
-		sched_kind_name(sc->kind), S, sc->M, sc->n_steps, r->bubble,
-		sched_bubble_formula(S, sc->M));
+		"per step, %d steps%s; bubble %.4f (%s %.4f)</text>\n", left,
+		sched_kind_name(sc->kind), S, sc->M, sc->n_steps, vtext, r->bubble, ftext, formula);
 	/* legend */
-	static const struct { enum sched_op op; const char *name; } legend[] = {
+	static const struct { enum sched_op op; const char *name; } legend_fused[] = {
 		{SCHED_FORWARD, "forward"}, {SCHED_BACKWARD, "backward"},
 		{SCHED_OPTIM_STEP, "optimizer step"},
+	}, legend_split[] = {
+		{SCHED_FORWARD, "forward"}, {SCHED_BACKWARD_INPUT, "input gradient (B)"},
+		{SCHED_BACKWARD_WEIGHT, "weight gradient (W)"}, {SCHED_OPTIM_STEP, "optimizer step"},
 	};
-	for (size_t k = 0; k < ARRAY_SIZE(legend); k++) {
-		double x = left + k * 130;
+	int split = sched_kind_split(sc->kind);
+	size_t nleg = split ? ARRAY_SIZE(legend_split) : ARRAY_SIZE(legend_fused);
+	for (size_t k = 0; k < nleg; k++) {
+		const char *name = split ? legend_split[k].name : legend_fused[k].name;
+		enum sched_op op = split ? legend_split[k].op : legend_fused[k].op;
+		double x = left + k * 150;
 		bprintf(&b, "<rect x=\"%.0f\" y=\"28\" width=\"14\" height=\"12\" fill=\"%s\"/>"
-			"<text x=\"%.0f\" y=\"38\">%s</text>\n", x, op_color(legend[k].op),
-			x + 18, legend[k].name);
+			"<text x=\"%.0f\" y=\"38\">%s</text>\n", x, op_color(op), x + 18, name);
 	}
 	for (int s = 0; s < S; s++) {
 		const struct sched_stage *st = &sc->stage[s];
@@ -200,11 +240,16 @@ int sched_write_svg(const char *path, const struct schedule *sc, const struct si
 			bprintf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
 				"fill=\"%s\" stroke=\"white\" stroke-width=\"0.5\"", x0, y, bw,
 				rowh - gap, op_color(a->op));
+			if (chunk_opacity(sc, a) < 1)
+				bprintf(&b, " fill-opacity=\"%.2f\"", chunk_opacity(sc, a));
+			char ct[24] = "";
+			if (sc->V > 1 && a->op != SCHED_OPTIM_STEP)
+				snprintf(ct, sizeof(ct), " chunk %d", a->chunk);
 			if (tips) /* hover text, left out of large drawings */
-				bprintf(&b, "><title>stage %d %s %s %d v%d [%g, %g]</title></rect>\n",
+				bprintf(&b, "><title>stage %d %s %s %d%s v%d [%g, %g]</title></rect>\n",
 					s, sched_op_name(a->op),
 					a->op == SCHED_OPTIM_STEP ? "step" : "mb",
-					a->op == SCHED_OPTIM_STEP ? a->step : a->mb, a->version,
+					a->op == SCHED_OPTIM_STEP ? a->step : a->mb, ct, a->version,
 					r->start[s][i], r->end[s][i]);
 			else
 				bprintf(&b, "/>\n");

@@ -34,8 +34,16 @@ static size_t act_elems(const struct trainer *tr)
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data)
 {
+	return trainer_init_on(tr, NULL, cfg, m, be, params, data);
+}
+
+int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg,
+		    const struct model *m, const struct backend *be, const float *params,
+		    struct dataloader *data)
+{
 	int before = backend_lane_current(be); /* bound again when done */
 	memset(tr, 0, sizeof(*tr));
+	tr->dist = d;
 	tr->cfg = cfg;
 	tr->m = m;
 	tr->be = be;
@@ -52,7 +60,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
 	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
 				!strcmp(cfg->pipeline_transport, "tcp");
-	if (between_processes && !dist_active())
+	if (between_processes && !dist_active(d))
 		return error("pipeline.transport = %s connects stage processes (one GPU each for "
 			     "nccl): start pipeline.stages x pipeline.data_parallel = %ld of them "
 			     "with mpirun, srun or 'torchrun --nproc-per-node %ld --no-python "
@@ -134,7 +142,7 @@ int trainer_init(struct trainer *tr, const struct config *cfg, const struct mode
 	/* under MPI a process runs one stage of one replica and builds only
 	 * that worker (rank 0 writes checkpoints from what the other ranks
 	 * send: pipeline_save) */
-	int own = dist_active() ? dist_rank() : -1;
+	int own = dist_active(d) ? dist_rank(d) : -1;
 	tr->w = xcalloc(st_mult((size_t)tr->N, (size_t)tr->S), sizeof(*tr->w));
 	for (int i = 0; i < tr->N * tr->S; i++) {
 		int s = i % tr->S;
@@ -186,7 +194,7 @@ void trainer_free(struct trainer *tr)
 	tr->be->synchronize(); /* nothing still uses what is freed below */
 	for (int i = 0; i < tr->N * tr->S; i++)
 		worker_free(&tr->w[i]);
-	for (int s = 0; s <= tr->S; s++) {
+	for (int s = 0; tr->x && s <= tr->S; s++) { /* NULL: trainer_init failed before them */
 		backend_lane_bind(tr->be, MAX(0, MIN(s - 1, tr->S - 1)));
 		tr->be->free(tr->x[s]);
 		backend_lane_bind(tr->be, MIN(s, tr->S - 1));

@@ -66,7 +66,11 @@ struct step_stats {
 	double done_s;
 };
 
+struct dist;
+
 struct trainer {
+	struct dist *dist;         /* the process's distributed runtime (comm/dist.h):
+				    * NULL in a one-process run */
 	const struct config *cfg;
 	const struct model *m;
 	const struct backend *be;
@@ -127,7 +131,13 @@ enum trainer_phase {
  * 2bw uses 1 on every stage, pipedream S-1-s (the same on every replica). */
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data);
-void trainer_free(struct trainer *tr);
+/* The same for a process of a multi-process run: d from dist_init (NULL:
+ * one process, as trainer_init); the trainer keeps it (tr->dist) and runs
+ * only the process's own stage. */
+int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg,
+		    const struct model *m, const struct backend *be, const float *params,
+		    struct dataloader *data);
+void trainer_free(struct trainer *tr); /* also after a trainer_init that failed */
 /* Delay of stage s under cfg (the rule above). */
 int trainer_stage_delay(const struct config *cfg, int s, int S);
 
@@ -197,8 +207,9 @@ struct ckpt;
 int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 const char *extra_meta);
 int trainer_load(struct trainer *tr, struct ckpt *k);
-/* The parts of a save, for a writer that gathers them from elsewhere (rank
- * 0 under MPI receives them from the other ranks): a sink takes tensors in
+/* The parts of a save, for a writer that gathers them (pipeline_save,
+ * dist.h: rank 0 takes the stages it holds and receives the others from
+ * their ranks; trainer_save goes through it too): a sink takes tensors in
  * checkpoint order; a source fills the global arena of a weight version and
  * feeds stage s's optimizer-state tensors to a sink. */
 typedef int (*tensor_sink)(void *ctx, const char *name, const float *data, size_t numel,

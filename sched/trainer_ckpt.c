@@ -19,6 +19,7 @@
 
 #include "../io/formats/checkpoint.h"
 #include "../io/util.h"
+#include "comm/dist.h"
 #include "trainer.h"
 
 static void tensor_name(char *out, size_t len, const char *set, const struct param_info *pi)
@@ -75,19 +76,6 @@ static int add_to_ckpt(void *ctx, const char *name, const float *data, size_t nu
 	return 0;
 }
 
-/* The sources of a one-process save: this trainer's own workers. */
-static int local_weights(void *ctx, int back, float *global)
-{
-	trainer_gather_weights(ctx, back, global);
-	return 0;
-}
-
-static int local_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
-{
-	struct trainer *tr = ctx;
-	return worker_state_tensors(tr, &tr->w[s], sink, sink_ctx);
-}
-
 int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const char *path,
 		      const char *config_text, const char *extra_meta)
 {
@@ -132,11 +120,12 @@ int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const c
 	return ckpt_commit(ss.w);
 }
 
+/* One path for every save: executor.c's gather (the stages this process
+ * holds, the others received from their ranks). */
 int trainer_save(struct trainer *tr, const char *path, const char *config_text,
 		 const char *extra_meta)
 {
-	struct ckpt_source src = {.weights = local_weights, .states = local_states, .ctx = tr};
-	return trainer_save_from(tr, &src, path, config_text, extra_meta);
+	return pipeline_save(tr, path, config_text, extra_meta);
 }
 
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back)
@@ -233,7 +222,7 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 					continue;
 				struct optim_state_buf rb = optim_state(&wr->opt, i);
 				if (rb.numel != sb.numel)
-					die("internal error: replica %d stage %d state '%s' has %zu floats, "
+					bug("replica %d stage %d state '%s' has %zu floats, "
 					    "another replica %zu", r, s, rb.name, rb.numel, sb.numel);
 				int before = backend_lane_enter(tr->be, s);
 				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));

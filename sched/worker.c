@@ -89,7 +89,7 @@ float *worker_weights(struct stage_worker *w, long v)
 	if (v < 0)
 		v = 0;
 	if (v > w->newest || v < w->newest - (w->n_versions - 1))
-		die("internal error: stage %d asked for weight version %ld, held are %ld..%ld",
+		bug("stage %d asked for weight version %ld, held are %ld..%ld",
 		    w->s, v, MAX(0, w->newest - (w->n_versions - 1)), w->newest);
 	return w->ver[v % w->n_versions];
 }
@@ -135,7 +135,7 @@ float *worker_grads(struct stage_worker *w, long step) { return w->grads[step % 
 void worker_update(struct stage_worker *w, long step, float lr, float clip_scale)
 {
 	if (step != w->newest + 1)
-		die("internal error: stage %d applies step %ld on version %ld", w->s, step,
+		bug("stage %d applies step %ld on version %ld", w->s, step,
 		    w->newest);
 	float *src = w->ver[w->newest % w->n_versions];
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];
@@ -155,7 +155,7 @@ void worker_update(struct stage_worker *w, long step, float lr, float clip_scale
 void worker_skip(struct stage_worker *w, long step)
 {
 	if (step != w->newest + 1)
-		die("internal error: stage %d skips step %ld on version %ld", w->s, step,
+		bug("stage %d skips step %ld on version %ld", w->s, step,
 		    w->newest);
 	float *src = w->ver[w->newest % w->n_versions];
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];

@@ -28,6 +28,7 @@
 	X(model, router, CHOICE("softmax|sigmoid"), "softmax", "router scores: softmax over the experts, or per-expert sigmoid (DeepSeek-V3)") \
 	X(model, aux_loss_coef, FLOAT_IN(0, INFINITY), "0.01", "coefficient of the load-balancing loss (Switch Transformer)") \
 	X(model, z_loss_coef, FLOAT_IN(0, INFINITY), "0.001", "coefficient of the router z-loss (ST-MoE)") \
+	X(model, expert_parallel, INT_IN(1, 4096), "1", "expert-parallel degree N: each MoE layer's experts split over N ranks of a data-parallel group (N divides model.n_expert and pipeline.data_parallel); bench plan costs it, train runs only N = 1 for now") \
 	X(data, train, STR, "", "training shards: a file, a directory or a glob; empty uses the built-in corpus") \
 	X(data, val, STR, "", "validation shards, same forms as data.train")                           \
 	X(data, tokenizer, STR, "", "tokenizer file used by sample and by the built-in corpus")        \
@@ -38,7 +39,7 @@
 	X(train, device, CHOICE("cpu|cuda|cuda:N"), "cpu", "backend that runs the model: cpu, cuda (the GPU of the local rank) or cuda:N")                     \
 	X(train, threads, INT_IN(0, 4096), "0", "CPU threads; 0 uses every core")                                  \
 	X(train, act_dtype, CHOICE("auto|f32|bf16"), "auto", "storage of activations and their gradients: f32, bf16 (rounded to nearest even on every store), or auto (bf16 on cuda, f32 on cpu); weights, gradients and optimizer state stay f32") \
-	X(train, schedule, CHOICE("none|gpipe|1f1b|2bw|pipedream"), "none", "pipeline schedule; none runs the stages in order on one worker") \
+	X(train, schedule, CHOICE("none|gpipe|1f1b|2bw|pipedream|interleaved|zb-h1|zb-v|2bw-zb"), "none", "pipeline schedule; none runs the stages in order on one worker; interleaved, zb-h1, zb-v and 2bw-zb are drawn and simulated by bench schedule, not yet trained") \
 	X(train, delay, INT_IN(0, 64), "0", "emulated gradient delay in steps (one device)")                     \
 	X(train, delay_mode, CHOICE("uniform|per-stage"), "uniform", "uniform: every layer sees train.delay; per-stage: layers of stage s see S-1-s (original PipeDream)") \
 	X(train, grad_clip, FLOAT_IN(0, INFINITY), "1.0", "clip the global gradient norm to this value; 0 disables")   \
@@ -75,6 +76,7 @@
 	X(pipeline, split, CHOICE("even|balanced|layers"), "balanced", "how layers are assigned to stages: balanced (minimise the largest stage's modelled FLOPs, head and embeddings included), even (L/S each, the first stages one more) or layers (pipeline.layers)") \
 	X(pipeline, layers, STR, "", "with pipeline.split = layers: layers per stage, e.g. 3,4,4,2 (summing to model.n_layer; only the first and last stage may have 0)") \
 	X(pipeline, micro_batches, INT_IN(1, 1048576), "1", "micro-batches per optimizer step M (gradient accumulation)") \
+	X(pipeline, virtual_stages, INT_IN(1, 64), "1", "with train.schedule = interleaved: model chunks per stage V (Megatron's virtual stages); 1 is the plain 1f1b layout") \
 	X(pipeline, transport, CHOICE("local|mpi|tcp|nccl"), "local", "how stages exchange tensors")       \
 	X(pipeline, timeout, FLOAT_IN(0, INFINITY), "600", "seconds a stage process waits for a tensor before it names it and aborts the job (mpi, tcp, nccl; 0 waits forever)") \
 	X(pipeline, devices, STR, "", "with pipeline.transport = local and a schedule: the GPU of each stage, e.g. cuda:0,cuda:1,cuda:2,cuda:3 (one entry per stage; a GPU may repeat, its stages then run on streams of their own); empty: every stage on train.device, one stream") \

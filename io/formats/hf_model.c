@@ -132,10 +132,14 @@ static int read_gpt2(const struct cfgr *c, struct model_config *mc)
 	return 0;
 }
 
-static int read_llama(const struct cfgr *c, struct model_config *mc)
+/* LlamaForCausalLM, or (cls MixtralForCausalLM) the attention and norms of
+ * a Mixtral, whose defaults differ: rope_theta 1e6, num_key_value_heads 8
+ * (required here rather than guessed). */
+static int read_llama(const struct cfgr *c, struct model_config *mc, const char *cls)
 {
 	long V = 0, C = 0, L = 0, NH = 0, NKV = 0, HD = 0, T = 0, F = 0, tp = 0;
 	double eps = 0, theta = 0;
+	int mixtral = !strcmp(cls, "MixtralForCausalLM");
 	int tied = 0;
 	const char *act = cfg_str(c, "hidden_act", "silu");
 	/* what we cannot honour first: the message names it */
@@ -143,17 +147,17 @@ static int read_llama(const struct cfgr *c, struct model_config *mc)
 	    cfg_must(c, "attention_bias", JSON_FALSE, "no biases") ||
 	    cfg_must(c, "mlp_bias", JSON_FALSE, "no biases"))
 		return -1;
-	if (cfg_arch(c, "LlamaForCausalLM") || cfg_int(c, "vocab_size", 1, 0, 1, 1 << 24, &V) ||
+	if (cfg_arch(c, cls) || cfg_int(c, "vocab_size", 1, 0, 1, 1 << 24, &V) ||
 	    cfg_int(c, "hidden_size", 1, 0, 1, 65536, &C) ||
 	    cfg_int(c, "intermediate_size", 1, 0, 1, 1 << 20, &F) ||
 	    cfg_int(c, "num_hidden_layers", 1, 0, 1, 4096, &L) ||
 	    cfg_int(c, "num_attention_heads", 1, 0, 1, 4096, &NH) ||
-	    cfg_int(c, "num_key_value_heads", 0, NH, 1, 4096, &NKV) ||
+	    cfg_int(c, "num_key_value_heads", mixtral, NH, 1, 4096, &NKV) ||
 	    cfg_int(c, "max_position_embeddings", 1, 0, 1, 1 << 20, &T) ||
 	    cfg_int(c, "head_dim", 0, C / NH, 1, 65536, &HD) ||
 	    cfg_int(c, "pretraining_tp", 0, 1, 1, 1 << 20, &tp) ||
 	    cfg_num(c, c->root, "rms_norm_eps", 1e-6, &eps) ||
-	    cfg_num(c, c->root, "rope_theta", 10000.0, &theta) ||
+	    cfg_num(c, c->root, "rope_theta", mixtral ? 1e6 : 10000.0, &theta) ||
 	    cfg_bool(c, "tie_word_embeddings", 0, &tied))
 		return -1;
 	if (!act || strcmp(act, "silu"))
@@ -196,6 +200,51 @@ static int read_llama(const struct cfgr *c, struct model_config *mc)
 	return 0;
 }
 
+/* MixtralForCausalLM: a llama whose feed-forward is a softmax-routed
+ * mixture of SwiGLU experts, top-k renormalised, no shared expert (moe.h's
+ * softmax router with K >= 2; asyncpp's K = 1 keeps the score as the gate
+ * where Mixtral's renormalised one gate is 1.0). */
+static int read_mixtral(const struct cfgr *c, struct model_config *mc)
+{
+	long E = 0, K = 0, window = 0;
+	double aux = 0;
+	if (read_llama(c, mc, "MixtralForCausalLM") ||
+	    cfg_int(c, "num_local_experts", 1, 0, 1, 4096, &E) ||
+	    cfg_int(c, "num_experts_per_tok", 1, 0, 1, 4096, &K) ||
+	    cfg_int(c, "sliding_window", 0, -1, 1, 1L << 40, &window))
+		return -1;
+	const struct json *j = json_get(c->root, "router_aux_loss_coef");
+	if (!j || j->type == JSON_NULL)
+		aux = 0.001; /* MixtralConfig's default */
+	else if (j->type != JSON_NUMBER || !(j->num >= 0) || !isfinite(j->num))
+		return error("%s:%d: 'router_aux_loss_coef' must be a number >= 0", c->path, j->line);
+	else
+		aux = j->num;
+	j = json_get(c->root, "router_jitter_noise");
+	if (j && j->type != JSON_NULL && (j->type != JSON_NUMBER || j->num != 0))
+		return error("%s:%d: 'router_jitter_noise' is not 0; asyncpp's router has no "
+			     "jitter (multiplicative noise on its inputs in training)", c->path,
+			     j->line);
+	if (K > E)
+		return error("%s: 'num_experts_per_tok' %ld is more than 'num_local_experts' %ld",
+			     c->path, K, E);
+	if (K == 1)
+		return error("%s: 'num_experts_per_tok' is 1: Mixtral renormalises the top-k weights, "
+			     "so its one gate is 1.0, where asyncpp's model.top_k = 1 gate is the "
+			     "router's score (Switch); asyncpp imports 2 or more", c->path);
+	/* a window as long as the context masks nothing */
+	if (window >= 0 && window < mc->T)
+		return error("%s: 'sliding_window' %ld is shorter than 'max_position_embeddings' %d; "
+			     "asyncpp implements only full causal attention", c->path, window, mc->T);
+	mc->E = (int)E;
+	mc->K = (int)K;
+	mc->De = mc->F;
+	mc->router = ROUTER_SOFTMAX;
+	mc->aux_coef = (float)aux;
+	mc->z_coef = 0; /* Mixtral's objective has no z-loss */
+	return 0;
+}
+
 int hf_read_config(const char *dir, struct model_config *mc, long *eos)
 {
 	char *path = path_join(dir, "config.json");
@@ -216,10 +265,12 @@ int hf_read_config(const char *dir, struct model_config *mc, long *eos)
 	else if (!strcmp(type, "gpt2"))
 		rc = read_gpt2(&c, mc);
 	else if (!strcmp(type, "llama"))
-		rc = read_llama(&c, mc);
+		rc = read_llama(&c, mc, "LlamaForCausalLM");
+	else if (!strcmp(type, "mixtral"))
+		rc = read_mixtral(&c, mc);
 	else
-		error("%s: unknown architecture: model_type '%s' (asyncpp imports gpt2 and llama)",
-		      path, type);
+		error("%s: unknown architecture: model_type '%s' (asyncpp imports gpt2, llama and "
+		      "mixtral)", path, type);
 	const struct json *e = json_get(root, "eos_token_id");
 	if (!rc && e && e->type == JSON_NUMBER && e->is_int && e->i >= 0 && e->i < mc->V)
 		*eos = (long)e->i;
@@ -264,6 +315,25 @@ static void add(struct pieces *ps, const struct model *m, const char *pname, int
 	p->transpose = transpose;
 }
 
+/* Layer l's Mixtral feed-forward: the router is block_sparse_moe.gate; an
+ * expert's fcw rows are [gate | up] (swiglu's first half goes through the
+ * SiLU), i.e. w1 (SiLU'd) then w3, and fcprojw is w2. */
+static void map_moe_layer(const struct model *m, int l, struct pieces *ps)
+{
+	int De = m->cfg.De;
+	char n[48];
+	snprintf(n, sizeof(n), "h.%d.router", l);
+	add(ps, m, n, 0, -1, 0, "model.layers.%d.block_sparse_moe.gate.weight", l);
+	for (int e = 0; e < m->cfg.E; e++) {
+		snprintf(n, sizeof(n), "h.%d.experts.%d.fcw", l, e);
+		add(ps, m, n, 0, De, 0, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", l, e);
+		add(ps, m, n, De, De, 0, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", l,
+		    e);
+		snprintf(n, sizeof(n), "h.%d.experts.%d.fcprojw", l, e);
+		add(ps, m, n, 0, -1, 0, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", l, e);
+	}
+}
+
 /* Every HF tensor of m, prefix ("transformer." or "") for GPT-2's names. */
 static void map_model(const struct model *m, const char *prefix, struct pieces *ps)
 {
@@ -304,6 +374,10 @@ static void map_model(const struct model *m, const char *prefix, struct pieces *
 			    "model.layers.%d.self_attn.o_proj.weight", l);
 			add(ps, m, P("h.%d.ln2w", l), 0, -1, 0,
 			    "model.layers.%d.post_attention_layernorm.weight", l);
+			if (c->E) {
+				map_moe_layer(m, l, ps);
+				continue;
+			}
 			add(ps, m, P("h.%d.fcw", l), 0, c->F, 0, "model.layers.%d.mlp.gate_proj.weight",
 			    l);
 			add(ps, m, P("h.%d.fcw", l), c->F, c->F, 0, "model.layers.%d.mlp.up_proj.weight",
@@ -542,7 +616,8 @@ int hf_read_weights(const char *dir, const struct model *m, float *params)
 		int idx = ts.t[k].idx;
 		if (!used[k] && !is_buffer(tname(&ts, k), st_shape(f, idx), st_ndim(f, idx))) {
 			error("%s: unexpected tensor '%s' (not part of this %s model%s)", st_path(f),
-			      tname(&ts, k), m->cfg.arch == ARCH_GPT2 ? "gpt2" : "llama",
+			      tname(&ts, k), m->cfg.arch == ARCH_GPT2 ? "gpt2" :
+			      m->cfg.E ? "mixtral" : "llama",
 			      !strcmp(tname(&ts, k), "lm_head.weight") && m->cfg.tied ?
 				      ": tie_word_embeddings is true" : "");
 			goto out;
@@ -617,6 +692,24 @@ static void config_json(struct buf *b, const struct model_config *c, enum st_dty
 		put(b, "  \"scale_attn_weights\": true,\n  \"initializer_range\": ");
 		put_float(b, c->init_std);
 		put(b, ",\n");
+	} else if (c->E) {
+		put(b, "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n  \"model_type\": \"mixtral\",\n");
+		put(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
+		    c->V, c->C, c->De);
+		put(b, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->L, c->NH);
+		put(b, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->NKV, c->HD);
+		put(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": ", c->T);
+		put_float(b, c->eps);
+		put(b, ",\n  \"rope_theta\": ");
+		put_float(b, c->rope_theta);
+		put(b, ",\n  \"sliding_window\": null,\n  \"hidden_act\": \"silu\",\n");
+		put(b, "  \"attention_dropout\": 0.0,\n  \"num_local_experts\": %d,\n", c->E);
+		put(b, "  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": ", c->K);
+		put_float(b, c->aux_coef);
+		put(b, ",\n  \"output_router_logits\": false,\n  \"router_jitter_noise\": 0.0,\n");
+		put(b, "  \"initializer_range\": ");
+		put_float(b, c->init_std);
+		put(b, ",\n");
 	} else {
 		put(b, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n");
 		put(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
@@ -639,15 +732,29 @@ static void config_json(struct buf *b, const struct model_config *c, enum st_dty
 	put(b, "  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n", torch_dtype(dtype));
 }
 
+int hf_moe_check(const struct model_config *c)
+{
+	static const char *const fix = "; use --format safetensors";
+	if (c->router != ROUTER_SOFTMAX)
+		return error("export --format hf: model.router = sigmoid has no Mixtral layout "
+			     "(MixtralForCausalLM routes by a softmax over the experts)%s", fix);
+	if (c->shared)
+		return error("export --format hf: model.shared_expert = 1 has no Mixtral layout "
+			     "(MixtralForCausalLM has no shared expert)%s", fix);
+	if (c->K == 1)
+		return error("export --format hf: model.top_k = 1 has no Mixtral layout (Mixtral "
+			     "renormalises the top-k weights, so its one gate is 1.0, where asyncpp's "
+			     "is the router's score)%s", fix);
+	return 0;
+}
+
 int hf_write_model(const char *dir, const struct model *m, const float *params,
 		   enum st_dtype dtype, long eos)
 {
 	struct pieces ps = {0};
 	struct buf b = {0};
-	if (m->cfg.E)
-		return error("export --format hf: a mixture-of-experts model (model.n_expert = %d) "
-			     "has no Hugging Face layout here; use --format safetensors",
-			     m->cfg.E);
+	if (m->cfg.E && hf_moe_check(&m->cfg))
+		return -1;
 	map_model(m, m->cfg.arch == ARCH_GPT2 ? "transformer." : "", &ps);
 	struct st_tensor *t = xcalloc(ps.n, sizeof(*t));
 	float **owned = xcalloc(ps.n, sizeof(*owned));

@@ -1,5 +1,5 @@
 /* hf_model.h - Hugging Face model folders: config.json and safetensors
- * weights of GPT2LMHeadModel and LlamaForCausalLM, to and from our
+ * weights of GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM, to and from our
  * parameter table.
  *
  * Names and layouts (see also asyncpp-import-hf(1)):
@@ -19,6 +19,12 @@
  *     h.N.ln2w post_attention_layernorm.weight, h.N.fcw rows gate | up =
  *     mlp.{gate,up}_proj.weight, h.N.fcprojw mlp.down_proj.weight, lnfw
  *     model.norm.weight, head[:V] lm_head.weight (untied only).
+ *   Mixtral (a llama whose feed-forward is moe.h's softmax router with
+ *   top_k >= 2 and no shared expert; per layer, instead of mlp.*):
+ *     h.N.router model.layers.N.block_sparse_moe.gate.weight [E,C],
+ *     h.N.experts.M.fcw rows gate | up = block_sparse_moe.experts.M.w1 |
+ *     .w3 (.weight, [De,C] each), h.N.experts.M.fcprojw
+ *     block_sparse_moe.experts.M.w2.weight [C,De].
  * Buffers that are not parameters are skipped: GPT-2's h.N.attn.bias and
  * h.N.attn.masked_bias, Llama's self_attn.rotary_emb.inv_freq.
  */
@@ -40,6 +46,11 @@ int hf_read_config(const char *dir, struct model_config *mc, long *eos);
  * config) into params[m->numel] (zeroed first: padded vocabulary rows stay
  * 0). Missing, misshapen and unexpected tensors are refused by name. */
 int hf_read_weights(const char *dir, const struct model *m, float *params);
+
+/* 0 when the mixture-of-experts model c has the Mixtral layout; else -1
+ * after an error naming the key that rules it out (model.router = sigmoid,
+ * model.shared_expert = 1, model.top_k = 1) and why. */
+int hf_moe_check(const struct model_config *c);
 
 /* Write DIR/config.json, DIR/generation_config.json and
  * DIR/model.safetensors (every file atomically; DIR must exist) for m's

@@ -36,7 +36,8 @@ struct hf_vocab {
 	size_t *len;
 	unsigned char *special;
 };
-int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *v);
+int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *v,
+		  int normalizer);
 /* A merge entry: "a b" or ["a", "b"]; 0, or -1 when it is neither. */
 int hf_merge_parts(const struct json *e, const char **a, size_t *na, const char **b,
 		   size_t *nb);

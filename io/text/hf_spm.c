@@ -275,7 +275,7 @@ int hf_spm_read(struct tokenizer **tok, const char *path, const struct json *roo
 	p.unk = TOKENIZER_NO_ID;
 	if (read_normalizer(path, root, &p) || read_pretok(path, root, &p, &kind) ||
 	    read_decoder(path, root, &p, kind) || read_model(path, root, &flags) ||
-	    hf_read_vocab(path, root, &v))
+	    hf_read_vocab(path, root, &v, p.nnorm > 0))
 		goto out;
 	const struct json *m = json_get(root, "model"), *unk = json_get(m, "unk_token");
 	if (is_string(unk)) {

@@ -1,7 +1,8 @@
 /* hf_tokenizer.c - Hugging Face tokenizer.json <-> our tokenizer (see
  * tokenizer.h). Only what our encoder does exactly is accepted: byte-level
- * BPE (with ignore_merges or not) after GPT-2's, Llama 3's or SmolLM's
- * pre-tokenizer, each recognised part by part; anything else is refused
+ * BPE (with ignore_merges or not, NFC or no normalizer) after GPT-2's,
+ * Llama 3's, Qwen's or SmolLM's pre-tokenizer, or a Split with any other
+ * regex (PCRE2), each recognised part by part; anything else is refused
  * naming its JSON path. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "hf_parts.h"
 #include "json.h"
 #include "pretok.h"
+#include "regex_split.h"
 #include "tokenizer.h"
 
 /* ---- a map from token strings to ids (struct smap: hf_parts.h) ---- */
@@ -72,6 +74,20 @@ static int unset(const struct json *obj, const char *key, int empty_ok)
 static const char cl100k_regex[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}"
 	"\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen 2's and 3's: cl100k's with single digits (PRETOK_QWEN) */
+static const char qwen_regex[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}"
+	"\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* The kind whose Split regex is re[0..n), or -1. */
+static int split_kind(const char *re, size_t n)
+{
+	if (n == sizeof(cl100k_regex) - 1 && !memcmp(re, cl100k_regex, n))
+		return PRETOK_CL100K;
+	if (n == sizeof(qwen_regex) - 1 && !memcmp(re, qwen_regex, n))
+		return PRETOK_QWEN;
+	return -1;
+}
 
 /* A ByteLevel pre-tokenizer at JSON path at: no prefix space, and GPT-2's
  * regex when regex (Hugging Face's default) or none after a Split. */
@@ -87,35 +103,59 @@ static int check_bytelevel(const char *path, const struct json *p, const char *a
 			     "(use_regex false, as Llama 3's)", path, p->line, at);
 	if (!has && regex)
 		return error("%s:%d: %s.use_regex: ByteLevel with use_regex false is implemented "
-			     "only after Llama 3's Split", path, p->line, at);
+			     "only after Llama 3's or Qwen's Split", path, p->line, at);
 	return 0;
 }
 
-/* Llama 3's Split at JSON path at: cl100k's regex, Isolated, not inverted. */
-static int check_split(const char *path, const struct json *p, const char *at)
+/* A Split that no scanner implements (PRETOK_SPLIT_REGEX): its regex
+ * (JSON-owned), behavior and invert. */
+struct split_spec {
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+};
+
+/* The Split at JSON path at: Llama 3's or Qwen's regex, Isolated and not
+ * inverted, is their scanner's kind; any other regex, behavior or invert
+ * goes through PCRE2 (PRETOK_SPLIT_REGEX, *sp; compiled here so that a
+ * refusal names the path). The kind in *kind. */
+static int check_split(const char *path, const struct json *p, const char *at, uint32_t *kind,
+		       struct split_spec *sp)
 {
 	const struct json *pat = json_get(p, "pattern"), *re = json_get(pat, "Regex"),
-			  *beh = json_get(p, "behavior");
+			  *beh = json_get(p, "behavior"), *inv = json_get(p, "invert");
 	if (!re || re->type != JSON_STRING)
 		return error("%s:%d: %s.pattern: a Split pattern that is not a Regex is not "
 			     "implemented", path, p->line, at);
-	if (re->len != sizeof(cl100k_regex) - 1 || memcmp(re->str, cl100k_regex, re->len))
-		return error("%s:%d: %s.pattern.Regex: this Split regex is not implemented "
-			     "(asyncpp implements Llama 3's, which is cl100k_base's)", path,
-			     re->line, at);
-	if (!beh || beh->type != JSON_STRING || strcmp(beh->str, "Isolated"))
-		return error("%s:%d: %s.behavior: a Split behavior other than Isolated is not "
-			     "implemented", path, p->line, at);
-	if (is_true(p, "invert"))
-		return error("%s:%d: %s.invert: an inverted Split is not implemented", path,
-			     p->line, at);
+	int b = beh && beh->type == JSON_STRING ? split_behavior_parse(beh->str) : -1;
+	if (b < 0)
+		return error("%s:%d: %s.behavior: Split behavior '%s' is not one of Removed, "
+			     "Isolated, MergedWithPrevious, MergedWithNext, Contiguous", path,
+			     p->line, at, beh && beh->type == JSON_STRING ? beh->str : "?");
+	if (inv && inv->type != JSON_TRUE && inv->type != JSON_FALSE)
+		return error("%s:%d: %s.invert: not true or false", path, p->line, at);
+	int k = split_kind(re->str, re->len);
+	if (k >= 0 && b == SPLIT_ISOLATED && !is_true(p, "invert")) {
+		*kind = (uint32_t)k;
+		return 0;
+	}
+	char where[512];
+	snprintf(where, sizeof(where), "%s:%d: %s.pattern.Regex", path, re->line, at);
+	struct regex_split *rx;
+	if (regex_split_new(&rx, re->str, re->len, (uint32_t)b, is_true(p, "invert"), where))
+		return -1;
+	regex_split_free(rx);
+	*kind = PRETOK_SPLIT_REGEX;
+	*sp = (struct split_spec){re->str, re->len, (uint32_t)b, is_true(p, "invert")};
 	return 0;
 }
 
 /* The pre-tokenizer: a lone ByteLevel (GPT-2's, also in a Sequence of one),
  * Sequence[Split(cl100k's regex), ByteLevel] (Llama 3's) or
  * Sequence[Digits(individual), ByteLevel] (SmolLM's). Its kind in *kind. */
-static int check_pretok(const char *path, const struct json *root, uint32_t *kind)
+static int check_pretok(const char *path, const struct json *root, uint32_t *kind,
+			struct split_spec *sp)
 {
 	const struct json *j = json_get(root, "pre_tokenizer");
 	if (!j || j->type == JSON_NULL)
@@ -138,9 +178,8 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	const char *at0 = "pre_tokenizer.pretokenizers[0]", *at1 = "pre_tokenizer.pretokenizers[1]";
 	const char *at_last = list->len == 2 ? at1 : at0;
 	if (list->len == 2 && !strcmp(type_of(first), "Split")) {
-		if (check_split(path, first, at0))
+		if (check_split(path, first, at0, kind, sp))
 			return -1;
-		*kind = PRETOK_CL100K;
 	} else if (list->len == 2 && !strcmp(type_of(first), "Digits")) {
 		if (!is_true(first, "individual_digits"))
 			return error("%s:%d: %s.individual_digits: Digits with individual_digits "
@@ -154,16 +193,27 @@ static int check_pretok(const char *path, const struct json *root, uint32_t *kin
 	if (strcmp(type_of(last), "ByteLevel"))
 		return error("%s:%d: %s: pre-tokenizer '%s' is not implemented (asyncpp implements "
 			     "only ByteLevel there)", path, last->line, at_last, type_of(last));
-	return check_bytelevel(path, last, at_last, *kind != PRETOK_CL100K);
+	return check_bytelevel(path, last, at_last,
+			       *kind == PRETOK_GPT2 || *kind == PRETOK_GPT2_DIGITS);
 }
 
-static int check_pipeline(const char *path, const struct json *root, uint32_t *kind)
+/* The normalizer: none, or NFC (Qwen's): *nfc. (A normalizer chain, for
+ * Llama 2's and Mistral's, is another reader's.) */
+static int check_normalizer(const char *path, const struct json *root, int *nfc)
 {
 	const struct json *j = json_get(root, "normalizer");
-	if (j && j->type != JSON_NULL)
-		return error("%s:%d: normalizer '%s' is not implemented (asyncpp normalizes nothing)",
-			     path, j->line, type_of(j));
-	if (check_pretok(path, root, kind))
+	*nfc = j && j->type != JSON_NULL && !strcmp(type_of(j), "NFC");
+	if (j && j->type != JSON_NULL && !*nfc)
+		return error("%s:%d: normalizer: normalizer '%s' is not implemented (asyncpp "
+			     "implements none and NFC)", path, j->line, type_of(j));
+	return 0;
+}
+
+static int check_pipeline(const char *path, const struct json *root, uint32_t *kind,
+			  struct split_spec *sp)
+{
+	const struct json *j;
+	if (check_pretok(path, root, kind, sp))
 		return -1;
 	j = json_get(root, "decoder");
 	if (!j || j->type == JSON_NULL || strcmp(type_of(j), "ByteLevel"))
@@ -171,8 +221,11 @@ static int check_pipeline(const char *path, const struct json *root, uint32_t *k
 			     path, j && j->type != JSON_NULL ? type_of(j) : "null");
 	j = json_get(root, "post_processor");
 	if (j && j->type != JSON_NULL && strcmp(type_of(j), "ByteLevel"))
-		return error("%s:%d: post-processor '%s' is not implemented (asyncpp adds no tokens "
-			     "to an encoding)", path, j->line, type_of(j));
+		return error("%s:%d: post_processor: post-processor '%s' is not implemented "
+			     "(asyncpp adds no tokens to an encoding: tokenize encode puts the "
+			     "end-of-text token before each document; with post_processor null "
+			     "the tokenizer.json imports and gives the same ids)", path, j->line,
+			     type_of(j));
 	const struct json *m = json_get(root, "model");
 	if (!m || m->type != JSON_OBJECT)
 		return error("%s: no 'model' object", path);
@@ -196,7 +249,71 @@ struct vocab {
 	unsigned char *special;
 };
 
-static int read_vocab(const char *path, const struct json *root, struct vocab *v)
+/* An added token's options at added_tokens[i]: Hugging Face's lstrip,
+ * rstrip and single_word change where it is found, and are refused when
+ * true; normalized (matching in normalized text) is refused with a
+ * normalizer, and means nothing without one. */
+static int check_added(const char *path, const struct json *a, size_t i, int nfc)
+{
+	static const char *const refused[] = {"lstrip", "rstrip", "single_word"};
+	for (int k = 0; k < 3; k++)
+		if (is_true(a, refused[k]))
+			return error("%s:%d: added_tokens[%zu].%s: an added token with %s true is not "
+				     "implemented", path, a->line, i, refused[k], refused[k]);
+	const struct json *norm = json_get(a, "normalized");
+	/* Hugging Face's default: normalized unless special */
+	int normalized = norm ? norm->type == JSON_TRUE : !is_true(a, "special");
+	if (nfc && normalized)
+		return error("%s:%d: added_tokens[%zu].normalized: an added token found in "
+			     "normalized text is not implemented (asyncpp finds added tokens in the "
+			     "raw text, as with normalized false)", path, a->line, i);
+	return 0;
+}
+
+/* Whether an occurrence of a[0..na) and one of b[0..nb) can overlap in a
+ * text: one holds the other, or an end of one is a start of the other. */
+static int contains(const char *a, size_t na, const char *b, size_t nb)
+{
+	for (size_t i = 0; i + nb <= na; i++)
+		if (!memcmp(a + i, b, nb))
+			return 1;
+	return 0;
+}
+
+static int may_overlap(const char *a, size_t na, const char *b, size_t nb)
+{
+	if (contains(a, na, b, nb) || contains(b, nb, a, na))
+		return 1;
+	for (size_t k = 1; k < na && k < nb; k++)
+		if (!memcmp(a + na - k, b, k) || !memcmp(b + nb - k, a, k))
+			return 1;
+	return 0;
+}
+
+/* Hugging Face finds the added tokens with normalized false in the raw text
+ * first, then those with normalized true in what is left; asyncpp finds all
+ * in one leftmost-longest pass, which is the same unless a token of one
+ * group can overlap one of the other (refused, naming both). Without a
+ * normalizer, that is; with one, check_added refuses normalized true. */
+static int check_added_groups(const char *path, const struct json *added, size_t nadded)
+{
+	for (size_t i = 0; i < nadded; i++)
+		for (size_t j = i + 1; j < nadded; j++) {
+			const struct json *a = &added->kids[i], *b = &added->kids[j];
+			const struct json *na = json_get(a, "normalized"), *nb = json_get(b, "normalized");
+			int ra = na ? na->type == JSON_TRUE : !is_true(a, "special");
+			int rb = nb ? nb->type == JSON_TRUE : !is_true(b, "special");
+			const struct json *ca = json_get(a, "content"), *cb = json_get(b, "content");
+			if (ra != rb && may_overlap(ca->str, ca->len, cb->str, cb->len))
+				return error("%s:%d: added_tokens[%zu] and added_tokens[%zu]: '%s' and "
+					     "'%s' can overlap, and Hugging Face finds the one with "
+					     "normalized false first; not implemented", path, b->line, i, j,
+					     ca->str, cb->str);
+		}
+	return 0;
+}
+
+static int read_vocab(const char *path, const struct json *root, struct vocab *v, int nfc)
 {
 	const struct json *vocab = json_get(json_get(root, "model"), "vocab");
 	const struct json *added = json_get(root, "added_tokens");
@@ -236,9 +353,10 @@ static int read_vocab(const char *path, const struct json *root, struct vocab *v
 	for (size_t i = 0; i < nadded; i++) {
 		const struct json *a = &added->kids[i], *c = json_get(a, "content");
 		int64_t id = json_get(a, "id")->i;
-		if (!is_true(a, "special"))
-			return error("%s:%d: added token '%s' (id %lld) is not special; asyncpp cannot "
-				     "split text on it", path, a->line, c->str, (long long)id);
+		/* a token that is not special is found in text all the same (asyncpp
+		 * holds both as special tokens) */
+		if (check_added(path, a, i, nfc))
+			return -1;
 		if (v->special[id])
 			return error("%s:%d: id %lld is added twice", path, a->line, (long long)id);
 		if (v->s[id] && (v->len[id] != c->len || memcmp(v->s[id], c->str, c->len)))
@@ -252,7 +370,7 @@ static int read_vocab(const char *path, const struct json *root, struct vocab *v
 		if (!v->s[id])
 			return error("%s: no token has id %u (ids must run from 0 without gaps)", path,
 				     id);
-	return 0;
+	return check_added_groups(path, added, nadded);
 }
 
 /* A merge entry: "a b" or ["a", "b"]. */
@@ -300,9 +418,11 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		goto out;
 	}
 	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
-	int dup_line = 0;
+	int dup_line = 0, nfc = 0;
 	size_t dup_rank = 0;
-	if (check_pipeline(path, root, &kind) || read_vocab(path, root, &v))
+	struct split_spec sp = {0};
+	if (check_normalizer(path, root, &nfc) || check_pipeline(path, root, &kind, &sp) ||
+	    read_vocab(path, root, &v, nfc))
 		goto out;
 	ignore_merges = (uint32_t)is_true(json_get(root, "model"), "ignore_merges");
 	const struct json *ml = json_get(json_get(root, "model"), "merges");
@@ -397,9 +517,12 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		}
 	rc = tokenizer_build_flags(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
 				   (const uint32_t(*)[3])merges, nspecial, special, eot,
-				   ignore_merges ? TOK_IGNORE_MERGES : 0);
+				   (ignore_merges ? TOK_IGNORE_MERGES : 0) | (nfc ? TOK_NFC : 0) |
+				   (nspecial ? TOK_SPLIT_ADDED : 0));
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
+	else if (kind == PRETOK_SPLIT_REGEX)
+		rc = tokenizer_set_split_regex(*tok, sp.re, sp.n, sp.behavior, sp.invert, path);
 	else if (kind != PRETOK_GPT2)
 		rc = tokenizer_set_pretok(*tok, kind);
 	if (rc) {
@@ -463,24 +586,36 @@ static void cat_pair(struct buf *b, const char **s, const size_t *len, const uin
 }
 
 /* The pre-tokenizer of kind as check_pretok reads it back. */
-static void put_pretok(struct buf *j, uint32_t kind)
+static void put_pretok(struct buf *j, const struct tokenizer *tok)
 {
+	uint32_t kind = tokenizer_pretok(tok);
 	if (kind == PRETOK_GPT2) {
 		put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
 			 "\"trim_offsets\": true, \"use_regex\": true}");
 		return;
 	}
 	put_s(j, "{\"type\": \"Sequence\", \"pretokenizers\": [\n    ");
-	if (kind == PRETOK_CL100K) {
+	const char *re;
+	size_t n;
+	uint32_t behavior;
+	int invert;
+	if (!tokenizer_split_regex(tok, &re, &n, &behavior, &invert)) {
 		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
-		json_put_string(j, cl100k_regex, sizeof(cl100k_regex) - 1);
+		json_put_string(j, re, n);
+		put_s(j, "}, \"behavior\": \"");
+		put_s(j, split_behavior_name(behavior));
+		put_s(j, invert ? "\", \"invert\": true},\n    " : "\", \"invert\": false},\n    ");
+	} else if (kind == PRETOK_CL100K || kind == PRETOK_QWEN) {
+		re = kind == PRETOK_QWEN ? qwen_regex : cl100k_regex;
+		put_s(j, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+		json_put_string(j, re, strlen(re));
 		put_s(j, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
 	} else {
 		put_s(j, "{\"type\": \"Digits\", \"individual_digits\": true},\n    ");
 	}
 	put_s(j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
 		 "\"use_regex\": ");
-	put_s(j, kind == PRETOK_CL100K ? "false}]}" : "true}]}");
+	put_s(j, kind == PRETOK_GPT2_DIGITS ? "true}]}" : "false}]}");
 }
 
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
@@ -489,11 +624,11 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 	uint32_t kind = tokenizer_pretok(tok);
 	if (tokenizer_flags(tok) & TOK_SPM)
 		return hf_spm_write(tok, dir, max_length);
-	if (kind != PRETOK_GPT2 && kind != PRETOK_CL100K && kind != PRETOK_GPT2_DIGITS)
+	if (kind == PRETOK_O200K)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
-			     "writes GPT-2's, Llama 3's (cl100k) and SmolLM's (gpt2_digits) so far",
-			     dir, pretok_kind_name(kind));
-	if (kind != PRETOK_GPT2 || tokenizer_flags(tok))
+			     "writes GPT-2's, Llama 3's (cl100k), SmolLM's (gpt2_digits) and "
+			     "Qwen's so far", dir, pretok_kind_name(kind));
+	if (kind != PRETOK_GPT2 || (tokenizer_flags(tok) & ~TOK_SPLIT_ADDED))
 		gpt2_files = 0; /* vocab.json and merges.txt cannot say how to split */
 	uint32_t V = tokenizer_vocab_size(tok), M = tokenizer_nmerges(tok);
 	uint32_t eot = tokenizer_eot_id(tok);
@@ -549,8 +684,10 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 			  "\"normalized\": false, \"special\": true}");
 		first = 0;
 	}
-	put_s(&j, "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ");
-	put_pretok(&j, kind);
+	put_s(&j, tokenizer_flags(tok) & TOK_NFC ? "\n  ],\n  \"normalizer\": {\"type\": \"NFC\"},"
+		  : "\n  ],\n  \"normalizer\": null,");
+	put_s(&j, "\n  \"pre_tokenizer\": ");
+	put_pretok(&j, tok);
 	put_s(&j, ",\n"
 		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
 		  "\"trim_offsets\": false, \"use_regex\": true},\n"
@@ -642,10 +779,11 @@ int hf_merge_parts(const struct json *e, const char **a, size_t *na, const char 
 	return merge_parts(e, a, na, b, nb);
 }
 
-int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *out)
+int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *out,
+		  int normalizer)
 {
 	struct vocab v = {0};
-	int rc = read_vocab(path, root, &v);
+	int rc = read_vocab(path, root, &v, normalizer);
 	*out = (struct hf_vocab){v.V, v.s, v.len, v.special};
 	return rc;
 }

@@ -104,6 +104,8 @@ size_t pretok_next(const unsigned char *s, size_t n)
 	}
 	return n;
 run:
+	if (want == UC_LETTER) /* the ASCII letters are all UC_LETTER, and no other ASCII */
+		i = ascii_run(s, i, n, 0x20);
 	while (i < n && char_class(s + i, n - i, &l) == want)
 		i += l;
 	return i;

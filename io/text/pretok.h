@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { UC_OTHER = 0, UC_LETTER = 1, UC_NUMBER = 2, UC_SPACE = 3 };
 
@@ -33,6 +34,36 @@ static inline int unicode_class(uint32_t cp)
 /* Decode one valid UTF-8 sequence at s[0..n) (n >= 1): returns its length
  * (1..4) and the code point, or 0 when s[0] does not start one. */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+
+/* The end of the run from i in s[0..n) of ASCII letters (A-Z, a-z; fold
+ * 0x20) or of lower-case ones (a-z; fold 0), eight bytes at a time where
+ * eight remain: the scanners' hot loop (a word) without a branch a
+ * character (the run's end was one mispredicted branch a word). In each
+ * byte b, with y = (b | fold) & 0x7f (below 0x80, so the additions never
+ * carry into the next byte): y + 0x1f has its top bit set iff y >= 'a',
+ * y + 0x05 iff y > 'z'; and b's own top bit must be clear. The caller goes
+ * on from the returned position with its exact rules (a non-ASCII letter
+ * continues a \p{L} run there). */
+static inline size_t ascii_run(const unsigned char *s, size_t i, size_t n, unsigned fold)
+{
+	const uint64_t ones = 0x0101010101010101ULL, top = 0x80 * ones;
+	while (i + 8 <= n) {
+		uint64_t x;
+		memcpy(&x, s + i, 8);
+		uint64_t y = (x | fold * ones) & 0x7f * ones;
+		uint64_t stop = ~((y + 0x1f * ones) & ~(y + 0x05 * ones) & ~x) & top;
+		if (stop) /* the first byte outside: the lowest in memory order */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+			return i + (size_t)__builtin_clzll(stop) / 8;
+#else
+			return i + (size_t)__builtin_ctzll(stop) / 8;
+#endif
+		i += 8;
+	}
+	while (i < n && ((s[i] | fold) - 'a') < 26u)
+		i++;
+	return i;
+}
 
 /* Length of the first pre-token of s[0..n), n >= 1; always >= 1. */
 size_t pretok_next(const unsigned char *s, size_t n);
@@ -67,6 +98,12 @@ size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
  *   PRETOK_GPT2_DIGITS  SmolLM's: every numeric character (\p{N}) a piece of
  *     its own (Hugging Face's Digits with individual_digits), then GPT-2's
  *     pattern on the text between them
+ *   PRETOK_QWEN    Qwen 2's and 3's Split: cl100k's pattern with \p{N} in
+ *     place of \p{N}{1,3} (every numeric character a piece of its own)
+ *   PRETOK_SPLIT_REGEX  Hugging Face's Split with any other regex, behavior
+ *     and invert, through PCRE2 (io/text/regex_split.h); the only kind with
+ *     parameters (the tokenizer holds them) and no scanner here:
+ *     pretok_next_of gives GPT-2's for it, which the tokenizer never calls
  *
  *   PRETOK_SPM        no pre-tokenizer, SentencePiece-style BPE (Llama 2's):
  *     the text, normalized, is one piece (io/text/spm.h)
@@ -80,12 +117,14 @@ enum pretok_kind {
 	PRETOK_CL100K = 1,
 	PRETOK_O200K = 2,
 	PRETOK_GPT2_DIGITS = 3,
-	PRETOK_SPM = 4,
-	PRETOK_METASPACE = 5,
+	PRETOK_QWEN = 4,
+	PRETOK_SPLIT_REGEX = 5,
+	PRETOK_SPM = 6,
+	PRETOK_METASPACE = 7,
 	PRETOK_NKINDS
 };
 
-/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits", "spm",
+/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits", "qwen", "split_regex", "spm",
  * "metaspace"), or NULL for an unknown one. */
 const char *pretok_kind_name(uint32_t kind);
 /* The kind named name; -1 when none is. */
@@ -97,6 +136,7 @@ pretok_next_fn pretok_next_of(uint32_t kind);
 size_t pretok_next_cl100k(const unsigned char *s, size_t n);
 size_t pretok_next_o200k(const unsigned char *s, size_t n);
 size_t pretok_next_gpt2_digits(const unsigned char *s, size_t n);
+size_t pretok_next_qwen(const unsigned char *s, size_t n);
 
 /* pretok_split_point for kind: the same cut, which for the tiktoken
  * kinds also wants an ASCII letter or digit after the '\n' (o200k's

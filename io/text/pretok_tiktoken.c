@@ -11,7 +11,8 @@
 
 static const char *const kind_names[PRETOK_NKINDS] = {
 	[PRETOK_GPT2] = "gpt2", [PRETOK_CL100K] = "cl100k", [PRETOK_O200K] = "o200k",
-	[PRETOK_GPT2_DIGITS] = "gpt2_digits", [PRETOK_SPM] = "spm", [PRETOK_METASPACE] = "metaspace",
+	[PRETOK_GPT2_DIGITS] = "gpt2_digits", [PRETOK_QWEN] = "qwen",
+	[PRETOK_SPLIT_REGEX] = "split_regex", [PRETOK_SPM] = "spm", [PRETOK_METASPACE] = "metaspace",
 };
 
 /* SentencePiece-style kinds: spm.c cuts the normalized text itself */
@@ -43,6 +44,8 @@ pretok_next_fn pretok_next_of(uint32_t kind)
 		return pretok_next_o200k;
 	case PRETOK_GPT2_DIGITS:
 		return pretok_next_gpt2_digits;
+	case PRETOK_QWEN:
+		return pretok_next_qwen;
 	case PRETOK_SPM:
 	case PRETOK_METASPACE:
 		return whole_text;
@@ -55,6 +58,8 @@ size_t pretok_split_point_of(uint32_t kind, const unsigned char *s, size_t n, si
 {
 	if (kind == PRETOK_GPT2 || kind == PRETOK_GPT2_DIGITS) /* a digit ends a piece anyway */
 		return pretok_split_point(s, n, target);
+	if (kind == PRETOK_SPLIT_REGEX) /* any regex: no cut is known to be safe */
+		return n;
 	if (kind == PRETOK_SPM || kind == PRETOK_METASPACE) /* normalizers see the whole text */
 		return n;
 	/* "x\nY", x printable ASCII, Y an ASCII letter or digit: the piece
@@ -143,11 +148,11 @@ static size_t contraction(const unsigned char *s, size_t n)
 			(i) += l_;                                            \
 	} while (0)
 
-/* \p{N}{1,3} from a number of length l. */
-static size_t digits(const unsigned char *s, size_t n, size_t l)
+/* \p{N}{1,max} from a number of length l. */
+static size_t digits(const unsigned char *s, size_t n, size_t l, int max)
 {
 	size_t i = l, l2;
-	for (int k = 1; k < 3 && i < n && gc_at(s + i, n - i, &l2) == GC_NUMBER; k++)
+	for (int k = 1; k < max && i < n && gc_at(s + i, n - i, &l2) == GC_NUMBER; k++)
 		i += l2;
 	return i;
 }
@@ -187,7 +192,11 @@ static size_t punct_or_space(const unsigned char *s, size_t n, int g, size_t l, 
 	return last;
 }
 
-size_t pretok_next_cl100k(const unsigned char *s, size_t n)
+/* cl100k's pattern with \p{N}{1,max_digits} (3), or Qwen's \p{N} (1): the
+ * number alternative never competes with the others (they all refuse a
+ * \p{N} at the start: the prefix of a letter run excludes it, as does the
+ * punctuation class), so its bound changes nothing else. */
+static size_t cl100k_like(const unsigned char *s, size_t n, int max_digits)
 {
 	size_t l, l2, i, k;
 	/* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
@@ -196,19 +205,22 @@ size_t pretok_next_cl100k(const unsigned char *s, size_t n)
 	int g = gc_at(s, n, &l);
 	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
 	if (is_letter(g)) {
-		i = l;
+		i = ascii_run(s, l, n, 0x20); /* exactly the ASCII characters in \p{L} */
 		RUN(i, is_letter);
 		return i;
 	}
 	if (is_prefix(g, s[0]) && l < n && is_letter(gc_at(s + l, n - l, &l2))) {
-		i = l + l2;
+		i = ascii_run(s, l + l2, n, 0x20);
 		RUN(i, is_letter);
 		return i;
 	}
 	if (g == GC_NUMBER)
-		return digits(s, n, l);
+		return digits(s, n, l, max_digits);
 	return punct_or_space(s, n, g, l, 0);
 }
+
+size_t pretok_next_cl100k(const unsigned char *s, size_t n) { return cl100k_like(s, n, 3); }
+size_t pretok_next_qwen(const unsigned char *s, size_t n) { return cl100k_like(s, n, 1); }
 
 /* o200k's first alternative from j, after the optional prefix:
  * [Upper]*[Lower]+(?i:'s|...)? where Upper = Lu Lt Lm Lo M and Lower = Ll Lm
@@ -230,7 +242,7 @@ static size_t o200k_upper_lower(const unsigned char *s, size_t n, size_t j)
 	}
 	size_t end;
 	if (i < n && g == GC_LL) {
-		end = i + l;
+		end = ascii_run(s, i + l, n, 0); /* a-z: exactly the ASCII in Lower */
 		RUN(end, is_lower);
 	} else if (last_lower) {
 		end = last_lower;
@@ -264,6 +276,6 @@ size_t pretok_next_o200k(const unsigned char *s, size_t n)
 	if ((pre && (e = o200k_upper(s, n, l))) || (e = o200k_upper(s, n, 0)))
 		return e;
 	if (g == GC_NUMBER)
-		return digits(s, n, l);
+		return digits(s, n, l, 3);
 	return punct_or_space(s, n, g, l, 1);
 }

@@ -444,7 +444,8 @@ size_t spm_encode(const struct tokenizer *t, const struct spm *s, struct tok_cac
 	int cut = s->p.split && s->pipe_kind == PRETOK_METASPACE ? 1 : s->cut;
 	for (size_t pos = 0; pos < a.len;) {
 		size_t l = cut ? next_piece(s, a.data + pos, a.len - pos) : a.len - pos;
-		nout += c ? tokenizer_piece_cached(t, c, a.data + pos, l, out + nout)
+		nout += c ? tokenizer_piece_cached(t, c, a.data + pos, l, a.data + a.len,
+						     out + nout)
 			  : spm_piece(t, s, a.data + pos, l, out + nout);
 		pos += l;
 	}

@@ -20,6 +20,7 @@
 #include "tokenizer.h"
 
 #define NONE UINT32_MAX
+#define TIKTOKEN_MAX_TOKEN 1024 /* bytes; 8 times the longest of the published files */
 
 struct entry {
 	uint32_t rank;
@@ -131,6 +132,12 @@ static int parse_lines(const unsigned char *data, size_t len, const char *name,
 		if (b64_decode(s, bl, dec))
 			return error("%s:%zu: the token is not valid base64 ('%.*s')", name, line,
 				     bl > 40 ? 40 : (int)bl, (const char *)s);
+		/* rebuilding a token's merges costs the square of its length (a
+		 * fuzzed 60000-byte token took 38 s) */
+		if (dec->len - off > TIKTOKEN_MAX_TOKEN)
+			return error("%s:%zu: a token of more than %d bytes (the longest of "
+				     "cl100k_base, o200k_base and Llama 3 have 128)", name, line,
+				     TIKTOKEN_MAX_TOKEN);
 		uint64_t rank = 0;
 		size_t i = bl + 1;
 		if (i == l)

@@ -12,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "added_tokens.h"
 #include "pretok.h"
+#include "regex_split.h"
 #include "spm.h"
 #include "tokenizer.h"
+#include "unicode_nfc.h"
 
 #define HDR_SIZE 48
 #define EMPTY_KEY UINT64_MAX
@@ -41,6 +44,15 @@ struct tokenizer {
 	uint64_t whole_mask;
 	struct spm *spm;          /* TOK_SPM: normalizers, characters, decoding; else NULL */
 	struct spm_params *spm_p; /* its parameters, as read or built */
+	struct added_tokens *added; /* TOK_SPLIT_ADDED: the special tokens; else NULL */
+	int added_nl;               /* one of them has a '\n' before its last byte */
+	/* PRETOK_SPLIT_REGEX: the step's parameters as stored (u32 behavior, u32
+	 * invert, the pattern) and the compiled regex; else NULL, 0 */
+	unsigned char *rx_param;
+	uint32_t rx_plen;
+	struct regex_split *rx;
+	/* tokenizer_max_ids(len) = len * ids_mult + ids_extra (bound_ids) */
+	size_t ids_mult, ids_extra;
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -90,6 +102,9 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->whole);
 	spm_free(t->spm);
 	free(t->spm_p);
+	added_tokens_free(t->added);
+	free(t->rx_param);
+	regex_split_free(t->rx);
 	free(t);
 }
 
@@ -126,17 +141,62 @@ static int whole_init(struct tokenizer *t, const unsigned char *made, const char
 
 /* Validate the arrays of t (lens, bytes, merges, special filled in) and build
  * the indices. name is for messages. */
+/* The most ids an encoding of len bytes gives, as len * ids_mult +
+ * ids_extra. A stretch of n bytes between added tokens gives at most n ids
+ * (a token is at least one byte), 3n with TOK_NFC (NFC at most triples the
+ * bytes), and (n + extra) * growth for a SentencePiece-style one (its
+ * normalizers, spm_max_ids: affine in n); an added token of la bytes gives
+ * one id and starts a stretch, which may add the extra again, so ids_mult
+ * also covers (1 + extra) / la per byte of each. Being affine, the bound of
+ * a text is at least the bounds of its pieces added up with one extra each
+ * (cmd/encode.c places each piece's ids so). */
+static void bound_ids(struct tokenizer *t)
+{
+	size_t g = t->flags & TOK_NFC ? 3 : 1, e = 0;
+	if (t->spm) {
+		e = spm_max_ids(t->spm, 0);
+		g = spm_max_ids(t->spm, 1) - e;
+	}
+	t->ids_mult = g;
+	t->ids_extra = e;
+	for (uint32_t i = 0; t->added && i < t->nspecial; i++) {
+		size_t la = t->lens[t->special[i]], need = (1 + e + la - 1) / la;
+		if (need > t->ids_mult)
+			t->ids_mult = need;
+	}
+}
+
 static int tok_init(struct tokenizer *t, const char *name)
 {
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits): written by a newer asyncpp?", name, t->pretok);
+			     "o200k, gpt2_digits, qwen, split_regex): written by a newer asyncpp?", name,
+			     t->pretok);
 	t->next = pretok_next_of(t->pretok);
+	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
+		if (t->rx_plen < 8 || get_le32(t->rx_param) >= SPLIT_NBEHAVIORS ||
+		    get_le32(t->rx_param + 4) > 1)
+			return error("%s: Split regex parameters of %u bytes: file is corrupt", name,
+				     t->rx_plen);
+		size_t wn = strlen(name) + 32;
+		char *where = xmalloc(wn);
+		snprintf(where, wn, "%s: the Split regex", name);
+		int rc = regex_split_new(&t->rx, (const char *)t->rx_param + 8, t->rx_plen - 8,
+					 get_le32(t->rx_param), (int)get_le32(t->rx_param + 4), where);
+		free(where);
+		if (rc)
+			return -1;
+	} else if (t->pretok != PRETOK_SPLIT_REGEX && t->rx_plen) {
+		return error("%s: pre-tokenizer kind %u with %u bytes of parameters (it takes none)",
+			     name, t->pretok, t->rx_plen);
+	}
 	if (V > TOKENIZER_MAX_VOCAB)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
-	if (t->flags & ~(uint32_t)TOK_ALL_FLAGS)
+	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
+		return error("%s: flag split-added without special tokens: file is corrupt", name);
 	int spm = (t->flags & TOK_SPM) != 0;
 	if (spm != (t->pretok == PRETOK_SPM || t->pretok == PRETOK_METASPACE) ||
 	    spm != (t->spm_p != NULL))
@@ -146,6 +206,9 @@ static int tok_init(struct tokenizer *t, const char *name)
 	if (!spm && (t->flags & (TOK_BYTE_FALLBACK | TOK_FUSE_UNK)))
 		return error("%s: byte_fallback and fuse_unk (flags 0x%x) need a "
 			     "SentencePiece-style tokenizer", name, t->flags);
+	if (spm && (t->flags & TOK_NFC)) /* spm's normalizer chain holds its NFC */
+		return error("%s: flags 0x%x: NFC is a normalizer step of a SentencePiece-style "
+			     "tokenizer: file is corrupt", name, t->flags);
 	/* Hugging Face's merges: checked below */
 	int loose = (t->flags & (TOK_IGNORE_MERGES | TOK_SPM)) != 0;
 	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
@@ -237,6 +300,19 @@ static int tok_init(struct tokenizer *t, const char *name)
 		goto out;
 	if (spm && spm_new(&t->spm, t, t->spm_p, name))
 		goto out;
+	if ((t->flags & TOK_SPLIT_ADDED) && !t->added) {
+		const unsigned char **sp = xmalloc(st_mult(t->nspecial, sizeof(*sp)));
+		uint32_t *len = xmalloc(st_mult(t->nspecial, sizeof(*len)));
+		for (uint32_t i = 0; i < t->nspecial; i++) {
+			sp[i] = t->bytes + t->off[t->special[i]], len[i] = t->lens[t->special[i]];
+			if (memchr(sp[i], '\n', len[i] - 1))
+				t->added_nl = 1;
+		}
+		t->added = added_tokens_new(t->nspecial, t->special, sp, len);
+		free(sp);
+		free(len);
+	}
+	bound_ids(t);
 	rc = 0;
 out:
 	free(made);
@@ -280,11 +356,13 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
 	}
-	if (file_version(t) == 2) { /* the pre-tokenizer section: one step, no parameters */
+	if (file_version(t) == 2) { /* the pre-tokenizer section: one step */
 		put_le32(w, 1);
 		put_le32(w + 4, t->pretok);
-		put_le32(w + 8, 0);
+		put_le32(w + 8, t->rx_plen);
 		buf_append(out, w, 12);
+		if (t->rx_plen)
+			buf_append(out, t->rx_param, t->rx_plen);
 	} else if (file_version(t) == 3) { /* one step with its SentencePiece parameters */
 		struct buf par = {0};
 		spm_params_put(t->spm_p, &par);
@@ -381,8 +459,48 @@ uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
 uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
 const struct spm_params *tokenizer_spm(const struct tokenizer *t) { return t->spm_p; }
 
+int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n,
+			      uint32_t behavior, int invert, const char *where)
+{
+	struct regex_split *rx;
+	if (n > TOKENIZER_MAX_VOCAB)
+		return error("%s: a Split regex of %zu bytes is too long", where, n);
+	if (regex_split_new(&rx, pattern, n, behavior, invert, where))
+		return -1;
+	regex_split_free(t->rx);
+	free(t->rx_param);
+	t->rx = rx;
+	t->rx_plen = (uint32_t)(8 + n);
+	t->rx_param = xmalloc(t->rx_plen);
+	put_le32(t->rx_param, behavior);
+	put_le32(t->rx_param + 4, (uint32_t)!!invert);
+	memcpy(t->rx_param + 8, pattern, n);
+	t->pretok = PRETOK_SPLIT_REGEX;
+	t->next = pretok_next_of(t->pretok);
+	struct buf b = {0};
+	tokenizer_serialize(t, &b);
+	t->hash = get_le64(b.data + 40);
+	buf_free(&b);
+	return 0;
+}
+
+int tokenizer_split_regex(const struct tokenizer *t, const char **pattern, size_t *n,
+			  uint32_t *behavior, int *invert)
+{
+	if (t->pretok != PRETOK_SPLIT_REGEX)
+		return -1;
+	*behavior = get_le32(t->rx_param);
+	*invert = (int)get_le32(t->rx_param + 4);
+	*pattern = (const char *)t->rx_param + 8;
+	*n = t->rx_plen - 8;
+	return 0;
+}
+
 int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 {
+	if (kind == PRETOK_SPLIT_REGEX)
+		return error("tokenizer: the Split regex kind needs its regex "
+			     "(tokenizer_set_split_regex)");
 	if (!pretok_kind_name(kind))
 		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
 	if ((t->flags & TOK_SPM) || kind == PRETOK_SPM || kind == PRETOK_METASPACE)
@@ -399,12 +517,24 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 
 /* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
  * steps, then per step a u32 kind, a u32 parameter length and the
- * parameters. This asyncpp's kinds are single steps without parameters, and
- * GPT-2's is never in one (a file is in the one form tokenizer_serialize
- * writes). */
-static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind,
-			       uint32_t version, struct spm_params **sp, const char *name)
+ * parameters. This asyncpp's kinds are single steps, with parameters only
+ * for the Split regex (into t, checked by tok_init) and, in a version-3
+ * file, the SentencePiece-style kinds (t->spm_p), and GPT-2's is never in
+ * one (a file is in the one form tokenizer_serialize writes). */
+static int read_pretok_section(const unsigned char *p, size_t n, struct tokenizer *t,
+			       uint32_t version, const char *name)
 {
+	uint32_t *kind = &t->pretok;
+	if (version == 2 && n >= 12 && get_le32(p) == 1 && get_le32(p + 4) == PRETOK_SPLIT_REGEX) {
+		if ((uint64_t)n != 12ULL + get_le32(p + 8))
+			return error("%s: pre-tokenizer section of %zu bytes, its step says %llu",
+				     name, n, 12ULL + get_le32(p + 8));
+		*kind = PRETOK_SPLIT_REGEX;
+		t->rx_plen = get_le32(p + 8);
+		t->rx_param = xmalloc(t->rx_plen ? t->rx_plen : 1);
+		memcpy(t->rx_param, p + 12, t->rx_plen);
+		return 0;
+	}
 	if (n < 4)
 		return error("%s: truncated pre-tokenizer section (%zu bytes)", name, n);
 	uint32_t steps = get_le32(p);
@@ -419,8 +549,8 @@ static int read_pretok_section(const unsigned char *p, size_t n, uint32_t *kind,
 		if (*kind != PRETOK_SPM && *kind != PRETOK_METASPACE)
 			return error("%s: version 3 with pre-tokenizer kind %u (version 3 holds the "
 				     "SentencePiece-style kinds): file is corrupt", name, *kind);
-		*sp = xmalloc(sizeof(**sp));
-		return spm_params_get(*sp, p + 12, n - 12, name);
+		t->spm_p = xmalloc(sizeof(*t->spm_p));
+		return spm_params_get(t->spm_p, p + 12, n - 12, name);
 	}
 	if (n != 12)
 		return error("%s: pre-tokenizer section of %zu bytes, expected 12", name, n);
@@ -449,7 +579,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	if (version < 1 || version > TOKENIZER_VERSION)
 		return error("%s: unsupported tokenizer file version %u (this asyncpp reads 1 to %u)",
 			     name, version, TOKENIZER_VERSION);
-	if (get_le32(p + 12) & ~(uint32_t)TOK_ALL_FLAGS)
+	if (get_le32(p + 12) & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
 	if ((version == 3) != ((get_le32(p + 12) & TOK_SPM) != 0))
 		return error("%s: version %u with flags 0x%x (version 3 is the SentencePiece-style "
@@ -505,8 +635,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
-	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), &t->pretok, version,
-						&t->spm_p, name))
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), t, version, name))
 		goto fail;
 	if (tok_init(t, name))
 		goto fail;
@@ -694,11 +823,6 @@ uint32_t tokenizer_whole_id(const struct tokenizer *t, const void *s, size_t n)
 	return t->whole && n > 1 ? whole_lookup(t, s, n) : UINT32_MAX;
 }
 
-size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
-{
-	return t->spm ? spm_max_ids(t->spm, len) : len;
-}
-
 /* Encode one pre-token s[0..n) into out; returns the count. */
 static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, size_t n,
 			   uint32_t *out)
@@ -730,12 +854,37 @@ size_t tokenizer_bpe_piece(const struct tokenizer *t, const void *s, size_t n, u
 	return method ? bpe_heap(t, out, n) : bpe_scan(t, out, n);
 }
 
-size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, const unsigned char *end,
+				  uint32_t *out);
+
+/* PRETOK_SPLIT_REGEX: the regex's pieces of the whole text (its matches
+ * depend on what comes before and after), each encoded apart; c may be
+ * NULL. */
+static size_t encode_regex(const struct tokenizer *t, struct tok_cache *c,
+			   const unsigned char *s, size_t len, uint32_t *out)
+{
+	struct split_piece *p = NULL;
+	size_t cap = 0, np = regex_split_pieces(t->rx, s, len, &p, &cap), nout = 0;
+	for (size_t i = 0; i < np; i++) {
+		const unsigned char *w = s + p[i].start;
+		size_t l = p[i].end - p[i].start;
+		nout += c ? encode_cached_piece(t, c, w, l, s + len, out + nout)
+			  : encode_piece(t, w, l, out + nout);
+	}
+	free(p);
+	return nout;
+}
+
+static size_t encode_plain(const struct tokenizer *t, const void *text, size_t len,
+			   uint32_t *out)
 {
 	if (t->spm)
 		return spm_encode(t, t->spm, NULL, text, len, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, NULL, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
 		nout += encode_piece(t, s + pos, l, out + nout);
@@ -744,23 +893,31 @@ size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len,
 	return nout;
 }
 
-/* ---- the pre-token cache ---- */
+/* ---- the pre-token cache ----
+ *
+ * On real text most pre-tokens repeat, so encoding is mostly this lookup:
+ * it is laid out for few cache misses. A slot (8 bytes) holds 32 bits of
+ * the piece's hash and where its record starts in the arena; the record is
+ * one run of 64-bit words: a header (the piece's length and id count), the
+ * piece's bytes zero-padded to whole words, then its ids two to a word. A
+ * hit reads the slot and one record, and compares the piece word by word
+ * (the words the hash was computed from), so no memcmp call. A full table
+ * or arena is cleared, and fills again from the text. */
 
 #define CACHE_BITS 16
-#define CACHE_MAX_PIECE 32
+#define CACHE_MAX_PIECE 32 /* longer pieces are encoded each time */
+#define CACHE_WORDS (CACHE_MAX_PIECE / 8)
+#define CACHE_ARENA ((size_t)1 << (CACHE_BITS + 3)) /* 64-bit words: 4 MB */
 
 struct cache_slot {
-	uint64_t hash; /* 0: empty */
-	uint32_t woff, ioff;
-	uint8_t wlen, nids;
+	uint32_t tag; /* the hash's high 32 bits, made odd; 0: empty */
+	uint32_t rec; /* the record's first word in the arena */
 };
 
 struct tok_cache {
 	struct cache_slot *slots;
-	size_t used;
-	struct buf words;
-	uint32_t *ids;
-	size_t nids, cap;
+	size_t used, top; /* slots used, arena words used */
+	uint64_t *arena;
 };
 
 struct tok_cache *tok_cache_new(const struct tokenizer *t)
@@ -768,9 +925,7 @@ struct tok_cache *tok_cache_new(const struct tokenizer *t)
 	(void)t;
 	struct tok_cache *c = xcalloc(1, sizeof(*c));
 	c->slots = xcalloc((size_t)1 << CACHE_BITS, sizeof(*c->slots));
-	c->cap = (size_t)1 << (CACHE_BITS + 2);
-	c->ids = xmalloc(c->cap * sizeof(*c->ids));
-	buf_reserve(&c->words, c->cap);
+	c->arena = xmalloc(CACHE_ARENA * sizeof(*c->arena));
 	return c;
 }
 
@@ -779,8 +934,7 @@ void tok_cache_free(struct tok_cache *c)
 	if (!c)
 		return;
 	free(c->slots);
-	free(c->ids);
-	buf_free(&c->words);
+	free(c->arena);
 	free(c);
 }
 
@@ -788,87 +942,186 @@ static void cache_clear(struct tok_cache *c)
 {
 	memset(c->slots, 0, ((size_t)1 << CACHE_BITS) * sizeof(*c->slots));
 	c->used = 0;
-	c->words.len = 0;
-	c->nids = 0;
+	c->top = 0;
 }
 
-static inline uint64_t piece_hash(const unsigned char *s, size_t n)
+/* The piece w[0..n) (2 <= n <= CACHE_MAX_PIECE) as little-endian 64-bit
+ * words zero-padded (into wd), and its hash. end is the end of the text:
+ * a word that lies wholly before it is loaded whole and masked, else byte by
+ * byte. */
+static inline uint64_t piece_words(const unsigned char *w, size_t n, const unsigned char *end,
+				   uint64_t wd[CACHE_WORDS])
 {
 	uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t w;
-		memcpy(&w, s + i, 8);
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+	size_t k = 0, i = 0;
+	for (; i + 8 <= n; i += 8, k++) {
+		memcpy(&wd[k], w + i, 8);
+		h = (h ^ wd[k]) * 0xff51afd7ed558ccdULL;
 		h ^= h >> 32;
 	}
-	uint64_t w = 0;
-	memcpy(&w, s + i, n - i);
-	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 29;
-	return h | 1;
+	if (i < n) {
+		uint64_t x = 0;
+		if ((size_t)(end - (w + i)) >= 8) {
+			memcpy(&x, w + i, 8);
+			x &= ~0ULL >> (8 * (8 - (n - i)));
+		} else {
+			memcpy(&x, w + i, n - i);
+		}
+		wd[k] = x;
+		h = (h ^ x) * 0xc4ceb9fe1a85ec53ULL;
+		h ^= h >> 29;
+	}
+	return h;
 }
 
-/* One pre-token through the cache (inlined in the loop below: the hot path) */
-static inline size_t piece_cached(const struct tokenizer *t, struct tok_cache *c,
-				  const void *piece, size_t l, uint32_t *out)
+/* One pre-token w[0..l) through the cache (end: the end of the text, which
+ * piece_words may read up to); returns its count of ids. */
+static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c,
+				  const unsigned char *w, size_t l, const unsigned char *end,
+				  uint32_t *out)
 {
-	const unsigned char *w = piece;
 	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
-	if (l == 1 && !t->spm)
-		return out[0] = t->byte_id[w[0]], 1;
+	if (l == 1 && !t->spm) { /* a SentencePiece-style byte may be no token */
+		out[0] = t->byte_id[w[0]];
+		return 1;
+	}
 	if (l > CACHE_MAX_PIECE)
 		return encode_piece(t, w, l, out);
-	uint64_t h = piece_hash(w, l);
-	size_t i = h & mask;
+	uint64_t wd[CACHE_WORDS];
+	uint64_t h = piece_words(w, l, end, wd);
+	uint32_t tag = (uint32_t)(h >> 32) | 1;
+	size_t nw = (l + 7) / 8, i = h & mask;
 	struct cache_slot *sl;
 	for (;; i = (i + 1) & mask) {
 		sl = &c->slots[i];
-		if (!sl->hash)
+		if (!sl->tag)
 			break;
-		if (sl->hash == h && sl->wlen == l && !memcmp(c->words.data + sl->woff, w, l)) {
-			memcpy(out, c->ids + sl->ioff, sl->nids * sizeof(*out));
-			return sl->nids;
-		}
+		const uint64_t *r = c->arena + sl->rec;
+		if (sl->tag != tag || (r[0] & 0xff) != l)
+			continue;
+		size_t k = 0;
+		while (k < nw && r[1 + k] == wd[k])
+			k++;
+		if (k < nw)
+			continue;
+		size_t m = r[0] >> 8, j = 0; /* two ids a word, inline (m is small) */
+		for (r += 1 + nw; j + 2 <= m; j += 2)
+			memcpy(out + j, r + j / 2, 2 * sizeof(*out));
+		if (j < m)
+			memcpy(out + j, r + j / 2, sizeof(*out));
+		return m;
 	}
-	size_t k = encode_piece(t, w, l, out);
-	if (c->used * 2 >= mask || c->nids + k > c->cap) {
+	size_t m = encode_piece(t, w, l, out);
+	size_t need = 1 + nw + (m + 1) / 2;
+	if (c->used * 2 >= mask || c->top + need > CACHE_ARENA) {
 		cache_clear(c);
-		for (i = h & mask; c->slots[i].hash; i = (i + 1) & mask)
+		for (i = h & mask; c->slots[i].tag; i = (i + 1) & mask)
 			;
 		sl = &c->slots[i];
 	}
-	sl->hash = h;
-	sl->wlen = (uint8_t)l;
-	sl->nids = (uint8_t)k;
-	sl->woff = (uint32_t)c->words.len;
-	sl->ioff = (uint32_t)c->nids;
-	buf_append(&c->words, w, l);
-	memcpy(c->ids + c->nids, out, k * sizeof(*out));
-	c->nids += k;
+	uint64_t *r = c->arena + c->top;
+	r[0] = l | m << 8;
+	memcpy(r + 1, wd, nw * sizeof(*wd));
+	r[nw + (m + 1) / 2] = 0; /* the pad of an odd count */
+	memcpy(r + 1 + nw, out, m * sizeof(*out));
+	sl->tag = tag;
+	sl->rec = (uint32_t)c->top;
+	c->top += need;
 	c->used++;
-	return k;
+	return m;
 }
 
-size_t tokenizer_piece_cached(const struct tokenizer *t, struct tok_cache *c, const void *piece,
-			      size_t l, uint32_t *out)
-{
-	return piece_cached(t, c, piece, l, out);
-}
-
-size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
-			       const void *text, size_t len, uint32_t *out)
+static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
+				  const void *text, size_t len, uint32_t *out)
 {
 	if (t->spm)
 		return spm_encode(t, t->spm, c, text, len, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
+	if (t->rx)
+		return encode_regex(t, c, s, len, out);
 	while (pos < len) {
 		size_t l = t->next(s + pos, len - pos);
-		nout += piece_cached(t, c, s + pos, l, out + nout);
+		nout += encode_cached_piece(t, c, s + pos, l, s + len, out + nout);
 		pos += l;
 	}
 	return nout;
+}
+
+/* ---- added tokens and NFC (TOK_SPLIT_ADDED, TOK_NFC) ---- */
+
+size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
+{
+	return st_add(st_mult(len, t->ids_mult), t->ids_extra);
+}
+
+/* s[0..n) between added tokens: normalized (NFC, unless it is already
+ * normal: the quick check), pre-tokenized and merged; c may be NULL. */
+static size_t encode_segment(const struct tokenizer *t, struct tok_cache *c,
+			     const unsigned char *s, size_t n, struct buf *tmp, uint32_t *out)
+{
+	if ((t->flags & TOK_NFC) && !utf8_is_nfc_quick((const char *)s, n)) {
+		tmp->len = 0;
+		buf_reserve(tmp, UTF8_NFC_MAX(n));
+		tmp->len = utf8_nfc((const char *)s, n, (char *)tmp->data, UTF8_NFC_MAX(n));
+		s = tmp->data, n = tmp->len;
+	}
+	return c ? encode_cached_plain(t, c, s, n, out) : encode_plain(t, s, n, out);
+}
+
+/* Hugging Face's order: the added tokens out of the raw text first, then
+ * each stretch between them apart. */
+static size_t encode_full(const struct tokenizer *t, struct tok_cache *c, const void *text,
+			  size_t len, uint32_t *out)
+{
+	const unsigned char *s = text;
+	struct buf tmp = {0};
+	size_t pos = 0, nout = 0;
+	while (pos < len) {
+		size_t at = len - pos, k = 0;
+		uint32_t id = 0;
+		if (t->added)
+			k = added_tokens_find(t->added, s + pos, len - pos, &at, &id);
+		if (at)
+			nout += encode_segment(t, c, s + pos, at, &tmp, out + nout);
+		if (k)
+			out[nout++] = id;
+		pos += at + k;
+	}
+	buf_free(&tmp);
+	return nout;
+}
+
+size_t tokenizer_split_point(const struct tokenizer *t, const void *text, size_t len,
+			     size_t target)
+{
+	/* a cut is right after a '\n': inside an added token only if one holds
+	 * a '\n' before its end; NFC keeps the text on each side apart (a '\n'
+	 * and an ASCII character compose with nothing) */
+	if (t->added_nl)
+		return len;
+	return pretok_split_point_of(t->pretok, text, len, target);
+}
+
+size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len, uint32_t *out)
+{
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, NULL, text, len, out);
+	return encode_plain(t, text, len, out);
+}
+
+size_t tokenizer_piece_cached(const struct tokenizer *t, struct tok_cache *c, const void *piece,
+			      size_t l, const void *end, uint32_t *out)
+{
+	return encode_cached_piece(t, c, piece, l, end, out);
+}
+
+size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
+			       const void *text, size_t len, uint32_t *out)
+{
+	if (t->flags & (TOK_NFC | TOK_SPLIT_ADDED))
+		return encode_full(t, c, text, len, out);
+	return encode_cached_plain(t, c, text, len, out);
 }
 
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
@@ -945,9 +1198,20 @@ int tokenizer_inspect(const char *path, FILE *out)
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
 		fprintf(out, "pre-tokenizer:  digits apart, then GPT-2 pattern (SmolLM's; "
 			"Unicode %s tables)\n", unicode_tables_version);
+	else if (t->pretok == PRETOK_SPLIT_REGEX)
+		fprintf(out, "pre-tokenizer:  Split regex %.*s (%s%s; PCRE2)\n", (int)(t->rx_plen - 8),
+			(const char *)t->rx_param + 8, split_behavior_name(get_le32(t->rx_param)),
+			get_le32(t->rx_param + 4) ? ", inverted" : "");
+	else if (t->pretok == PRETOK_QWEN)
+		fprintf(out, "pre-tokenizer:  qwen pattern (cl100k's with single digits; Unicode %s "
+			"tables)\n", unicode_tables_version);
 	else
 		fprintf(out, "pre-tokenizer:  %s pattern (tiktoken's; Unicode %s tables)\n",
 			pretok_kind_name(t->pretok), unicode_tables_version);
+	if (t->flags & TOK_NFC)
+		fprintf(out, "normalizer:     NFC (Unicode %s tables)\n", unicode_nfc_version);
+	if (t->flags & TOK_SPLIT_ADDED)
+		fprintf(out, "special tokens: found in the text first (Hugging Face's encode)\n");
 	if (t->flags & TOK_IGNORE_MERGES)
 		fprintf(out, "BPE:            ignore_merges (a pre-token that is a token is taken "
 			"whole; Hugging Face's merges)\n");

@@ -64,15 +64,25 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
  * may make a token more than once (one merge for each split of it, as Llama
  * 3's) and use tokens that later merges make. */
 #define TOK_IGNORE_MERGES 1u
+/* TOK_NFC: text is put in Unicode NFC before pre-tokenizing (the NFC
+ * normalizer of Qwen's tokenizer.json; io/text/unicode_nfc.h), so decoding
+ * gives the NFC form of the text. TOK_SPLIT_ADDED: the special (added)
+ * tokens are found in the text first, as Hugging Face's encode does by
+ * default (leftmost, longest; io/text/added_tokens.h), and the text between
+ * them is normalized and pre-tokenized apart (set by tokenizer.json import;
+ * without it a special token's text is plain text). */
+#define TOK_NFC 2u
+#define TOK_SPLIT_ADDED 4u
 /* SentencePiece-style BPE (io/text/spm.h), with its BPE options: a character
  * that is no token becomes its bytes' "<0xXX>" tokens, consecutive unknown
  * characters give one unknown token. Merges may make a token more than once
  * (the converter lists every split) and the base characters are tokens that
  * no merge makes. */
-#define TOK_SPM 2u
-#define TOK_BYTE_FALLBACK 4u
-#define TOK_FUSE_UNK 8u
-#define TOK_ALL_FLAGS (TOK_IGNORE_MERGES | TOK_SPM | TOK_BYTE_FALLBACK | TOK_FUSE_UNK)
+#define TOK_SPM 8u
+#define TOK_BYTE_FALLBACK 16u
+#define TOK_FUSE_UNK 32u
+#define TOK_KNOWN_FLAGS (TOK_IGNORE_MERGES | TOK_NFC | TOK_SPLIT_ADDED | TOK_SPM | \
+			 TOK_BYTE_FALLBACK | TOK_FUSE_UNK)
 int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 			  const unsigned char *bytes, uint32_t nmerges,
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
@@ -94,6 +104,14 @@ const struct spm_params *tokenizer_spm(const struct tokenizer *tok);
  * for an unknown kind. */
 uint32_t tokenizer_pretok(const struct tokenizer *tok);
 int tokenizer_set_pretok(struct tokenizer *tok, uint32_t kind);
+/* PRETOK_SPLIT_REGEX: Hugging Face's Split with pattern[0..n), behavior
+ * (enum split_behavior) and invert, through PCRE2 (io/text/regex_split.h);
+ * 0, or -1 after error() starting with where (the regex refused, or no
+ * PCRE2). tokenizer_split_regex reads them back (-1 for another kind). */
+int tokenizer_set_split_regex(struct tokenizer *tok, const char *pattern, size_t n,
+			      uint32_t behavior, int invert, const char *where);
+int tokenizer_split_regex(const struct tokenizer *tok, const char **pattern, size_t *n,
+			  uint32_t *behavior, int *invert);
 
 uint32_t tokenizer_vocab_size(const struct tokenizer *tok);
 uint32_t tokenizer_eot_id(const struct tokenizer *tok); /* TOKENIZER_NO_ID if none */
@@ -106,15 +124,21 @@ uint64_t tokenizer_hash(const struct tokenizer *tok);
 const unsigned char *tokenizer_token(const struct tokenizer *tok, uint32_t id, size_t *len);
 int tokenizer_is_special(const struct tokenizer *tok, uint32_t id);
 
-/* Most ids the encoding of len bytes gives: len for byte-level tokenizers
- * (a token is at least one byte), len plus the prepended characters for a
- * SentencePiece-style one. */
+/* Most ids the encoding of len bytes gives: len for a byte-level tokenizer
+ * (a token is at least one byte), three times that with TOK_NFC (NFC at most
+ * triples the bytes), and for a SentencePiece-style one what its normalizer
+ * chain can grow the text to (io/text/spm.h). */
 size_t tokenizer_max_ids(const struct tokenizer *tok, size_t len);
+/* pretok_split_point_of for the tokenizer: a cut in text[0..len) at or after
+ * target where encoding the two sides apart gives the ids of the whole (also
+ * with its normalizer and added tokens); len when there is none. */
+size_t tokenizer_split_point(const struct tokenizer *tok, const void *text, size_t len,
+			     size_t target);
 
 /* Encode len bytes of text into out, which must have room for
- * tokenizer_max_ids(tok, len) ids. Returns the number of ids. Special tokens are
- * never produced from text: "<|endoftext|>" in the text is plain text.
- * Thread-safe on a shared tokenizer. */
+ * tokenizer_max_ids(tok, len) ids. Returns the number of ids. Special tokens
+ * are produced from text only with TOK_SPLIT_ADDED; else "<|endoftext|>" in
+ * the text is plain text. Thread-safe on a shared tokenizer. */
 size_t tokenizer_encode(const struct tokenizer *tok, const void *text, size_t len, uint32_t *out);
 
 /* The same with a cache of encoded pre-tokens, much faster on real text.
@@ -136,7 +160,7 @@ size_t tokenizer_bpe_piece(const struct tokenizer *tok, const void *s, size_t n,
 size_t tokenizer_bpe_ids(const struct tokenizer *tok, uint32_t *sym, size_t n);
 uint32_t tokenizer_whole_id(const struct tokenizer *tok, const void *s, size_t n);
 size_t tokenizer_piece_cached(const struct tokenizer *tok, struct tok_cache *c, const void *s,
-			      size_t n, uint32_t *out);
+			      size_t n, const void *end, uint32_t *out);
 
 /* Append the bytes of ids to out. With TOK_DECODE_SKIP_SPECIAL special
  * tokens produce nothing. A SentencePiece-style tokenizer gives the text
@@ -210,15 +234,18 @@ uint32_t tiktoken_published_ranks(uint32_t kind);
 void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
 
 /* Hugging Face tokenizer.json (io/text/hf_tokenizer.c): a byte-level BPE (model
- * BPE, ByteLevel decoder, no normalizer) whose pre-tokenizer is GPT-2's
- * (ByteLevel with its regex, no prefix space; alone or a Sequence of one),
- * Llama 3's (Sequence[Split with cl100k's regex string, Isolated; ByteLevel
- * without its regex]: PRETOK_CL100K) or SmolLM's (Sequence[Digits
+ * BPE, ByteLevel decoder, no normalizer or NFC: TOK_NFC) whose pre-tokenizer
+ * is GPT-2's (ByteLevel with its regex, no prefix space; alone or a Sequence
+ * of one), a Split then ByteLevel without its regex (Llama 3's regex string,
+ * Isolated: PRETOK_CL100K; Qwen's: PRETOK_QWEN; any other regex, behavior or
+ * invert through PCRE2: PRETOK_SPLIT_REGEX) or SmolLM's (Sequence[Digits
  * individual; ByteLevel]: PRETOK_GPT2_DIGITS); BPE's ignore_merges becomes
- * TOK_IGNORE_MERGES. Anything else (another model type, normalizer,
- * pre-tokenizer or regex, post-processor that adds tokens, dropout, byte
- * fallback, an added token that is not special) is refused naming its JSON
- * path. Special added tokens become special tokens; the end-of-text id is
+ * TOK_IGNORE_MERGES. Anything else (another model type, normalizer or
+ * pre-tokenizer, a regex Oniguruma reads otherwise than PCRE2, a
+ * post-processor that adds tokens, dropout, byte fallback, an added token
+ * with lstrip, rstrip, single_word, or normalized under a normalizer) is
+ * refused naming its JSON path. Added tokens (special or not) become special
+ * tokens, found in text first (TOK_SPLIT_ADDED); the end-of-text id is
  * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
  * else <|end_of_text|>'s. A SentencePiece-style file (no pre-tokenizer,
  * Metaspace, or byte_fallback: Llama 2's, Mistral's) is read by hf_spm.c

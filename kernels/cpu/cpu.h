@@ -117,4 +117,26 @@ void cpu_elementwise_step(int rule, const struct optim_elem_tensor *t, int count
 void cpu_sumsq_many(double *out, const float *const *x, const size_t *n, int count);
 void cpu_scale(float *x, float s, size_t n);
 
+/* mixture-of-experts routing and dispatch (cpu_moe.c): backend.h's moe_*
+ * ops, one set per activation dtype (cpu_f32_*, cpu_bf16_*) */
+#define CPU_MOE_DECL(P)                                                                    \
+	void P##_moe_route(float *score, int32_t *sel, float *gate, const void *z, int N,   \
+			   int E, int K, int router);                                       \
+	void P##_moe_gather(void *xd, const void *x, const int32_t *pos, int N, int K,      \
+			    int C);                                                         \
+	void P##_moe_combine(void *out, const void *y, const float *gate, const int32_t *pos, \
+			     int N, int K, int C);                                          \
+	void P##_moe_combine_backward(void *dy, float *dgate, const void *dout,             \
+				      const void *y, const float *gate, const int32_t *pos, \
+				      int N, int K, int C);                                 \
+	void P##_moe_aux(float *aux, const void *z, const float *score, const int32_t *count, \
+			 int N, int E, int K, int router);                                  \
+	void P##_moe_router_backward(void *dz, const void *z, const float *score,           \
+				     const int32_t *sel, const float *gate,                 \
+				     const float *dgate, const int32_t *count, int N, int E, \
+				     int K, int router, float dloss, float alpha, float beta);
+CPU_MOE_DECL(cpu_f32)
+CPU_MOE_DECL(cpu_bf16)
+void cpu_moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, int N, int K, int E);
+
 #endif

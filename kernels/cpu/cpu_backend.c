@@ -386,7 +386,14 @@ static void bf16_softmax_xent(float *losses, void *dlogits, const void *logits,
 	.swiglu_forward = P##_swiglu_forward,                  \
 	.swiglu_backward = P##_swiglu_backward,                \
 	.add_act = P##_add_act,                                \
-	.softmax_xent = P##_softmax_xent
+	.softmax_xent = P##_softmax_xent,                      \
+	.moe_route = cpu_##P##_moe_route,                      \
+	.moe_dispatch = cpu_moe_dispatch,                      \
+	.moe_gather = cpu_##P##_moe_gather,                    \
+	.moe_combine = cpu_##P##_moe_combine,                  \
+	.moe_combine_backward = cpu_##P##_moe_combine_backward, \
+	.moe_aux = cpu_##P##_moe_aux,                          \
+	.moe_router_backward = cpu_##P##_moe_router_backward
 
 #define REST_OPS                                       \
 	.alloc = cpu_alloc,                            \

@@ -72,8 +72,10 @@ void cpu_matmul_forward(float *out, const float *inp, const float *w, const floa
 	cpu_gemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-/* dinp[N,C] = dout[N,OC] @ w[OC,C] (skipped when dinp is NULL);
- * dw[OC,C] += dout^T @ inp[N,C]; dbias[OC] += column sums of dout */
+/* dinp[N,C] = dout[N,OC] @ w[OC,C] (skipped when dinp is NULL; w is read
+ * for it only); dw[OC,C] += dout^T @ inp[N,C] (skipped when NULL); dbias[OC]
+ * += column sums of dout (if non-NULL). The three share nothing, so a call
+ * per part (the split backward) gives the one call's bits. */
 void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 			 const float *inp, const float *w, int N, int C, int OC)
 {

@@ -127,8 +127,11 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 	}
 }
 
-/* dinp[N,C] (overwritten), dw[C] += , db[C] += (each skipped when NULL);
- * dout, inp [N,C]; w[C] (NULL: 1); mean, rstd [N] */
+/* dinp[N,C] (overwritten), dw[C] += , db[C] += (each skipped when NULL:
+ * the split backward's input part passes dw = db = NULL, its weight part
+ * dinp = NULL; the two loops share nothing, so the parts give the fused
+ * call's bits); dout, inp [N,C]; w[C] (NULL: 1; read for dinp only);
+ * mean, rstd [N] */
 void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 			    const float *inp, const float *w, const float *mean,
 			    const float *rstd, int N, int C)
@@ -138,7 +141,7 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 #pragma omp parallel num_threads(cpu_threads()) if ((size_t)N * C >= CPU_PAR_MIN)
 	{
 #pragma omp for schedule(static)
-		for (int n = 0; n < N; n++) {
+		for (int n = 0; n < (dinp ? N : 0); n++) {
 			const float *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
 			float *dx = dinp + (size_t)n * C;
 			float m = mean[n], r = rstd[n], s1 = 0.0f, s2 = 0.0f;
@@ -197,7 +200,9 @@ void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
 	}
 }
 
-/* dinp[N,C] (overwritten), dw[C] += ; dout, inp [N,C]; rstd[N] */
+/* dinp[N,C] (overwritten), dw[C] += (each skipped when NULL, as in
+ * cpu_layernorm_backward); dout, inp [N,C]; w[C] (read for dinp only);
+ * rstd[N] */
 void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
 			  const float *w, const float *rstd, int N, int C)
 {
@@ -206,7 +211,7 @@ void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 #pragma omp parallel num_threads(cpu_threads()) if ((size_t)N * C >= CPU_PAR_MIN)
 	{
 #pragma omp for schedule(static)
-		for (int n = 0; n < N; n++) {
+		for (int n = 0; n < (dinp ? N : 0); n++) {
 			const float *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
 			float *dx = dinp + (size_t)n * C;
 			float r = rstd[n], s = 0.0f;
@@ -218,7 +223,7 @@ void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 				dx[c] = r * (g[c] * w[c] - x[c] * k);
 		}
 #pragma omp for schedule(static)
-		for (int blk = 0; blk < nb; blk++) {
+		for (int blk = 0; blk < (dw ? nb : 0); blk++) {
 			int c0 = blk * CB, wd = c0 + CB < C ? CB : C - c0;
 			float aw[CB] = {0};
 			for (int n = 0; n < N; n++) {

@@ -21,13 +21,16 @@
  * These are the reference. cuda_flash.cu has the same tiling on bf16 tensor
  * cores; the two entry points below run it unless the SIMT kernels are
  * selected (cuda_flash.h: ASYNCPP_ATTENTION=simt) or it does not take the
- * shape.
+ * shape. With ASYNCPP_ATTENTION=cudnn, cuDNN's fused attention
+ * (cuda_cudnn.h) is tried first and the flash kernels run whatever it
+ * declines.
  */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda_act.h"
 #include "cuda_common.h"
+#include "cuda_cudnn.h"
 #include "cuda_flash.h"
 
 #define ATT_Q 16      /* queries (keys) per block */
@@ -173,6 +176,9 @@ static void attention_forward(A *out, float *lse, const A *qkv, int B, int T, in
 			      int HD)
 {
 	if (B <= 0 || T <= 0)
+		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_CUDNN &&
+	    cuda_cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD) == 0)
 		return;
 	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_forward(out, lse, qkv, B, T, NH, NKV, HD);
@@ -460,6 +466,9 @@ static void attention_backward(A *dqkv, const A *dout, const A *qkv, const A *ou
 			       const float *lse, int B, int T, int NH, int NKV, int HD)
 {
 	if (B <= 0 || T <= 0)
+		return;
+	if (cuda_attention_impl() == CUDA_ATTENTION_CUDNN &&
+	    cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD) == 0)
 		return;
 	if (cuda_attention_impl() != CUDA_ATTENTION_SIMT && cuda_flash_supported(NH, NKV, HD)) {
 		cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);

@@ -183,7 +183,8 @@ static void time_attention(struct bench *b, const struct backend *t, const char 
 
 /* Causal attention forward and backward with each implementation
  * (cuda_flash.h) that takes the shape: rows "attention_fwd simt",
- * "attention_fwd flash", ... The choice in force before is restored. */
+ * "attention_fwd flash", ..., "attention_fwd cudnn bf16" (where libcudnn
+ * loads). The choice in force before is restored. */
 static void bench_attention(struct bench *b, const struct backend *be, float *att, float *lse,
 			    const float *qkv, float *dqkv, const float *dy, int B, int T, int NH,
 			    int NKV, int HD)
@@ -224,6 +225,21 @@ static void bench_attention(struct bench *b, const struct backend *be, float *at
 			cuda_attention_set_impl(fl[k].impl);
 			time_attention(b, b16, fl[k].name, shape, o16, lse, q16, dq16, dy16, B, T, NH,
 				       NKV, HD, af);
+		}
+		/* cuDNN's fused attention where libcudnn loads (ASYNCPP_ATTENTION=cudnn);
+		 * a shape it refuses runs flash, and the line after the rows says so */
+		char why[256];
+		long c0 = cuda_attention_cudnn_calls(why, sizeof(why));
+		if (c0 < 0) {
+			fprintf(b->out, "attention cudnn bf16: not run (%s)\n", why);
+		} else {
+			cuda_attention_set_impl(CUDA_ATTENTION_CUDNN);
+			time_attention(b, b16, "cudnn bf16", shape, o16, lse, q16, dq16, dy16, B, T, NH,
+				       NKV, HD, af);
+			long c1 = cuda_attention_cudnn_calls(why, sizeof(why));
+			if (c1 == c0)
+				fprintf(b->out, "attention cudnn bf16: cuDNN refused %s, the rows ran "
+					"flash (%s)\n", shape, why);
 		}
 		cudaFree(q16), cudaFree(dq16), cudaFree(o16), cudaFree(dy16);
 	}

@@ -83,6 +83,7 @@ void cuda_norm_slots(struct backend &t, bool bf16);    /* cuda_norm.cu */
 void cuda_elementwise_slots(struct backend &t, bool bf16); /* cuda_elementwise.cu */
 void cuda_xent_slots(struct backend &t, bool bf16);    /* cuda_xent.cu */
 void cuda_optim_slots(struct backend &t);              /* cuda_optim.cu */
+void cuda_moe_slots(struct backend &t, bool bf16);     /* cuda_moe.cu */
 
 /* ---- shared kernels ---- */
 /* dst[i] = bf16(src[i]) (cuda_elementwise.cu) */

@@ -769,7 +769,7 @@ template <int HD, typename A>
 static void fl_forward(A *out, float *lse, const A *qkv, int B, int T, int NH, int NKV)
 {
 	const bool CA = fl_can_async<A>::v;
-	bool async = fl_async(qkv) && cuda_attention_impl() == CUDA_ATTENTION_FLASH;
+	bool async = fl_async(qkv) && cuda_attention_impl() != CUDA_ATTENTION_FLASH_SYNC;
 	size_t smem = fl_smem_forward<HD>(async);
 	dim3 grid((T + FL_ROWS - 1) / FL_ROWS, NH, B);
 	float scale2 = FL_LOG2E / sqrtf((float)HD);
@@ -796,7 +796,7 @@ static void fl_backward(A *dqkv, const A *dout, const A *qkv, const A *out, cons
 
 	/* dq streams key tiles (qkv), dk/dv query tiles (qkv and dout) */
 	const bool CA = fl_can_async<A>::v;
-	bool pipe = cuda_attention_impl() == CUDA_ATTENTION_FLASH; /* not FLASH_SYNC */
+	bool pipe = cuda_attention_impl() != CUDA_ATTENTION_FLASH_SYNC;
 	bool async_q = pipe && fl_async(qkv), async_kv = async_q && fl_async(dout);
 	size_t smem_q = fl_smem_dq<HD>(async_q);
 	dim3 gq((T + FL_ROWS - 1) / FL_ROWS, NH, B);
@@ -896,8 +896,10 @@ static int fl_impl_from_env(void)
 		return CUDA_ATTENTION_FLASH_SYNC;
 	if (!strcmp(e, "simt"))
 		return CUDA_ATTENTION_SIMT;
+	if (!strcmp(e, "cudnn"))
+		return CUDA_ATTENTION_CUDNN;
 	cuda_fatal(__FILE__, __LINE__,
-		   "ASYNCPP_ATTENTION='%s': expected 'flash', 'flash-sync' or 'simt'", e);
+		   "ASYNCPP_ATTENTION='%s': expected 'cudnn', 'flash', 'flash-sync' or 'simt'", e);
 }
 
 extern "C" int cuda_attention_impl(void)
@@ -915,7 +917,7 @@ extern "C" int cuda_attention_set_impl(int impl)
 {
 	int prev = cuda_attention_impl();
 	if (impl == CUDA_ATTENTION_SIMT || impl == CUDA_ATTENTION_FLASH ||
-	    impl == CUDA_ATTENTION_FLASH_SYNC)
+	    impl == CUDA_ATTENTION_FLASH_SYNC || impl == CUDA_ATTENTION_CUDNN)
 		fl_impl.store(impl);
 	return prev;
 }

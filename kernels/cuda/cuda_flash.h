@@ -5,7 +5,7 @@
  * The backend's attention_forward/attention_backward slots run either the
  * fp32 SIMT kernels of cuda_attention.cu (the reference) or the bf16
  * tensor-core kernels of cuda_flash.cu. The choice is read once from the
- * environment, ASYNCPP_ATTENTION=flash|flash-sync|simt (unset or empty: flash; anything
+ * environment, ASYNCPP_ATTENTION=cudnn|flash|flash-sync|simt (unset or empty: flash; anything
  * else stops the program with a message), and tests and benchmarks may
  * change it. Flash covers HD 64 and 128; other head sizes run the SIMT
  * kernels whichever is chosen.
@@ -17,6 +17,8 @@
 #ifndef ASYNCPP_CUDA_FLASH_H
 #define ASYNCPP_CUDA_FLASH_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,13 +28,22 @@ extern "C" {
  * bf16 activations with cp.async, double-buffered. The two give the same
  * bits (test_cuda_ops); FLASH_SYNC is there to show it and to measure. */
 enum { CUDA_ATTENTION_SIMT = 0, CUDA_ATTENTION_FLASH = 1, CUDA_ATTENTION_FLASH_SYNC = 2 };
+/* CUDNN: cuDNN's fused attention (cuda_cudnn.h), bf16 activations, HD 64
+ * and 128; anything it does not run (f32 activations, other shapes, cuDNN
+ * missing or refusing: one notice) runs the FLASH kernels. Not the default
+ * until a GPU run measures it (kernels/cuda/NOTES.md). */
+enum { CUDA_ATTENTION_CUDNN = 3 };
 
 /* The implementation the attention slots run now. */
 int cuda_attention_impl(void);
-/* Choose one (CUDA_ATTENTION_SIMT, _FLASH or _FLASH_SYNC; other values
+/* Choose one (CUDA_ATTENTION_SIMT, _FLASH, _FLASH_SYNC or _CUDNN; other values
  * change nothing); returns the previous choice. Not for use while attention
  * ops are queued from other threads. */
 int cuda_attention_set_impl(int impl);
+/* How many attention calls (forward and backward each count) cuDNN has run
+ * so far, or -1 when libcudnn cannot be loaded; why gets the last reason
+ * cuDNN was not used ("" if none). For tests and benchmarks. */
+long cuda_attention_cudnn_calls(char *why, size_t len);
 /* 1 when the flash kernels take this shape (HD 64 or 128, NH % NKV == 0). */
 int cuda_attention_flash_supported(int NH, int NKV, int HD);
 

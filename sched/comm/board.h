@@ -18,6 +18,11 @@
  *   wait       every stage's sums, concatenated in global order (stage 0's
  *              tensors first): exactly the order the norm is summed in; blocks
  *   done       the stage has applied the step; the board may free its data
+ *   abort      a stage failed and the segment is called off: every wait
+ *              blocked returns NULL, and so does every later one (the
+ *              local board; NULL where a failed stage ends the job)
+ * tied_post returns -1 and tied_wait NULL after error() when the board
+ * cannot allocate the part's copy.
  *
  * A stage posts its steps in order and completes them in order; posting
  * step t never waits for step t's completion elsewhere, which is what lets
@@ -47,7 +52,7 @@ struct board {
 	const int *n_tensors;  /* [S] sums of squares each stage posts */
 	size_t total;          /* their sum */
 	void (*begin)(struct board *b, long first_step, int n_steps);
-	void (*tied_post)(struct board *b, int s, long step, const float *part);
+	int (*tied_post)(struct board *b, int s, long step, const float *part);
 	/* backend memory of tied_n floats, valid until done(); *waited gets
 	 * the seconds spent blocked */
 	const float *(*tied_wait)(struct board *b, int s, long step, double *waited);
@@ -58,6 +63,7 @@ struct board {
 	void (*poll)(struct board *b);
 	void (*end)(struct board *b);
 	void (*destroy)(struct board *b);
+	void (*abort)(struct board *b);
 };
 
 /* Shared memory between the S stage threads of one process. n_tensors[S]
@@ -71,7 +77,9 @@ struct board *board_local(const struct backend *be, int S, const int *n_tensors,
  * Collective: every rank creates its board at the same point. A wait
  * longer than timeout seconds (pipeline.timeout; 0 = forever) names what
  * it waits for and aborts the job (p2p_wait). */
-struct board *board_p2p(const struct backend *be, int S, int s, int base, const int *n_tensors,
+struct dist;
+struct board *board_p2p(const struct dist *d, const struct backend *be, int S, int s, int base,
+			const int *n_tensors,
 			size_t tied_n, double timeout);
 
 #endif

@@ -56,13 +56,14 @@ struct local_board {
 	struct entry *e;
 	long first_step;
 	int n_steps;
+	int aborted;              /* under mu: the segment was called off (board.h) */
 };
 
 static struct entry *entry(struct local_board *l, long step)
 {
 	long i = step - l->first_step - 1;
 	if (i < 0 || i >= l->n_steps)
-		die("internal error: step %ld outside the segment (%ld, %ld]", step, l->first_step,
+		bug("step %ld outside the segment (%ld, %ld]", step, l->first_step,
 		    l->first_step + l->n_steps);
 	return &l->e[i];
 }
@@ -81,7 +82,7 @@ static void lb_begin(struct board *b, long first_step, int n_steps)
 static int part_of(const struct board *b, int s) { return s == 0 ? 0 : 1; }
 
 /* A tied part for stage s (on its lane), from its pool or new, ready to
- * be written. */
+ * be written; p NULL after error() when none can be allocated. */
 static struct part take_part(struct local_board *l, int s)
 {
 	float *p = NULL;
@@ -95,7 +96,8 @@ static struct part take_part(struct local_board *l, int s)
 	pthread_mutex_unlock(&l->mu);
 	backend_fence_take(l->be, fence);
 	if (!p && !(p = l->be->alloc(l->tied_n * sizeof(float))))
-		die("cannot allocate the tied embedding's gradient part for stage %d", s);
+		error("cannot allocate the tied embedding's gradient part for stage %d on backend "
+		      "'%s'", s, l->be->name);
 	return (struct part){p, s};
 }
 
@@ -112,10 +114,12 @@ static void give_part(struct local_board *l, struct part pt, void *fence)
 	tp->n++;
 }
 
-static void lb_tied_post(struct board *b, int s, long step, const float *part)
+static int lb_tied_post(struct board *b, int s, long step, const float *part)
 {
 	struct local_board *l = (struct local_board *)b;
 	struct part copy = take_part(l, s);
+	if (!copy.p)
+		return -1;
 	l->be->copy(copy.p, part, l->tied_n * sizeof(float));
 	void *fence = backend_fence(l->be);
 	pthread_mutex_lock(&l->mu);
@@ -124,6 +128,7 @@ static void lb_tied_post(struct board *b, int s, long step, const float *part)
 	e->posted_fence[part_of(b, s)] = fence;
 	pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
+	return 0;
 }
 
 static const float *lb_tied_wait(struct board *b, int s, long step, double *waited)
@@ -133,8 +138,12 @@ static const float *lb_tied_wait(struct board *b, int s, long step, double *wait
 	pthread_mutex_lock(&l->mu);
 	struct entry *e = entry(l, step);
 	int other = 1 - part_of(b, s);
-	while (!e->part[other].p)
+	while (!e->part[other].p && !l->aborted)
 		pthread_cond_wait(&l->cv, &l->mu);
+	if (l->aborted) {
+		pthread_mutex_unlock(&l->mu);
+		return NULL;
+	}
 	struct part p = e->part[other];
 	void *fence = e->posted_fence[other];
 	e->posted_fence[other] = NULL;
@@ -142,6 +151,8 @@ static const float *lb_tied_wait(struct board *b, int s, long step, double *wait
 	backend_fence_take(l->be, fence);
 	if (!backend_same_device(l->be, p.owner, s)) {
 		struct part own = take_part(l, s);
+		if (!own.p)
+			return NULL; /* error() said why */
 		l->be->copy(own.p, p.p, l->tied_n * sizeof(float));
 		pthread_mutex_lock(&l->mu);
 		e->peer[other] = own;
@@ -169,11 +180,12 @@ static const double *lb_wait(struct board *b, int s, long step, double *waited)
 	double t0 = now_sec();
 	pthread_mutex_lock(&l->mu);
 	struct entry *e = entry(l, step);
-	while (e->posted < b->S)
+	while (e->posted < b->S && !l->aborted)
 		pthread_cond_wait(&l->cv, &l->mu);
+	int aborted = l->aborted;
 	pthread_mutex_unlock(&l->mu);
 	*waited = now_sec() - t0;
-	return e->sumsq;
+	return aborted ? NULL : e->sumsq;
 }
 
 static void lb_done(struct board *b, int s, long step)
@@ -202,6 +214,15 @@ static void lb_done(struct board *b, int s, long step)
 			e->read_fence[i] = e->peer_fence[i] = e->posted_fence[i] = NULL;
 		}
 	}
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void lb_abort(struct board *b)
+{
+	struct local_board *l = (struct local_board *)b;
+	pthread_mutex_lock(&l->mu);
+	l->aborted = 1;
+	pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
 }
 
@@ -274,7 +295,8 @@ struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 	l->b = (struct board){.name = "local", .S = S, .n_tensors = l->n_tensors, .total = total,
 			      .begin = lb_begin, .tied_post = lb_tied_post,
 			      .tied_wait = lb_tied_wait, .post = lb_post, .wait = lb_wait,
-			      .done = lb_done, .poll = NULL, .end = lb_end, .destroy = lb_destroy};
+			      .done = lb_done, .poll = NULL, .end = lb_end, .destroy = lb_destroy,
+			      .abort = lb_abort};
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	return &l->b;

@@ -65,7 +65,7 @@ static struct entry *entry(struct p2p_board *m, long step, int *index)
 {
 	long i = step - m->first_step - 1;
 	if (i < 0 || i >= m->n_steps)
-		die("internal error: step %ld outside the segment (%ld, %ld]", step, m->first_step,
+		bug("step %ld outside the segment (%ld, %ld]", step, m->first_step,
 		    m->first_step + m->n_steps);
 	*index = (int)i;
 	return &m->e[i];
@@ -131,21 +131,25 @@ static void tied_dev_free(struct p2p_board *m, float *p)
 		m->be->free(p);
 }
 
-static void mb_tied_post(struct board *b, int s, long step, const float *part)
+static int mb_tied_post(struct board *b, int s, long step, const float *part)
 {
 	struct p2p_board *m = (struct p2p_board *)b;
 	int i;
 	struct entry *e = entry(m, step, &i);
 	int n = nreq(m), peer = tied_peer(m);
 	e->tied_out = tied_buffer(m);
+	e->tied_in = e->tied_out ? tied_buffer(m) : NULL;
+	if (!e->tied_in)
+		return error("rank %d (stage %d): cannot allocate the tied embedding's gradient part "
+			     "of %zu floats", m->base + m->rank, s, m->tied_n);
 	if (m->host)
 		m->be->copy(e->tied_out, part, m->tied_n * sizeof(float));
 	else
 		m->be->to_host(e->tied_out, part, m->tied_n * sizeof(float));
-	e->tied_in = tied_buffer(m);
 	size_t bytes = m->tied_n * sizeof(float);
 	e->req[n - 1] = p2p_irecv(m->ch, e->tied_in, bytes, peer, tag(m, i, 1));
 	e->req[n - 2] = p2p_isend(m->ch, e->tied_out, bytes, peer, tag(m, i, 1));
+	return 0;
 }
 
 static const float *mb_tied_wait(struct board *b, int s, long step, double *waited)
@@ -154,16 +158,21 @@ static const float *mb_tied_wait(struct board *b, int s, long step, double *wait
 	int i;
 	struct entry *e = entry(m, step, &i);
 	if (!e->tied_in)
-		die("internal error: stage %d waits for a tied part of step %ld it did not post", s,
+		bug("stage %d waits for a tied part of step %ld it did not post", s,
 		    step);
 	double t0 = now_sec();
-	p2p_wait(&e->req[nreq(m) - 1], 1, m->timeout, s,
+	p2p_wait(m->ch, &e->req[nreq(m) - 1], 1, m->timeout, s,
 		 "the tied embedding's gradient of step %ld from rank %d", step, tied_peer(m));
 	*waited = now_sec() - t0;
 	if (m->host)
 		return e->tied_in;
 	if (!e->tied_dev) {
-		e->tied_dev = tied_dev_buffer(m);
+		if (!(e->tied_dev = tied_dev_buffer(m))) {
+			error("rank %d (stage %d): cannot allocate the tied embedding's gradient "
+			      "part of %zu floats on backend '%s'", m->base + m->rank, s, m->tied_n,
+			      m->be->name);
+			return NULL;
+		}
 		m->be->to_device(e->tied_dev, e->tied_in, m->tied_n * sizeof(float));
 	}
 	return e->tied_dev;
@@ -197,9 +206,9 @@ static const double *mb_wait(struct board *b, int s, long step, double *waited)
 	int i;
 	struct entry *e = entry(m, step, &i);
 	if (!e->posted)
-		die("internal error: stage %d waits for step %ld before posting it", s, step);
+		bug("stage %d waits for step %ld before posting it", s, step);
 	double t0 = now_sec();
-	p2p_wait(e->req, b->S - 1, m->timeout, s,
+	p2p_wait(m->ch, e->req, b->S - 1, m->timeout, s,
 		 "the gradient norms of step %ld from the other stages (ranks %d to %d)", step,
 		 m->base, m->base + b->S - 1);
 	*waited = now_sec() - t0;
@@ -213,7 +222,7 @@ static void mb_done(struct board *b, int s, long step)
 	struct entry *e = entry(m, step, &i);
 	/* the receivers have posted their receives by now, so these finish,
 	 * unless a peer is stopped or gone: then the timeout names it */
-	p2p_wait(e->req, nreq(m), m->timeout, s,
+	p2p_wait(m->ch, e->req, nreq(m), m->timeout, s,
 		 "the other stages to take the gradient norms of step %ld (ranks %d to %d)", step,
 		 m->base, m->base + b->S - 1);
 	tied_free(m, e->tied_out);
@@ -230,7 +239,7 @@ static void mb_poll(struct board *b)
 {
 	struct p2p_board *m = (struct p2p_board *)b;
 	for (int i = m->lo; i < m->hi; i++)
-		p2p_test(m->e[i].req, nreq(m));
+		p2p_test(m->ch, m->e[i].req, nreq(m));
 }
 
 static void mb_end(struct board *b)
@@ -238,7 +247,7 @@ static void mb_end(struct board *b)
 	struct p2p_board *m = (struct p2p_board *)b;
 	for (int i = 0; i < m->n_steps; i++) {
 		struct entry *e = &m->e[i];
-		p2p_wait(e->req, nreq(m), m->timeout, dist_rank() - m->base,
+		p2p_wait(m->ch, e->req, nreq(m), m->timeout, m->rank,
 			 "the other stages to take the last gradient norms (ranks %d to %d)", m->base,
 			 m->base + b->S - 1);
 		tied_free(m, e->tied_out);
@@ -271,10 +280,10 @@ static void mb_destroy(struct board *b)
 	free(m);
 }
 
-struct board *board_p2p(const struct backend *be, int S, int s, int base, const int *n_tensors,
-			size_t tied_n, double timeout)
+struct board *board_p2p(const struct dist *d, const struct backend *be, int S, int s, int base,
+			const int *n_tensors, size_t tied_n, double timeout)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
 		return NULL;
 	struct p2p_board *m = xcalloc(1, sizeof(*m));
@@ -294,7 +303,7 @@ struct board *board_p2p(const struct backend *be, int S, int s, int base, const 
 	}
 	m->ch = ch;
 	m->tag_steps = MAX(1, (p2p_tag_limit(ch) - 1) / 2);
-	m->b = (struct board){.name = p2p_carrier(), .S = S, .n_tensors = m->n_tensors, .total = total,
+	m->b = (struct board){.name = p2p_name(ch), .S = S, .n_tensors = m->n_tensors, .total = total,
 			      .begin = mb_begin, .tied_post = mb_tied_post,
 			      .tied_wait = mb_tied_wait, .post = mb_post, .wait = mb_wait,
 			      .done = mb_done, .poll = mb_poll, .end = mb_end,

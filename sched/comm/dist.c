@@ -15,6 +15,7 @@
 #include "../../io/staged.h"
 #include "../../io/util.h"
 #include "p2p.h"
+#include "p2p_carrier.h"
 #include "rendezvous.h"
 
 #ifdef ASYNCPP_MPI
@@ -23,19 +24,23 @@
 #include "mpi_wait.h"
 #endif
 
-static struct {
+/* The distributed runtime of a process (dist.h): made by dist_init, passed
+ * to whatever talks to the other ranks, freed by dist_finalize. */
+struct dist {
 	int rank, world, local_rank;
 	int mpi;            /* MPI initialised by dist_init with world > 1 */
-	void (*at_end[4])(void);
-	int n_at_end;
 	double timeout;     /* pipeline.timeout: the longest wait on another rank */
 	int stages;         /* pipeline.stages: rank % stages is the stage */
 	struct rdv *rdv;    /* the TCP rendezvous, when it connects the world */
+	struct p2p_mesh *mesh; /* the TCP mesh over it (p2p_tcp.c) */
+	struct p2p_carrier carrier; /* what carries messages: MPI or the mesh */
 	struct p2p *msg;    /* dist_send/dist_recv's channel (over MPI or TCP) */
+	void *pipe;         /* the pipeline's side (sched/executor.c), or NULL */
+	void (*pipe_free)(void *pipe);
 #ifdef ASYNCPP_MPI
 	MPI_Comm ctl;
 #endif
-} g = {.rank = 0, .world = 1};
+};
 
 /* A non-negative int from variable name; -1 when unset, -2 when malformed. */
 static int env_int(const char *name)
@@ -104,13 +109,23 @@ double dist_kill_grace(void)
 	return v && end != v && *end == '\0' && t > 0 ? t : 1.0; /* Open MPI's default */
 }
 
-int dist_rank(void) { return g.rank; }
-int dist_world(void) { return g.world; }
-int dist_local_rank(void) { return g.local_rank; }
-int dist_active(void) { return g.mpi || g.rdv; }
-int dist_mpi(void) { return g.mpi; }
-int dist_rendezvous(void) { return g.rdv != NULL; }
-int dist_is_root(void) { return g.rank == 0; }
+int dist_rank(const struct dist *d) { return d ? d->rank : 0; }
+int dist_world(const struct dist *d) { return d ? d->world : 1; }
+int dist_local_rank(const struct dist *d) { return d ? d->local_rank : 0; }
+int dist_active(const struct dist *d) { return d != NULL; }
+int dist_mpi(const struct dist *d) { return d && d->mpi; }
+int dist_rendezvous(const struct dist *d) { return d && d->rdv; }
+int dist_is_root(const struct dist *d) { return dist_rank(d) == 0; }
+double dist_timeout(const struct dist *d) { return d ? d->timeout : 0; }
+const struct p2p_carrier *dist_carrier(const struct dist *d) { return d ? &d->carrier : NULL; }
+
+void dist_set_pipeline(struct dist *d, void *pipe, void (*pipe_free)(void *pipe))
+{
+	d->pipe = pipe;
+	d->pipe_free = pipe_free;
+}
+
+void *dist_pipeline(const struct dist *d) { return d ? d->pipe : NULL; }
 
 int dist_backend_is_host(const struct backend *be) { return !strcmp(be->name, "cpu"); }
 
@@ -165,14 +180,14 @@ static void say_config_difference(int odd, const char *what)
  * configuration; a rank that differs sends its text to rank 0, which names
  * the first key that differs. Returns 0, or -1 on every rank after rank 0
  * said which. Collective. */
-static int same_config_everywhere(const struct config *cfg)
+static int same_config_everywhere(const struct dist *d, const struct config *cfg)
 {
 	char *text = config_to_string(cfg);
 	uint64_t mine = fnv1a64(FNV1A64_INIT, text, strlen(text));
-	uint64_t *all = xcalloc((size_t)g.world, sizeof(uint64_t));
-	MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, g.ctl);
+	uint64_t *all = xcalloc((size_t)d->world, sizeof(uint64_t));
+	MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, d->ctl);
 	int odd = -1;
-	for (int q = 1; q < g.world && odd < 0; q++)
+	for (int q = 1; q < d->world && odd < 0; q++)
 		if (all[q] != all[0])
 			odd = q;
 	free(all);
@@ -180,22 +195,22 @@ static int same_config_everywhere(const struct config *cfg)
 		free(text);
 		return 0;
 	}
-	if (g.rank == odd) {
+	if (d->rank == odd) {
 		unsigned long long n = strlen(text) + 1;
-		MPI_Send(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, 7, g.ctl);
-		MPI_Send(text, (int)n, MPI_CHAR, 0, 8, g.ctl);
-	} else if (g.rank == 0) {
+		MPI_Send(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, 7, d->ctl);
+		MPI_Send(text, (int)n, MPI_CHAR, 0, 8, d->ctl);
+	} else if (d->rank == 0) {
 		unsigned long long n;
-		MPI_Recv(&n, 1, MPI_UNSIGNED_LONG_LONG, odd, 7, g.ctl, MPI_STATUS_IGNORE);
+		MPI_Recv(&n, 1, MPI_UNSIGNED_LONG_LONG, odd, 7, d->ctl, MPI_STATUS_IGNORE);
 		char *theirs = xmalloc(n);
-		MPI_Recv(theirs, (int)n, MPI_CHAR, odd, 8, g.ctl, MPI_STATUS_IGNORE);
+		MPI_Recv(theirs, (int)n, MPI_CHAR, odd, 8, d->ctl, MPI_STATUS_IGNORE);
 		char what[600];
 		config_first_difference(theirs, text, odd, what, sizeof(what));
 		say_config_difference(odd, what);
 		free(theirs);
 	}
 	free(text);
-	MPI_Barrier(g.ctl); /* no rank leaves before rank 0 has said it */
+	MPI_Barrier(d->ctl); /* no rank leaves before rank 0 has said it */
 	return -1;
 }
 #endif
@@ -234,7 +249,7 @@ static int mpi_launched(const struct dist_env *e)
  * connects the ranks, checks the configuration as the MPI start does and
  * carries dist_bcast and dist_max_int; then the TCP mesh (p2p_tcp.c)
  * carries the messages between ranks. */
-static int tcp_init(const struct config *cfg, const struct dist_env *e)
+static int tcp_init(const struct config *cfg, const struct dist_env *e, struct dist **out)
 {
 	int r = e->rank, S = e->world;
 	const char *addr = getenv("MASTER_ADDR"), *port_s = getenv("MASTER_PORT");
@@ -280,22 +295,28 @@ static int tcp_init(const struct config *cfg, const struct dist_env *e)
 			say_config_difference(odd, what);
 		rdv_barrier(rdv);
 	}
-	if (odd || p2p_tcp_start(rdv, cfg->pipeline_timeout, ct)) {
+	struct p2p_mesh *mesh = odd ? NULL : p2p_tcp_start(rdv, cfg->pipeline_timeout, ct);
+	if (!mesh) {
 		rdv_close(rdv);
 		return -1;
 	}
-	g.rank = r;
-	g.world = S;
-	g.local_rank = e->local_rank;
-	g.timeout = cfg->pipeline_timeout;
-	g.stages = (int)MAX(cfg->pipeline_stages, 1);
-	g.rdv = rdv;
-	g.msg = p2p_open();
+	struct dist *d = xcalloc(1, sizeof(*d));
+	d->rank = r;
+	d->world = S;
+	d->local_rank = e->local_rank;
+	d->timeout = cfg->pipeline_timeout;
+	d->stages = (int)MAX(cfg->pipeline_stages, 1);
+	d->rdv = rdv;
+	d->mesh = mesh;
+	d->carrier = p2p_tcp_carrier(mesh);
+	d->msg = p2p_open(&d->carrier);
+	*out = d;
 	return 0;
 }
 
-int dist_init(const struct config *cfg)
+int dist_init(const struct config *cfg, struct dist **out)
 {
+	*out = NULL;
 	struct dist_env e;
 	if (dist_env_read(&e))
 		return -1;
@@ -311,7 +332,7 @@ int dist_init(const struct config *cfg)
 	int r = e.rank, S = e.world;
 	int nccl = !strcmp(tp, "nccl");
 	if (!strcmp(tp, "tcp"))
-		return tcp_init(cfg, &e);
+		return tcp_init(cfg, &e, out);
 #ifndef ASYNCPP_CUDA
 	if (nccl) /* every rank finds it; the root says it */
 		return r == 0 ? error("launched as rank %d of %d (%s) with pipeline.transport = "
@@ -322,10 +343,10 @@ int dist_init(const struct config *cfg)
 #endif
 #ifdef ASYNCPP_MPI
 	if (nccl && !mpi_launched(&e))
-		return tcp_init(cfg, &e);
+		return tcp_init(cfg, &e, out);
 #else
 	if (nccl)
-		return tcp_init(cfg, &e);
+		return tcp_init(cfg, &e, out);
 	(void)mpi_launched;
 #endif
 #ifndef ASYNCPP_MPI
@@ -369,68 +390,68 @@ int dist_init(const struct config *cfg)
 		MPI_Finalize();
 		return -1;
 	}
-	MPI_Comm_dup(MPI_COMM_WORLD, &g.ctl);
-	g.rank = r;
-	g.world = S;
-	g.local_rank = e.local_rank;
-	g.timeout = cfg->pipeline_timeout;
-	g.stages = (int)MAX(cfg->pipeline_stages, 1);
-	g.mpi = 1;
-	if (same_config_everywhere(cfg)) {
+	struct dist *d = xcalloc(1, sizeof(*d));
+	MPI_Comm_dup(MPI_COMM_WORLD, &d->ctl);
+	d->rank = r;
+	d->world = S;
+	d->local_rank = e.local_rank;
+	d->timeout = cfg->pipeline_timeout;
+	d->stages = (int)MAX(cfg->pipeline_stages, 1);
+	d->mpi = 1;
+	if (same_config_everywhere(d, cfg)) {
+		MPI_Comm_free(&d->ctl);
+		free(d);
 		MPI_Finalize();
-		g.mpi = 0;
 		return -1;
 	}
-	g.msg = p2p_open();
+	d->carrier = p2p_mpi_carrier(r, S);
+	d->msg = p2p_open(&d->carrier);
+	*out = d;
 	return 0;
 #endif
 }
 
-void dist_at_finalize(void (*fn)(void))
+void dist_finalize(struct dist *d)
 {
-	if (g.n_at_end == (int)ARRAY_SIZE(g.at_end))
-		die("internal error: too many dist_at_finalize functions");
-	g.at_end[g.n_at_end++] = fn;
-}
-
-void dist_finalize(void)
-{
-	while (g.n_at_end)
-		g.at_end[--g.n_at_end]();
-	p2p_close(g.msg);
-	g.msg = NULL;
-	if (g.rdv) {
-		p2p_tcp_stop();
-		rdv_close(g.rdv);
-		g.rdv = NULL;
+	if (!d)
+		return;
+	if (d->pipe_free) /* its transports and replica sums run on what follows */
+		d->pipe_free(d->pipe);
+	p2p_close(d->msg);
+	if (d->rdv) {
+		p2p_tcp_stop(d->mesh);
+		rdv_close(d->rdv);
 	}
 #ifdef ASYNCPP_MPI
-	if (!g.mpi)
-		return;
-	MPI_Comm_free(&g.ctl);
-	MPI_Finalize();
-	g.mpi = 0;
+	if (d->mpi) {
+		MPI_Comm_free(&d->ctl);
+		MPI_Finalize();
+	}
 #endif
+	free(d);
 }
 
-int dist_max_int(int v)
+int dist_max_int(const struct dist *d, int v)
 {
-	if (g.rdv) {
-		int *all = xcalloc((size_t)g.world, sizeof(int));
-		if (rdv_allgather(g.rdv, &v, all, sizeof(int)))
+	if (!d)
+		return v;
+	if (d->rdv) {
+		int *all = xcalloc((size_t)d->world, sizeof(int));
+		if (rdv_allgather(d->rdv, &v, all, sizeof(int)))
 			dist_abort(); /* the rendezvous said why */
 		int out = all[0];
-		for (int q = 1; q < g.world; q++)
+		for (int q = 1; q < d->world; q++)
 			out = MAX(out, all[q]);
 		free(all);
 		return out;
 	}
 #ifdef ASYNCPP_MPI
-	if (g.mpi) {
+	if (d->mpi) {
 		int out;
 		MPI_Request req;
-		MPI_Iallreduce(&v, &out, 1, MPI_INT, MPI_MAX, g.ctl, &req);
-		mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
+		MPI_Comm ctl = d->ctl;
+		MPI_Iallreduce(&v, &out, 1, MPI_INT, MPI_MAX, ctl, &req);
+		mpi_wait_all(d->rank, 1, &req, MPI_STATUSES_IGNORE, d->timeout, d->rank % d->stages,
 			     "the other ranks at a step boundary (every rank joins there)");
 		return out;
 	}
@@ -438,48 +459,82 @@ int dist_max_int(int v)
 	return v;
 }
 
-int dist_send(const void *buf, size_t bytes, int to, int tag)
+int dist_agree(const struct dist *d, int failed, const char *what)
 {
-	if (!g.msg)
+	if (!d)
+		return failed ? -1 : 0;
+	if (!dist_max_int(d, failed != 0))
+		return 0;
+	if (!failed)
+		error("rank %d: stopping: another rank failed %s (its message above says why)",
+		      d->rank, what);
+	return -1;
+}
+
+int dist_fault(const struct dist *d, const char *point, long first, long last,
+	       const char *what)
+{
+	const char *v = getenv("ASYNCPP_FAULT");
+	size_t len = strlen(point);
+	long step = 0, rank = 0;
+	if (!v || strncmp(v, point, len) || v[len] != ':' ||
+	    sscanf(v + len + 1, "%ld:%ld", &step, &rank) < 1)
+		return 0;
+	if (step < first || step > last || rank != dist_rank(d))
+		return 0;
+	if (d)
+		error("rank %d: cannot %s: a fault injected by ASYNCPP_FAULT=%s", d->rank, what, v);
+	else
+		error("cannot %s: a fault injected by ASYNCPP_FAULT=%s", what, v);
+	return 1;
+}
+
+int dist_send(const struct dist *d, const void *buf, size_t bytes, int to, int tag)
+{
+	if (!d || !d->msg)
 		return error("internal error: dist_send outside a multi-process run");
-	struct p2p_op *op = p2p_isend(g.msg, buf, bytes, to, tag);
-	p2p_wait(&op, 1, g.timeout, g.rank % g.stages, "rank %d to take %zu bytes", to, bytes);
+	struct p2p_op *op = p2p_isend(d->msg, buf, bytes, to, tag);
+	p2p_wait(d->msg, &op, 1, d->timeout, d->rank % d->stages, "rank %d to take %zu bytes", to,
+		 bytes);
 	return 0;
 }
 
-int dist_recv(void *buf, size_t bytes, int from, int tag)
+int dist_recv(const struct dist *d, void *buf, size_t bytes, int from, int tag)
 {
-	if (!g.msg)
+	if (!d || !d->msg)
 		return error("internal error: dist_recv outside a multi-process run");
-	struct p2p_op *op = p2p_irecv(g.msg, buf, bytes, from, tag);
-	p2p_wait(&op, 1, g.timeout, g.rank % g.stages, "%zu bytes from rank %d", bytes, from);
+	struct p2p_op *op = p2p_irecv(d->msg, buf, bytes, from, tag);
+	p2p_wait(d->msg, &op, 1, d->timeout, d->rank % d->stages, "%zu bytes from rank %d", bytes,
+		 from);
 	return 0;
 }
 
 /* MPI counts are ints: large broadcasts go in pieces of 1 GiB. */
 #define PIECE ((size_t)1 << 30)
 
-int dist_bcast(void *buf, size_t bytes, int root)
+int dist_bcast(const struct dist *d, void *buf, size_t bytes, int root)
 {
+	if (!d)
+		return 0; /* one process: the buffer already holds the value */
 #ifdef ASYNCPP_MPI
-	if (g.mpi) {
+	if (d->mpi) {
 		char *p = buf;
 		do {
 			size_t n = MIN(bytes, PIECE);
 			MPI_Request req;
-			if (MPI_Ibcast(p, (int)n, MPI_BYTE, root, g.ctl, &req) != MPI_SUCCESS)
-				return error("rank %d: MPI_Bcast from rank %d failed", g.rank, root);
-			mpi_wait_all(1, &req, MPI_STATUSES_IGNORE, g.timeout, g.rank % g.stages,
-				     "a broadcast of %zu bytes from rank %d", n, root);
+			MPI_Comm ctl = d->ctl;
+			if (MPI_Ibcast(p, (int)n, MPI_BYTE, root, ctl, &req) != MPI_SUCCESS)
+				return error("rank %d: MPI_Bcast from rank %d failed", d->rank, root);
+			mpi_wait_all(d->rank, 1, &req, MPI_STATUSES_IGNORE, d->timeout,
+				     d->rank % d->stages, "a broadcast of %zu bytes from rank %d", n,
+				     root);
 			p += n;
 			bytes -= n;
 		} while (bytes);
 		return 0;
 	}
 #endif
-	if (g.rdv)
-		return rdv_bcast(g.rdv, buf, bytes, root);
-	return 0; /* one process: the buffer already holds the value */
+	return rdv_bcast(d->rdv, buf, bytes, root);
 }
 
 void dist_never_came(int rank, int stage, double waited, double timeout, const char *fmt,
@@ -501,7 +556,11 @@ void dist_abort(void)
 	fflush(stdout);
 	fflush(stderr);
 #ifdef ASYNCPP_MPI
-	if (g.mpi)
+	/* MPI's own state says whether it runs: nothing of ours is needed */
+	int on = 0, off = 0;
+	MPI_Initialized(&on);
+	MPI_Finalized(&off);
+	if (on && !off)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
 	exit(1);

@@ -65,22 +65,40 @@ struct dist_env {
  * is rank 0 of 1. */
 int dist_env_read(struct dist_env *e);
 
-/* Once the configuration is final: read the environment, check cfg against
- * it and start MPI when the world is > 1. Returns 0 or -1 after error()
- * (only rank 0 prints the configuration errors every rank finds). */
-int dist_init(const struct config *cfg);
-/* Shut MPI down if dist_init started it (call once, at the end), after
- * calling the functions registered with dist_at_finalize, newest first. */
-void dist_finalize(void);
-void dist_at_finalize(void (*fn)(void));
+/* The distributed runtime of one process: its rank and world, what
+ * connects it to the others (MPI or the TCP rendezvous and mesh, the
+ * control channel), and the pipeline's side (its transport, board and
+ * replica group, kept by sched/executor.c from segment to segment). It is
+ * made once, by dist_init, and passed to whatever talks to other ranks
+ * (the trainer holds it: trainer.h); nothing of it is global. A
+ * one-process run has none: every function below takes NULL as rank 0 of
+ * a world of 1. */
+struct dist;
+struct p2p_carrier;
 
-int dist_rank(void);      /* 0 when not distributed */
-int dist_world(void);     /* 1 when not distributed */
-int dist_local_rank(void);
-int dist_active(void);    /* a world > 1 is connected, over MPI or TCP */
-int dist_mpi(void);       /* ... over MPI */
-int dist_rendezvous(void); /* ... over the TCP rendezvous (no MPI) */
-int dist_is_root(void);   /* rank 0: writes metrics and checkpoints, prints */
+/* Once the configuration is final: read the environment, check cfg against
+ * it and, when the world is > 1, start MPI or the TCP rendezvous and set
+ * *d to the runtime (NULL for a world of 1). Returns 0 or -1 after error()
+ * (only rank 0 prints the configuration errors every rank finds). */
+int dist_init(const struct config *cfg, struct dist **d);
+/* Free the pipeline's side, close the connections, shut MPI down if
+ * dist_init started it, and free d (NULL: nothing). Once, at the end. */
+void dist_finalize(struct dist *d);
+
+int dist_rank(const struct dist *d);      /* 0 when not distributed */
+int dist_world(const struct dist *d);     /* 1 when not distributed */
+int dist_local_rank(const struct dist *d);
+int dist_active(const struct dist *d);    /* a world > 1 is connected, over MPI or TCP */
+int dist_mpi(const struct dist *d);       /* ... over MPI */
+int dist_rendezvous(const struct dist *d); /* ... over the TCP rendezvous (no MPI) */
+int dist_is_root(const struct dist *d);   /* rank 0: writes metrics and checkpoints, prints */
+double dist_timeout(const struct dist *d); /* pipeline.timeout (0 when not distributed) */
+/* What carries messages between the processes (p2p.h), NULL when none. */
+const struct p2p_carrier *dist_carrier(const struct dist *d);
+/* The pipeline's side of the runtime (sched/executor.c): set once, freed
+ * with pipe_free by dist_finalize before the connections close. */
+void dist_set_pipeline(struct dist *d, void *pipe, void (*pipe_free)(void *pipe));
+void *dist_pipeline(const struct dist *d);
 
 /* The seconds between the SIGTERM the launcher sends the ranks when it is
  * told to stop and its SIGKILL, when the environment says: Open MPI's
@@ -94,10 +112,27 @@ double dist_kill_grace(void);
 /* Every rank gets the largest of the ranks' v (v itself when not
  * distributed; over MPI or the TCP rendezvous). Used to agree on stopping
  * at a step boundary. */
-int dist_max_int(int v);
+int dist_max_int(const struct dist *d, int v);
+/* Every process's verdict on a step that may fail on some of them (setting
+ * up, a segment's start, a checkpoint): each rank passes whether it failed
+ * (after its error() said why) and every rank gets -1 when any one did, so
+ * that no rank goes on to wait for one that has given up; the ranks that
+ * did not fail print "rank R: stopping: another rank failed WHAT (its
+ * message above says why)". Collective. One process: -1 when it failed. */
+int dist_agree(const struct dist *d, int failed, const char *what);
+/* Faults on purpose, for tests: ASYNCPP_FAULT=POINT:STEP[:RANK] names a
+ * point of the run ("segment": the pipeline segment that would run
+ * optimizer step STEP fails to start; "buffer": stage 0's first activation
+ * of step STEP cannot be allocated, mid-segment; "setup": the process's
+ * part of the run cannot be set up, STEP 0) on rank RANK (default 0; the process when
+ * not distributed). 1, after error("[rank R: ]cannot WHAT: a fault
+ * injected by ..."), when it names this point with first <= STEP <= last on this
+ * rank; else 0. */
+int dist_fault(const struct dist *d, const char *point, long first, long last,
+	       const char *what);
 
-/* End the whole job now, after an error() that said why: MPI_Abort under
- * MPI (the launcher stops every rank), else exit(1) (under the TCP
+/* End the whole job now, after an error() that said why: MPI_Abort while
+ * MPI runs (the launcher stops every rank), else exit(1) (under the TCP
  * rendezvous the other ranks see this one's socket close). The files this
  * process has staged (io/staged.h) are removed first. */
 void dist_abort(void) __attribute__((noreturn));
@@ -113,9 +148,9 @@ void dist_never_came(int rank, int stage, double waited, double timeout, const c
  * p2p.h (MPI, or the TCP mesh); dist_bcast (rank root's bytes to every
  * rank: NCCL's unique ids) over MPI when it runs, over the TCP rendezvous
  * otherwise; in a one-process run it does nothing. */
-int dist_send(const void *buf, size_t bytes, int to, int tag);
-int dist_recv(void *buf, size_t bytes, int from, int tag);
-int dist_bcast(void *buf, size_t bytes, int root);
+int dist_send(const struct dist *d, const void *buf, size_t bytes, int to, int tag);
+int dist_recv(const struct dist *d, void *buf, size_t bytes, int from, int tag);
+int dist_bcast(const struct dist *d, void *buf, size_t bytes, int root);
 
 /* Whether backend memory is host memory MPI or a socket may read and
  * write directly (else the messages are staged through host buffers). */
@@ -130,22 +165,27 @@ int dist_backend_is_host(const struct backend *be);
  * transport at the same point); NULL after error() when no carrier runs.
  * Its name is the carrier's: "mpi" or "tcp". */
 struct transport;
-struct transport *transport_p2p(const struct backend *be, int S, int rank, size_t msg_bytes,
-				int stages, double timeout);
+struct transport *transport_p2p(const struct dist *d, const struct backend *be, int S, int rank,
+				size_t msg_bytes, int stages, double timeout);
 
-/* ---- hooks for cmd/train.c (sched/executor.c) ----
- * In a one-process run each is the plain trainer call. */
+/* ---- hooks for cmd/train.c (sched/executor.c) ---- */
 struct trainer;
-/* trainer_save, distributed: every rank of replica 0 sends its stage's
- * weight versions and optimizer state to rank 0, which writes the
- * checkpoint in the global layout (the same file a threaded run writes);
- * the other replicas hold the same bits and send nothing. Every rank gets
- * rank 0's result; the other ranks write nothing. */
+/* Every checkpoint is written here (trainer_save too): rank 0 writes the
+ * file in the global layout from the stages it holds (all of them in a
+ * one-process run, tr->dist NULL) and from what each other rank of replica
+ * 0 sends of its stage (weight versions, optimizer state); the other
+ * replicas hold the same bits and send nothing. The same file whatever
+ * the processes. Every rank gets -1 when any rank failed (rank 0 to
+ * write, another to send); the other ranks write nothing. */
 int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 		  const char *extra_meta);
-/* trainer_eval, distributed: a pipelined forward through the ranks (with
- * replicas, replica r takes batches r, r+N, ...); every rank gets the loss,
- * the per-batch losses added in batch order as trainer_eval does. */
-double pipeline_eval(struct trainer *tr, struct dataloader *data, int batches);
+/* trainer_eval through the pipeline, one path for threads and processes:
+ * each stage (a thread over local transports, or this process's rank)
+ * runs its forward of the batches (with replicas, replica r takes batches
+ * r, r+N, ...) on the newest weights, as trainer_eval does (schedule none
+ * is trainer_eval itself); every rank gets the loss in *loss, the
+ * per-batch losses added in batch order as trainer_eval does.
+ * 0, or -1 on every rank when any rank failed (the failing one said why). */
+int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, double *loss);
 
 #endif

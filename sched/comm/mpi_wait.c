@@ -9,7 +9,7 @@
 
 #include "dist.h"
 
-void mpi_wait_all(int n, MPI_Request *req, MPI_Status *st, double timeout, int stage,
+void mpi_wait_all(int rank, int n, MPI_Request *req, MPI_Status *st, double timeout, int stage,
 		  const char *fmt, ...)
 {
 	if (timeout <= 0) {
@@ -30,7 +30,7 @@ void mpi_wait_all(int n, MPI_Request *req, MPI_Status *st, double timeout, int s
 		if (waited > timeout) {
 			va_list ap;
 			va_start(ap, fmt);
-			dist_never_came(dist_rank(), stage, waited, timeout, fmt, ap);
+			dist_never_came(rank, stage, waited, timeout, fmt, ap);
 		}
 	}
 }

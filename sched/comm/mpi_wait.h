@@ -9,11 +9,11 @@
 
 #include "../../io/util.h"
 
-/* MPI_Waitall(n, req, st) (st may be MPI_STATUSES_IGNORE) that gives up
+/* MPI_Waitall(n, req, st) on rank `rank` (st may be MPI_STATUSES_IGNORE) that gives up
  * after timeout seconds (0: waits forever): it then prints "rank R (stage
  * s) waited T s for WHAT, which never came: ..." with WHAT from fmt, and
  * ends the job (dist_never_came: MPI_Abort under MPI). */
-void mpi_wait_all(int n, MPI_Request *req, MPI_Status *st, double timeout, int stage,
-		  const char *fmt, ...) PRINTF_LIKE(6, 7);
+void mpi_wait_all(int rank, int n, MPI_Request *req, MPI_Status *st, double timeout, int stage,
+		  const char *fmt, ...) PRINTF_LIKE(7, 8);
 
 #endif

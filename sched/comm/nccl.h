@@ -50,8 +50,15 @@ struct nccl_world {
 
 /* Open this rank's channels. 0, or -1 after error() (NCCL missing, fewer
  * GPUs on the node than processes, ...). */
-int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank);
+struct dist;
+int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
+		    int rank);
 void nccl_world_close(struct nccl_world *w);
+/* A transfer between processes that cannot be queued or failed mid-segment:
+ * the peers are inside NCCL waits that nothing can interrupt, so the job
+ * ends, as a failed transfer of the mpi transport ends it (p2p.h): prints
+ * the message with "; aborting the job" and calls dist_abort. */
+NORETURN void nccl_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
 /* The transport for this rank's stage over w's channels (w outlives it):
  * messages of msg_bytes, stages numbered as the mpi transport's (global

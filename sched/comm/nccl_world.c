@@ -9,9 +9,21 @@
 
 #include "dist.h"
 
+void nccl_fail(const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	error("%s; aborting the job", msg);
+	dist_abort();
+}
+
 #ifndef ASYNCPP_CUDA
 
-int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
+int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
+		    int rank)
 {
 	memset(w, 0, sizeof(*w));
 	return error("pipeline.transport = nccl needs a CUDA build of asyncpp (this one has "
@@ -26,7 +38,7 @@ void nccl_world_close(struct nccl_world *w)
 double nccl_wait(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch, double timeout,
 		 int rank, int stage, const char *fmt, ...)
 {
-	die("internal error: nccl_wait without CUDA");
+	bug("nccl_wait without CUDA");
 }
 
 #else
@@ -67,7 +79,7 @@ static int open_pair(struct nccl_world *w, const unsigned char (*ids)[IDS_PER_RA
 
 /* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
  * host stop every rank (NCCL would fail later, less clearly). */
-static int one_gpu_each(int rank, int world)
+static int one_gpu_each(const struct dist *d, int rank, int world)
 {
 	struct place {
 		char host[64];
@@ -78,7 +90,7 @@ static int one_gpu_each(int rank, int world)
 	    cuda_nccl_device_uuid(all[rank].uuid))
 		rc = error("rank %d: cannot tell its host or GPU", rank);
 	for (int q = 0; q < world; q++)
-		if (dist_bcast(&all[q], sizeof(all[q]), q))
+		if (dist_bcast(d, &all[q], sizeof(all[q]), q))
 			rc = -1;
 	/* every rank sees the whole table, so all of them stop; rank 0 says why */
 	for (int a = 0; a < world && !rc; a++)
@@ -94,7 +106,8 @@ static int one_gpu_each(int rank, int world)
 	return rc;
 }
 
-int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
+int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
+		    int rank)
 {
 	memset(w, 0, sizeof(*w));
 	w->rank = rank;
@@ -107,7 +120,7 @@ int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 		return error("pipeline.transport = nccl: %s; install NCCL 2 (libnccl2) or use "
 			     "pipeline.transport = mpi", why);
 	int world = stages * replicas;
-	if (one_gpu_each(rank, world))
+	if (one_gpu_each(d, rank, world))
 		return -1;
 	unsigned char(*ids)[IDS_PER_RANK][CUDA_NCCL_ID_BYTES] =
 		xcalloc((size_t)world, sizeof(*ids));
@@ -120,7 +133,7 @@ int nccl_world_open(struct nccl_world *w, int stages, int replicas, int rank)
 	 * are small; an error here leaves the others waiting until the
 	 * broadcast's timeout names this rank, so go on to the broadcasts) */
 	for (int q = 0; q < world; q++)
-		if (dist_bcast(ids[q], sizeof(ids[q]), q))
+		if (dist_bcast(d, ids[q], sizeof(ids[q]), q))
 			rc = -1;
 	if (rc) {
 		free(ids);

@@ -10,33 +10,18 @@
 #include "p2p_carrier.h"
 
 struct p2p {
-	const struct p2p_carrier *k;
+	const struct p2p_carrier *k; /* the runtime's (dist.c): outlives its channels */
 	void *ch;
 };
 
-static const struct p2p_carrier *carrier(void)
+struct p2p *p2p_open(const struct p2p_carrier *k)
 {
-	const struct p2p_carrier *k = p2p_mpi_carrier();
-	return k ? k : p2p_tcp_carrier();
-}
-
-int p2p_ready(void) { return carrier() != NULL; }
-
-const char *p2p_carrier(void)
-{
-	const struct p2p_carrier *k = carrier();
-	return k ? k->name : "none";
-}
-
-struct p2p *p2p_open(void)
-{
-	const struct p2p_carrier *k = carrier();
 	if (!k) {
 		error("internal error: messages between processes need MPI or the TCP rendezvous "
 		      "running (dist_init)");
 		return NULL;
 	}
-	void *ch = k->open();
+	void *ch = k->open(k->k);
 	if (!ch)
 		return NULL;
 	struct p2p *c = xcalloc(1, sizeof(*c));
@@ -49,24 +34,26 @@ void p2p_close(struct p2p *c)
 {
 	if (!c)
 		return;
-	c->k->close(c->ch);
+	c->k->close(c->k->k, c->ch);
 	free(c);
 }
 
-int p2p_tag_limit(const struct p2p *c) { return c->k->tag_limit(c->ch); }
+const char *p2p_name(const struct p2p *c) { return c->k->name; }
+
+int p2p_tag_limit(const struct p2p *c) { return c->k->tag_limit(c->k->k, c->ch); }
 
 /* A carrier that failed has said why: the job ends (p2p.h). */
 static void end_if_broken(const struct p2p_carrier *k)
 {
-	if (k->broken && k->broken())
+	if (k->broken && k->broken(k->k))
 		dist_abort();
 }
 
 struct p2p_op *p2p_isend(struct p2p *c, const void *buf, size_t n, int to, int tag)
 {
 	if (to < 0 || to >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
-		die("internal error: send to rank %d with tag %d (world %d)", to, tag, c->k->world);
-	struct p2p_op *op = c->k->isend(c->ch, buf, n, to, tag);
+		bug("send to rank %d with tag %d (world %d)", to, tag, c->k->world);
+	struct p2p_op *op = c->k->isend(c->k->k, c->ch, buf, n, to, tag);
 	end_if_broken(c->k);
 	return op;
 }
@@ -74,9 +61,8 @@ struct p2p_op *p2p_isend(struct p2p *c, const void *buf, size_t n, int to, int t
 struct p2p_op *p2p_irecv(struct p2p *c, void *buf, size_t n, int from, int tag)
 {
 	if (from < 0 || from >= c->k->world || tag < 0 || tag > p2p_tag_limit(c))
-		die("internal error: receive from rank %d with tag %d (world %d)", from, tag,
-		    c->k->world);
-	struct p2p_op *op = c->k->irecv(c->ch, buf, n, from, tag);
+		bug("receive from rank %d with tag %d (world %d)", from, tag, c->k->world);
+	struct p2p_op *op = c->k->irecv(c->k->k, c->ch, buf, n, from, tag);
 	end_if_broken(c->k);
 	return op;
 }
@@ -93,26 +79,23 @@ static int reap(const struct p2p_carrier *k, struct p2p_op **ops, int n)
 	return all;
 }
 
-int p2p_test(struct p2p_op **ops, int n)
+int p2p_test(const struct p2p *c, struct p2p_op **ops, int n)
 {
-	const struct p2p_carrier *k = carrier();
-	if (!k)
-		return 1;
-	k->progress(0);
+	const struct p2p_carrier *k = c->k;
+	k->progress(k->k, 0);
 	end_if_broken(k);
 	return reap(k, ops, n);
 }
 
-void p2p_wait(struct p2p_op **ops, int n, double timeout, int stage, const char *fmt, ...)
+void p2p_wait(const struct p2p *c, struct p2p_op **ops, int n, double timeout, int stage,
+	      const char *fmt, ...)
 {
-	const struct p2p_carrier *k = carrier();
-	if (!k)
-		return;
+	const struct p2p_carrier *k = c->k;
 	double t0 = now_sec();
 	for (long polls = 0;; polls++) {
 		/* a short spin first: messages usually come soon */
 		double left = timeout > 0 ? timeout - (now_sec() - t0) : 0.05;
-		k->progress(polls < 2000 ? 0 : MAX(0.0, MIN(left, 0.05)));
+		k->progress(k->k, polls < 2000 ? 0 : MAX(0.0, MIN(left, 0.05)));
 		end_if_broken(k);
 		if (reap(k, ops, n))
 			return;

@@ -5,7 +5,9 @@
  * board_p2p, replica_p2p) and the control messages of dist.h are written
  * once against this interface; what carries the bytes is decided at start
  * (dist.h): MPI when dist_init started MPI, else the TCP mesh that
- * p2p_tcp_start opened from the rendezvous (rendezvous.h).
+ * p2p_tcp_start opened from the rendezvous (rendezvous.h). The process's
+ * runtime (struct dist) holds the carrier; a channel is opened on it and
+ * keeps it, so nothing here is global.
  *
  * The semantics are MPI's nonblocking point-to-point, reduced to what the
  * callers use:
@@ -32,15 +34,14 @@
 
 struct p2p;     /* a channel */
 struct p2p_op;  /* one pending send or receive */
+struct p2p_carrier;
 
-/* Is a carrier running (MPI or the TCP mesh)? */
-int p2p_ready(void);
-/* "mpi" or "tcp" (or "none") */
-const char *p2p_carrier(void);
-
-/* A new channel; NULL after error() when no carrier runs. Collective. */
-struct p2p *p2p_open(void);
+/* A new channel on carrier k (dist_carrier); NULL after error() when no
+ * carrier runs (k NULL). Collective. */
+struct p2p *p2p_open(const struct p2p_carrier *k);
 void p2p_close(struct p2p *c);
+/* "mpi" or "tcp": the channel's carrier */
+const char *p2p_name(const struct p2p *c);
 /* Tags are 0 .. p2p_tag_limit(c) (MPI_TAG_UB under MPI: at least 32767). */
 int p2p_tag_limit(const struct p2p *c);
 
@@ -49,27 +50,29 @@ int p2p_tag_limit(const struct p2p *c);
 struct p2p_op *p2p_isend(struct p2p *c, const void *buf, size_t n, int to, int tag);
 struct p2p_op *p2p_irecv(struct p2p *c, void *buf, size_t n, int from, int tag);
 
-/* Makes progress; 1 when every ops[i] is complete (completed operations
- * are freed and set to NULL; NULL counts as complete), else 0. */
-int p2p_test(struct p2p_op **ops, int n);
+/* Makes progress on c's carrier; 1 when every ops[i] (operations of
+ * channels on that carrier) is complete (completed operations are freed
+ * and set to NULL; NULL counts as complete), else 0. */
+int p2p_test(const struct p2p *c, struct p2p_op **ops, int n);
 /* Waits until every ops[i] is complete (and freed, NULL). Past timeout
  * seconds (0: forever) it prints "rank R (stage s) waited T s for WHAT,
  * which never came: ..." with WHAT from fmt and ends the job. */
-void p2p_wait(struct p2p_op **ops, int n, double timeout, int stage, const char *fmt, ...)
-	PRINTF_LIKE(5, 6);
+void p2p_wait(const struct p2p *c, struct p2p_op **ops, int n, double timeout, int stage,
+	      const char *fmt, ...) PRINTF_LIKE(6, 7);
 
 /* ---- the TCP mesh (p2p_tcp.c), started and stopped by dist.c ---- */
 struct rdv;
+struct p2p_mesh;
 /* Every rank listens on a port of its own at the address it reaches rank
  * 0 from, and the addresses are exchanged over the rendezvous; connections
  * are made on a rank's first send to a peer (one per direction), so a rank
- * holds sockets only for the peers it talks to. Collective. 0, or -1 after
- * error(). */
-int p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout);
+ * holds sockets only for the peers it talks to. Collective. The mesh, or
+ * NULL after error(). */
+struct p2p_mesh *p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout);
 /* Finish the sends still queued, say goodbye to every peer and wait (up to
  * the timeout) until each has said it too, so that no rank mistakes the
- * end of the run for a crash. */
-void p2p_tcp_stop(void);
+ * end of the run for a crash; then free the mesh (NULL: nothing). */
+void p2p_tcp_stop(struct p2p_mesh *mesh);
 
 /* For the fuzzer (tests/fuzz/fuzz_p2p.c): the bytes as what rank 1 sent on
  * its connection to rank 0 of a mesh of 3 with three receives posted, read

@@ -4,9 +4,14 @@
  * keeps the order p2p.h promises. */
 #include "p2p_carrier.h"
 
+#include "../../io/util.h"
+
 #ifndef ASYNCPP_MPI
 
-const struct p2p_carrier *p2p_mpi_carrier(void) { return NULL; }
+struct p2p_carrier p2p_mpi_carrier(int rank, int world)
+{
+	bug("the MPI carrier for rank %d of %d in a build without MPI", rank, world);
+}
 
 #else
 
@@ -20,26 +25,34 @@ const struct p2p_carrier *p2p_mpi_carrier(void) { return NULL; }
 
 #define PIECE ((size_t)1 << 30)
 
+/* This process's rank in MPI_COMM_WORLD, for messages. */
+static int my_rank(void)
+{
+	int r = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &r);
+	return r;
+}
+
 struct p2p_op {
 	int recv, from, tag, nreq;
 	size_t n;
 	MPI_Request req[];  /* [nreq] one per piece */
 };
 
-static void *m_open(void)
+static void *m_open(void *k)
 {
 	MPI_Comm *c = xmalloc(sizeof(*c));
 	MPI_Comm_dup(MPI_COMM_WORLD, c);
 	return c;
 }
 
-static void m_close(void *ch)
+static void m_close(void *k, void *ch)
 {
 	MPI_Comm_free(ch);
 	free(ch);
 }
 
-static int m_tag_limit(void *ch)
+static int m_tag_limit(void *k, void *ch)
 {
 	int *ub, flag;
 	MPI_Comm_get_attr(*(MPI_Comm *)ch, MPI_TAG_UB, &ub, &flag);
@@ -57,7 +70,7 @@ static struct p2p_op *start(void *ch, void *buf, size_t n, int peer, int tag, in
 		int rc = recv ? MPI_Irecv(p, len, MPI_BYTE, peer, tag, *(MPI_Comm *)ch, &op->req[i])
 			      : MPI_Isend(p, len, MPI_BYTE, peer, tag, *(MPI_Comm *)ch, &op->req[i]);
 		if (rc != MPI_SUCCESS) {
-			error("rank %d: MPI_I%s %s rank %d failed", dist_rank(), recv ? "recv" : "send",
+			error("rank %d: MPI_I%s %s rank %d failed", my_rank(), recv ? "recv" : "send",
 			      recv ? "from" : "to", peer);
 			dist_abort();
 		}
@@ -66,12 +79,12 @@ static struct p2p_op *start(void *ch, void *buf, size_t n, int peer, int tag, in
 	return op;
 }
 
-static struct p2p_op *m_isend(void *ch, const void *buf, size_t n, int to, int tag)
+static struct p2p_op *m_isend(void *k, void *ch, const void *buf, size_t n, int to, int tag)
 {
 	return start(ch, (void *)buf, n, to, tag, 0);
 }
 
-static struct p2p_op *m_irecv(void *ch, void *buf, size_t n, int from, int tag)
+static struct p2p_op *m_irecv(void *k, void *ch, void *buf, size_t n, int from, int tag)
 {
 	return start(ch, buf, n, from, tag, 1);
 }
@@ -89,7 +102,7 @@ static int m_done(struct p2p_op *op)
 		MPI_Get_count(&st[i], MPI_BYTE, &got);
 		if ((size_t)got != want) {
 			error("rank %d: a message from rank %d (tag %d) has %d bytes where %zu were "
-			      "expected: the ranks run different code or configurations", dist_rank(),
+			      "expected: the ranks run different code or configurations", my_rank(),
 			      op->from, op->tag, got, want);
 			dist_abort();
 		}
@@ -98,7 +111,7 @@ static int m_done(struct p2p_op *op)
 	return 1;
 }
 
-static void m_progress(double wait)
+static void m_progress(void *k, double wait)
 {
 	if (wait > 0) { /* MPI progresses inside MPI_Test: just do not burn the core */
 		struct timespec pause = {0, 50000};
@@ -106,13 +119,10 @@ static void m_progress(double wait)
 	}
 }
 
-const struct p2p_carrier *p2p_mpi_carrier(void)
+struct p2p_carrier p2p_mpi_carrier(int rank, int world)
 {
-	static struct p2p_carrier k = {"mpi", 0, 1, m_open, m_close, m_tag_limit, m_isend,
-				       m_irecv, m_done, m_progress, NULL};
-	k.rank = dist_rank();
-	k.world = dist_world();
-	return dist_mpi() ? &k : NULL;
+	return (struct p2p_carrier){"mpi", rank, world, NULL, m_open, m_close, m_tag_limit,
+				    m_isend, m_irecv, m_done, m_progress, NULL};
 }
 
 #endif

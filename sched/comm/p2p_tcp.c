@@ -92,7 +92,8 @@ struct conn {
 	struct p2p_op *sq, *sq_tail;  /* sends queued on it, oldest first */
 };
 
-static struct {
+/* The mesh: one per process, owned by its runtime (dist.c). */
+struct p2p_mesh {
 	int on, stopping, broken, rank, world;
 	double timeout, connect_timeout;
 	int lfd;
@@ -107,21 +108,21 @@ static struct {
 	struct pollfd *pfd;
 	struct conn **pconn;
 	int cap_pfd;
-} M = {.lfd = -1};
+};
 
 /* The mesh is broken: say why (once); p2p.c ends the job when it sees it.
  * Nothing reads or writes after it. */
-static PRINTF_LIKE(1, 2) void fail(const char *fmt, ...)
+static PRINTF_LIKE(2, 3) void fail(struct p2p_mesh *M, const char *fmt, ...)
 {
-	if (M.broken)
+	if (M->broken)
 		return;
 	char msg[600];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	error("rank %d: %s", M.rank, msg);
-	M.broken = 1;
+	error("rank %d: %s", M->rank, msg);
+	M->broken = 1;
 }
 
 static void put_frame(unsigned char *h, unsigned type, uint32_t chan, uint32_t tag, uint64_t n)
@@ -136,11 +137,11 @@ static void put_frame(unsigned char *h, unsigned type, uint32_t chan, uint32_t t
 	put_le64(h + 16, n);
 }
 
-static int size_differs(const struct p2p_op *op, int from, uint64_t n)
+static int size_differs(struct p2p_mesh *M, const struct p2p_op *op, int from, uint64_t n)
 {
 	if (n == op->n)
 		return 0;
-	fail("a message from rank %d (channel %u, tag %u) has %llu bytes where %zu were "
+	fail(M, "a message from rank %d (channel %u, tag %u) has %llu bytes where %zu were "
 	     "expected: the ranks run different code or configurations", from, op->chan, op->tag,
 	     (unsigned long long)n, op->n);
 	return 1;
@@ -149,61 +150,62 @@ static int size_differs(const struct p2p_op *op, int from, uint64_t n)
 /* ---- matching ---- */
 
 /* The oldest posted receive for (from, chan, tag), taken off the list. */
-static struct p2p_op *take_posted(int from, uint32_t chan, uint32_t tag)
+static struct p2p_op *take_posted(struct p2p_mesh *M, int from, uint32_t chan, uint32_t tag)
 {
 	struct p2p_op *prev = NULL;
-	for (struct p2p_op *op = M.posted; op; prev = op, op = op->next) {
+	for (struct p2p_op *op = M->posted; op; prev = op, op = op->next) {
 		if (op->peer != from || op->chan != chan || op->tag != tag)
 			continue;
 		if (prev)
 			prev->next = op->next;
 		else
-			M.posted = op->next;
-		if (M.posted_tail == op)
-			M.posted_tail = prev;
+			M->posted = op->next;
+		if (M->posted_tail == op)
+			M->posted_tail = prev;
 		op->next = NULL;
 		return op;
 	}
 	return NULL;
 }
 
-static struct umsg *add_unexpected(int from, uint32_t chan, uint32_t tag, size_t n)
+static struct umsg *add_unexpected(struct p2p_mesh *M, int from, uint32_t chan, uint32_t tag,
+				    size_t n)
 {
 	struct umsg *u = xcalloc(1, sizeof(*u));
 	size_t cap = MIN(n, (size_t)1 << 20);
 	*u = (struct umsg){NULL, from, chan, tag, n, xmalloc(cap ? cap : 1), cap, 0, NULL};
-	if (M.unexp_tail)
-		M.unexp_tail->next = u;
+	if (M->unexp_tail)
+		M->unexp_tail->next = u;
 	else
-		M.unexp = u;
-	M.unexp_tail = u;
+		M->unexp = u;
+	M->unexp_tail = u;
 	return u;
 }
 
-static void drop_unexpected(struct umsg *u)
+static void drop_unexpected(struct p2p_mesh *M, struct umsg *u)
 {
 	struct umsg *prev = NULL;
-	for (struct umsg *x = M.unexp; x && x != u; x = x->next)
+	for (struct umsg *x = M->unexp; x && x != u; x = x->next)
 		prev = x;
 	if (prev)
 		prev->next = u->next;
 	else
-		M.unexp = u->next;
-	if (M.unexp_tail == u)
-		M.unexp_tail = prev;
+		M->unexp = u->next;
+	if (M->unexp_tail == u)
+		M->unexp_tail = prev;
 	free(u->data);
 	free(u);
 }
 
 /* An unexpected message is whole: hand it to its receive if one waits. */
-static void unexpected_complete(struct umsg *u)
+static void unexpected_complete(struct p2p_mesh *M, struct umsg *u)
 {
 	u->complete = 1;
 	if (!u->bound)
 		return;
 	memcpy(u->bound->buf, u->data, u->n);
 	u->bound->done = 1;
-	drop_unexpected(u);
+	drop_unexpected(M, u);
 }
 
 /* ---- connections ---- */
@@ -244,19 +246,19 @@ static int write_all(int fd, const void *buf, size_t n, double deadline)
 	return 0;
 }
 
-/* 0, or -1 after fail(). */
-static int connect_to(int q)
+/* 0, or -1 after fail(M). */
+static int connect_to(struct p2p_mesh *M, int q)
 {
-	struct conn *c = &M.out[q];
-	int fd = socket(M.addr[q].ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct conn *c = &M->out[q];
+	int fd = socket(M->addr[q].ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
-		fail("cannot make a socket to reach rank %d: %s", q, strerror(errno));
+		fail(M, "cannot make a socket to reach rank %d: %s", q, strerror(errno));
 		return -1;
 	}
-	int rc = connect(fd, (struct sockaddr *)&M.addr[q], M.alen[q]);
+	int rc = connect(fd, (struct sockaddr *)&M->addr[q], M->alen[q]);
 	if (rc && errno == EINPROGRESS) {
 		struct pollfd pf = {fd, POLLOUT, 0};
-		double t = M.connect_timeout;
+		double t = M->connect_timeout;
 		int got = poll(&pf, 1, t > 0 ? (int)(t * 1000) + 1 : -1);
 		int err = 0;
 		socklen_t len = sizeof(err);
@@ -270,16 +272,16 @@ static int connect_to(int q)
 	if (!rc) {
 		set_fast(fd);
 		unsigned char h[HDR];
-		put_frame(h, F_HELLO, (uint32_t)M.world, (uint32_t)M.rank, 0);
+		put_frame(h, F_HELLO, (uint32_t)M->world, (uint32_t)M->rank, 0);
 		if (write_all(fd, h, HDR, 0)) {
-			fail("cannot greet rank %d: %s", q, strerror(errno));
+			fail(M, "cannot greet rank %d: %s", q, strerror(errno));
 			close(fd);
 			return -1;
 		}
 		c->fd = fd;
 		return 0;
 	}
-	fail("cannot connect to rank %d at the address it announced: %s (is a firewall between "
+	fail(M, "cannot connect to rank %d at the address it announced: %s (is a firewall between "
 	     "the hosts? every rank listens on a port of its own)", q, strerror(errno));
 	close(fd);
 	return -1;
@@ -287,13 +289,13 @@ static int connect_to(int q)
 
 /* The peer ended the connection: the end of the run after a BYE (or while
  * this rank stops), a crash otherwise. */
-static void conn_closed(struct conn *c)
+static void conn_closed(struct p2p_mesh *M, struct conn *c)
 {
-	if (!c->bye && !M.stopping) {
+	if (!c->bye && !M->stopping) {
 		if (c->peer < 0)
-			fail("a connection closed before saying which rank it came from");
+			fail(M, "a connection closed before saying which rank it came from");
 		else
-			fail("rank %d closed its connection without saying goodbye: it exited or was "
+			fail(M, "rank %d closed its connection without saying goodbye: it exited or was "
 			     "killed (see its own messages); stopping", c->peer);
 	}
 	close(c->fd);
@@ -302,9 +304,9 @@ static void conn_closed(struct conn *c)
 }
 
 /* Write what the send queue holds until the socket is full. */
-static void write_some(struct conn *c)
+static void write_some(struct p2p_mesh *M, struct conn *c)
 {
-	while (c->sq && c->fd >= 0 && !M.broken) {
+	while (c->sq && c->fd >= 0 && !M->broken) {
 		struct p2p_op *op = c->sq;
 		size_t total = HDR + op->n;
 		const char *p = op->off < HDR ? (const char *)op->hdr + op->off
@@ -325,24 +327,24 @@ static void write_some(struct conn *c)
 			continue;
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
-		fail("cannot send to rank %d: %s: that rank is gone", c->peer, strerror(errno));
+		fail(M, "cannot send to rank %d: %s: that rank is gone", c->peer, strerror(errno));
 		return;
 	}
 }
 
-static void finish_payload(struct conn *c)
+static void finish_payload(struct p2p_mesh *M, struct conn *c)
 {
 	if (c->rop)
 		c->rop->done = 1;
 	else
-		unexpected_complete(c->rmsg);
+		unexpected_complete(M, c->rmsg);
 	c->rop = NULL;
 	c->rmsg = NULL;
 	c->dst = NULL;
 	c->hgot = 0;
 }
 
-static void on_header(struct conn *c)
+static void on_header(struct p2p_mesh *M, struct conn *c)
 {
 	const unsigned char *h = c->hdr;
 	unsigned type = h[6];
@@ -356,7 +358,7 @@ static void on_header(struct conn *c)
 		else
 			snprintf(who, sizeof(who), "the connection %s rank %d",
 				 c->incoming ? "from" : "to", c->peer);
-		fail("%s carries bytes that are not asyncpp messages (another program on this "
+		fail(M, "%s carries bytes that are not asyncpp messages (another program on this "
 		     "port, or another asyncpp version)", who);
 		return;
 	}
@@ -367,47 +369,47 @@ static void on_header(struct conn *c)
 	}
 	if (type == F_HELLO) {
 		if (!c->incoming || c->peer >= 0 || n)
-			fail("a second greeting on a connection of rank %d", c->peer);
-		else if (chan != (uint32_t)M.world)
-			fail("a rank of a world of %u processes connected to this one of %d: two runs "
+			fail(M, "a second greeting on a connection of rank %d", c->peer);
+		else if (chan != (uint32_t)M->world)
+			fail(M, "a rank of a world of %u processes connected to this one of %d: two runs "
 			     "share MASTER_ADDR:MASTER_PORT, or WORLD_SIZE differs between ranks", chan,
-			     M.world);
-		else if (tag >= (uint32_t)M.world || (int)tag == M.rank)
-			fail("a connection says it comes from rank %u of %d", tag, M.world);
+			     M->world);
+		else if (tag >= (uint32_t)M->world || (int)tag == M->rank)
+			fail(M, "a connection says it comes from rank %u of %d", tag, M->world);
 		else
 			c->peer = (int)tag;
 		return;
 	}
 	if (!c->incoming || c->peer < 0) {
-		fail("a message on a connection that carries none (from rank %d)", c->peer);
+		fail(M, "a message on a connection that carries none (from rank %d)", c->peer);
 		return;
 	}
 	if (n > SIZE_MAX) {
-		fail("a message of %llu bytes from rank %d", (unsigned long long)n, c->peer);
+		fail(M, "a message of %llu bytes from rank %d", (unsigned long long)n, c->peer);
 		return;
 	}
 	/* a message for a receive not posted yet is kept until it is */
-	struct p2p_op *op = take_posted(c->peer, chan, tag);
-	if (op && size_differs(op, c->peer, n))
+	struct p2p_op *op = take_posted(M, c->peer, chan, tag);
+	if (op && size_differs(M, op, c->peer, n))
 		return;
 	if (op) {
 		c->rop = op;
 		c->dst = op->buf;
 	} else {
-		c->rmsg = add_unexpected(c->peer, chan, tag, (size_t)n);
+		c->rmsg = add_unexpected(M, c->peer, chan, tag, (size_t)n);
 		c->dst = c->rmsg->data;
 	}
 	c->want = (size_t)n;
 	c->got = 0;
 	c->hgot = HDR; /* the payload is next */
 	if (!n)
-		finish_payload(c);
+		finish_payload(M, c);
 }
 
 /* Read everything that has arrived on c. */
-static void read_some(struct conn *c)
+static void read_some(struct p2p_mesh *M, struct conn *c)
 {
-	while (c->fd >= 0 && !M.broken) {
+	while (c->fd >= 0 && !M->broken) {
 		int in_hdr = c->hgot < HDR;
 		if (!in_hdr && c->rmsg && c->got == c->rmsg->cap) { /* room for more */
 			struct umsg *u = c->rmsg;
@@ -420,7 +422,7 @@ static void read_some(struct conn *c)
 				    : (c->rmsg ? c->rmsg->cap : c->want) - c->got;
 		ssize_t k = recv(c->fd, p, len, MSG_DONTWAIT);
 		if (k == 0) {
-			conn_closed(c);
+			conn_closed(M, c);
 			return;
 		}
 		if (k < 0) {
@@ -429,101 +431,103 @@ static void read_some(struct conn *c)
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
 			if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN) {
-				conn_closed(c);
+				conn_closed(M, c);
 				return;
 			}
-			fail("reading from rank %d: %s", c->peer, strerror(errno));
+			fail(M, "reading from rank %d: %s", c->peer, strerror(errno));
 			return;
 		}
 		if (in_hdr) {
 			c->hgot += (size_t)k;
 			if (c->hgot == HDR)
-				on_header(c);
+				on_header(M, c);
 		} else {
 			c->got += (size_t)k;
 			if (c->got == c->want)
-				finish_payload(c);
+				finish_payload(M, c);
 		}
 	}
 }
 
-static void accept_all(void)
+static void accept_all(struct p2p_mesh *M)
 {
 	for (;;) {
-		int fd = accept(M.lfd, NULL, NULL);
+		int fd = accept(M->lfd, NULL, NULL);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
-			fail("accepting a connection: %s", strerror(errno));
+			fail(M, "accepting a connection: %s", strerror(errno));
 			return;
 		}
 		set_fast(fd);
 		fcntl(fd, F_SETFD, FD_CLOEXEC);
-		if (M.n_in == M.cap_in) {
-			M.cap_in = M.cap_in ? 2 * M.cap_in : 8;
-			M.in = xrealloc(M.in, sizeof(*M.in) * (size_t)M.cap_in);
+		if (M->n_in == M->cap_in) {
+			M->cap_in = M->cap_in ? 2 * M->cap_in : 8;
+			M->in = xrealloc(M->in, sizeof(*M->in) * (size_t)M->cap_in);
 		}
 		struct conn *c = xcalloc(1, sizeof(*c));
 		c->fd = fd;
 		c->peer = -1;
 		c->incoming = 1;
-		M.in[M.n_in++] = c;
+		M->in[M->n_in++] = c;
 	}
 }
 
-static void add_poll(int *n, int fd, short events, struct conn *c)
+static void add_poll(struct p2p_mesh *M, int *n, int fd, short events, struct conn *c)
 {
-	if (*n == M.cap_pfd) {
-		M.cap_pfd = 2 * M.cap_pfd + 8;
-		M.pfd = xrealloc(M.pfd, sizeof(*M.pfd) * (size_t)M.cap_pfd);
-		M.pconn = xrealloc(M.pconn, sizeof(*M.pconn) * (size_t)M.cap_pfd);
+	if (*n == M->cap_pfd) {
+		M->cap_pfd = 2 * M->cap_pfd + 8;
+		M->pfd = xrealloc(M->pfd, sizeof(*M->pfd) * (size_t)M->cap_pfd);
+		M->pconn = xrealloc(M->pconn, sizeof(*M->pconn) * (size_t)M->cap_pfd);
 	}
-	M.pfd[*n] = (struct pollfd){fd, events, 0};
-	M.pconn[(*n)++] = c;
+	M->pfd[*n] = (struct pollfd){fd, events, 0};
+	M->pconn[(*n)++] = c;
 }
 
-static void t_progress(double wait)
+static void t_progress(void *k, double wait)
 {
+	struct p2p_mesh *M = k;
 	int n = 0;
-	if (M.lfd >= 0)
-		add_poll(&n, M.lfd, POLLIN, NULL);
-	for (int q = 0; q < M.world; q++)
-		if (M.out[q].fd >= 0)
-			add_poll(&n, M.out[q].fd, POLLIN | (M.out[q].sq ? POLLOUT : 0), &M.out[q]);
-	for (int i = 0; i < M.n_in; i++)
-		if (M.in[i]->fd >= 0)
-			add_poll(&n, M.in[i]->fd, POLLIN, M.in[i]);
-	int got = poll(M.pfd, (nfds_t)n, wait > 0 ? (int)(wait * 1000) + 1 : 0);
+	if (M->lfd >= 0)
+		add_poll(M, &n, M->lfd, POLLIN, NULL);
+	for (int q = 0; q < M->world; q++)
+		if (M->out[q].fd >= 0)
+			add_poll(M, &n, M->out[q].fd, POLLIN | (M->out[q].sq ? POLLOUT : 0), &M->out[q]);
+	for (int i = 0; i < M->n_in; i++)
+		if (M->in[i]->fd >= 0)
+			add_poll(M, &n, M->in[i]->fd, POLLIN, M->in[i]);
+	int got = poll(M->pfd, (nfds_t)n, wait > 0 ? (int)(wait * 1000) + 1 : 0);
 	if (got < 0 && errno != EINTR)
-		fail("poll: %s", strerror(errno));
-	for (int i = 0; got > 0 && i < n && !M.broken; i++) {
-		short ev = M.pfd[i].revents;
-		struct conn *c = M.pconn[i];
+		fail(M, "poll: %s", strerror(errno));
+	for (int i = 0; got > 0 && i < n && !M->broken; i++) {
+		short ev = M->pfd[i].revents;
+		struct conn *c = M->pconn[i];
 		if (!ev)
 			continue;
 		if (!c)
-			accept_all();
+			accept_all(M);
 		else {
 			if (ev & (POLLIN | POLLHUP | POLLERR))
-				read_some(c);
+				read_some(M, c);
 			if (ev & POLLOUT)
-				write_some(c);
+				write_some(M, c);
 		}
 	}
 }
 
 /* ---- the carrier ---- */
 
-static void *t_open(void)
+static void *t_open(void *k)
 {
-	return (void *)(uintptr_t)++M.last_chan; /* the same number on every rank */
+	struct p2p_mesh *M = k;
+	return (void *)(uintptr_t)++M->last_chan; /* the same number on every rank */
 }
 
-static void t_close(void *ch) {}
+static void t_close(void *k, void *ch) {}
 
-static int t_tag_limit(void *ch) { return INT32_MAX; }
+static int t_tag_limit(void *k, void *ch) { return INT32_MAX; }
 
 static struct p2p_op *new_op(int recv, void *ch, const void *buf, size_t n, int peer, int tag)
 {
@@ -537,16 +541,17 @@ static struct p2p_op *new_op(int recv, void *ch, const void *buf, size_t n, int 
 	return op;
 }
 
-static struct p2p_op *t_isend(void *ch, const void *buf, size_t n, int to, int tag)
+static struct p2p_op *t_isend(void *k, void *ch, const void *buf, size_t n, int to, int tag)
 {
+	struct p2p_mesh *M = k;
 	struct p2p_op *op = new_op(0, ch, buf, n, to, tag);
-	if (to == M.rank) { /* to itself: delivered at once */
-		struct p2p_op *r = take_posted(to, op->chan, op->tag);
-		if (r && !size_differs(r, to, n)) {
+	if (to == M->rank) { /* to itself: delivered at once */
+		struct p2p_op *r = take_posted(M, to, op->chan, op->tag);
+		if (r && !size_differs(M, r, to, n)) {
 			memcpy(r->buf, buf, n);
 			r->done = 1;
 		} else if (!r) {
-			struct umsg *u = add_unexpected(to, op->chan, op->tag, n);
+			struct umsg *u = add_unexpected(M, to, op->chan, op->tag, n);
 			u->data = xrealloc(u->data, n ? n : 1);
 			u->cap = n;
 			memcpy(u->data, buf, n);
@@ -555,12 +560,12 @@ static struct p2p_op *t_isend(void *ch, const void *buf, size_t n, int to, int t
 		op->done = 1;
 		return op;
 	}
-	struct conn *c = &M.out[to];
+	struct conn *c = &M->out[to];
 	if (c->bye) {
-		fail("a message for rank %d, which has finished", to);
+		fail(M, "a message for rank %d, which has finished", to);
 		return op;
 	}
-	if (c->fd < 0 && connect_to(to))
+	if (c->fd < 0 && connect_to(M, to))
 		return op;
 	put_frame(op->hdr, F_DATA, op->chan, op->tag, n);
 	if (c->sq_tail)
@@ -568,36 +573,37 @@ static struct p2p_op *t_isend(void *ch, const void *buf, size_t n, int to, int t
 	else
 		c->sq = op;
 	c->sq_tail = op;
-	write_some(c);
+	write_some(M, c);
 	return op;
 }
 
-static struct p2p_op *t_irecv(void *ch, void *buf, size_t n, int from, int tag)
+static struct p2p_op *t_irecv(void *k, void *ch, void *buf, size_t n, int from, int tag)
 {
+	struct p2p_mesh *M = k;
 	struct p2p_op *op = new_op(1, ch, buf, n, from, tag);
-	for (struct umsg *u = M.unexp; u; u = u->next) {
+	for (struct umsg *u = M->unexp; u; u = u->next) {
 		if (u->bound || u->from != from || u->chan != op->chan || u->tag != op->tag)
 			continue;
-		if (size_differs(op, from, u->n))
+		if (size_differs(M, op, from, u->n))
 			return op;
 		if (u->complete) {
 			memcpy(buf, u->data, n);
 			op->done = 1;
-			drop_unexpected(u);
+			drop_unexpected(M, u);
 		} else {
 			u->bound = op;
 		}
 		return op;
 	}
-	if (M.posted_tail)
-		M.posted_tail->next = op;
+	if (M->posted_tail)
+		M->posted_tail->next = op;
 	else
-		M.posted = op;
-	M.posted_tail = op;
+		M->posted = op;
+	M->posted_tail = op;
 	return op;
 }
 
-static int t_broken(void) { return M.broken; }
+static int t_broken(void *k) { return ((struct p2p_mesh *)k)->broken; }
 
 static int t_done(struct p2p_op *op)
 {
@@ -607,13 +613,10 @@ static int t_done(struct p2p_op *op)
 	return 1;
 }
 
-const struct p2p_carrier *p2p_tcp_carrier(void)
+struct p2p_carrier p2p_tcp_carrier(struct p2p_mesh *M)
 {
-	static struct p2p_carrier k = {"tcp", 0, 1, t_open, t_close, t_tag_limit, t_isend,
-				       t_irecv, t_done, t_progress, t_broken};
-	k.rank = M.rank;
-	k.world = M.world;
-	return M.on ? &k : NULL;
+	return (struct p2p_carrier){"tcp", M->rank, M->world, M, t_open, t_close, t_tag_limit,
+				    t_isend, t_irecv, t_done, t_progress, t_broken};
 }
 
 /* ---- start and stop ---- */
@@ -623,13 +626,13 @@ struct announce {
 	struct sockaddr_storage sa;
 };
 
-int p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout)
+struct p2p_mesh *p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout)
 {
 	int world = rdv_world(rdv);
 	struct announce me = {0};
 	socklen_t len;
 	if (rdv_local_addr(rdv, &me.sa, &len))
-		return -1;
+		return NULL;
 	if (me.sa.ss_family == AF_INET)
 		((struct sockaddr_in *)&me.sa)->sin_port = 0;
 	else if (me.sa.ss_family == AF_INET6)
@@ -640,103 +643,104 @@ int p2p_tcp_start(struct rdv *rdv, double timeout, double connect_timeout)
 		int e = errno;
 		if (fd >= 0)
 			close(fd);
-		return error("rank %d: cannot listen for the other ranks' messages: %s",
-			     rdv_rank(rdv), strerror(e));
+		error("rank %d: cannot listen for the other ranks' messages: %s", rdv_rank(rdv),
+		      strerror(e));
+		return NULL;
 	}
 	me.len = (uint32_t)len;
 	struct announce *all = xcalloc((size_t)world, sizeof(*all));
 	if (rdv_allgather(rdv, &me, all, sizeof(me))) {
 		close(fd);
 		free(all);
-		return -1;
+		return NULL;
 	}
-	M.rank = rdv_rank(rdv);
-	M.world = world;
-	M.timeout = timeout;
-	M.connect_timeout = connect_timeout;
-	M.lfd = fd;
-	M.addr = xcalloc((size_t)world, sizeof(*M.addr));
-	M.alen = xcalloc((size_t)world, sizeof(*M.alen));
-	M.out = xcalloc((size_t)world, sizeof(*M.out));
+	struct p2p_mesh *M = xcalloc(1, sizeof(*M));
+	M->rank = rdv_rank(rdv);
+	M->world = world;
+	M->timeout = timeout;
+	M->connect_timeout = connect_timeout;
+	M->lfd = fd;
+	M->addr = xcalloc((size_t)world, sizeof(*M->addr));
+	M->alen = xcalloc((size_t)world, sizeof(*M->alen));
+	M->out = xcalloc((size_t)world, sizeof(*M->out));
 	for (int q = 0; q < world; q++) {
-		M.addr[q] = all[q].sa;
-		M.alen[q] = (socklen_t)MIN(all[q].len, sizeof(all[q].sa));
-		M.out[q].fd = -1;
-		M.out[q].peer = q;
+		M->addr[q] = all[q].sa;
+		M->alen[q] = (socklen_t)MIN(all[q].len, sizeof(all[q].sa));
+		M->out[q].fd = -1;
+		M->out[q].peer = q;
 	}
 	free(all);
-	M.on = 1;
-	return 0;
+	M->on = 1;
+	return M;
 }
 
-static int queues_empty(void)
+static int queues_empty(struct p2p_mesh *M)
 {
-	for (int q = 0; q < M.world; q++)
-		if (M.out[q].sq && M.out[q].fd >= 0)
+	for (int q = 0; q < M->world; q++)
+		if (M->out[q].sq && M->out[q].fd >= 0)
 			return 0;
 	return 1;
 }
 
-static int all_closed(void)
+static int all_closed(struct p2p_mesh *M)
 {
-	for (int q = 0; q < M.world; q++)
-		if (M.out[q].fd >= 0)
+	for (int q = 0; q < M->world; q++)
+		if (M->out[q].fd >= 0)
 			return 0;
-	for (int i = 0; i < M.n_in; i++)
-		if (M.in[i]->fd >= 0)
+	for (int i = 0; i < M->n_in; i++)
+		if (M->in[i]->fd >= 0)
 			return 0;
 	return 1;
 }
 
-static void teardown(void);
+static void teardown(struct p2p_mesh *M);
 
-void p2p_tcp_stop(void)
+void p2p_tcp_stop(struct p2p_mesh *M)
 {
-	if (!M.on)
+	if (!M)
 		return;
-	double deadline = M.timeout > 0 ? now_sec() + M.timeout : 0;
-	while (!queues_empty() && !M.broken && (!deadline || now_sec() < deadline))
-		t_progress(0.05);
+	double deadline = M->timeout > 0 ? now_sec() + M->timeout : 0;
+	while (!queues_empty(M) && !M->broken && (!deadline || now_sec() < deadline))
+		t_progress(M, 0.05);
 	/* goodbye on every connection, then read until each peer has said it
 	 * and closed: closing with its goodbye unread would reset the
 	 * connection, and the peer could take that for a crash */
-	M.stopping = 1;
+	M->stopping = 1;
 	unsigned char bye[HDR];
 	put_frame(bye, F_BYE, 0, 0, 0);
-	for (int q = 0; q < M.world; q++)
-		if (M.out[q].fd >= 0 && !write_all(M.out[q].fd, bye, HDR, deadline))
-			shutdown(M.out[q].fd, SHUT_WR);
-	for (int i = 0; i < M.n_in; i++)
-		if (M.in[i]->fd >= 0 && !write_all(M.in[i]->fd, bye, HDR, deadline))
-			shutdown(M.in[i]->fd, SHUT_WR);
-	while (!all_closed() && !M.broken && (!deadline || now_sec() < deadline))
-		t_progress(0.05);
-	teardown();
+	for (int q = 0; q < M->world; q++)
+		if (M->out[q].fd >= 0 && !write_all(M->out[q].fd, bye, HDR, deadline))
+			shutdown(M->out[q].fd, SHUT_WR);
+	for (int i = 0; i < M->n_in; i++)
+		if (M->in[i]->fd >= 0 && !write_all(M->in[i]->fd, bye, HDR, deadline))
+			shutdown(M->in[i]->fd, SHUT_WR);
+	while (!all_closed(M) && !M->broken && (!deadline || now_sec() < deadline))
+		t_progress(M, 0.05);
+	teardown(M);
 }
 
-/* Close and free everything; the mesh is off. */
-static void teardown(void)
+/* Close and free everything, the mesh itself too. */
+static void teardown(struct p2p_mesh *M)
 {
-	for (int q = 0; q < M.world; q++)
-		if (M.out[q].fd >= 0)
-			close(M.out[q].fd);
-	for (int i = 0; i < M.n_in; i++) {
-		if (M.in[i]->fd >= 0)
-			close(M.in[i]->fd);
-		free(M.in[i]);
+	for (int q = 0; q < M->world; q++)
+		if (M->out[q].fd >= 0)
+			close(M->out[q].fd);
+	for (int i = 0; i < M->n_in; i++) {
+		if (M->in[i]->fd >= 0)
+			close(M->in[i]->fd);
+		free(M->in[i]);
 	}
-	while (M.unexp)
-		drop_unexpected(M.unexp);
-	if (M.lfd >= 0)
-		close(M.lfd);
-	free(M.addr);
-	free(M.alen);
-	free(M.out);
-	free(M.in);
-	free(M.pfd);
-	free(M.pconn);
-	memset(&M, 0, sizeof(M));
-	M.lfd = -1;
+	while (M->unexp)
+		drop_unexpected(M, M->unexp);
+	if (M->lfd >= 0)
+		close(M->lfd);
+	free(M->addr);
+	free(M->alen);
+	free(M->out);
+	free(M->in);
+	free(M->pfd);
+	free(M->pconn);
+	free(M);
 }
 
 /* ---- for the fuzzer ---- */
@@ -746,38 +750,40 @@ int p2p_tcp_fuzz(const unsigned char *data, size_t n)
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return -1;
-	M.on = 1;
-	M.rank = 0;
-	M.world = 3;
-	M.lfd = -1;
-	M.out = xcalloc(3, sizeof(*M.out));
+	struct p2p_mesh *M = xcalloc(1, sizeof(*M));
+	M->on = 1;
+	M->rank = 0;
+	M->world = 3;
+	M->lfd = -1;
+	M->out = xcalloc(3, sizeof(*M->out));
 	for (int q = 0; q < 3; q++)
-		M.out[q] = (struct conn){.fd = -1, .peer = q};
+		M->out[q] = (struct conn){.fd = -1, .peer = q};
 	struct conn *c = xcalloc(1, sizeof(*c));
 	*c = (struct conn){.fd = sv[0], .peer = -1, .incoming = 1};
 	set_fast(sv[0]);
 	set_fast(sv[1]);
-	M.in = xcalloc(1, sizeof(*M.in));
-	M.in[0] = c;
-	M.n_in = M.cap_in = 1;
+	M->in = xcalloc(1, sizeof(*M->in));
+	M->in[0] = c;
+	M->n_in = M->cap_in = 1;
 	/* rank 1, channel 1: tags 0, 1, 2 of 0, 16 and 1000 bytes */
-	static char buf[1016];
-	struct p2p_op *ops[3] = {t_irecv((void *)1, buf, 0, 1, 0), t_irecv((void *)1, buf, 16, 1, 1),
-				 t_irecv((void *)1, buf + 16, 1000, 1, 2)};
+	char buf[1016];
+	struct p2p_op *ops[3] = {t_irecv(M, (void *)1, buf, 0, 1, 0),
+				 t_irecv(M, (void *)1, buf, 16, 1, 1),
+				 t_irecv(M, (void *)1, buf + 16, 1000, 1, 2)};
 	size_t off = 0;
-	while (off < n && !M.broken && c->fd >= 0) {
+	while (off < n && !M->broken && c->fd >= 0) {
 		ssize_t k = send(sv[1], data + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0)
 			off += (size_t)k;
-		t_progress(0);
+		t_progress(M, 0);
 	}
 	close(sv[1]);
-	for (int i = 0; i < 100000 && c->fd >= 0 && !M.broken; i++)
-		t_progress(0);
-	int broken = M.broken;
+	for (int i = 0; i < 100000 && c->fd >= 0 && !M->broken; i++)
+		t_progress(M, 0);
+	int broken = M->broken;
 	for (int i = 0; i < 3; i++)
 		free(ops[i]);
-	M.posted = M.posted_tail = NULL;
-	teardown();
+	M->posted = M->posted_tail = NULL;
+	teardown(M);
 	return broken;
 }

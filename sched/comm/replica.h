@@ -53,6 +53,11 @@ struct replicas {
 	void (*bucket)(struct replicas *x, int r, int s, float *g, size_t n, double *waited);
 	void (*finish)(struct replicas *x, int r, int s, double *waited);
 	void (*destroy)(struct replicas *x);
+	/* A stage failed and the segment is called off: every call blocked in
+	 * x returns at once, and so does every later one (what they leave in
+	 * g is then no sum). NULL where a failed stage ends the job instead
+	 * (between processes). */
+	void (*abort)(struct replicas *x);
 };
 
 /* The N x S stage threads of one process (shared memory). */
@@ -63,7 +68,9 @@ struct replicas *replicas_local(const struct backend *be, int N, int S);
  * creates its group at the same point. A wait longer than timeout seconds
  * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
  * job. NULL after error() when no carrier runs. */
-struct replicas *replicas_p2p(const struct backend *be, int N, int S, int rank, double timeout);
+struct dist;
+struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N, int S,
+			      int rank, double timeout);
 
 /* The same sum within one thread, for train.schedule = none: g[0] becomes
  * ((g[0] + g[1]) + ...) + g[N-1] and is copied into every g[r]. */

@@ -9,6 +9,7 @@
  * buffer holds the sum and may be reused.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "../../io/util.h"
@@ -20,10 +21,12 @@ struct barrier {
 	pthread_cond_t cv;
 	int n, count;
 	unsigned long gen;
+	const atomic_int *aborted; /* the replicas' flag (replica.h: abort) */
 };
 
-static void barrier_init(struct barrier *b, int n)
+static void barrier_init(struct barrier *b, int n, const atomic_int *aborted)
 {
+	b->aborted = aborted;
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
 	b->n = n;
@@ -48,7 +51,7 @@ static double barrier_wait(struct barrier *b)
 		b->gen++;
 		pthread_cond_broadcast(&b->cv);
 	} else {
-		while (gen == b->gen)
+		while (gen == b->gen && !atomic_load(b->aborted))
 			pthread_cond_wait(&b->cv, &b->mu);
 	}
 	pthread_mutex_unlock(&b->mu);
@@ -65,6 +68,7 @@ struct local_replicas {
 	struct replicas x;
 	const struct backend *be;
 	struct stage_group *g; /* [S] */
+	atomic_int aborted;
 };
 
 /* Chunk q of n floats split N ways: [*lo, *lo + *len). */
@@ -82,9 +86,11 @@ static void local_allreduce(struct replicas *xr, int r, int s, float *g, size_t 
 	sg->buf[r] = g;
 	sg->n[r] = n;
 	double w = barrier_wait(&sg->in);
+	if (atomic_load(&l->aborted))
+		return; /* the others may never come */
 	for (int q = 0; q < N; q++)
 		if (sg->n[q] != n)
-			die("internal error: stage %d replica %d reduces %zu floats, replica %d %zu", s,
+			bug("stage %d replica %d reduces %zu floats, replica %d %zu", s,
 			    r, n, q, sg->n[q]);
 	size_t lo, len;
 	chunk(n, N, r, &lo, &len);
@@ -114,6 +120,20 @@ static void local_finish(struct replicas *xr, int r, int s, double *waited)
 		*waited = 0.0;
 }
 
+static void local_abort(struct replicas *xr)
+{
+	struct local_replicas *l = (struct local_replicas *)xr;
+	atomic_store(&l->aborted, 1);
+	for (int s = 0; s < xr->S; s++) {
+		struct barrier *b[2] = {&l->g[s].in, &l->g[s].out};
+		for (int k = 0; k < 2; k++) {
+			pthread_mutex_lock(&b[k]->mu);
+			pthread_cond_broadcast(&b[k]->cv);
+			pthread_mutex_unlock(&b[k]->mu);
+		}
+	}
+}
+
 static void local_destroy(struct replicas *xr)
 {
 	struct local_replicas *l = (struct local_replicas *)xr;
@@ -132,12 +152,12 @@ struct replicas *replicas_local(const struct backend *be, int N, int S)
 	struct local_replicas *l = xcalloc(1, sizeof(*l));
 	l->x = (struct replicas){.name = "local", .N = N, .S = S, .allreduce = local_allreduce,
 				 .bucket = local_bucket, .finish = local_finish,
-				 .destroy = local_destroy};
+				 .destroy = local_destroy, .abort = local_abort};
 	l->be = be;
 	l->g = xcalloc((size_t)S, sizeof(*l->g));
 	for (int s = 0; s < S; s++) {
-		barrier_init(&l->g[s].in, N);
-		barrier_init(&l->g[s].out, N);
+		barrier_init(&l->g[s].in, N, &l->aborted);
+		barrier_init(&l->g[s].out, N, &l->aborted);
 		l->g[s].buf = xcalloc((size_t)N, sizeof(float *));
 		l->g[s].n = xcalloc((size_t)N, sizeof(size_t));
 	}
@@ -198,7 +218,9 @@ struct transport *transport_shift(struct transport *inner, int base)
 	if (!base)
 		return inner;
 	struct shifted *x = xcalloc(1, sizeof(*x));
-	x->t = (struct transport){inner->name, sh_buffer, sh_send, sh_recv, sh_release, sh_destroy};
+	/* over every process (p2p, nccl): a failed stage ends the job, no abort */
+	x->t = (struct transport){inner->name, sh_buffer, sh_send, sh_recv, sh_release, sh_destroy,
+				  NULL};
 	x->in = inner;
 	x->base = base;
 	return &x->t;

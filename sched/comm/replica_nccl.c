@@ -73,7 +73,7 @@ static struct cuda_nccl_event *queue_exchange(struct nccl_replicas *m, int phase
 	int N = m->x.N, r = w->replica;
 	struct cuda_nccl_event *ev = NULL;
 	if (cuda_nccl_group_start())
-		die("rank %d: cannot start an NCCL group", w->rank);
+		nccl_fail("rank %d: cannot start an NCCL group", w->rank);
 	for (int q = 0; q < N; q++) {
 		if (q == r)
 			continue;
@@ -88,15 +88,15 @@ static struct cuda_nccl_event *queue_exchange(struct nccl_replicas *m, int phase
 			b = cuda_nccl_chan_send(w->dp, own, len * sizeof(float), q);
 		}
 		if (!a || !b)
-			die("rank %d (stage %d): cannot queue the gradient exchange with replica %d",
-			    w->rank, w->stage, q);
+			nccl_fail("rank %d (stage %d): cannot queue the gradient exchange with replica %d",
+				  w->rank, w->stage, q);
 		cuda_nccl_event_free(a); /* the mark after the group stands for all */
 		cuda_nccl_event_free(b);
 	}
 	if (cuda_nccl_group_end())
-		die("rank %d: cannot end an NCCL group", w->rank);
+		nccl_fail("rank %d: cannot end an NCCL group", w->rank);
 	if (!(ev = cuda_nccl_chan_mark(w->dp)))
-		die("rank %d: cannot mark the gradient exchange", w->rank);
+		nccl_fail("rank %d: cannot mark the gradient exchange", w->rank);
 	return ev;
 }
 
@@ -114,7 +114,7 @@ static double wait_exchange(struct nccl_replicas *m, struct cuda_nccl_event *ev,
 static void check_caller(const struct nccl_replicas *m, int r, int s)
 {
 	if (r != m->w->replica || s != m->w->stage)
-		die("internal error: rank of replica %d stage %d reduces as replica %d stage %d",
+		bug("rank of replica %d stage %d reduces as replica %d stage %d",
 		    m->w->replica, m->w->stage, r, s);
 }
 
@@ -138,8 +138,8 @@ static void nccl_bucket(struct replicas *xr, int r, int s, float *g, size_t n, d
 			m->be->free(b->tmp);
 		b->tmp = m->be->alloc(st_mult(need, sizeof(float)));
 		if (!b->tmp)
-			die("rank %d: cannot allocate %zu floats for the gradient sum", m->w->rank,
-			    need);
+			nccl_fail("rank %d: cannot allocate %zu floats for the gradient sum", m->w->rank,
+				  need);
 		b->tmp_cap = need;
 	}
 	b->g = g, b->n = n;
@@ -180,7 +180,7 @@ static void nccl_allreduce(struct replicas *xr, int r, int s, float *g, size_t n
 {
 	struct nccl_replicas *m = (struct nccl_replicas *)xr;
 	if (m->nb)
-		die("internal error: stage %d sums a whole buffer with %d buckets in flight", s,
+		bug("stage %d sums a whole buffer with %d buckets in flight", s,
 		    m->nb);
 	nccl_bucket(xr, r, s, g, n, NULL);
 	nccl_finish(xr, r, s, waited);

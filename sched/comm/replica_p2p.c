@@ -65,7 +65,7 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 	struct p2p_replicas *m = (struct p2p_replicas *)xr;
 	int N = xr->N;
 	if (r != m->r || s != m->s)
-		die("internal error: rank of replica %d stage %d reduces as replica %d stage %d", m->r,
+		bug("rank of replica %d stage %d reduces as replica %d stage %d", m->r,
 		    m->s, r, s);
 	float *h = g;
 	if (!m->host) {
@@ -89,7 +89,7 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 					TAG_SCATTER);
 		m->req[k++] = p2p_isend(m->ch, h + qlo, qlen * sizeof(float), peer, TAG_SCATTER);
 	}
-	p2p_wait(m->req, k, m->timeout, s, "the other replicas' gradients of stage %d", s);
+	p2p_wait(m->ch, m->req, k, m->timeout, s, "the other replicas' gradients of stage %d", s);
 	w += now_sec() - t0;
 	/* 2. chunk r in replica order */
 	float *own = h + lo;
@@ -113,7 +113,7 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 		m->req[k++] = p2p_irecv(m->ch, h + qlo, qlen * sizeof(float), peer, TAG_GATHER);
 		m->req[k++] = p2p_isend(m->ch, own, len * sizeof(float), peer, TAG_GATHER);
 	}
-	p2p_wait(m->req, k, m->timeout, s, "the other replicas' summed gradients of stage %d",
+	p2p_wait(m->ch, m->req, k, m->timeout, s, "the other replicas' summed gradients of stage %d",
 		 s);
 	w += now_sec() - t0;
 	if (!m->host)
@@ -132,13 +132,14 @@ static void p2p_destroy(struct replicas *xr)
 	free(m);
 }
 
-struct replicas *replicas_p2p(const struct backend *be, int N, int S, int rank, double timeout)
+struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N, int S,
+			      int rank, double timeout)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
 		return NULL;
 	struct p2p_replicas *m = xcalloc(1, sizeof(*m));
-	m->x = (struct replicas){.name = p2p_carrier(), .N = N, .S = S,
+	m->x = (struct replicas){.name = p2p_name(ch), .N = N, .S = S,
 				 .allreduce = p2p_allreduce, .destroy = p2p_destroy};
 	m->be = be;
 	m->r = rank / S;

@@ -21,16 +21,22 @@ enum msg_kind { MSG_ACT = 0, MSG_GRAD = 1 };
 
 struct transport {
 	const char *name;
-	/* A buffer of `bytes` for a message from stage `from`. */
+	/* A buffer of `bytes` for a message from stage `from`; NULL after
+	 * error() when none can be allocated. */
 	void *(*buffer)(struct transport *t, int from, size_t bytes);
 	/* Hand buf (from buffer) to stage `to`. Never blocks. */
 	void (*send)(struct transport *t, int from, int to, int kind, int mb, void *buf);
 	/* The message (kind, mb) for stage `to` from `from`; blocks. *waited
-	 * gets the seconds spent waiting. */
+	 * gets the seconds spent waiting. NULL once the transport was aborted
+	 * (or after error(), when a copy for this stage cannot be allocated). */
 	void *(*recv)(struct transport *t, int to, int from, int kind, int mb, double *waited);
 	/* Give a received buffer back. */
 	void (*release)(struct transport *t, int stage, void *buf);
 	void (*destroy)(struct transport *t);
+	/* A stage failed and the segment is called off: every receive blocked
+	 * in t returns NULL, and so does every later one. NULL where a failed
+	 * stage ends the job instead (between processes: p2p.h, nccl.h). */
+	void (*abort)(struct transport *t);
 };
 
 /* In-process queues between S stage threads; buffers of msg_bytes from

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
 #include "../../io/util.h"
 #include "transport.h"
 
@@ -57,6 +59,7 @@ struct local {
 	int n_allocated;
 	void **all;           /* every buffer, */
 	int *all_stage;       /* and the stage that allocated it */
+	atomic_int aborted;   /* the segment was called off (transport.h) */
 };
 
 /* Stage s's lane's device is stage t's. */
@@ -79,8 +82,11 @@ static void *take(struct local *l, int s)
 		return sp.buf;
 	}
 	void *b = l->be->alloc(l->n);
-	if (!b)
-		die("cannot allocate a %zu-byte message buffer for stage %d", l->n, s);
+	if (!b) {
+		error("cannot allocate a %zu-byte message buffer for stage %d on backend '%s'", l->n,
+		      s, l->be->name);
+		return NULL;
+	}
 	pthread_mutex_lock(&l->pool_mu);
 	l->all = xrealloc(l->all, sizeof(void *) * (size_t)(l->n_allocated + 1));
 	l->all_stage = xrealloc(l->all_stage, sizeof(int) * (size_t)(l->n_allocated + 1));
@@ -107,7 +113,7 @@ static void *local_buffer(struct transport *t, int from, size_t n)
 {
 	struct local *l = (struct local *)t;
 	if (n > l->n)
-		die("internal error: message of %zu bytes, transport sized for %zu", n, l->n);
+		bug("message of %zu bytes, transport sized for %zu", n, l->n);
 	return take(l, from);
 }
 
@@ -133,7 +139,7 @@ static void *local_recv(struct transport *t, int to, int from, int kind, int mb,
 	double t0 = now_sec();
 	struct msg *m = NULL;
 	pthread_mutex_lock(&box->mu);
-	while (!m) {
+	while (!m && !atomic_load(&l->aborted)) {
 		for (struct msg **p = &box->head; *p; p = &(*p)->next)
 			if ((*p)->from == from && (*p)->kind == kind && (*p)->mb == mb) {
 				m = *p;
@@ -144,6 +150,8 @@ static void *local_recv(struct transport *t, int to, int from, int kind, int mb,
 			pthread_cond_wait(&box->cv, &box->mu);
 	}
 	pthread_mutex_unlock(&box->mu);
+	if (!m)
+		return NULL; /* aborted */
 	if (waited)
 		*waited = now_sec() - t0;
 	void *buf = m->buf;
@@ -152,6 +160,11 @@ static void *local_recv(struct transport *t, int to, int from, int kind, int mb,
 		/* a peer copy onto this stage's device; the sender's buffer goes
 		 * back once the copy has read it */
 		void *own = take(l, to);
+		if (!own) { /* error() said why: the stage fails */
+			give(l, from, buf, NULL);
+			free(m);
+			return NULL;
+		}
 		l->be->copy(own, buf, l->n);
 		give(l, from, buf, backend_fence(l->be));
 		buf = own;
@@ -164,6 +177,17 @@ static void local_release(struct transport *t, int stage, void *buf)
 {
 	struct local *l = (struct local *)t;
 	give(l, stage, buf, backend_fence(l->be));
+}
+
+static void local_abort(struct transport *t)
+{
+	struct local *l = (struct local *)t;
+	atomic_store(&l->aborted, 1);
+	for (int s = 0; s < l->S; s++) {
+		pthread_mutex_lock(&l->box[s].mu);
+		pthread_cond_broadcast(&l->box[s].cv);
+		pthread_mutex_unlock(&l->box[s].mu);
+	}
 }
 
 /* After a synchronize (pipeline_run's), so no fence is still needed. */
@@ -205,7 +229,7 @@ struct transport *transport_local(const struct backend *be, int S, size_t msg_by
 {
 	struct local *l = xcalloc(1, sizeof(*l));
 	l->t = (struct transport){"local", local_buffer, local_send, local_recv, local_release,
-				  local_destroy};
+				  local_destroy, local_abort};
 	l->be = be;
 	l->S = S;
 	l->n = msg_bytes;

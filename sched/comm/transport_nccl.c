@@ -57,8 +57,8 @@ static void *pool_get(struct nccl_tp *x)
 		return x->free[--x->n_free];
 	void *b = x->be->alloc(x->bytes);
 	if (!b)
-		die("rank %d: cannot allocate a %zu-byte message buffer on the GPU", x->w->rank,
-		    x->bytes);
+		nccl_fail("rank %d: cannot allocate a %zu-byte message buffer on the GPU", x->w->rank,
+			  x->bytes);
 	x->all = xrealloc(x->all, sizeof(void *) * (size_t)(x->n_all + 1));
 	x->free = xrealloc(x->free, sizeof(void *) * (size_t)(x->n_all + 1));
 	x->all[x->n_all++] = b;
@@ -78,7 +78,7 @@ static void reap(struct nccl_tp *x)
 		struct pending *p = &x->pend[i];
 		int done = cuda_nccl_event_done(p->ev, NULL);
 		if (done < 0)
-			die("rank %d (stage %d): a send failed", x->w->rank, x->w->stage);
+			nccl_fail("rank %d (stage %d): a send failed", x->w->rank, x->w->stage);
 		if (done) {
 			cuda_nccl_event_free(p->ev);
 			pool_put(x, p->buf);
@@ -95,7 +95,7 @@ static void *nccl_buffer(struct transport *t, int from, size_t n)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
 	if (n > x->bytes)
-		die("internal error: message of %zu bytes, transport sized for %zu bytes", n,
+		bug("message of %zu bytes, transport sized for %zu bytes", n,
 		    x->bytes);
 	reap(x);
 	return pool_get(x);
@@ -119,7 +119,7 @@ static struct cuda_nccl_chan *channel(struct nccl_tp *x, int sending, int peer, 
 	else if (!sending && kind == MSG_GRAD && up)
 		ch = w->grad_in, *chan_peer = 1;
 	if (!ch)
-		die("internal error: rank %d (stage %d) %s a %s %s rank %d, not a neighbour in "
+		bug("rank %d (stage %d) %s a %s %s rank %d, not a neighbour in "
 		    "that direction", w->rank, w->stage, sending ? "sends" : "receives",
 		    tensor_name(kind), sending ? "to" : "from", peer);
 	return ch;
@@ -129,13 +129,13 @@ static void nccl_send(struct transport *t, int from, int to, int kind, int mb, v
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
 	if (from != x->w->rank)
-		die("internal error: rank %d sends as rank %d", x->w->rank, from);
+		bug("rank %d sends as rank %d", x->w->rank, from);
 	int peer;
 	struct cuda_nccl_chan *ch = channel(x, 1, to, kind, &peer);
 	struct cuda_nccl_event *ev = cuda_nccl_chan_send(ch, buf, x->bytes, peer);
 	if (!ev)
-		die("rank %d (stage %d): cannot send the %s of micro-batch %d to rank %d",
-		    x->w->rank, x->w->stage, tensor_name(kind), mb, to);
+		nccl_fail("rank %d (stage %d): cannot send the %s of micro-batch %d to rank %d",
+			  x->w->rank, x->w->stage, tensor_name(kind), mb, to);
 	if (x->n_pend == x->cap_pend) {
 		x->cap_pend = x->cap_pend ? 2 * x->cap_pend : 16;
 		x->pend = xrealloc(x->pend, sizeof(*x->pend) * (size_t)x->cap_pend);
@@ -147,15 +147,15 @@ static void *nccl_recv(struct transport *t, int to, int from, int kind, int mb, 
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
 	if (to != x->w->rank)
-		die("internal error: rank %d receives as rank %d", x->w->rank, to);
+		bug("rank %d receives as rank %d", x->w->rank, to);
 	reap(x);
 	int peer;
 	struct cuda_nccl_chan *ch = channel(x, 0, from, kind, &peer);
 	void *buf = pool_get(x);
 	struct cuda_nccl_event *ev = cuda_nccl_chan_recv(ch, buf, x->bytes, peer);
 	if (!ev)
-		die("rank %d (stage %d): cannot receive the %s of micro-batch %d from rank %d",
-		    x->w->rank, x->w->stage, tensor_name(kind), mb, from);
+		nccl_fail("rank %d (stage %d): cannot receive the %s of micro-batch %d from rank %d",
+			  x->w->rank, x->w->stage, tensor_name(kind), mb, from);
 	double w = nccl_wait(ev, ch, x->timeout, x->w->rank, x->w->stage,
 			     "the %s of micro-batch %d from rank %d (stage %d)", tensor_name(kind),
 			     mb, from, from % x->w->stages);
@@ -193,7 +193,7 @@ struct transport *transport_nccl(const struct backend *be, struct nccl_world *w,
 {
 	struct nccl_tp *x = xcalloc(1, sizeof(*x));
 	x->t = (struct transport){"nccl", nccl_buffer, nccl_send, nccl_recv, nccl_release,
-				  nccl_destroy};
+				  nccl_destroy, NULL}; /* a failed stage ends the job */
 	x->be = be;
 	x->w = w;
 	x->bytes = msg_bytes;

@@ -60,6 +60,11 @@ static void *pool_get(struct p2p_tp *m, struct pool *p, int host_mem)
 		return p->free[--p->n_free];
 	size_t bytes = m->n;
 	void *b = host_mem ? xmalloc(bytes) : m->be->alloc(bytes);
+	if (!b) {
+		error("rank %d: cannot allocate a %zu-byte message buffer on backend '%s'",
+		      m->rank, bytes, m->be->name);
+		return NULL;
+	}
 	p->all = xrealloc(p->all, sizeof(void *) * (size_t)(p->n_all + 1));
 	p->all[p->n_all++] = b;
 	return b;
@@ -91,7 +96,7 @@ static void reap(struct p2p_tp *m)
 {
 	int j = 0;
 	for (int i = 0; i < m->n_pend; i++) {
-		if (p2p_test(&m->pend[i].op, 1))
+		if (p2p_test(m->ch, &m->pend[i].op, 1))
 			pool_put(m->pend[i].staged ? &m->stage : &m->dev, m->pend[i].buf);
 		else
 			m->pend[j++] = m->pend[i];
@@ -105,7 +110,7 @@ static void *p2p_buffer(struct transport *t, int from, size_t n)
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
 	if (n > m->n)
-		die("internal error: message of %zu bytes, transport sized for %zu", n, m->n);
+		bug("message of %zu bytes, transport sized for %zu", n, m->n);
 	reap(m);
 	return pool_get(m, &m->dev, 0);
 }
@@ -114,7 +119,7 @@ static void p2p_send(struct transport *t, int from, int to, int kind, int mb, vo
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
 	if (from != m->rank || to < 0 || to >= m->S)
-		die("internal error: rank %d sends as stage %d to stage %d", m->rank, from, to);
+		bug("rank %d sends as stage %d to stage %d", m->rank, from, to);
 	void *wire = buf;
 	if (!m->host) {
 		wire = pool_get(m, &m->stage, 1);
@@ -135,13 +140,15 @@ static void *p2p_recv(struct transport *t, int to, int from, int kind, int mb, d
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
 	if (to != m->rank || from < 0 || from >= m->S)
-		die("internal error: rank %d receives as stage %d from stage %d", m->rank, to, from);
+		bug("rank %d receives as stage %d from stage %d", m->rank, to, from);
 	reap(m);
 	void *dev = pool_get(m, &m->dev, 0);
+	if (!dev)
+		return NULL; /* the stage fails: the job ends (executor.c) */
 	void *wire = m->host ? dev : pool_get(m, &m->stage, 1);
 	double t0 = now_sec();
 	struct p2p_op *op = p2p_irecv(m->ch, wire, m->n, from, tag_of(m, kind, mb));
-	p2p_wait(&op, 1, m->timeout, m->rank % m->stages,
+	p2p_wait(m->ch, &op, 1, m->timeout, m->rank % m->stages,
 		 "the %s of micro-batch %d from rank %d (stage %d)",
 		 kind == MSG_ACT ? "activation" : "gradient", mb, from, from % m->stages);
 	if (waited)
@@ -163,7 +170,7 @@ static void p2p_destroy(struct transport *t)
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
 	for (int i = 0; i < m->n_pend; i++)
-		p2p_wait(&m->pend[i].op, 1, m->timeout, m->rank % m->stages,
+		p2p_wait(m->ch, &m->pend[i].op, 1, m->timeout, m->rank % m->stages,
 			 "the next stage to take the last activations");
 	free(m->pend);
 	pool_free(m, &m->dev, 0);
@@ -172,15 +179,16 @@ static void p2p_destroy(struct transport *t)
 	free(m);
 }
 
-struct transport *transport_p2p(const struct backend *be, int S, int rank, size_t msg_bytes,
+struct transport *transport_p2p(const struct dist *d, const struct backend *be, int S, int rank,
+				size_t msg_bytes,
 				int stages, double timeout)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
 		return NULL;
 	struct p2p_tp *m = xcalloc(1, sizeof(*m));
-	m->t = (struct transport){p2p_carrier(), p2p_buffer, p2p_send, p2p_recv, p2p_release,
-				  p2p_destroy};
+	m->t = (struct transport){p2p_name(ch), p2p_buffer, p2p_send, p2p_recv, p2p_release,
+				  p2p_destroy, NULL}; /* a failed stage ends the job */
 	m->be = be;
 	m->S = S;
 	m->rank = rank;

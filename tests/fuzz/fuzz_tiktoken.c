@@ -3,7 +3,8 @@
  * The input is a rank file, read from a file as the command does, with the
  * o200k pattern when its first byte is odd (cl100k otherwise) and one special
  * token. Read or refused, never a crash; what is read round-trips through
- * the tokenizer file format and encodes the input itself losslessly. */
+ * the tokenizer file format and encodes the input itself losslessly, with
+ * and without the pre-token cache alike. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (n > size || tokenizer_decode(back, t, n, 0, &out) || out.len != size ||
 		    (size && memcmp(out.data, data, size)))
 			abort();
+		/* the pre-token cache gives the same ids, filling and then hitting */
+		uint32_t *t2 = xmalloc(st_mult(size + 1, sizeof(*t2)));
+		struct tok_cache *c = tok_cache_new(back);
+		for (int pass = 0; pass < 2; pass++)
+			if (tokenizer_encode_cached(back, c, data, size, t2) != n ||
+			    (n && memcmp(t, t2, n * sizeof(*t))))
+				abort();
+		tok_cache_free(c);
+		free(t2);
 		free(t);
 		buf_free(&out);
 		tokenizer_free(back);

@@ -7,12 +7,14 @@ Writes, with plain Python (no numpy, torch or transformers):
   OUTDIR/llama/       LlamaForCausalLM, BF16, GQA (4 heads, 2 kv heads),
                       untied, rope_theta 500000, sharded in two files
   OUTDIR/llama-tied/  LlamaForCausalLM, F16, tied, one file
+  OUTDIR/mixtral/     MixtralForCausalLM, F32, 4 experts, top-2, untied
 each with config.json, safetensors weights, tokenizer.json (byte-level
 BPE: 256 bytes, 4 merges, <|endoftext|>) and expected.txt: the tokens and
 the logits at every position computed here in double precision from the
 stored (rounded) weights, following the Hugging Face modules' maths:
 GPT-2: Conv1D (y = x W + b, W stored (in, out)), gelu_new, LayerNorm;
-Llama: RMSNorm, rotate_half RoPE, grouped-query attention, SwiGLU.
+Llama: RMSNorm, rotate_half RoPE, grouped-query attention, SwiGLU;
+Mixtral: Llama's attention, softmax router, top-2 renormalised, SwiGLU experts.
 tests/unit/test_hf.c compares asyncpp's logits with expected.txt.
 The output is deterministic; testdata/hf holds the committed copy.
 """
@@ -324,6 +326,91 @@ def llama(out, rng, dtype, tied, shards):
     return cfg, logits, tokenizer_json(True)
 
 
+# ---- Mixtral ----
+
+def mixtral(out, rng):
+    """MixtralForCausalLM: the llama attention, then per layer a router
+    (block_sparse_moe.gate) whose softmax over all E experts picks the top K,
+    the K weights renormalised to sum 1, each expert w2(silu(w1 x) * w3 x)."""
+    C, L, NH, NKV, E, K, F, NPOS, EPS, THETA, DT = 16, 2, 4, 2, 4, 2, 12, 16, 1e-5, 1e6, "F32"
+    HD = C // NH
+    P = {}
+
+    def t(name, shape, kind):
+        n = 1
+        for d in shape:
+            n *= d
+        mu, sd = (1.0, 0.2) if kind == "g" else (0.0, 0.3)
+        P[name] = (shape, [rounded(rng.gauss(mu, sd), DT) for _ in range(n)])
+
+    t("model.embed_tokens.weight", [V, C], "w")
+    for l in range(L):
+        h = "model.layers.%d." % l
+        t(h + "input_layernorm.weight", [C], "g")
+        t(h + "self_attn.q_proj.weight", [NH * HD, C], "w")
+        t(h + "self_attn.k_proj.weight", [NKV * HD, C], "w")
+        t(h + "self_attn.v_proj.weight", [NKV * HD, C], "w")
+        t(h + "self_attn.o_proj.weight", [C, NH * HD], "w")
+        t(h + "post_attention_layernorm.weight", [C], "g")
+        t(h + "block_sparse_moe.gate.weight", [E, C], "w")
+        for e in range(E):
+            x = h + "block_sparse_moe.experts.%d." % e
+            t(x + "w1.weight", [F, C], "w")
+            t(x + "w2.weight", [C, F], "w")
+            t(x + "w3.weight", [F, C], "w")
+    t("model.norm.weight", [C], "g")
+    t("lm_head.weight", [V, C], "w")
+    p = {k: v[1] for k, v in P.items()}
+
+    xs = [p["model.embed_tokens.weight"][tok * C:(tok + 1) * C] for tok in TOKENS]
+    for l in range(L):
+        h = "model.layers.%d." % l
+        n = [rmsnorm(x, p[h + "input_layernorm.weight"], EPS) for x in xs]
+        qs = [rope(matvec(p[h + "self_attn.q_proj.weight"], v, NH * HD, C), pos, NH, HD, THETA)
+              for pos, v in enumerate(n)]
+        ks = [rope(matvec(p[h + "self_attn.k_proj.weight"], v, NKV * HD, C), pos, NKV, HD, THETA)
+              for pos, v in enumerate(n)]
+        vs = [matvec(p[h + "self_attn.v_proj.weight"], v, NKV * HD, C) for v in n]
+        ys = attention(qs, ks, vs, NH, NKV, HD)
+        xs = [[a + b for a, b in zip(x, matvec(p[h + "self_attn.o_proj.weight"], y, C, NH * HD))]
+              for x, y in zip(xs, ys)]
+        nxt = []
+        for x in xs:
+            m = rmsnorm(x, p[h + "post_attention_layernorm.weight"], EPS)
+            z = matvec(p[h + "block_sparse_moe.gate.weight"], m, E, C)
+            mx = max(z)
+            sm = [math.exp(v - mx) for v in z]
+            sm = [v / sum(sm) for v in sm]
+            top = sorted(range(E), key=lambda e: (-sm[e], e))[:K]
+            wsum = sum(sm[e] for e in top)
+            y = [0.0] * C
+            for e in top:
+                x_ = h + "block_sparse_moe.experts.%d." % e
+                g = matvec(p[x_ + "w1.weight"], m, F, C)
+                u = matvec(p[x_ + "w3.weight"], m, F, C)
+                a = [silu(gi) * ui for gi, ui in zip(g, u)]
+                d = matvec(p[x_ + "w2.weight"], a, C, F)
+                y = [yi + sm[e] / wsum * di for yi, di in zip(y, d)]
+            nxt.append([xi + yi for xi, yi in zip(x, y)])
+        xs = nxt
+    logits = [matvec(p["lm_head.weight"], rmsnorm(x, p["model.norm.weight"], EPS), V, C)
+              for x in xs]
+
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"),
+                      [(k, s, v) for k, (s, v) in P.items()], DT)
+    cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
+           "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+           "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD,
+           "max_position_embeddings": NPOS, "rms_norm_eps": EPS, "rope_theta": THETA,
+           "sliding_window": None, "hidden_act": "silu", "attention_dropout": 0.0,
+           "num_local_experts": E, "num_experts_per_tok": K, "router_aux_loss_coef": 0.02,
+           "output_router_logits": False, "router_jitter_noise": 0.0,
+           "tie_word_embeddings": False, "bos_token_id": V - 1, "eos_token_id": V - 1,
+           "torch_dtype": "float32"}
+    return cfg, logits, tokenizer_json(True)
+
+
 def finish(out, cfg, logits, tok):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -348,6 +435,8 @@ def main():
     finish(d, *llama(d, rng, "BF16", False, True))
     d = os.path.join(root, "llama-tied")
     finish(d, *llama(d, rng, "F16", True, False))
+    d = os.path.join(root, "mixtral")  # its own generator: the others stay as they were
+    finish(d, *mixtral(d, random.Random(28)))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # and JSON lines, and plot reads them; a run resumed from its checkpoint
 # gives the same rows; inspect lists every expert tensor with its shape;
 # export writes them to safetensors under their names and shapes, and
-# --format hf refuses by name; eval and sample work; CUDA is refused naming
+# --format hf refuses the shared expert by name; eval and sample work; CUDA is refused naming
 # model.n_expert; a 2-process MPI pipeline equals the same one in threads.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
@@ -104,7 +104,7 @@ else
 fi
 $A export --format hf -o hf $CK > out.txt 2> err.txt
 rc=$?
-if [ $rc -eq 1 ] && grep -q 'mixture-of-experts model (model.n_expert = 4) has no Hugging Face layout' err.txt &&
+if [ $rc -eq 1 ] && grep -q 'model.shared_expert = 1 has no Mixtral layout' err.txt &&
    grep -q -- '--format safetensors' err.txt; then
 	pass export_hf_refuses_moe
 else

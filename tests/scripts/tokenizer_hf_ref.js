@@ -4,6 +4,9 @@
 // *.sh).
 //
 //   node tokenizer_hf_ref.js PKG ids TOKENIZER_JSON FILE   ids of FILE, space-separated
+//   node tokenizer_hf_ref.js PKG added TOKENIZER_JSON FILE the same with the added tokens
+//                                                          found in the text (Hugging Face's
+//                                                          default; TOK_SPLIT_ADDED)
 //   node tokenizer_hf_ref.js - ranks TOKENIZER_JSON        its vocabulary as a .tiktoken
 //                                                          rank file (ids as ranks)
 //
@@ -39,7 +42,7 @@ const { Tokenizer } = require(path.join(pkg, 'dist', 'tokenizers.cjs'));
 // asyncpp encodes a special token's text as text (as tiktoken's
 // encode_ordinary, and Hugging Face's with split_special_tokens): the
 // reference gets no added tokens to split out.
-const t = new Tokenizer(Object.assign({}, tj, { added_tokens: [] }), {});
+const t = new Tokenizer(mode === 'added' ? tj : Object.assign({}, tj, { added_tokens: [] }), {});
 // Hugging Face's Digits splits at Rust's char::is_numeric (\p{N}: Nd, Nl,
 // No; tokenizers/src/pre_tokenizers/digits.rs); this package's at JavaScript's
 // \d (0-9 alone). Set the Rust one, so that the reference is the library that
@@ -55,5 +58,5 @@ if (tj.pre_tokenizer && JSON.stringify(tj.pre_tokenizer).includes('"Digits"') &&
 	process.exit(1);
 }
 const text = fs.readFileSync(file, 'utf8');
-if (mode === 'ids')
+if (mode === 'ids' || mode === 'added')
 	console.log(t.encode(text, { add_special_tokens: false }).ids.join(' '));

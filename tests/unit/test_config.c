@@ -212,7 +212,7 @@ TEST(error_bad_choice)
 {
 	CHECK(fails_with("[train]\nschedule = zerobubble\n",
 			 "run.ini:2: train.schedule: expected one of none, gpipe, 1f1b, 2bw, "
-			 "pipedream; got 'zerobubble'"));
+			 "pipedream, interleaved, zb-h1, zb-v, 2bw-zb; got 'zerobubble'"));
 	/* Choices match whole words, not prefixes. */
 	CHECK(fails_starting("[train]\nschedule = gpip\n", "run.ini:2: train.schedule:"));
 	CHECK(fails_starting("[train]\nschedule = GPIPE\n", "run.ini:2: train.schedule:"));

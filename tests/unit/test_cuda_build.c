@@ -38,6 +38,8 @@ TEST(cuda_table_complete)
 	SLOT(soap_adam); SLOT(row_normalize); SLOT(gemm); SLOT(lion_dir); SLOT(momentum); SLOT(newton_schulz);
 	SLOT(apply_update); SLOT(sumsq); SLOT(sumsq_many); SLOT(scale); SLOT(memory_peak);
 	SLOT(add_act); SLOT(act_from_f32); SLOT(act_to_f32);
+	SLOT(moe_route); SLOT(moe_dispatch); SLOT(moe_gather); SLOT(moe_combine);
+	SLOT(moe_combine_backward); SLOT(moe_aux); SLOT(moe_router_backward);
 #undef SLOT
 	CHECK(b->act_dtype == ACT_F32);
 }
@@ -61,10 +63,13 @@ TEST(cuda_bf16_table)
 	ACT_SLOT(swiglu_forward); ACT_SLOT(swiglu_backward); ACT_SLOT(add_act);
 	ACT_SLOT(softmax_xent); ACT_SLOT(matmul_forward); ACT_SLOT(matmul_backward);
 	ACT_SLOT(attention_forward); ACT_SLOT(attention_backward);
+	ACT_SLOT(moe_route); ACT_SLOT(moe_gather); ACT_SLOT(moe_combine);
+	ACT_SLOT(moe_combine_backward); ACT_SLOT(moe_aux); ACT_SLOT(moe_router_backward);
 #undef ACT_SLOT
 #define SAME(s) CHECK_MSG(h->s == f->s, "cuda bf16 table: " #s " is not the f32 table's")
 	SAME(alloc); SAME(free); SAME(to_device); SAME(to_host); SAME(copy); SAME(zero);
 	SAME(synchronize); SAME(set_threads); SAME(memory_peak); SAME(add); SAME(loss_mean);
+	SAME(moe_dispatch);
 	SAME(adamw_dir); SAME(adan_dir); SAME(ademamix_dir); SAME(mars_correct); SAME(ema);
 	SAME(soap_adam); SAME(row_normalize); SAME(gemm); SAME(lion_dir); SAME(momentum);
 	SAME(newton_schulz); SAME(apply_update); SAME(elementwise_step); SAME(sumsq);

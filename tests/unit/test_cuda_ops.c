@@ -83,6 +83,7 @@
 int cuda_rope_tables_made(void); /* cuda_elementwise.cu, for cuda_rope_table */
 #endif
 #include "../ref_attention.h"
+#include "../split_ops.h"
 #include "../test.h"
 
 static const struct backend *cu;
@@ -1770,6 +1771,31 @@ TEST(cuda_fused_norms)
 	dev = cu;
 }
 
+/* The split backward's ops (model.h stage_backward_input/_weight): each
+ * part alone, as B and W call it, the same bits as the one call, on both
+ * tables; with the GELU epilogue on, so matmul_backward_dgelu's B part is
+ * the fused kernel's (tests/split_ops.h). */
+TEST(cuda_split_backward_ops)
+{
+	if (!cuda_bf16_ready())
+		SKIP(why);
+	setenv("ASYNCPP_GEMM_EPILOGUES", "1", 1);
+	static const int shapes[][3] = {{256, 128, 512}, {1024, 768, 3072}, {37, 77, 100},
+					{5, 31, 8}};
+	const struct backend *tables[2] = {cu, tb};
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < ARRAY_SIZE(shapes); i++) {
+			dev = tables[k];
+			const char *bad = split_ops_check(tables[k], shapes[i][0], shapes[i][1],
+							  shapes[i][2], seed0 + i);
+			CHECK_MSG(!bad, "%s N=%d C=%d OC=%d: %s" SEED_FMT,
+				  k ? "bf16" : "f32", shapes[i][0], shapes[i][1], shapes[i][2], bad,
+				  SEED_ARG);
+		}
+	dev = cu;
+	unsetenv("ASYNCPP_GEMM_EPILOGUES");
+}
+
 /* weights_bf16's copies: a product reads a prepared copy (the same bits as
  * its own conversion), and memory freed forgets its copies, so weights
  * allocated later where an old range was are read as they are. */
@@ -2487,6 +2513,139 @@ TEST(cuda_bf16_attention)
 		bf16_attention_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
 				    shapes[i][4]);
 }
+
+#ifdef ASYNCPP_CUDA
+/* bf16 forward and backward on dev (the bf16 table) with the attention in
+ * force, qkv and dy `off` elements past an allocation; r gets out, lse and
+ * dqkv (widened). The backward runs twice and must repeat bit for bit. */
+static void bf16_attention_bits(float *r[3], const uint16_t *qkv, const uint16_t *dy, int B,
+				int T, int NH, int NKV, int HD, int off)
+{
+	size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+	size_t nl = (size_t)B * NH * T;
+	void *qb, *yb;
+	void *q_d = put_act_at(qkv, nq, off, &qb), *y_d = put_act_at(dy, no, off, &yb);
+	void *o_d = nan_act(no), *dq_d = nan_act(nq);
+	float *l_d = nan_dev(nl);
+	dev->attention_forward(o_d, l_d, q_d, B, T, NH, NKV, HD);
+	dev->attention_backward(dq_d, y_d, q_d, o_d, l_d, B, T, NH, NKV, HD);
+	r[0] = get_act(o_d, no), r[1] = getf(l_d, nl), r[2] = get_act(dq_d, nq);
+	dev->free(dq_d);
+	dq_d = nan_act(nq);
+	dev->attention_backward(dq_d, y_d, q_d, o_d, l_d, B, T, NH, NKV, HD);
+	float *again = get_act(dq_d, nq);
+	int same = !memcmp(again, r[2], nq * sizeof(float));
+	free(again);
+	dev->free(qb), dev->free(yb), dev->free(o_d), dev->free(dq_d), dev->free(l_d);
+	CHECK_MSG(same, "%s: backward not deterministic (off %d)" SEED_FMT, ctx, off, SEED_ARG);
+}
+
+/* cuDNN's fused attention (ASYNCPP_ATTENTION=cudnn) on the bf16 table:
+ * against the f32 table and the CPU's bf16 attention (bf16_attention_run,
+ * flash's tolerances 1e-2 / 2e-2: bf16 operands, fp32 accumulation) at the
+ * production shapes (GPT-2's heads at B 2, the llama's GQA 15/5 at T 2048)
+ * and odd ones (T 1023, T 1, T 257 with HD 128), and against attention in
+ * double on the same values (1e-2 / 2e-2); every backward again bit
+ * for bit, and with qkv and dout 2 elements (4 bytes) off alignment the same
+ * bits; GPT-2's full shape (B 16, T 1024) against the flash kernels. Skips
+ * when libcudnn cannot be loaded; fails when cuDNN is loaded but a
+ * production shape ran elsewhere (an odd shape may fall back). */
+static void cudnn_attention_cases(char *cwhy, size_t whylen);
+
+TEST(cuda_bf16_attention_cudnn)
+{
+	NEED_BF16(attention_forward);
+	NEED_BF16(attention_backward);
+	char cwhy[512];
+	int prev = cuda_attention_set_impl(CUDA_ATTENTION_CUDNN);
+	if (cuda_attention_cudnn_calls(cwhy, sizeof(cwhy)) < 0) {
+		cuda_attention_set_impl(prev);
+		SKIP(cwhy);
+	}
+	cudnn_attention_cases(cwhy, sizeof(cwhy)); /* returns at the first failure */
+	cuda_attention_set_impl(prev);
+}
+
+static void cudnn_attention_cases(char *cwhy, size_t whylen)
+{
+	static const int shapes[][6] = {
+		/* B, T, NH, NKV, HD, production */
+		{2, 1024, 12, 12, 64, 1}, {1, 2048, 15, 5, 64, 1}, {2, 1023, 4, 2, 64, 0},
+		{2, 1, 4, 2, 64, 0},      {3, 257, 6, 3, 128, 0},  {1, 129, 2, 1, 128, 0},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(shapes) && !test_failed(); i++) {
+		int B = shapes[i][0], T = shapes[i][1], NH = shapes[i][2], NKV = shapes[i][3];
+		int HD = shapes[i][4];
+		size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+		size_t n[3] = {no, (size_t)B * NH * T, nq};
+		uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1);
+		long before = cuda_attention_cudnn_calls(cwhy, whylen);
+		snprintf(ctx, sizeof(ctx), "cudnn attention B=%d T=%d NH=%d NKV=%d HD=%d", B, T,
+			 NH, NKV, HD);
+		bf16_attention_run(B, T, NH, NKV, HD, 1e-2, 2e-2, qkv, dy, NULL);
+		long ran = cuda_attention_cudnn_calls(cwhy, whylen) - before;
+		if (!test_failed() && shapes[i][5])
+			CHECK_MSG(ran == 2, "%s: cuDNN ran %ld of 2 calls (%s)", ctx, ran, cwhy);
+		if (!ran && !test_failed())
+			fprintf(stderr, "note: %s ran the flash kernels (%s)\n", ctx, cwhy);
+		float *a[3] = {NULL}, *b[3] = {NULL};
+		dev = tb;
+		if (!test_failed())
+			bf16_attention_bits(a, qkv, dy, B, T, NH, NKV, HD, 0);
+		if (!test_failed())
+			bf16_attention_bits(b, qkv, dy, B, T, NH, NKV, HD, 2);
+		for (int o = 0; o < 3 && !test_failed(); o++)
+			CHECK_MSG(!memcmp(a[o], b[o], n[o] * sizeof(float)),
+				  "%s: misaligned qkv/dout change the bits of %s" SEED_FMT, ctx,
+				  (const char *[]){"out", "lse", "dqkv"}[o], SEED_ARG);
+		/* against attention in double on the same (bf16) values */
+		if (!test_failed()) {
+			float *qf = xmalloc(nq * sizeof(float)), *yf = xmalloc(no * sizeof(float));
+			for (size_t j = 0; j < nq; j++)
+				qf[j] = bf16_to_f32(qkv[j]);
+			for (size_t j = 0; j < no; j++)
+				yf[j] = bf16_to_f32(dy[j]);
+			double *out = dnew(no), *lse = dnew(n[1]), *dq = dnew(nq);
+			ref_attention_forward(out, lse, qf, B, T, NH, NKV, HD);
+			ref_attention_backward(dq, yf, qf, B, T, NH, NKV, HD);
+			struct att_result r = {a[0], a[1], a[2]};
+			attention_check(&r, out, lse, dq, B, T, NH, NKV, HD, 1e-2, 2e-2);
+			free(qf), free(yf), free(out), free(lse), free(dq);
+		}
+		for (int o = 0; o < 3; o++)
+			free(a[o]), free(b[o]);
+		free(qkv), free(dy);
+	}
+	/* GPT-2 124M's shape as trained (B 16): cuDNN against flash */
+	if (!test_failed()) {
+		int B = 16, T = 1024, NH = 12, HD = 64;
+		size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
+		size_t n[3] = {no, (size_t)B * NH * T, nq};
+		uint16_t *qkv = randb(nq, 1), *dy = randb(no, 1);
+		float *c[3] = {NULL}, *f[3] = {NULL};
+		snprintf(ctx, sizeof(ctx), "cudnn attention B=%d T=%d NH=%d HD=%d against flash", B,
+			 T, NH, HD);
+		dev = tb;
+		long before = cuda_attention_cudnn_calls(cwhy, whylen);
+		bf16_attention_bits(c, qkv, dy, B, T, NH, NH, HD, 0);
+		long ran = cuda_attention_cudnn_calls(cwhy, whylen) - before;
+		if (!test_failed())
+			CHECK_MSG(ran == 3, "%s: cuDNN ran %ld of 3 calls (%s)", ctx, ran, cwhy);
+		cuda_attention_set_impl(CUDA_ATTENTION_FLASH);
+		if (!test_failed())
+			bf16_attention_bits(f, qkv, dy, B, T, NH, NH, HD, 0);
+		static const double tol[3] = {2e-2, 2e-2, 4e-2}; /* two bf16 kernels apart */
+		for (int o = 0; o < 3 && !test_failed(); o++) {
+			double e = rel_err(c[o], f[o], n[o]);
+			CHECK_MSG(e <= tol[o], "%s: %s relative error %.3g > %g" SEED_FMT, ctx,
+				  (const char *[]){"out", "lse", "dqkv"}[o], e, tol[o], SEED_ARG);
+		}
+		for (int o = 0; o < 3; o++)
+			free(c[o]), free(f[o]);
+		free(qkv), free(dy);
+	}
+}
+#endif
 
 /* Every bf16 case above, on dev's pair (tb, tf); for the harness */
 static void bf16_all_cases(void)

@@ -92,7 +92,7 @@ static void layer_grad(struct layer *l)
 {
 	memset(l->g, 0, l->nw * sizeof(float));
 	objective(l);
-	moe_backward(be, &l->d, &l->p, &l->gp, l->x, l->r, l->dx, &l->a, &l->s, 1.0f);
+	moe_backward(be, &l->d, &l->p, &l->gp, l->x, l->r, l->dx, &l->a, &l->s, NULL, 1.0f);
 }
 
 /* The chosen experts of the last forward, to tell a perturbation that

@@ -23,6 +23,7 @@
 
 #include "../../io/util.h"
 #include "../../sched/comm/p2p.h"
+#include "../../sched/comm/p2p_carrier.h"
 #include "../../sched/comm/rendezvous.h"
 #include "../test.h"
 
@@ -42,7 +43,8 @@ static void pause_ms(int ms)
 
 /* n processes; process r runs body(r) with the mesh up (timeout: each
  * wait's limit) and exits with its return value after p2p_tcp_stop. */
-static void run_world(int n, int (*body)(int r), double timeout, double limit,
+static void run_world(int n, int (*body)(const struct p2p_carrier *k, int r), double timeout,
+		      double limit,
 		      struct outcome *out)
 {
 	set_error_quiet(1);
@@ -63,10 +65,12 @@ static void run_world(int n, int (*body)(int r), double timeout, double limit,
 				_exit(99);
 			struct rdv_opts o = {"127.0.0.1", port, r, n, 5, timeout};
 			struct rdv *rdv = rdv_open(&o);
-			if (!rdv || p2p_tcp_start(rdv, timeout, 5))
+			struct p2p_mesh *mesh = rdv ? p2p_tcp_start(rdv, timeout, 5) : NULL;
+			if (!mesh)
 				_exit(98);
-			int rc = body(r);
-			p2p_tcp_stop();
+			struct p2p_carrier k = p2p_tcp_carrier(mesh);
+			int rc = body(&k, r);
+			p2p_tcp_stop(mesh);
 			rdv_close(rdv);
 			t_end[r] = now_sec();
 			fflush(stderr);
@@ -138,11 +142,11 @@ static int check(const unsigned char *p, size_t n, int from, int to, int tag)
  * ranks 1 and 2 post their receives late (the messages come first), rank 0
  * posts early. Then ranks 0 and 1 send each other 48 MB before either
  * posts its receive. */
-static int messages(int r)
+static int messages(const struct p2p_carrier *k, int r)
 {
 	const int n = 3;
 	static const size_t size5[3] = {1000, 0, 70000};
-	struct p2p *ch[2] = {p2p_open(), p2p_open()};
+	struct p2p *ch[2] = {p2p_open(k), p2p_open(k)};
 	if (!ch[0] || !ch[1])
 		return 10;
 	/* [channel][peer][k] buffers: k 0..2 tag 5, k 3 tag 9 */
@@ -172,14 +176,14 @@ static int messages(int r)
 		}
 	if (r != 0) {
 		pause_ms(100); /* let them come first */
-		p2p_test(ops, nops);
+		p2p_test(ch[0], ops, nops);
 		for (int c = 0; c < 2; c++)
 			for (int q = 0; q < n; q++)
 				for (int k = 0; k < 4; k++)
 					ops[nops++] = p2p_irecv(ch[c], in[c][q][k], sz[k], q,
 								k < 3 ? 5 : 9);
 	}
-	p2p_wait(ops, nops, 20, 0, "the messages");
+	p2p_wait(ch[0], ops, nops, 20, 0, "the messages");
 	for (int c = 0; c < 2; c++)
 		for (int q = 0; q < n; q++)
 			for (int k = 0; k < 4; k++)
@@ -193,7 +197,7 @@ static int messages(int r)
 		big[0] = p2p_isend(ch[0], bo, BIG, peer, 77);
 		pause_ms(50);
 		big[1] = p2p_irecv(ch[0], bi, BIG, peer, 77);
-		p2p_wait(big, 2, 20, 0, "48 MB from rank %d", peer);
+		p2p_wait(ch[0], big, 2, 20, 0, "48 MB from rank %d", peer);
 		if (check(bi, BIG, peer, r, 77))
 			return 12;
 		free(bo);
@@ -222,12 +226,12 @@ TEST(test_p2p_tcp_messages_arrive_whole_and_in_order)
 }
 
 /* The size of a message is not the receive's. */
-static int wrong_size(int r)
+static int wrong_size(const struct p2p_carrier *k, int r)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(k);
 	char buf[16] = {0};
 	struct p2p_op *op = r == 1 ? p2p_isend(ch, buf, 8, 0, 3) : p2p_irecv(ch, buf, 16, 1, 3);
-	p2p_wait(&op, 1, 10, 0, "the message");
+	p2p_wait(ch, &op, 1, 10, 0, "the message");
 	return 0;
 }
 
@@ -242,19 +246,19 @@ TEST(test_p2p_tcp_size_mismatch_named)
 }
 
 /* Rank 1 says something, then dies; rank 0 waits for more from it. */
-static int dies(int r)
+static int dies(const struct p2p_carrier *k, int r)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(k);
 	int x = 42;
 	if (r == 1) {
 		struct p2p_op *op = p2p_isend(ch, &x, sizeof(x), 0, 1);
-		p2p_wait(&op, 1, 10, 0, "rank 0 to take it");
+		p2p_wait(ch, &op, 1, 10, 0, "rank 0 to take it");
 		pause_ms(200);
 		_exit(3); /* no goodbye */
 	}
 	struct p2p_op *op[2] = {p2p_irecv(ch, &x, sizeof(x), 1, 1),
 				p2p_irecv(ch, &x, sizeof(x), 1, 2)};
-	p2p_wait(op, 2, 30, 0, "the second message");
+	p2p_wait(ch, op, 2, 30, 0, "the second message");
 	return 0;
 }
 
@@ -269,16 +273,16 @@ TEST(test_p2p_tcp_dead_peer_named_at_once)
 }
 
 /* Rank 1 never sends; rank 0's wait ends at its timeout with the words. */
-static int silent(int r)
+static int silent(const struct p2p_carrier *k, int r)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(k);
 	int x;
 	if (r == 1) {
 		pause_ms(4000);
 		return 0;
 	}
 	struct p2p_op *op = p2p_irecv(ch, &x, sizeof(x), 1, 1);
-	p2p_wait(&op, 1, 1, 0, "the activation of micro-batch %d from rank %d", 7, 1);
+	p2p_wait(ch, &op, 1, 1, 0, "the activation of micro-batch %d from rank %d", 7, 1);
 	return 0;
 }
 
@@ -292,13 +296,13 @@ TEST(test_p2p_tcp_silent_peer_named_after_the_timeout)
 }
 
 /* Ranks that finish a second apart end cleanly (the goodbye). */
-static int staggered(int r)
+static int staggered(const struct p2p_carrier *k, int r)
 {
-	struct p2p *ch = p2p_open();
+	struct p2p *ch = p2p_open(k);
 	int x = r, y = -1;
 	struct p2p_op *op[2] = {p2p_isend(ch, &x, sizeof(x), (r + 1) % 3, 0),
 				p2p_irecv(ch, &y, sizeof(y), (r + 2) % 3, 0)};
-	p2p_wait(op, 2, 10, 0, "the ring");
+	p2p_wait(ch, op, 2, 10, 0, "the ring");
 	pause_ms(400 * r);
 	p2p_close(ch);
 	return y == (r + 2) % 3 ? 0 : 20;

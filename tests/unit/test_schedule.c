@@ -16,7 +16,7 @@ static const int Ns[] = {1, 3};
 
 /* Call body(sc) for every kind and (S, M, n_steps) above, at first_step g. */
 #define FOR_EACH_SCHEDULE(g, sc)                                                  \
-	for (int k_ = 0; k_ < SCHED_NKINDS; k_++)                                 \
+	for (int k_ = 0; k_ < SCHED_NKINDS_FUSED; k_++)                                 \
 		for (size_t is_ = 0; is_ < ARRAY_SIZE(Ss); is_++)                 \
 			for (size_t im_ = 0; im_ < ARRAY_SIZE(Ms); im_++)         \
 				for (size_t in_ = 0; in_ < ARRAY_SIZE(Ns); in_++) \
@@ -66,7 +66,7 @@ TEST(test_every_schedule_up_to_16_stages_is_deadlock_free)
 {
 	char why[512];
 	int count = 0;
-	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+	for (int kind = 0; kind < SCHED_NKINDS_FUSED; kind++)
 		for (int S = 1; S <= 16; S++)
 			for (int M = 1; M <= 32; M++) {
 				if (kind == SCHED_2BW && M < S)
@@ -684,8 +684,8 @@ TEST(test_timeline_and_svg)
 TEST(test_every_schedule_up_to_16_stages_keeps_channel_order)
 {
 	char why[512];
-	int count[SCHED_NKINDS] = {0};
-	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+	int count[SCHED_NKINDS_FUSED] = {0};
+	for (int kind = 0; kind < SCHED_NKINDS_FUSED; kind++)
 		for (int S = 1; S <= 16; S++)
 			for (int M = 1; M <= 32; M++)
 				for (long g = 0; g <= 3; g += 3) {
@@ -704,7 +704,7 @@ TEST(test_every_schedule_up_to_16_stages_keeps_channel_order)
 					sched_free(sc);
 					count[kind]++;
 				}
-	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+	for (int kind = 0; kind < SCHED_NKINDS_FUSED; kind++)
 		CHECK_MSG(count[kind] >= 32, "%s: %d schedules", sched_kind_name(kind), count[kind]);
 }
 

@@ -287,6 +287,16 @@ TEST(tiktoken_reader_rejects)
 	      strstr(last_error(), "r.tiktoken:258: rank 999, but rank 257 is missing"));
 	CHECK(import_edited(258, "ICA= 99999999\n", 0, NULL, NULL) &&
 	      strstr(last_error(), "r.tiktoken:258: rank too large"));
+	/* a token past 1024 bytes: its merges would cost the square of its length */
+	char longtok[1500];
+	memset(longtok, 'Y', 1368); /* base64 of 1026 bytes */
+	strcpy(longtok + 1368, " 257\n");
+	CHECK(import_edited(258, longtok, 0, NULL, NULL) &&
+	      strstr(last_error(), "r.tiktoken:258: a token of more than 1024 bytes"));
+	memset(longtok, 'Y', 1364); /* 1023 bytes: read (then refused as no merge) */
+	strcpy(longtok + 1364, " 257\n");
+	CHECK(import_edited(258, longtok, 0, NULL, NULL) &&
+	      !strstr(last_error(), "more than 1024 bytes"));
 	CHECK(import_edited(66, NULL, 0, NULL, NULL) && strstr(last_error(), "rank 65 is missing"));
 	CHECK(import_edited(66, "YWJjZGU= 65\n", 0, NULL, NULL) &&
 	      strstr(last_error(), "no token for the byte 0x41"));

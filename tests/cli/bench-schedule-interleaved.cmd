@@ -1,0 +1,1 @@
+$ASYNCPP bench schedule --kind interleaved --virtual 2 --stages 2 --micro 4

@@ -1,0 +1,1 @@
+$ASYNCPP bench schedule --kind zb-h1 --stages 4 --micro 8

@@ -1,0 +1,1 @@
+$ASYNCPP bench train --set train.schedule=interleaved --set pipeline.virtual_stages=2 --set pipeline.stages=2 --set pipeline.micro_batches=2 --set model.n_layer=4 --set model.d_model=32 --steps 1 --warmup 0

@@ -1,0 +1,1 @@
+$ASYNCPP train -q --set model.n_layer=1 --set model.d_model=16 --set model.n_head=2 --set model.seq_len=16 --set model.n_expert=4 --set model.d_expert=8 --set train.steps=0 --set train.out_dir=r --set model.top_k=1 && $ASYNCPP export --format hf -o hf r/ckpt-00000000.ckpt; s=$?; [ -e hf ] || echo "no hf folder left"; exit $s

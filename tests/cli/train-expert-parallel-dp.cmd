@@ -1,0 +1,1 @@
+$ASYNCPP train -q --set train.out_dir=r --set model.n_expert=4 --set model.expert_parallel=2; s=$?; [ -e r ] || echo "nothing written"; exit $s

@@ -1,0 +1,1 @@
+for k in interleaved zb-h1 zb-v 2bw-zb; do $ASYNCPP train --set train.schedule=$k --set pipeline.stages=2 --set pipeline.micro_batches=4 --set model.n_layer=4 --set model.d_model=32 --set train.steps=1 --set train.out_dir=o -q; echo "$k: exit $?"; done; test -e o && echo "o was created"; true

@@ -1,0 +1,1 @@
+$ASYNCPP train --set train.schedule=1f1b --set pipeline.virtual_stages=2 --set pipeline.stages=2 --set pipeline.micro_batches=4 --set model.n_layer=4 --set model.d_model=32 --set train.steps=1 --set train.out_dir=o -q

@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# tokenizer_split_regex.sh - a tokenizer.json Split with any regex, behavior
+# and invert (`tokenize import-hf`, through PCRE2): on small generated
+# tokenizer.json files, the ids must be those of a Python model of Hugging
+# Face's Split (the onig crate's find_iter, Pattern::find_matches, the
+# behaviors' folds of NormalizedString::split, written from tokenizers'
+# source) followed by BPE, for every behavior, inverted or not, over ASCII
+# patterns with empty matches, lookbehind and line anchors; regexes that
+# Oniguruma reads otherwise are refused by JSON path; inspect shows the
+# regex. Then, where npm and node run, the ids must be those of Hugging
+# Face's tokenizers (npm @huggingface/tokenizers, which implements Isolated,
+# Removed and invert with Removed) for Unicode patterns (o200k's pattern as a
+# Split regex, \s with U+0085) on the stress texts and random mixes.
+# Without PCRE2 in the build everything SKIPs but the refusal saying so.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+REF=$ROOT/tests/scripts/tokenizer_hf_ref.js
+
+cat > mk.py << 'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs[:]
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + len(cs) - 188)
+U = {b: chr(c) for b, c in zip(bs, cs)}
+t = lambda s: "".join(U[b] for b in s)
+MERGES = [(b"t", b"h"), (b"th", b"e"), (b" ", b"t"), (b"1", b"2"), (b"e", b" "), (b"x", b"x"),
+          (b"\n", b"\n"), (b" ", b" ")]
+def tokenizer(regex, behavior, invert):
+    BL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+          "use_regex": False}
+    vocab = {U[b]: b for b in range(256)}
+    ms = []
+    for a, b in MERGES:
+        ms.append([t(a), t(b)])
+        vocab[t(a + b)] = len(vocab)
+    return {"version": "1.0", "added_tokens": [
+        {"id": len(vocab), "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": behavior,
+             "invert": invert}, BL]},
+        "post_processor": BL, "decoder": BL,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+                  "byte_fallback": False, "vocab": vocab, "merges": ms}}
+
+def find_matches(rx, s):  # onig crate's FindMatches, then Pattern::find_matches
+    out, prev, last_end, last_match_end = [], 0, 0, None
+    while last_end <= len(s):
+        m = rx.search(s, last_end)
+        if not m:
+            break
+        b, e = m.span()
+        if b == e and last_match_end == e:
+            last_end += 1
+            continue
+        last_end = last_match_end = e
+        if prev != b:
+            out.append([prev, b, False])
+        out.append([b, e, True])
+        prev = e
+    if prev != len(s):
+        out.append([prev, len(s), False])
+    return out
+
+def split(rx, s, behavior, invert):  # NormalizedString::split
+    m = [[a, b, (not x) if invert else x] for a, b, x in find_matches(rx, s)]
+    acc, prev = [], False
+    if behavior == "Removed":
+        acc = [x for x in m if not x[2]]
+    elif behavior == "Isolated":
+        acc = m
+    elif behavior == "MergedWithPrevious":
+        for x in m:
+            if x[2] and not prev and acc:
+                acc[-1][1] = x[1]
+            else:
+                acc.append(list(x))
+            prev = x[2]
+    elif behavior == "MergedWithNext":
+        for x in reversed(m):
+            if x[2] and not prev and acc:
+                acc[-1][0] = x[0]
+            else:
+                acc.append(list(x))
+            prev = x[2]
+        acc.reverse()
+    elif behavior == "Contiguous":
+        for x in m:
+            if x[2] == prev and acc:
+                acc[-1][1] = x[1]
+            else:
+                acc.append(list(x))
+            prev = x[2]
+    return [s[a:b] for a, b, _ in acc if a != b]
+
+def bpe(piece):  # the lowest rank first, leftmost on ties
+    ranks = {(a, b): r for r, (a, b) in enumerate(MERGES)}
+    syms = [bytes([c]) for c in piece]
+    while len(syms) > 1:
+        best = min(range(len(syms) - 1), key=lambda i: (ranks.get((syms[i], syms[i + 1]),
+                                                                  1 << 30), i))
+        if (syms[best], syms[best + 1]) not in ranks:
+            break
+        syms[best:best + 2] = [syms[best] + syms[best + 1]]
+    ids = {bytes([b]): b for b in range(256)}
+    for i, (a, b) in enumerate(MERGES):
+        ids[a + b] = 256 + i
+    return [ids[x] for x in syms]
+
+if sys.argv[1] == "json":
+    json.dump(tokenizer(sys.argv[2], sys.argv[3], sys.argv[4] == "1"), sys.stdout)
+else:  # cases FILE: c_K.json and c_K.want (the model's ids of FILE) for each case
+    import re
+    text = open(sys.argv[2], "rb").read()
+    k = 0
+    for regex in ["\\s+", "[0-9]", "th", " ?[a-z]+", "e|\\s", "x*", "(?<=t)h", "^t", "e$",
+                  "(?=e)"]:
+        rx = re.compile(regex.encode(), re.M)
+        for behavior in ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                         "Contiguous"]:
+            for invert in [False, True]:
+                json.dump(tokenizer(regex, behavior, invert), open("c_%d.json" % k, "w"))
+                ids = [i for p in split(rx, text, behavior, invert) for i in bpe(p)]
+                open("c_%d.want" % k, "w").write(" ".join(map(str, ids)) + "\n")
+                k += 1
+    print(k)
+PY
+
+python3 mk.py json '\s+' Isolated 0 > probe.json
+if ! $A tokenize import-hf -o probe.tok probe.json > out.txt 2> err.txt; then
+	if grep -q 'built without PCRE2' err.txt; then
+		pass refused_without_pcre2
+		skip split_regex "this asyncpp was built without PCRE2 (libpcre2-dev)"
+		exit 0
+	fi
+	fail import_probe "$(head -c 300 err.txt)"
+fi
+
+printf 'the 12 then  the\te 123 thee x\n\nthe xx exe\n the\r\nxxx 12 12\n' > t.txt
+bad=
+ncases=$(python3 mk.py cases t.txt)
+for k in $(seq 0 $((ncases - 1))); do
+	rm -f c.tok
+	$A tokenize import-hf -o c.tok c_$k.json > got.txt 2>&1 &&
+		$A tokenize encode -q -t c.tok --ids t.txt > got.txt 2>&1
+	if ! cmp -s got.txt c_$k.want; then
+		bad="case $k ($(python3 -c "import json, sys; p = json.load(open(sys.argv[1]))[
+'pre_tokenizer']['pretokenizers'][0]; print(p['pattern']['Regex'], p['behavior'],
+'inverted' if p['invert'] else '')" c_$k.json)): '$(head -c 200 got.txt)', model '$(cat c_$k.want)'"
+		break
+	fi
+done
+if [ -z "$bad" ]; then pass "behaviors_equal_model ($ncases cases)";
+else fail behaviors_equal_model "$bad"; fi
+
+# the hand-written scanners against PCRE2: Llama 3's and Qwen's regexes,
+# wrapped in (?:...) so that no scanner recognises them, split as the
+# scanners do (the ids over the stress texts are the same)
+CL100K="(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+CL100K="$CL100K| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+QWEN=${CL100K/\\p\{N\}\{1,3\}/\\p\{N\}}
+cat "$TESTDATA/tiktoken_stress.txt" "$TESTDATA/nfc_stress.txt" > st.txt
+bad=
+for re in "$CL100K" "$QWEN"; do
+	python3 mk.py json "$re" Isolated 0 > k.json
+	python3 mk.py json "(?:$re)" Isolated 0 > x.json
+	rm -f k.tok x.tok
+	$A tokenize import-hf -o k.tok k.json > e.txt 2>&1 && $A tokenize import-hf -o x.tok x.json \
+		>> e.txt 2>&1 || { bad="import: $(head -c 200 e.txt)"; break; }
+	if $A inspect k.tok | grep -q 'Split regex' || ! $A inspect x.tok | grep -q 'Split regex'; then
+		bad="the scanner's kind was not chosen for the bare regex"
+		break
+	fi
+	$A tokenize encode -q -t k.tok --ids st.txt > k.ids && $A tokenize encode -q -t x.tok --ids \
+		st.txt > x.ids
+	cmp -s k.ids x.ids || { bad="${re:0:50}: $(cmp k.ids x.ids)"; break; }
+done
+if [ -z "$bad" ]; then pass scanners_equal_pcre2; else fail scanners_equal_pcre2 "$bad"; fi
+
+# lossless behaviors decode to the text; Removed drops the matches
+python3 mk.py json '\s+' MergedWithNext 1 > m.json
+rm -f m.tok r_train.shard back.txt
+$A tokenize import-hf -o m.tok m.json && $A tokenize encode -q -t m.tok -o r --val-fraction 0 \
+	t.txt && $A tokenize decode -t m.tok -o back.txt r_train.shard
+if cmp -s t.txt back.txt; then pass merged_roundtrip;
+else fail merged_roundtrip "decoded differs"; fi
+$A inspect m.tok > insp.txt 2>&1
+if grep -qF 'pre-tokenizer:  Split regex \s+ (MergedWithNext, inverted; PCRE2)' insp.txt; then
+	pass inspect_shows_regex; else fail inspect_shows_regex "$(sed -n 3p insp.txt)"; fi
+
+refused() { # NAME WANT-IN-STDERR REGEX
+	python3 mk.py json "$3" Isolated 0 > r.json
+	rm -f bad.tok
+	$A tokenize import-hf -o bad.tok r.json > out.txt 2> err.txt
+	local rc=$?
+	if [ "$rc" -eq 1 ] && grep -qF -- "$2" err.txt && [ ! -e bad.tok ]; then pass "$1";
+	else fail "$1" "exit $rc, wanted 1 and '$2': $(head -c 300 err.txt)"; fi
+}
+P=pre_tokenizer.pretokenizers[0].pattern.Regex
+refused refuse_onig_hex "$P: \\h means another thing in Oniguruma" '\h+'
+refused refuse_onig_word "$P: \\w: Oniguruma's word characters are not PCRE2's" '\w+'
+refused refuse_onig_intersection "$P: class intersection (Oniguruma's &&)" '[a-z&&[^aeiou]]'
+refused refuse_onig_nested_class "$P: a class within a class" '[a[bc]]'
+refused refuse_onig_absent "$P: Oniguruma's absent operator" '(?~abc)'
+refused refuse_onig_option "$P: the inline option (?m) is not implemented" '(?m:a.b)'
+refused refuse_pcre2_syntax "$P: PCRE2 refuses the regex" '(a'
+
+# ---- against Hugging Face's tokenizers
+NPM=${ASYNCPP_HF_NPM:-}
+want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ]; }
+if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
+	NPM=$TMPDIR/npm
+	if command -v npm > /dev/null; then
+		mkdir -p "$NPM"
+		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund \
+			@huggingface/tokenizers@0) > npm.log 2>&1
+	fi
+fi
+if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+	skip hf_unicode_regexes "npm packages unavailable (no node, npm or network)"
+	exit 0
+fi
+HF=$NPM/node_modules/@huggingface/tokenizers
+python3 - > mix.txt << 'PY'
+import random, sys
+random.seed(7)
+pool = list("aAbBsStTlLvVeErRdDmM'/ \n\r\t.,!?-0123456789_\"#:") + [
+    "\u0301", "\u0903", "\u01c5", "\u02b0", "\u3042", "\u4e2d", "\u00e9", "\u00c9", "\u03a3",
+    "\u00a0", "\u3000", "\u200b", "\u0085", "\u2028", "\u0663", "\u00b2", "\u216b",
+    "\U0001F600", "\u200d", "\u0915", "\u094d", "\u05d0", "\u0627"]
+out = []
+for _ in range(20000):
+    k = random.randint(1, 6)
+    out.append("".join(random.choice(pool) for _ in range(k)))
+sys.stdout.write("".join(out))
+PY
+cat "$TESTDATA/tiktoken_stress.txt" "$TESTDATA/nfc_stress.txt" mix.txt |
+	sed 's/<|endoftext|>//g' > u.txt
+UP='[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]' LO='[\p{Ll}\p{Lm}\p{Lo}\p{M}]'
+CON="(?i:'s|'t|'re|'ve|'m|'ll|'d)?" PRE='[^\r\n\p{L}\p{N}]?'
+O200K="$PRE$UP*$LO+$CON|$PRE$UP+$LO*$CON|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
+O200K="$O200K|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" # o200k's pattern, as a Split regex
+bad=
+for c in "$O200K;Isolated;0" '\p{L}+|\p{N};Isolated;0' '\s+;Removed;0' '\p{Lu}\p{Ll}*;Removed;1' \
+	' ?\p{P}+|\s+(?!\S);Isolated;0'; do
+	IFS=';' read -r re beh inv <<< "$c"
+	python3 mk.py json "$re" $beh $inv > h.json
+	rm -f h.tok
+	$A tokenize import-hf -o h.tok h.json > /dev/null 2> h.err
+	node "$REF" "$HF" added h.json u.txt > js.ids 2> js.err
+	$A tokenize encode -q -t h.tok --ids u.txt > c.ids 2>> h.err
+	if ! [ -s js.ids ] || ! cmp -s js.ids c.ids; then
+		bad="${re:0:40} $beh $inv: $(cmp js.ids c.ids 2>&1 | head -c 100)"
+		bad="$bad $(head -c 200 h.err js.err)"
+		break
+	fi
+done
+if [ -z "$bad" ]; then pass hf_unicode_regexes; else fail hf_unicode_regexes "$bad"; fi

@@ -1,0 +1,222 @@
+/* test_cuda_ops_moe.c - the CUDA backend's mixture-of-experts ops (moe_*,
+ * kernels/cuda/cuda_moe.cu) against the CPU's (kernels/cpu/cpu_moe.c, the
+ * reference) on the same inputs, for the f32 and bf16 tables, at odd shapes:
+ * E not dividing N, an expert with no token, top-k = E, tied logits, both
+ * routers, a slot count over one dispatch chunk. SKIPs without a CUDA
+ * backend or device (as test_cuda_ops.c); cuda_moe_ops_harness_on_cpu runs
+ * the same harness CPU against CPU in every run.
+ *
+ * Tolerances: the choice (sel), counts, positions and the gathered rows
+ * exact; scores and gates 1e-6 relative (expf on two devices); the combine,
+ * its backward and the router's backward 1e-5 of the tensor's max (float
+ * sums; the gates' dot products in double, in another order); the
+ * auxiliary losses 1e-6 relative (double sums in another order). In bf16 a
+ * stored element may differ by one bf16 ulp where the f32 values straddle
+ * a rounding boundary: 1e-2 of the max there. Every CUDA output also
+ * repeats bit for bit on a second run (no order-dependent atomics).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../io/util.h"
+#include "../../kernels/backend.h"
+#include "../test.h"
+
+struct shape {
+	int N, E, K, C, router, empty, ties;
+};
+
+static const struct shape shapes[] = {
+	{7, 3, 2, 5, 0, 0, 1},     {9, 5, 1, 3, 0, 1, 0}, {5, 4, 4, 6, 1, 0, 1},
+	{11, 6, 2, 7, 1, 1, 0},    {301, 8, 2, 33, 0, 0, 0}, /* NK = 602 > one chunk */
+};
+
+/* Everything the chain of ops writes, on the host. */
+struct outs {
+	float *score, *gate, *dgate, *aux, *xd, *out, *dy, *dz;
+	int32_t *sel, *pos, *count;
+};
+
+static void frand(float *x, size_t n, uint64_t seed, float scale)
+{
+	uint64_t s = seed;
+	for (size_t i = 0; i < n; i++)
+		x[i] = scale * rng_normal(&s);
+}
+
+/* An f32 host array as be's activations (device memory). */
+static void *up_act(const struct backend *be, const float *h, size_t n)
+{
+	float *f = be->alloc(4 * n);
+	void *a = be->alloc(act_size(be) * n);
+	be->to_device(f, h, 4 * n);
+	be->act_from_f32(a, f, n);
+	be->synchronize();
+	be->free(f);
+	return a;
+}
+
+static float *down_act(const struct backend *be, const void *a, size_t n)
+{
+	float *f = be->alloc(4 * n), *h = xmalloc(4 * n);
+	be->act_to_f32(f, a, n);
+	be->synchronize();
+	be->to_host(h, f, 4 * n);
+	be->free(f);
+	return h;
+}
+
+static void *down(const struct backend *be, const void *d, size_t bytes)
+{
+	void *h = xmalloc(bytes);
+	be->synchronize();
+	be->to_host(h, d, bytes);
+	return h;
+}
+
+static void run_chain(const struct backend *be, const struct shape *s, struct outs *o)
+{
+	int N = s->N, E = s->E, K = s->K, C = s->C, NK = N * K;
+	float *z = xmalloc(4 * N * E), *x = xmalloc(4 * N * C), *y = xmalloc(4 * NK * C);
+	float *dout = xmalloc(4 * N * C), *out0 = xmalloc(4 * N * C), *dgin = xmalloc(4 * NK);
+
+	frand(z, N * E, 21 + N, 1.5f), frand(x, N * C, 22 + N, 1.0f);
+	frand(y, NK * C, 23 + N, 1.0f), frand(dout, N * C, 24 + N, 1.0f);
+	frand(out0, N * C, 25 + N, 1.0f), frand(dgin, NK, 26 + N, 1.0f);
+	if (s->empty)
+		for (int n = 0; n < N; n++)
+			z[n * E + E - 1] = -9.0f;
+	if (s->ties) {
+		for (int e = 0; e < E; e++)
+			z[e] = 0.25f;
+		z[E + 1] = z[E + 2] = 2.0f;
+	}
+	void *d_z = up_act(be, z, N * E), *d_x = up_act(be, x, N * C);
+	void *d_y = up_act(be, y, NK * C), *d_dout = up_act(be, dout, N * C);
+	void *d_out = up_act(be, out0, N * C), *d_xd = be->alloc(act_size(be) * NK * C);
+	void *d_dy = be->alloc(act_size(be) * NK * C), *d_dz = be->alloc(act_size(be) * N * E);
+	float *d_score = be->alloc(4 * N * E), *d_gate = be->alloc(4 * NK);
+	float *d_dgate = be->alloc(4 * NK), *d_aux = be->alloc(8), *d_dgin = be->alloc(4 * NK);
+	int32_t *d_sel = be->alloc(4 * NK), *d_pos = be->alloc(4 * NK);
+	int32_t *d_count = be->alloc(4 * (E + 1));
+
+	be->to_device(d_dgin, dgin, 4 * NK);
+	be->moe_route(d_score, d_sel, d_gate, d_z, N, E, K, s->router);
+	be->moe_dispatch(d_count, d_pos, d_sel, N, K, E);
+	be->moe_gather(d_xd, d_x, d_pos, N, K, C);
+	be->moe_combine(d_out, d_y, d_gate, d_pos, N, K, C);
+	be->moe_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_pos, N, K, C);
+	be->moe_aux(d_aux, d_z, d_score, d_count, N, E, K, s->router);
+	be->moe_router_backward(d_dz, d_z, d_score, d_sel, d_gate, d_dgin, d_count, N, E, K,
+				s->router, 0.7f, 0.3f, 0.2f);
+	o->score = down(be, d_score, 4 * N * E), o->gate = down(be, d_gate, 4 * NK);
+	o->dgate = down(be, d_dgate, 4 * NK), o->aux = down(be, d_aux, 8);
+	o->sel = down(be, d_sel, 4 * NK), o->pos = down(be, d_pos, 4 * NK);
+	o->count = down(be, d_count, 4 * (E + 1));
+	o->xd = down_act(be, d_xd, NK * C), o->out = down_act(be, d_out, N * C);
+	o->dy = down_act(be, d_dy, NK * C), o->dz = down_act(be, d_dz, N * E);
+	void *devs[] = {d_z, d_x, d_y, d_dout, d_out, d_xd, d_dy, d_dz, d_score, d_gate,
+			d_dgate, d_aux, d_dgin, d_sel, d_pos, d_count};
+	for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
+		be->free(devs[i]);
+	free(z), free(x), free(y), free(dout), free(out0), free(dgin);
+}
+
+static void outs_free(struct outs *o)
+{
+	free(o->score), free(o->gate), free(o->dgate), free(o->aux), free(o->sel);
+	free(o->pos), free(o->count), free(o->xd), free(o->out), free(o->dy), free(o->dz);
+}
+
+/* max |a - b| <= tol * max(max |b|, 1e-30) */
+static int near(const float *a, const float *b, size_t n, double tol)
+{
+	double mx = 0, err = 0;
+	for (size_t i = 0; i < n; i++) {
+		mx = fmax(mx, fabs(b[i]));
+		err = fmax(err, fabs((double)a[i] - b[i]));
+	}
+	return err <= tol * fmax(mx, 1e-30);
+}
+
+static const struct backend *cuda_or_skip(int dtype, char *why, size_t len)
+{
+	const struct backend *cu = backend_cuda();
+	if (!cu) {
+		snprintf(why, len, "this binary has no CUDA backend");
+		return NULL;
+	}
+	if (!cuda_available(why, len))
+		return NULL;
+	cu = backend_with_act_dtype(cu, dtype);
+	if (cu && !cu->moe_route) {
+		snprintf(why, len, "cuda backend lacks moe_route");
+		return NULL;
+	}
+	return cu;
+}
+
+/* cu's ops against ref's (both of activation type dtype) */
+static void compare(const struct backend *cu, const struct backend *ref, int dtype)
+{
+	double ta = dtype == ACT_BF16 ? 1e-2 : 1e-5;
+
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		const struct shape *s = &shapes[k];
+		int N = s->N, E = s->E, NK = N * s->K, C = s->C;
+		struct outs a, b, a2;
+		run_chain(cu, s, &a);
+		run_chain(ref, s, &b);
+		run_chain(cu, s, &a2);
+		CHECK_MSG(!memcmp(a.sel, b.sel, 4 * NK), "shape %zu: sel", k);
+		CHECK_MSG(!memcmp(a.count, b.count, 4 * (E + 1)), "shape %zu: count", k);
+		CHECK_MSG(!memcmp(a.pos, b.pos, 4 * NK), "shape %zu: pos", k);
+		CHECK_MSG(!memcmp(a.xd, b.xd, 4 * (size_t)NK * C), "shape %zu: gather", k);
+		CHECK_MSG(near(a.score, b.score, N * E, 1e-6), "shape %zu: score", k);
+		CHECK_MSG(near(a.gate, b.gate, NK, 1e-6), "shape %zu: gate", k);
+		CHECK_MSG(near(a.out, b.out, (size_t)N * C, ta), "shape %zu: combine", k);
+		CHECK_MSG(near(a.dy, b.dy, (size_t)NK * C, ta), "shape %zu: dy", k);
+		CHECK_MSG(near(a.dgate, b.dgate, NK, 1e-5), "shape %zu: dgate", k);
+		CHECK_MSG(near(a.aux, b.aux, 2, 1e-6), "shape %zu: aux %g %g vs %g %g", k,
+			  a.aux[0], a.aux[1], b.aux[0], b.aux[1]);
+		CHECK_MSG(near(a.dz, b.dz, N * E, ta), "shape %zu: router backward", k);
+		/* a second run repeats every output bit for bit */
+		CHECK_MSG(!memcmp(a.out, a2.out, 4 * (size_t)N * C) &&
+				  !memcmp(a.dgate, a2.dgate, 4 * NK) &&
+				  !memcmp(a.aux, a2.aux, 8) && !memcmp(a.dz, a2.dz, 4 * N * E) &&
+				  !memcmp(a.pos, a2.pos, 4 * NK),
+			  "shape %zu: a second run differs", k);
+		outs_free(&a), outs_free(&b), outs_free(&a2);
+	}
+}
+
+static void compare_cuda(int dtype)
+{
+	char why[256];
+	const struct backend *cu = cuda_or_skip(dtype, why, sizeof(why));
+
+	if (!cu) {
+		test_skip(why);
+		return;
+	}
+	compare(cu, backend_with_act_dtype(&backend_cpu, dtype), dtype);
+}
+
+TEST(cuda_moe_ops_f32)
+{
+	compare_cuda(ACT_F32);
+}
+
+TEST(cuda_moe_ops_bf16)
+{
+	compare_cuda(ACT_BF16);
+}
+
+/* The harness on the CPU against itself, in every run: the chain, the
+ * transfers and the checks work (and the CPU's ops repeat bit for bit). */
+TEST(cuda_moe_ops_harness_on_cpu)
+{
+	compare(&backend_cpu, &backend_cpu, ACT_F32);
+	compare(&backend_cpu_bf16, &backend_cpu_bf16, ACT_BF16);
+}
