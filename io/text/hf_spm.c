@@ -3,8 +3,7 @@
  * recognised and checked; anything else is refused naming its JSON path.
  *
  *   normalizer     null, Prepend, Replace (a String pattern, or a Regex
- *                  without metacharacters), or a Sequence of them; NFC is
- *                  named as not supported yet
+ *                  without metacharacters), NFC, or a Sequence of them
  *   pre_tokenizer  null (Llama 2's) or Metaspace (Mistral's)
  *   model          BPE: byte_fallback, fuse_unk, unk_token, ignore_merges;
  *                  dropout null; merges as strings or pairs
@@ -77,14 +76,16 @@ static int read_norm_step(const char *path, const struct json *n, const char *at
 			  struct spm_params *p)
 {
 	const char *type = hf_type_of(n);
-	if (!strcmp(type, "NFC"))
-		return error("%s:%d: %s: NFC normalizer not supported yet", path, n->line, at);
-	if (strcmp(type, "Prepend") && strcmp(type, "Replace"))
+	if (strcmp(type, "Prepend") && strcmp(type, "Replace") && strcmp(type, "NFC"))
 		return error("%s:%d: %s: normalizer '%s' is not implemented (asyncpp implements "
-			     "Prepend, Replace and a Sequence of them)", path, n->line, at, type);
+			     "Prepend, Replace, NFC and a Sequence of them)", path, n->line, at, type);
 	if (p->nnorm == SPM_MAX_NORM)
 		return error("%s:%d: %s: more than %d normalizers", path, n->line, at, SPM_MAX_NORM);
 	struct spm_norm *m = &p->norm[p->nnorm++];
+	if (!strcmp(type, "NFC")) {
+		m->kind = NORM_NFC;
+		return 0;
+	}
 	if (!strcmp(type, "Prepend")) {
 		m->kind = NORM_PREPEND;
 		return put_str(path, json_get(n, "prepend"), at, "prepend", m->a, &m->alen, n->line);
@@ -104,23 +105,33 @@ static int read_norm_step(const char *path, const struct json *n, const char *at
 	return 0;
 }
 
+/* A normalizer at JSON path at: one step, or a Sequence of them (nested
+ * Sequences flattened, as Hugging Face runs them) */
+static int read_norm(const char *path, const struct json *n, const char *at,
+		     struct spm_params *p, int depth)
+{
+	if (strcmp(hf_type_of(n), "Sequence"))
+		return read_norm_step(path, n, at, p);
+	const struct json *list = json_get(n, "normalizers");
+	if (!list || list->type != JSON_ARRAY)
+		return error("%s:%d: %s.normalizers: not an array", path, n->line, at);
+	if (depth == 4)
+		return error("%s:%d: %s: Sequences nested more than 4 deep", path, n->line, at);
+	for (size_t i = 0; i < list->len; i++) {
+		char sub[160];
+		snprintf(sub, sizeof(sub), "%.100s.normalizers[%zu]", at, i);
+		if (read_norm(path, &list->kids[i], sub, p, depth + 1))
+			return -1;
+	}
+	return 0;
+}
+
 static int read_normalizer(const char *path, const struct json *root, struct spm_params *p)
 {
 	const struct json *n = json_get(root, "normalizer");
 	if (!n || n->type == JSON_NULL)
 		return 0;
-	if (strcmp(hf_type_of(n), "Sequence"))
-		return read_norm_step(path, n, "normalizer", p);
-	const struct json *list = json_get(n, "normalizers");
-	if (!list || list->type != JSON_ARRAY)
-		return error("%s:%d: normalizer.normalizers: not an array", path, n->line);
-	for (size_t i = 0; i < list->len; i++) {
-		char at[64];
-		snprintf(at, sizeof(at), "normalizer.normalizers[%zu]", i);
-		if (read_norm_step(path, &list->kids[i], at, p))
-			return -1;
-	}
-	return 0;
+	return read_norm(path, n, "normalizer", p, 0);
 }
 
 /* Metaspace's prepend_scheme, or older files' add_prefix_space */
@@ -422,7 +433,9 @@ static void put_pipeline(struct buf *j, const struct spm_params *p, uint32_t kin
 	for (uint32_t i = 0; i < p->nnorm; i++) {
 		const struct spm_norm *m = &p->norm[i];
 		put_s(j, i ? ", " : "");
-		if (m->kind == NORM_PREPEND) {
+		if (m->kind == NORM_NFC) {
+			put_s(j, "{\"type\": \"NFC\"");
+		} else if (m->kind == NORM_PREPEND) {
 			put_s(j, "{\"type\": \"Prepend\", \"prepend\": ");
 			json_put_string(j, m->a, m->alen);
 		} else {

@@ -8,6 +8,7 @@
 #include "json.h"
 #include "pretok.h"
 #include "spm.h"
+#include "unicode_nfc.h"
 #include "tokenizer.h"
 
 struct spm {
@@ -96,12 +97,15 @@ static int check_params(const struct spm_params *p, const char *name)
 		return error("%s: %u normalizer steps (at most %d)", name, p->nnorm, SPM_MAX_NORM);
 	for (uint32_t i = 0; i < p->nnorm; i++) {
 		const struct spm_norm *n = &p->norm[i];
-		if (n->kind == NORM_NFC)
-			return error("%s: normalizer %u is NFC, which this asyncpp does not implement "
-				     "yet", name, i);
-		if (n->kind != NORM_PREPEND && n->kind != NORM_REPLACE)
+		if (n->kind != NORM_PREPEND && n->kind != NORM_REPLACE && n->kind != NORM_NFC)
 			return error("%s: normalizer %u has unknown kind %u: written by a newer "
 				     "asyncpp?", name, i, n->kind);
+		if (n->kind == NORM_NFC) { /* no strings */
+			if (n->alen || n->blen)
+				return error("%s: normalizer %u (NFC) with strings: file is corrupt",
+					     name, i);
+			continue;
+		}
 		if (n->alen > SPM_MAX_STR || n->blen > SPM_MAX_STR || !n->alen ||
 		    (n->kind == NORM_PREPEND && n->blen) ||
 		    !json_utf8_valid((const unsigned char *)n->a, n->alen) ||
@@ -154,6 +158,8 @@ static void bound_ids(struct spm *s, int meta_token)
 		const struct spm_norm *m = &s->p.norm[i];
 		if (m->kind == NORM_PREPEND)
 			s->extra += m->alen;
+		else if (m->kind == NORM_NFC) /* NFC at most triples the bytes */
+			s->growth *= 3;
 		else
 			s->growth *= (m->blen + m->alen - 1) / m->alen > 1 ?
 				     (m->blen + m->alen - 1) / m->alen : 1;
@@ -355,6 +361,12 @@ static void normalize(const struct spm *s, const unsigned char *text, size_t len
 		if (m->kind == NORM_PREPEND) {
 			buf_append(tmp, m->a, m->alen);
 			buf_append(tmp, out->data, out->len);
+		} else if (m->kind == NORM_NFC) {
+			if (utf8_is_nfc_quick((const char *)out->data, out->len))
+				continue;
+			buf_reserve(tmp, UTF8_NFC_MAX(out->len));
+			tmp->len = utf8_nfc((const char *)out->data, out->len, (char *)tmp->data,
+					    UTF8_NFC_MAX(out->len));
 		} else {
 			replace_all(tmp, out->data, out->len, m->a, m->alen, m->b, m->blen);
 		}
@@ -520,6 +532,10 @@ void spm_describe(const struct spm *s, struct buf *out)
 		buf_append(out, "normalizer:     none\n", 21);
 	for (uint32_t i = 0; i < s->p.nnorm; i++) {
 		const struct spm_norm *m = &s->p.norm[i];
+		if (m->kind == NORM_NFC) {
+			buf_append(out, "normalizer:     NFC\n", 20);
+			continue;
+		}
 		snprintf(line, sizeof(line), "normalizer:     %s ",
 			 m->kind == NORM_PREPEND ? "Prepend" : "Replace");
 		buf_append(out, line, strlen(line));

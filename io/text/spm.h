@@ -9,7 +9,8 @@
  * "<0xXX>" and decodes to the byte XX. Encoding a text:
  *
  *   1. the normalizers in order: Prepend (the string before a non-empty
- *      text), Replace (every occurrence of a string by another; no regex);
+ *      text), Replace (every occurrence of a string by another; no regex),
+ *      NFC (Unicode Normalization Form C);
  *   2. the pre-tokenizer: none (the text is one piece) or Metaspace (every
  *      ' ' becomes the replacement character, which is prepended when the
  *      text does not start with it: always, for the first piece of text only
@@ -46,7 +47,7 @@
 #include "../util.h"
 
 /* Normalizer kinds: the numbers are stored in tokenizer files, never reused.
- * NFC is reserved (imports refuse it until it is implemented). */
+ * NFC (io/text/unicode_nfc.h) has no strings. */
 enum norm_kind { NORM_PREPEND = 1, NORM_REPLACE = 2, NORM_NFC = 3 };
 /* Metaspace's prepend_scheme */
 enum meta_prepend { META_ALWAYS = 0, META_FIRST = 1, META_NEVER = 2 };

@@ -153,6 +153,15 @@ $A tokenize encode -q -t t.tok -o d --val-fraction 0 dec.txt &&
 	$A tokenize decode -t t.tok -o back.txt d_train.shard
 if cmp -s dec.txt back.txt; then pass decode_roundtrip; else fail decode_roundtrip "differs"; fi
 
+# NFC in the chain (a Sequence nested in a Sequence, flattened): e + U+0301
+# composes to é first, then Prepend and byte fallback (without NFC: <0x65>
+# <0xCC> <0x81>)
+mk norm=nfc > nfc.json
+want_ids nfc_in_chain nfc.json $'e\xcc\x81' "259 198 172"
+$A inspect t.tok > insp.txt 2>&1
+if grep -q "normalizer:     NFC" insp.txt; then pass nfc_inspect;
+else fail nfc_inspect "$(head -c 400 insp.txt)"; fi
+
 refused() { # NAME WANT-IN-STDERR CMD... : exit 1 naming the problem, no output file
 	local name=$1 want=$2
 	shift 2
@@ -163,8 +172,7 @@ refused() { # NAME WANT-IN-STDERR CMD... : exit 1 naming the problem, no output 
 	else fail "$name" "exit $rc, wanted 1 and '$want': $(head -c 300 err.txt)"; fi
 }
 N=normalizer.normalizers
-for c in "norm=nfc|$N[0]: NFC normalizer not supported yet" \
-	"norm=lower|normalizer: normalizer 'Lowercase' is not implemented" \
+for c in "norm=lower|normalizer: normalizer 'Lowercase' is not implemented" \
 	"norm=regex|$N[1].pattern: a Replace pattern that is a regular expression" \
 	"norm=longer|normalizer.content: a Replace that makes more characters" \
 	"dropout=0.1|model.dropout: BPE dropout is not implemented" \
@@ -196,6 +204,7 @@ if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
 			skip ${f}_$t "npm packages unavailable (no node, npm or network)"
 		done
 	done
+	skip nfc_chain_import "npm packages unavailable (no node, npm or network)"
 	exit 0
 fi
 HF=$NPM/node_modules/@huggingface/tokenizers
@@ -253,7 +262,15 @@ d["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_sch
                       "split": False}
 json.dump(d, sys.stdout, ensure_ascii=False)
 PY
+# Llama 2's chain with NFC first: Sequence[NFC, Prepend, Replace]
+python3 - "$L2" > nfcl2.json << 'PY'
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+d["normalizer"]["normalizers"].insert(0, {"type": "NFC"})
+json.dump(d, sys.stdout, ensure_ascii=False)
+PY
 expect_exit 0 mistral_v01_import -- $A tokenize import-hf -o v01.tok "$L2"
+expect_exit 0 nfc_chain_import -- $A tokenize import-hf -o nfcl2.tok nfcl2.json
 expect_exit 0 mistral_v03_import -- $A tokenize import-hf -o v03.tok v03.json
 for f in mistral_v01:"$L2":v01.tok mistral_v03:v03.json:v03.tok; do
 	IFS=: read -r fam json tok <<< "$f"
@@ -292,6 +309,9 @@ for f in mistral_v01:"$L2":v01.tok mistral_v03:v03.json:v03.tok; do
 	else fail ${fam}_roundtrip "' lead' decoded as '$(cat back.txt)', Hugging Face's '$(cat js.txt)'"; fi
 done
 
+compare nfc_chain_stress_mix nfcl2.json nfcl2.tok "$TESTDATA/tiktoken_stress.txt" mix1.txt \
+	mix2.txt
+
 # Metaspace against the Rust library: every prepend_scheme, split or not
 # (split true: a piece starts at every '▁'; the mix has '▁' and runs of it)
 if node -e "require('$RUST').Tokenizer.fromFile" 2> /dev/null; then
@@ -309,11 +329,14 @@ PY
 			"$TESTDATA/tiktoken_stress.txt" mix1.txt
 	done
 	HF=$RUST compare mistral_v01_stress_rust "$L2" v01.tok "$TESTDATA/tiktoken_stress.txt" mix2.txt
+	HF=$RUST compare nfc_chain_rust nfcl2.json nfcl2.tok "$TESTDATA/tiktoken_stress.txt" \
+		mix1.txt mix2.txt
 else
 	for v in always_split1 first_split1 never_split1 always_split0 never_split0; do
 		skip metaspace_${v}_rust "the npm package tokenizers does not load (no network or no binary)"
 	done
 	skip mistral_v01_stress_rust "the npm package tokenizers does not load"
+	skip nfc_chain_rust "the npm package tokenizers does not load"
 fi
 
 # export --format hf writes the tokenizer back: a tiny model trained with
