@@ -358,6 +358,9 @@ int hf_spm_read(struct tokenizer **tok, const char *path, const struct json *roo
 		merges[r][1] = (uint32_t)ib;
 		merges[r][2] = (uint32_t)ic;
 	}
+	/* Hugging Face's encode finds the added tokens in the text first */
+	if (nspecial)
+		flags |= TOK_SPLIT_ADDED;
 	rc = tokenizer_build_spm(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
 				 (const uint32_t(*)[3])merges, nspecial, special, eot, flags, kind, &p);
 	if (rc)

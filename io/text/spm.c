@@ -349,8 +349,9 @@ static void replace_all(struct buf *out, const unsigned char *s, size_t n, const
 }
 
 /* Normalize and apply Metaspace's replacement and prepending: text into
- * *out (two buffers swapped between steps). */
-static void normalize(const struct spm *s, const unsigned char *text, size_t len,
+ * *out (two buffers swapped between steps); first: text starts the
+ * document (not after an added token). */
+static void normalize(const struct spm *s, const unsigned char *text, size_t len, int first,
 		      struct buf *out, struct buf *tmp)
 {
 	out->len = 0;
@@ -377,9 +378,9 @@ static void normalize(const struct spm *s, const unsigned char *text, size_t len
 	if (s->pipe_kind != PRETOK_METASPACE || !out->len)
 		return;
 	tmp->len = 0;
-	/* asyncpp's text is one piece between special tokens, the first: so
-	 * "first" prepends as "always" does */
-	if (s->p.prepend != META_NEVER &&
+	/* "first": only the stretch at the start of the text (Hugging Face: the
+	 * split whose original offset is 0), not one after an added token */
+	if ((s->p.prepend == META_ALWAYS || (s->p.prepend == META_FIRST && first)) &&
 	    !(out->len >= s->meta_len && !memcmp(out->data, s->meta, s->meta_len)) &&
 	    out->data[0] != ' ')
 		buf_append(tmp, s->meta, s->meta_len);
@@ -448,10 +449,10 @@ static size_t next_piece(const struct spm *s, const unsigned char *p, size_t n)
 }
 
 size_t spm_encode(const struct tokenizer *t, const struct spm *s, struct tok_cache *c,
-		  const void *text, size_t len, uint32_t *out)
+		  const void *text, size_t len, int first, uint32_t *out)
 {
 	struct buf a = {0}, b = {0};
-	normalize(s, text, len, &a, &b);
+	normalize(s, text, len, first, &a, &b);
 	size_t nout = 0;
 	int cut = s->p.split && s->pipe_kind == PRETOK_METASPACE ? 1 : s->cut;
 	for (size_t pos = 0; pos < a.len;) {
@@ -478,7 +479,11 @@ void spm_decode(const struct tokenizer *t, const struct spm *s, const uint32_t *
 		if (tokenizer_is_special(t, ids[i])) {
 			if (!skip_special)
 				buf_append(out, tk, len);
-			strip = s->p.decode_strip; /* a new sequence follows */
+			/* a new document follows the end-of-text token (the shard's
+			 * separator); after an added token from the text Hugging
+			 * Face's Strip does not apply (it strips a sequence's start) */
+			if (ids[i] == tokenizer_eot_id(t))
+				strip = s->p.decode_strip;
 			continue;
 		}
 		if (s->is_byte[ids[i]]) {

@@ -13,9 +13,9 @@
  *      NFC (Unicode Normalization Form C);
  *   2. the pre-tokenizer: none (the text is one piece) or Metaspace (every
  *      ' ' becomes the replacement character, which is prepended when the
- *      text does not start with it: always, for the first piece of text only
- *      (asyncpp's text is one piece: the same), or never; with split, the
- *      text is cut before every replacement character);
+ *      text does not start with it: always, for the stretch at the start of
+ *      the document only (not one after an added token), or never; with
+ *      split, the text is cut before every replacement character);
  *   3. per piece: each character that is a token is that token; one that is
  *      not becomes its UTF-8 bytes' "<0xXX>" tokens (byte fallback) or the
  *      unknown token (consecutive ones fused into one with fuse_unk), and a
@@ -32,7 +32,7 @@
  *
  * Decoding: byte-fallback tokens give their bytes, the replacement
  * character gives ' ', and with decode_strip the ' ' at the start of a
- * sequence (or after a special token) is dropped (Hugging Face's Strip
+ * sequence (or after the end-of-text token: a new document) is dropped (Hugging Face's Strip
  * decoder after Fuse, or the Metaspace decoder). Invalid UTF-8 is given back
  * as its bytes (Hugging Face writes U+FFFD), so decode(encode(text)) is the
  * text whenever the normalizers only prepend the replacement and replace
@@ -92,9 +92,11 @@ int spm_params_get(struct spm_params *out, const unsigned char *p, size_t n, con
 
 /* Most ids an encoding of len bytes gives (the prepended characters). */
 size_t spm_max_ids(const struct spm *s, size_t len);
-/* Encode text[0..len) (c may be NULL: no cache). */
+/* Encode text[0..len) (c may be NULL: no cache); first: the text starts a
+ * document (Metaspace's prepend_scheme "first"), else it follows an added
+ * token. */
 size_t spm_encode(const struct tokenizer *t, const struct spm *s, struct tok_cache *c,
-		  const void *text, size_t len, uint32_t *out);
+		  const void *text, size_t len, int first, uint32_t *out);
 /* The initial symbols of a piece, then BPE: into out (room for n ids). */
 size_t spm_piece(const struct tokenizer *t, const struct spm *s, const unsigned char *p,
 		 size_t n, uint32_t *out);

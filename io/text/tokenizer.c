@@ -880,7 +880,7 @@ static size_t encode_plain(const struct tokenizer *t, const void *text, size_t l
 			   uint32_t *out)
 {
 	if (t->spm)
-		return spm_encode(t, t->spm, NULL, text, len, out);
+		return spm_encode(t, t->spm, NULL, text, len, 1, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	if (t->rx)
@@ -1035,7 +1035,7 @@ static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c
 				  const void *text, size_t len, uint32_t *out)
 {
 	if (t->spm)
-		return spm_encode(t, t->spm, c, text, len, out);
+		return spm_encode(t, t->spm, c, text, len, 1, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	if (t->rx)
@@ -1056,10 +1056,16 @@ size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
 }
 
 /* s[0..n) between added tokens: normalized (NFC, unless it is already
- * normal: the quick check), pre-tokenized and merged; c may be NULL. */
+ * normal: the quick check), pre-tokenized and merged; c may be NULL. A
+ * SentencePiece-style tokenizer normalizes each stretch as Hugging Face
+ * does (a Prepend on each, Metaspace's "first" only on the one at the start
+ * of the text: first). */
 static size_t encode_segment(const struct tokenizer *t, struct tok_cache *c,
-			     const unsigned char *s, size_t n, struct buf *tmp, uint32_t *out)
+			     const unsigned char *s, size_t n, int first, struct buf *tmp,
+			     uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, c, s, n, first, out);
 	if ((t->flags & TOK_NFC) && !utf8_is_nfc_quick((const char *)s, n)) {
 		tmp->len = 0;
 		buf_reserve(tmp, UTF8_NFC_MAX(n));
@@ -1083,7 +1089,7 @@ static size_t encode_full(const struct tokenizer *t, struct tok_cache *c, const 
 		if (t->added)
 			k = added_tokens_find(t->added, s + pos, len - pos, &at, &id);
 		if (at)
-			nout += encode_segment(t, c, s + pos, at, &tmp, out + nout);
+			nout += encode_segment(t, c, s + pos, at, !pos, &tmp, out + nout);
 		if (k)
 			out[nout++] = id;
 		pos += at + k;

@@ -9,14 +9,14 @@
 //   node tokenizer_spm_ref.js PKG decode TOKENIZER_JSON FILE  FILE encoded, then decoded
 //
 // PKG is the folder of the installed package. No special tokens are added
-// (add_special_tokens false), and a special token's text is text, as
-// asyncpp encodes it (the reference gets no added tokens to split out).
+// (add_special_tokens false); the added tokens in the text are split out
+// first, as asyncpp's tokenizer.json imports do.
 'use strict';
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const [pkg, mode, json, ...files] = process.argv.slice(2);
-const tj = Object.assign(JSON.parse(fs.readFileSync(json, 'utf8')), { added_tokens: [] });
+const tj = JSON.parse(fs.readFileSync(json, 'utf8'));
 
 function out(ids, decoded) {
 	if (mode === 'ids')
