@@ -10,6 +10,8 @@
 #include "json.h"
 
 /* A map from token strings to ids (strings owned by the caller). */
+struct tokenizer;
+
 struct smap {
 	const char **s;
 	size_t *len;
@@ -38,6 +40,15 @@ struct hf_vocab {
 };
 int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *v,
 		  int normalizer);
+/* post_processor: null, ByteLevel (with bytelevel), a TemplateProcessing
+ * whose single template is [SpecialToken X, Sequence A], or a Sequence of
+ * them: *sep = X's id (TOKENIZER_NO_ID: no template); else -1 after error()
+ * naming the JSON path. */
+/* The TemplateProcessing of a TOK_DOC_TEMPLATE tokenizer (its end-of-text
+ * token first), as JSON into j. */
+void hf_put_template(struct buf *j, const struct tokenizer *tok);
+int hf_read_post(const char *path, const struct json *root, int bytelevel,
+		 const struct hf_vocab *v, uint32_t *sep);
 /* A merge entry: "a b" or ["a", "b"]; 0, or -1 when it is neither. */
 int hf_merge_parts(const struct json *e, const char **a, size_t *na, const char **b,
 		   size_t *nb);

@@ -9,8 +9,8 @@
  *                  dropout null; merges as strings or pairs
  *   decoder        Sequence[Replace(▁ -> ' '), ByteFallback, Fuse,
  *                  Strip(' ', 0 or 1, 0)] or Metaspace
- *   post_processor null or TemplateProcessing (asyncpp separates documents
- *                  by the end-of-text token and adds no <s>)
+ *   post_processor null or TemplateProcessing [SpecialToken X, Sequence A]
+ *                  (X becomes the document separator: TOK_DOC_TEMPLATE)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,11 +238,7 @@ static int read_decoder(const char *path, const struct json *root, struct spm_pa
 
 static int read_model(const char *path, const struct json *root, uint32_t *flags)
 {
-	const struct json *m = json_get(root, "model"), *pp = json_get(root, "post_processor");
-	if (pp && pp->type != JSON_NULL && strcmp(hf_type_of(pp), "TemplateProcessing"))
-		return error("%s:%d: post_processor: post-processor '%s' is not implemented "
-			     "(asyncpp adds no tokens to an encoding)", path, pp->line,
-			     hf_type_of(pp));
+	const struct json *m = json_get(root, "model");
 	if (!m || m->type != JSON_OBJECT)
 		return error("%s: no 'model' object", path);
 	if (strcmp(hf_type_of(m), "BPE"))
@@ -280,13 +276,14 @@ int hf_spm_read(struct tokenizer **tok, const char *path, const struct json *roo
 	struct smap map = {0};
 	struct buf bytes = {0}, cat = {0};
 	uint32_t *lens = NULL, (*merges)[3] = NULL, *special = NULL, nspecial = 0, kind = 0, flags = 0;
+	uint32_t sep = TOKENIZER_NO_ID;
 	int rc = -1;
 	*tok = NULL;
 	memset(&p, 0, sizeof(p));
 	p.unk = TOKENIZER_NO_ID;
 	if (read_normalizer(path, root, &p) || read_pretok(path, root, &p, &kind) ||
 	    read_decoder(path, root, &p, kind) || read_model(path, root, &flags) ||
-	    hf_read_vocab(path, root, &v, p.nnorm > 0))
+	    hf_read_vocab(path, root, &v, p.nnorm > 0) || hf_read_post(path, root, 0, &v, &sep))
 		goto out;
 	const struct json *m = json_get(root, "model"), *unk = json_get(m, "unk_token");
 	if (is_string(unk)) {
@@ -361,6 +358,10 @@ int hf_spm_read(struct tokenizer **tok, const char *path, const struct json *roo
 	/* Hugging Face's encode finds the added tokens in the text first */
 	if (nspecial)
 		flags |= TOK_SPLIT_ADDED;
+	if (sep != TOKENIZER_NO_ID) { /* the template's token starts each document */
+		eot = sep;
+		flags |= TOK_DOC_TEMPLATE;
+	}
 	rc = tokenizer_build_spm(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
 				 (const uint32_t(*)[3])merges, nspecial, special, eot, flags, kind, &p);
 	if (rc)
@@ -425,7 +426,8 @@ static void put_meta(struct buf *j, const struct spm_params *p)
 
 /* normalizer, pre_tokenizer, post_processor and decoder, as hf_spm_read
  * reads them back */
-static void put_pipeline(struct buf *j, const struct spm_params *p, uint32_t kind)
+static void put_pipeline(struct buf *j, const struct tokenizer *tok, const struct spm_params *p,
+			 uint32_t kind)
 {
 	static const char *const scheme[] = {"always", "first", "never"};
 	put_s(j, "  \"normalizer\": ");
@@ -459,7 +461,12 @@ static void put_pipeline(struct buf *j, const struct spm_params *p, uint32_t kin
 	} else {
 		put_s(j, "null");
 	}
-	put_s(j, ",\n  \"post_processor\": null,\n  \"decoder\": {\"type\": \"Sequence\", "
+	put_s(j, ",\n  \"post_processor\": ");
+	if (tokenizer_flags(tok) & TOK_DOC_TEMPLATE)
+		hf_put_template(j, tok);
+	else
+		put_s(j, "null");
+	put_s(j, ",\n  \"decoder\": {\"type\": \"Sequence\", "
 		 "\"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": ");
 	put_meta(j, p);
 	put_s(j, "}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "
@@ -498,7 +505,7 @@ int hf_spm_write(const struct tokenizer *tok, const char *dir, int max_length)
 		first = 0;
 	}
 	put_s(&j, "\n  ],\n");
-	put_pipeline(&j, p, tokenizer_pretok(tok));
+	put_pipeline(&j, tok, p, tokenizer_pretok(tok));
 	put_s(&j, "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
 		  "    \"unk_token\": ");
 	if (p->unk == TOKENIZER_NO_ID) {
@@ -537,7 +544,9 @@ int hf_spm_write(const struct tokenizer *tok, const char *dir, int max_length)
 	}
 	put_s(&j, "\n    ]\n  }\n}\n");
 	put_s(&tc, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n");
-	static const char *const keys[] = {"eos_token", "unk_token"};
+	/* a template's token starts a document: the bos */
+	const char *const keys[] = {tokenizer_flags(tok) & TOK_DOC_TEMPLATE ? "bos_token"
+									 : "eos_token", "unk_token"};
 	uint32_t ids[] = {eot, p->unk};
 	for (int k = 0; k < 2; k++) {
 		if (ids[k] == TOKENIZER_NO_ID)

@@ -480,8 +480,9 @@ void spm_decode(const struct tokenizer *t, const struct spm *s, const uint32_t *
 			if (!skip_special)
 				buf_append(out, tk, len);
 			/* a new document follows the end-of-text token (the shard's
-			 * separator); after an added token from the text Hugging
-			 * Face's Strip does not apply (it strips a sequence's start) */
+			 * separator, a template's token with TOK_DOC_TEMPLATE); after
+			 * an added token from the text Hugging Face's Strip does not
+			 * apply (it strips a sequence's start) */
 			if (ids[i] == tokenizer_eot_id(t))
 				strip = s->p.decode_strip;
 			continue;

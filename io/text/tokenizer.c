@@ -195,6 +195,8 @@ static int tok_init(struct tokenizer *t, const char *name)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
 	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
+	if ((t->flags & TOK_DOC_TEMPLATE) && t->eot == TOKENIZER_NO_ID)
+		return error("%s: flag doc-template without a separator token: file is corrupt", name);
 	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
 		return error("%s: flag split-added without special tokens: file is corrupt", name);
 	int spm = (t->flags & TOK_SPM) != 0;
@@ -1240,7 +1242,9 @@ int tokenizer_inspect(const char *path, FILE *out)
 		}
 		fprintf(out, "special token:  %u ", id);
 		print_quoted(out, t->bytes + t->off[id], t->lens[id]);
-		fprintf(out, "%s\n", id == t->eot ? " (end of text)" : "");
+		fprintf(out, "%s\n", id != t->eot ? ""
+				     : (t->flags & TOK_DOC_TEMPLATE) ? " (before each document: "
+				     "TemplateProcessing)" : " (end of text)");
 	}
 	if (unused)
 		fprintf(out, "unused ids:     %u (special tokens <|unused_ID|>)\n", unused);

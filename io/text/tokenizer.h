@@ -81,8 +81,14 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
 #define TOK_SPM 8u
 #define TOK_BYTE_FALLBACK 16u
 #define TOK_FUSE_UNK 32u
+/* TOK_DOC_TEMPLATE: the end-of-text id is the token of tokenizer.json's
+ * TemplateProcessing [SpecialToken X, Sequence A] (Llama 2's <s>, Meta's
+ * Llama 3 <|begin_of_text|>): what tokenize encode puts before each document,
+ * so a shard holds Hugging Face's encode(document, add_special_tokens=true)
+ * for each; export writes the template back. */
+#define TOK_DOC_TEMPLATE 64u
 #define TOK_KNOWN_FLAGS (TOK_IGNORE_MERGES | TOK_NFC | TOK_SPLIT_ADDED | TOK_SPM | \
-			 TOK_BYTE_FALLBACK | TOK_FUSE_UNK)
+			 TOK_BYTE_FALLBACK | TOK_FUSE_UNK | TOK_DOC_TEMPLATE)
 int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 			  const unsigned char *bytes, uint32_t nmerges,
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,

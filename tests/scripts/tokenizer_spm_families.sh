@@ -288,11 +288,11 @@ for f in mistral_v01:"$L2":v01.tok mistral_v03:v03.json:v03.tok; do
 	fi
 	# decode gives Hugging Face's text (one document per file, its leading
 	# '▁' stripped): the stress text itself (the mix holds '▁', which
-	# decodes to ' '). The mix without its "</s>": the end-of-text token
-	# also separates the shard's documents, and decode drops the space
-	# after it as at a document's start, where Hugging Face's decode of one
-	# document keeps it
-	sed 's|</s>||g' mix1.txt > mix1-noeot.txt
+	# decodes to ' '). The mix without its "<s>" and "</s>": the document
+	# separator (<s>, from the TemplateProcessing) also separates the
+	# shard's documents, and decode drops the space after it as at a
+	# document's start, where Hugging Face's decode of one document keeps it
+	sed 's|</\?s>||g' mix1.txt > mix1-noeot.txt
 	bad=
 	for f in "$TESTDATA/tiktoken_stress.txt" mix1-noeot.txt; do
 		rm -f r_train.shard back.txt

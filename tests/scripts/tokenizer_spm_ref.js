@@ -7,9 +7,11 @@
 //   node tokenizer_spm_ref.js PKG ids TOKENIZER_JSON FILE...  ids of each FILE, space-separated,
 //                                                             a line each
 //   node tokenizer_spm_ref.js PKG decode TOKENIZER_JSON FILE  FILE encoded, then decoded
+//   node tokenizer_spm_ref.js PKG ids_special TOKENIZER_JSON FILE...  as ids, with
+//                                                             add_special_tokens true
 //
 // PKG is the folder of the installed package. No special tokens are added
-// (add_special_tokens false); the added tokens in the text are split out
+// (add_special_tokens false) but in ids_special mode; the added tokens in the text are split out
 // first, as asyncpp's tokenizer.json imports do.
 'use strict';
 const fs = require('fs');
@@ -19,7 +21,7 @@ const [pkg, mode, json, ...files] = process.argv.slice(2);
 const tj = JSON.parse(fs.readFileSync(json, 'utf8'));
 
 function out(ids, decoded) {
-	if (mode === 'ids')
+	if (mode !== 'decode')
 		console.log(ids.join(' '));
 	else
 		process.stdout.write(decoded);
@@ -29,7 +31,7 @@ if (fs.existsSync(path.join(pkg, 'dist', 'tokenizers.cjs'))) { // the JavaScript
 	const { Tokenizer } = require(path.join(pkg, 'dist', 'tokenizers.cjs'));
 	const t = new Tokenizer(tj, {});
 	for (const file of files) {
-		const ids = t.encode(fs.readFileSync(file, 'utf8'), { add_special_tokens: false }).ids;
+		const ids = t.encode(fs.readFileSync(file, 'utf8'), { add_special_tokens: mode === 'ids_special' }).ids;
 		out(ids, mode === 'decode' &&
 			t.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
 	}
@@ -42,7 +44,7 @@ if (fs.existsSync(path.join(pkg, 'dist', 'tokenizers.cjs'))) { // the JavaScript
 	(async () => {
 		for (const file of files) {
 			const text = fs.readFileSync(file, 'utf8');
-			const ids = (await t.encode(text, null, { addSpecialTokens: false })).getIds();
+			const ids = (await t.encode(text, null, { addSpecialTokens: mode === 'ids_special' })).getIds();
 			out(ids, mode === 'decode' && await t.decode(ids, true));
 		}
 	})();
