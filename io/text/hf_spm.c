@@ -78,7 +78,8 @@ static int read_norm_step(const char *path, const struct json *n, const char *at
 	const char *type = hf_type_of(n);
 	if (strcmp(type, "Prepend") && strcmp(type, "Replace") && strcmp(type, "NFC"))
 		return error("%s:%d: %s: normalizer '%s' is not implemented (asyncpp implements "
-			     "Prepend, Replace, NFC and a Sequence of them)", path, n->line, at, type);
+			     "Prepend, Replace, NFC and a Sequence of them)", path, n->line, at,
+			     type);
 	if (p->nnorm == SPM_MAX_NORM)
 		return error("%s:%d: %s: more than %d normalizers", path, n->line, at, SPM_MAX_NORM);
 	struct spm_norm *m = &p->norm[p->nnorm++];

@@ -463,7 +463,8 @@ void hf_put_template(struct buf *j, const struct tokenizer *tok)
 	uint32_t id = tokenizer_eot_id(tok);
 	const char *x = (const char *)tokenizer_token(tok, id, &n);
 	char num[32];
-	const char *mid = "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": ";
+	const char *mid = "{\"type\": \"TemplateProcessing\", "
+			  "\"single\": [{\"SpecialToken\": {\"id\": ";
 	buf_append(j, mid, strlen(mid));
 	json_put_string(j, x, n);
 	mid = ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "

@@ -171,8 +171,8 @@ static int tok_init(struct tokenizer *t, const char *name)
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits, qwen, split_regex): written by a newer asyncpp?", name,
-			     t->pretok);
+			     "o200k, gpt2_digits, qwen, split_regex, spm, metaspace): written by a "
+			     "newer asyncpp?", name, t->pretok);
 	t->next = pretok_next_of(t->pretok);
 	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
 		if (t->rx_plen < 8 || get_le32(t->rx_param) >= SPLIT_NBEHAVIORS ||
@@ -196,7 +196,8 @@ static int tok_init(struct tokenizer *t, const char *name)
 	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
 	if ((t->flags & TOK_DOC_TEMPLATE) && t->eot == TOKENIZER_NO_ID)
-		return error("%s: flag doc-template without a separator token: file is corrupt", name);
+		return error("%s: flag doc-template without a separator token: file is corrupt",
+			     name);
 	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
 		return error("%s: flag split-added without special tokens: file is corrupt", name);
 	int spm = (t->flags & TOK_SPM) != 0;
