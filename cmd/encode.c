@@ -150,14 +150,24 @@ static uint64_t text_hash(const unsigned char *s, size_t n)
 	return rng_mix(h, w);
 }
 
+/* Where the ids of piece q at byte off go (q = npieces, off the text's
+ * length: the room all need). A piece of n bytes has at most
+ * tokenizer_max_ids(n) tokens, which is affine in n (n * mult + extra): the
+ * pieces before q need max_ids(their bytes) plus one extra each beyond the
+ * first. */
+static size_t ids_at(const struct encoder *e, size_t q, size_t off)
+{
+	const struct tokenizer *t = e->o->tok;
+	return tokenizer_max_ids(t, off) + q * tokenizer_max_ids(t, 0);
+}
+
 /* Encode the queued pieces in parallel, then write their documents. */
 static int flush_pieces(struct encoder *e, size_t text_len)
 {
 	const struct encode_opts *o = e->o;
 	long np = (long)e->npieces;
-	/* a piece of n bytes has at most tokenizer_max_ids(n) tokens, at that
-	 * multiple of its offset (the bound is linear) */
-	size_t need = tokenizer_max_ids(o->tok, text_len);
+	/* a piece of n bytes has at most tokenizer_max_ids(n) tokens (ids_at) */
+	size_t need = ids_at(e, e->npieces, text_len);
 	if (need > e->ids_cap) {
 		free(e->ids);
 		e->ids_cap = need;
@@ -168,7 +178,7 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 		struct piece *pc = &e->pieces[i];
 		const unsigned char *p = e->text + pc->off;
 		pc->nids = tokenizer_encode_cached(o->tok, e->caches[omp_get_thread_num()], p,
-						   pc->n, e->ids + tokenizer_max_ids(o->tok, pc->off));
+						   pc->n, e->ids + ids_at(e, (size_t)i, pc->off));
 		pc->hash = text_hash(p, pc->n);
 	}
 	uint32_t eot = tokenizer_eot_id(o->tok);
@@ -184,7 +194,7 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 		if (!o->train_path) {
 			const char *sep = "";
 			for (size_t q = i; q < j; q++) {
-				const uint32_t *ids = e->ids + tokenizer_max_ids(o->tok, e->pieces[q].off);
+				const uint32_t *ids = e->ids + ids_at(e, q, e->pieces[q].off);
 				for (size_t t = 0; t < e->pieces[q].nids; t++, sep = " ")
 					fprintf(o->ids_out, "%s%u", sep, ids[t]);
 			}
@@ -201,8 +211,8 @@ static int flush_pieces(struct encoder *e, size_t text_len)
 			for (size_t q = i; q < j && !rc; q++) {
 				const struct piece *pc = &e->pieces[q];
 				int first = !has_eot && q == i;
-				if (shard_writer_add(w, e->ids + tokenizer_max_ids(o->tok, pc->off),
-						     pc->nids, first))
+				if (shard_writer_add(w, e->ids + ids_at(e, q, pc->off), pc->nids,
+						     first))
 					rc = -1;
 			}
 		}

@@ -108,7 +108,7 @@ void generate(struct stage *st, const float *params, const struct tokenizer *tok
 		ids[n++] = (uint32_t)next;
 		piece.len = 0;
 		uint32_t id = (uint32_t)next;
-		if (!tokenizer_decode(tok, &id, 1, 0, &piece))
+		if (!tokenizer_decode(tok, &id, 1, TOK_DECODE_CONTINUE, &piece)) /* after the prompt */
 			emit(piece.data, piece.len, ctx);
 	}
 	buf_free(&piece);

@@ -530,13 +530,16 @@ static int decode_shard(const struct tokenizer *tok, const char *path, FILE *fp,
 	uint32_t *ids = xmalloc(DECODE_TOKENS * sizeof(*ids));
 	struct buf text = {0};
 	uint64_t total = shard_ntokens(s);
+	int cont = 0; /* ids continue a document of the chunk before */
 	for (uint64_t at = 0; at < total;) {
 		size_t n = total - at < DECODE_TOKENS ? (size_t)(total - at) : DECODE_TOKENS;
 		if (shard_read(s, at, n, ids))
 			goto done;
 		text.len = 0;
-		if (tokenizer_decode(tok, ids, n, show_eot ? 0 : TOK_DECODE_SKIP_SPECIAL, &text))
+		if (tokenizer_decode(tok, ids, n, (show_eot ? 0 : TOK_DECODE_SKIP_SPECIAL) |
+				     (cont ? TOK_DECODE_CONTINUE : 0), &text))
 			goto done;
+		cont = !tokenizer_is_special(tok, ids[n - 1]);
 		if (af ? atomic_write(af, text.data, text.len) :
 			 fwrite(text.data, 1, text.len, fp) != text.len) {
 			if (!af)

@@ -8,19 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_parts.h"
 #include "json.h"
 #include "pretok.h"
 #include "regex_split.h"
 #include "tokenizer.h"
 
-/* ---- a map from token strings to ids ---- */
-
-struct smap {
-	const char **s;
-	size_t *len;
-	uint32_t *slot; /* id + 1, 0 empty */
-	size_t mask;
-};
+/* ---- a map from token strings to ids (struct smap: hf_parts.h) ---- */
 
 static void smap_init(struct smap *m, uint32_t n, const char **s, size_t *len)
 {
@@ -253,13 +247,6 @@ static int check_pipeline(const char *path, const struct json *root, uint32_t *k
 	if (!j || j->type == JSON_NULL || strcmp(type_of(j), "ByteLevel"))
 		return error("%s: decoder '%s' is not implemented (asyncpp implements only ByteLevel)",
 			     path, j && j->type != JSON_NULL ? type_of(j) : "null");
-	j = json_get(root, "post_processor");
-	if (j && j->type != JSON_NULL && strcmp(type_of(j), "ByteLevel"))
-		return error("%s:%d: post_processor: post-processor '%s' is not implemented "
-			     "(asyncpp adds no tokens to an encoding: tokenize encode puts the "
-			     "end-of-text token before each document; with post_processor null "
-			     "the tokenizer.json imports and gives the same ids)", path, j->line,
-			     type_of(j));
 	const struct json *m = json_get(root, "model");
 	if (!m || m->type != JSON_OBJECT)
 		return error("%s: no 'model' object", path);
@@ -431,6 +418,111 @@ static int merge_parts(const struct json *e, const char **a, size_t *na, const c
 	return 0;
 }
 
+/* A TemplateProcessing at JSON path at whose single template is
+ * [SpecialToken X, Sequence A]: *sep = X's id (a special token, as
+ * special_tokens.X.ids says). The pair template only applies to pairs of
+ * texts, which asyncpp never encodes. */
+static int read_template(const char *path, const struct json *t, const char *at,
+			 const struct vocab *v, uint32_t *sep)
+{
+	const struct json *sg = json_get(t, "single"), *x = NULL, *a = NULL;
+	if (sg && sg->type == JSON_ARRAY && sg->len == 2) {
+		x = json_get(json_get(&sg->kids[0], "SpecialToken"), "id");
+		a = json_get(json_get(&sg->kids[1], "Sequence"), "id");
+	}
+	if (!x || x->type != JSON_STRING || !a || a->type != JSON_STRING || strcmp(a->str, "A"))
+		return error("%s:%d: %s.single: a template other than [SpecialToken, Sequence A] is "
+			     "not implemented (tokenize encode puts one special token before each "
+			     "document)", path, t->line, at);
+	uint32_t id = 0;
+	while (id < v->V && !(v->special[id] && v->len[id] == x->len && v->s[id] &&
+			      !memcmp(v->s[id], x->str, x->len)))
+		id++;
+	if (id == v->V)
+		return error("%s:%d: %s.single[0]: '%s' is not an added token", path, t->line, at,
+			     x->str);
+	const struct json *ids = json_get(json_get(json_get(t, "special_tokens"), x->str), "ids");
+	if (!ids || ids->type != JSON_ARRAY || ids->len != 1 || ids->kids[0].type != JSON_NUMBER ||
+	    !ids->kids[0].is_int || ids->kids[0].i != id)
+		return error("%s:%d: %s.special_tokens: '%s' must give the one id %u", path, t->line,
+			     at, x->str, id);
+	*sep = id;
+	return 0;
+}
+
+/* post_processor: null, ByteLevel (bytelevel: its offsets only), a
+ * TemplateProcessing (read_template), or a Sequence of those with at most
+ * one template. *sep: the template's token, else TOKENIZER_NO_ID. */
+static int read_post(const char *path, const struct json *root, int bytelevel,
+		     const struct vocab *v, uint32_t *sep)
+{
+	const struct json *j = json_get(root, "post_processor");
+	*sep = TOKENIZER_NO_ID;
+	if (!j || j->type == JSON_NULL)
+		return 0;
+	int seq = !strcmp(type_of(j), "Sequence");
+	const struct json *list = seq ? json_get(j, "processors") : NULL;
+	if (seq && (!list || list->type != JSON_ARRAY))
+		return error("%s:%d: post_processor.processors: not an array", path, j->line);
+	size_t n = seq ? list->len : 1;
+	for (size_t i = 0; i < n; i++) {
+		const struct json *p = seq ? &list->kids[i] : j;
+		char at[64];
+		if (seq)
+			snprintf(at, sizeof(at), "post_processor.processors[%zu]", i);
+		else
+			snprintf(at, sizeof(at), "post_processor");
+		if (bytelevel && !strcmp(type_of(p), "ByteLevel"))
+			continue;
+		if (strcmp(type_of(p), "TemplateProcessing") || *sep != TOKENIZER_NO_ID)
+			return error("%s:%d: %s: post-processor '%s' is not implemented (asyncpp "
+				     "implements %sa TemplateProcessing that puts one special token "
+				     "first)", path, p->line, at, type_of(p),
+				     bytelevel ? "ByteLevel and " : "");
+		if (read_template(path, p, at, v, sep))
+			return -1;
+	}
+	return 0;
+}
+
+void hf_put_template(struct buf *j, const struct tokenizer *tok)
+{
+	size_t n;
+	uint32_t id = tokenizer_eot_id(tok);
+	const char *x = (const char *)tokenizer_token(tok, id, &n);
+	char num[32];
+	const char *mid = "{\"type\": \"TemplateProcessing\", "
+			  "\"single\": [{\"SpecialToken\": {\"id\": ";
+	buf_append(j, mid, strlen(mid));
+	json_put_string(j, x, n);
+	mid = ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+	      "\"pair\": [{\"SpecialToken\": {\"id\": ";
+	buf_append(j, mid, strlen(mid));
+	json_put_string(j, x, n);
+	mid = ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+	      "{\"SpecialToken\": {\"id\": ";
+	buf_append(j, mid, strlen(mid));
+	json_put_string(j, x, n);
+	mid = ", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], "
+	      "\"special_tokens\": {";
+	buf_append(j, mid, strlen(mid));
+	json_put_string(j, x, n);
+	mid = ": {\"id\": ";
+	buf_append(j, mid, strlen(mid));
+	json_put_string(j, x, n);
+	snprintf(num, sizeof(num), ", \"ids\": [%u], \"tokens\": [", id);
+	buf_append(j, num, strlen(num));
+	json_put_string(j, x, n);
+	buf_append(j, "]}}}", 4);
+}
+
+int hf_read_post(const char *path, const struct json *root, int bytelevel,
+		 const struct hf_vocab *hv, uint32_t *sep)
+{
+	struct vocab v = {hv->V, hv->s, hv->len, hv->special};
+	return read_post(path, root, bytelevel, &v, sep);
+}
+
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 {
 	struct json *root;
@@ -447,12 +539,17 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 		error("%s: not a JSON object", path);
 		goto out;
 	}
+	if (hf_spm_style(root)) { /* Llama 2's, Mistral's: hf_spm.c */
+		rc = hf_spm_read(tok, path, root, eos_hint);
+		goto out;
+	}
 	uint32_t kind = PRETOK_GPT2, dup_id = 0, ignore_merges = 0;
 	int dup_line = 0, nfc = 0;
 	size_t dup_rank = 0;
 	struct split_spec sp = {0};
+	uint32_t sep = TOKENIZER_NO_ID;
 	if (check_normalizer(path, root, &nfc) || check_pipeline(path, root, &kind, &sp) ||
-	    read_vocab(path, root, &v, nfc))
+	    read_vocab(path, root, &v, nfc) || read_post(path, root, 1, &v, &sep))
 		goto out;
 	ignore_merges = (uint32_t)is_true(json_get(root, "model"), "ignore_merges");
 	const struct json *ml = json_get(json_get(root, "model"), "merges");
@@ -545,10 +642,13 @@ int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint)
 			      "asyncpp cannot hold it", path, v.s[id], id);
 			goto out;
 		}
+	if (sep != TOKENIZER_NO_ID) /* the template's token starts each document */
+		eot = sep;
 	rc = tokenizer_build_flags(tok, v.V, lens, bytes.data, (uint32_t)ml->len,
 				   (const uint32_t(*)[3])merges, nspecial, special, eot,
 				   (ignore_merges ? TOK_IGNORE_MERGES : 0) | (nfc ? TOK_NFC : 0) |
-				   (nspecial ? TOK_SPLIT_ADDED : 0));
+				   (nspecial ? TOK_SPLIT_ADDED : 0) |
+				   (sep != TOKENIZER_NO_ID ? TOK_DOC_TEMPLATE : 0));
 	if (rc)
 		error("%s: not a consistent byte-level BPE tokenizer", path);
 	else if (kind == PRETOK_SPLIT_REGEX)
@@ -654,6 +754,8 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		       int max_length)
 {
 	uint32_t kind = tokenizer_pretok(tok);
+	if (tokenizer_flags(tok) & TOK_SPM)
+		return hf_spm_write(tok, dir, max_length);
 	if (kind == PRETOK_O200K)
 		return error("%s: the tokenizer's pre-tokenizer is %s; tokenizer.json export "
 			     "writes GPT-2's, Llama 3's (cl100k), SmolLM's (gpt2_digits) and "
@@ -718,9 +820,17 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 		  : "\n  ],\n  \"normalizer\": null,");
 	put_s(&j, "\n  \"pre_tokenizer\": ");
 	put_pretok(&j, tok);
+	put_s(&j, ",\n  \"post_processor\": ");
+	if (tokenizer_flags(tok) & TOK_DOC_TEMPLATE)
+		put_s(&j, "{\"type\": \"Sequence\", \"processors\": [");
+	put_s(&j, "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+		  "\"trim_offsets\": false, \"use_regex\": true}");
+	if (tokenizer_flags(tok) & TOK_DOC_TEMPLATE) {
+		put_s(&j, ", ");
+		hf_put_template(&j, tok);
+		put_s(&j, "]}");
+	}
 	put_s(&j, ",\n"
-		  "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
-		  "\"trim_offsets\": false, \"use_regex\": true},\n"
 		  "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
 		  "\"trim_offsets\": true, \"use_regex\": true},\n"
 		  "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
@@ -761,7 +871,8 @@ int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_fi
 	put_s(&tc, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n");
 	if (eot != TOKENIZER_NO_ID) {
 		const char *keys[] = {"bos_token", "eos_token", "unk_token"};
-		for (int k = 0; k < 3; k++) {
+		/* a template's token starts a document: the bos alone */
+		for (int k = 0; k < ((tokenizer_flags(tok) & TOK_DOC_TEMPLATE) ? 1 : 3); k++) {
 			snprintf(line, sizeof(line), "  \"%s\": ", keys[k]);
 			put_s(&tc, line);
 			json_put_string(&tc, s[eot], len[eot]);
@@ -787,5 +898,33 @@ out:
 	free(off);
 	free(len);
 	free(s);
+	return rc;
+}
+
+/* ---- shared with hf_spm.c (hf_parts.h) ---- */
+
+void hf_smap_init(struct smap *m, uint32_t n, const char **s, size_t *len)
+{
+	smap_init(m, n, s, len);
+}
+long hf_smap_find(const struct smap *m, const char *s, size_t n) { return smap_find(m, s, n); }
+long hf_smap_add(struct smap *m, uint32_t id) { return smap_add(m, id); }
+const char *hf_type_of(const struct json *j) { return type_of(j); }
+int hf_is_true(const struct json *obj, const char *key) { return is_true(obj, key); }
+int hf_unset(const struct json *obj, const char *key, int empty_ok)
+{
+	return unset(obj, key, empty_ok);
+}
+int hf_merge_parts(const struct json *e, const char **a, size_t *na, const char **b, size_t *nb)
+{
+	return merge_parts(e, a, na, b, nb);
+}
+
+int hf_read_vocab(const char *path, const struct json *root, struct hf_vocab *out,
+		  int normalizer)
+{
+	struct vocab v = {0};
+	int rc = read_vocab(path, root, &v, normalizer);
+	*out = (struct hf_vocab){v.V, v.s, v.len, v.special};
 	return rc;
 }

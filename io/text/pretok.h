@@ -105,6 +105,11 @@ size_t pretok_split_point(const unsigned char *s, size_t n, size_t target);
  *     parameters (the tokenizer holds them) and no scanner here:
  *     pretok_next_of gives GPT-2's for it, which the tokenizer never calls
  *
+ *   PRETOK_SPM        no pre-tokenizer, SentencePiece-style BPE (Llama 2's):
+ *     the text, normalized, is one piece (io/text/spm.h)
+ *   PRETOK_METASPACE  Hugging Face's Metaspace (Mistral's), SentencePiece-style
+ *     BPE (io/text/spm.h); both carry their parameters in the file
+ *
  * Later kinds (a chain of Split, Digits, Metaspace steps with parameters)
  * get new numbers; the numbers are stored in files, never reused. */
 enum pretok_kind {
@@ -114,11 +119,13 @@ enum pretok_kind {
 	PRETOK_GPT2_DIGITS = 3,
 	PRETOK_QWEN = 4,
 	PRETOK_SPLIT_REGEX = 5,
+	PRETOK_SPM = 6,
+	PRETOK_METASPACE = 7,
 	PRETOK_NKINDS
 };
 
-/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits", "qwen"), or NULL for an
- * unknown one. */
+/* The kind's name ("gpt2", "cl100k", "o200k", "gpt2_digits", "qwen", "split_regex", "spm",
+ * "metaspace"), or NULL for an unknown one. */
 const char *pretok_kind_name(uint32_t kind);
 /* The kind named name; -1 when none is. */
 int pretok_kind_parse(const char *name);

@@ -12,8 +12,15 @@
 static const char *const kind_names[PRETOK_NKINDS] = {
 	[PRETOK_GPT2] = "gpt2", [PRETOK_CL100K] = "cl100k", [PRETOK_O200K] = "o200k",
 	[PRETOK_GPT2_DIGITS] = "gpt2_digits", [PRETOK_QWEN] = "qwen",
-	[PRETOK_SPLIT_REGEX] = "split_regex",
+	[PRETOK_SPLIT_REGEX] = "split_regex", [PRETOK_SPM] = "spm", [PRETOK_METASPACE] = "metaspace",
 };
+
+/* SentencePiece-style kinds: spm.c cuts the normalized text itself */
+static size_t whole_text(const unsigned char *s, size_t n)
+{
+	(void)s;
+	return n;
+}
 
 const char *pretok_kind_name(uint32_t kind)
 {
@@ -39,6 +46,9 @@ pretok_next_fn pretok_next_of(uint32_t kind)
 		return pretok_next_gpt2_digits;
 	case PRETOK_QWEN:
 		return pretok_next_qwen;
+	case PRETOK_SPM:
+	case PRETOK_METASPACE:
+		return whole_text;
 	default:
 		return pretok_next;
 	}
@@ -49,6 +59,8 @@ size_t pretok_split_point_of(uint32_t kind, const unsigned char *s, size_t n, si
 	if (kind == PRETOK_GPT2 || kind == PRETOK_GPT2_DIGITS) /* a digit ends a piece anyway */
 		return pretok_split_point(s, n, target);
 	if (kind == PRETOK_SPLIT_REGEX) /* any regex: no cut is known to be safe */
+		return n;
+	if (kind == PRETOK_SPM || kind == PRETOK_METASPACE) /* normalizers see the whole text */
 		return n;
 	/* "x\nY", x printable ASCII, Y an ASCII letter or digit: the piece
 	 * holding x ends at the '\n' at the latest (a punctuation run takes

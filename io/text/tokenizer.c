@@ -15,6 +15,7 @@
 #include "added_tokens.h"
 #include "pretok.h"
 #include "regex_split.h"
+#include "spm.h"
 #include "tokenizer.h"
 #include "unicode_nfc.h"
 
@@ -23,7 +24,7 @@
 
 struct tokenizer {
 	uint32_t vocab, nmerges, nspecial, eot;
-	uint32_t flags;           /* TOK_IGNORE_MERGES */
+	uint32_t flags;           /* TOK_* */
 	uint64_t hash;
 	uint32_t pretok;          /* enum pretok_kind */
 	pretok_next_fn next;      /* its scanner */
@@ -41,6 +42,8 @@ struct tokenizer {
 	uint32_t *whole;          /* TOK_IGNORE_MERGES: ids of the tokens by their bytes,
 				   * open addressing, UINT32_MAX empty; else NULL */
 	uint64_t whole_mask;
+	struct spm *spm;          /* TOK_SPM: normalizers, characters, decoding; else NULL */
+	struct spm_params *spm_p; /* its parameters, as read or built */
 	struct added_tokens *added; /* TOK_SPLIT_ADDED: the special tokens; else NULL */
 	int added_nl;               /* one of them has a '\n' before its last byte */
 	/* PRETOK_SPLIT_REGEX: the step's parameters as stored (u32 behavior, u32
@@ -48,6 +51,8 @@ struct tokenizer {
 	unsigned char *rx_param;
 	uint32_t rx_plen;
 	struct regex_split *rx;
+	/* tokenizer_max_ids(len) = len * ids_mult + ids_extra (bound_ids) */
+	size_t ids_mult, ids_extra;
 };
 
 static inline uint64_t bytes_slot(const unsigned char *s, size_t n)
@@ -95,6 +100,8 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->pair_key);
 	free(t->pair_rank);
 	free(t->whole);
+	spm_free(t->spm);
+	free(t->spm_p);
 	added_tokens_free(t->added);
 	free(t->rx_param);
 	regex_split_free(t->rx);
@@ -134,13 +141,38 @@ static int whole_init(struct tokenizer *t, const unsigned char *made, const char
 
 /* Validate the arrays of t (lens, bytes, merges, special filled in) and build
  * the indices. name is for messages. */
+/* The most ids an encoding of len bytes gives, as len * ids_mult +
+ * ids_extra. A stretch of n bytes between added tokens gives at most n ids
+ * (a token is at least one byte), 3n with TOK_NFC (NFC at most triples the
+ * bytes), and (n + extra) * growth for a SentencePiece-style one (its
+ * normalizers, spm_max_ids: affine in n); an added token of la bytes gives
+ * one id and starts a stretch, which may add the extra again, so ids_mult
+ * also covers (1 + extra) / la per byte of each. Being affine, the bound of
+ * a text is at least the bounds of its pieces added up with one extra each
+ * (cmd/encode.c places each piece's ids so). */
+static void bound_ids(struct tokenizer *t)
+{
+	size_t g = t->flags & TOK_NFC ? 3 : 1, e = 0;
+	if (t->spm) {
+		e = spm_max_ids(t->spm, 0);
+		g = spm_max_ids(t->spm, 1) - e;
+	}
+	t->ids_mult = g;
+	t->ids_extra = e;
+	for (uint32_t i = 0; t->added && i < t->nspecial; i++) {
+		size_t la = t->lens[t->special[i]], need = (1 + e + la - 1) / la;
+		if (need > t->ids_mult)
+			t->ids_mult = need;
+	}
+}
+
 static int tok_init(struct tokenizer *t, const char *name)
 {
 	uint32_t V = t->vocab;
 	if (!pretok_kind_name(t->pretok))
 		return error("%s: unknown pre-tokenizer kind %u (this asyncpp knows gpt2, cl100k, "
-			     "o200k, gpt2_digits, qwen, split_regex): written by a newer asyncpp?", name,
-			     t->pretok);
+			     "o200k, gpt2_digits, qwen, split_regex, spm, metaspace): written by a "
+			     "newer asyncpp?", name, t->pretok);
 	t->next = pretok_next_of(t->pretok);
 	if (t->pretok == PRETOK_SPLIT_REGEX && !t->rx) {
 		size_t wn = strlen(name) + 32, k;
@@ -160,9 +192,25 @@ static int tok_init(struct tokenizer *t, const char *name)
 		return error("%s: vocabulary size %u exceeds %u", name, V, TOKENIZER_MAX_VOCAB);
 	if (t->flags & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, t->flags);
+	if ((t->flags & TOK_DOC_TEMPLATE) && t->eot == TOKENIZER_NO_ID)
+		return error("%s: flag doc-template without a separator token: file is corrupt",
+			     name);
 	if ((t->flags & TOK_SPLIT_ADDED) && !t->nspecial) /* one file form per tokenizer */
 		return error("%s: flag split-added without special tokens: file is corrupt", name);
-	int loose = t->flags & TOK_IGNORE_MERGES; /* Hugging Face's merges: checked below */
+	int spm = (t->flags & TOK_SPM) != 0;
+	if (spm != (t->pretok == PRETOK_SPM || t->pretok == PRETOK_METASPACE) ||
+	    spm != (t->spm_p != NULL))
+		return error("%s: SentencePiece-style flag 0x%x with pre-tokenizer %s%s", name,
+			     t->flags, pretok_kind_name(t->pretok),
+			     t->spm_p ? "" : " and no SentencePiece parameters");
+	if (!spm && (t->flags & (TOK_BYTE_FALLBACK | TOK_FUSE_UNK)))
+		return error("%s: byte_fallback and fuse_unk (flags 0x%x) need a "
+			     "SentencePiece-style tokenizer", name, t->flags);
+	if (spm && (t->flags & TOK_NFC)) /* spm's normalizer chain holds its NFC */
+		return error("%s: flags 0x%x: NFC is a normalizer step of a SentencePiece-style "
+			     "tokenizer: file is corrupt", name, t->flags);
+	/* Hugging Face's merges: checked below */
+	int loose = (t->flags & (TOK_IGNORE_MERGES | TOK_SPM)) != 0;
 	if (!loose && (uint64_t)256 + t->nmerges + t->nspecial != V)
 		return error("%s: vocabulary size %u is not 256 bytes + %u merges + %u special tokens",
 			     name, V, t->nmerges, t->nspecial);
@@ -190,7 +238,9 @@ static int tok_init(struct tokenizer *t, const char *name)
 	for (int b = 0; b < 256; b++)
 		t->byte_id[b] = UINT32_MAX;
 	for (uint32_t i = 0; i < V; i++) {
-		if (t->is_special[i] || t->lens[i] != 1)
+		if (spm) /* its base symbols are characters (spm.c): every token may start */
+			made[i] = 1;
+		if (spm || t->is_special[i] || t->lens[i] != 1)
 			continue;
 		unsigned char b = t->bytes[t->off[i]];
 		if (t->byte_id[b] != UINT32_MAX) {
@@ -200,7 +250,7 @@ static int tok_init(struct tokenizer *t, const char *name)
 		t->byte_id[b] = i;
 		made[i] = 1;
 	}
-	for (int b = 0; b < 256; b++)
+	for (int b = 0; b < 256 && !spm; b++)
 		if (t->byte_id[b] == UINT32_MAX) {
 			error("%s: no token for the byte 0x%02x", name, b);
 			goto out;
@@ -246,7 +296,9 @@ static int tok_init(struct tokenizer *t, const char *name)
 		t->pair_key[i] = key;
 		t->pair_rank[i] = r;
 	}
-	if (loose && whole_init(t, made, name))
+	if ((t->flags & TOK_IGNORE_MERGES) && whole_init(t, made, name))
+		goto out;
+	if (spm && spm_new(&t->spm, t, t->spm_p, name))
 		goto out;
 	if ((t->flags & TOK_SPLIT_ADDED) && !t->added) {
 		const unsigned char **sp = xmalloc(st_mult(t->nspecial, sizeof(*sp)));
@@ -260,6 +312,7 @@ static int tok_init(struct tokenizer *t, const char *name)
 		free(sp);
 		free(len);
 	}
+	bound_ids(t);
 	rc = 0;
 out:
 	free(made);
@@ -270,7 +323,9 @@ out:
  * files (and their identity hashes) stay what earlier versions wrote. */
 static uint32_t file_version(const struct tokenizer *t)
 {
-	return t->pretok == PRETOK_GPT2 ? 1 : TOKENIZER_VERSION;
+	if (t->flags & TOK_SPM)
+		return 3;
+	return t->pretok == PRETOK_GPT2 ? 1 : 2;
 }
 
 /* Serialize with the hash field zero, then fill hash and crc. */
@@ -301,13 +356,22 @@ void tokenizer_serialize(const struct tokenizer *t, struct buf *out)
 		put_le32(w, t->special[i]);
 		buf_append(out, w, 4);
 	}
-	if (file_version(t) >= 2) { /* the pre-tokenizer section: one step */
+	if (file_version(t) == 2) { /* the pre-tokenizer section: one step */
 		put_le32(w, 1);
 		put_le32(w + 4, t->pretok);
 		put_le32(w + 8, t->rx_plen);
 		buf_append(out, w, 12);
 		if (t->rx_plen)
 			buf_append(out, t->rx_param, t->rx_plen);
+	} else if (file_version(t) == 3) { /* one step with its SentencePiece parameters */
+		struct buf par = {0};
+		spm_params_put(t->spm_p, &par);
+		put_le32(w, 1);
+		put_le32(w + 4, t->pretok);
+		put_le32(w + 8, (uint32_t)par.len);
+		buf_append(out, w, 12);
+		buf_append(out, par.data, par.len);
+		buf_free(&par);
 	}
 	unsigned char *p = out->data + start;
 	size_t n = out->len - start;
@@ -342,6 +406,15 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
 			  uint32_t eot, uint32_t flags)
 {
+	return tokenizer_build_spm(tok, vocab, lens, bytes, nmerges, merges, nspecial, special, eot,
+				   flags, PRETOK_GPT2, NULL);
+}
+
+int tokenizer_build_spm(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+			const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
+			uint32_t nspecial, const uint32_t *special, uint32_t eot, uint32_t flags,
+			uint32_t kind, const struct spm_params *p)
+{
 	*tok = NULL;
 	if (vocab > TOKENIZER_MAX_VOCAB || nmerges > TOKENIZER_MAX_VOCAB ||
 	    nspecial > TOKENIZER_MAX_VOCAB)
@@ -352,6 +425,11 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 	t->nspecial = nspecial;
 	t->eot = eot;
 	t->flags = flags;
+	t->pretok = kind;
+	if (p) {
+		t->spm_p = xmalloc(sizeof(*t->spm_p));
+		*t->spm_p = *p;
+	}
 	t->lens = xmalloc(st_mult(vocab ? vocab : 1, 4));
 	if (vocab)
 		memcpy(t->lens, lens, (size_t)vocab * 4);
@@ -379,6 +457,7 @@ int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t
 
 uint32_t tokenizer_pretok(const struct tokenizer *t) { return t->pretok; }
 uint32_t tokenizer_flags(const struct tokenizer *t) { return t->flags; }
+const struct spm_params *tokenizer_spm(const struct tokenizer *t) { return t->spm_p; }
 
 int tokenizer_set_split_regex(struct tokenizer *t, const char *pattern, size_t n,
 			      uint32_t behavior, int invert, const char *where)
@@ -456,6 +535,9 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 			     "(tokenizer_set_split_regex)");
 	if (!pretok_kind_name(kind))
 		return error("tokenizer: unknown pre-tokenizer kind %u", kind);
+	if ((t->flags & TOK_SPM) || kind == PRETOK_SPM || kind == PRETOK_METASPACE)
+		return error("tokenizer: a SentencePiece-style pre-tokenizer is set when building "
+			     "(tokenizer_build_spm)");
 	t->pretok = kind;
 	t->next = pretok_next_of(kind);
 	struct buf b = {0};
@@ -468,13 +550,14 @@ int tokenizer_set_pretok(struct tokenizer *t, uint32_t kind)
 /* The pre-tokenizer section of a version-2 file, p[0..n): a u32 count of
  * steps, then per step a u32 kind, a u32 parameter length and the
  * parameters. This asyncpp's kinds are single steps, with parameters only
- * for the Split regex (into t, checked by tok_init), and GPT-2's is never in
+ * for the Split regex (into t, checked by tok_init) and, in a version-3
+ * file, the SentencePiece-style kinds (t->spm_p), and GPT-2's is never in
  * one (a file is in the one form tokenizer_serialize writes). */
 static int read_pretok_section(const unsigned char *p, size_t n, struct tokenizer *t,
-			       const char *name)
+			       uint32_t version, const char *name)
 {
 	uint32_t *kind = &t->pretok;
-	if (n >= 12 && get_le32(p) == 1 && get_le32(p + 4) == PRETOK_SPLIT_REGEX) {
+	if (version == 2 && n >= 12 && get_le32(p) == 1 && get_le32(p + 4) == PRETOK_SPLIT_REGEX) {
 		if ((uint64_t)n != 12ULL + get_le32(p + 8))
 			return error("%s: pre-tokenizer section of %zu bytes, its step says %llu",
 				     name, n, 12ULL + get_le32(p + 8));
@@ -490,9 +573,23 @@ static int read_pretok_section(const unsigned char *p, size_t n, struct tokenize
 	if (steps != 1)
 		return error("%s: a pre-tokenizer chain of %u steps (this asyncpp reads one): "
 			     "written by a newer asyncpp?", name, steps);
+	if (version == 3) { /* SentencePiece-style: the step's parameters */
+		if (n < 12 || get_le32(p + 8) != n - 12)
+			return error("%s: pre-tokenizer section of %zu bytes, its step says %u bytes "
+				     "of parameters", name, n, n < 12 ? 0 : get_le32(p + 8));
+		*kind = get_le32(p + 4);
+		if (*kind != PRETOK_SPM && *kind != PRETOK_METASPACE)
+			return error("%s: version 3 with pre-tokenizer kind %u (version 3 holds the "
+				     "SentencePiece-style kinds): file is corrupt", name, *kind);
+		t->spm_p = xmalloc(sizeof(*t->spm_p));
+		return spm_params_get(t->spm_p, p + 12, n - 12, name);
+	}
 	if (n != 12)
 		return error("%s: pre-tokenizer section of %zu bytes, expected 12", name, n);
 	*kind = get_le32(p + 4);
+	if (*kind == PRETOK_SPM || *kind == PRETOK_METASPACE)
+		return error("%s: version 2 with the SentencePiece-style pre-tokenizer %s, which "
+			     "is written as version 3: file is corrupt", name, pretok_kind_name(*kind));
 	if (*kind == PRETOK_GPT2) /* one tokenizer, one file and one hash */
 		return error("%s: version 2 with GPT-2's pre-tokenizer, which is written as "
 			     "version 1: file is corrupt", name);
@@ -516,6 +613,9 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 			     name, version, TOKENIZER_VERSION);
 	if (get_le32(p + 12) & ~(uint32_t)TOK_KNOWN_FLAGS)
 		return error("%s: unknown flags 0x%x", name, get_le32(p + 12));
+	if ((version == 3) != ((get_le32(p + 12) & TOK_SPM) != 0))
+		return error("%s: version %u with flags 0x%x (version 3 is the SentencePiece-style "
+			     "tokenizers'): file is corrupt", name, version, get_le32(p + 12));
 	uint32_t V = get_le32(p + 16), M = get_le32(p + 20), S = get_le32(p + 24);
 	uint64_t L = get_le64(p + 32);
 	if (V > TOKENIZER_MAX_VOCAB || M > TOKENIZER_MAX_VOCAB || S > TOKENIZER_MAX_VOCAB ||
@@ -567,7 +667,7 @@ int tokenizer_load_mem(struct tokenizer **tok, const void *data, size_t n, const
 	t->special = xmalloc(st_mult(S ? S : 1, 4));
 	for (uint32_t i = 0; i < S; i++, q += 4)
 		t->special[i] = get_le32(q);
-	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), t, name))
+	if (version >= 2 && read_pretok_section(q, (size_t)(p + n - 4 - q), t, version, name))
 		goto fail;
 	if (tok_init(t, name))
 		goto fail;
@@ -741,10 +841,26 @@ static size_t bpe_heap(const struct tokenizer *t, uint32_t *sym, size_t n)
 
 #define SCAN_MAX 64 /* pieces up to this many bytes use bpe_scan */
 
+size_t tokenizer_bpe_ids(const struct tokenizer *t, uint32_t *sym, size_t n)
+{
+	if (n <= SCAN_MAX)
+		return bpe_scan(t, sym, n);
+	if (n > UINT32_MAX)
+		return n; /* positions are 32-bit; never reached by real pieces */
+	return bpe_heap(t, sym, n);
+}
+
+uint32_t tokenizer_whole_id(const struct tokenizer *t, const void *s, size_t n)
+{
+	return t->whole && n > 1 ? whole_lookup(t, s, n) : UINT32_MAX;
+}
+
 /* Encode one pre-token s[0..n) into out; returns the count. */
 static size_t encode_piece(const struct tokenizer *t, const unsigned char *s, size_t n,
 			   uint32_t *out)
 {
+	if (t->spm)
+		return spm_piece(t, t->spm, s, n, out);
 	if (t->whole && n > 1) { /* ignore_merges: a piece that is a token is taken whole */
 		uint32_t id = whole_lookup(t, s, n);
 		if (id != UINT32_MAX) {
@@ -795,6 +911,8 @@ static size_t encode_regex(const struct tokenizer *t, struct tok_cache *c,
 static size_t encode_plain(const struct tokenizer *t, const void *text, size_t len,
 			   uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, NULL, text, len, 1, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	if (t->rx)
@@ -895,7 +1013,7 @@ static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c
 				  uint32_t *out)
 {
 	const size_t mask = ((size_t)1 << CACHE_BITS) - 1;
-	if (l == 1) {
+	if (l == 1 && !t->spm) { /* a SentencePiece-style byte may be no token */
 		out[0] = t->byte_id[w[0]];
 		return 1;
 	}
@@ -948,6 +1066,8 @@ static size_t encode_cached_piece(const struct tokenizer *t, struct tok_cache *c
 static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c,
 				  const void *text, size_t len, uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, c, text, len, 1, out);
 	const unsigned char *s = text;
 	size_t pos = 0, nout = 0;
 	if (t->rx)
@@ -964,14 +1084,20 @@ static size_t encode_cached_plain(const struct tokenizer *t, struct tok_cache *c
 
 size_t tokenizer_max_ids(const struct tokenizer *t, size_t len)
 {
-	return t->flags & TOK_NFC ? st_mult(len, 3) : len;
+	return st_add(st_mult(len, t->ids_mult), t->ids_extra);
 }
 
 /* s[0..n) between added tokens: normalized (NFC, unless it is already
- * normal: the quick check), pre-tokenized and merged; c may be NULL. */
+ * normal: the quick check), pre-tokenized and merged; c may be NULL. A
+ * SentencePiece-style tokenizer normalizes each stretch as Hugging Face
+ * does (a Prepend on each, Metaspace's "first" only on the one at the start
+ * of the text: first). */
 static size_t encode_segment(const struct tokenizer *t, struct tok_cache *c,
-			     const unsigned char *s, size_t n, struct buf *tmp, uint32_t *out)
+			     const unsigned char *s, size_t n, int first, struct buf *tmp,
+			     uint32_t *out)
 {
+	if (t->spm)
+		return spm_encode(t, t->spm, c, s, n, first, out);
 	if ((t->flags & TOK_NFC) && !utf8_is_nfc_quick((const char *)s, n)) {
 		tmp->len = 0;
 		buf_reserve(tmp, UTF8_NFC_MAX(n));
@@ -995,7 +1121,7 @@ static size_t encode_full(const struct tokenizer *t, struct tok_cache *c, const 
 		if (t->added)
 			k = added_tokens_find(t->added, s + pos, len - pos, &at, &id);
 		if (at)
-			nout += encode_segment(t, c, s + pos, at, &tmp, out + nout);
+			nout += encode_segment(t, c, s + pos, at, !pos, &tmp, out + nout);
 		if (k)
 			out[nout++] = id;
 		pos += at + k;
@@ -1022,6 +1148,12 @@ size_t tokenizer_encode(const struct tokenizer *t, const void *text, size_t len,
 	return encode_plain(t, text, len, out);
 }
 
+size_t tokenizer_piece_cached(const struct tokenizer *t, struct tok_cache *c, const void *piece,
+			      size_t l, const void *end, uint32_t *out)
+{
+	return encode_cached_piece(t, c, piece, l, end, out);
+}
+
 size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 			       const void *text, size_t len, uint32_t *out)
 {
@@ -1033,6 +1165,14 @@ size_t tokenizer_encode_cached(const struct tokenizer *t, struct tok_cache *c,
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,
 		     struct buf *out)
 {
+	for (size_t i = 0; i < n && t->spm; i++)
+		if (ids[i] >= t->vocab)
+			return error("token id %u out of range (vocabulary %u)", ids[i], t->vocab);
+	if (t->spm) {
+		spm_decode(t, t->spm, ids, n, flags & TOK_DECODE_SKIP_SPECIAL,
+			   !(flags & TOK_DECODE_CONTINUE), out);
+		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		uint32_t id = ids[i];
 		if (id >= t->vocab)
@@ -1100,13 +1240,21 @@ int tokenizer_inspect(const char *path, FILE *out)
 	}
 	fprintf(out, "%s: asyncpp tokenizer, format version %u, %zu bytes\n", path,
 		get_le32(b.data + 8), b.len);
-	if (t->flags & TOK_IGNORE_MERGES) /* several merges may make one token */
+	if (t->flags & TOK_SPM)
+		fprintf(out, "vocabulary:     %u tokens (%u special; %u merges)\n", t->vocab,
+			t->nspecial, t->nmerges);
+	else if (t->flags & TOK_IGNORE_MERGES) /* several merges may make one token */
 		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u special; %u merges, whole "
 			"pieces taken first)\n", t->vocab, t->nspecial, t->nmerges);
 	else
 		fprintf(out, "vocabulary:     %u tokens (256 bytes, %u merges, %u special)\n",
 			t->vocab, t->nmerges, t->nspecial);
-	if (t->pretok == PRETOK_GPT2)
+	if (t->spm) {
+		struct buf d = {0};
+		spm_describe(t->spm, &d);
+		fwrite(d.data, 1, d.len, out);
+		buf_free(&d);
+	} else if (t->pretok == PRETOK_GPT2)
 		fprintf(out, "pre-tokenizer:  GPT-2 pattern (Unicode %s tables)\n",
 			unicode_tables_version);
 	else if (t->pretok == PRETOK_GPT2_DIGITS)
@@ -1146,7 +1294,9 @@ int tokenizer_inspect(const char *path, FILE *out)
 		}
 		fprintf(out, "special token:  %u ", id);
 		print_quoted(out, t->bytes + t->off[id], t->lens[id]);
-		fprintf(out, "%s\n", id == t->eot ? " (end of text)" : "");
+		fprintf(out, "%s\n", id != t->eot ? ""
+				     : (t->flags & TOK_DOC_TEMPLATE) ? " (before each document: "
+				     "TemplateProcessing)" : " (end of text)");
 	}
 	if (unused)
 		fprintf(out, "unused ids:     %u (special tokens <|unused_ID|>)\n", unused);

@@ -1,16 +1,23 @@
-/* tokenizer.h - byte-level BPE tokenizer: file format, encoding, decoding.
+/* tokenizer.h - BPE tokenizer: file format, encoding, decoding.
  *
- * Tokens are byte strings; ids run from 0 to vocab_size-1. Every tokenizer
- * has the 256 single-byte tokens (so any bytes encode losslessly), one token
- * per merge, and special tokens such as <|endoftext|> that plain text never
- * produces. Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
+ * Tokens are byte strings; ids run from 0 to vocab_size-1. A byte-level
+ * tokenizer has the 256 single-byte tokens (so any bytes encode losslessly),
+ * one token per merge, and special tokens such as <|endoftext|> that plain
+ * text never produces. A SentencePiece-style one (TOK_SPM: Llama 2,
+ * Mistral) holds each token as its UTF-8 string instead ('▁' and all, the
+ * byte-fallback tokens as their names "<0xXX>"), starts BPE from a piece's
+ * characters and has a normalizer chain: io/text/spm.h says how.
+ *
+ * Text is pre-tokenized by the tokenizer's kind of pre-tokenizer
  * (io/text/pretok.h: GPT-2's, tiktoken's cl100k or o200k, SmolLM's), then
  * merges are applied within each piece in rank order (with
  * TOK_IGNORE_MERGES, a piece that is a token is taken whole).
  *
- * The file format (magic "ASYNCTOK", version 2, crc32c) is documented byte by
+ * The file format (magic "ASYNCTOK", version 3, crc32c) is documented byte by
  * byte in asyncpp-formats(5): version 1 has no pre-tokenizer section (GPT-2's),
- * and is still what a GPT-2-kind tokenizer is written as. Readers check
+ * and is still what a GPT-2-kind tokenizer is written as; version 2 is what
+ * other byte-level ones are written as; version 3 (TOK_SPM alone) adds the
+ * SentencePiece parameters to the pre-tokenizer section. Readers check
  * everything before use.
  */
 #ifndef ASYNCPP_TOKENIZER_H
@@ -24,7 +31,7 @@
 #include "regex_split.h"
 
 #define TOKENIZER_MAGIC "ASYNCTOK"
-#define TOKENIZER_VERSION 2
+#define TOKENIZER_VERSION 3
 #define TOKENIZER_MAX_VOCAB (1u << 24)
 #define TOKENIZER_NO_ID UINT32_MAX
 #define TOKENIZER_EOT "<|endoftext|>"
@@ -67,12 +74,37 @@ int tokenizer_build(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens
  * without it a special token's text is plain text). */
 #define TOK_NFC 2u
 #define TOK_SPLIT_ADDED 4u
-#define TOK_KNOWN_FLAGS (TOK_IGNORE_MERGES | TOK_NFC | TOK_SPLIT_ADDED)
+/* SentencePiece-style BPE (io/text/spm.h), with its BPE options: a character
+ * that is no token becomes its bytes' "<0xXX>" tokens, consecutive unknown
+ * characters give one unknown token. Merges may make a token more than once
+ * (the converter lists every split) and the base characters are tokens that
+ * no merge makes. */
+#define TOK_SPM 8u
+#define TOK_BYTE_FALLBACK 16u
+#define TOK_FUSE_UNK 32u
+/* TOK_DOC_TEMPLATE: the end-of-text id is the token of tokenizer.json's
+ * TemplateProcessing [SpecialToken X, Sequence A] (Llama 2's <s>, Meta's
+ * Llama 3 <|begin_of_text|>): what tokenize encode puts before each document,
+ * so a shard holds Hugging Face's encode(document, add_special_tokens=true)
+ * for each; export writes the template back. */
+#define TOK_DOC_TEMPLATE 64u
+#define TOK_KNOWN_FLAGS (TOK_IGNORE_MERGES | TOK_NFC | TOK_SPLIT_ADDED | TOK_SPM | \
+			 TOK_BYTE_FALLBACK | TOK_FUSE_UNK | TOK_DOC_TEMPLATE)
 int tokenizer_build_flags(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
 			  const unsigned char *bytes, uint32_t nmerges,
 			  const uint32_t (*merges)[3], uint32_t nspecial, const uint32_t *special,
 			  uint32_t eot, uint32_t flags);
 uint32_t tokenizer_flags(const struct tokenizer *tok);
+
+/* A SentencePiece-style tokenizer (flags hold TOK_SPM; kind PRETOK_SPM or
+ * PRETOK_METASPACE; p its normalizers, Metaspace, unknown token, decoder),
+ * built as tokenizer_build_flags; and its parameters (NULL for another). */
+struct spm_params;
+int tokenizer_build_spm(struct tokenizer **tok, uint32_t vocab, const uint32_t *lens,
+			const unsigned char *bytes, uint32_t nmerges, const uint32_t (*merges)[3],
+			uint32_t nspecial, const uint32_t *special, uint32_t eot, uint32_t flags,
+			uint32_t kind, const struct spm_params *p);
+const struct spm_params *tokenizer_spm(const struct tokenizer *tok);
 
 /* The pre-tokenizer kind (enum pretok_kind); a built tokenizer has GPT-2's
  * until set (which updates the identity hash). Returns 0, or -1 after error()
@@ -112,17 +144,21 @@ uint64_t tokenizer_hash(const struct tokenizer *tok);
 const unsigned char *tokenizer_token(const struct tokenizer *tok, uint32_t id, size_t *len);
 int tokenizer_is_special(const struct tokenizer *tok, uint32_t id);
 
-/* Encode len bytes of text into out, which must have room for
- * tokenizer_max_ids(tok, len) ids (len: a token is at least one byte, and
- * NFC at most triples the bytes). Returns the number of ids. Special tokens
- * are produced from text only with TOK_SPLIT_ADDED; else "<|endoftext|>" in
- * the text is plain text. Thread-safe on a shared tokenizer. */
+/* Most ids the encoding of len bytes gives: len for a byte-level tokenizer
+ * (a token is at least one byte), three times that with TOK_NFC (NFC at most
+ * triples the bytes), and for a SentencePiece-style one what its normalizer
+ * chain can grow the text to (io/text/spm.h). */
 size_t tokenizer_max_ids(const struct tokenizer *tok, size_t len);
 /* pretok_split_point_of for the tokenizer: a cut in text[0..len) at or after
  * target where encoding the two sides apart gives the ids of the whole (also
  * with its normalizer and added tokens); len when there is none. */
 size_t tokenizer_split_point(const struct tokenizer *tok, const void *text, size_t len,
 			     size_t target);
+
+/* Encode len bytes of text into out, which must have room for
+ * tokenizer_max_ids(tok, len) ids. Returns the number of ids. Special tokens
+ * are produced from text only with TOK_SPLIT_ADDED; else "<|endoftext|>" in
+ * the text is plain text. Thread-safe on a shared tokenizer. */
 size_t tokenizer_encode(const struct tokenizer *tok, const void *text, size_t len, uint32_t *out);
 
 /* The same with a cache of encoded pre-tokens, much faster on real text.
@@ -138,9 +174,21 @@ size_t tokenizer_encode_cached(const struct tokenizer *tok, struct tok_cache *c,
 size_t tokenizer_bpe_piece(const struct tokenizer *tok, const void *s, size_t n, uint32_t *out,
 			   int method);
 
+/* For spm.c: the merges on the initial symbols sym[0..n) (in place; returns
+ * the count); the non-special token with bytes s[0..n) under
+ * TOK_IGNORE_MERGES (UINT32_MAX: none); one pre-token through the cache. */
+size_t tokenizer_bpe_ids(const struct tokenizer *tok, uint32_t *sym, size_t n);
+uint32_t tokenizer_whole_id(const struct tokenizer *tok, const void *s, size_t n);
+size_t tokenizer_piece_cached(const struct tokenizer *tok, struct tok_cache *c, const void *s,
+			      size_t n, const void *end, uint32_t *out);
+
 /* Append the bytes of ids to out. With TOK_DECODE_SKIP_SPECIAL special
- * tokens produce nothing. Returns 0, or -1 (error()) on an id >= vocab. */
+ * tokens produce nothing. A SentencePiece-style tokenizer gives the text
+ * (spm.h), dropping the leading ' ' of a sequence unless
+ * TOK_DECODE_CONTINUE says ids continue an earlier call's. Returns 0, or
+ * -1 (error()) on an id >= vocab. */
 #define TOK_DECODE_SKIP_SPECIAL 1
+#define TOK_DECODE_CONTINUE 2
 int tokenizer_decode(const struct tokenizer *tok, const uint32_t *ids, size_t n, int flags,
 		     struct buf *out);
 
@@ -219,12 +267,15 @@ void tiktoken_llama3_special(uint32_t i, char *name, size_t cap);
  * refused naming its JSON path. Added tokens (special or not) become special
  * tokens, found in text first (TOK_SPLIT_ADDED); the end-of-text id is
  * <|endoftext|>'s, else eos_hint when that is a special token (-1: none),
- * else <|end_of_text|>'s. */
+ * else <|end_of_text|>'s. A SentencePiece-style file (no pre-tokenizer,
+ * Metaspace, or byte_fallback: Llama 2's, Mistral's) is read by hf_spm.c
+ * instead (io/text/hf_parts.h; end of text </s> after eos_hint). */
 int hf_tokenizer_read(struct tokenizer **tok, const char *path, long eos_hint);
 /* Write DIR/tokenizer.json and DIR/tokenizer_config.json (max_length: the
  * model's context), and with gpt2_files also GPT-2's DIR/vocab.json and
  * DIR/merges.txt (only for GPT-2's pre-tokenizer without flags); each file
- * atomically. The o200k pre-tokenizer is refused. Refused when two tokens have the
+ * atomically. A SentencePiece-style tokenizer is written by hf_spm.c. The
+ * o200k pre-tokenizer is refused. Refused when two tokens have the
  * same bytes or a special token is not UTF-8 (JSON cannot hold it). */
 int hf_tokenizer_write(const struct tokenizer *tok, const char *dir, int gpt2_files,
 		       int max_length);

@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct tokenizer *tok, *back;
 	if (!hf_tokenizer_read(&tok, path, -1)) {
 		static const char text[] = "the then thin\n\n\xff caf\xc3\xa9 12";
-		uint32_t ids[3 * sizeof(text)]; /* tokenizer_max_ids: NFC at most triples */
+		uint32_t *ids = xmalloc(st_mult(tokenizer_max_ids(tok, sizeof(text)), sizeof(*ids)));
 		size_t n = tokenizer_encode(tok, text, sizeof(text) - 1, ids);
 		struct buf out = {0};
 		struct split_step st[SPLIT_MAX_STEPS];
@@ -43,9 +43,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!tokenizer_split_chain(tok, st, &k))
 			for (size_t i = 0; i < k; i++)
 				removes |= st[i].behavior == SPLIT_REMOVED;
+		/* a SentencePiece-style tokenizer's normalizers may change the text */
 		if (tokenizer_decode(tok, ids, n, 0, &out) ||
-		    (!removes && (out.len != sizeof(text) - 1 || memcmp(out.data, text, out.len))))
+		    (!removes && !(tokenizer_flags(tok) & TOK_SPM) &&
+		     (out.len != sizeof(text) - 1 || memcmp(out.data, text, out.len))))
 			abort();
+		free(ids);
 		buf_free(&out);
 		/* written back: the same tokenizer, unless two tokens share bytes
 		 * (refused with a message) */

@@ -1,7 +1,9 @@
 /* fuzz_tokenizer.c - the tokenizer-file reader and the encoder.
  *
  * The input is (1) loaded as a tokenizer file, which must either fail cleanly
- * or give a tokenizer that round-trips text and the input itself, and (2)
+ * or give a tokenizer that round-trips text and the input itself (a
+ * SentencePiece-style one, whose normalizers may change the text, at least
+ * encodes within its bound and the same with the cache), and (2)
  * encoded as text with a fixed tokenizer, which must decode to the input
  * byte for byte. Any mismatch aborts. */
 #include <stdint.h>
@@ -40,9 +42,10 @@ static void check_round_trip(const struct tokenizer *tok, const uint8_t *data, s
 		buf_reserve(&want, UTF8_NFC_MAX(size) + 1);
 		want.len = utf8_nfc((const char *)data, size, (char *)want.data, UTF8_NFC_MAX(size));
 	}
+	/* a SentencePiece-style tokenizer's normalizers may change the text */
+	int exact = lossless(tok) && !(tokenizer_flags(tok) & TOK_SPM);
 	if (n > max || tokenizer_decode(tok, ids, n, 0, &out) ||
-	    (lossless(tok) && (out.len != want.len ||
-			       (want.len && memcmp(out.data, want.data, want.len)))))
+	    (exact && (out.len != want.len || (want.len && memcmp(out.data, want.data, want.len)))))
 		abort();
 	buf_free(&want);
 	struct tok_cache *c = tok_cache_new(tok);

@@ -116,7 +116,7 @@ for c in "lstrip|added_tokens[1].lstrip: an added token with lstrip true is not 
 	"normalized|added_tokens[1].normalized: an added token found in normalized text" \
 	"normalized_default|added_tokens[1].normalized: an added token found in normalized" \
 	"nfkc|normalizer: normalizer 'NFKC' is not implemented (asyncpp implements none and NFC)" \
-	"template|post_processor: post-processor 'TemplateProcessing' is not implemented" \
+	"template|post_processor.special_tokens: '<|im' must give the one id" \
 	"groups|added_tokens[2] and added_tokens[3]: '<|im_start|>' and '<|im' can overlap"; do
 	python3 mk.py "${c%%|*}" > r.json
 	refused "refuse_${c%%|*}" "${c#*|}" $A tokenize import-hf -o bad.tok r.json

@@ -577,6 +577,6 @@ TEST(tokenizers_we_cannot_reproduce_are_refused)
 	       "added_tokens[0].lstrip: an added token with lstrip true is not implemented");
 	REFUSE("llama", "tokenizer.json", "\"post_processor\": null",
 	       "\"post_processor\": {\"type\": \"TemplateProcessing\"}",
-	       "post-processor 'TemplateProcessing'");
+	       "post_processor.single: a template other than [SpecialToken, Sequence A]");
 	REFUSE("gpt2", "tokenizer.json", "\"i n\"", "\"i x\"", "merge 3 ('i' 'x')");
 }
