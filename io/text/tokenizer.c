@@ -995,7 +995,11 @@ static inline uint64_t piece_words(const unsigned char *w, size_t n, const unsig
 		uint64_t x = 0;
 		if ((size_t)(end - (w + i)) >= 8) {
 			memcpy(&x, w + i, 8);
-			x &= ~0ULL >> (8 * (8 - (n - i)));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+			x &= ~0ULL << (8 * (8 - (n - i))); /* the piece's bytes lead */
+#else
+			x &= ~0ULL >> (8 * (8 - (n - i))); /* the piece's bytes are the low ones */
+#endif
 		} else {
 			memcpy(&x, w + i, n - i);
 		}
