@@ -30,6 +30,12 @@
  *    child process, whose peak RSS above its start is printed beside the
  *    bytes accounted for it (all stages, activations and gradients too).
  *
+ *  - --sweep schedules: every kind that trains in threads at S = 2 and 4
+ *    (--stages), M = pipeline.micro_batches (2S when 1): tokens/s over the
+ *    same 3N timed steps, the ratio to 1f1b, the last loss (the synchronous
+ *    kinds must print 1f1b's exactly), and the simulator's predicted ratio
+ *    from the 1f1b run's per-stage busy time (predict_rate).
+ *
  * Timings are not asserted by any test (HACKING.md); bench/NOTES.md keeps
  * measured figures with their commands.
  */
