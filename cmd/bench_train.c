@@ -805,7 +805,8 @@ int bench_train(int argc, char **argv)
 		OPT_STRING('c', "config", &config_file, "FILE", "read the configuration from an INI file"),
 		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
 		OPT_INT('n', "steps", &steps, "N",
-			"timed steps (default 10; the sweep times N and 2N steps per configuration, default 4)"),
+			"timed steps (default 10; the sweep times N and 2N steps per configuration, default 4; "
+			"2 for --sweep schedules)"),
 		OPT_INT('w', "warmup", &warmup, "N", "untimed steps first (default 2)"),
 		OPT_STRING('j', "threads", &threads_arg, "LIST",
 			   "CPU thread counts, one row each, e.g. 1,2 (0 = all cores; default 1,all); "
@@ -846,7 +847,7 @@ int bench_train(int argc, char **argv)
 					 SWEEP_MAX_S);
 	}
 	if (!steps)
-		steps = sweep ? 4 : 10;
+		steps = !sweep ? 10 : !strcmp(sweep, "schedules") ? 2 : 4; /* 14 trainers */
 	if (warmup < 0)
 		warmup = 2;
 	if (steps < 1 || steps > 1000000 || warmup > 1000000 || repeat < 1 || repeat > 1000)
