@@ -541,8 +541,8 @@ static int bench_sweep(struct bench_ctx *b, int steps, int warmup, int repeat, i
 			for (int r = 0; r < repeat; r++) {
 				for (int k = 0; k < 2; k++) {
 					struct sweep_res res;
-					if (sweep_measure(b, kinds[k], S, mult * S, steps, warmup, pt, &res,
-							  NULL))
+					if (sweep_measure(b, kinds[k], S, mult * S, steps, warmup, pt,
+							  &res, NULL))
 						return -1;
 					if (!r || (res.wall > 0 && (!(best[k].wall > 0) ||
 								    res.wall < best[k].wall)))
@@ -594,7 +594,8 @@ static double predict_rate(enum sched_kind kind, int S, int M, const double *bus
 	if (!sc)
 		return 0;
 	for (int s = 0; s < S; s++)
-		per[s] = (struct sim_times){.fwd = busy[s] / (3.0 * M), .bwd = 2 * busy[s] / (3.0 * M),
+		per[s] = (struct sim_times){.fwd = busy[s] / (3.0 * M),
+					    .bwd = 2 * busy[s] / (3.0 * M),
 					    .wfrac = SWEEP_WFRAC};
 	struct sim_result r;
 	double rate = 0;
@@ -665,8 +666,8 @@ static int bench_schedules(struct bench_ctx *b, const int *stages, int nstages, 
 	       "and data; %d cores\n", c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH,
 	       c->T, c->V, b->cfg->train_batch_size, b->cfg->model_seq_len, b->cfg->optim_name,
 	       warmup, 3 * steps, b->ncores);
-	printf("x 1f1b: measured tokens/s over 1f1b's; predicted: the simulator's (bench schedule)\n"
-	       "steps/s over 1f1b's, from each stage's busy time per step in the 1f1b run split\n"
+	printf("x 1f1b: measured tokens/s over 1f1b's; predicted: the simulator's "
+	       "(bench schedule)\nsteps/s over 1f1b's, from each stage's busy time per step in the 1f1b run split\n"
 	       "as busy = M (F + B), B = 2F, W = %.1f B (the split backward's share on the CPU);\n"
 	       "loss: the last step's, which the synchronous kinds must give exactly as 1f1b\n\n",
 	       SWEEP_WFRAC);
@@ -676,7 +677,8 @@ static int bench_schedules(struct bench_ctx *b, const int *stages, int nstages, 
 	for (int i = 0; i < nstages; i++) {
 		int S = stages[i];
 		long M = M0 > 1 ? M0 : 2 * S;
-		int pt = threads_given ? (threads0 > 0 ? threads0 : b->ncores) : MAX(1, b->ncores / S);
+		int pt = threads_given ? (threads0 > 0 ? threads0 : b->ncores)
+				       : MAX(1, b->ncores / S);
 		if (schedules_at(b, S, (int)M, steps, warmup, pt))
 			return -1;
 	}
@@ -831,8 +833,8 @@ int bench_train(int argc, char **argv)
 		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
 	if (sweep && strcmp(sweep, "pipeline") && strcmp(sweep, "overhead") &&
 	    strcmp(sweep, "schedules"))
-		opts_usage_error(usage, options, "unknown sweep '%s' (pipeline, overhead or schedules)",
-				 sweep);
+		opts_usage_error(usage, options,
+				 "unknown sweep '%s' (pipeline, overhead or schedules)", sweep);
 	int stages[SWEEP_MAX_S] = {2, 4}, nstages = 2;
 	if (stages_arg && (!sweep || strcmp(sweep, "schedules")))
 		opts_usage_error(usage, options, "--stages is for --sweep schedules");
@@ -842,9 +844,8 @@ int bench_train(int argc, char **argv)
 			if (stages[i] < 2 || stages[i] > SWEEP_MAX_S)
 				nstages = -1;
 		if (nstages <= 0)
-			opts_usage_error(usage, options,
-					 "--stages wants a comma-separated list of 2 to %d, e.g. 2,4",
-					 SWEEP_MAX_S);
+			opts_usage_error(usage, options, "--stages wants a comma-separated "
+					 "list of 2 to %d, e.g. 2,4", SWEEP_MAX_S);
 	}
 	if (!steps)
 		steps = !sweep ? 10 : !strcmp(sweep, "schedules") ? 2 : 4; /* 14 trainers */
@@ -885,8 +886,8 @@ int bench_train(int argc, char **argv)
 		goto out_cfg;
 	if (sweep && !strcmp(sweep, "schedules")) {
 		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
-		rc = bench_schedules(&b, stages, nstages, (int)steps, (int)warmup, threads_arg != NULL,
-				     threads[0]) ? EXIT_FAIL : EXIT_OK;
+		rc = bench_schedules(&b, stages, nstages, (int)steps, (int)warmup,
+				     threads_arg != NULL, threads[0]) ? EXIT_FAIL : EXIT_OK;
 	} else if (sweep && !strcmp(sweep, "overhead")) {
 		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
 		rc = bench_overhead(&b, (int)steps, (int)warmup) ? EXIT_FAIL : EXIT_OK;
