@@ -30,6 +30,12 @@
  *    child process, whose peak RSS above its start is printed beside the
  *    bytes accounted for it (all stages, activations and gradients too).
  *
+ *  - --sweep schedules: every kind that trains in threads at S = 2 and 4
+ *    (--stages), M = pipeline.micro_batches (2S when 1): tokens/s over the
+ *    same 3N timed steps, the ratio to 1f1b, the last loss (the synchronous
+ *    kinds must print 1f1b's exactly), and the simulator's predicted ratio
+ *    from the 1f1b run's per-stage busy time (predict_rate).
+ *
  * Timings are not asserted by any test (HACKING.md); bench/NOTES.md keeps
  * measured figures with their commands.
  */
@@ -58,7 +64,8 @@
 
 static const char *const usage[] = {
 	"asyncpp bench train [-c FILE] [--set SECTION.KEY=VALUE]... [--steps N] [--warmup N] "
-	"[--threads LIST] [--sweep pipeline [--repeat R]] [--sweep overhead]",
+	"[--threads LIST] [--sweep pipeline [--repeat R]] [--sweep overhead] "
+	"[--sweep schedules [--stages LIST]]",
 	NULL,
 };
 
@@ -430,10 +437,13 @@ static void snap(const struct trainer *tr, struct seg *s)
  * and idle seconds; seg_cost what a segment pays once. */
 struct sweep_res {
 	double wall, seg_cost, busy[SWEEP_MAX_S], idle[SWEEP_MAX_S];
+	double mean, mean_busy[SWEEP_MAX_S]; /* per step over all 3 N timed steps */
 };
 
+/* *loss (unless NULL): the last step's, after warm-up + 3 N steps from the
+ * same initial weights and data whatever the kind. */
 static int sweep_measure(struct bench_ctx *b, const char *kind, int S, int M, int steps,
-			 int warmup, int per_stage_threads, struct sweep_res *r)
+			 int warmup, int per_stage_threads, struct sweep_res *r, double *loss)
 {
 	struct config *cfg = b->cfg;
 	struct trainer tr;
@@ -451,7 +461,7 @@ static int sweep_measure(struct bench_ctx *b, const char *kind, int S, int M, in
 	snap(&tr, &s0);
 	rc = rc ? rc : run_steps(&tr, steps, NULL);
 	snap(&tr, &s1);
-	rc = rc ? rc : run_steps(&tr, 2 * steps, NULL);
+	rc = rc ? rc : run_steps(&tr, 2 * steps, loss);
 	snap(&tr, &s2);
 	drop_trainer(&tr, &dl);
 	if (rc)
@@ -460,7 +470,9 @@ static int sweep_measure(struct bench_ctx *b, const char *kind, int S, int M, in
 	 * segment pays once (fill, drain, set-up): 2 seg(N) - seg(2N) */
 	r->wall = ((s2.wall - s1.wall) - (s1.wall - s0.wall)) / steps;
 	r->seg_cost = 2 * (s1.wall - s0.wall) - (s2.wall - s1.wall);
+	r->mean = (s2.wall - s0.wall) / (3 * steps);
 	for (int s = 0; s < S; s++) {
+		r->mean_busy[s] = (s2.busy[s] - s0.busy[s]) / (3 * steps);
 		r->busy[s] = ((s2.busy[s] - s1.busy[s]) - (s1.busy[s] - s0.busy[s])) / steps;
 		r->idle[s] = ((s2.idle[s] - s1.idle[s]) - (s1.idle[s] - s0.idle[s])) / steps;
 		if (r->idle[s] < 0)
@@ -529,7 +541,8 @@ static int bench_sweep(struct bench_ctx *b, int steps, int warmup, int repeat, i
 			for (int r = 0; r < repeat; r++) {
 				for (int k = 0; k < 2; k++) {
 					struct sweep_res res;
-					if (sweep_measure(b, kinds[k], S, mult * S, steps, warmup, pt, &res))
+					if (sweep_measure(b, kinds[k], S, mult * S, steps, warmup, pt,
+							  &res, NULL))
 						return -1;
 					if (!r || (res.wall > 0 && (!(best[k].wall > 0) ||
 								    res.wall < best[k].wall)))
@@ -539,6 +552,135 @@ static int bench_sweep(struct bench_ctx *b, int steps, int warmup, int repeat, i
 			for (int k = 0; k < 2; k++)
 				sweep_print(b, kinds[k], S, mult * S, &best[k]);
 		}
+	}
+	return 0;
+}
+
+/* ---- --sweep schedules ---- */
+
+/* The split backward's weight gradient W as a share of the fused backward
+ * on the CPU (bench/NOTES.md), for the simulator's B/W split. */
+#define SWEEP_WFRAC 0.4
+
+/* Why kind cannot train at S stages and M micro-batches on L layers, in
+ * buf; NULL when it can. */
+static const char *kind_misfit(enum sched_kind kind, int S, int M, int L, char *buf, size_t len)
+{
+	int V = kind == SCHED_INTERLEAVED || kind == SCHED_ZBV ? 2 : 1;
+	if (L % (S * V))
+		snprintf(buf, len, "n_layer %d is not a multiple of S x %d chunk%s = %d", L, V,
+			 V == 1 ? "" : "s", S * V);
+	else if (kind == SCHED_INTERLEAVED && M % S)
+		snprintf(buf, len, "M = %d is not a multiple of S = %d", M, S);
+	else if (kind == SCHED_ZBV && M < 2 * S)
+		snprintf(buf, len, "M = %d is under 2S = %d", M, 2 * S);
+	else
+		return NULL;
+	return buf;
+}
+
+/* The simulator's steps per second of kind at S, M with each stage's
+ * forward and backward from the 1f1b run's busy seconds per step: busy =
+ * M (fwd + bwd) with bwd = 2 fwd, W = SWEEP_WFRAC of bwd, no message
+ * latency. Over the steady window where there is one, else the makespan.
+ * 0 when it cannot be simulated. */
+static double predict_rate(enum sched_kind kind, int S, int M, const double *busy)
+{
+	struct sim_times per[SWEEP_MAX_S];
+	char err[256];
+	int steps = 6;
+	struct schedule *sc = sched_build_virtual(kind, S, M, kind == SCHED_INTERLEAVED ? 2 : 0,
+						 steps, 0, err, sizeof(err));
+	if (!sc)
+		return 0;
+	for (int s = 0; s < S; s++)
+		per[s] = (struct sim_times){.fwd = busy[s] / (3.0 * M),
+					    .bwd = 2 * busy[s] / (3.0 * M),
+					    .wfrac = SWEEP_WFRAC};
+	struct sim_result r;
+	double rate = 0;
+	if (!sched_simulate_stages(sc, per, &r)) {
+		if (r.steady_bubble >= 0 && r.steady_t1 > r.steady_t0)
+			rate = (r.steady_hi - r.steady_lo) / (r.steady_t1 - r.steady_t0);
+		else if (r.makespan > 0)
+			rate = steps / r.makespan;
+		sim_result_free(&r);
+	}
+	sched_free(sc);
+	return rate;
+}
+
+static const enum sched_kind sweep_kinds[] = {SCHED_1F1B,  SCHED_GPIPE, SCHED_INTERLEAVED,
+					      SCHED_ZBH1,  SCHED_ZBV,   SCHED_2BW,
+					      SCHED_2BW_ZB};
+
+/* One S: every kind in sweep_kinds, 1f1b first (its loss and stage times
+ * are the others' reference). */
+static int schedules_at(struct bench_ctx *b, int S, int M, int steps, int warmup, int pt)
+{
+	struct config *cfg = b->cfg;
+	double tokens = (double)M * cfg->train_batch_size * cfg->model_seq_len;
+	double ref_tps = 0, ref_loss = 0, ref_rate = 0, ref_busy[SWEEP_MAX_S] = {0};
+	printf("-- S=%d, M=%d, %d thread%s per stage\n", S, M, pt, pt == 1 ? "" : "s");
+	for (size_t k = 0; k < ARRAY_SIZE(sweep_kinds); k++) {
+		enum sched_kind kind = sweep_kinds[k];
+		const char *name = sched_kind_name(kind);
+		char why[128];
+		if (kind_misfit(kind, S, M, b->m.cfg.L, why, sizeof(why))) {
+			printf("%-12s %2d %3d  skipped: %s\n", name, S, M, why);
+			if (kind == SCHED_1F1B)
+				return 0; /* no reference for the others */
+			continue;
+		}
+		struct sweep_res r;
+		double loss = 0;
+		if (set_key(cfg, "pipeline", "virtual_stages", kind == SCHED_INTERLEAVED ? 2 : 1) ||
+		    sweep_measure(b, name, S, M, steps, warmup, pt, &r, &loss))
+			return -1;
+		double tps = tokens / r.mean;
+		if (kind == SCHED_1F1B) {
+			ref_tps = tps;
+			ref_loss = loss;
+			memcpy(ref_busy, r.mean_busy, sizeof(ref_busy));
+			ref_rate = predict_rate(kind, S, M, ref_busy);
+		}
+		double rate = predict_rate(kind, S, M, ref_busy);
+		/* the synchronous kinds compute 1f1b's step (DESIGN.md): the
+		 * same loss, bit for bit */
+		const char *mark = sched_kind_async(kind) ? "(async)"
+				   : loss == ref_loss  ? "= 1f1b"
+						       : "MISMATCH";
+		printf("%-12s %2d %3d %9.0f %9.1f %7.3f %7.3f %10.6f  %s\n", name, S, M, tps,
+		       1e3 * r.mean, tps / ref_tps, ref_rate > 0 ? rate / ref_rate : 0, loss, mark);
+		fflush(stdout);
+	}
+	return set_key(cfg, "pipeline", "virtual_stages", 1);
+}
+
+static int bench_schedules(struct bench_ctx *b, const int *stages, int nstages, int steps,
+			   int warmup, int threads_given, int threads0)
+{
+	const struct model_config *c = &b->m.cfg;
+	printf("schedule sweep: %s, L=%d d=%d H=%d T=%d V=%d, micro-batches of %ld x %ld tokens, "
+	       "optimizer %s, threads; %d warm-up + %d timed steps per kind from the same weights "
+	       "and data; %d cores\n", c->arch == ARCH_GPT2 ? "gpt2" : "llama", c->L, c->C, c->NH,
+	       c->T, c->V, b->cfg->train_batch_size, b->cfg->model_seq_len, b->cfg->optim_name,
+	       warmup, 3 * steps, b->ncores);
+	printf("x 1f1b: measured tokens/s over 1f1b's; predicted: the simulator's "
+	       "(bench schedule)\nsteps/s over 1f1b's, from each stage's busy time per step in the 1f1b run split\n"
+	       "as busy = M (F + B), B = 2F, W = %.1f B (the split backward's share on the CPU);\n"
+	       "loss: the last step's, which the synchronous kinds must give exactly as 1f1b\n\n",
+	       SWEEP_WFRAC);
+	printf("%-12s %2s %3s %9s %9s %7s %7s %10s\n", "schedule", "S", "M", "tokens/s", "ms/step",
+	       "x 1f1b", "predict", "loss");
+	long M0 = b->cfg->pipeline_micro_batches; /* each run sets its own */
+	for (int i = 0; i < nstages; i++) {
+		int S = stages[i];
+		long M = M0 > 1 ? M0 : 2 * S;
+		int pt = threads_given ? (threads0 > 0 ? threads0 : b->ncores)
+				       : MAX(1, b->ncores / S);
+		if (schedules_at(b, S, (int)M, steps, warmup, pt))
+			return -1;
 	}
 	return 0;
 }
@@ -658,21 +800,26 @@ static int bench_overhead(struct bench_ctx *b, int steps, int warmup)
 
 int bench_train(int argc, char **argv)
 {
-	const char *config_file = NULL, *threads_arg = NULL, *sweep = NULL;
+	const char *config_file = NULL, *threads_arg = NULL, *sweep = NULL, *stages_arg = NULL;
 	struct opt_list sets = {0};
 	long steps = 0, warmup = -1, repeat = 1;
 	const struct option options[] = {
 		OPT_STRING('c', "config", &config_file, "FILE", "read the configuration from an INI file"),
 		OPT_LIST('s', "set", &sets, "SECTION.KEY=VALUE", "set one key (repeatable; after -c)"),
 		OPT_INT('n', "steps", &steps, "N",
-			"timed steps (default 10; the sweep times N and 2N steps per configuration, default 4)"),
+			"timed steps (default 10; the sweep times N and 2N steps per configuration, default 4; "
+			"2 for --sweep schedules)"),
 		OPT_INT('w', "warmup", &warmup, "N", "untimed steps first (default 2)"),
 		OPT_STRING('j', "threads", &threads_arg, "LIST",
 			   "CPU thread counts, one row each, e.g. 1,2 (0 = all cores; default 1,all); "
 			   "with --sweep, the first is the threads of each stage (default cores/S)"),
-		OPT_STRING(0, "sweep", &sweep, "pipeline|overhead",
+		OPT_STRING(0, "sweep", &sweep, "pipeline|overhead|schedules",
 			   "instead: pipeline, 1f1b against 2bw for S = 2, 4 and M = S, 2S, 4S; "
-			   "overhead, memory and time of every optimizer x {sync, 2bw, 2bw+ef, 2bw+predict}"),
+			   "overhead, memory and time of every optimizer x {sync, 2bw, 2bw+ef, 2bw+predict}; "
+			   "schedules, every schedule kind's tokens/s and loss beside the simulator's "
+			   "prediction (M = pipeline.micro_batches, 2S when 1)"),
+		OPT_STRING(0, "stages", &stages_arg, "LIST",
+			   "--sweep schedules: the stage counts, 2 to 4 (default 2,4)"),
 		OPT_INT('r', "repeat", &repeat, "R",
 			"sweep: measure each configuration R times, keep the fastest (default 1)"),
 		OPT_END(),
@@ -684,10 +831,24 @@ int bench_train(int argc, char **argv)
 			      "memory against weights, gradients, optimizer state and activations.");
 	if (npos)
 		opts_usage_error(usage, options, "unexpected argument '%s'", argv[0]);
-	if (sweep && strcmp(sweep, "pipeline") && strcmp(sweep, "overhead"))
-		opts_usage_error(usage, options, "unknown sweep '%s' (pipeline or overhead)", sweep);
+	if (sweep && strcmp(sweep, "pipeline") && strcmp(sweep, "overhead") &&
+	    strcmp(sweep, "schedules"))
+		opts_usage_error(usage, options,
+				 "unknown sweep '%s' (pipeline, overhead or schedules)", sweep);
+	int stages[SWEEP_MAX_S] = {2, 4}, nstages = 2;
+	if (stages_arg && (!sweep || strcmp(sweep, "schedules")))
+		opts_usage_error(usage, options, "--stages is for --sweep schedules");
+	if (stages_arg) {
+		nstages = parse_threads(stages_arg, stages, SWEEP_MAX_S);
+		for (int i = 0; i < nstages; i++)
+			if (stages[i] < 2 || stages[i] > SWEEP_MAX_S)
+				nstages = -1;
+		if (nstages <= 0)
+			opts_usage_error(usage, options, "--stages wants a comma-separated "
+					 "list of 2 to %d, e.g. 2,4", SWEEP_MAX_S);
+	}
 	if (!steps)
-		steps = sweep ? 4 : 10;
+		steps = !sweep ? 10 : !strcmp(sweep, "schedules") ? 2 : 4; /* 14 trainers */
 	if (warmup < 0)
 		warmup = 2;
 	if (steps < 1 || steps > 1000000 || warmup > 1000000 || repeat < 1 || repeat > 1000)
@@ -723,7 +884,11 @@ int bench_train(int argc, char **argv)
 		goto out_cfg;
 	if (model_from_config(&b.m, &cfg, cfg.model_vocab_size ? 0 : DEFAULT_VOCAB))
 		goto out_cfg;
-	if (sweep && !strcmp(sweep, "overhead")) {
+	if (sweep && !strcmp(sweep, "schedules")) {
+		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
+		rc = bench_schedules(&b, stages, nstages, (int)steps, (int)warmup,
+				     threads_arg != NULL, threads[0]) ? EXIT_FAIL : EXIT_OK;
+	} else if (sweep && !strcmp(sweep, "overhead")) {
 		make_tokens(&b, (int)cfg.train_batch_size, (int)cfg.model_seq_len, 16);
 		rc = bench_overhead(&b, (int)steps, (int)warmup) ? EXIT_FAIL : EXIT_OK;
 	} else if (sweep) {
