@@ -116,9 +116,17 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int 
 	w->stage = rank % stages;
 	w->replica = rank / stages;
 	char why[512];
-	if (cuda_nccl_load(why, sizeof(why)) < 0)
-		return error("pipeline.transport = nccl: %s; install NCCL 2 (libnccl2) or use "
-			     "pipeline.transport = mpi", why);
+	int no_nccl = cuda_nccl_load(why, sizeof(why)) < 0;
+	/* agreed before the first collective below, so that a rank without
+	 * NCCL (one node missing libnccl2) does not leave the others waiting in
+	 * it until pipeline.timeout */
+	if (dist_max_int(d, no_nccl)) {
+		if (no_nccl)
+			return error("pipeline.transport = nccl: %s; install NCCL 2 (libnccl2) or "
+				     "use pipeline.transport = mpi", why);
+		return error("rank %d: another rank could not load NCCL (its message says why)",
+			     rank);
+	}
 	int world = stages * replicas;
 	if (one_gpu_each(d, rank, world))
 		return -1;
