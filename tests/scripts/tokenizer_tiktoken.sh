@@ -9,7 +9,7 @@
 # King James Bible (more than one 256 KB piece, so the threads' cutting is
 # checked too); --pattern with cl100k's regex string gives --pattern
 # cl100k's ids. The
-# package is installed into $TMPDIR with npm at test time, or taken from
+# package is installed with npm (tests/lib.sh npm_packages, once a suite run) at test time, or taken from
 # $ASYNCPP_TIKTOKEN_PKG; without it those checks SKIP.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
