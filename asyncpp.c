@@ -21,7 +21,7 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{"tokenize", cmd_tokenize, "train a BPE tokenizer, import GPT-2's, encode corpora into shards, decode"},
+	{"tokenize", cmd_tokenize, "train a BPE tokenizer, import GPT-2's, tiktoken's or a tokenizer.json, encode corpora into shards, decode"},
 	{"train", cmd_train, "train a model (one device, emulated delay, or a pipeline schedule)"},
 	{"eval", cmd_eval, "loss and perplexity of a checkpoint on shards"},
 	{"sample", cmd_sample, "generate text from a checkpoint"},

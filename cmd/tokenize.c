@@ -37,8 +37,8 @@ static const char *const usage[] = {
 
 static const char *description =
 	"Train a byte-level BPE tokenizer, import GPT-2's, a tiktoken rank file (cl100k_base,\n"
-	"o200k_base, Llama 3's) or a Hugging Face tokenizer.json (GPT-2's, Llama 3's, SmolLM's),\n"
-	"encode corpora into token shards\n"
+	"o200k_base, Llama 3's) or a Hugging Face tokenizer.json (GPT-2, SmolLM, Llama 2 and 3,\n"
+	"Mistral, Qwen, DeepSeek-V3, or any Split regex), encode corpora into token shards\n"
 	"(PREFIX_train.shard, PREFIX_val.shard), or decode shards back into text. An INPUT is\n"
 	"a file, a directory, a glob pattern or - (stdin); files may be gzip or zstd compressed.";
 
