@@ -461,17 +461,12 @@ int cmd_train(int argc, char **argv, const char *prog)
 		char vocab[32];
 		snprintf(vocab, sizeof(vocab), "%d", r.m.cfg.V);
 		config_set_key(cfg, "model", "vocab_size", vocab, "data");
-		params = xmalloc(st_mult(r.m.numel, sizeof(float)));
-		if (dist_active(r.dist)) { /* one stage per process: the rest of the arena stays untouched */
-			struct stage_cut cut; /* the trainer's: both come from cut_from_config */
-			failed = cut_from_config(&cut, cfg, &r.m) != 0;
-			if (!failed) {
-				model_init_weights_stage(&r.m, params, (uint64_t)cfg->train_seed, &cut,
-							 dist_rank(r.dist) % cut.S);
-				cut_free(&cut);
-			}
-		} else
+		/* one stage per process: the trainer initialises its pieces (its
+		 * cut), the rest of the arena untouched */
+		if (!dist_active(r.dist)) {
+			params = xmalloc(st_mult(r.m.numel, sizeof(float)));
 			model_init_weights(&r.m, params, (uint64_t)cfg->train_seed);
+		}
 		failed = failed || trainer_init_on(&r.tr, r.dist, cfg, &r.m, r.be, params, &r.train);
 		failed = failed || dist_fault(r.dist, "setup", 0, 0, "set up its part of the run");
 		progress_end(&pg);

@@ -76,6 +76,7 @@
 #include "comm/board.h"
 #include "comm/dist.h"
 #include "comm/nccl.h"
+#include "comm/pieces.h"
 #include "comm/replica.h"
 #include "schedule.h"
 #include "trainer.h"
@@ -660,44 +661,49 @@ static int mpi_attach(struct trainer *tr)
 		return 0;
 	if (was)
 		bug("a second trainer in one MPI process");
-	int S = tr->S, N = tr->N, rank = dist_rank(d);
-	if (S * N != dist_world(d))
-		bug("%d stages x %d replicas on %d processes", S, N, dist_world(d));
+	int S = tr->S, stages = tr->stages, N = tr->N, rank = dist_rank(d);
+	if (stages * N != dist_world(d))
+		bug("%d stages x %d replicas on %d processes", stages, N, dist_world(d));
 	struct mpi_side *mp = xcalloc(1, sizeof(*mp));
-	mp->r = rank / S;
-	mp->s = rank % S;
-	/* the board needs every stage's tensor count; this rank holds one stage */
+	mp->r = rank / stages;
+	mp->s = rank % stages;
+	struct pieces pc = {.P = S, .S = stages, .V = tr->V, .stage = tr->piece_stage,
+			    .chunk = tr->piece_chunk};
+	/* the board needs every piece's tensor count; this rank holds its own */
 	int *n_tensors = xcalloc((size_t)S, sizeof(int));
-	for (int s = 0; s < S; s++)
-		n_tensors[s] = stage_param_count(tr->m, &tr->cut, s);
-	if (n_tensors[mp->s] != tr->w[rank].opt.n)
-		bug("stage %d holds %d tensors, stage_param_count says %d", mp->s,
-		    tr->w[rank].opt.n, n_tensors[mp->s]);
-	for (int s = 0; s < S; s++)
-		n_tensors[s]++; /* and the stop request: post_step */
+	for (int q = 0; q < S; q++) {
+		n_tensors[q] = stage_param_count(tr->m, &tr->cut, q);
+		if (trainer_holds(tr, mp->r * S + q) && n_tensors[q] != tr->w[mp->r * S + q].opt.n)
+			bug("piece %d holds %d tensors, stage_param_count says %d", q,
+			    tr->w[mp->r * S + q].opt.n, n_tensors[q]);
+		n_tensors[q]++; /* and the stop request: post_step */
+	}
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
-	/* replica r's stage s is rank r*S + s: its messages go to the ranks
-	 * of its own replica */
+	/* replica r's stage s is rank r*stages + s: its messages go to the
+	 * ranks of its own replica */
 	double timeout = tr->cfg->pipeline_timeout;
 	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
+	if (nccl && tr->V > 1)
+		bug("pipeline.transport = nccl with %d chunks per stage", tr->V);
 	if (nccl && nccl_world_open(&mp->nccl, d, S, N, rank)) {
 		free(n_tensors);
 		free(mp);
 		return error("rank %d: cannot set up the NCCL channels between processes", rank);
 	}
 	mp->tp = transport_shift(nccl ? transport_nccl(tr->be, &mp->nccl, act_bytes, timeout)
-				     : transport_p2p(d, tr->be, S * N, rank, act_bytes, S, timeout),
+				     : transport_p2p(d, tr->be, &pc, N, rank, act_bytes, timeout),
 				mp->r * S);
-	mp->board = mp->tp ? board_p2p(d, tr->be, S, mp->s, mp->r * S, n_tensors, tied_n, timeout)
-			 : NULL;
+	mp->board = mp->tp ? board_p2p(d, tr->be, &pc, mp->s, mp->r * stages, n_tensors, tied_n,
+				       timeout)
+			   : NULL;
 	free(n_tensors);
 	if (!mp->tp || !mp->board) {
 		mpi_detach(mp);
 		return error("rank %d: cannot set up the pipeline between processes", rank);
 	}
 	if (N > 1 && !(mp->rx = nccl ? replicas_nccl(tr->be, &mp->nccl, timeout)
-				    : replicas_p2p(d, tr->be, N, S, rank, timeout))) {
+				    : replicas_p2p(d, tr->be, N, &pc, rank, timeout))) {
 		mpi_detach(mp);
 		return error("rank %d: cannot set up the data-parallel replicas between processes",
 			     rank);
@@ -707,23 +713,25 @@ static int mpi_attach(struct trainer *tr)
 	return 0;
 }
 
-/* Every replica's losses to every rank (the last rank of each replica
- * holds its own micro-batches'); rank 0 collects the busy and idle seconds
- * of replica 0's stages. 0, or -1 after error(). */
-static int mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
+/* Every replica's losses to every rank (the rank of each replica's last
+ * piece holds its own micro-batches'); rank 0 collects the busy and idle
+ * seconds of replica 0's pieces. ctx: this rank's pieces (trainer_holds).
+ * 0, or -1 after error(). */
+static int mpi_segment_end(struct pipeline *p, const struct stage_ctx *ctx, int n_steps)
 {
 	struct trainer *tr = p->tr;
 	const struct dist *d = tr->dist;
+	int S = tr->S, stages = tr->stages, me = dist_rank(d);
 	size_t n_mb = (size_t)n_steps * (size_t)p->mb_per_step;
 	float *got = tr->N > 1 ? xcalloc(n_mb, sizeof(float)) : p->losses;
 	for (int r = 0; r < tr->N; r++) {
-		int root = r * tr->S + tr->S - 1;
-		if (got != p->losses && dist_rank(d) == root)
+		int root = r * stages + tr->piece_stage[S - 1];
+		if (got != p->losses && me == root)
 			memcpy(got, p->losses, n_mb * sizeof(float));
 		if (dist_bcast(d, got, n_mb * sizeof(float), root)) {
 			if (got != p->losses)
 				free(got);
-			return error("rank %d: cannot share the losses of the segment", dist_rank(d));
+			return error("rank %d: cannot share the losses of the segment", me);
 		}
 		if (got != p->losses)
 			for (int t = 0; t < n_steps; t++)
@@ -735,38 +743,48 @@ static int mpi_segment_end(struct pipeline *p, struct stage_ctx *c, int n_steps)
 	if (got != p->losses)
 		free(got);
 	if (p->moe) {
-		/* every rank's MoE statistics (its stage of its replica's
+		/* every rank's MoE statistics (its pieces, its replica's
 		 * micro-batches) to every rank */
-		size_t w = p->moe_w / tr->S, n = n_mb * p->moe_w;
+		size_t w = p->moe_w / S, n = n_mb * p->moe_w;
 		double *all = xmalloc(n * sizeof(double));
-		for (int q = 0; q < tr->N * tr->S; q++) {
-			int r = q / tr->S, s = q % tr->S;
-			if (dist_rank(d) == q)
+		for (int q = 0; q < tr->N * stages; q++) {
+			int r = q / stages;
+			if (me == q)
 				memcpy(all, p->moe, n * sizeof(double));
 			if (dist_bcast(d, all, n * sizeof(double), q)) {
 				free(all);
 				return error("rank %d: cannot share the mixture-of-experts statistics "
-					     "of the segment", dist_rank(d));
+					     "of the segment", me);
 			}
-			for (int t = 0; t < n_steps; t++)
-				for (int k = 0; k < p->mb_r; k++) {
-					size_t i = (size_t)t * p->mb_per_step + (size_t)r * p->mb_r + k;
-					memcpy(p->moe + i * p->moe_w + s * w, all + i * p->moe_w + s * w,
-					       w * sizeof(double));
-				}
+			for (int s = 0; s < S; s++) {
+				if (tr->piece_stage[s] != q % stages)
+					continue;
+				for (int t = 0; t < n_steps; t++)
+					for (int k = 0; k < p->mb_r; k++) {
+						size_t i = (size_t)t * p->mb_per_step +
+							   (size_t)r * p->mb_r + k;
+						memcpy(p->moe + i * p->moe_w + s * w,
+						       all + i * p->moe_w + s * w, w * sizeof(double));
+					}
+			}
 		}
 		free(all);
 	}
-	double t[2] = {c->busy, c->idle};
-	if (c->r > 0)
-		return 0;
-	if (!dist_is_root(d))
-		return dist_send(d, t, sizeof(t), 0, TAG_STATS);
-	for (int s = 1; s < tr->S; s++) {
-		if (dist_recv(d, t, sizeof(t), s, TAG_STATS))
-			return -1;
-		tr->w[s].busy_s += t[0];
-		tr->w[s].idle_s += t[1];
+	if (me >= stages)
+		return 0; /* replica r > 0: replica 0's seconds are the ones reported */
+	/* each piece's seconds, in piece order from each rank */
+	for (int q = 0; q < S; q++) {
+		if (tr->piece_stage[q] == me && me > 0) {
+			double t[2] = {ctx[q].busy, ctx[q].idle};
+			if (dist_send(d, t, sizeof(t), 0, TAG_STATS))
+				return -1;
+		} else if (me == 0 && tr->piece_stage[q] != 0) {
+			double t[2];
+			if (dist_recv(d, t, sizeof(t), tr->piece_stage[q], TAG_STATS))
+				return -1;
+			tr->w[q].busy_s += t[0];
+			tr->w[q].idle_s += t[1];
+		}
 	}
 	return 0;
 }
@@ -854,13 +872,16 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		return -1;
 	const struct mpi_side *mp = dist_pipeline(d);
 	int N = tr->N, S = tr->S;
-	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
-	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * S;
+	/* the pieces this process runs: replica r, piece q, i = r*S + q in
+	 * [lo, hi) where trainer_holds (every one in threads; under MPI the
+	 * pieces of its stage, of its replica) */
+	int lo = mpi ? dist_rank(d) / tr->stages * S : 0, hi = mpi ? lo + S : N * S;
+	int first = mpi ? lo + dist_rank(d) % tr->stages : 0; /* its stage's chunk 0 */
 	int is_pd = tr->kind == SCHED_PIPEDREAM;
 	p.mb_per_step = tr->mb_per_step;
 	p.mb_r = tr->mb_per_replica;
-	p.rep_r = lo / S;
-	p.rep_s = lo % S;
+	p.rep_r = first / S;
+	p.rep_s = first % S;
 	/* the same lists on every rank: it fails everywhere or nowhere */
 	p.sc = sched_build_virtual(tr->kind, S / tr->V, is_pd ? tr->M : p.mb_r, tr->V, n, tr->step,
 				   err, sizeof(err));
@@ -871,10 +892,16 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		    sched_kind_name(tr->kind), p.sc->V, tr->V);
 	p.stop_lag = stop_lag(p.sc);
 	for (int i = lo; i < hi; i++) {
+		if (!trainer_holds(tr, i))
+			continue;
+		if (sched_piece_stage(p.sc, i % S) != tr->piece_stage[i % S])
+			bug("piece %d is on stage %d of the schedule, stage %d of the trainer", i % S,
+			    sched_piece_stage(p.sc, i % S), tr->piece_stage[i % S]);
 		const struct sched_stage *ss = sched_stage(p.sc, sched_piece_stage(p.sc, i % S));
-		if (ss->nslots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
-			bug("stage %d needs %d slots and %d versions, has %d and %d", i % S,
-			    ss->nslots, ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
+		int slots = sched_piece_slots(p.sc, i % S);
+		if (slots > tr->w[i].st.n_slots || ss->nversions > tr->w[i].n_versions)
+			bug("piece %d needs %d slots and %d versions, has %d and %d", i % S, slots,
+			    ss->nversions, tr->w[i].st.n_slots, tr->w[i].n_versions);
 	}
 	p.act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	double bucket = tr->cfg->pipeline_bucket_mb * 1048576.0 / 4.0; /* floats */
@@ -903,6 +930,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	struct stage_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
 	for (int i = lo; i < hi; i++) {
+		if (!trainer_holds(tr, i))
+			continue;
 		ctx[i] = (struct stage_ctx){.p = &p, .r = i / S, .s = i % S, .stop_at = n - 1,
 					    .begun = -1,
 					    .posted_at = xcalloc((size_t)n, sizeof(double))};
@@ -939,7 +968,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 			p.board[r]->begin(p.board[r], p.first_step, n);
 	trainer_moe_begin(tr, n);
 	if (mpi) {
-		stage_main(&ctx[lo]);
+		stage_main(&ctx[first]);
 	} else {
 		/* every thread waits at the gate until all have started: one
 		 * that cannot start calls the segment off before any stage
@@ -976,12 +1005,14 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	if (rc)
 		goto out;
 	/* the steps run: every stage saw the same requests (post_step) */
-	int done = ctx[lo].stop_at + 1;
+	int done = ctx[first].stop_at + 1;
 	for (int i = lo; i < hi; i++) {
+		if (!trainer_holds(tr, i))
+			continue;
 		if (ctx[i].stop_at + 1 != done)
-			bug("stage %d of replica %d stopped after %d steps of the segment, stage %d "
-			    "of replica %d after %d", i % S, i / S, ctx[i].stop_at + 1, lo % S,
-			    lo / S, done);
+			bug("piece %d of replica %d stopped after %d steps of the segment, piece %d "
+			    "of replica %d after %d", i % S, i / S, ctx[i].stop_at + 1, first % S,
+			    first / S, done);
 		tr->w[i].busy_s += ctx[i].busy;
 		tr->w[i].idle_s += ctx[i].idle;
 	}
@@ -991,7 +1022,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	backend_lane_bind(tr->be, S - 1);
 	tr->be->to_host(p.losses, p.loss_dev, st_mult(n_mb, sizeof(float)));
 	backend_lane_bind(tr->be, before);
-	if (mpi && dist_agree(d, mpi_segment_end(&p, &ctx[lo], done),
+	if (mpi && dist_agree(d, mpi_segment_end(&p, ctx, done),
 			      "to share the segment's results")) {
 		rc = -1;
 		goto out;
@@ -1009,14 +1040,16 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		if (p.moe)
 			trainer_moe_step(tr, p.moe + (size_t)i * p.mb_per_step * p.moe_w, i, &st);
 		for (int k = lo; k < hi; k++)
-			st.done_s = MAX(st.done_s, ctx[k].posted_at[i]);
+			if (trainer_holds(tr, k))
+				st.done_s = MAX(st.done_s, ctx[k].posted_at[i]);
 		if (stats)
 			stats[i] = st;
 		tr->last = st;
 	}
 out:
 	for (int k = lo; k < hi; k++)
-		stage_release(&ctx[k], tr->be);
+		if (trainer_holds(tr, k))
+			stage_release(&ctx[k], tr->be);
 	free(ctx);
 	backend_lane_bind(tr->be, S - 1);
 	tr->be->free(p.loss_dev);
@@ -1046,12 +1079,16 @@ out:
 /* One stage's part of an evaluation: replica r takes batches r, r+N, ...
  * (the replicas hold the same weights) through stage s, on the newest
  * weights and slot 0 as trainer_eval's forward_all does, activations
- * passed on tp; the last stage writes each batch's loss. */
+ * passed on tp; the last piece writes each batch's loss. With V chunks
+ * per stage the stage runs each batch through its pieces in model order
+ * (a handoff to a piece of its own goes through tp too): every piece
+ * waits only for a lower piece of the same batch or an earlier batch, so
+ * no stage waits for one that waits for it. */
 struct eval_ctx {
 	struct trainer *tr;
 	struct dataloader *data;
 	struct transport *tp;     /* the replica's */
-	int r, s, batches;
+	int r, s, batches;        /* replica, stage */
 	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
 	float *losses;            /* [batches] */
 	int failed;               /* a message buffer could not be had */
@@ -1062,35 +1099,41 @@ static void *eval_stage(void *arg)
 	struct eval_ctx *e = arg;
 	struct trainer *tr = e->tr;
 	const struct backend *be = tr->be;
-	int S = tr->S, s = e->s, last = s == S - 1;
-	struct stage_worker *w = trainer_worker(tr, e->r, s);
+	int S = tr->S;
 	struct transport *tp = e->tp;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
-	backend_lane_bind(be, s); /* this thread's ops (one lane between processes) */
+	backend_lane_bind(be, e->s); /* this thread's ops (one lane between processes) */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	for (int i = e->r; i < e->batches; i += tr->N) {
-		if (s == 0 || last) {
+	int ends = tr->piece_stage[0] == e->s || tr->piece_stage[S - 1] == e->s;
+	for (int i = e->r; i < e->batches && !e->failed; i += tr->N) {
+		if (ends) {
 			dataloader_batch(e->data, i, host_in, host_tg);
 			be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
 			be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
 		}
-		void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
-		void *x_out = last || (s > 0 && !x_in) ? NULL : tp->buffer(tp, s, act_bytes);
-		if ((s > 0 && !x_in) || (!last && !x_out)) {
-			e->failed = 1; /* error() said why, or another stage gave up */
-			break;
+		for (int s = 0; s < S; s++) {
+			if (tr->piece_stage[s] != e->s)
+				continue;
+			int last = s == S - 1;
+			struct stage_worker *w = trainer_worker(tr, e->r, s);
+			void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
+			void *x_out = last || (s > 0 && !x_in) ? NULL : tp->buffer(tp, s, act_bytes);
+			if ((s > 0 && !x_in) || (!last && !x_out)) {
+				e->failed = 1; /* error() said why, or another stage gave up */
+				break;
+			}
+			float loss = 0.0f;
+			stage_forward(&w->st, 0, worker_weights(w, w->newest),
+				      s == 0 ? e->dev_in : NULL, x_in, last ? e->dev_tg : NULL, x_out,
+				      last ? &loss : NULL, NULL, NULL, 1.0f / (float)tr->M);
+			if (x_in)
+				tp->release(tp, s, x_in);
+			if (x_out)
+				tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
+			if (last)
+				e->losses[i] = loss;
 		}
-		float loss = 0.0f;
-		stage_forward(&w->st, 0, worker_weights(w, w->newest), s == 0 ? e->dev_in : NULL,
-			      x_in, last ? e->dev_tg : NULL, x_out, last ? &loss : NULL, NULL, NULL,
-			      1.0f / (float)tr->M);
-		if (x_in)
-			tp->release(tp, s, x_in);
-		if (x_out)
-			tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
-		if (last)
-			e->losses[i] = loss;
 	}
 	free(host_in);
 	free(host_tg);
@@ -1129,23 +1172,23 @@ static void eval_release(struct eval_ctx *ctx, int lo, int hi)
 }
 
 /* Every stage of every replica on a thread of its own, over local
- * transports. 0, or -1 after error(). */
+ * transports (of the replica's S pieces). 0, or -1 after error(). */
 static int eval_threads(struct trainer *tr, struct eval_ctx *ctx)
 {
-	int N = tr->N, S = tr->S, rc = 0;
+	int N = tr->N, S = tr->S, nth = N * tr->stages, rc = 0;
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	struct transport **tp = xcalloc((size_t)N, sizeof(*tp));
 	for (int r = 0; r < N; r++)
 		tp[r] = transport_local(tr->be, S, act_bytes);
-	for (int i = 0; i < N * S; i++)
-		ctx[i].tp = tp[i / S];
-	pthread_t *th = xcalloc((size_t)(N * S), sizeof(*th));
+	for (int i = 0; i < nth; i++)
+		ctx[i].tp = tp[ctx[i].r];
+	pthread_t *th = xcalloc((size_t)nth, sizeof(*th));
 	int started = 0;
-	while (started < N * S && !pthread_create(&th[started], NULL, eval_stage, &ctx[started]))
+	while (started < nth && !pthread_create(&th[started], NULL, eval_stage, &ctx[started]))
 		started++;
-	if (started < N * S) {
+	if (started < nth) {
 		rc = error("cannot start the evaluation thread of stage %d of replica %d",
-			   started % S, started / S);
+			   ctx[started].s, ctx[started].r);
 		for (int r = 0; r < N; r++)
 			tp[r]->abort(tp[r]); /* the threads started stop waiting */
 	}
@@ -1174,14 +1217,15 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	batches = trainer_eval_batches(tr, data, batches); /* as trainer_eval does */
 	if (mpi && dist_agree(d, mpi_attach(tr), "to set up the pipeline between processes"))
 		return -1;
-	int N = tr->N, S = tr->S;
-	/* the stages this process runs: replica r, stage s, i = r*S + s in [lo, hi) */
-	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * S;
+	int N = tr->N, S = tr->S, stages = tr->stages;
+	/* the stages this process runs: replica r, stage s, i = r*stages + s
+	 * in [lo, hi) */
+	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * stages;
 	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
-	struct eval_ctx *ctx = xcalloc((size_t)(N * S), sizeof(*ctx));
+	struct eval_ctx *ctx = xcalloc((size_t)(N * stages), sizeof(*ctx));
 	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / S, .s = i % S,
-					   .batches = batches, .losses = losses};
+		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / stages,
+					   .s = i % stages, .batches = batches, .losses = losses};
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	int failed = dist_agree(d, eval_alloc(ctx, lo, hi), "to start the evaluation");
 	if (!failed && mpi) {
@@ -1199,11 +1243,11 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	backend_lane_bind(tr->be, before);
 	eval_release(ctx, lo, hi);
 	free(ctx);
-	/* between processes: every replica's losses from its last rank */
+	/* between processes: every replica's losses from the rank of its last piece */
 	float *got = mpi && N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float))
 				  : losses;
 	for (int q = 0; mpi && !failed && q < N; q++) {
-		int root = q * S + S - 1;
+		int root = q * stages + tr->piece_stage[S - 1];
 		if (got != losses && dist_rank(d) == root)
 			memcpy(got, losses, (size_t)batches * sizeof(float));
 		if (dist_bcast(d, got, (size_t)batches * sizeof(float), root)) {
@@ -1274,27 +1318,37 @@ static int send_tensor(void *ctx, const char *name, const float *data, size_t nu
 	return dist_send(d, data, numel * sizeof(float), 0, TAG_STATE);
 }
 
-static int send_state(struct trainer *tr, int s)
+/* What a rank of replica 0 other than 0 sends for a checkpoint: for each
+ * weight version, its pieces' weights in piece order; then each piece's
+ * optimizer state in piece order, each closed by an end header. */
+static int send_state(struct trainer *tr)
 {
 	const struct dist *d = tr->dist;
-	struct stage_worker *w = &tr->w[s];
-	struct weights_head h = stage_range(&w->st);
-	float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
 	int rc = 0, nv = trainer_n_versions(tr);
 	for (int back = 0; back < nv && !rc; back++) {
-		/* what trainer_gather_weights takes from this stage */
-		long v = w->newest - MIN(back, w->n_versions - 1);
-		tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
-		rc = dist_send(d, &h, sizeof(h), 0, TAG_STATE);
-		if (!rc)
-			rc = dist_send(d, host, h.count * sizeof(float), 0, TAG_STATE);
+		for (int q = 0; q < tr->S && !rc; q++) {
+			if (!trainer_holds(tr, q))
+				continue;
+			struct stage_worker *w = &tr->w[q];
+			struct weights_head h = stage_range(&w->st);
+			float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
+			/* what trainer_gather_weights takes from this piece */
+			long v = w->newest - MIN(back, w->n_versions - 1);
+			tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
+			rc = dist_send(d, &h, sizeof(h), 0, TAG_STATE);
+			if (!rc)
+				rc = dist_send(d, host, h.count * sizeof(float), 0, TAG_STATE);
+			free(host);
+		}
 	}
-	free(host);
-	if (!rc)
-		rc = worker_state_tensors(tr, w, send_tensor, tr->dist);
-	struct tensor_head end = {.end = 1};
-	if (!rc)
-		rc = dist_send(d, &end, sizeof(end), 0, TAG_STATE);
+	for (int q = 0; q < tr->S && !rc; q++) {
+		if (!trainer_holds(tr, q))
+			continue;
+		rc = worker_state_tensors(tr, &tr->w[q], send_tensor, tr->dist);
+		struct tensor_head end = {.end = 1};
+		if (!rc)
+			rc = dist_send(d, &end, sizeof(end), 0, TAG_STATE);
+	}
 	return rc;
 }
 
@@ -1312,12 +1366,14 @@ static int gather_weights(void *ctx, int back, float *global)
 			continue;
 		}
 		struct weights_head h;
-		if (dist_recv(d, &h, sizeof(h), s, TAG_STATE))
+		int from = tr->piece_stage[s];
+		if (dist_recv(d, &h, sizeof(h), from, TAG_STATE))
 			return -1;
 		if (h.base_off > tr->m->numel || h.count > tr->m->numel - h.base_off)
 			bug("rank %d sent weights [%zu, %zu + %zu) outside the "
-			    "model's %zu floats", s, h.base_off, h.base_off, h.count, tr->m->numel);
-		if (dist_recv(d, global + h.base_off, h.count * sizeof(float), s, TAG_STATE))
+			    "model's %zu floats", from, h.base_off, h.base_off, h.count,
+			    tr->m->numel);
+		if (dist_recv(d, global + h.base_off, h.count * sizeof(float), from, TAG_STATE))
 			return -1;
 	}
 	return 0;
@@ -1329,12 +1385,13 @@ static int gather_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 	const struct dist *d = tr->dist;
 	if (worker_alive(&tr->w[s]))
 		return worker_state_tensors(tr, &tr->w[s], sink, sink_ctx);
+	int from = tr->piece_stage[s];
 	float *buf = NULL;
 	size_t cap = 0;
 	int rc = 0;
 	for (;;) {
 		struct tensor_head h;
-		if (dist_recv(d, &h, sizeof(h), s, TAG_STATE)) {
+		if (dist_recv(d, &h, sizeof(h), from, TAG_STATE)) {
 			rc = -1;
 			break;
 		}
@@ -1343,12 +1400,12 @@ static int gather_states(void *ctx, int s, tensor_sink sink, void *sink_ctx)
 		h.name[sizeof(h.name) - 1] = '\0';
 		if (h.numel > MAX(tr->m->numel, optim_part_bound(tr->m)))
 			bug("rank %d sent a state tensor '%s' of %zu floats, more "
-			    "than any optimizer keeps for this model", s, h.name, h.numel);
+			    "than any optimizer keeps for this model", from, h.name, h.numel);
 		if (h.numel > cap) {
 			cap = h.numel;
 			buf = xrealloc(buf, st_mult(cap, sizeof(float)));
 		}
-		if (dist_recv(d, buf, h.numel * sizeof(float), s, TAG_STATE)) {
+		if (dist_recv(d, buf, h.numel * sizeof(float), from, TAG_STATE)) {
 			rc = -1;
 			break;
 		}
@@ -1363,10 +1420,10 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 {
 	struct dist *d = tr->dist;
 	int rank = dist_rank(d), rc = 0;
-	if (rank >= tr->S) {
-		/* replica rank / S > 0: replica 0 holds the same bits */
+	if (rank >= tr->stages) {
+		/* replica rank / stages > 0: replica 0 holds the same bits */
 	} else if (rank > 0) {
-		rc = send_state(tr, rank);
+		rc = send_state(tr);
 	} else {
 		struct ckpt_source src = {.weights = gather_weights, .states = gather_states,
 					  .ctx = tr};

@@ -100,6 +100,18 @@ int sched_piece_chunk(const struct schedule *sc, int p)
 	return p / sc->S; /* zb-v too: the second half is chunk 1 */
 }
 
+int sched_piece_slots(const struct schedule *sc, int p)
+{
+	int s = sched_piece_stage(sc, p), c = sched_piece_chunk(sc, p), n = 0;
+	if (s < 0)
+		return 0;
+	const struct sched_stage *st = &sc->stage[s];
+	for (int i = 0; i < st->n; i++)
+		if (st->a[i].op == SCHED_FORWARD && st->a[i].chunk == c)
+			n = MAX(n, st->a[i].slot + 1);
+	return n;
+}
+
 /* Uses a weight version (FORWARD and the backwards). */
 static int uses_weights(enum sched_op op)
 {
@@ -192,7 +204,7 @@ struct builder {
 	struct sched_stage *st;
 	int s, cap;
 	int *slot_of;   /* [n_mb * V] slot held by each chunk-micro-batch */
-	char *used;     /* [n_mb * V] slot in use */
+	char *used;     /* [V][n_mb] slot in use, per chunk: a piece's slots are its own */
 	int next_step;  /* next OPTIM_STEP to emit (async kinds) */
 	struct unit **order; /* [S] one step's compute units per stage (new kinds) */
 	int *norder;         /* [S] their number */
@@ -227,10 +239,11 @@ static void emit_fwd(struct builder *b, int mb, int c)
 	const struct schedule *sc = b->sc;
 	int s = b->s, step = sched_mb_step(sc, mb), v = sched_mb_version(sc, s, mb);
 	int p = sched_piece(sc, s, c), from = remote(sc, s, p - 1), to = remote(sc, s, p + 1);
+	char *used = b->used + (size_t)c * (size_t)sc->n_mb;
 	int slot = 0;
-	while (b->used[slot])
+	while (used[slot])
 		slot++;
-	b->used[slot] = 1;
+	used[slot] = 1;
 	b->slot_of[(size_t)mb * sc->V + c] = slot;
 	if (from >= 0)
 		push(b, SCHED_RECV_ACT, mb, step, v, from, -1, c);
@@ -248,7 +261,7 @@ static void emit_bwd_op(struct builder *b, enum sched_op op, int mb, int c)
 	int p = sched_piece(sc, s, c), from = remote(sc, s, p + 1), to = remote(sc, s, p - 1);
 	int slot = b->slot_of[(size_t)mb * sc->V + c];
 	if (op == SCHED_BACKWARD)
-		b->used[slot] = 0;
+		b->used[(size_t)c * (size_t)sc->n_mb + (size_t)slot] = 0;
 	if (from >= 0)
 		push(b, SCHED_RECV_GRAD, mb, step, v, from, -1, c);
 	push(b, op, mb, step, v, -1, slot, c);
@@ -270,7 +283,7 @@ static void emit_w(struct builder *b, int mb, int c)
 	const struct schedule *sc = b->sc;
 	int s = b->s, step = sched_mb_step(sc, mb), v = sched_mb_version(sc, s, mb);
 	int slot = b->slot_of[(size_t)mb * sc->V + c];
-	b->used[slot] = 0;
+	b->used[(size_t)c * (size_t)sc->n_mb + (size_t)slot] = 0;
 	push(b, SCHED_BACKWARD_WEIGHT, mb, step, v, -1, slot, c);
 }
 
@@ -836,12 +849,12 @@ static int check_stage(const struct schedule *sc, int s, int *pos, char *why, si
 	 * forward's slot; -1 when absent */
 	int *fpos = pos, *bpos = pos + NV, *wpos = pos + 2 * NV, *ra = pos + 3 * NV;
 	int *sa = pos + 4 * NV, *rg = pos + 5 * NV, *sg = pos + 6 * NV, *fslot = pos + 7 * NV;
-	int *occ = xmalloc(st_mult(NV + 1, sizeof(int)));
+	int *occ = xmalloc(st_mult(st_mult(NV + 1, (size_t)V), sizeof(int))); /* [V][NV+1] */
 	int *last_w = xmalloc(st_mult((size_t)V, sizeof(int)));
 	struct lifetimes lt = {0};
 	for (size_t i = 0; i < P_N * NV; i++)
 		pos[i] = -1;
-	for (size_t i = 0; i <= NV; i++)
+	for (size_t i = 0; i < (NV + 1) * V; i++)
 		occ[i] = -1;
 	for (int c = 0; c < V; c++)
 		last_w[c] = -1;
@@ -948,10 +961,11 @@ static int check_stage(const struct schedule *sc, int s, int *pos, char *why, si
 			if (a->version > nupd)
 				BAD("%s: micro-batch %d uses version %d with only %d updates done",
 				    at, mb, a->version, nupd);
-			if (a->slot < 0 || a->slot >= st->nslots || occ[a->slot] >= 0)
+			if (a->slot < 0 || a->slot >= st->nslots ||
+			    occ[(size_t)c * (NV + 1) + (size_t)a->slot] >= 0)
 				BAD("%s: micro-batch %d: slot %d is out of range [0, %d) or "
 				    "held", at, mb, a->slot, st->nslots);
-			occ[a->slot] = (int)u;
+			occ[(size_t)c * (NV + 1) + (size_t)a->slot] = (int)u;
 			fslot[u] = a->slot;
 			fpos[u] = i;
 			break;
@@ -992,7 +1006,7 @@ static int check_stage(const struct schedule *sc, int s, int *pos, char *why, si
 				BAD("%s: micro-batch %d (step %d, version %d) mixes gradients with "
 				    "step %d, version %d", at, mb, a->step, a->version, grad_step,
 				    grad_v);
-			occ[a->slot] = -1;
+			occ[(size_t)c * (NV + 1) + (size_t)a->slot] = -1;
 			wpos[u] = i;
 			last_w[c] = mb;
 			grad_n++;

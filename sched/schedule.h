@@ -232,6 +232,10 @@ const struct sched_stage *sched_stage(const struct schedule *sc, int s);
 int sched_piece(const struct schedule *sc, int s, int c);
 int sched_piece_stage(const struct schedule *sc, int p);
 int sched_piece_chunk(const struct schedule *sc, int p);
+/* The activation slots piece p's worker needs: a chunk's forwards take the
+ * lowest slot free among that chunk's (per chunk, so a stage's V pieces
+ * together hold about nslots, not V times it). At most its stage's nslots. */
+int sched_piece_slots(const struct schedule *sc, int p);
 /* The segment step micro-batch mb belongs to. */
 int sched_mb_step(const struct schedule *sc, int mb);
 /* The weight version micro-batch mb uses on stage s (what the builder

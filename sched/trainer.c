@@ -107,9 +107,10 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		if (V > 64)
 			return error("pipeline.virtual_stages = %ld: at most 64",
 				     cfg->pipeline_virtual_stages);
-		if (dist_active(d))
-			return error("train.schedule = %s (%d chunks per stage) runs in threads "
-				     "(pipeline.transport = local) only yet", cfg->train_schedule, V);
+		if (!strcmp(cfg->pipeline_transport, "nccl"))
+			return error("train.schedule = %s (%d chunks per stage) does not run over "
+				     "pipeline.transport = nccl yet: use pipeline.transport = mpi or "
+				     "tcp between processes, or local", cfg->train_schedule, V);
 		if (backend_lane_count(be) > 1)
 			return error("train.schedule = %s (%d chunks per stage) does not run on "
 				     "several devices (pipeline.devices) yet", cfg->train_schedule, V);
@@ -136,6 +137,15 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 				     "pair up in order, as pipeline.transport = nccl needs: %s",
 				     cfg->train_schedule, why);
 		}
+	}
+	/* where each piece lives: stage s holds piece s (V = 1) or the
+	 * schedule's V pieces */
+	tr->stages = tr->S / tr->V;
+	tr->piece_stage = xmalloc((size_t)tr->S * sizeof(int));
+	tr->piece_chunk = xmalloc((size_t)tr->S * sizeof(int));
+	for (int q = 0; q < tr->S; q++) {
+		tr->piece_stage[q] = probe ? sched_piece_stage(probe, q) : q;
+		tr->piece_chunk[q] = probe ? sched_piece_chunk(probe, q) : 0;
 	}
 	/* the one place a run's cut is made (train.c builds the same one for
 	 * the weights an MPI rank initialises) */
@@ -188,19 +198,29 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 			     "pipedream", versions, WORKER_MAX_VERSIONS);
 	}
 	/* under MPI a process runs one stage of one replica and builds only
-	 * that worker (rank 0 writes checkpoints from what the other ranks
-	 * send: pipeline_save) */
-	int own = dist_active(d) ? dist_rank(d) : -1;
+	 * the workers of its pieces (rank 0 writes checkpoints from what the
+	 * other ranks send: pipeline_save) */
 	tr->w = xcalloc(st_mult((size_t)tr->N, (size_t)tr->S), sizeof(*tr->w));
+	float *mine = NULL; /* params NULL: this process's pieces initialised here */
+	if (!params) {
+		mine = xmalloc(st_mult(m->numel, sizeof(float))); /* the rest stays untouched */
+		for (int q = 0; q < tr->S; q++)
+			if (trainer_holds(tr, (dist_active(d) ? dist_rank(d) / tr->stages : 0) *
+						      tr->S + q))
+				model_init_weights_stage(m, mine, (uint64_t)cfg->train_seed, &tr->cut,
+							 q);
+		params = mine;
+	}
 	for (int i = 0; i < tr->N * tr->S; i++) {
 		int s = i % tr->S;
-		if (own >= 0 && i != own)
+		if (!trainer_holds(tr, i))
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
-		int slots = probe ? sched_stage(probe, sched_piece_stage(probe, s))->nslots : 1;
+		int slots = probe ? sched_piece_slots(probe, s) : 1;
 		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, tr->B, tr->T, slots, delay,
 				tr->kind >= 0, params)) {
 			sched_free(probe);
+			free(mine);
 			return -1;
 		}
 		/* zero-bubble kinds run the backward as B and W (model.h); the
@@ -212,11 +232,13 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 			backend_lane_bind(be, lane);
 			if (rc) {
 				sched_free(probe);
+				free(mine);
 				return -1;
 			}
 		}
 	}
 	sched_free(probe);
+	free(mine);
 	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
 	 * them, x[s] written by stage s-1 on its lane, the inputs read on
 	 * stage 0's, the targets on the last stage's */
@@ -245,10 +267,21 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	return 0;
 }
 
+int trainer_holds(const struct trainer *tr, int i)
+{
+	if (!dist_active(tr->dist))
+		return 1;
+	int rank = dist_rank(tr->dist);
+	return i / tr->S == rank / tr->stages && tr->piece_stage[i % tr->S] == rank % tr->stages;
+}
+
 void trainer_free(struct trainer *tr)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	cut_free(&tr->cut);
+	free(tr->piece_stage);
+	free(tr->piece_chunk);
+	tr->piece_stage = tr->piece_chunk = NULL;
 	if (!tr->w)
 		return;
 	tr->be->synchronize(); /* nothing still uses what is freed below */

@@ -80,6 +80,9 @@ struct trainer {
 				    * holds pieces c*S/V + s, each a worker of
 				    * its own, so that w[], checkpoints and
 				    * evaluation see S pieces as S stages */
+	int stages;                /* S / V: the stages (threads, or processes) */
+	int *piece_stage;          /* [S] the stage holding each piece (sched_piece_stage) */
+	int *piece_chunk;          /* [S] its chunk there */
 	struct stage_cut cut;      /* the layers of each piece (cut_from_config) */
 	int N;                     /* data-parallel replicas (pipeline.data_parallel) */
 	int mb_per_step;           /* micro-batches per optimizer step, all replicas
@@ -132,7 +135,8 @@ enum trainer_phase {
 };
 
 /* Build N x S workers from the global host arena `params` (m->numel
- * floats). Delays follow train.delay / train.delay_mode for schedule none;
+ * floats), or, params NULL, from the weights model_init_weights_stage
+ * gives the pieces this process holds for train.seed. Delays follow train.delay / train.delay_mode for schedule none;
  * 2bw uses 1 on every stage, pipedream S-1-s (the same on every replica). */
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data);
@@ -145,6 +149,10 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 void trainer_free(struct trainer *tr); /* also after a trainer_init that failed */
 /* Delay of stage s under cfg (the rule above). */
 int trainer_stage_delay(const struct config *cfg, int s, int S);
+
+/* Does this process hold worker i (piece i % S of replica i / S)? Every
+ * one in a one-process run; under MPI or TCP those of its stage's pieces. */
+int trainer_holds(const struct trainer *tr, int i);
 
 /* Run up to n optimizer steps; stats[i] receives step i's statistics (may
  * be NULL). tr->step tells how many were done (fewer than n when tr->stop

@@ -72,14 +72,15 @@ struct board *board_local(const struct backend *be, int S, const int *n_tensors,
 			  size_t tied_n);
 
 /* One stage per process, over p2p.h (MPI or TCP): this process runs
- * stage s of a pipeline whose stage q is rank base + q (replica r's
- * pipeline has base r*S); NULL after error() when no carrier runs.
- * Collective: every rank creates its board at the same point. A wait
- * longer than timeout seconds (pipeline.timeout; 0 = forever) names what
- * it waits for and aborts the job (p2p_wait). */
+ * stage s of a pipeline of pc->P pieces on pc->S stages (pieces.h) whose
+ * stage q is rank base + q (replica r's pipeline has base r*S); b->S is
+ * P and n_tensors[P] what each piece posts. NULL after error() when no
+ * carrier runs. Collective: every rank creates its board at the same
+ * point. A wait longer than timeout seconds (pipeline.timeout; 0 =
+ * forever) names what it waits for and aborts the job (p2p_wait). */
 struct dist;
-struct board *board_p2p(const struct dist *d, const struct backend *be, int S, int s, int base,
-			const int *n_tensors,
-			size_t tied_n, double timeout);
+struct pieces;
+struct board *board_p2p(const struct dist *d, const struct backend *be, const struct pieces *pc,
+			int s, int base, const int *n_tensors, size_t tied_n, double timeout);
 
 #endif

@@ -157,16 +157,18 @@ int dist_bcast(const struct dist *d, void *buf, size_t bytes, int root);
 int dist_backend_is_host(const struct backend *be);
 
 /* The mpi and tcp transports (sched/comm/transport_p2p.c over p2p.h; belongs in
- * transport.h): stage s is rank s of S (for replicas, S is the world and
- * transport_shift of replica.h maps a replica's stages to its ranks);
- * messages of msg_bytes bytes; ranks are replica * stages + stage; a
- * receive that waits more than timeout seconds (0: forever) names what it
- * waits for and aborts the job. Collective (every rank creates its
- * transport at the same point); NULL after error() when no carrier runs.
- * Its name is the carrier's: "mpi" or "tcp". */
+ * transport.h): the N replicas' pipelines of pc->P pieces each (pieces.h),
+ * addressed by global piece r*P + q (transport_shift of replica.h maps a
+ * replica's pieces to them); ranks are replica * pc->S + stage; messages of
+ * msg_bytes bytes; a receive that waits more than timeout seconds (0:
+ * forever) names what it waits for and aborts the job. Collective (every
+ * rank creates its transport at the same point); NULL after error() when
+ * no carrier runs. Its name is the carrier's: "mpi" or "tcp". */
 struct transport;
-struct transport *transport_p2p(const struct dist *d, const struct backend *be, int S, int rank,
-				size_t msg_bytes, int stages, double timeout);
+struct pieces;
+struct transport *transport_p2p(const struct dist *d, const struct backend *be,
+				const struct pieces *pc, int N, int rank, size_t msg_bytes,
+				double timeout);
 
 /* ---- hooks for cmd/train.c (sched/executor.c) ---- */
 struct trainer;

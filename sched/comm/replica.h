@@ -64,13 +64,16 @@ struct replicas {
 struct replicas *replicas_local(const struct backend *be, int N, int S);
 
 /* One stage per process, over p2p.h (MPI or TCP); this process is replica
- * rank / S, stage rank % S (rank = r * S + s). Collective: every rank
+ * rank / S, stage rank % S (rank = r * S + s, S = pc->S), and sums the
+ * pieces that stage holds (pieces.h: x->S is pc->P), one call after
+ * another in the same order on every replica. Collective: every rank
  * creates its group at the same point. A wait longer than timeout seconds
  * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
  * job. NULL after error() when no carrier runs. */
 struct dist;
-struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N, int S,
-			      int rank, double timeout);
+struct pieces;
+struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N,
+			      const struct pieces *pc, int rank, double timeout);
 
 /* The same sum within one thread, for train.schedule = none: g[0] becomes
  * ((g[0] + g[1]) + ...) + g[N-1] and is copied into every g[r]. */

@@ -1,8 +1,8 @@
 /* replica_p2p.c - the replicas' gradient sum between processes, over the
  * point-to-point messages of p2p.h (MPI, or TCP without MPI).
  *
- * Process rank = r * S + s runs stage s of replica r; replica q of the
- * same stage is rank q * S + s. A call is a reduce-scatter and an
+ * Process rank = r * S + s runs stage s of replica r, and the pieces that
+ * stage holds (pieces.h); replica q of the same stage is rank q * S + s. A call is a reduce-scatter and an
  * all-gather written with point-to-point messages, so that the order of
  * the sum is ours, not a library's:
  *   1. replica r sends chunk q of its buffer to replica q (q != r) and
@@ -29,13 +29,15 @@
 
 #include "dist.h"
 #include "p2p.h"
+#include "pieces.h"
 
 enum { TAG_SCATTER = 1, TAG_GATHER = 2 };
 
 struct p2p_replicas {
 	struct replicas x;
 	const struct backend *be;
-	int r, s, S, host;
+	int r, s, S, host;        /* replica, stage, stages */
+	int *stage;               /* [x.S] the stage of each piece */
 	double timeout;           /* seconds a wait may take (pipeline.timeout) */
 	struct p2p *ch;
 	float *stage_buf;         /* host copy of a device buffer */
@@ -64,8 +66,8 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 {
 	struct p2p_replicas *m = (struct p2p_replicas *)xr;
 	int N = xr->N;
-	if (r != m->r || s != m->s)
-		bug("rank of replica %d stage %d reduces as replica %d stage %d", m->r,
+	if (r != m->r || s < 0 || s >= xr->S || m->stage[s] != m->s)
+		bug("rank of replica %d stage %d reduces as replica %d piece %d", m->r,
 		    m->s, r, s);
 	float *h = g;
 	if (!m->host) {
@@ -84,12 +86,12 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 			continue;
 		size_t qlo, qlen;
 		chunk(n, N, q, &qlo, &qlen);
-		int peer = q * m->S + s;
+		int peer = q * m->S + m->s;
 		m->req[k++] = p2p_irecv(m->ch, m->tmp + (size_t)q * len, len * sizeof(float), peer,
 					TAG_SCATTER);
 		m->req[k++] = p2p_isend(m->ch, h + qlo, qlen * sizeof(float), peer, TAG_SCATTER);
 	}
-	p2p_wait(m->ch, m->req, k, m->timeout, s, "the other replicas' gradients of stage %d", s);
+	p2p_wait(m->ch, m->req, k, m->timeout, m->s, "the other replicas' gradients of stage %d", m->s);
 	w += now_sec() - t0;
 	/* 2. chunk r in replica order */
 	float *own = h + lo;
@@ -109,12 +111,12 @@ static void p2p_allreduce(struct replicas *xr, int r, int s, float *g, size_t n,
 			continue;
 		size_t qlo, qlen;
 		chunk(n, N, q, &qlo, &qlen);
-		int peer = q * m->S + s;
+		int peer = q * m->S + m->s;
 		m->req[k++] = p2p_irecv(m->ch, h + qlo, qlen * sizeof(float), peer, TAG_GATHER);
 		m->req[k++] = p2p_isend(m->ch, own, len * sizeof(float), peer, TAG_GATHER);
 	}
-	p2p_wait(m->ch, m->req, k, m->timeout, s, "the other replicas' summed gradients of stage %d",
-		 s);
+	p2p_wait(m->ch, m->req, k, m->timeout, m->s,
+		 "the other replicas' summed gradients of stage %d", m->s);
 	w += now_sec() - t0;
 	if (!m->host)
 		m->be->to_device(g, h, n * sizeof(float));
@@ -129,22 +131,26 @@ static void p2p_destroy(struct replicas *xr)
 	free(m->stage_buf);
 	free(m->tmp);
 	free(m->req);
+	free(m->stage);
 	free(m);
 }
 
-struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N, int S,
-			      int rank, double timeout)
+struct replicas *replicas_p2p(const struct dist *d, const struct backend *be, int N,
+			      const struct pieces *pc, int rank, double timeout)
 {
 	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
 		return NULL;
 	struct p2p_replicas *m = xcalloc(1, sizeof(*m));
-	m->x = (struct replicas){.name = p2p_name(ch), .N = N, .S = S,
+	int S = pc->S;
+	m->x = (struct replicas){.name = p2p_name(ch), .N = N, .S = pc->P,
 				 .allreduce = p2p_allreduce, .destroy = p2p_destroy};
 	m->be = be;
 	m->r = rank / S;
 	m->s = rank % S;
 	m->S = S;
+	m->stage = xmalloc((size_t)pc->P * sizeof(int));
+	memcpy(m->stage, pc->stage, (size_t)pc->P * sizeof(int));
 	m->timeout = timeout;
 	m->host = dist_backend_is_host(be);
 	m->ch = ch;

@@ -1,11 +1,15 @@
 /* transport_p2p.c - activations and gradients between processes, over the
  * point-to-point messages of p2p.h (MPI, or TCP without MPI).
  *
- * Stage s is rank s. A send is a p2p_isend with tag 2*mb + kind (wrapping
- * below the channel's tag limit: between two ranks the messages of one
- * kind go in ascending mb, and messages with the same source and tag
- * arrive in order); its buffer stays out of the pool until the send
- * completes, so a send never blocks. A receive waits for its message by
+ * Messages address model pieces (pieces.h): piece q of replica r is
+ * global piece r*P + q, held by rank r*S + stage[q]. A send is a
+ * p2p_isend with tag (2*mb + kind)*V + the receiving piece's chunk
+ * (wrapping below the channel's tag limit: the messages for one piece of
+ * one kind come from one piece in ascending mb, and messages with the
+ * same source and tag arrive in order); its buffer stays out of the pool
+ * until the send completes, so a send never blocks. A handoff between two
+ * pieces of the same stage (zb-v's turn, interleaved with one stage) never
+ * leaves the process: the buffer itself waits in a local queue. A receive waits for its message by
  * (source, tag); the seconds it waits are the stage's waiting time. A
  * receive still waiting after the timeout (pipeline.timeout) names the
  * rank, the stage, the micro-batch and the tensor it waits for, and aborts
@@ -22,10 +26,12 @@
 #include "transport.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../io/util.h"
 #include "dist.h"
 #include "p2p.h"
+#include "pieces.h"
 
 struct pending {
 	struct p2p_op *op;
@@ -40,14 +46,24 @@ struct pool {
 	int n_all;
 };
 
+/* a handoff between two pieces of this process, not yet received */
+struct local_msg {
+	int to, kind, mb;
+	void *buf;
+};
+
 struct p2p_tp {
 	struct transport t;
 	const struct backend *be;
-	int S, rank, host;
+	int G, rank, host;        /* G: global pieces, P per replica times N */
+	int P, V, stages;         /* pieces and stages per pipeline, chunks per stage */
+	int *piece_stage;         /* [P] pieces.h */
+	int *piece_chunk;         /* [P] */
 	size_t n;                 /* bytes per message */
 	struct p2p *ch;
 	int tag_mb;               /* micro-batches before the tags wrap */
-	int stages;               /* pipeline stages (ranks are replica*stages + stage) */
+	struct local_msg *local;
+	int n_local, cap_local;
 	double timeout;           /* seconds a receive may wait; 0 = forever */
 	struct pool dev, stage;   /* backend buffers, host staging buffers */
 	struct pending *pend;
@@ -104,7 +120,13 @@ static void reap(struct p2p_tp *m)
 	m->n_pend = j;
 }
 
-static int tag_of(const struct p2p_tp *m, int kind, int mb) { return 2 * (mb % m->tag_mb) + kind; }
+/* The rank holding global piece g. */
+static int rank_of(const struct p2p_tp *m, int g) { return g / m->P * m->stages + m->piece_stage[g % m->P]; }
+
+static int tag_of(const struct p2p_tp *m, int to, int kind, int mb)
+{
+	return (2 * (mb % m->tag_mb) + kind) * m->V + m->piece_chunk[to % m->P];
+}
 
 static void *p2p_buffer(struct transport *t, int from, size_t n)
 {
@@ -118,8 +140,16 @@ static void *p2p_buffer(struct transport *t, int from, size_t n)
 static void p2p_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
-	if (from != m->rank || to < 0 || to >= m->S)
-		bug("rank %d sends as stage %d to stage %d", m->rank, from, to);
+	if (from < 0 || from >= m->G || rank_of(m, from) != m->rank || to < 0 || to >= m->G)
+		bug("rank %d sends as piece %d to piece %d", m->rank, from, to);
+	if (rank_of(m, to) == m->rank) {
+		if (m->n_local == m->cap_local) {
+			m->cap_local = m->cap_local ? 2 * m->cap_local : 8;
+			m->local = xrealloc(m->local, sizeof(*m->local) * (size_t)m->cap_local);
+		}
+		m->local[m->n_local++] = (struct local_msg){to, kind, mb, buf};
+		return;
+	}
 	void *wire = buf;
 	if (!m->host) {
 		wire = pool_get(m, &m->stage, 1);
@@ -133,24 +163,40 @@ static void p2p_send(struct transport *t, int from, int to, int kind, int mb, vo
 	struct pending *p = &m->pend[m->n_pend++];
 	p->buf = wire;
 	p->staged = !m->host;
-	p->op = p2p_isend(m->ch, wire, m->n, to, tag_of(m, kind, mb));
+	p->op = p2p_isend(m->ch, wire, m->n, rank_of(m, to), tag_of(m, to, kind, mb));
 }
 
 static void *p2p_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct p2p_tp *m = (struct p2p_tp *)t;
-	if (to != m->rank || from < 0 || from >= m->S)
-		bug("rank %d receives as stage %d from stage %d", m->rank, to, from);
+	if (to < 0 || to >= m->G || rank_of(m, to) != m->rank || from < 0 || from >= m->G)
+		bug("rank %d receives as piece %d from piece %d", m->rank, to, from);
+	if (rank_of(m, from) == m->rank) {
+		/* sent earlier by this thread (the schedule orders the two) */
+		for (int i = 0; i < m->n_local; i++) {
+			struct local_msg x = m->local[i];
+			if (x.to != to || x.kind != kind || x.mb != mb)
+				continue;
+			m->local[i] = m->local[--m->n_local];
+			if (waited)
+				*waited = 0.0;
+			return x.buf;
+		}
+		bug("rank %d: piece %d receives the %s of micro-batch %d from piece %d of the same "
+		    "stage, which has not sent it", m->rank, to,
+		    kind == MSG_ACT ? "activation" : "gradient", mb, from);
+	}
 	reap(m);
 	void *dev = pool_get(m, &m->dev, 0);
 	if (!dev)
 		return NULL; /* the stage fails: the job ends (executor.c) */
 	void *wire = m->host ? dev : pool_get(m, &m->stage, 1);
 	double t0 = now_sec();
-	struct p2p_op *op = p2p_irecv(m->ch, wire, m->n, from, tag_of(m, kind, mb));
+	int src = rank_of(m, from);
+	struct p2p_op *op = p2p_irecv(m->ch, wire, m->n, src, tag_of(m, to, kind, mb));
 	p2p_wait(m->ch, &op, 1, m->timeout, m->rank % m->stages,
 		 "the %s of micro-batch %d from rank %d (stage %d)",
-		 kind == MSG_ACT ? "activation" : "gradient", mb, from, from % m->stages);
+		 kind == MSG_ACT ? "activation" : "gradient", mb, src, src % m->stages);
 	if (waited)
 		*waited = now_sec() - t0;
 	if (!m->host) {
@@ -173,15 +219,20 @@ static void p2p_destroy(struct transport *t)
 		p2p_wait(m->ch, &m->pend[i].op, 1, m->timeout, m->rank % m->stages,
 			 "the next stage to take the last activations");
 	free(m->pend);
+	for (int i = 0; i < m->n_local; i++) /* a segment called off before its receive */
+		pool_put(&m->dev, m->local[i].buf);
+	free(m->local);
+	free(m->piece_stage);
+	free(m->piece_chunk);
 	pool_free(m, &m->dev, 0);
 	pool_free(m, &m->stage, 1);
 	p2p_close(m->ch);
 	free(m);
 }
 
-struct transport *transport_p2p(const struct dist *d, const struct backend *be, int S, int rank,
-				size_t msg_bytes,
-				int stages, double timeout)
+struct transport *transport_p2p(const struct dist *d, const struct backend *be,
+				const struct pieces *pc, int N, int rank, size_t msg_bytes,
+				double timeout)
 {
 	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
@@ -190,13 +241,19 @@ struct transport *transport_p2p(const struct dist *d, const struct backend *be, 
 	m->t = (struct transport){p2p_name(ch), p2p_buffer, p2p_send, p2p_recv, p2p_release,
 				  p2p_destroy, NULL}; /* a failed stage ends the job */
 	m->be = be;
-	m->S = S;
+	m->G = pc->P * N;
+	m->P = pc->P;
+	m->V = pc->V;
+	m->stages = pc->S;
+	m->piece_stage = xmalloc((size_t)pc->P * sizeof(int));
+	m->piece_chunk = xmalloc((size_t)pc->P * sizeof(int));
+	memcpy(m->piece_stage, pc->stage, (size_t)pc->P * sizeof(int));
+	memcpy(m->piece_chunk, pc->chunk, (size_t)pc->P * sizeof(int));
 	m->rank = rank;
 	m->host = dist_backend_is_host(be);
 	m->n = msg_bytes;
-	m->stages = stages;
 	m->timeout = timeout;
 	m->ch = ch;
-	m->tag_mb = MAX(1, (p2p_tag_limit(ch) - 1) / 2);
+	m->tag_mb = MAX(1, (p2p_tag_limit(ch) - 1) / (2 * pc->V));
 	return &m->t;
 }

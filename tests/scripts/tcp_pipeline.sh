@@ -4,7 +4,8 @@
 # compute exactly what the same pipeline computes in threads: for 2bw and
 # 1f1b with 2 stages, 1f1b with 3 (a middle rank that reads no data) and
 # 2bw with 2 stages x 2 data-parallel replicas (4 processes), the zero-bubble
-# zb-h1 and 2bw-zb with 2 stages (B and W apart), 20 steps of a
+# zb-h1 and 2bw-zb with 2 stages (B and W apart), the chunked zb-v (2 stages,
+# and 2 stages x 2 replicas) and interleaved (2 pieces per rank), 20 steps of a
 # tiny model on the built-in corpus give the same metrics (loss, val_loss,
 # lr, grad_norm at %.9g) and checkpoints whose tensors are identical (the
 # stored configuration differs only in pipeline.transport); a run resumed
@@ -60,12 +61,14 @@ same_tensors() {
 		grep -Eq '^([0-9]+) tensors compared, \1 identical, 0 not comparable' diff.txt
 }
 
-# name kind stages replicas micro-batches
-for spec in "2bw 2 1 2" "1f1b 2 1 2" "1f1b 3 1 3" "2bw 2 2 4" "zb-h1 2 1 2" "2bw-zb 2 1 2"; do
+# name kind stages replicas micro-batches [chunks per stage]
+for spec in "2bw 2 1 2" "1f1b 2 1 2" "1f1b 3 1 3" "2bw 2 2 4" "zb-h1 2 1 2" "2bw-zb 2 1 2" \
+	"zb-v 2 1 4 2" "zb-v 2 2 8 2" "interleaved 2 1 4 2"; do
 	set -- $spec
-	kind=$1 S=$2 N=$3 M=$4
+	kind=$1 S=$2 N=$3 M=$4 V=${5:-1}
 	name="tcp_${kind}_s${S}_dp${N}"
-	RUN=("${TINY[@]}" "${DATA[@]}" --set model.n_layer=$((S > 2 ? S : 2))
+	RUN=("${TINY[@]}" "${DATA[@]}" --set model.n_layer=$((S * V > 2 ? S * V : 2))
+	     --set pipeline.virtual_stages=$([ $kind = interleaved ] && echo $V || echo 1)
 	     --set train.schedule=$kind --set pipeline.stages=$S
 	     --set pipeline.data_parallel=$N --set pipeline.micro_batches=$M --set train.steps=20
 	     --set eval.every=10 --set eval.batches=3 --set checkpoint.every=10)

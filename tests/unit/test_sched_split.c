@@ -125,7 +125,11 @@ TEST(test_new_kinds_lists_hold_their_properties)
 						int *f = xcalloc((size_t)N * V, sizeof(int));
 						int *b = xcalloc((size_t)N * V, sizeof(int));
 						int *w = xcalloc((size_t)N * V, sizeof(int));
-						int *held = xcalloc((size_t)N * V + 1, sizeof(int));
+						/* slots are per chunk: [V][N*V + 1] */
+						size_t hw = (size_t)N * V + 1;
+						int *held = xcalloc(hw * V, sizeof(int));
+						int *live = xcalloc((size_t)V, sizeof(int));
+						int *peak = xcalloc((size_t)V, sizeof(int));
 						int *lastw = xmalloc(sizeof(int) * V);
 						int steps = 0, grads = 0;
 						for (int c = 0; c < V; c++)
@@ -138,8 +142,11 @@ TEST(test_new_kinds_lists_hold_their_properties)
 							case SCHED_FORWARD:
 								CHECK(!f[u]++);
 								CHECK(x->slot >= 0 && x->slot < sc->stage[s].nslots);
-								CHECK(!held[x->slot]);
-								held[x->slot] = 1;
+								CHECK(!held[x->chunk * hw + x->slot]);
+								held[x->chunk * hw + x->slot] = 1;
+								live[x->chunk]++;
+								if (live[x->chunk] > peak[x->chunk])
+									peak[x->chunk] = live[x->chunk];
 								break;
 							case SCHED_BACKWARD:
 								CHECK(!split);
@@ -156,8 +163,9 @@ TEST(test_new_kinds_lists_hold_their_properties)
 									  "%s S=%d M=%d V=%d stage %d",
 									  sched_kind_name(kind), S, M, V, s);
 								lastw[x->chunk] = x->mb;
-								CHECK(held[x->slot]);
-								held[x->slot] = 0;
+								CHECK(held[x->chunk * hw + x->slot]);
+								held[x->chunk * hw + x->slot] = 0;
+								live[x->chunk]--;
 								grads++;
 								break;
 							case SCHED_SEND_ACT:
@@ -184,10 +192,22 @@ TEST(test_new_kinds_lists_hold_their_properties)
 						CHECK(steps == 2);
 						for (size_t u = 0; u < (size_t)N * V; u++)
 							CHECK(f[u] == 1 && b[u] == 1 && w[u] == 1);
+						/* a piece's worker gets exactly its chunk's
+						 * peak, never more than the stage's */
+						int sum = 0;
+						for (int c = 0; c < V; c++) {
+							int q = sched_piece(sc, s, c);
+							CHECK(sched_piece_slots(sc, q) == peak[c]);
+							CHECK(peak[c] <= sc->stage[s].nslots);
+							sum += peak[c];
+						}
+						CHECK(sum >= sc->stage[s].nslots);
 						free(f);
 						free(b);
 						free(w);
 						free(held);
+						free(live);
+						free(peak);
 						free(lastw);
 					}
 					seen++;
