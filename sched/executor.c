@@ -839,7 +839,7 @@ int pipeline_stop_steps(const struct trainer *tr)
  * -1 after error(). */
 static int stage_alloc(struct stage_ctx *c, const struct backend *be, size_t bt, int N)
 {
-	int before = backend_lane_enter(be, c->s);
+	int before = backend_lane_enter(be, trainer_lane(c->p->tr, c->s));
 	c->dev_in = be->alloc(bt * sizeof(int32_t));
 	c->dev_tg = be->alloc(bt * sizeof(int32_t));
 	if (N > 1)
@@ -853,7 +853,7 @@ static int stage_alloc(struct stage_ctx *c, const struct backend *be, size_t bt,
 
 static void stage_release(struct stage_ctx *c, const struct backend *be)
 {
-	int before = backend_lane_enter(be, c->s);
+	int before = backend_lane_enter(be, trainer_lane(c->p->tr, c->s));
 	be->free(c->dev_in); /* NULL is fine, as for free() */
 	be->free(c->dev_tg);
 	be->free(c->asked_dev);
@@ -921,7 +921,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	 * starts: then every process agrees and none waits on a peer */
 	int failed = 0;
 	/* on the last stages' lane, which writes it (one lane with MPI) */
-	backend_lane_bind(tr->be, S - 1);
+	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
 	p.loss_dev = tr->be->alloc(st_mult(n_mb, sizeof(float)));
 	backend_lane_bind(tr->be, before);
 	if (!p.loss_dev)
@@ -957,8 +957,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		for (int s = 0; s < S; s++)
 			nt[s] = tr->w[s].opt.n + 1; /* the sums, then the stop request */
 		for (int r = 0; r < N; r++) {
-			p.tp[r] = transport_local(tr->be, S, p.act_bytes);
-			p.board[r] = board_local(tr->be, S, nt, p.tied_n);
+			p.tp[r] = transport_local(tr->be, S, tr->piece_stage, p.act_bytes);
+			p.board[r] = board_local(tr->be, S, tr->piece_stage, nt, p.tied_n);
 		}
 		free(nt);
 		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
@@ -1019,7 +1019,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
-	backend_lane_bind(tr->be, S - 1);
+	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
 	tr->be->to_host(p.losses, p.loss_dev, st_mult(n_mb, sizeof(float)));
 	backend_lane_bind(tr->be, before);
 	if (mpi && dist_agree(d, mpi_segment_end(&p, ctx, done),
@@ -1051,7 +1051,7 @@ out:
 		if (trainer_holds(tr, k))
 			stage_release(&ctx[k], tr->be);
 	free(ctx);
-	backend_lane_bind(tr->be, S - 1);
+	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
 	tr->be->free(p.loss_dev);
 	backend_lane_bind(tr->be, before);
 	free(p.losses);
@@ -1179,7 +1179,7 @@ static int eval_threads(struct trainer *tr, struct eval_ctx *ctx)
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	struct transport **tp = xcalloc((size_t)N, sizeof(*tp));
 	for (int r = 0; r < N; r++)
-		tp[r] = transport_local(tr->be, S, act_bytes);
+		tp[r] = transport_local(tr->be, S, tr->piece_stage, act_bytes);
 	for (int i = 0; i < nth; i++)
 		ctx[i].tp = tp[ctx[i].r];
 	pthread_t *th = xcalloc((size_t)nth, sizeof(*th));

@@ -111,9 +111,6 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 			return error("train.schedule = %s (%d chunks per stage) does not run over "
 				     "pipeline.transport = nccl yet: use pipeline.transport = mpi or "
 				     "tcp between processes, or local", cfg->train_schedule, V);
-		if (backend_lane_count(be) > 1)
-			return error("train.schedule = %s (%d chunks per stage) does not run on "
-				     "several devices (pipeline.devices) yet", cfg->train_schedule, V);
 		tr->V = V;
 		tr->S *= tr->V;
 	}
@@ -217,8 +214,8 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_piece_slots(probe, s) : 1;
-		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, tr->B, tr->T, slots, delay,
-				tr->kind >= 0, params)) {
+		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, trainer_lane(tr, s), tr->B,
+				tr->T, slots, delay, tr->kind >= 0, params)) {
 			sched_free(probe);
 			free(mine);
 			return -1;
@@ -227,7 +224,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		 * head's gradient stays in the last stage's forward, as the
 		 * fused kinds have it (no SPLIT_HEAD) */
 		if (tr->kind >= 0 && sched_kind_split(tr->kind)) {
-			int lane = backend_lane_enter(be, s);
+			int lane = backend_lane_enter(be, trainer_lane(tr, s));
 			int rc = stage_split_init(&tr->w[i].st, 0);
 			backend_lane_bind(be, lane);
 			if (rc) {
@@ -240,31 +237,36 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	sched_free(probe);
 	free(mine);
 	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
-	 * them, x[s] written by stage s-1 on its lane, the inputs read on
-	 * stage 0's, the targets on the last stage's */
+	 * them, x[s] written by piece s-1 on its lane, the inputs read on
+	 * piece 0's, the targets on the last piece's */
 	size_t n = act_elems(tr), bytes = st_mult(n, act_size(be));
 	tr->x = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	tr->dx = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	tr->x_peer = xcalloc((size_t)tr->S + 1, sizeof(void *));
 	for (int s = 0; s <= tr->S; s++) {
-		int writer = MAX(0, MIN(s - 1, tr->S - 1));
+		int writer = trainer_lane(tr, MAX(0, MIN(s - 1, tr->S - 1)));
 		backend_lane_bind(be, writer);
 		tr->x[s] = be->alloc(bytes);
 		backend_lane_bind(be, before);
 		tr->dx[s] = be->alloc(bytes);
-		if (s > 0 && s < tr->S && !backend_same_device(be, writer, s)) {
-			backend_lane_bind(be, s);
+		if (s > 0 && s < tr->S && !backend_same_device(be, writer, trainer_lane(tr, s))) {
+			backend_lane_bind(be, trainer_lane(tr, s));
 			tr->x_peer[s] = be->alloc(bytes);
 			backend_lane_bind(be, before);
 		}
 	}
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
-	backend_lane_bind(be, 0); /* stage 0's */
+	backend_lane_bind(be, trainer_lane(tr, 0)); /* piece 0's */
 	tr->inputs = be->alloc(bt * sizeof(int32_t));
-	backend_lane_bind(be, tr->S - 1);
+	backend_lane_bind(be, trainer_lane(tr, tr->S - 1));
 	tr->targets = be->alloc(bt * sizeof(int32_t));
 	backend_lane_bind(be, before);
 	return 0;
+}
+
+int trainer_lane(const struct trainer *tr, int q)
+{
+	return tr->piece_stage ? tr->piece_stage[q] : q;
 }
 
 int trainer_holds(const struct trainer *tr, int i)
@@ -279,18 +281,19 @@ void trainer_free(struct trainer *tr)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	cut_free(&tr->cut);
-	free(tr->piece_stage);
-	free(tr->piece_chunk);
-	tr->piece_stage = tr->piece_chunk = NULL;
-	if (!tr->w)
+	if (!tr->w) {
+		free(tr->piece_stage);
+		free(tr->piece_chunk);
+		tr->piece_stage = tr->piece_chunk = NULL;
 		return;
+	}
 	tr->be->synchronize(); /* nothing still uses what is freed below */
 	for (int i = 0; i < tr->N * tr->S; i++)
 		worker_free(&tr->w[i]);
 	for (int s = 0; tr->x && s <= tr->S; s++) { /* NULL: trainer_init failed before them */
-		backend_lane_bind(tr->be, MAX(0, MIN(s - 1, tr->S - 1)));
+		backend_lane_bind(tr->be, trainer_lane(tr, MAX(0, MIN(s - 1, tr->S - 1))));
 		tr->be->free(tr->x[s]);
-		backend_lane_bind(tr->be, MIN(s, tr->S - 1));
+		backend_lane_bind(tr->be, trainer_lane(tr, MIN(s, tr->S - 1)));
 		tr->be->free(tr->x_peer[s]);
 		backend_lane_bind(tr->be, before);
 		tr->be->free(tr->dx[s]);
@@ -300,11 +303,13 @@ void trainer_free(struct trainer *tr)
 	free(tr->x_peer);
 	free(tr->w);
 	free(tr->moe_tokens);
-	backend_lane_bind(tr->be, 0);
+	backend_lane_bind(tr->be, trainer_lane(tr, 0));
 	tr->be->free(tr->inputs);
-	backend_lane_bind(tr->be, tr->S - 1);
+	backend_lane_bind(tr->be, trainer_lane(tr, tr->S - 1));
 	tr->be->free(tr->targets);
 	backend_lane_bind(tr->be, before);
+	free(tr->piece_stage);
+	free(tr->piece_chunk);
 	memset(tr, 0, sizeof(*tr));
 }
 
@@ -352,7 +357,7 @@ static void load_batch(struct trainer *tr, struct dataloader *dl, long index)
 	dataloader_batch(dl, index, in, tg);
 	backend_lane_bind(tr->be, 0); /* the inputs on stage 0's lane, the targets on the last's */
 	tr->be->to_device(tr->inputs, in, bt * sizeof(int32_t));
-	backend_lane_bind(tr->be, tr->S - 1);
+	backend_lane_bind(tr->be, trainer_lane(tr, tr->S - 1));
 	tr->be->to_device(tr->targets, tg, bt * sizeof(int32_t));
 	backend_lane_bind(tr->be, before);
 	free(in);
@@ -373,7 +378,7 @@ static float forward_all(struct trainer *tr, int r, long version_step, int with_
 		struct stage_worker *w = trainer_worker(tr, r, s);
 		long v = with_grads ? version_step - w->delay : w->newest;
 		int last = s == tr->S - 1;
-		backend_lane_bind(tr->be, s);
+		backend_lane_bind(tr->be, trainer_lane(tr, s));
 		void *x_in = s == 0 ? NULL : tr->x[s];
 		if (tr->x_peer[s]) { /* stage s-1 wrote it on another device */
 			tr->be->copy(tr->x_peer[s], x_in,

@@ -150,6 +150,9 @@ void trainer_free(struct trainer *tr); /* also after a trainer_init that failed 
 /* Delay of stage s under cfg (the rule above). */
 int trainer_stage_delay(const struct config *cfg, int s, int S);
 
+/* The lane (backend.h: pipeline.devices) of piece q: its stage's. */
+int trainer_lane(const struct trainer *tr, int q);
+
 /* Does this process hold worker i (piece i % S of replica i / S)? Every
  * one in a one-process run; under MPI or TCP those of its stage's pieces. */
 int trainer_holds(const struct trainer *tr, int i);

@@ -36,7 +36,7 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
 	for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
 		struct optim_state_buf sb = optim_state(&wk->opt, i);
 		float *host = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
-		int before = backend_lane_enter(tr->be, wk->s);
+		int before = backend_lane_enter(tr->be, wk->lane);
 		tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
 		backend_lane_bind(tr->be, before);
 		for (int k = 0; k < wk->opt.n && !rc; k++) {
@@ -224,7 +224,7 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 				if (rb.numel != sb.numel)
 					bug("replica %d stage %d state '%s' has %zu floats, "
 					    "another replica %zu", r, s, rb.name, rb.numel, sb.numel);
-				int before = backend_lane_enter(tr->be, s);
+				int before = backend_lane_enter(tr->be, trainer_lane(tr, s));
 				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));
 				backend_lane_bind(tr->be, before);
 			}

@@ -54,12 +54,13 @@ static int init_on_lane(struct stage_worker *w, const struct model *m, const str
 }
 
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
-		const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
-		int n_slots, int delay, int overlapped, const float *params)
+		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
+		int T, int n_slots, int delay, int overlapped, const float *params)
 {
 	/* stage s's memory on its lane's device (backend.h: lanes) */
-	int before = backend_lane_enter(be, s);
+	int before = backend_lane_enter(be, lane);
 	int rc = init_on_lane(w, m, be, cfg, cut, s, B, T, n_slots, delay, overlapped, params);
+	w->lane = lane;
 	backend_lane_bind(be, before);
 	return rc;
 }
@@ -68,7 +69,7 @@ void worker_free(struct stage_worker *w)
 {
 	if (!w->be)
 		return;
-	int before = backend_lane_enter(w->be, w->s);
+	int before = backend_lane_enter(w->be, w->lane);
 	for (int v = 0; v < w->n_versions; v++) {
 		w->be->free(w->ver[v]);
 		if (w->pred[v])
@@ -122,7 +123,7 @@ void worker_predict_held(struct stage_worker *w)
 {
 	if (!w->predict)
 		return;
-	int before = backend_lane_enter(w->be, w->s);
+	int before = backend_lane_enter(w->be, w->lane);
 	/* the oldest version held lacks its predecessor; it is never computed
 	 * on again (that is why the ring holds one more) */
 	for (long v = MAX(0, w->newest - (w->n_versions - 2)); v <= w->newest; v++)
@@ -184,7 +185,7 @@ void worker_save_version(struct stage_worker *w, long v, float *global)
 {
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);
-	int before = backend_lane_enter(w->be, w->s);
+	int before = backend_lane_enter(w->be, w->lane);
 	w->be->to_host(host, worker_weights(w, v), bytes);
 	backend_lane_bind(w->be, before);
 	stage_scatter(&w->st, global, host);
@@ -196,7 +197,7 @@ void worker_load_version(struct stage_worker *w, long v, const float *global)
 	size_t bytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);
 	stage_gather(&w->st, host, global);
-	int before = backend_lane_enter(w->be, w->s);
+	int before = backend_lane_enter(w->be, w->lane);
 	w->be->to_device(w->ver[(v < 0 ? 0 : v) % w->n_versions], host, bytes);
 	backend_lane_bind(w->be, before);
 	free(host);

@@ -40,6 +40,8 @@ struct stage_worker {
 	struct optimizer opt;
 	const struct backend *be;
 	int s, S;
+	int lane;                           /* its stage's lane (backend.h): s, or with V
+					     * pieces per stage the stage of piece s */
 	int delay;                          /* steps of gradient delay */
 	int predict;                        /* weight prediction (delay > 0) */
 	int n_versions;                     /* delay + 1 (+ 1 with predict) */
@@ -57,13 +59,13 @@ struct stage_worker {
 	long buckets;
 };
 
-/* Build stage s of cut (NULL: the whole model) with the given delay, n_slots activation slots for
+/* Build stage s of cut (NULL: the whole model) on lane `lane` with the given delay, n_slots activation slots for
  * B x T micro-batches, its optimizer from cfg, and version 0 copied from the
  * global host arena `params` (m->numel floats). overlapped: steps overlap
  * (a pipeline), so two gradient accumulators; else one. */
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
-		const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
-		int n_slots, int delay, int overlapped, const float *params);
+		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
+		int T, int n_slots, int delay, int overlapped, const float *params);
 void worker_free(struct stage_worker *w);
 
 /* The weights of version v (v < 0 means version 0). The version must be

@@ -66,10 +66,12 @@ struct board {
 	void (*abort)(struct board *b);
 };
 
-/* Shared memory between the S stage threads of one process. n_tensors[S]
- * is copied; tied parts of tied_n floats live in backend memory. */
-struct board *board_local(const struct backend *be, int S, const int *n_tensors,
-			  size_t tied_n);
+/* Shared memory between the S stage threads of one process (or S pieces
+ * of fewer threads: stage s on lane lane[s], NULL: lane s). n_tensors[S]
+ * and lane[S] are copied; tied parts of tied_n floats live in backend
+ * memory. */
+struct board *board_local(const struct backend *be, int S, const int *lane,
+			  const int *n_tensors, size_t tied_n);
 
 /* One stage per process, over p2p.h (MPI or TCP): this process runs
  * stage s of a pipeline of pc->P pieces on pc->S stages (pieces.h) whose

@@ -10,7 +10,8 @@
  * and the reader's after its last read, which whoever takes the buffer
  * from the pool next waits on. A reader on another device reads a peer
  * copy of the part made on its own lane. Pools are per stage (per lane,
- * so a buffer never leaves its device).
+ * so a buffer never leaves its device). With V pieces per stage, "stage"
+ * here is a piece and lane[] says its stage's lane.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ struct tied_pool {
 struct local_board {
 	struct board b;
 	struct tied_pool *pool;   /* [S] */
+	int *lane;                /* [S] each stage's lane (a stage's pieces share one) */
 	const struct backend *be;
 	int *n_tensors;
 	size_t *offset;           /* [S] first sum of stage s in sumsq */
@@ -149,7 +151,7 @@ static const float *lb_tied_wait(struct board *b, int s, long step, double *wait
 	e->posted_fence[other] = NULL;
 	pthread_mutex_unlock(&l->mu);
 	backend_fence_take(l->be, fence);
-	if (!backend_same_device(l->be, p.owner, s)) {
+	if (!backend_same_device(l->be, l->lane[p.owner], l->lane[s])) {
 		struct part own = take_part(l, s);
 		if (!own.p)
 			return NULL; /* error() said why */
@@ -240,7 +242,7 @@ static void lb_end(struct board *b)
 			struct part parts[2] = {e->part[k], e->peer[k]};
 			for (int q = 0; q < 2; q++)
 				if (parts[q].p) {
-					backend_lane_bind(l->be, parts[q].owner);
+					backend_lane_bind(l->be, l->lane[parts[q].owner]);
 					l->be->free(parts[q].p);
 				}
 		}
@@ -259,7 +261,7 @@ static void lb_destroy(struct board *b)
 	if (l->e)
 		lb_end(b);
 	for (int s = 0; s < b->S; s++) {
-		backend_lane_bind(l->be, s);
+		backend_lane_bind(l->be, l->lane[s]);
 		for (int i = 0; i < l->pool[s].n; i++) {
 			if (l->pool[s].fence[i])
 				l->be->fence_free(l->pool[s].fence[i]);
@@ -274,14 +276,18 @@ static void lb_destroy(struct board *b)
 	pthread_cond_destroy(&l->cv);
 	free(l->n_tensors);
 	free(l->offset);
+	free(l->lane);
 	free(l);
 }
 
-struct board *board_local(const struct backend *be, int S, const int *n_tensors,
-			  size_t tied_n)
+struct board *board_local(const struct backend *be, int S, const int *lane,
+			  const int *n_tensors, size_t tied_n)
 {
 	struct local_board *l = xcalloc(1, sizeof(*l));
 	l->be = be;
+	l->lane = xmalloc((size_t)S * sizeof(int));
+	for (int s = 0; s < S; s++)
+		l->lane[s] = lane ? lane[s] : s;
 	l->tied_n = tied_n;
 	l->pool = xcalloc((size_t)S, sizeof(*l->pool));
 	l->n_tensors = xcalloc((size_t)S, sizeof(int));

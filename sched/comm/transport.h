@@ -39,9 +39,11 @@ struct transport {
 	void (*abort)(struct transport *t);
 };
 
-/* In-process queues between S stage threads; buffers of msg_bytes from
- * backend be. With lanes (backend.h), stage s runs on lane s and its thread
- * is bound to it; hand-offs are fenced and cross devices by peer copies. */
-struct transport *transport_local(const struct backend *be, int S, size_t msg_bytes);
+/* In-process queues between S stage threads (or S pieces of fewer
+ * threads); buffers of msg_bytes from backend be. With lanes (backend.h),
+ * stage s runs on lane lane[s] (NULL: lane s) and its thread is bound to
+ * it; hand-offs are fenced and cross devices by peer copies. */
+struct transport *transport_local(const struct backend *be, int S, const int *lane,
+				  size_t msg_bytes);
 
 #endif

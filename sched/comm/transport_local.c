@@ -52,6 +52,7 @@ struct local {
 	struct transport t;
 	const struct backend *be;
 	int S;
+	int *lane;            /* [S] each stage's lane (pieces of one stage share it) */
 	size_t n;             /* bytes per message */
 	struct mailbox *box;  /* [S] */
 	pthread_mutex_t pool_mu;
@@ -65,7 +66,7 @@ struct local {
 /* Stage s's lane's device is stage t's. */
 static int same_device(const struct local *l, int s, int t)
 {
-	return backend_same_device(l->be, s, t);
+	return backend_same_device(l->be, l->lane[s], l->lane[t]);
 }
 
 /* A free buffer for stage s (called on its lane), ready to be written. */
@@ -213,21 +214,26 @@ static void local_destroy(struct transport *t)
 	}
 	/* each buffer freed on a lane of its device */
 	for (int i = 0; i < l->n_allocated; i++) {
-		backend_lane_bind(l->be, l->all_stage[i]);
+		backend_lane_bind(l->be, l->lane[l->all_stage[i]]);
 		l->be->free(l->all[i]);
 	}
 	backend_lane_bind(l->be, before);
 	free(l->all);
 	free(l->all_stage);
+	free(l->lane);
 	free(l->pool);
 	free(l->box);
 	pthread_mutex_destroy(&l->pool_mu);
 	free(l);
 }
 
-struct transport *transport_local(const struct backend *be, int S, size_t msg_bytes)
+struct transport *transport_local(const struct backend *be, int S, const int *lane,
+				  size_t msg_bytes)
 {
 	struct local *l = xcalloc(1, sizeof(*l));
+	l->lane = xmalloc((size_t)S * sizeof(int));
+	for (int s = 0; s < S; s++)
+		l->lane[s] = lane ? lane[s] : s;
 	l->t = (struct transport){"local", local_buffer, local_send, local_recv, local_release,
 				  local_destroy, local_abort};
 	l->be = be;

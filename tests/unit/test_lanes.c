@@ -788,6 +788,34 @@ TEST(every_schedule_on_lanes_is_race_free_and_exact)
 		}
 }
 
+/* Two pieces per stage (interleaved, zb-v): a stage's pieces share its
+ * lane, zb-v's turn at the last stage and its two tied ends on stage 0
+ * stay on one lane, interleaved hands the last stage's chunk 0 to stage
+ * 0's chunk 1 across devices; the plain run's bits, no race, resume. */
+TEST(chunked_schedules_on_lanes_are_race_free_and_exact)
+{
+	if (!cpu_base())
+		SKIP("the spy wraps the cpu backend");
+	static const char *const sched[] = {"interleaved", "zb-v"};
+	static const int *const maps[] = {four_devices, two_devices, halves};
+	static const char *const map_name[] = {"0,1,2,3", "0,1,0,1", "0,0,1,1"};
+	for (size_t i = 0; i < ARRAY_SIZE(sched) && !test_failed(); i++)
+		for (size_t k = 0; k < ARRAY_SIZE(maps) && !test_failed(); k++) {
+			struct config cfg;
+			base_config(&cfg, "gpt2", "adamw", sched[i], 4); /* tied */
+			config_set_key(&cfg, "model", "n_layer", "8", "test");
+			config_set_key(&cfg, "pipeline", "micro_batches", "8", "test");
+			if (!strcmp(sched[i], "interleaved"))
+				config_set_key(&cfg, "pipeline", "virtual_stages", "2", "test");
+			config_finish(&cfg);
+			char what[96];
+			snprintf(what, sizeof(what), "%s S=4 V=2 on devices %s%s", sched[i],
+				 map_name[k], k == 0 ? ", saved at 5 and resumed" : "");
+			check_lanes(what, &cfg, maps[k], k == 0 ? 5 : 0);
+			config_free(&cfg);
+		}
+}
+
 TEST(lanes_resume_replicas_and_corrections_are_race_free_and_exact)
 {
 	if (!cpu_base())
