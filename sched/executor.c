@@ -684,9 +684,7 @@ static int mpi_attach(struct trainer *tr)
 	 * ranks of its own replica */
 	double timeout = tr->cfg->pipeline_timeout;
 	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
-	if (nccl && tr->V > 1)
-		bug("pipeline.transport = nccl with %d chunks per stage", tr->V);
-	if (nccl && nccl_world_open(&mp->nccl, d, S, N, rank)) {
+	if (nccl && nccl_world_open(&mp->nccl, d, &pc, N, rank)) {
 		free(n_tensors);
 		free(mp);
 		return error("rank %d: cannot set up the NCCL channels between processes", rank);

@@ -107,10 +107,6 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		if (V > 64)
 			return error("pipeline.virtual_stages = %ld: at most 64",
 				     cfg->pipeline_virtual_stages);
-		if (!strcmp(cfg->pipeline_transport, "nccl"))
-			return error("train.schedule = %s (%d chunks per stage) does not run over "
-				     "pipeline.transport = nccl yet: use pipeline.transport = mpi or "
-				     "tcp between processes, or local", cfg->train_schedule, V);
 		tr->V = V;
 		tr->S *= tr->V;
 	}

@@ -5,22 +5,29 @@
  * one GPU per process (its local rank). The channels (kernels/cuda/
  * cuda_nccl.h: a communicator with a stream of its own) are:
  *
- *   act  s -> s+1   rank 0 = stage s sends activations, rank 1 receives
- *   grad s+1 -> s   rank 0 = stage s receives gradients, rank 1 sends
+ *   act  a -> b     the sender (channel rank 0) sends activations to b
+ *   grad b -> a     the gradients back, b is channel rank 0
  *   dp   stage s    the N replicas' stage-s processes, rank = replica
  *
- * one 2-rank channel per direction of each neighbour pair, because NCCL
- * matches transfers by their order on a communicator and a send blocks its
- * stream until the receive is posted (cuda_nccl.h says why one stream
- * deadlocks 1F1B). Per channel the sender's order of micro-batches must be
- * the receiver's: sched_check_channel_order (schedule.h) proves it of the
- * schedule before anything is sent.
+ * for every two neighbouring model pieces q, q+1 held by different stages
+ * a = stage(q), b = stage(q+1) (pieces.h: with one piece per stage that
+ * is s -> s+1; interleaved adds the turn from the last stage back to
+ * stage 0, zb-v the way back up, s+1 -> s). One 2-rank channel per
+ * direction and kind, because NCCL matches transfers by their order on a
+ * communicator and a send blocks its stream until the receive is posted
+ * (cuda_nccl.h says why one stream deadlocks 1F1B). Per channel the
+ * sender's order of messages must be the receiver's, whatever pieces they
+ * belong to: sched_check_channel_order (schedule.h) proves it of the
+ * schedule before anything is sent. A handoff between two pieces of one
+ * stage stays in the process.
  *
  * Setting up is collective (every rank calls nccl_world_open at the same
  * point, under MPI): each rank creates the unique ids of the channels it
- * is rank 0 of, every rank gets every id (dist_bcast from each rank in
- * turn), then the channels open in two rounds (pairs starting at an even
- * stage, then at an odd one) so that no rank waits on a chain of others.
+ * sends on, every rank gets every id (dist_bcast from each rank in turn),
+ * then the channels open in rounds (nccl_plan: in each round a stage
+ * opens the channels of at most one neighbour, both ends in the same
+ * order; with one piece per stage, pairs starting at an even stage, then
+ * at an odd one) so that no rank waits on a chain of others.
  *
  * Waits have a deadline (pipeline.timeout): a transfer that does not
  * complete in time names the rank, the stage, the micro-batch and the
@@ -41,18 +48,35 @@ struct replicas;
 struct nccl_world {
 	int rank, stages, replicas;      /* this process; the world's shape */
 	int stage, replica;              /* rank % stages, rank / stages */
-	struct cuda_nccl_chan *act_in;   /* from stage - 1; NULL on stage 0 */
-	struct cuda_nccl_chan *grad_out; /* to stage - 1 (the same pair) */
-	struct cuda_nccl_chan *act_out;  /* to stage + 1; NULL on the last stage */
-	struct cuda_nccl_chan *grad_in;  /* from stage + 1 */
+	int P;                           /* model pieces per pipeline (pieces.h) */
+	int *piece_stage;                /* [P] the stage of each piece; NULL: piece s
+					  * is stage s */
+	/* [2 * stages]: kind (MSG_ACT, MSG_GRAD) * stages + the peer's stage;
+	 * NULL where this stage sends (receives) nothing of that kind to
+	 * (from) that stage */
+	struct cuda_nccl_chan **send, **recv;
 	struct cuda_nccl_chan *dp;       /* the stage's replicas; NULL when 1 */
 };
 
-/* Open this rank's channels. 0, or -1 after error() (NCCL missing, fewer
- * GPUs on the node than processes, ...). */
+/* Which channels a pipeline needs and when each opens: channel i carries
+ * kind[i] (MSG_ACT, MSG_GRAD) from stage from[i] to stage to[i], sent on
+ * with id slot[i] of its sender (the sender's channels counted in this
+ * order), opened in round[i]; no stage has channels with two different
+ * peers in one round. Plain C, no NCCL: the same on every rank. */
+struct nccl_plan {
+	int n, rounds, ids;              /* channels, rounds, most ids one stage makes */
+	int *kind, *from, *to, *slot, *round;
+};
+struct pieces;
+void nccl_plan_make(struct nccl_plan *plan, const struct pieces *pc);
+void nccl_plan_free(struct nccl_plan *plan);
+
+/* Open this rank's channels for the N = replicas pipelines of pc's pieces
+ * (rank = replica * pc->S + stage). 0, or -1 after error() (NCCL missing,
+ * fewer GPUs on the node than processes, ...). */
 struct dist;
-int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
-		    int rank);
+int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pieces *pc,
+		    int replicas, int rank);
 void nccl_world_close(struct nccl_world *w);
 /* A transfer between processes that cannot be queued or failed mid-segment:
  * the peers are inside NCCL waits that nothing can interrupt, so the job

@@ -4,10 +4,12 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "dist.h"
+#include "pieces.h"
 
 void nccl_fail(const char *fmt, ...)
 {
@@ -20,10 +22,73 @@ void nccl_fail(const char *fmt, ...)
 	dist_abort();
 }
 
+/* Does pc hand something from stage a to stage b (a != b)? */
+static int hands(const struct pieces *pc, int a, int b)
+{
+	for (int q = 0; q + 1 < pc->P; q++)
+		if (pc->stage[q] == a && pc->stage[q + 1] == b)
+			return 1;
+	return 0;
+}
+
+void nccl_plan_make(struct nccl_plan *plan, const struct pieces *pc)
+{
+	int S = pc->S;
+	memset(plan, 0, sizeof(*plan));
+	/* at most 4 channels per pair of stages (both kinds, both ways) */
+	size_t cap = st_mult(st_mult((size_t)S, (size_t)S), 2);
+	plan->kind = xcalloc(cap + 1, sizeof(int));
+	plan->from = xcalloc(cap + 1, sizeof(int));
+	plan->to = xcalloc(cap + 1, sizeof(int));
+	plan->slot = xcalloc(cap + 1, sizeof(int));
+	plan->round = xcalloc(cap + 1, sizeof(int));
+	int *sent = xcalloc((size_t)S, sizeof(int)); /* ids each stage makes so far */
+	/* rounds: a greedy colouring of the pairs in order, each pair the
+	 * lowest round neither end has used */
+	unsigned char *busy = xcalloc(st_mult((size_t)S, (size_t)S + 1), 1); /* [stage][round] */
+	for (int a = 0; a < S; a++)
+		for (int b = a + 1; b < S; b++) {
+			int ab = hands(pc, a, b), ba = hands(pc, b, a);
+			if (!ab && !ba)
+				continue;
+			int r = 0;
+			while (busy[(size_t)a * (S + 1) + r] || busy[(size_t)b * (S + 1) + r])
+				r++;
+			busy[(size_t)a * (S + 1) + r] = busy[(size_t)b * (S + 1) + r] = 1;
+			plan->rounds = MAX(plan->rounds, r + 1);
+			/* activations a -> b and their gradients b -> a, then the
+			 * other way round: both ends open them in this order */
+			int want[4][3] = {{ab, a, b}, {ab, b, a}, {ba, b, a}, {ba, a, b}};
+			for (int k = 0; k < 4; k++) {
+				if (!want[k][0])
+					continue;
+				int i = plan->n++, from = want[k][1];
+				plan->kind[i] = k % 2; /* 0: activations, 1: gradients */
+				plan->from[i] = from;
+				plan->to[i] = want[k][2];
+				plan->slot[i] = sent[from]++;
+				plan->round[i] = r;
+				plan->ids = MAX(plan->ids, sent[from]);
+			}
+		}
+	free(busy);
+	free(sent);
+}
+
+void nccl_plan_free(struct nccl_plan *plan)
+{
+	free(plan->kind);
+	free(plan->from);
+	free(plan->to);
+	free(plan->slot);
+	free(plan->round);
+	memset(plan, 0, sizeof(*plan));
+}
+
 #ifndef ASYNCPP_CUDA
 
-int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
-		    int rank)
+int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pieces *pc,
+		    int replicas, int rank)
 {
 	memset(w, 0, sizeof(*w));
 	return error("pipeline.transport = nccl needs a CUDA build of asyncpp (this one has "
@@ -43,14 +108,15 @@ double nccl_wait(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch, double ti
 
 #else
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include "../../kernels/cuda/cuda_nccl.h"
 
-/* The ids a rank creates: [0] its act channel to stage + 1, [1] its grad
- * channel from stage + 1, [2] (replica 0 only) its stage's dp channel. */
-enum { ID_ACT, ID_GRAD, ID_DP, IDS_PER_RANK };
+/* Id k of rank q in the table of every rank's ids (per each). */
+static unsigned char *id_of(unsigned char *ids, size_t per, int q, int k)
+{
+	return ids + ((size_t)q * per + (size_t)k) * CUDA_NCCL_ID_BYTES;
+}
 
 static int open_chan(struct cuda_nccl_chan **ch, int nranks, const unsigned char *id, int rank,
 		     const char *what)
@@ -58,23 +124,6 @@ static int open_chan(struct cuda_nccl_chan **ch, int nranks, const unsigned char
 	if (cuda_nccl_chan_open(ch, nranks, id, rank) == 0)
 		return 0;
 	return error("cannot open the NCCL channel for %s", what);
-}
-
-/* The pair (stage, stage + 1) of this rank's replica, from its lower end
- * (lower = 1) or its upper end. */
-static int open_pair(struct nccl_world *w, const unsigned char (*ids)[IDS_PER_RANK][CUDA_NCCL_ID_BYTES],
-		     int lower)
-{
-	int a = lower ? w->rank : w->rank - 1; /* the pair's lower rank */
-	int me = lower ? 0 : 1;
-	char what[96];
-	snprintf(what, sizeof(what), "stages %d and %d of replica %d", a % w->stages,
-		 a % w->stages + 1, w->replica);
-	if (lower)
-		return open_chan(&w->act_out, 2, ids[a][ID_ACT], me, what) ||
-		       open_chan(&w->grad_in, 2, ids[a][ID_GRAD], me, what);
-	return open_chan(&w->act_in, 2, ids[a][ID_ACT], me, what) ||
-	       open_chan(&w->grad_out, 2, ids[a][ID_GRAD], me, what);
 }
 
 /* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
@@ -106,21 +155,28 @@ static int one_gpu_each(const struct dist *d, int rank, int world)
 	return rc;
 }
 
-int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int replicas,
-		    int rank)
+int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pieces *pc,
+		    int replicas, int rank)
 {
+	int stages = pc->S;
 	memset(w, 0, sizeof(*w));
 	w->rank = rank;
 	w->stages = stages;
 	w->replicas = replicas;
 	w->stage = rank % stages;
 	w->replica = rank / stages;
+	w->P = pc->P;
+	w->piece_stage = xmalloc((size_t)pc->P * sizeof(int));
+	memcpy(w->piece_stage, pc->stage, (size_t)pc->P * sizeof(int));
+	w->send = xcalloc((size_t)2 * (size_t)stages, sizeof(*w->send));
+	w->recv = xcalloc((size_t)2 * (size_t)stages, sizeof(*w->recv));
 	char why[512];
 	int no_nccl = cuda_nccl_load(why, sizeof(why)) < 0;
 	/* agreed before the first collective below, so that a rank without
 	 * NCCL (one node missing libnccl2) does not leave the others waiting in
 	 * it until pipeline.timeout */
 	if (dist_max_int(d, no_nccl)) {
+		nccl_world_close(w);
 		if (no_nccl)
 			return error("pipeline.transport = nccl: %s; install NCCL 2 (libnccl2) or "
 				     "use pipeline.transport = mpi", why);
@@ -128,39 +184,61 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int 
 			     rank);
 	}
 	int world = stages * replicas;
-	if (one_gpu_each(d, rank, world))
+	if (one_gpu_each(d, rank, world)) {
+		nccl_world_close(w);
 		return -1;
-	unsigned char(*ids)[IDS_PER_RANK][CUDA_NCCL_ID_BYTES] =
-		xcalloc((size_t)world, sizeof(*ids));
+	}
+	struct nccl_plan plan;
+	nccl_plan_make(&plan, pc);
+	/* this rank's ids: one per channel it sends on (plan.slot), then
+	 * (replica 0 only) its stage's dp channel */
+	size_t per = (size_t)plan.ids + 1;
+	unsigned char *ids = xcalloc(st_mult((size_t)world, per), CUDA_NCCL_ID_BYTES);
 	int rc = 0;
-	if (w->stage + 1 < stages)
-		rc |= cuda_nccl_unique_id(ids[rank][ID_ACT]) || cuda_nccl_unique_id(ids[rank][ID_GRAD]);
+	for (int i = 0; i < plan.n; i++)
+		if (plan.from[i] == w->stage)
+			rc |= cuda_nccl_unique_id(id_of(ids, per, rank, plan.slot[i]));
 	if (replicas > 1 && w->replica == 0)
-		rc |= cuda_nccl_unique_id(ids[rank][ID_DP]);
+		rc |= cuda_nccl_unique_id(id_of(ids, per, rank, plan.ids));
 	/* every rank learns every id: a broadcast from each rank in turn (ids
 	 * are small; an error here leaves the others waiting until the
 	 * broadcast's timeout names this rank, so go on to the broadcasts) */
 	for (int q = 0; q < world; q++)
-		if (dist_bcast(d, ids[q], sizeof(ids[q]), q))
+		if (dist_bcast(d, id_of(ids, per, q, 0), per * CUDA_NCCL_ID_BYTES, q))
 			rc = -1;
 	if (rc) {
 		free(ids);
+		nccl_plan_free(&plan);
+		nccl_world_close(w);
 		return error("rank %d: cannot create or share the NCCL ids", rank);
 	}
-	/* round 1: pairs that start at an even stage; round 2: at an odd one */
-	for (int round = 0; round < 2 && !rc; round++) {
-		int s = w->stage;
-		if (s + 1 < stages && s % 2 == round)
-			rc = open_pair(w, (const void *)ids, 1);
-		else if (s > 0 && (s - 1) % 2 == round)
-			rc = open_pair(w, (const void *)ids, 0);
-	}
+	/* the rounds in order; within one, this stage's channels with its one
+	 * peer of the round, in the plan's order on both ends */
+	int base = w->replica * stages;
+	for (int round = 0; round < plan.rounds && !rc; round++)
+		for (int i = 0; i < plan.n && !rc; i++) {
+			if (plan.round[i] != round ||
+			    (plan.from[i] != w->stage && plan.to[i] != w->stage))
+				continue;
+			int sending = plan.from[i] == w->stage;
+			int peer = sending ? plan.to[i] : plan.from[i];
+			char what[128];
+			snprintf(what, sizeof(what), "the %s from stage %d to stage %d of replica %d",
+				 plan.kind[i] ? "gradients" : "activations", plan.from[i], plan.to[i],
+				 w->replica);
+			struct cuda_nccl_chan **ch = sending ? &w->send[plan.kind[i] * stages + peer]
+							     : &w->recv[plan.kind[i] * stages + peer];
+			rc = open_chan(ch, 2, id_of(ids, per, base + plan.from[i], plan.slot[i]),
+				       sending ? 0 : 1, what);
+		}
 	if (!rc && replicas > 1) {
 		char what[64];
 		snprintf(what, sizeof(what), "the %d replicas of stage %d", replicas, w->stage);
-		rc = open_chan(&w->dp, replicas, ids[w->stage][ID_DP], w->replica, what);
+		rc = open_chan(&w->dp, replicas, id_of(ids, per, w->stage, plan.ids), w->replica,
+			       what);
 	}
 	free(ids);
+	nccl_plan_free(&plan);
 	if (rc)
 		nccl_world_close(w);
 	return rc ? -1 : 0;
@@ -168,11 +246,14 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, int stages, int 
 
 void nccl_world_close(struct nccl_world *w)
 {
-	cuda_nccl_chan_close(w->act_in);
-	cuda_nccl_chan_close(w->grad_out);
-	cuda_nccl_chan_close(w->act_out);
-	cuda_nccl_chan_close(w->grad_in);
+	for (int i = 0; w->send && i < 2 * w->stages; i++) {
+		cuda_nccl_chan_close(w->send[i]);
+		cuda_nccl_chan_close(w->recv[i]);
+	}
 	cuda_nccl_chan_close(w->dp);
+	free(w->send);
+	free(w->recv);
+	free(w->piece_stage);
 	memset(w, 0, sizeof(*w));
 }
 

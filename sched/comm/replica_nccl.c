@@ -113,8 +113,11 @@ static double wait_exchange(struct nccl_replicas *m, struct cuda_nccl_event *ev,
 
 static void check_caller(const struct nccl_replicas *m, int r, int s)
 {
-	if (r != m->w->replica || s != m->w->stage)
-		bug("rank of replica %d stage %d reduces as replica %d stage %d",
+	/* s: a piece of this rank's stage (pieces.h; piece s is stage s when
+	 * every stage holds one) */
+	int stage = m->w->piece_stage && s >= 0 && s < m->w->P ? m->w->piece_stage[s] : s;
+	if (r != m->w->replica || stage != m->w->stage)
+		bug("rank of replica %d stage %d reduces as replica %d piece %d",
 		    m->w->replica, m->w->stage, r, s);
 }
 
@@ -206,7 +209,8 @@ struct replicas *replicas_nccl(const struct backend *be, struct nccl_world *w, d
 		return NULL;
 	}
 	struct nccl_replicas *m = xcalloc(1, sizeof(*m));
-	m->x = (struct replicas){.name = "nccl", .N = w->replicas, .S = w->stages,
+	m->x = (struct replicas){.name = "nccl", .N = w->replicas,
+				 .S = w->piece_stage ? w->P : w->stages,
 				 .allreduce = nccl_allreduce, .bucket = nccl_bucket,
 				 .finish = nccl_finish, .destroy = nccl_destroy};
 	m->be = be;

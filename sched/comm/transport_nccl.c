@@ -15,6 +15,12 @@
  * schedule's order, proven equal on both ends by sched_check_channel_order
  * before the run starts (trainer.c). The (kind, mb) arguments name the
  * tensor in timeout messages.
+ *
+ * Stages are addressed as model pieces (pieces.h), global piece r*P + q
+ * being held by rank r*stages + stage(q): a message goes on the channel
+ * of its kind to the peer stage, whichever of that stage's pieces it is
+ * for, and a handoff between two pieces of this rank (zb-v's turn) waits
+ * in a local queue, the buffer itself, never leaving the process.
  */
 #include "nccl.h"
 #include "transport.h"
@@ -39,6 +45,12 @@ struct pending {
 	void *buf;
 };
 
+/* a handoff between two pieces of this rank, not yet received */
+struct local_msg {
+	int to, kind, mb;
+	void *buf;
+};
+
 struct nccl_tp {
 	struct transport t;
 	const struct backend *be;
@@ -49,7 +61,18 @@ struct nccl_tp {
 	int n_free, n_all;
 	struct pending *pend;
 	int n_pend, cap_pend;
+	struct local_msg *local;
+	int n_local, cap_local;
 };
+
+/* The rank holding global piece g (pieces.h). */
+static int rank_of(const struct nccl_tp *x, int g)
+{
+	const struct nccl_world *w = x->w;
+	if (!w->piece_stage)
+		return g; /* one piece per stage */
+	return g / w->P * w->stages + w->piece_stage[g % w->P];
+}
 
 static void *pool_get(struct nccl_tp *x)
 {
@@ -103,39 +126,44 @@ static void *nccl_buffer(struct transport *t, int from, size_t n)
 
 /* The channel of a message between this rank and `peer` (global ranks), and
  * the peer's rank in it. */
+/* The channel of a message of this kind sent to (received from) rank
+ * peer, and the peer's rank on it: the sender is rank 0. */
 static struct cuda_nccl_chan *channel(struct nccl_tp *x, int sending, int peer, int kind,
 				      int *chan_peer)
 {
 	struct nccl_world *w = x->w;
-	int up = peer == w->rank + 1 && w->stage + 1 < w->stages;
-	int down = peer == w->rank - 1 && w->stage > 0;
+	int ps = peer % w->stages, same_replica = peer / w->stages == w->replica;
 	struct cuda_nccl_chan *ch = NULL;
-	if (sending && kind == MSG_ACT && up)
-		ch = w->act_out, *chan_peer = 1;
-	else if (sending && kind == MSG_GRAD && down)
-		ch = w->grad_out, *chan_peer = 0;
-	else if (!sending && kind == MSG_ACT && down)
-		ch = w->act_in, *chan_peer = 0;
-	else if (!sending && kind == MSG_GRAD && up)
-		ch = w->grad_in, *chan_peer = 1;
+	if (same_replica && ps != w->stage)
+		ch = sending ? w->send[kind * w->stages + ps] : w->recv[kind * w->stages + ps];
+	*chan_peer = sending ? 1 : 0;
 	if (!ch)
-		bug("rank %d (stage %d) %s a %s %s rank %d, not a neighbour in "
-		    "that direction", w->rank, w->stage, sending ? "sends" : "receives",
-		    tensor_name(kind), sending ? "to" : "from", peer);
+		bug("rank %d (stage %d) %s a %s %s rank %d, which it has no channel %s",
+		    w->rank, w->stage, sending ? "sends" : "receives", tensor_name(kind),
+		    sending ? "to" : "from", peer, sending ? "to" : "from");
 	return ch;
 }
 
 static void nccl_send(struct transport *t, int from, int to, int kind, int mb, void *buf)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
-	if (from != x->w->rank)
-		bug("rank %d sends as rank %d", x->w->rank, from);
+	if (rank_of(x, from) != x->w->rank)
+		bug("rank %d sends as piece %d of rank %d", x->w->rank, from, rank_of(x, from));
+	int dest = rank_of(x, to);
+	if (dest == x->w->rank) {
+		if (x->n_local == x->cap_local) {
+			x->cap_local = x->cap_local ? 2 * x->cap_local : 8;
+			x->local = xrealloc(x->local, sizeof(*x->local) * (size_t)x->cap_local);
+		}
+		x->local[x->n_local++] = (struct local_msg){to, kind, mb, buf};
+		return;
+	}
 	int peer;
-	struct cuda_nccl_chan *ch = channel(x, 1, to, kind, &peer);
+	struct cuda_nccl_chan *ch = channel(x, 1, dest, kind, &peer);
 	struct cuda_nccl_event *ev = cuda_nccl_chan_send(ch, buf, x->bytes, peer);
 	if (!ev)
 		nccl_fail("rank %d (stage %d): cannot send the %s of micro-batch %d to rank %d",
-			  x->w->rank, x->w->stage, tensor_name(kind), mb, to);
+			  x->w->rank, x->w->stage, tensor_name(kind), mb, dest);
 	if (x->n_pend == x->cap_pend) {
 		x->cap_pend = x->cap_pend ? 2 * x->cap_pend : 16;
 		x->pend = xrealloc(x->pend, sizeof(*x->pend) * (size_t)x->cap_pend);
@@ -146,19 +174,34 @@ static void nccl_send(struct transport *t, int from, int to, int kind, int mb, v
 static void *nccl_recv(struct transport *t, int to, int from, int kind, int mb, double *waited)
 {
 	struct nccl_tp *x = (struct nccl_tp *)t;
-	if (to != x->w->rank)
-		bug("rank %d receives as rank %d", x->w->rank, to);
+	if (rank_of(x, to) != x->w->rank)
+		bug("rank %d receives as piece %d of rank %d", x->w->rank, to, rank_of(x, to));
+	int src = rank_of(x, from);
+	if (src == x->w->rank) {
+		/* sent earlier by this thread: the schedule orders the two */
+		for (int i = 0; i < x->n_local; i++) {
+			struct local_msg m = x->local[i];
+			if (m.to != to || m.kind != kind || m.mb != mb)
+				continue;
+			x->local[i] = x->local[--x->n_local];
+			if (waited)
+				*waited = 0.0;
+			return m.buf;
+		}
+		bug("rank %d: piece %d receives the %s of micro-batch %d from piece %d of the same "
+		    "stage, which has not sent it", x->w->rank, to, tensor_name(kind), mb, from);
+	}
 	reap(x);
 	int peer;
-	struct cuda_nccl_chan *ch = channel(x, 0, from, kind, &peer);
+	struct cuda_nccl_chan *ch = channel(x, 0, src, kind, &peer);
 	void *buf = pool_get(x);
 	struct cuda_nccl_event *ev = cuda_nccl_chan_recv(ch, buf, x->bytes, peer);
 	if (!ev)
 		nccl_fail("rank %d (stage %d): cannot receive the %s of micro-batch %d from rank %d",
-			  x->w->rank, x->w->stage, tensor_name(kind), mb, from);
+			  x->w->rank, x->w->stage, tensor_name(kind), mb, src);
 	double w = nccl_wait(ev, ch, x->timeout, x->w->rank, x->w->stage,
 			     "the %s of micro-batch %d from rank %d (stage %d)", tensor_name(kind),
-			     mb, from, from % x->w->stages);
+			     mb, src, src % x->w->stages);
 	cuda_nccl_event_free(ev);
 	if (waited)
 		*waited = w;
@@ -181,7 +224,8 @@ static void nccl_destroy(struct transport *t)
 		cuda_nccl_event_free(x->pend[i].ev);
 	}
 	for (int i = 0; i < x->n_all; i++)
-		x->be->free(x->all[i]);
+		x->be->free(x->all[i]); /* the local queue's buffers are the pool's too */
+	free(x->local);
 	free(x->all);
 	free(x->free);
 	free(x->pend);

@@ -1,0 +1,172 @@
+/* test_nccl_plan.c - the NCCL channels a pipeline opens (nccl_plan_make,
+ * sched/comm/nccl.h), checked on the CPU for every kind's piece layout:
+ * every message a schedule sends between two stages has a channel of its
+ * kind in its direction and no channel is left unused (the schedule's
+ * SEND actions counted here from the lists, independently of the plan's
+ * walk over the pieces); each sender's ids are numbered 0.. without a gap;
+ * no stage opens channels with two peers in one round (the rounds cannot
+ * wait on a chain of ranks), both ends of a channel open it in the same
+ * round; one piece per stage gives the two rounds of pairs at an even
+ * stage, then an odd one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../io/util.h"
+#include "../../sched/comm/nccl.h"
+#include "../../sched/comm/pieces.h"
+#include "../../sched/schedule.h"
+#include "../test.h"
+
+/* The plan of sc's layout, checked against sc's lists. */
+static void check_plan(const struct schedule *sc, const char *what)
+{
+	int S = sc->S, P = S * sc->V;
+	int *stage = xmalloc(sizeof(int) * (size_t)P), *chunk = xmalloc(sizeof(int) * (size_t)P);
+	for (int q = 0; q < P; q++) {
+		stage[q] = sched_piece_stage(sc, q);
+		chunk[q] = sched_piece_chunk(sc, q);
+	}
+	struct pieces pc = {.P = P, .S = S, .V = sc->V, .stage = stage, .chunk = chunk};
+	struct nccl_plan plan;
+	nccl_plan_make(&plan, &pc);
+	/* [kind][from][to]: messages the lists send, channels the plan has */
+	int *sends = xcalloc((size_t)2 * S * S, sizeof(int));
+	int *chans = xcalloc((size_t)2 * S * S, sizeof(int));
+	for (int s = 0; s < S; s++) {
+		int n;
+		const struct sched_action *a = sched_actions(sc, s, &n);
+		for (int i = 0; i < n; i++)
+			if (a[i].op == SCHED_SEND_ACT || a[i].op == SCHED_SEND_GRAD)
+				sends[((a[i].op == SCHED_SEND_GRAD) * S + s) * S + a[i].peer]++;
+	}
+	int *slots = xcalloc((size_t)S * (size_t)(plan.n + 1), sizeof(int));
+	for (int i = 0; i < plan.n; i++) {
+		CHECK_MSG(plan.from[i] != plan.to[i] && plan.kind[i] >= 0 && plan.kind[i] <= 1,
+			  "%s: channel %d", what, i);
+		chans[(plan.kind[i] * S + plan.from[i]) * S + plan.to[i]]++;
+		CHECK_MSG(plan.slot[i] >= 0 && plan.slot[i] < plan.ids, "%s: slot %d of %d", what,
+			  plan.slot[i], plan.ids);
+		slots[plan.from[i] * (plan.n + 1) + plan.slot[i]]++;
+		CHECK(plan.round[i] >= 0 && plan.round[i] < plan.rounds);
+	}
+	for (int k = 0; k < 2 * S * S; k++)
+		CHECK_MSG(chans[k] == (sends[k] > 0), "%s: %s from stage %d to %d: %d messages, %d "
+			  "channels", what, k / (S * S) ? "gradients" : "activations", k / S % S,
+			  k % S, sends[k], chans[k]);
+	/* each sender's ids 0..m-1, each once */
+	for (int s = 0; s < S; s++) {
+		int m = 0;
+		while (m <= plan.n && slots[s * (plan.n + 1) + m] == 1)
+			m++;
+		for (int k = m; k <= plan.n; k++)
+			CHECK_MSG(!slots[s * (plan.n + 1) + k], "%s: stage %d's ids have a gap", what,
+				  s);
+	}
+	/* per round, one peer per stage */
+	for (int r = 0; r < plan.rounds; r++) {
+		int *peer = xmalloc(sizeof(int) * (size_t)S);
+		for (int s = 0; s < S; s++)
+			peer[s] = -1;
+		for (int i = 0; i < plan.n; i++) {
+			if (plan.round[i] != r)
+				continue;
+			int a = plan.from[i], b = plan.to[i];
+			CHECK_MSG((peer[a] < 0 || peer[a] == b) && (peer[b] < 0 || peer[b] == a),
+				  "%s: round %d: stage %d or %d has two peers", what, r, a, b);
+			peer[a] = b;
+			peer[b] = a;
+		}
+		free(peer);
+	}
+	free(slots);
+	free(sends);
+	free(chans);
+	nccl_plan_free(&plan);
+	free(stage);
+	free(chunk);
+}
+
+TEST(every_layout_gets_exactly_the_channels_its_messages_need)
+{
+	char err[256], what[96];
+	static const int kinds[] = {SCHED_1F1B, SCHED_2BW, SCHED_INTERLEAVED, SCHED_ZBV};
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+		for (int S = 1; S <= 8; S++)
+			for (int V = 1; V <= 3; V++) {
+				int kind = kinds[k];
+				if (kind != SCHED_INTERLEAVED && V != (kind == SCHED_ZBV ? 2 : 1))
+					continue;
+				int M = kind == SCHED_ZBV ? 2 * S : S;
+				struct schedule *sc = sched_build_virtual(kind, S, M, V, 2, 0, err,
+									  sizeof(err));
+				if (!sc)
+					continue; /* test_sched_split checks the refusals */
+				snprintf(what, sizeof(what), "%s S=%d V=%d", sched_kind_name(kind), S,
+					 V);
+				check_plan(sc, what);
+				sched_free(sc);
+			}
+}
+
+TEST(one_piece_per_stage_opens_in_two_rounds_of_neighbours)
+{
+	char err[256];
+	for (int S = 2; S <= 8; S++) {
+		struct schedule *sc = sched_build_virtual(SCHED_1F1B, S, S, 1, 2, 0, err, sizeof(err));
+		CHECK(sc);
+		if (!sc)
+			continue;
+		int stage[8], chunk[8] = {0};
+		for (int q = 0; q < S; q++)
+			stage[q] = q;
+		struct pieces pc = {.P = S, .S = S, .V = 1, .stage = stage, .chunk = chunk};
+		struct nccl_plan plan;
+		nccl_plan_make(&plan, &pc);
+		CHECK(plan.n == 2 * (S - 1) && plan.ids == (S == 2 ? 1 : 2));
+		CHECK(plan.rounds == (S == 2 ? 1 : 2));
+		for (int i = 0; i < plan.n; i++) {
+			int lo = MIN(plan.from[i], plan.to[i]);
+			CHECK(abs(plan.from[i] - plan.to[i]) == 1 && plan.round[i] == lo % 2);
+		}
+		nccl_plan_free(&plan);
+		sched_free(sc);
+	}
+}
+
+/* interleaved's turn back to stage 0 and zb-v's way back up */
+TEST(the_chunked_layouts_add_their_turns)
+{
+	char err[256];
+	struct schedule *sc = sched_build_virtual(SCHED_INTERLEAVED, 4, 4, 2, 2, 0, err,
+						  sizeof(err));
+	CHECK(sc);
+	int stage[8], chunk[8];
+	for (int q = 0; sc && q < 8; q++) {
+		stage[q] = sched_piece_stage(sc, q);
+		chunk[q] = sched_piece_chunk(sc, q);
+	}
+	struct pieces pc = {.P = 8, .S = 4, .V = 2, .stage = stage, .chunk = chunk};
+	struct nccl_plan plan;
+	nccl_plan_make(&plan, &pc);
+	int turn = 0, back = 0;
+	for (int i = 0; i < plan.n; i++) {
+		turn += plan.kind[i] == 0 && plan.from[i] == 3 && plan.to[i] == 0;
+		back += plan.kind[i] == 1 && plan.from[i] == 0 && plan.to[i] == 3;
+	}
+	CHECK(turn == 1 && back == 1 && plan.n == 8);
+	nccl_plan_free(&plan);
+	sched_free(sc);
+	sc = sched_build_virtual(SCHED_ZBV, 4, 8, 2, 2, 0, err, sizeof(err));
+	CHECK(sc);
+	for (int q = 0; sc && q < 8; q++) {
+		stage[q] = sched_piece_stage(sc, q);
+		chunk[q] = sched_piece_chunk(sc, q);
+	}
+	nccl_plan_make(&plan, &pc);
+	int up = 0;
+	for (int i = 0; i < plan.n; i++)
+		up += plan.kind[i] == 0 && plan.from[i] == plan.to[i] + 1;
+	CHECK(up == 3 && plan.n == 12 && plan.ids == 4);
+	nccl_plan_free(&plan);
+	sched_free(sc);
+}
