@@ -648,6 +648,19 @@ static void mpi_detach(void *arg)
 	free(mp);
 }
 
+/* Did every rank set up its part `what` of the pipeline (failed 0 on
+ * every rank)? 0 when so; else -1 after error(), on each rank: its own
+ * failure (already said) or another's. */
+static int attach_agreed(const struct dist *d, int failed, const char *what)
+{
+	if (!dist_max_int(d, failed != 0))
+		return 0;
+	if (failed)
+		return error("rank %d: cannot set up %s between processes", dist_rank(d), what);
+	return error("rank %d: stopping: another rank could not set up %s (its message says "
+		     "why)", dist_rank(d), what);
+}
+
 /* First use of tr under MPI (every rank reaches it at the same call): set
  * up the transport, the board and the replica group. The process holds
  * only its own stage's worker (trainer_init). 0, or -1 after error()
@@ -681,30 +694,43 @@ static int mpi_attach(struct trainer *tr)
 	size_t act_bytes = (size_t)tr->B * (size_t)tr->T * (size_t)tr->m->cfg.C * act_size(tr->be);
 	size_t tied_n = (size_t)tr->m->cfg.Vp * (size_t)tr->m->cfg.C;
 	/* replica r's stage s is rank r*stages + s: its messages go to the
-	 * ranks of its own replica */
+	 * ranks of its own replica. Each part is set up collectively (an MPI
+	 * communicator, a TCP channel number, NCCL communicators), so every
+	 * rank agrees that it has its part before any goes on to the next:
+	 * a rank that failed one leaves no other waiting in the next one. */
 	double timeout = tr->cfg->pipeline_timeout;
 	int nccl = !strcmp(tr->cfg->pipeline_transport, "nccl");
-	if (nccl && nccl_world_open(&mp->nccl, d, &pc, N, rank)) {
+	int failed = nccl && nccl_world_open(&mp->nccl, d, &pc, N, rank);
+	if (attach_agreed(d, failed, "the NCCL channels")) {
 		free(n_tensors);
-		free(mp);
-		return error("rank %d: cannot set up the NCCL channels between processes", rank);
+		mpi_detach(mp); /* the channels of the ranks that opened theirs */
+		return -1;
 	}
 	mp->tp = transport_shift(nccl ? transport_nccl(tr->be, &mp->nccl, act_bytes, timeout)
 				     : transport_p2p(d, tr->be, &pc, N, rank, act_bytes, timeout),
 				mp->r * S);
-	mp->board = mp->tp ? board_p2p(d, tr->be, &pc, mp->s, mp->r * stages, n_tensors, tied_n,
-				       timeout)
-			   : NULL;
-	free(n_tensors);
-	if (!mp->tp || !mp->board) {
+	if (attach_agreed(d, !mp->tp, "the transport of activations and gradients")) {
+		free(n_tensors);
 		mpi_detach(mp);
-		return error("rank %d: cannot set up the pipeline between processes", rank);
+		return -1;
 	}
-	if (N > 1 && !(mp->rx = nccl ? replicas_nccl(tr->be, &mp->nccl, timeout)
-				    : replicas_p2p(d, tr->be, N, &pc, rank, timeout))) {
+	mp->board = board_p2p(d, tr->be, &pc, mp->s, mp->r * stages, n_tensors, tied_n, timeout);
+	free(n_tensors);
+	if (mp->board && dist_fault(d, "attach", 0, 0, "set up the step-finish board")) {
+		mp->board->destroy(mp->board); /* as if what follows its channel failed */
+		mp->board = NULL;
+	}
+	if (attach_agreed(d, !mp->board, "the step-finish board")) {
 		mpi_detach(mp);
-		return error("rank %d: cannot set up the data-parallel replicas between processes",
-			     rank);
+		return -1;
+	}
+	if (N > 1) {
+		mp->rx = nccl ? replicas_nccl(tr->be, &mp->nccl, timeout)
+			      : replicas_p2p(d, tr->be, N, &pc, rank, timeout);
+		if (attach_agreed(d, !mp->rx, "the data-parallel replicas' sum")) {
+			mpi_detach(mp);
+			return -1;
+		}
 	}
 	mp->tr = tr;
 	dist_set_pipeline(d, mp, mpi_detach);

@@ -206,11 +206,16 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pie
 	for (int q = 0; q < world; q++)
 		if (dist_bcast(d, id_of(ids, per, q, 0), per * CUDA_NCCL_ID_BYTES, q))
 			rc = -1;
-	if (rc) {
+	/* agreed: a peer opening a channel with a rank that gave up would
+	 * wait inside NCCL, which has no deadline */
+	if (dist_max_int(d, rc != 0)) {
 		free(ids);
 		nccl_plan_free(&plan);
 		nccl_world_close(w);
-		return error("rank %d: cannot create or share the NCCL ids", rank);
+		if (rc)
+			return error("rank %d: cannot create or share the NCCL ids", rank);
+		return error("rank %d: another rank could not create or share the NCCL ids (its "
+			     "message says why)", rank);
 	}
 	/* the rounds in order; within one, this stage's channels with its one
 	 * peer of the round, in the plan's order on both ends */

@@ -6,8 +6,10 @@
 # memory in its middle (buffer:STEP:RANK), in threads, over MPI
 # (mpirun -np 2) and over TCP (each rank's own exit status); one rank
 # cannot set up its stage (ASYNCPP_FAULT = setup:0:RANK: cmd_train's setup
-# agreement); and a checkpoint that cannot be written (a folder in its
-# place) fails every rank. Each asserts: every process exits 1 within the timeout (no hang, no
+# agreement); one rank cannot set up its part of the pipeline between
+# processes (ASYNCPP_FAULT = attach:0:RANK: its board; every part is agreed
+# on before the next, whose set-up is collective); and a checkpoint that
+# cannot be written (a folder in its place) fails every rank. Each asserts: every process exits 1 within the timeout (no hang, no
 # silent 0), the failing rank's message names the cause and the others say
 # that another rank failed, and the checkpoints written before the failure
 # are whole (inspect reads them) with no temporary left. Before, the
@@ -94,6 +96,30 @@ else
 		"exits $rc0 $rc1: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
 fi
 
+# TCP: rank 1 cannot set up its board; rank 0, with its own, stops too
+rm -rf tcpatt
+pids=()
+p=$(port)
+for r in 1 0; do
+	ASYNCPP_FAULT=attach:0:1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=2 \
+		LOCAL_RANK=$r timeout 120 $A train -q "${RUN[@]}" --set pipeline.transport=tcp \
+		--set train.out_dir=tcpatt 2> err$r.txt &
+	pids[r]=$!
+done
+wait ${pids[0]}
+rc0=$?
+wait ${pids[1]}
+rc1=$?
+if [ "$rc0 $rc1" = "1 1" ] &&
+   grep -q "rank 1: cannot set up the step-finish board: a fault injected" err1.txt &&
+   grep -q "rank 0: stopping: another rank could not set up the step-finish board" err0.txt &&
+   ! ls tcpatt/ckpt-* > /dev/null 2>&1; then
+	pass exec_failure_tcp_attach_fails_every_rank
+else
+	fail exec_failure_tcp_attach_fails_every_rank \
+		"exits $rc0 $rc1: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
+fi
+
 if ! command -v mpirun > /dev/null 2>&1; then
 	skip exec_failure_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
 	exit 0
@@ -144,6 +170,23 @@ if [ $rc != 0 ] && [ $rc != 124 ] &&
 	pass exec_failure_mpi_setup_fails_every_rank
 else
 	fail exec_failure_mpi_setup_fails_every_rank "mpirun exited $rc: $(head -c 600 err.txt)"
+fi
+
+# MPI, 2 stages x 2 replicas: rank 1 cannot set up its board; every rank
+# agrees before the next part (before, the others went on to create the
+# replicas' communicator, which rank 1 never joined: a hang)
+rm -rf mpiatt
+timeout 120 mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4 \
+	-x ASYNCPP_FAULT=attach:0:1 $A train -q "${RUN[@]}" --set pipeline.data_parallel=2 \
+	--set pipeline.transport=mpi --set train.out_dir=mpiatt > /dev/null 2> err.txt
+rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] &&
+   grep -q "rank 1: cannot set up the step-finish board: a fault injected" err.txt &&
+   grep -q "rank 0: stopping: another rank could not set up the step-finish board" err.txt &&
+   ! ls mpiatt/ckpt-* > /dev/null 2>&1; then
+	pass exec_failure_mpi_attach_fails_every_rank
+else
+	fail exec_failure_mpi_attach_fails_every_rank "mpirun exited $rc: $(head -c 600 err.txt)"
 fi
 
 # MPI: a checkpoint cannot be written (a folder takes its name once the
