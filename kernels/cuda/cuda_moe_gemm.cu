@@ -233,7 +233,8 @@ static const void *aligned_in(const void *p, size_t bytes, void **own)
 	if (aligned16(p))
 		return p;
 	*own = cuda_scratch(bytes); /* pool allocations are 256-byte aligned */
-	CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice,
+				   cuda_stream()));
 	return *own;
 }
 
@@ -246,7 +247,8 @@ static void *aligned_out(void *p, size_t bytes, bool keep, void **own)
 		return p;
 	*own = cuda_scratch(bytes);
 	if (keep)
-		CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+		CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice,
+					   cuda_stream()));
 	return *own;
 }
 
@@ -365,8 +367,8 @@ static void expert_forward(void *outv, const void *inpv, const float *w, const i
 		size_t r0 = (size_t)count[e];
 		int n = count[e + 1] - count[e];
 		if (n)
-			p.push_back({wb.wb + (size_t)e * OC * C, xb + r0 * C, o + r0 * OC, OC, n, C, C,
-				     C, OC});
+			p.push_back({wb.wb + (size_t)e * OC * C, xb + r0 * C, o + r0 * OC, OC, n,
+				     C, C, C, OC});
 	}
 	int rc = grouped_gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, act_type(out), 0.0f, why, sizeof(why));
 	wb.release();
@@ -412,8 +414,8 @@ static void expert_backward(void *dinpv, float *dw, const void *doutv, const voi
 			size_t r0 = (size_t)count[e];
 			int m = count[e + 1] - count[e];
 			if (m)
-				p.push_back({wb.wb + e * n, db + r0 * OC, o + r0 * C, C, m, OC, C, OC,
-					     C});
+				p.push_back({wb.wb + e * n, db + r0 * OC, o + r0 * C, C, m, OC, C,
+					     OC, C});
 		}
 		int rc = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, act_type(dinp), 0.0f, why,
 				      sizeof(why));
@@ -433,7 +435,8 @@ static void expert_backward(void *dinpv, float *dw, const void *doutv, const voi
 			size_t r0 = (size_t)count[e];
 			int k = count[e + 1] - count[e];
 			if (k)
-				p.push_back({xb + r0 * C, db + r0 * OC, g + e * n, C, OC, k, C, OC, C});
+				p.push_back({xb + r0 * C, db + r0 * OC, g + e * n, C, OC, k, C, OC,
+					     C});
 		}
 		int rc = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_32F, 1.0f, why,
 				      sizeof(why));
@@ -441,7 +444,8 @@ static void expert_backward(void *dinpv, float *dw, const void *doutv, const voi
 		cuda_scratch_free(own_x);
 		if (rc) {
 			declined(why);
-			backward_loop((A *)NULL, dw, dout, inp, (const float *)NULL, count, E, C, OC);
+			backward_loop((A *)NULL, dw, dout, inp, (const float *)NULL, count, E, C,
+				      OC);
 		}
 	}
 	cuda_scratch_free(own_d);

@@ -224,7 +224,8 @@ TEST(cuda_moe_ops_bf16)
  * operands are bf16 (the CPU's bf16 table, every CUDA product), as
  * matmul. On CUDA also: the split backward's parts are the bits of the
  * call with both, a second run repeats every bit, buffers 1 element off
- * 16 bytes give the aligned buffers' bits (a pipeline stage's offsets),
+ * 16 bytes and buffers 16 bytes further on give the aligned buffers' bits
+ * (a pipeline stage's tensors sit at other offsets than one device's),
  * and the grouped call agrees with the loop (ASYNCPP_MOE_GEMM=loop) within
  * the tolerance. */
 
@@ -282,25 +283,28 @@ static void gemm_reference(const struct gshape *s, const struct gin *g, struct g
 	for (int e = 0; e < s->E; e++) {
 		const float *w = g->w + (size_t)e * OC * C;
 		for (int n = g->count[e]; n < g->count[e + 1]; n++) {
+			const float *x = g->inp + (size_t)n * C, *d = g->dout + (size_t)n * OC;
 			for (int o = 0; o < OC; o++) {
 				double acc = 0;
 				for (int c = 0; c < C; c++)
-					acc += (double)g->inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+					acc += (double)x[c] * w[(size_t)o * C + c];
 				r->out[(size_t)n * OC + o] = (float)acc;
 			}
 			for (int c = 0; c < C; c++) {
 				double acc = 0;
 				for (int o = 0; o < OC; o++)
-					acc += (double)g->dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+					acc += (double)d[o] * w[(size_t)o * C + c];
 				r->dinp[(size_t)n * C + c] = (float)acc;
 			}
 		}
 		for (int o = 0; o < OC; o++)
 			for (int c = 0; c < C; c++) {
-				double acc = g->dw0[((size_t)e * OC + o) * C + c];
+				size_t i = ((size_t)e * OC + o) * C + c;
+				double acc = g->dw0[i];
 				for (int n = g->count[e]; n < g->count[e + 1]; n++)
-					acc += (double)g->dout[(size_t)n * OC + o] * g->inp[(size_t)n * C + c];
-				r->dw[((size_t)e * OC + o) * C + c] = (float)acc;
+					acc += (double)g->dout[(size_t)n * OC + o] *
+					       g->inp[(size_t)n * C + c];
+				r->dw[i] = (float)acc;
 			}
 	}
 }
@@ -309,7 +313,8 @@ static void gemm_reference(const struct gshape *s, const struct gin *g, struct g
  * from an allocation (off 1: 2 or 4 bytes off 16); *base is what to free. */
 static void *up_act_at(const struct backend *be, const float *h, size_t n, int off, void **base)
 {
-	void *a = up_act(be, h, n + (size_t)off), *p = act_at(a, (size_t)off, act_size(be));
+	void *a = be->alloc(act_size(be) * (n + (size_t)off));
+	void *p = act_at(a, (size_t)off, act_size(be));
 	float *f = be->alloc(4 * n);
 	be->to_device(f, h, 4 * n);
 	be->act_from_f32(p, f, n);
@@ -319,23 +324,29 @@ static void *up_act_at(const struct backend *be, const float *h, size_t n, int o
 	return p;
 }
 
-/* which: 1 forward, 2 dinp, 4 dw (each its own calls where split) */
+/* place 0: every buffer where alloc puts it; 1: one element past it (2 or
+ * 4 bytes off 16: staged); 2: 16 bytes past it for activations and 8
+ * floats for the weights inside a larger prepared range (aligned, but
+ * another address modulo 256, as a pipeline stage's tensors sit). split:
+ * the backward's input and weight parts as two calls. */
 static void gemm_run(const struct backend *be, const struct gshape *s, const struct gin *g,
-		     int off, int split, struct gres *r)
+		     int place, int split, struct gres *r)
 {
 	int E = s->E, C = s->C, OC = s->OC, R = g->R;
+	int off = place == 2 ? 16 / (int)act_size(be) : place, woff = place == 2 ? 8 : place;
 	size_t nw = (size_t)E * OC * C;
 	void *b_inp, *b_dout, *b_out, *b_dinp;
 	void *inp = up_act_at(be, g->inp, (size_t)R * C, off, &b_inp);
 	void *dout = up_act_at(be, g->dout, (size_t)R * OC, off, &b_dout);
 	void *out = up_act_at(be, g->dout, (size_t)R * OC, off, &b_out);  /* overwritten */
 	void *dinp = up_act_at(be, g->inp, (size_t)R * C, off, &b_dinp); /* overwritten */
-	float *w = be->alloc(4 * nw), *dw = be->alloc(4 * nw);
+	float *warena = be->alloc(4 * (nw + 16)), *w = warena + woff;
+	float *dwarena = be->alloc(4 * (nw + 16)), *dw = dwarena + woff;
 
 	be->to_device(w, g->w, 4 * nw);
 	be->to_device(dw, g->dw0, 4 * nw);
 	if (be->weights_bf16)
-		be->weights_bf16(w, nw);
+		be->weights_bf16(warena, nw + 16);
 	be->moe_expert_forward(out, inp, w, g->count, E, C, OC);
 	if (split) {
 		be->moe_expert_backward(dinp, NULL, dout, inp, w, g->count, E, C, OC);
@@ -346,7 +357,7 @@ static void gemm_run(const struct backend *be, const struct gshape *s, const str
 	r->out = down_act(be, out, (size_t)R * OC), r->dinp = down_act(be, dinp, (size_t)R * C);
 	r->dw = down(be, dw, 4 * nw);
 	be->free(b_inp), be->free(b_dout), be->free(b_out), be->free(b_dinp);
-	be->free(w), be->free(dw);
+	be->free(warena), be->free(dwarena);
 }
 
 static void gres_free(struct gres *r)
@@ -381,25 +392,30 @@ static void compare_gemm(const struct backend *be, double tol, int deep)
 		gemm_reference(s, &g, &ref);
 		gemm_run(be, s, &g, 0, 0, &a);
 		CHECK_MSG(near(a.out, ref.out, (size_t)g.R * s->OC, tol), "gemm shape %zu: out", k);
-		CHECK_MSG(near(a.dinp, ref.dinp, (size_t)g.R * s->C, tol), "gemm shape %zu: dinp", k);
+		CHECK_MSG(near(a.dinp, ref.dinp, (size_t)g.R * s->C, tol), "gemm shape %zu: dinp",
+			  k);
 		CHECK_MSG(near(a.dw, ref.dw, (size_t)s->E * s->OC * s->C, tol),
 			  "gemm shape %zu: dw", k);
 		if (deep) {
-			struct gres sp, again, off, loop;
+			struct gres sp, again, off, off16, loop;
 			gemm_run(be, s, &g, 0, 1, &sp);
 			gemm_run(be, s, &g, 0, 0, &again);
 			gemm_run(be, s, &g, 1, 0, &off);
+			gemm_run(be, s, &g, 2, 0, &off16);
 			setenv("ASYNCPP_MOE_GEMM", "loop", 1);
 			gemm_run(be, s, &g, 0, 0, &loop);
 			unsetenv("ASYNCPP_MOE_GEMM");
 			CHECK_MSG(gres_same(&a, &sp, s, g.R), "gemm shape %zu: split differs", k);
-			CHECK_MSG(gres_same(&a, &again, s, g.R), "gemm shape %zu: a second run differs",
-				  k);
+			CHECK_MSG(gres_same(&a, &again, s, g.R),
+				  "gemm shape %zu: a second run differs", k);
 			CHECK_MSG(gres_same(&a, &off, s, g.R),
 				  "gemm shape %zu: buffers off 16 bytes differ", k);
+			CHECK_MSG(gres_same(&a, &off16, s, g.R),
+				  "gemm shape %zu: buffers 16 bytes further on differ", k);
 			CHECK_MSG(gres_near(&a, &loop, s, g.R, tol),
 				  "gemm shape %zu: grouped and loop disagree", k);
-			gres_free(&sp), gres_free(&again), gres_free(&off), gres_free(&loop);
+			gres_free(&sp), gres_free(&again), gres_free(&off), gres_free(&off16);
+			gres_free(&loop);
 		}
 		gres_free(&ref), gres_free(&a);
 		gin_free(&g);
