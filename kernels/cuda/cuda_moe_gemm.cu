@@ -18,12 +18,15 @@
  * GPU run measures it against the loop (kernels/cuda/NOTES.md).
  *
  * libcublas is loaded with dlopen at first use like cuBLASLt (the header
- * only gives types and prototypes). Where the grouped call cannot run - the
- * library is missing, cuBLAS refuses the type combination (fp32 C with
- * bf16 A/B may be one: it answers NOT_SUPPORTED or INVALID_VALUE before
- * queuing anything), or a width is not a multiple of 8 (an expert's rows
- * would lose the 16-byte alignment cuBLAS asks of bf16 matrices) - that
- * product runs the loop instead, with one notice per process naming why.
+ * only gives types and prototypes). An fp32 result (the weight gradients;
+ * the f32 table's outputs) that cuBLAS will not give from bf16 operands
+ * (its grouped call's documented types pair bf16 A/B with a bf16 C; it
+ * answers NOT_SUPPORTED before queuing anything) comes from fp32 operands
+ * on TF32 tensor cores instead (run_kind). Where no grouped call runs - the
+ * library is missing, cuBLAS refuses both, or a width is not a multiple of
+ * 8 (an expert's rows would lose the 16-byte alignment cuBLAS asks of each
+ * matrix) - that product runs the loop instead, with one notice per
+ * process naming why.
  * Each choice is a fact of the types and shapes, never of where a buffer
  * sits: a base pointer off 16 bytes is staged through aligned scratch, as
  * cuda_matmul.cu does. Each product (out; dinp; dw) is its own grouped call,
@@ -147,14 +150,40 @@ struct gproblem {
 	int m, n, k, lda, ldb, ldc;
 };
 
+/* Type pairs (operands, result) cuBLAS answered NOT_SUPPORTED for: a fact
+ * of the library, asked once (the operands' conversion is not repeated at
+ * every layer for nothing). */
+static std::mutex refused_mutex;
+static int refused[2][2]; /* [operands fp32][result fp32] */
+
+static int type_index(cudaDataType_t t)
+{
+	return t == CUDA_R_32F;
+}
+
+static bool types_refused(cudaDataType_t ab, cudaDataType_t ctype)
+{
+	std::lock_guard<std::mutex> lock(refused_mutex);
+	return refused[type_index(ab)][type_index(ctype)];
+}
+
 /* The problems p[g] (each a group of one), transposes ta, tb for all,
- * bf16 a and b, c of type ctype, alpha 1 and beta. 0 once queued; -1 with
- * nothing queued and the reason in why where cuBLAS cannot take it. */
+ * operands of type ab (bf16, or fp32 on TF32 tensor cores), results of
+ * type ctype, alpha 1 and beta. 0 once queued; -1 with nothing queued and
+ * the reason in why where cuBLAS cannot take it. */
 static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
-			cublasOperation_t tb, cudaDataType_t ctype, float beta, char *why,
-			size_t len)
+			cublasOperation_t tb, cudaDataType_t ab, cudaDataType_t ctype, float beta,
+			char *why, size_t len)
 {
 	int g = (int)p.size();
+	cublasComputeType_t compute =
+		ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+	const char *types = ab == CUDA_R_32F ? "fp32 A/B on TF32, fp32 C"
+			    : ctype == CUDA_R_32F ? "bf16 A/B, fp32 C" : "bf16 A/B, bf16 C";
+	if (types_refused(ab, ctype)) {
+		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): not supported", types);
+		return -1;
+	}
 	if (!g)
 		return 0;
 	std::vector<cublasOperation_t> tav(g, ta), tbv(g, tb);
@@ -179,19 +208,23 @@ static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
 	cuda_upload(dev, ptr.data(), bytes);
 	cublasStatus_t st = blas.cublasGemmGroupedBatchedEx(
 		h, tav.data(), tbv.data(), m.data(), n.data(), k.data(), alpha.data(),
-		(const void *const *)dev, CUDA_R_16BF, lda.data(), (const void *const *)(dev + g),
-		CUDA_R_16BF, ldb.data(), betav.data(), (void *const *)(dev + 2 * g), ctype,
-		ldc.data(), g, size.data(), CUBLAS_COMPUTE_32F);
+		(const void *const *)dev, ab, lda.data(), (const void *const *)(dev + g), ab,
+		ldb.data(), betav.data(), (void *const *)(dev + 2 * g), ctype, ldc.data(), g,
+		size.data(), compute);
 	cuda_scratch_free(dev);
 	if (st == CUBLAS_STATUS_SUCCESS)
 		return 0;
 	if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
 	    st == CUBLAS_STATUS_ARCH_MISMATCH) {
-		snprintf(why, len, "cublasGemmGroupedBatchedEx (bf16 A/B, %s C): %s",
-			 ctype == CUDA_R_16BF ? "bf16" : "fp32", blas.cublasGetStatusString(st));
+		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): %s", types,
+			 blas.cublasGetStatusString(st));
+		if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+			std::lock_guard<std::mutex> lock(refused_mutex);
+			refused[type_index(ab)][type_index(ctype)] = 1;
+		}
 		return -1;
 	}
-	cuda_fatal(__FILE__, __LINE__, "cublasGemmGroupedBatchedEx: %s",
+	cuda_fatal(__FILE__, __LINE__, "cublasGemmGroupedBatchedEx (%s): %s", types,
 		   blas.cublasGetStatusString(st));
 }
 
@@ -279,23 +312,20 @@ static const __nv_bfloat16 *bf16_rows(const __nv_bfloat16 *x, size_t n, void **o
 static cudaDataType_t act_type(const float *) { return CUDA_R_32F; }
 static cudaDataType_t act_type(const __nv_bfloat16 *) { return CUDA_R_16BF; }
 
-/* The weights' bf16 copy for a grouped call: held (cuda_weight_bf16_hold)
- * and staged when off 16 bytes; release() gives both back once queued. */
-struct held_weight {
-	const __nv_bfloat16 *wb;
-	__nv_bfloat16 *own;
-	void *staged;
-	held_weight(const float *w, size_t n)
-	{
-		wb = cuda_weight_bf16_hold(w, n, &own);
-		wb = (const __nv_bfloat16 *)aligned_in(wb, n * sizeof(__nv_bfloat16), &staged);
-	}
-	void release()
-	{
-		cuda_scratch_free(staged);
-		cuda_weight_bf16_release(own);
-	}
-};
+/* The fp32 rows of an activation buffer x[n]: fp32 used as stored (staged
+ * when off 16 bytes), bf16 widened into scratch (*own). */
+static const float *f32_rows(const float *x, size_t n, void **own)
+{
+	return (const float *)aligned_in(x, n * sizeof(float), own);
+}
+
+static const float *f32_rows(const __nv_bfloat16 *x, size_t n, void **own)
+{
+	float *f = (float *)cuda_scratch(n * sizeof(float));
+	cuda_bf16_to_f32(f, x, n);
+	*own = f;
+	return f;
+}
 
 /* The grouped path needs every expert's rows 16-byte aligned in bf16 and
  * fp32: widths multiples of 8 (a fact of the shape). */
@@ -305,7 +335,101 @@ static bool widths_ok(int C, int OC)
 }
 
 /* ------------------------------------------------------------------ */
-/* the ops                                                              */
+/* the three products, column-major as cuBLAS sees them                 */
+/*
+ * Row-major out_e[rows, OC] = x_e[rows, C] w_e^T is out_e^T [OC, rows] =
+ * (w_e seen as [C, OC])^T x_e^T (FWD: transposes T, N); dinp_e[rows, C] =
+ * dout_e w_e is dinp_e^T [C, rows] = w_e^T dout_e^T (DINP: N, N); dw_e[OC,
+ * C] += dout_e^T x_e is dw_e^T [C, OC] += x_e^T (dout_e^T)^T (DW: N, T, beta
+ * 1). An expert with no row is left out (DW: its gradient keeps its bits). */
+enum { FWD = 0, DINP = 1, DW = 2 };
+
+/* The problems of kind over every expert with rows: w, x, d (dout) and c
+ * the bases, operands of esz bytes, results of csz bytes. */
+static std::vector<gproblem> problems(int kind, const void *w, const void *x, const void *d,
+				      void *c, size_t esz, size_t csz, const int32_t *count,
+				      int E, int C, int OC)
+{
+	std::vector<gproblem> p;
+	size_t nw = (size_t)OC * C;
+	for (int e = 0; e < E; e++) {
+		size_t r0 = (size_t)count[e];
+		int rows = count[e + 1] - count[e];
+		/* the operands kind reads (the others are NULL) */
+		const char *we = kind != DW ? (const char *)w + e * nw * esz : NULL;
+		const char *xe = kind != DINP ? (const char *)x + r0 * C * esz : NULL;
+		const char *de = kind != FWD ? (const char *)d + r0 * OC * esz : NULL;
+		if (!rows)
+			continue;
+		if (kind == FWD)
+			p.push_back({we, xe, (char *)c + r0 * OC * csz, OC, rows, C, C, C, OC});
+		else if (kind == DINP)
+			p.push_back({we, de, (char *)c + r0 * C * csz, C, rows, OC, C, OC, C});
+		else
+			p.push_back({xe, de, (char *)c + e * nw * csz, C, OC, rows, C, OC, C});
+	}
+	return p;
+}
+
+/* One kind of product over every expert into c (16-byte aligned; of type
+ * ctype), from the weights w (FWD, DINP), the rows x (FWD, DW) and dout d
+ * (DINP, DW): bf16 operands first (as every product of the backend), then,
+ * for an fp32 result cuBLAS will not give from bf16 operands, fp32
+ * operands on TF32 tensor cores (10 bits of mantissa where bf16 has 7).
+ * 0 once queued; -1 with why where neither runs (the caller loops). */
+template <typename A>
+static int run_kind(int kind, void *c, cudaDataType_t ctype, float beta, const float *w,
+		    const A *x, const A *d, const int32_t *count, int E, int C, int OC, char *why,
+		    size_t len)
+{
+	size_t rows = (size_t)count[E], nw = (size_t)E * OC * C;
+	size_t csz = ctype == CUDA_R_16BF ? 2 : 4;
+	cublasOperation_t ta = kind == FWD ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t tb = kind == DW ? CUBLAS_OP_T : CUBLAS_OP_N;
+	void *own_x = NULL, *own_d = NULL, *own_w = NULL;
+	int rc = -1;
+
+	if (types_refused(CUDA_R_16BF, ctype)) { /* known: skip the conversions */
+		snprintf(why, len, "cublasGemmGroupedBatchedEx (bf16 A/B, %s C): not supported",
+			 ctype == CUDA_R_32F ? "fp32" : "bf16");
+	} else {
+		const __nv_bfloat16 *xb = kind != DINP ? bf16_rows(x, rows * C, &own_x) : NULL;
+		const __nv_bfloat16 *db = kind != FWD ? bf16_rows(d, rows * OC, &own_d) : NULL;
+		const __nv_bfloat16 *wb = NULL;
+		__nv_bfloat16 *own_wb = NULL;
+		if (kind != DW) { /* the copies' lock is held until the call is queued */
+			wb = cuda_weight_bf16_hold(w, nw, &own_wb);
+			wb = (const __nv_bfloat16 *)aligned_in(wb, nw * sizeof(__nv_bfloat16),
+							       &own_w);
+		}
+		rc = grouped_gemm(problems(kind, wb, xb, db, c, 2, csz, count, E, C, OC), ta, tb,
+				  CUDA_R_16BF, ctype, beta, why, len);
+		if (kind != DW) {
+			cuda_scratch_free(own_w);
+			cuda_weight_bf16_release(own_wb);
+		}
+		cuda_scratch_free(own_x);
+		cuda_scratch_free(own_d);
+	}
+	if (!rc || ctype != CUDA_R_32F)
+		return rc;
+
+	char why2[256];
+	const float *xf = kind != DINP ? f32_rows(x, rows * C, &own_x) : NULL;
+	const float *df = kind != FWD ? f32_rows(d, rows * OC, &own_d) : NULL;
+	const float *wf = kind != DW ? (const float *)aligned_in(w, nw * 4, &own_w) : NULL;
+	rc = grouped_gemm(problems(kind, wf, xf, df, c, 4, 4, count, E, C, OC), ta, tb, CUDA_R_32F,
+			  CUDA_R_32F, beta, why2, sizeof(why2));
+	cuda_scratch_free(own_x);
+	cuda_scratch_free(own_d);
+	if (kind != DW)
+		cuda_scratch_free(own_w);
+	if (rc) {
+		size_t used = strlen(why);
+		snprintf(why + used, len - used, "; %s", why2);
+	}
+	return rc;
+}
 
 /* The reference: one matmul per expert, as model/moe.c looped before the
  * op (and the CPU's op does). */
@@ -337,118 +461,82 @@ static void backward_loop(A *dinp, float *dw, const A *dout, const A *inp, const
 	}
 }
 
-/* out[rows of e, OC] = inp[rows of e, C] @ w_e^T, one grouped call:
- * column-major, out_e^T [OC, rows] = w_e^T (op T of w_e seen as [C, OC])
- * times inp_e^T [C, rows]. */
+/* Whether the grouped path runs at all (else the caller loops, with the
+ * notice where the shape is why). */
+static bool grouped_for(int C, int OC)
+{
+	char why[96];
+	if (!grouped_wanted())
+		return false;
+	if (widths_ok(C, OC))
+		return true;
+	snprintf(why, sizeof(why), "widths %d and %d are not multiples of 8", C, OC);
+	declined(why);
+	return false;
+}
+
 template <typename A>
 static void expert_forward(void *outv, const void *inpv, const float *w, const int32_t *count,
 			   int E, int C, int OC)
 {
 	A *out = (A *)outv;
 	const A *inp = (const A *)inpv;
-	size_t rows = (size_t)count[E];
-	char why[256];
+	size_t rows = (size_t)count[E], bytes = rows * OC * sizeof(A);
+	char why[512] = "";
+	void *own;
 	if (!rows)
 		return;
-	if (!grouped_wanted())
+	if (!grouped_for(C, OC))
 		return forward_loop(out, inp, w, count, E, C, OC);
-	if (!widths_ok(C, OC)) {
-		snprintf(why, sizeof(why), "widths %d and %d are not multiples of 8", C, OC);
-		declined(why);
-		return forward_loop(out, inp, w, count, E, C, OC);
-	}
-	void *own_x, *own_o;
-	const __nv_bfloat16 *xb = bf16_rows(inp, rows * C, &own_x);
-	size_t obytes = rows * OC * sizeof(A);
-	A *o = (A *)aligned_out(out, obytes, false, &own_o);
-	held_weight wb(w, (size_t)E * OC * C);
-	std::vector<gproblem> p;
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int n = count[e + 1] - count[e];
-		if (n)
-			p.push_back({wb.wb + (size_t)e * OC * C, xb + r0 * C, o + r0 * OC, OC, n,
-				     C, C, C, OC});
-	}
-	int rc = grouped_gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, act_type(out), 0.0f, why, sizeof(why));
-	wb.release();
-	back_out(out, own_o, obytes, rc == 0);
-	cuda_scratch_free(own_x);
+	void *o = aligned_out(out, bytes, false, &own);
+	int rc = run_kind<A>(FWD, o, act_type(out), 0.0f, w, inp, NULL, count, E, C, OC, why,
+			     sizeof(why));
+	back_out(out, own, bytes, rc == 0);
 	if (rc) {
 		declined(why);
 		forward_loop(out, inp, w, count, E, C, OC);
 	}
 }
 
-/* dinp's rows of e = dout's @ w_e: column-major dinp_e^T [C, rows] = w_e
- * (seen as [C, OC]) times dout_e^T [OC, rows]. dw_e += dout_e^T inp_e:
- * column-major dw_e^T [C, OC] = inp_e^T [C, rows] times (dout_e^T [OC,
- * rows])^T, beta 1 (fp32). Two grouped calls, each alone what it is with
- * the other. */
+/* dinp and dw: one grouped call each, each alone what it is with the other
+ * (the split backward) */
 template <typename A>
 static void expert_backward(void *dinpv, float *dw, const void *doutv, const void *inpv,
 			    const float *w, const int32_t *count, int E, int C, int OC)
 {
 	A *dinp = (A *)dinpv;
 	const A *dout = (const A *)doutv, *inp = (const A *)inpv;
-	size_t rows = (size_t)count[E], n = (size_t)OC * C;
-	char why[256];
+	size_t rows = (size_t)count[E];
+	char why[512] = "";
+	void *own;
 	if (!rows || (!dinp && !dw))
 		return;
-	if (!grouped_wanted())
+	if (!grouped_for(C, OC))
 		return backward_loop(dinp, dw, dout, inp, w, count, E, C, OC);
-	if (!widths_ok(C, OC)) {
-		snprintf(why, sizeof(why), "widths %d and %d are not multiples of 8", C, OC);
-		declined(why);
-		return backward_loop(dinp, dw, dout, inp, w, count, E, C, OC);
-	}
-	void *own_d;
-	const __nv_bfloat16 *db = bf16_rows(dout, rows * OC, &own_d);
 	if (dinp) {
-		void *own_o;
-		size_t obytes = rows * C * sizeof(A);
-		A *o = (A *)aligned_out(dinp, obytes, false, &own_o);
-		held_weight wb(w, (size_t)E * n);
-		std::vector<gproblem> p;
-		for (int e = 0; e < E; e++) {
-			size_t r0 = (size_t)count[e];
-			int m = count[e + 1] - count[e];
-			if (m)
-				p.push_back({wb.wb + e * n, db + r0 * OC, o + r0 * C, C, m, OC, C,
-					     OC, C});
-		}
-		int rc = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, act_type(dinp), 0.0f, why,
-				      sizeof(why));
-		wb.release();
-		back_out(dinp, own_o, obytes, rc == 0);
+		size_t bytes = rows * C * sizeof(A);
+		void *o = aligned_out(dinp, bytes, false, &own);
+		int rc = run_kind<A>(DINP, o, act_type(dinp), 0.0f, w, NULL, dout, count, E, C, OC,
+				     why, sizeof(why));
+		back_out(dinp, own, bytes, rc == 0);
 		if (rc) {
 			declined(why);
 			backward_loop(dinp, (float *)NULL, dout, inp, w, count, E, C, OC);
 		}
 	}
 	if (dw) {
-		void *own_x, *own_w;
-		const __nv_bfloat16 *xb = bf16_rows(inp, rows * C, &own_x);
-		float *g = (float *)aligned_out(dw, E * n * sizeof(float), true, &own_w);
-		std::vector<gproblem> p;
-		for (int e = 0; e < E; e++) {
-			size_t r0 = (size_t)count[e];
-			int k = count[e + 1] - count[e];
-			if (k)
-				p.push_back({xb + r0 * C, db + r0 * OC, g + e * n, C, OC, k, C, OC,
-					     C});
-		}
-		int rc = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_32F, 1.0f, why,
-				      sizeof(why));
-		back_out(dw, own_w, E * n * sizeof(float), rc == 0);
-		cuda_scratch_free(own_x);
+		size_t bytes = (size_t)E * OC * C * sizeof(float);
+		void *g = aligned_out(dw, bytes, true, &own);
+		why[0] = 0;
+		int rc = run_kind<A>(DW, g, CUDA_R_32F, 1.0f, NULL, inp, dout, count, E, C, OC, why,
+				     sizeof(why));
+		back_out(dw, own, bytes, rc == 0);
 		if (rc) {
 			declined(why);
 			backward_loop((A *)NULL, dw, dout, inp, (const float *)NULL, count, E, C,
 				      OC);
 		}
 	}
-	cuda_scratch_free(own_d);
 }
 
 void cuda_moe_gemm_slots(struct backend &t, bool bf16)
