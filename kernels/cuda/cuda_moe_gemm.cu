@@ -20,17 +20,18 @@
  * libcublas is loaded with dlopen at first use like cuBLASLt (the header
  * only gives types and prototypes). An fp32 result (the weight gradients;
  * the f32 table's outputs) that cuBLAS will not give from bf16 operands
- * (its grouped call's documented types pair bf16 A/B with a bf16 C; it
- * answers NOT_SUPPORTED before queuing anything) comes from fp32 operands
- * on TF32 tensor cores instead (run_kind). Where no grouped call runs - the
- * library is missing, cuBLAS refuses both, or a width is not a multiple of
- * 8 (an expert's rows would lose the 16-byte alignment cuBLAS asks of each
- * matrix) - that product runs the loop instead, with one notice per
- * process naming why.
- * Each choice is a fact of the types and shapes, never of where a buffer
- * sits: a base pointer off 16 bytes is staged through aligned scratch, as
- * cuda_matmul.cu does. Each product (out; dinp; dw) is its own grouped call,
- * so the split backward's parts are the bits of the fused call.
+ * (the type table of its grouped call may pair bf16 A/B with a bf16 C
+ * only) comes from fp32 operands on TF32 tensor cores instead (run_kind). Which type
+ * pairs cuBLAS takes is asked once per device with a 16 x 16 x 16 product
+ * (types_supported), so no call's path depends on the calls before it.
+ * Where no grouped call runs - the library is missing, cuBLAS refuses
+ * both, or a width is not a multiple of 8 (an expert's rows would lose the
+ * 16-byte alignment cuBLAS asks of each matrix) - that product runs the
+ * loop instead, with one notice per process naming why. Each choice is a
+ * fact of the library, types and shapes, never of where a buffer sits: a
+ * base pointer off 16 bytes is staged through aligned scratch, as
+ * cuda_matmul.cu does. Each product (out; dinp; dw) is its own grouped
+ * call, so the split backward's parts are the bits of the fused call.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -150,21 +151,10 @@ struct gproblem {
 	int m, n, k, lda, ldb, ldc;
 };
 
-/* Type pairs (operands, result) cuBLAS answered NOT_SUPPORTED for: a fact
- * of the library, asked once (the operands' conversion is not repeated at
- * every layer for nothing). */
-static std::mutex refused_mutex;
-static int refused[2][2]; /* [operands fp32][result fp32] */
-
-static int type_index(cudaDataType_t t)
+static const char *types_name(cudaDataType_t ab, cudaDataType_t ctype)
 {
-	return t == CUDA_R_32F;
-}
-
-static bool types_refused(cudaDataType_t ab, cudaDataType_t ctype)
-{
-	std::lock_guard<std::mutex> lock(refused_mutex);
-	return refused[type_index(ab)][type_index(ctype)];
+	return ab == CUDA_R_32F ? "fp32 A/B on TF32, fp32 C"
+	       : ctype == CUDA_R_32F ? "bf16 A/B, fp32 C" : "bf16 A/B, bf16 C";
 }
 
 /* The problems p[g] (each a group of one), transposes ta, tb for all,
@@ -178,12 +168,7 @@ static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
 	int g = (int)p.size();
 	cublasComputeType_t compute =
 		ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-	const char *types = ab == CUDA_R_32F ? "fp32 A/B on TF32, fp32 C"
-			    : ctype == CUDA_R_32F ? "bf16 A/B, fp32 C" : "bf16 A/B, bf16 C";
-	if (types_refused(ab, ctype)) {
-		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): not supported", types);
-		return -1;
-	}
+	const char *types = types_name(ab, ctype);
 	if (!g)
 		return 0;
 	std::vector<cublasOperation_t> tav(g, ta), tbv(g, tb);
@@ -218,14 +203,38 @@ static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
 	    st == CUBLAS_STATUS_ARCH_MISMATCH) {
 		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): %s", types,
 			 blas.cublasGetStatusString(st));
-		if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
-			std::lock_guard<std::mutex> lock(refused_mutex);
-			refused[type_index(ab)][type_index(ctype)] = 1;
-		}
 		return -1;
 	}
 	cuda_fatal(__FILE__, __LINE__, "cublasGemmGroupedBatchedEx (%s): %s", types,
 		   blas.cublasGetStatusString(st));
+}
+
+/* Whether cuBLAS's grouped call takes operands ab with results ctype:
+ * asked once per process and device with one 16 x 16 x 16 product in
+ * scratch, so the answer is a fact of the library and GPU, never of the
+ * model's shapes or of which call came first (a pipeline stage and one
+ * device take the same path at every call). why gets the reason for no. */
+static bool types_supported(cudaDataType_t ab, cudaDataType_t ctype, char *why, size_t len)
+{
+	static std::mutex mutex;
+	static int known[CUDA_MAX_LANES][2][2]; /* per lane (a lane is one device) */
+	static char reason[2][2][256];
+	int a = ab == CUDA_R_32F, c = ctype == CUDA_R_32F;
+	std::lock_guard<std::mutex> lock(mutex);
+	int *k = &known[cuda_lane()][a][c];
+	if (!*k) {
+		size_t esz = a ? 4 : 2, csz = c ? 4 : 2, bytes = 256 * (2 * esz + csz);
+		char *buf = (char *)cuda_scratch(bytes);
+		CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, cuda_stream()));
+		std::vector<gproblem> p = {
+			{buf, buf + 256 * esz, buf + 512 * esz, 16, 16, 16, 16, 16, 16}};
+		*k = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, ab, ctype, 0.0f, reason[a][c],
+				  sizeof(reason[a][c])) ? -1 : 1;
+		cuda_scratch_free(buf);
+	}
+	if (*k < 0)
+		snprintf(why, len, "%s", reason[a][c]);
+	return *k > 0;
 }
 
 /* The notice that a product runs the loop (once per process: the reason is
@@ -389,10 +398,7 @@ static int run_kind(int kind, void *c, cudaDataType_t ctype, float beta, const f
 	void *own_x = NULL, *own_d = NULL, *own_w = NULL;
 	int rc = -1;
 
-	if (types_refused(CUDA_R_16BF, ctype)) { /* known: skip the conversions */
-		snprintf(why, len, "cublasGemmGroupedBatchedEx (bf16 A/B, %s C): not supported",
-			 ctype == CUDA_R_32F ? "fp32" : "bf16");
-	} else {
+	if (types_supported(CUDA_R_16BF, ctype, why, len)) {
 		const __nv_bfloat16 *xb = kind != DINP ? bf16_rows(x, rows * C, &own_x) : NULL;
 		const __nv_bfloat16 *db = kind != FWD ? bf16_rows(d, rows * OC, &own_d) : NULL;
 		const __nv_bfloat16 *wb = NULL;
@@ -415,6 +421,11 @@ static int run_kind(int kind, void *c, cudaDataType_t ctype, float beta, const f
 		return rc;
 
 	char why2[256];
+	if (!types_supported(CUDA_R_32F, CUDA_R_32F, why2, sizeof(why2))) {
+		size_t used = strlen(why);
+		snprintf(why + used, len - used, "; %s", why2);
+		return -1;
+	}
 	const float *xf = kind != DINP ? f32_rows(x, rows * C, &own_x) : NULL;
 	const float *df = kind != FWD ? f32_rows(d, rows * OC, &own_d) : NULL;
 	const float *wf = kind != DW ? (const float *)aligned_in(w, nw * 4, &own_w) : NULL;
