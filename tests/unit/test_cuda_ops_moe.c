@@ -14,14 +14,18 @@
  * stored element may differ by one bf16 ulp where the f32 values straddle
  * a rounding boundary: 1e-2 of the max there. Every CUDA output also
  * repeats bit for bit on a second run (no order-dependent atomics). The
- * experts' products (moe_expert_*) have their own section below.
+ * experts' products (moe_expert_*) and the experts in Muon and NorMuon
+ * have their own sections below.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/config/config.h"
 #include "../../io/util.h"
 #include "../../kernels/backend.h"
+#include "../../model/model.h"
+#include "../../optim/optim.h"
 #include "../test.h"
 
 struct shape {
@@ -455,6 +459,88 @@ TEST(cuda_moe_expert_gemm_harness_on_cpu)
 {
 	compare_gemm(&backend_cpu, 1e-5, 1);
 	compare_gemm(&backend_cpu_bf16, 1e-2, 1);
+}
+
+/* ---- the experts in the matrix optimizers ----
+ *
+ * Muon and NorMuon over an MoE model's table (2 layers of 4 experts and a
+ * shared expert): the experts' matrices, E tensors of one shape, go
+ * through newton_schulz_many together (CUDA: one strided-batched GEMM per
+ * product), and two steps give every weight the bits of the per-tensor
+ * path (optim_ns_batch_limit(1)), which test_optim's
+ * matrix_optimizers_take_each_expert_on_its_own shows is each expert's
+ * matrix on its own. */
+static void experts_ns(const struct backend *be)
+{
+	static const char *const names[] = {"muon", "normuon"};
+	struct model_config mc = {0};
+	struct model m;
+
+	mc.arch = ARCH_LLAMA, mc.V = 64, mc.L = 2, mc.C = 16, mc.NH = 2, mc.T = 8;
+	mc.E = 4, mc.K = 2, mc.De = 12, mc.shared = 1;
+	CHECK(model_init(&m, &mc) == 0);
+	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
+	for (int i = 0; i < m.n_params; i++) {
+		sp[i].global = i;
+		sp[i].offset = m.params[i].offset;
+	}
+	size_t bytes = m.numel * sizeof(float);
+	float *hg = xmalloc(2 * bytes), *u[2] = {xmalloc(bytes), xmalloc(bytes)};
+	frand(hg, 2 * m.numel, 41, 1.0f);
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !test_failed(); k++) {
+		for (int batched = 0; batched < 2; batched++) {
+			struct config cfg;
+			struct optimizer o;
+			config_defaults(&cfg);
+			CHECK(config_set_key(&cfg, "optim", "name", names[k], "test") == 0);
+			size_t limit = batched ? 0 : optim_ns_batch_limit(1);
+			CHECK(optim_init(&o, be, &cfg, &m, sp, m.n_params, m.numel) == 0);
+			if (!batched)
+				optim_ns_batch_limit(limit);
+			int experts = 0, in_batch = 0;
+			for (int t = 0; t < o.n; t++)
+				if (strstr(o.t[t].info.name, "experts.")) {
+					experts++;
+					in_batch += o.t[t].ns_batch;
+				}
+			CHECK_MSG(experts == mc.L * mc.E * 2, "%s: %d expert tensors", names[k],
+				  experts);
+			if (batched && be->newton_schulz_many)
+				CHECK_MSG(in_batch == experts, "%s: %d of %d expert matrices batched",
+					  names[k], in_batch, experts);
+			float *w = be->alloc(bytes), *g = be->alloc(bytes);
+			be->to_device(g, hg, bytes);
+			optim_step(&o, w, g, 0.02f, 1);
+			be->to_device(g, hg + m.numel, bytes);
+			optim_step(&o, w, g, 0.02f, 2);
+			be->synchronize();
+			be->to_host(u[batched], w, bytes);
+			be->free(w), be->free(g);
+			optim_free(&o);
+			config_free(&cfg);
+		}
+		CHECK_MSG(!memcmp(u[0], u[1], bytes),
+			  "%s: the batched Newton-Schulz gives other bits than per tensor", names[k]);
+	}
+	free(hg), free(u[0]), free(u[1]), free(sp);
+	model_free(&m);
+}
+
+TEST(cuda_moe_experts_batched_newton_schulz)
+{
+	char why[256];
+	const struct backend *cu = cuda_or_skip(ACT_F32, why, sizeof(why));
+
+	if (!cu) {
+		test_skip(why);
+		return;
+	}
+	experts_ns(cu);
+}
+
+TEST(cuda_moe_experts_ns_harness_on_cpu)
+{
+	experts_ns(&backend_cpu);
 }
 
 /* The harness on the CPU against itself, in every run: the chain, the
