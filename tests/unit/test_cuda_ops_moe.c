@@ -506,7 +506,7 @@ static void experts_ns(const struct backend *be)
 			CHECK_MSG(experts == mc.L * mc.E * 2, "%s: %d expert tensors", names[k],
 				  experts);
 			if (batched && be->newton_schulz_many)
-				CHECK_MSG(in_batch == experts, "%s: %d of %d expert matrices batched",
+				CHECK_MSG(in_batch == experts, "%s: %d of %d experts batched",
 					  names[k], in_batch, experts);
 			float *w = be->alloc(bytes), *g = be->alloc(bytes);
 			be->to_device(g, hg, bytes);
@@ -520,7 +520,8 @@ static void experts_ns(const struct backend *be)
 			config_free(&cfg);
 		}
 		CHECK_MSG(!memcmp(u[0], u[1], bytes),
-			  "%s: the batched Newton-Schulz gives other bits than per tensor", names[k]);
+			  "%s: the batched Newton-Schulz gives other bits than per tensor",
+			  names[k]);
 	}
 	free(hg), free(u[0]), free(u[1]), free(sp);
 	model_free(&m);
