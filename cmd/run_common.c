@@ -188,14 +188,18 @@ int expert_parallel_check(const struct config *cfg)
 
 const struct backend *backend_from_config(const struct config *cfg)
 {
-	/* the MoE layer (model/moe.c) routes on host memory: asked first, so
-	 * the message is the same with or without a GPU */
-	if (cfg->model_n_expert > 0 && strcmp(cfg->train_device, "cpu")) {
-		error("model.n_expert = %ld: the mixture-of-experts layer runs on the CPU only, and "
-		      "train.device is %s; set train.device = cpu (eval and sample: --device cpu)", cfg->model_n_expert, cfg->train_device);
+	const struct backend *be = backend_by_name(cfg->train_device);
+	/* the MoE layer (model/moe.c) is the backend's routing, dispatch and
+	 * expert ops (backend.h moe_*): the cpu and cuda backends have them all */
+	if (be && cfg->model_n_expert > 0 &&
+	    (!be->moe_route || !be->moe_dispatch || !be->moe_gather || !be->moe_combine ||
+	     !be->moe_combine_backward || !be->moe_aux || !be->moe_router_backward ||
+	     !be->moe_expert_forward || !be->moe_expert_backward)) {
+		error("model.n_expert = %ld: the %s backend has no mixture-of-experts ops; set "
+		      "train.device = cpu (eval and sample: --device cpu)", cfg->model_n_expert,
+		      be->name);
 		return NULL;
 	}
-	const struct backend *be = backend_by_name(cfg->train_device);
 	/* auto: bf16 where it is the fast mode (cuda), f32 on the cpu, where
 	 * bf16 storage is a check of the plumbing and slower */
 	const char *dt = cfg->train_act_dtype;

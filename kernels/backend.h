@@ -208,6 +208,23 @@ struct backend {
 	 * dout[n]; dgate[N,K] = dout[n] . y[pos[n,j]] (double sum over c). */
 	void (*moe_combine_backward)(void *dy, float *dgate, const void *dout, const void *y,
 				     const float *gate, const int32_t *pos, int N, int K, int C);
+	/* The experts' products, every expert of a layer in one call (CUDA: one
+	 * grouped GEMM; ASYNCPP_MOE_GEMM=loop runs them one by one). count is
+	 * HOST memory [E+1] (moe_dispatch's, copied back): expert e's rows are
+	 * [count[e], count[e+1]) of inp and out; w holds E [OC,C] matrices back
+	 * to back. out[rows of e, OC] = inp[rows of e, C] @ w_e^T (no bias), an
+	 * expert with no row writes nothing. Each expert's rows get the bits of
+	 * matmul_forward(out + r0*OC, inp + r0*C, w_e, NULL, rows, C, OC) on
+	 * the CPU (which runs exactly that). */
+	void (*moe_expert_forward)(void *out, const void *inp, const float *w,
+				   const int32_t *count, int E, int C, int OC);
+	/* Its backward, per expert as matmul_backward with dbias NULL: dinp's
+	 * rows of e = dout's @ w_e (skipped if dinp NULL; w read for it only),
+	 * dw_e[OC,C] += dout's^T @ inp's (skipped if dw NULL; an expert with no
+	 * row adds nothing). Each part alone gives the bits of the call with
+	 * both (the split backward). */
+	void (*moe_expert_backward)(void *dinp, float *dw, const void *dout, const void *inp,
+				    const float *w, const int32_t *count, int E, int C, int OC);
 	/* aux[2] = the balance and z losses of moe.h from z[N,E], score[N,E]
 	 * and count[E+1]. */
 	void (*moe_aux)(float *aux, const void *z, const float *score, const int32_t *count,

@@ -90,18 +90,12 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 	be->moe_dispatch(a->count, a->pos, a->sel, N, K, E);
 	be->moe_gather(a->xd, x, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_forward(act_at(a->h, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
-				   w->fcw + (size_t)e * 2 * De * C, NULL, cnt, C, 2 * De);
-		be->swiglu_forward(act_at(a->act, r0 * De, A), act_at(a->h, r0 * 2 * De, A), cnt,
-				   De);
-		be->matmul_forward(act_at(a->y, r0 * C, A), act_at(a->act, r0 * De, A),
-				   w->fcprojw + (size_t)e * C * De, NULL, cnt, De, C);
-	}
+	/* the experts: every expert's product in one call, SwiGLU over all the
+	 * rows at once (row by row, so the bits of per-expert calls) */
+	be->moe_expert_forward(a->h, a->xd, w->fcw, count, E, C, 2 * De);
+	if (count[E])
+		be->swiglu_forward(a->act, a->h, count[E], De);
+	be->moe_expert_forward(a->y, a->act, w->fcprojw, count, E, De, C);
 
 	/* combine: out = shared(x) + sum_j gate_j y_j, j in order */
 	if (d->shared) {
@@ -117,19 +111,12 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 
 /* ---- backward ---- */
 
-/* Expert e's slice of a gradient tensor of per-expert size n; NULL when g is */
-static float *expert_grad(float *g, int e, size_t n)
-{
-	return g ? g + (size_t)e * n : NULL;
-}
-
 void moe_backward(const struct backend *be, const struct moe_dims *d,
 		  const struct moe_params *w, const struct moe_grads *g, const void *x,
 		  const void *dout, void *dx, const struct moe_acts *a,
 		  const struct moe_scratch *scr, const struct moe_dsave *keep, float dloss)
 {
 	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De;
-	size_t A = act_dtype_size(d->act_dtype);
 	int32_t count[E + 1];
 	/* the products' output gradients go where the weight part finds them */
 	struct moe_scratch sk = *scr;
@@ -149,22 +136,13 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 	/* combine: d gate and d y per slot */
 	be->moe_combine_backward(s->dy, s->dgate, dout, a->y, a->gate, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_backward(act_at(s->dact, r0 * De, A),
-				    expert_grad(g->fcprojw, e, (size_t)C * De), NULL,
-				    act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
-				    w->fcprojw + (size_t)e * C * De, cnt, De, C);
-		be->swiglu_backward(act_at(s->dh, r0 * 2 * De, A), act_at(s->dact, r0 * De, A),
-				    act_at(a->h, r0 * 2 * De, A), cnt, De);
-		be->matmul_backward(act_at(s->dxd, r0 * C, A),
-				    expert_grad(g->fcw, e, (size_t)2 * De * C), NULL,
-				    act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
-				    w->fcw + (size_t)e * 2 * De * C, cnt, C, 2 * De);
-	}
+	/* the experts, product by product over all of them (each expert's rows
+	 * and gradient slices are its own, so the order across experts does not
+	 * change a bit) */
+	be->moe_expert_backward(s->dact, g->fcprojw, s->dy, a->act, w->fcprojw, count, E, De, C);
+	if (count[E])
+		be->swiglu_backward(s->dh, s->dact, a->h, count[E], De);
+	be->moe_expert_backward(s->dxd, g->fcw, s->dh, a->xd, w->fcw, count, E, C, 2 * De);
 
 	/* router: gates, scores and the auxiliary losses back to the logits */
 	be->moe_router_backward(s->dz, a->z, a->score, a->sel, a->gate, s->dgate, a->count, N, E,
@@ -187,24 +165,13 @@ void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
 			 const struct moe_acts *a, const struct moe_dsave *keep)
 {
 	int N = d->N, C = d->C, E = d->E, De = d->De;
-	size_t A = act_dtype_size(d->act_dtype);
 	int32_t count[E + 1];
 
 	counts_to_host(be, d, a, count);
 	/* each tensor gets the one product moe_backward gives it (no weight is
 	 * read: dinp is NULL) */
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_backward(NULL, g->fcprojw + (size_t)e * C * De, NULL,
-				    act_at(keep->dy, r0 * C, A), act_at(a->act, r0 * De, A), NULL,
-				    cnt, De, C);
-		be->matmul_backward(NULL, g->fcw + (size_t)e * 2 * De * C, NULL,
-				    act_at(keep->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A), NULL,
-				    cnt, C, 2 * De);
-	}
+	be->moe_expert_backward(NULL, g->fcprojw, keep->dy, a->act, NULL, count, E, De, C);
+	be->moe_expert_backward(NULL, g->fcw, keep->dh, a->xd, NULL, count, E, C, 2 * De);
 	be->matmul_backward(NULL, g->router, NULL, keep->dz, x, NULL, N, C, E);
 	if (d->shared) {
 		be->matmul_backward(NULL, g->sh_fcprojw, NULL, dout, a->sh_act, NULL, N, De, C);

@@ -31,9 +31,10 @@
  *
  * Routing, dispatch, combine and the auxiliary losses are backend ops
  * (kernels/backend.h, moe_*; the CPU's are the reference), as are the
- * matrix products and SwiGLU; this file keeps the order of the calls. The
- * host reads no activation memory but the E+1 per-expert counts, once per
- * layer and pass, for the experts' GEMM shapes. Activations and
+ * matrix products (the experts' each one call over every expert,
+ * moe_expert_forward/backward) and SwiGLU; this file keeps the order of the
+ * calls. The host reads no activation memory but the E+1 per-expert counts,
+ * once per layer and pass, for the experts' GEMM shapes. Activations and
  * their gradients (void *: the router logits z and dz, the dispatched
  * inputs, the experts' hidden and output rows, the combined output) are
  * stored in act_dtype (kernels/act.h); scores, gates, the auxiliary losses

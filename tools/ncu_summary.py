@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/ncu_summary.py CSV [STEPS] - where a GPU step's time goes.
+"""tools/ncu_summary.py [--match REGEX] CSV [STEPS] - where a GPU step's time goes.
 
 Reads what `ncu --metrics gpu__time_duration.sum --csv` printed for a run
 (tools/gpu-check's profile step: bench train, one warm-up and one timed
@@ -7,9 +7,12 @@ step) and prints the kernels by total GPU time: launches, milliseconds, share
 of all kernel time, and milliseconds per step when STEPS is given. Kernels
 of one name (templates and cuBLASLt's included) are summed together. Lines
 that are not ncu's CSV (the program's own output, ==PROF== notes) are
-skipped.
+skipped. --match REGEX adds a last line with the milliseconds and share of
+the kernels whose names REGEX finds (tools/gpu-check: the MoE routing and
+dispatch kernels' share of an MoE step).
 """
 import csv
+import re
 import sys
 
 UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,
@@ -29,8 +32,14 @@ def short(name, width=72):
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit("usage: tools/ncu_summary.py CSV [STEPS]")
+    args = sys.argv[1:]
+    match = None
+    if args[:1] == ["--match"] and len(args) >= 2:
+        match = re.compile(args[1])
+        args = args[2:]
+    if not args:
+        sys.exit("usage: tools/ncu_summary.py [--match REGEX] CSV [STEPS]")
+    sys.argv = [sys.argv[0]] + args
     steps = float(sys.argv[2]) if len(sys.argv) > 2 else 0
     total, count = {}, {}
     for r in rows(sys.argv[1]):
@@ -53,6 +62,10 @@ def main():
                                               "   %7.3f" % (total[k] / steps) if steps else ""))
     print("all kernels: %d launches, %.3f ms%s" % (
         sum(count.values()), all_ms, ", %.3f ms per step" % (all_ms / steps) if steps else ""))
+    if match:
+        ms = sum(t for k, t in total.items() if match.search(k))
+        print("matching %s: %.3f ms, %.1f%% of all kernels" % (match.pattern, ms,
+                                                             100 * ms / all_ms))
 
 
 if __name__ == "__main__":

@@ -366,6 +366,45 @@ static void bf16_softmax_xent(float *losses, void *dlogits, const void *logits,
 	free(l);
 }
 
+/* ---- the experts' products (backend.h moe_expert_forward/backward): one
+ * matmul per expert over its rows, the loop model/moe.c ran before the op,
+ * so the bits are those of before. count is host memory. ---- */
+
+#define EXPERT_OPS(P, DT)                                                                   \
+	static void P##_moe_expert_forward(void *out, const void *inp, const float *w,      \
+					   const int32_t *count, int E, int C, int OC)      \
+	{                                                                                   \
+		size_t A = act_dtype_size(DT);                                              \
+		for (int e = 0; e < E; e++) {                                               \
+			size_t r0 = (size_t)count[e];                                       \
+			int rows = count[e + 1] - count[e];                                 \
+			if (rows)                                                           \
+				P##_matmul_forward(act_at(out, r0 * OC, A),                 \
+						   act_at(inp, r0 * C, A),                  \
+						   w + (size_t)e * OC * C, NULL, rows, C, OC); \
+		}                                                                           \
+	}                                                                                   \
+	static void P##_moe_expert_backward(void *dinp, float *dw, const void *dout,        \
+					    const void *inp, const float *w,                \
+					    const int32_t *count, int E, int C, int OC)     \
+	{                                                                                   \
+		size_t A = act_dtype_size(DT), n = (size_t)OC * C;                          \
+		for (int e = 0; e < E; e++) {                                               \
+			size_t r0 = (size_t)count[e];                                       \
+			int rows = count[e + 1] - count[e];                                 \
+			if (rows)                                                           \
+				P##_matmul_backward(dinp ? act_at(dinp, r0 * C, A) : NULL,  \
+						    dw ? dw + (size_t)e * n : NULL, NULL,   \
+						    act_at(dout, r0 * OC, A),               \
+						    inp ? act_at(inp, r0 * C, A) : NULL,    \
+						    w ? w + (size_t)e * n : NULL, rows, C,  \
+						    OC);                                    \
+		}                                                                           \
+	}
+
+EXPERT_OPS(f32, ACT_F32)
+EXPERT_OPS(bf16, ACT_BF16)
+
 /* ---- the tables ---- */
 
 #define ACT_OPS(P)                                             \
@@ -393,7 +432,9 @@ static void bf16_softmax_xent(float *losses, void *dlogits, const void *logits,
 	.moe_combine = cpu_##P##_moe_combine,                  \
 	.moe_combine_backward = cpu_##P##_moe_combine_backward, \
 	.moe_aux = cpu_##P##_moe_aux,                          \
-	.moe_router_backward = cpu_##P##_moe_router_backward
+	.moe_router_backward = cpu_##P##_moe_router_backward, \
+	.moe_expert_forward = P##_moe_expert_forward,          \
+	.moe_expert_backward = P##_moe_expert_backward
 
 #define REST_OPS                                       \
 	.alloc = cpu_alloc,                            \

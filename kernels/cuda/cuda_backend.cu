@@ -113,6 +113,7 @@ static void fill_table(struct backend &t, bool bf16)
 	cuda_xent_slots(t, bf16);
 	cuda_optim_slots(t);
 	cuda_moe_slots(t, bf16);
+	cuda_moe_gemm_slots(t, bf16);
 	if (bf16)
 		fill_act_slots<__nv_bfloat16>(t);
 	else

@@ -58,6 +58,10 @@ void cuda_free_tracked(void *p);
 
 /* Queued copy of bytes (any devices; dst == src: nothing, backend.h). */
 void cuda_copy(void *dst, const void *src, size_t bytes);
+/* The table's to_device: src may be reused when it returns, and the data is
+ * there for every op queued after it (small copies do not wait for the
+ * stream: cuda_device.cu's staging ring). */
+void cuda_upload(void *dst, const void *src, size_t bytes);
 /* Count device memory allocated outside the table's alloc (cudaMalloc'ed
  * and kept, such as the RoPE tables) in memory_peak. */
 void cuda_count_held(void *p, size_t bytes);
@@ -84,10 +88,13 @@ void cuda_elementwise_slots(struct backend &t, bool bf16); /* cuda_elementwise.c
 void cuda_xent_slots(struct backend &t, bool bf16);    /* cuda_xent.cu */
 void cuda_optim_slots(struct backend &t);              /* cuda_optim.cu */
 void cuda_moe_slots(struct backend &t, bool bf16);     /* cuda_moe.cu */
+void cuda_moe_gemm_slots(struct backend &t, bool bf16); /* cuda_moe_gemm.cu */
 
 /* ---- shared kernels ---- */
 /* dst[i] = bf16(src[i]) (cuda_elementwise.cu) */
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
+/* dst[i] = src[i] widened, exact (cuda_elementwise.cu) */
+void cuda_bf16_to_f32(float *dst, const __nv_bfloat16 *src, size_t n);
 /* GELU forward and backward (cuda_elementwise.cu; the fused products'
  * fallback) */
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
@@ -146,6 +153,13 @@ int cuda_matmul_backward_dgelu(__nv_bfloat16 *dpre, float *dw, float *dbias,
 void cuda_newton_schulz(float *out, const float *in, int rows, int cols, int steps,
 			float *scratch);
 void cuda_weights_bf16(const float *w, size_t n);
+/* The bf16 operand of the weight w[n] for products the caller queues
+ * itself: the prepared copy (cuda_weights_bf16), else w rounded into scratch
+ * (*own). Holds the copies' lock until cuda_weight_bf16_release(own), which
+ * the caller calls once its products are queued (and before any
+ * matmul_forward/backward of its own: the lock is not recursive). */
+const __nv_bfloat16 *cuda_weight_bf16_hold(const float *w, size_t n, __nv_bfloat16 **own);
+void cuda_weight_bf16_release(__nv_bfloat16 *own);
 /* Called by free: no prepared range lies in [p, p + bytes) any more. */
 void cuda_weights_forget(const void *p, size_t bytes);
 void cuda_newton_schulz_many(float *const *out, const float *const *in, int count, int rows,

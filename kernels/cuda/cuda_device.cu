@@ -522,6 +522,11 @@ static void cu_to_device(void *dst, const void *src, size_t bytes)
 	CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
 }
 
+void cuda_upload(void *dst, const void *src, size_t bytes)
+{
+	cu_to_device(dst, src, bytes);
+}
+
 static void cu_to_host(void *dst, const void *src, size_t bytes)
 {
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));

@@ -651,6 +651,18 @@ static const __nv_bfloat16 *bf16_weight(const float *w, size_t count, __nv_bfloa
 	return b ? b : *own;
 }
 
+const __nv_bfloat16 *cuda_weight_bf16_hold(const float *w, size_t n, __nv_bfloat16 **own)
+{
+	shadow_mutex.lock();
+	return bf16_weight(w, n, own);
+}
+
+void cuda_weight_bf16_release(__nv_bfloat16 *own)
+{
+	cuda_scratch_free(own);
+	shadow_mutex.unlock();
+}
+
 /* Whether an activation pointer's D is bf16 (gemm's out_bf16). */
 static int is_bf16(const float *) { return 0; }
 static int is_bf16(const __nv_bfloat16 *) { return 1; }

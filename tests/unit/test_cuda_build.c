@@ -40,6 +40,7 @@ TEST(cuda_table_complete)
 	SLOT(add_act); SLOT(act_from_f32); SLOT(act_to_f32);
 	SLOT(moe_route); SLOT(moe_dispatch); SLOT(moe_gather); SLOT(moe_combine);
 	SLOT(moe_combine_backward); SLOT(moe_aux); SLOT(moe_router_backward);
+	SLOT(moe_expert_forward); SLOT(moe_expert_backward);
 #undef SLOT
 	CHECK(b->act_dtype == ACT_F32);
 }
@@ -65,6 +66,7 @@ TEST(cuda_bf16_table)
 	ACT_SLOT(attention_forward); ACT_SLOT(attention_backward);
 	ACT_SLOT(moe_route); ACT_SLOT(moe_gather); ACT_SLOT(moe_combine);
 	ACT_SLOT(moe_combine_backward); ACT_SLOT(moe_aux); ACT_SLOT(moe_router_backward);
+	ACT_SLOT(moe_expert_forward); ACT_SLOT(moe_expert_backward);
 #undef ACT_SLOT
 #define SAME(s) CHECK_MSG(h->s == f->s, "cuda bf16 table: " #s " is not the f32 table's")
 	SAME(alloc); SAME(free); SAME(to_device); SAME(to_host); SAME(copy); SAME(zero);

@@ -13,14 +13,19 @@
  * auxiliary losses 1e-6 relative (double sums in another order). In bf16 a
  * stored element may differ by one bf16 ulp where the f32 values straddle
  * a rounding boundary: 1e-2 of the max there. Every CUDA output also
- * repeats bit for bit on a second run (no order-dependent atomics).
+ * repeats bit for bit on a second run (no order-dependent atomics). The
+ * experts' products (moe_expert_*) and the experts in Muon and NorMuon
+ * have their own sections below.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/config/config.h"
 #include "../../io/util.h"
 #include "../../kernels/backend.h"
+#include "../../model/model.h"
+#include "../../optim/optim.h"
 #include "../test.h"
 
 struct shape {
@@ -211,6 +216,332 @@ TEST(cuda_moe_ops_f32)
 TEST(cuda_moe_ops_bf16)
 {
 	compare_cuda(ACT_BF16);
+}
+
+/* ---- the experts' products (moe_expert_forward/backward) ----
+ *
+ * Against a double reference written here (each expert's rows through its
+ * own matrix; untouched gradient slices keep their bits), at odd shapes: E
+ * not dividing the rows, an expert with no row, every expert with the
+ * same rows (top-k = E), widths off a multiple of 8 (CUDA runs the loop
+ * there). Tolerance: 1e-5 of the max on the CPU's f32 table, 1e-2 where
+ * operands are bf16 (the CPU's bf16 table, every CUDA product), as
+ * matmul. On CUDA also: the split backward's parts are the bits of the
+ * call with both, a second run repeats every bit, buffers 1 element off
+ * 16 bytes and buffers 16 bytes further on give the aligned buffers' bits
+ * (a pipeline stage's tensors sit at other offsets than one device's),
+ * and the grouped call agrees with the loop (ASYNCPP_MOE_GEMM=loop) within
+ * the tolerance. */
+
+struct gshape {
+	int E, C, OC;
+	int rows[9]; /* per expert */
+};
+
+static const struct gshape gshapes[] = {
+	{5, 16, 24, {3, 0, 7, 1, 4}},         /* an expert with no row */
+	{3, 40, 16, {7, 12, 0}},               /* the last one empty */
+	{4, 32, 64, {6, 6, 6, 6}},             /* top-k = E: every expert every token */
+	{3, 12, 20, {5, 0, 9}},                /* widths not multiples of 8 */
+	{8, 64, 96, {80, 75, 0, 90, 61, 77, 70, 49}}, /* 502 rows */
+};
+
+struct gres {
+	float *out, *dinp, *dw;
+};
+
+/* inp[R,C], w[E,OC,C], dout[R,OC], dw0[E,OC,C] of shape s (seeded) */
+struct gin {
+	int32_t count[10];
+	int R;
+	float *inp, *w, *dout, *dw0;
+};
+
+static void gin_make(const struct gshape *s, struct gin *g)
+{
+	g->count[0] = 0;
+	for (int e = 0; e < s->E; e++)
+		g->count[e + 1] = g->count[e] + s->rows[e];
+	g->R = g->count[s->E];
+	size_t nw = (size_t)s->E * s->OC * s->C;
+	g->inp = xmalloc(4 * (size_t)g->R * s->C), g->w = xmalloc(4 * nw);
+	g->dout = xmalloc(4 * (size_t)g->R * s->OC), g->dw0 = xmalloc(4 * nw);
+	frand(g->inp, (size_t)g->R * s->C, 31 + s->C, 1.0f);
+	frand(g->w, nw, 32 + s->C, 0.2f);
+	frand(g->dout, (size_t)g->R * s->OC, 33 + s->C, 1.0f);
+	frand(g->dw0, nw, 34 + s->C, 0.5f);
+}
+
+static void gin_free(struct gin *g)
+{
+	free(g->inp), free(g->w), free(g->dout), free(g->dw0);
+}
+
+/* The reference in double: out = inp_e w_e^T, dinp = dout_e w_e, dw =
+ * dw0 + dout_e^T inp_e, expert by expert over its rows. */
+static void gemm_reference(const struct gshape *s, const struct gin *g, struct gres *r)
+{
+	int C = s->C, OC = s->OC;
+	r->out = xmalloc(4 * (size_t)g->R * OC), r->dinp = xmalloc(4 * (size_t)g->R * C);
+	r->dw = xmalloc(4 * (size_t)s->E * OC * C);
+	for (int e = 0; e < s->E; e++) {
+		const float *w = g->w + (size_t)e * OC * C;
+		for (int n = g->count[e]; n < g->count[e + 1]; n++) {
+			const float *x = g->inp + (size_t)n * C, *d = g->dout + (size_t)n * OC;
+			for (int o = 0; o < OC; o++) {
+				double acc = 0;
+				for (int c = 0; c < C; c++)
+					acc += (double)x[c] * w[(size_t)o * C + c];
+				r->out[(size_t)n * OC + o] = (float)acc;
+			}
+			for (int c = 0; c < C; c++) {
+				double acc = 0;
+				for (int o = 0; o < OC; o++)
+					acc += (double)d[o] * w[(size_t)o * C + c];
+				r->dinp[(size_t)n * C + c] = (float)acc;
+			}
+		}
+		for (int o = 0; o < OC; o++)
+			for (int c = 0; c < C; c++) {
+				size_t i = ((size_t)e * OC + o) * C + c;
+				double acc = g->dw0[i];
+				for (int n = g->count[e]; n < g->count[e + 1]; n++)
+					acc += (double)g->dout[(size_t)n * OC + o] *
+					       g->inp[(size_t)n * C + c];
+				r->dw[i] = (float)acc;
+			}
+	}
+}
+
+/* An activation buffer of n elements holding h, at element offset off
+ * from an allocation (off 1: 2 or 4 bytes off 16); *base is what to free. */
+static void *up_act_at(const struct backend *be, const float *h, size_t n, int off, void **base)
+{
+	void *a = be->alloc(act_size(be) * (n + (size_t)off));
+	void *p = act_at(a, (size_t)off, act_size(be));
+	float *f = be->alloc(4 * n);
+	be->to_device(f, h, 4 * n);
+	be->act_from_f32(p, f, n);
+	be->synchronize();
+	be->free(f);
+	*base = a;
+	return p;
+}
+
+/* place 0: every buffer where alloc puts it; 1: one element past it (2 or
+ * 4 bytes off 16: staged); 2: 16 bytes past it for activations and 8
+ * floats for the weights inside a larger prepared range (aligned, but
+ * another address modulo 256, as a pipeline stage's tensors sit). split:
+ * the backward's input and weight parts as two calls. */
+static void gemm_run(const struct backend *be, const struct gshape *s, const struct gin *g,
+		     int place, int split, struct gres *r)
+{
+	int E = s->E, C = s->C, OC = s->OC, R = g->R;
+	int off = place == 2 ? 16 / (int)act_size(be) : place, woff = place == 2 ? 8 : place;
+	size_t nw = (size_t)E * OC * C;
+	void *b_inp, *b_dout, *b_out, *b_dinp;
+	void *inp = up_act_at(be, g->inp, (size_t)R * C, off, &b_inp);
+	void *dout = up_act_at(be, g->dout, (size_t)R * OC, off, &b_dout);
+	void *out = up_act_at(be, g->dout, (size_t)R * OC, off, &b_out);  /* overwritten */
+	void *dinp = up_act_at(be, g->inp, (size_t)R * C, off, &b_dinp); /* overwritten */
+	float *warena = be->alloc(4 * (nw + 16)), *w = warena + woff;
+	float *dwarena = be->alloc(4 * (nw + 16)), *dw = dwarena + woff;
+
+	be->to_device(w, g->w, 4 * nw);
+	be->to_device(dw, g->dw0, 4 * nw);
+	if (be->weights_bf16)
+		be->weights_bf16(warena, nw + 16);
+	be->moe_expert_forward(out, inp, w, g->count, E, C, OC);
+	if (split) {
+		be->moe_expert_backward(dinp, NULL, dout, inp, w, g->count, E, C, OC);
+		be->moe_expert_backward(NULL, dw, dout, inp, NULL, g->count, E, C, OC);
+	} else {
+		be->moe_expert_backward(dinp, dw, dout, inp, w, g->count, E, C, OC);
+	}
+	r->out = down_act(be, out, (size_t)R * OC), r->dinp = down_act(be, dinp, (size_t)R * C);
+	r->dw = down(be, dw, 4 * nw);
+	be->free(b_inp), be->free(b_dout), be->free(b_out), be->free(b_dinp);
+	be->free(warena), be->free(dwarena);
+}
+
+static void gres_free(struct gres *r)
+{
+	free(r->out), free(r->dinp), free(r->dw);
+}
+
+static int gres_same(const struct gres *a, const struct gres *b, const struct gshape *s, int R)
+{
+	size_t nw = (size_t)s->E * s->OC * s->C;
+	return !memcmp(a->out, b->out, 4 * (size_t)R * s->OC) &&
+	       !memcmp(a->dinp, b->dinp, 4 * (size_t)R * s->C) && !memcmp(a->dw, b->dw, 4 * nw);
+}
+
+static int gres_near(const struct gres *a, const struct gres *b, const struct gshape *s, int R,
+		     double tol)
+{
+	size_t nw = (size_t)s->E * s->OC * s->C;
+	return near(a->out, b->out, (size_t)R * s->OC, tol) &&
+	       near(a->dinp, b->dinp, (size_t)R * s->C, tol) && near(a->dw, b->dw, nw, tol);
+}
+
+/* be's experts' products against the reference; with deep, the CUDA
+ * properties of the comment above too */
+static void compare_gemm(const struct backend *be, double tol, int deep)
+{
+	for (size_t k = 0; k < sizeof(gshapes) / sizeof(gshapes[0]); k++) {
+		const struct gshape *s = &gshapes[k];
+		struct gin g;
+		struct gres ref, a;
+		gin_make(s, &g);
+		gemm_reference(s, &g, &ref);
+		gemm_run(be, s, &g, 0, 0, &a);
+		CHECK_MSG(near(a.out, ref.out, (size_t)g.R * s->OC, tol), "gemm shape %zu: out", k);
+		CHECK_MSG(near(a.dinp, ref.dinp, (size_t)g.R * s->C, tol), "gemm shape %zu: dinp",
+			  k);
+		CHECK_MSG(near(a.dw, ref.dw, (size_t)s->E * s->OC * s->C, tol),
+			  "gemm shape %zu: dw", k);
+		if (deep) {
+			struct gres sp, again, off, off16, loop;
+			gemm_run(be, s, &g, 0, 1, &sp);
+			gemm_run(be, s, &g, 0, 0, &again);
+			gemm_run(be, s, &g, 1, 0, &off);
+			gemm_run(be, s, &g, 2, 0, &off16);
+			setenv("ASYNCPP_MOE_GEMM", "loop", 1);
+			gemm_run(be, s, &g, 0, 0, &loop);
+			unsetenv("ASYNCPP_MOE_GEMM");
+			CHECK_MSG(gres_same(&a, &sp, s, g.R), "gemm shape %zu: split differs", k);
+			CHECK_MSG(gres_same(&a, &again, s, g.R),
+				  "gemm shape %zu: a second run differs", k);
+			CHECK_MSG(gres_same(&a, &off, s, g.R),
+				  "gemm shape %zu: buffers off 16 bytes differ", k);
+			CHECK_MSG(gres_same(&a, &off16, s, g.R),
+				  "gemm shape %zu: buffers 16 bytes further on differ", k);
+			CHECK_MSG(gres_near(&a, &loop, s, g.R, tol),
+				  "gemm shape %zu: grouped and loop disagree", k);
+			gres_free(&sp), gres_free(&again), gres_free(&off), gres_free(&off16);
+			gres_free(&loop);
+		}
+		gres_free(&ref), gres_free(&a);
+		gin_free(&g);
+	}
+}
+
+static void compare_gemm_cuda(int dtype)
+{
+	char why[256];
+	const struct backend *cu = cuda_or_skip(dtype, why, sizeof(why));
+
+	if (cu && !cu->moe_expert_forward) {
+		snprintf(why, sizeof(why), "cuda backend lacks moe_expert_forward");
+		cu = NULL;
+	}
+	if (!cu) {
+		test_skip(why);
+		return;
+	}
+	compare_gemm(cu, 1e-2, 1);
+}
+
+TEST(cuda_moe_expert_gemm_f32)
+{
+	compare_gemm_cuda(ACT_F32);
+}
+
+TEST(cuda_moe_expert_gemm_bf16)
+{
+	compare_gemm_cuda(ACT_BF16);
+}
+
+/* The CPU's ops against the reference, and the CUDA checks' harness (split,
+ * repeat, offsets; the CPU has no ASYNCPP_MOE_GEMM, so "loop" is itself),
+ * in every run. */
+TEST(cuda_moe_expert_gemm_harness_on_cpu)
+{
+	compare_gemm(&backend_cpu, 1e-5, 1);
+	compare_gemm(&backend_cpu_bf16, 1e-2, 1);
+}
+
+/* ---- the experts in the matrix optimizers ----
+ *
+ * Muon and NorMuon over an MoE model's table (2 layers of 4 experts and a
+ * shared expert): the experts' matrices, E tensors of one shape, go
+ * through newton_schulz_many together (CUDA: one strided-batched GEMM per
+ * product), and two steps give every weight the bits of the per-tensor
+ * path (optim_ns_batch_limit(1)), which test_optim's
+ * matrix_optimizers_take_each_expert_on_its_own shows is each expert's
+ * matrix on its own. */
+static void experts_ns(const struct backend *be)
+{
+	static const char *const names[] = {"muon", "normuon"};
+	struct model_config mc = {0};
+	struct model m;
+
+	mc.arch = ARCH_LLAMA, mc.V = 64, mc.L = 2, mc.C = 16, mc.NH = 2, mc.T = 8;
+	mc.E = 4, mc.K = 2, mc.De = 12, mc.shared = 1;
+	CHECK(model_init(&m, &mc) == 0);
+	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
+	for (int i = 0; i < m.n_params; i++) {
+		sp[i].global = i;
+		sp[i].offset = m.params[i].offset;
+	}
+	size_t bytes = m.numel * sizeof(float);
+	float *hg = xmalloc(2 * bytes), *u[2] = {xmalloc(bytes), xmalloc(bytes)};
+	frand(hg, 2 * m.numel, 41, 1.0f);
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !test_failed(); k++) {
+		for (int batched = 0; batched < 2; batched++) {
+			struct config cfg;
+			struct optimizer o;
+			config_defaults(&cfg);
+			CHECK(config_set_key(&cfg, "optim", "name", names[k], "test") == 0);
+			size_t limit = batched ? 0 : optim_ns_batch_limit(1);
+			CHECK(optim_init(&o, be, &cfg, &m, sp, m.n_params, m.numel) == 0);
+			if (!batched)
+				optim_ns_batch_limit(limit);
+			int experts = 0, in_batch = 0;
+			for (int t = 0; t < o.n; t++)
+				if (strstr(o.t[t].info.name, "experts.")) {
+					experts++;
+					in_batch += o.t[t].ns_batch;
+				}
+			CHECK_MSG(experts == mc.L * mc.E * 2, "%s: %d expert tensors", names[k],
+				  experts);
+			if (batched && be->newton_schulz_many)
+				CHECK_MSG(in_batch == experts, "%s: %d of %d experts batched",
+					  names[k], in_batch, experts);
+			float *w = be->alloc(bytes), *g = be->alloc(bytes);
+			be->to_device(g, hg, bytes);
+			optim_step(&o, w, g, 0.02f, 1);
+			be->to_device(g, hg + m.numel, bytes);
+			optim_step(&o, w, g, 0.02f, 2);
+			be->synchronize();
+			be->to_host(u[batched], w, bytes);
+			be->free(w), be->free(g);
+			optim_free(&o);
+			config_free(&cfg);
+		}
+		CHECK_MSG(!memcmp(u[0], u[1], bytes),
+			  "%s: the batched Newton-Schulz gives other bits than per tensor",
+			  names[k]);
+	}
+	free(hg), free(u[0]), free(u[1]), free(sp);
+	model_free(&m);
+}
+
+TEST(cuda_moe_experts_batched_newton_schulz)
+{
+	char why[256];
+	const struct backend *cu = cuda_or_skip(ACT_F32, why, sizeof(why));
+
+	if (!cu) {
+		test_skip(why);
+		return;
+	}
+	experts_ns(cu);
+}
+
+TEST(cuda_moe_experts_ns_harness_on_cpu)
+{
+	experts_ns(&backend_cpu);
 }
 
 /* The harness on the CPU against itself, in every run: the chain, the

@@ -515,8 +515,8 @@ TEST(replicated_moe_equals_its_emulation_and_resumes)
 	static const char *const keys[][2] = {{"n_expert", "4"}, {"top_k", "2"},
 					      {"d_expert", "16"}, {"shared_expert", "1"},
 					      {"aux_loss_coef", "0.1"}};
-	if (strcmp(test_backend()->name, "cpu"))
-		SKIP("the MoE layer needs the cpu backend");
+	if (!test_backend()->moe_route || !test_backend()->moe_expert_forward)
+		SKIP("the backend has no MoE ops");
 	for (int bw = 0; bw < 2; bw++) {
 		tiny_config(&one, "llama", bw ? "muon" : "adamw");
 		tiny_config(&pipe, "llama", bw ? "muon" : "adamw");

@@ -406,6 +406,19 @@ static void s_moe_router_backward(void *dz, const void *z, const float *score,
 	spy.base->moe_router_backward(dz, z, score, sel, gate, dgate, count, N, E, K, router, dloss,
 				      alpha, beta);
 }
+/* count is host memory (moe.h: copied back once per pass): not a buffer */
+static void s_moe_expert_forward(void *out, const void *inp, const float *w,
+				 const int32_t *count, int E, int C, int OC)
+{
+	SPY_OP("moe_expert_forward", R(inp), R(w), W(out));
+	spy.base->moe_expert_forward(out, inp, w, count, E, C, OC);
+}
+static void s_moe_expert_backward(void *dinp, float *dw, const void *dout, const void *inp,
+				  const float *w, const int32_t *count, int E, int C, int OC)
+{
+	SPY_OP("moe_expert_backward", R(dout), R(inp), R(w), R(dw), W(dinp), W(dw));
+	spy.base->moe_expert_backward(dinp, dw, dout, inp, w, count, E, C, OC);
+}
 static void s_add_act(void *out, const void *a, const void *b, size_t n)
 {
 	SPY_OP("add_act", R(a), R(b), W(out));
@@ -554,6 +567,8 @@ static const struct backend *spy_on(const struct backend *base, const int *dev, 
 	t.moe_route = s_moe_route, t.moe_dispatch = s_moe_dispatch, t.moe_gather = s_moe_gather;
 	t.moe_combine = s_moe_combine, t.moe_combine_backward = s_moe_combine_backward;
 	t.moe_aux = s_moe_aux, t.moe_router_backward = s_moe_router_backward;
+	t.moe_expert_forward = s_moe_expert_forward;
+	t.moe_expert_backward = s_moe_expert_backward;
 	t.add_act = s_add_act, t.add = s_add, t.softmax_xent = s_softmax_xent;
 	t.loss_mean = s_loss_mean, t.adamw_dir = s_adamw_dir, t.adan_dir = s_adan_dir;
 	t.ademamix_dir = s_ademamix_dir, t.mars_correct = s_mars_correct, t.ema = s_ema;

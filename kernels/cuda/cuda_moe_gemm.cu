@@ -1,0 +1,562 @@
+/* cuda_moe_gemm.cu - the experts' products of a mixture-of-experts layer
+ * (backend.h moe_expert_forward/backward): every expert's product of one
+ * kind in one cublasGemmGroupedBatchedEx call, bf16 operands with fp32
+ * accumulation (CUBLAS_COMPUTE_32F) as cuda_matmul.cu's products; beside it
+ * the plain reference, one matmul_forward/backward per expert
+ * (ASYNCPP_MOE_GEMM=loop), for a GPU run to compare the two.
+ *
+ * Legend: E experts; expert e's rows are [count[e], count[e+1]) (count is
+ * host memory: model/moe.c copies it back once per pass); C input width,
+ * OC output width; w holds E [OC,C] fp32 matrices back to back.
+ *
+ * Why cuBLAS's grouped call: CUDA 13's cuBLASLt batches matrices of one
+ * shape only (CUBLASLT_BATCH_MODE_POINTER_ARRAY takes one layout for the
+ * whole batch), and the experts' row counts differ; it has no grouped
+ * matmul. cublasGemmGroupedBatchedEx (cuBLAS >= 12.5) takes a shape per
+ * group, each expert a group of one, in one call: the shapes from the
+ * host, the per-expert pointers from one upload. It is the pick until a
+ * GPU run measures it against the loop (kernels/cuda/NOTES.md).
+ *
+ * libcublas is loaded with dlopen at first use like cuBLASLt (the header
+ * only gives types and prototypes). An fp32 result (the weight gradients;
+ * the f32 table's outputs) that cuBLAS will not give from bf16 operands
+ * (the type table of its grouped call may pair bf16 A/B with a bf16 C
+ * only) comes from fp32 operands on TF32 tensor cores instead (run_kind). Which type
+ * pairs cuBLAS takes is asked once per device with a 16 x 16 x 16 product
+ * (types_supported), so no call's path depends on the calls before it.
+ * Where no grouped call runs - the library is missing, cuBLAS refuses
+ * both, or a width is not a multiple of 8 (an expert's rows would lose the
+ * 16-byte alignment cuBLAS asks of each matrix) - that product runs the
+ * loop instead, with one notice per process naming why. Each choice is a
+ * fact of the library, types and shapes, never of where a buffer sits: a
+ * base pointer off 16 bytes is staged through aligned scratch, as
+ * cuda_matmul.cu does. Each product (out; dinp; dw) is its own grouped
+ * call, so the split backward's parts are the bits of the fused call.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <dlfcn.h>
+#include <mutex>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda_common.h"
+
+extern "C" {
+#include "../../io/util.h"
+#include "../backend.h"
+}
+
+/* ------------------------------------------------------------------ */
+/* loading cuBLAS                                                       */
+
+#define BLAS_FUNCS(X)                                                             \
+	X(cublasCreate_v2)                                                        \
+	X(cublasSetStream_v2)                                                     \
+	X(cublasSetWorkspace_v2)                                                  \
+	X(cublasGetStatusString)                                                  \
+	X(cublasGemmGroupedBatchedEx)
+
+static struct {
+#define DECLARE(f) decltype(&::f) f;
+	BLAS_FUNCS(DECLARE)
+#undef DECLARE
+} blas;
+
+static std::mutex blas_mutex; /* loading, the handles, issuing the calls */
+static int blas_state;        /* 0 not tried, 1 loaded, -1 failed */
+static char blas_why[512];
+/* A handle (handles belong to a device) and a workspace per lane, as
+ * cuda_matmul.cu's: cuBLAS is deterministic for a given workspace and
+ * stream, and two lanes' products must not share scratch. */
+static struct {
+	cublasHandle_t handle;
+	void *workspace;
+} blas_lane[CUDA_MAX_LANES];
+#define BLAS_WORKSPACE_BYTES (32u << 20)
+
+static int blas_load_locked(void)
+{
+	static const char *names[] = {
+		"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13",
+	};
+	void *lib = NULL;
+	const char *err = "";
+	if (blas_state)
+		return blas_state > 0 ? 0 : -1;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++) {
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		if (!lib)
+			err = dlerror();
+	}
+	if (!lib) {
+		snprintf(blas_why, sizeof(blas_why), "cannot load cuBLAS (libcublas.so.13): %s",
+			 err ? err : "not found");
+		blas_state = -1;
+		return -1;
+	}
+#define RESOLVE(f)                                                                \
+	if (!(blas.f = (decltype(blas.f))dlsym(lib, #f))) {                       \
+		snprintf(blas_why, sizeof(blas_why), "cuBLAS lacks %s (older than 12.5?)", #f); \
+		blas_state = -1;                                                  \
+		return -1;                                                        \
+	}
+	BLAS_FUNCS(RESOLVE)
+#undef RESOLVE
+	blas_state = 1;
+	return 0;
+}
+
+#define BLAS_CHECK(call)                                                          \
+	do {                                                                      \
+		cublasStatus_t st_ = (call);                                      \
+		if (st_ != CUBLAS_STATUS_SUCCESS)                                 \
+			cuda_fatal(__FILE__, __LINE__, "%s: %s", #call,           \
+				   blas.cublasGetStatusString(st_));              \
+	} while (0)
+
+/* The calling lane's handle on its stream with its workspace, or NULL
+ * (blas_why says why) without cuBLAS; blas_mutex held. */
+static cublasHandle_t blas_ready_locked(void)
+{
+	cudaStream_t st = cuda_stream(); /* the lane's device is current */
+	if (blas_load_locked() < 0)
+		return NULL;
+	int l = cuda_lane();
+	if (!blas_lane[l].handle) {
+		BLAS_CHECK(blas.cublasCreate_v2(&blas_lane[l].handle));
+		CUDA_CHECK(cudaMalloc(&blas_lane[l].workspace, BLAS_WORKSPACE_BYTES));
+		cuda_count_held(blas_lane[l].workspace, BLAS_WORKSPACE_BYTES);
+	}
+	/* cublasSetStream resets the workspace to the default pool: set ours
+	 * after it, at every call (threads of one lane share the handle) */
+	BLAS_CHECK(blas.cublasSetStream_v2(blas_lane[l].handle, st));
+	BLAS_CHECK(blas.cublasSetWorkspace_v2(blas_lane[l].handle, blas_lane[l].workspace,
+					      BLAS_WORKSPACE_BYTES));
+	return blas_lane[l].handle;
+}
+
+/* ------------------------------------------------------------------ */
+/* the grouped call                                                     */
+
+/* One product of a group, column-major as cuBLAS sees it:
+ * c[m,n] = op(a)[m,k] op(b)[k,n] (+ beta c). */
+struct gproblem {
+	const void *a, *b;
+	void *c;
+	int m, n, k, lda, ldb, ldc;
+};
+
+static const char *types_name(cudaDataType_t ab, cudaDataType_t ctype)
+{
+	return ab == CUDA_R_32F ? "fp32 A/B on TF32, fp32 C"
+	       : ctype == CUDA_R_32F ? "bf16 A/B, fp32 C" : "bf16 A/B, bf16 C";
+}
+
+/* The problems p[g] (each a group of one), transposes ta, tb for all,
+ * operands of type ab (bf16, or fp32 on TF32 tensor cores), results of
+ * type ctype, alpha 1 and beta. 0 once queued; -1 with nothing queued and
+ * the reason in why where cuBLAS cannot take it. */
+static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
+			cublasOperation_t tb, cudaDataType_t ab, cudaDataType_t ctype, float beta,
+			char *why, size_t len)
+{
+	int g = (int)p.size();
+	cublasComputeType_t compute =
+		ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+	const char *types = types_name(ab, ctype);
+	if (!g)
+		return 0;
+	std::vector<cublasOperation_t> tav(g, ta), tbv(g, tb);
+	std::vector<int> m(g), n(g), k(g), lda(g), ldb(g), ldc(g), size(g, 1);
+	std::vector<float> alpha(g, 1.0f), betav(g, beta);
+	std::vector<const void *> ptr(3 * (size_t)g);
+	for (int i = 0; i < g; i++) {
+		m[i] = p[i].m, n[i] = p[i].n, k[i] = p[i].k;
+		lda[i] = p[i].lda, ldb[i] = p[i].ldb, ldc[i] = p[i].ldc;
+		ptr[i] = p[i].a, ptr[g + i] = p[i].b, ptr[2 * g + i] = p[i].c;
+	}
+	std::lock_guard<std::mutex> lock(blas_mutex);
+	cublasHandle_t h = blas_ready_locked();
+	if (!h) {
+		snprintf(why, len, "%s", blas_why);
+		return -1;
+	}
+	/* the pointer arrays live on the device; freed in stream order after
+	 * the call that reads them */
+	size_t bytes = ptr.size() * sizeof(void *);
+	void **dev = (void **)cuda_scratch(bytes);
+	cuda_upload(dev, ptr.data(), bytes);
+	cublasStatus_t st = blas.cublasGemmGroupedBatchedEx(
+		h, tav.data(), tbv.data(), m.data(), n.data(), k.data(), alpha.data(),
+		(const void *const *)dev, ab, lda.data(), (const void *const *)(dev + g), ab,
+		ldb.data(), betav.data(), (void *const *)(dev + 2 * g), ctype, ldc.data(), g,
+		size.data(), compute);
+	cuda_scratch_free(dev);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+	    st == CUBLAS_STATUS_ARCH_MISMATCH) {
+		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): %s", types,
+			 blas.cublasGetStatusString(st));
+		return -1;
+	}
+	cuda_fatal(__FILE__, __LINE__, "cublasGemmGroupedBatchedEx (%s): %s", types,
+		   blas.cublasGetStatusString(st));
+}
+
+/* Whether cuBLAS's grouped call takes operands ab with results ctype:
+ * asked once per process and device with one 16 x 16 x 16 product in
+ * scratch, so the answer is a fact of the library and GPU, never of the
+ * model's shapes or of which call came first (a pipeline stage and one
+ * device take the same path at every call). why gets the reason for no. */
+static bool types_supported(cudaDataType_t ab, cudaDataType_t ctype, char *why, size_t len)
+{
+	static std::mutex mutex;
+	static int known[CUDA_MAX_LANES][2][2]; /* per lane (a lane is one device) */
+	static char reason[2][2][256];
+	int a = ab == CUDA_R_32F, c = ctype == CUDA_R_32F;
+	std::lock_guard<std::mutex> lock(mutex);
+	int *k = &known[cuda_lane()][a][c];
+	if (!*k) {
+		size_t esz = a ? 4 : 2, csz = c ? 4 : 2, bytes = 256 * (2 * esz + csz);
+		char *buf = (char *)cuda_scratch(bytes);
+		CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, cuda_stream()));
+		std::vector<gproblem> p = {
+			{buf, buf + 256 * esz, buf + 512 * esz, 16, 16, 16, 16, 16, 16}};
+		*k = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, ab, ctype, 0.0f, reason[a][c],
+				  sizeof(reason[a][c])) ? -1 : 1;
+		cuda_scratch_free(buf);
+	}
+	if (*k < 0)
+		snprintf(why, len, "%s", reason[a][c]);
+	return *k > 0;
+}
+
+/* The notice that a product runs the loop (once per process: the reason is
+ * a fact of the library, types and shapes, the same at every layer). */
+static void declined(const char *why)
+{
+	static std::once_flag once;
+	std::call_once(once, [why] {
+		warning("cuda: the experts' products run one by one: %s", why);
+	});
+}
+
+/* ASYNCPP_MOE_GEMM: "grouped" (the default) or "loop" (one product per
+ * expert, the reference). Read at every call (a getenv beside a GEMM), so
+ * a test can switch it; anything else stops with the two choices. */
+static bool grouped_wanted(void)
+{
+	const char *v = getenv("ASYNCPP_MOE_GEMM");
+	if (!v || !*v || !strcmp(v, "grouped"))
+		return true;
+	if (!strcmp(v, "loop"))
+		return false;
+	cuda_fatal(__FILE__, __LINE__, "ASYNCPP_MOE_GEMM=%s: expected grouped or loop", v);
+}
+
+/* ------------------------------------------------------------------ */
+/* operands at 16-byte aligned addresses                                */
+
+static bool aligned16(const void *p)
+{
+	return (uintptr_t)p % 16 == 0;
+}
+
+/* p, or (off 16 bytes) a copy of its bytes in aligned scratch (*own) */
+static const void *aligned_in(const void *p, size_t bytes, void **own)
+{
+	*own = NULL;
+	if (aligned16(p))
+		return p;
+	*own = cuda_scratch(bytes); /* pool allocations are 256-byte aligned */
+	CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice,
+				   cuda_stream()));
+	return *own;
+}
+
+/* Where a result of bytes goes: p, or aligned scratch (*own; its old
+ * bytes copied in when keep, for beta = 1) that back_out moves to p. */
+static void *aligned_out(void *p, size_t bytes, bool keep, void **own)
+{
+	*own = NULL;
+	if (aligned16(p))
+		return p;
+	*own = cuda_scratch(bytes);
+	if (keep)
+		CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice,
+					   cuda_stream()));
+	return *own;
+}
+
+static void back_out(void *p, void *own, size_t bytes, bool queued)
+{
+	if (!own)
+		return;
+	if (queued)
+		CUDA_CHECK(cudaMemcpyAsync(p, own, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+	cuda_scratch_free(own);
+}
+
+/* The bf16 rows of an activation buffer x[n]: fp32 rounded into scratch
+ * (*own), bf16 used as stored (staged when off 16 bytes). */
+static const __nv_bfloat16 *bf16_rows(const float *x, size_t n, void **own)
+{
+	__nv_bfloat16 *b = (__nv_bfloat16 *)cuda_scratch(n * sizeof(__nv_bfloat16));
+	cuda_to_bf16(b, x, n);
+	*own = b;
+	return b;
+}
+
+static const __nv_bfloat16 *bf16_rows(const __nv_bfloat16 *x, size_t n, void **own)
+{
+	return (const __nv_bfloat16 *)aligned_in(x, n * sizeof(__nv_bfloat16), own);
+}
+
+static cudaDataType_t act_type(const float *) { return CUDA_R_32F; }
+static cudaDataType_t act_type(const __nv_bfloat16 *) { return CUDA_R_16BF; }
+
+/* The fp32 rows of an activation buffer x[n]: fp32 used as stored (staged
+ * when off 16 bytes), bf16 widened into scratch (*own). */
+static const float *f32_rows(const float *x, size_t n, void **own)
+{
+	return (const float *)aligned_in(x, n * sizeof(float), own);
+}
+
+static const float *f32_rows(const __nv_bfloat16 *x, size_t n, void **own)
+{
+	float *f = (float *)cuda_scratch(n * sizeof(float));
+	cuda_bf16_to_f32(f, x, n);
+	*own = f;
+	return f;
+}
+
+/* The grouped path needs every expert's rows 16-byte aligned in bf16 and
+ * fp32: widths multiples of 8 (a fact of the shape). */
+static bool widths_ok(int C, int OC)
+{
+	return C % 8 == 0 && OC % 8 == 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the three products, column-major as cuBLAS sees them                 */
+/*
+ * Row-major out_e[rows, OC] = x_e[rows, C] w_e^T is out_e^T [OC, rows] =
+ * (w_e seen as [C, OC])^T x_e^T (FWD: transposes T, N); dinp_e[rows, C] =
+ * dout_e w_e is dinp_e^T [C, rows] = w_e^T dout_e^T (DINP: N, N); dw_e[OC,
+ * C] += dout_e^T x_e is dw_e^T [C, OC] += x_e^T (dout_e^T)^T (DW: N, T, beta
+ * 1). An expert with no row is left out (DW: its gradient keeps its bits). */
+enum { FWD = 0, DINP = 1, DW = 2 };
+
+/* The problems of kind over every expert with rows: w, x, d (dout) and c
+ * the bases, operands of esz bytes, results of csz bytes. */
+static std::vector<gproblem> problems(int kind, const void *w, const void *x, const void *d,
+				      void *c, size_t esz, size_t csz, const int32_t *count,
+				      int E, int C, int OC)
+{
+	std::vector<gproblem> p;
+	size_t nw = (size_t)OC * C;
+	for (int e = 0; e < E; e++) {
+		size_t r0 = (size_t)count[e];
+		int rows = count[e + 1] - count[e];
+		/* the operands kind reads (the others are NULL) */
+		const char *we = kind != DW ? (const char *)w + e * nw * esz : NULL;
+		const char *xe = kind != DINP ? (const char *)x + r0 * C * esz : NULL;
+		const char *de = kind != FWD ? (const char *)d + r0 * OC * esz : NULL;
+		if (!rows)
+			continue;
+		if (kind == FWD)
+			p.push_back({we, xe, (char *)c + r0 * OC * csz, OC, rows, C, C, C, OC});
+		else if (kind == DINP)
+			p.push_back({we, de, (char *)c + r0 * C * csz, C, rows, OC, C, OC, C});
+		else
+			p.push_back({xe, de, (char *)c + e * nw * csz, C, OC, rows, C, OC, C});
+	}
+	return p;
+}
+
+/* One kind of product over every expert into c (16-byte aligned; of type
+ * ctype), from the weights w (FWD, DINP), the rows x (FWD, DW) and dout d
+ * (DINP, DW): bf16 operands first (as every product of the backend), then,
+ * for an fp32 result cuBLAS will not give from bf16 operands, fp32
+ * operands on TF32 tensor cores (10 bits of mantissa where bf16 has 7).
+ * 0 once queued; -1 with why where neither runs (the caller loops). */
+template <typename A>
+static int run_kind(int kind, void *c, cudaDataType_t ctype, float beta, const float *w,
+		    const A *x, const A *d, const int32_t *count, int E, int C, int OC, char *why,
+		    size_t len)
+{
+	size_t rows = (size_t)count[E], nw = (size_t)E * OC * C;
+	size_t csz = ctype == CUDA_R_16BF ? 2 : 4;
+	cublasOperation_t ta = kind == FWD ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t tb = kind == DW ? CUBLAS_OP_T : CUBLAS_OP_N;
+	void *own_x = NULL, *own_d = NULL, *own_w = NULL;
+	int rc = -1;
+
+	if (types_supported(CUDA_R_16BF, ctype, why, len)) {
+		const __nv_bfloat16 *xb = kind != DINP ? bf16_rows(x, rows * C, &own_x) : NULL;
+		const __nv_bfloat16 *db = kind != FWD ? bf16_rows(d, rows * OC, &own_d) : NULL;
+		const __nv_bfloat16 *wb = NULL;
+		__nv_bfloat16 *own_wb = NULL;
+		if (kind != DW) { /* the copies' lock is held until the call is queued */
+			wb = cuda_weight_bf16_hold(w, nw, &own_wb);
+			wb = (const __nv_bfloat16 *)aligned_in(wb, nw * sizeof(__nv_bfloat16),
+							       &own_w);
+		}
+		rc = grouped_gemm(problems(kind, wb, xb, db, c, 2, csz, count, E, C, OC), ta, tb,
+				  CUDA_R_16BF, ctype, beta, why, len);
+		if (kind != DW) {
+			cuda_scratch_free(own_w);
+			cuda_weight_bf16_release(own_wb);
+		}
+		cuda_scratch_free(own_x);
+		cuda_scratch_free(own_d);
+	}
+	if (!rc || ctype != CUDA_R_32F)
+		return rc;
+
+	char why2[256];
+	if (!types_supported(CUDA_R_32F, CUDA_R_32F, why2, sizeof(why2))) {
+		size_t used = strlen(why);
+		snprintf(why + used, len - used, "; %s", why2);
+		return -1;
+	}
+	const float *xf = kind != DINP ? f32_rows(x, rows * C, &own_x) : NULL;
+	const float *df = kind != FWD ? f32_rows(d, rows * OC, &own_d) : NULL;
+	const float *wf = kind != DW ? (const float *)aligned_in(w, nw * 4, &own_w) : NULL;
+	rc = grouped_gemm(problems(kind, wf, xf, df, c, 4, 4, count, E, C, OC), ta, tb, CUDA_R_32F,
+			  CUDA_R_32F, beta, why2, sizeof(why2));
+	cuda_scratch_free(own_x);
+	cuda_scratch_free(own_d);
+	if (kind != DW)
+		cuda_scratch_free(own_w);
+	if (rc) {
+		size_t used = strlen(why);
+		snprintf(why + used, len - used, "; %s", why2);
+	}
+	return rc;
+}
+
+/* The reference: one matmul per expert, as model/moe.c looped before the
+ * op (and the CPU's op does). */
+template <typename A>
+static void forward_loop(A *out, const A *inp, const float *w, const int32_t *count, int E, int C,
+			 int OC)
+{
+	for (int e = 0; e < E; e++) {
+		size_t r0 = (size_t)count[e];
+		int rows = count[e + 1] - count[e];
+		if (rows)
+			cuda_matmul_forward(out + r0 * OC, inp + r0 * C, w + (size_t)e * OC * C,
+					    NULL, rows, C, OC);
+	}
+}
+
+template <typename A>
+static void backward_loop(A *dinp, float *dw, const A *dout, const A *inp, const float *w,
+			  const int32_t *count, int E, int C, int OC)
+{
+	size_t n = (size_t)OC * C;
+	for (int e = 0; e < E; e++) {
+		size_t r0 = (size_t)count[e];
+		int rows = count[e + 1] - count[e];
+		if (rows)
+			cuda_matmul_backward(dinp ? dinp + r0 * C : NULL, dw ? dw + e * n : NULL,
+					     NULL, dout + r0 * OC, inp ? inp + r0 * C : NULL,
+					     w ? w + e * n : NULL, rows, C, OC);
+	}
+}
+
+/* Whether the grouped path runs at all (else the caller loops, with the
+ * notice where the shape is why). */
+static bool grouped_for(int C, int OC)
+{
+	char why[96];
+	if (!grouped_wanted())
+		return false;
+	if (widths_ok(C, OC))
+		return true;
+	snprintf(why, sizeof(why), "widths %d and %d are not multiples of 8", C, OC);
+	declined(why);
+	return false;
+}
+
+template <typename A>
+static void expert_forward(void *outv, const void *inpv, const float *w, const int32_t *count,
+			   int E, int C, int OC)
+{
+	A *out = (A *)outv;
+	const A *inp = (const A *)inpv;
+	size_t rows = (size_t)count[E], bytes = rows * OC * sizeof(A);
+	char why[512] = "";
+	void *own;
+	if (!rows)
+		return;
+	if (!grouped_for(C, OC))
+		return forward_loop(out, inp, w, count, E, C, OC);
+	void *o = aligned_out(out, bytes, false, &own);
+	int rc = run_kind<A>(FWD, o, act_type(out), 0.0f, w, inp, NULL, count, E, C, OC, why,
+			     sizeof(why));
+	back_out(out, own, bytes, rc == 0);
+	if (rc) {
+		declined(why);
+		forward_loop(out, inp, w, count, E, C, OC);
+	}
+}
+
+/* dinp and dw: one grouped call each, each alone what it is with the other
+ * (the split backward) */
+template <typename A>
+static void expert_backward(void *dinpv, float *dw, const void *doutv, const void *inpv,
+			    const float *w, const int32_t *count, int E, int C, int OC)
+{
+	A *dinp = (A *)dinpv;
+	const A *dout = (const A *)doutv, *inp = (const A *)inpv;
+	size_t rows = (size_t)count[E];
+	char why[512] = "";
+	void *own;
+	if (!rows || (!dinp && !dw))
+		return;
+	if (!grouped_for(C, OC))
+		return backward_loop(dinp, dw, dout, inp, w, count, E, C, OC);
+	if (dinp) {
+		size_t bytes = rows * C * sizeof(A);
+		void *o = aligned_out(dinp, bytes, false, &own);
+		int rc = run_kind<A>(DINP, o, act_type(dinp), 0.0f, w, NULL, dout, count, E, C, OC,
+				     why, sizeof(why));
+		back_out(dinp, own, bytes, rc == 0);
+		if (rc) {
+			declined(why);
+			backward_loop(dinp, (float *)NULL, dout, inp, w, count, E, C, OC);
+		}
+	}
+	if (dw) {
+		size_t bytes = (size_t)E * OC * C * sizeof(float);
+		void *g = aligned_out(dw, bytes, true, &own);
+		why[0] = 0;
+		int rc = run_kind<A>(DW, g, CUDA_R_32F, 1.0f, NULL, inp, dout, count, E, C, OC, why,
+				     sizeof(why));
+		back_out(dw, own, bytes, rc == 0);
+		if (rc) {
+			declined(why);
+			backward_loop((A *)NULL, dw, dout, inp, (const float *)NULL, count, E, C,
+				      OC);
+		}
+	}
+}
+
+void cuda_moe_gemm_slots(struct backend &t, bool bf16)
+{
+	if (bf16) {
+		t.moe_expert_forward = expert_forward<__nv_bfloat16>;
+		t.moe_expert_backward = expert_backward<__nv_bfloat16>;
+	} else {
+		t.moe_expert_forward = expert_forward<float>;
+		t.moe_expert_backward = expert_backward<float>;
+	}
+}
