@@ -44,9 +44,9 @@
  * 0 send (pipeline_save) and collects the per-stage statistics, which are
  * replica 0's. After a segment the last rank of each replica broadcasts
  * its losses, so every rank returns the same statistics and the same
- * result. Evaluation runs the same per-stage forward (eval_stage) on a
- * thread per stage or on each rank, and a save the same gather, whatever
- * the processes.
+ * result. Evaluation runs forward-only action lists (sched_build_forward)
+ * through the same stage code (eval_stage) on a thread per stage or on
+ * each rank, and a save the same gather, whatever the processes.
  *
  * Failures return -1 after error(), never exit. What can fail on one
  * process and not another (setting up, a segment's start, sharing its
@@ -1100,16 +1100,15 @@ out:
 
 /* ---- evaluation: one path for threads and processes ---- */
 
-/* One stage's part of an evaluation: replica r takes batches r, r+N, ...
- * (the replicas hold the same weights) through stage s, on the newest
- * weights and slot 0 as trainer_eval's forward_all does, activations
- * passed on tp; the last piece writes each batch's loss. With V chunks
- * per stage the stage runs each batch through its pieces in model order
- * (a handoff to a piece of its own goes through tp too): every piece
- * waits only for a lower piece of the same batch or an earlier batch, so
- * no stage waits for one that waits for it. */
+/* One stage's part of an evaluation: its forward-only action list
+ * (sched_build_forward), on the newest weights and slot 0 as
+ * trainer_eval's forward_all does, activations passed on tp; the last
+ * piece writes each batch's loss. The list's micro-batch j is replica r's
+ * batch r + j*N (the replicas hold the same weights); a batch past the
+ * evaluation's end is left out by every stage alike. */
 struct eval_ctx {
 	struct trainer *tr;
+	const struct schedule *sc; /* the forward-only lists */
 	struct dataloader *data;
 	struct transport *tp;     /* the replica's */
 	int r, s, batches;        /* replica, stage */
@@ -1129,34 +1128,56 @@ static void *eval_stage(void *arg)
 	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
 	backend_lane_bind(be, e->s); /* this thread's ops (one lane between processes) */
 	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
-	int ends = tr->piece_stage[0] == e->s || tr->piece_stage[S - 1] == e->s;
-	for (int i = e->r; i < e->batches && !e->failed; i += tr->N) {
-		if (ends) {
-			dataloader_batch(e->data, i, host_in, host_tg);
-			be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
-			be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
-		}
-		for (int s = 0; s < S; s++) {
-			if (tr->piece_stage[s] != e->s)
-				continue;
-			int last = s == S - 1;
-			struct stage_worker *w = trainer_worker(tr, e->r, s);
-			void *x_in = s == 0 ? NULL : tp->recv(tp, s, s - 1, MSG_ACT, i, NULL);
-			void *x_out = last || (s > 0 && !x_in) ? NULL : tp->buffer(tp, s, act_bytes);
-			if ((s > 0 && !x_in) || (!last && !x_out)) {
-				e->failed = 1; /* error() said why, or another stage gave up */
+	void *x_in = NULL, *x_out = NULL;
+	int n;
+	const struct sched_action *a = sched_actions(e->sc, e->s, &n);
+	for (int i = 0; i < n && !e->failed; i++) {
+		int batch = e->r + a[i].mb * tr->N;
+		if (batch >= e->batches)
+			continue;
+		int q = sched_piece(e->sc, e->s, a[i].chunk), last = q == S - 1;
+		switch (a[i].op) {
+		case SCHED_RECV_ACT:
+			e->failed = !(x_in = tp->recv(tp, q, q - 1, MSG_ACT, batch, NULL));
+			break;
+		case SCHED_FORWARD: {
+			if (q > 0 && tr->piece_stage[q - 1] == e->s &&
+			    !(x_in = tp->recv(tp, q, q - 1, MSG_ACT, batch, NULL))) {
+				e->failed = 1;
 				break;
 			}
+			if (!last && !(x_out = tp->buffer(tp, q, act_bytes))) {
+				e->failed = 1; /* error() said why */
+				break;
+			}
+			if (q == 0 || last) {
+				dataloader_batch(e->data, batch, host_in, host_tg);
+				be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
+				be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
+			}
+			struct stage_worker *w = trainer_worker(tr, e->r, q);
 			float loss = 0.0f;
 			stage_forward(&w->st, 0, worker_weights(w, w->newest),
-				      s == 0 ? e->dev_in : NULL, x_in, last ? e->dev_tg : NULL, x_out,
+				      q == 0 ? e->dev_in : NULL, x_in, last ? e->dev_tg : NULL, x_out,
 				      last ? &loss : NULL, NULL, NULL, 1.0f / (float)tr->M);
 			if (x_in)
-				tp->release(tp, s, x_in);
-			if (x_out)
-				tp->send(tp, s, s + 1, MSG_ACT, i, x_out);
+				tp->release(tp, q, x_in);
+			x_in = NULL;
 			if (last)
-				e->losses[i] = loss;
+				e->losses[batch] = loss;
+			else if (tr->piece_stage[q + 1] == e->s) {
+				tp->send(tp, q, q + 1, MSG_ACT, batch, x_out);
+				x_out = NULL;
+			}
+			break;
+		}
+		case SCHED_SEND_ACT:
+			tp->send(tp, q, q + 1, MSG_ACT, batch, x_out);
+			x_out = NULL;
+			break;
+		default:
+			bug("stage %d: action %d of an evaluation is op %s", e->s, i,
+			    sched_op_name(a[i].op));
 		}
 	}
 	free(host_in);
@@ -1245,10 +1266,16 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	/* the stages this process runs: replica r, stage s, i = r*stages + s
 	 * in [lo, hi) */
 	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * stages;
+	/* the same lists on every rank: replica r's j-th batch is r + j*N */
+	char err[256];
+	struct schedule *sc = sched_build_forward(tr->kind, stages, tr->V, (batches + N - 1) / N,
+						  err, sizeof(err));
+	if (!sc)
+		bug("%s", err); /* the trainer's own layout */
 	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
 	struct eval_ctx *ctx = xcalloc((size_t)(N * stages), sizeof(*ctx));
 	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / stages,
+		ctx[i] = (struct eval_ctx){.tr = tr, .sc = sc, .data = data, .r = i / stages,
 					   .s = i % stages, .batches = batches, .losses = losses};
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	int failed = dist_agree(d, eval_alloc(ctx, lo, hi), "to start the evaluation");
@@ -1267,6 +1294,7 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	backend_lane_bind(tr->be, before);
 	eval_release(ctx, lo, hi);
 	free(ctx);
+	sched_free(sc);
 	/* between processes: every replica's losses from the rank of its last piece */
 	float *got = mpi && N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float))
 				  : losses;

@@ -754,6 +754,52 @@ struct schedule *sched_build_virtual(enum sched_kind kind, int S, int M, int V, 
 	return sc;
 }
 
+struct schedule *sched_build_forward(enum sched_kind kind, int S, int V, int n_mb, char *err,
+				     size_t errlen)
+{
+	/* the layout's checks: a one-step schedule of that kind must build */
+	int M = kind == SCHED_ZBV ? 2 * S : S;
+	struct schedule *probe = sched_build_virtual(kind, S, M, V, 1, 0, err, errlen);
+	if (!probe)
+		return NULL;
+	sched_free(probe);
+	if (n_mb < 0 || (long)n_mb * S * (V ? V : 1) > SCHED_MAX_CELLS) {
+		snprintf(err, errlen, "forward lists of %d micro-batches x %d stages: at most %ld "
+			 "cells", n_mb, S, (long)SCHED_MAX_CELLS);
+		return NULL;
+	}
+	struct schedule *sc = xcalloc(1, sizeof(*sc));
+	sc->kind = kind;
+	sc->S = S;
+	sc->M = 1;
+	sc->n_steps = 1;
+	sc->V = V ? V : kind == SCHED_ZBV ? 2 : 1;
+	sc->n_mb = n_mb;
+	sc->forward_only = 1;
+	sc->stage = xcalloc((size_t)S, sizeof(*sc->stage));
+	struct builder b = {.sc = sc};
+	for (int s = 0; s < S; s++) {
+		b.st = &sc->stage[s];
+		b.s = s;
+		b.cap = 0;
+		for (int mb = 0; mb < n_mb; mb++)
+			for (int p = 0; p < S * sc->V; p++) {
+				if (sched_piece_stage(sc, p) != s)
+					continue;
+				int c = sched_piece_chunk(sc, p);
+				int from = remote(sc, s, p - 1), to = remote(sc, s, p + 1);
+				if (from >= 0)
+					push(&b, SCHED_RECV_ACT, mb, 0, 0, from, -1, c);
+				push(&b, SCHED_FORWARD, mb, 0, 0, -1, 0, c);
+				if (to >= 0)
+					push(&b, SCHED_SEND_ACT, mb, 0, 0, to, -1, c);
+			}
+		b.st->nslots = n_mb > 0;
+		b.st->nversions = 1;
+	}
+	return sc;
+}
+
 struct schedule *sched_build_at(enum sched_kind kind, int S, int M, int n_steps,
 				long first_step, char *err, size_t errlen)
 {

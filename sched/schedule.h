@@ -204,8 +204,23 @@ struct schedule {
 	int V;            /* chunks per stage (1 but for interleaved, zb-v) */
 	long first_step;  /* global step the segment starts at */
 	int n_mb;         /* micro-batches in the segment */
+	int forward_only; /* sched_build_forward's lists */
 	struct sched_stage *stage; /* [S] */
 };
+
+/* Forward-only lists, for evaluation: n_mb micro-batches, each through
+ * every piece of kind's layout (V chunks per stage, 0: the kind's own) in
+ * model order. Stage s runs, per micro-batch, its pieces in ascending
+ * order: FORWARD (step 0, version 0, slot 0: the newest weights), with
+ * RECV_ACT before it when the piece before is another stage's and
+ * SEND_ACT after it when the piece after is; a handoff between two pieces
+ * of one stage has no message, as in the training lists. A piece waits
+ * only for a lower piece of its micro-batch or an earlier micro-batch, so
+ * no stage waits on one that waits on it. No backward, no OPTIM_STEP:
+ * sched_check is for training lists; sched_check_channel_order holds.
+ * NULL and err on a layout kind's builder refuses. */
+struct schedule *sched_build_forward(enum sched_kind kind, int S, int V, int n_mb, char *err,
+				     size_t errlen);
 
 /* Most micro-batches times stages a schedule may hold (memory bound). */
 #define SCHED_MAX_CELLS (1L << 22)

@@ -631,3 +631,84 @@ TEST(test_steady_window_is_whole_periods)
 					CHECK_NEAR(period[1], period[0], 1e-9);
 			}
 }
+
+/* Evaluation's forward-only lists (sched_build_forward): every (mb, piece)
+ * forwarded exactly once on its piece's stage, after the piece before it
+ * when that is the same stage's, RECV_ACT
+ * right before a forward whose previous piece is another stage's and
+ * SEND_ACT right after one whose next piece is; the channels pair up in
+ * order (the nccl transport's condition); run in lockstep (each stage
+ * taking its next action when its receive's message was sent) the lists
+ * finish: no stage waits on one that waits on it. */
+TEST(test_forward_lists_evaluate_every_piece_once_without_deadlock)
+{
+	static const int kinds[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBV};
+	char err[256], why[256];
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+		for (int S = 1; S <= 6; S++)
+			for (int V = 1; V <= 3; V++)
+				for (int n = 0; n <= 5; n += 5) {
+					int kind = kinds[k];
+					if (kind != SCHED_INTERLEAVED &&
+					    V != (kind == SCHED_ZBV ? 2 : 1))
+						continue;
+					struct schedule *sc =
+						sched_build_forward(kind, S, V, n, err, sizeof(err));
+					CHECK_MSG(sc, "%s", err);
+					if (!sc)
+						continue;
+					int P = S * V;
+					CHECK(sched_check_channel_order(sc, why, sizeof(why)) == 0);
+					int *done = xcalloc((size_t)(n + 1) * P, sizeof(int));
+					int *sent = xcalloc((size_t)(n + 1) * P, sizeof(int));
+					int *at = xcalloc((size_t)S, sizeof(int));
+					/* lockstep: a receive waits for its send */
+					for (int moved = 1; moved;) {
+						moved = 0;
+						for (int s = 0; s < S; s++) {
+							int na;
+							const struct sched_action *a =
+								sched_actions(sc, s, &na);
+							while (at[s] < na) {
+								const struct sched_action *x = &a[at[s]];
+								int p = piece_of(kind, S, s, x->chunk);
+								size_t u = (size_t)x->mb * P + p;
+								if (x->op == SCHED_RECV_ACT) {
+									if (!sent[u - 1])
+										break;
+									CHECK(at[s] + 1 < na &&
+									      a[at[s] + 1].op ==
+										      SCHED_FORWARD);
+								} else if (x->op == SCHED_FORWARD) {
+									CHECK(!done[u]++);
+									CHECK(p == 0 ||
+									      stage_of(kind, S, V, p - 1) !=
+										      s ||
+									      done[u - 1]);
+									if (p + 1 < P &&
+									    stage_of(kind, S, V, p + 1) == s)
+										sent[u] = 1;
+								} else {
+									CHECK(x->op == SCHED_SEND_ACT &&
+									      p + 1 < P);
+									sent[u] = 1;
+								}
+								at[s]++;
+								moved = 1;
+							}
+						}
+					}
+					for (int s = 0; s < S; s++) {
+						int na;
+						sched_actions(sc, s, &na);
+						CHECK_MSG(at[s] == na, "%s S=%d V=%d n=%d: stage %d stuck",
+							  sched_kind_name(kind), S, V, n, s);
+					}
+					for (int u = 0; u < n * P; u++)
+						CHECK(done[u] == 1);
+					free(done);
+					free(sent);
+					free(at);
+					sched_free(sc);
+				}
+}
