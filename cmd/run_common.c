@@ -166,7 +166,7 @@ double device_peak_flops(const struct backend *be, int threads)
 	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
 }
 
-int expert_parallel_check(const struct config *cfg)
+int expert_parallel_check(const struct config *cfg, const struct dist *d)
 {
 	long N = cfg->model_expert_parallel, E = cfg->model_n_expert,
 	     dp = cfg->pipeline_data_parallel;
@@ -181,9 +181,20 @@ int expert_parallel_check(const struct config *cfg)
 	if (dp % N)
 		return error("model.expert_parallel = %ld does not divide pipeline.data_parallel = "
 			     "%ld: the experts are split over ranks of one data-parallel group", N, dp);
-	return error("model.expert_parallel = %ld: expert parallelism is planned by 'asyncpp bench "
-		     "plan --ep' but not yet executed by train; set model.expert_parallel = 1 (every "
-		     "rank then holds every expert)", N);
+	if (!strcmp(cfg->train_schedule, "none"))
+		return error("model.expert_parallel = %ld needs a pipeline schedule (train.schedule "
+			     "= gpipe, 1f1b, 2bw, pipedream, interleaved or a zero-bubble kind): "
+			     "train.schedule = none runs the replicas one after another on one thread, "
+			     "so no replica can run another's experts; or set model.expert_parallel = 1",
+			     N);
+	if (strcmp(cfg->pipeline_transport, "local") || dist_active(d))
+		return error("model.expert_parallel = %ld runs between the threads of one process for "
+			     "now (pipeline.transport = local, no launcher); pipeline.transport = %s "
+			     "cannot split the experts yet: set model.expert_parallel = 1 (every rank "
+			     "then holds and runs every expert: the same bits)", N,
+			     dist_active(d) && !strcmp(cfg->pipeline_transport, "local")
+				     ? "mpi" : cfg->pipeline_transport);
+	return 0;
 }
 
 const struct backend *backend_from_config(const struct config *cfg)

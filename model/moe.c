@@ -77,6 +77,57 @@ static void counts_to_host(const struct backend *be, const struct moe_dims *d,
 	be->to_host(count, a->count, sizeof(int32_t) * (size_t)(d->E + 1));
 }
 
+void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows,
+		 const float *fcw, const float *fcprojw, int e0, int e1)
+{
+	const struct moe_dims *d = rows->d;
+	const int32_t *count = rows->count;
+	size_t A = act_dtype_size(d->act_dtype), C = (size_t)d->C, De = (size_t)d->De;
+
+	for (int e = e0; e < e1; e++) {
+		size_t r0 = (size_t)count[e];
+		int cnt = count[e + 1] - count[e];
+		if (!cnt)
+			continue;
+		void *xd = act_at(rows->xd, r0 * C, A), *act = act_at(rows->act, r0 * De, A);
+		const float *w1 = fcw ? fcw + (size_t)e * 2 * De * C : NULL;
+		const float *w2 = fcprojw ? fcprojw + (size_t)e * C * De : NULL;
+		float *g1 = rows->gfcw ? rows->gfcw + (size_t)e * 2 * De * C : NULL;
+		float *g2 = rows->gfcprojw ? rows->gfcprojw + (size_t)e * C * De : NULL;
+		if (pass == MOE_PASS_FORWARD) {
+			void *h = act_at(rows->h, r0 * 2 * De, A);
+			be->matmul_forward(h, xd, w1, NULL, cnt, d->C, 2 * d->De);
+			be->swiglu_forward(act, h, cnt, d->De);
+			be->matmul_forward(act_at(rows->y, r0 * C, A), act, w2, NULL, cnt, d->De,
+					   d->C);
+		} else if (pass == MOE_PASS_BACKWARD) {
+			void *dact = act_at(rows->dact, r0 * De, A);
+			void *dh = act_at(rows->dh, r0 * 2 * De, A);
+			be->matmul_backward(dact, g2, NULL, act_at(rows->dy, r0 * C, A), act, w2,
+					    cnt, d->De, d->C);
+			be->swiglu_backward(dh, dact, act_at(rows->h, r0 * 2 * De, A), cnt, d->De);
+			be->matmul_backward(act_at(rows->dxd, r0 * C, A), g1, NULL, dh, xd, w1, cnt,
+					    d->C, 2 * d->De);
+		} else {
+			be->matmul_backward(NULL, g2, NULL, act_at(rows->dy, r0 * C, A), act, NULL,
+					    cnt, d->De, d->C);
+			be->matmul_backward(NULL, g1, NULL, act_at(rows->dh, r0 * 2 * De, A), xd,
+					    NULL, cnt, d->C, 2 * d->De);
+		}
+	}
+}
+
+/* Every expert's products of a pass: here, or by their owners (moe.h) */
+static void run_experts(const struct backend *be, int pass, const struct moe_rows *rows,
+			const struct moe_params *w)
+{
+	const float *fcw = w ? w->fcw : NULL, *fcprojw = w ? w->fcprojw : NULL;
+	if (rows->d->ep)
+		rows->d->ep->experts(rows->d->ep, pass, rows, fcw, fcprojw);
+	else
+		moe_experts(be, pass, rows, fcw, fcprojw, 0, rows->d->E);
+}
+
 void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
 		 const void *x, void *out, struct moe_acts *a)
 {
@@ -90,18 +141,9 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 	be->moe_dispatch(a->count, a->pos, a->sel, N, K, E);
 	be->moe_gather(a->xd, x, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_forward(act_at(a->h, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
-				   w->fcw + (size_t)e * 2 * De * C, NULL, cnt, C, 2 * De);
-		be->swiglu_forward(act_at(a->act, r0 * De, A), act_at(a->h, r0 * 2 * De, A), cnt,
-				   De);
-		be->matmul_forward(act_at(a->y, r0 * C, A), act_at(a->act, r0 * De, A),
-				   w->fcprojw + (size_t)e * C * De, NULL, cnt, De, C);
-	}
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
+				.y = a->y};
+	run_experts(be, MOE_PASS_FORWARD, &rows, w);
 
 	/* combine: out = shared(x) + sum_j gate_j y_j, j in order */
 	if (d->shared) {
@@ -117,19 +159,12 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 
 /* ---- backward ---- */
 
-/* Expert e's slice of a gradient tensor of per-expert size n; NULL when g is */
-static float *expert_grad(float *g, int e, size_t n)
-{
-	return g ? g + (size_t)e * n : NULL;
-}
-
 void moe_backward(const struct backend *be, const struct moe_dims *d,
 		  const struct moe_params *w, const struct moe_grads *g, const void *x,
 		  const void *dout, void *dx, const struct moe_acts *a,
 		  const struct moe_scratch *scr, const struct moe_dsave *keep, float dloss)
 {
 	int N = d->N, C = d->C, E = d->E, K = d->K, De = d->De;
-	size_t A = act_dtype_size(d->act_dtype);
 	int32_t count[E + 1];
 	/* the products' output gradients go where the weight part finds them */
 	struct moe_scratch sk = *scr;
@@ -149,22 +184,10 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 	/* combine: d gate and d y per slot */
 	be->moe_combine_backward(s->dy, s->dgate, dout, a->y, a->gate, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_backward(act_at(s->dact, r0 * De, A),
-				    expert_grad(g->fcprojw, e, (size_t)C * De), NULL,
-				    act_at(s->dy, r0 * C, A), act_at(a->act, r0 * De, A),
-				    w->fcprojw + (size_t)e * C * De, cnt, De, C);
-		be->swiglu_backward(act_at(s->dh, r0 * 2 * De, A), act_at(s->dact, r0 * De, A),
-				    act_at(a->h, r0 * 2 * De, A), cnt, De);
-		be->matmul_backward(act_at(s->dxd, r0 * C, A),
-				    expert_grad(g->fcw, e, (size_t)2 * De * C), NULL,
-				    act_at(s->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A),
-				    w->fcw + (size_t)e * 2 * De * C, cnt, C, 2 * De);
-	}
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
+				.dy = s->dy, .dact = s->dact, .dh = s->dh, .dxd = s->dxd,
+				.gfcw = g->fcw, .gfcprojw = g->fcprojw};
+	run_experts(be, MOE_PASS_BACKWARD, &rows, w);
 
 	/* router: gates, scores and the auxiliary losses back to the logits */
 	be->moe_router_backward(s->dz, a->z, a->score, a->sel, a->gate, s->dgate, a->count, N, E,
@@ -187,24 +210,15 @@ void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
 			 const struct moe_acts *a, const struct moe_dsave *keep)
 {
 	int N = d->N, C = d->C, E = d->E, De = d->De;
-	size_t A = act_dtype_size(d->act_dtype);
 	int32_t count[E + 1];
 
 	counts_to_host(be, d, a, count);
 	/* each tensor gets the one product moe_backward gives it (no weight is
 	 * read: dinp is NULL) */
-	for (int e = 0; e < E; e++) {
-		size_t r0 = (size_t)count[e];
-		int cnt = count[e + 1] - count[e];
-		if (!cnt)
-			continue;
-		be->matmul_backward(NULL, g->fcprojw + (size_t)e * C * De, NULL,
-				    act_at(keep->dy, r0 * C, A), act_at(a->act, r0 * De, A), NULL,
-				    cnt, De, C);
-		be->matmul_backward(NULL, g->fcw + (size_t)e * 2 * De * C, NULL,
-				    act_at(keep->dh, r0 * 2 * De, A), act_at(a->xd, r0 * C, A), NULL,
-				    cnt, C, 2 * De);
-	}
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .act = a->act,
+				.dy = keep->dy, .dh = keep->dh, .gfcw = g->fcw,
+				.gfcprojw = g->fcprojw};
+	run_experts(be, MOE_PASS_WEIGHT, &rows, NULL);
 	be->matmul_backward(NULL, g->router, NULL, keep->dz, x, NULL, N, C, E);
 	if (d->shared) {
 		be->matmul_backward(NULL, g->sh_fcprojw, NULL, dout, a->sh_act, NULL, N, De, C);

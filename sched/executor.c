@@ -75,6 +75,7 @@
 #include "../optim/optim.h"
 #include "comm/board.h"
 #include "comm/dist.h"
+#include "comm/experts.h"
 #include "comm/nccl.h"
 #include "comm/replica.h"
 #include "schedule.h"
@@ -87,6 +88,7 @@ struct pipeline {
 	struct transport **tp;    /* [N] each replica's (under MPI only [r]) */
 	struct board **board;     /* [N] likewise */
 	struct replicas *rx;      /* the gradient sum across replicas; NULL for N = 1 */
+	struct experts *ex;       /* expert parallelism (experts.h); NULL for P = 1 */
 	long first_step;          /* optimizer steps done before the segment */
 	int mb_per_step;          /* all replicas: M, or N for pipedream */
 	int mb_r;                 /* one replica's: mb_per_step / N */
@@ -173,6 +175,8 @@ static void stage_fail(struct stage_ctx *c)
 	}
 	if (p->rx)
 		p->rx->abort(p->rx);
+	if (p->ex)
+		p->ex->abort(p->ex);
 }
 
 /* Was the segment called off (stage_fail)? */
@@ -843,6 +847,30 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 	free(c->posted_at);
 }
 
+/* Expert parallelism in threads (model.expert_parallel = P > 1): the
+ * group's exchange, its hooks set on every piece's stage for the segment;
+ * detached after it, so that evaluation and saving run every expert
+ * locally (every replica holds them all: experts.h). NULL for P = 1. */
+static struct experts *experts_attach(struct trainer *tr)
+{
+	int P = (int)tr->cfg->model_expert_parallel;
+	if (P <= 1)
+		return NULL;
+	struct experts *ex = experts_local(tr->be, tr->N, P, tr->S, tr->m->cfg.E);
+	for (int i = 0; i < tr->N * tr->S; i++)
+		tr->w[i].st.moe_ep = ex->member(ex, i / tr->S, i % tr->S);
+	return ex;
+}
+
+static void experts_detach(struct trainer *tr, struct experts *ex)
+{
+	if (!ex)
+		return;
+	for (int i = 0; i < tr->N * tr->S; i++)
+		tr->w[i].st.moe_ep = NULL;
+	ex->destroy(ex);
+}
+
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */
@@ -933,6 +961,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		}
 		free(nt);
 		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
+		p.ex = experts_attach(tr);
 	}
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
@@ -1033,6 +1062,7 @@ out:
 		if (p.rx)
 			p.rx->destroy(p.rx);
 	}
+	experts_detach(tr, p.ex);
 	free(p.board);
 	free(p.tp);
 	pthread_cond_destroy(&p.gate_cv);
