@@ -878,7 +878,7 @@ int bench_train(int argc, char **argv)
 		      cfg.pipeline_devices);
 		goto out_cfg;
 	}
-	if (run_check_schedule(&cfg) || expert_parallel_check(&cfg, NULL)) /* what train refuses */
+	if (run_check_schedule(&cfg) || expert_parallel_check(&cfg)) /* what train refuses */
 		goto out_cfg;
 	if (!(b.be = backend_from_config(&cfg)) || backend_lanes_from_config(b.be, &cfg, NULL))
 		goto out_cfg;

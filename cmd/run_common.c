@@ -166,7 +166,7 @@ double device_peak_flops(const struct backend *be, int threads)
 	return 989e12; /* H100 SXM / H200 dense bf16; see kernels/cuda */
 }
 
-int expert_parallel_check(const struct config *cfg, const struct dist *d)
+int expert_parallel_check(const struct config *cfg)
 {
 	long N = cfg->model_expert_parallel, E = cfg->model_n_expert,
 	     dp = cfg->pipeline_data_parallel;
@@ -187,13 +187,10 @@ int expert_parallel_check(const struct config *cfg, const struct dist *d)
 			     "train.schedule = none runs the replicas one after another on one thread, "
 			     "so no replica can run another's experts; or set model.expert_parallel = 1",
 			     N);
-	if (strcmp(cfg->pipeline_transport, "local") || dist_active(d))
-		return error("model.expert_parallel = %ld runs between the threads of one process for "
-			     "now (pipeline.transport = local, no launcher); pipeline.transport = %s "
-			     "cannot split the experts yet: set model.expert_parallel = 1 (every rank "
-			     "then holds and runs every expert: the same bits)", N,
-			     dist_active(d) && !strcmp(cfg->pipeline_transport, "local")
-				     ? "mpi" : cfg->pipeline_transport);
+	if (!strcmp(cfg->pipeline_transport, "nccl"))
+		return error("model.expert_parallel = %ld: pipeline.transport = nccl cannot split the "
+			     "experts yet; set pipeline.transport = mpi or tcp (or local: threads), or "
+			     "model.expert_parallel = 1", N);
 	return 0;
 }
 

@@ -35,10 +35,8 @@ double device_peak_flops(const struct backend *be, int threads);
 /* model.expert_parallel = N: 0 for N = 1 or a run that can split the
  * experts N ways; else -1 after an error saying what N must divide
  * (model.n_expert, pipeline.data_parallel) or naming the key that rules
- * it out (train.schedule = none; pipeline.transport other than local, or
- * a launcher: d is the process's runtime, NULL for one process). */
-struct dist;
-int expert_parallel_check(const struct config *cfg, const struct dist *d);
+ * it out (train.schedule = none, pipeline.transport = nccl). */
+int expert_parallel_check(const struct config *cfg);
 /* Backend for a config, with threads set. */
 const struct backend *backend_from_config(const struct config *cfg);
 /* pipeline.devices (one cuda:N per stage) declared as be's lanes, stage s

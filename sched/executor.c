@@ -219,6 +219,8 @@ static int post_step(struct stage_ctx *c, long gstep)
 	struct board *b = p->board[c->r];
 	float *g = worker_grads(w, gstep);
 	double t0 = now_sec();
+	if (p->ex && p->ex->deliver) /* the owners' accumulators for this replica's rows */
+		p->ex->deliver(p->ex, c->r, c->s, g, w->st.numel);
 	if (p->rx) {
 		/* the replicas' sum first: everything below sees the step's
 		 * whole gradient (S = 1 keeps the tied head part apart); its
@@ -303,6 +305,8 @@ static int buckets_begin(struct stage_ctx *c, struct stage_worker *w, int mb, lo
 	struct pipeline *p = c->p;
 	if (!(p->rx && p->rx->bucket && p->bucket_floats && mb % p->mb_r == p->mb_r - 1))
 		return 0;
+	if (p->ex && p->ex->deliver)
+		return 0; /* expert gradients arrive at the step's end (experts.h) */
 	c->bucketed = gstep;
 	c->bk_g = worker_grads(w, gstep);
 	c->bk_n = 0;
@@ -635,12 +639,15 @@ struct mpi_side {
 	struct transport *tp;
 	struct board *board;
 	struct replicas *rx;      /* NULL for N = 1 */
+	struct experts *ex;       /* model.expert_parallel > 1; else NULL */
 	struct nccl_world nccl;   /* the channels (pipeline.transport = nccl) */
 };
 
 static void mpi_detach(void *arg)
 {
 	struct mpi_side *mp = arg;
+	if (mp->ex)
+		mp->ex->destroy(mp->ex);
 	if (mp->rx)
 		mp->rx->destroy(mp->rx);
 	if (mp->board)
@@ -705,6 +712,11 @@ static int mpi_attach(struct trainer *tr)
 		mpi_detach(mp);
 		return error("rank %d: cannot set up the data-parallel replicas between processes",
 			     rank);
+	}
+	int P = (int)tr->cfg->model_expert_parallel;
+	if (P > 1 && !(mp->ex = experts_p2p(d, tr->be, N, P, S, tr->m->cfg.E, rank, timeout))) {
+		mpi_detach(mp);
+		return error("rank %d: cannot set up expert parallelism between processes", rank);
 	}
 	mp->tr = tr;
 	dist_set_pipeline(d, mp, mpi_detach);
@@ -847,28 +859,15 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 	free(c->posted_at);
 }
 
-/* Expert parallelism in threads (model.expert_parallel = P > 1): the
- * group's exchange, its hooks set on every piece's stage for the segment;
- * detached after it, so that evaluation and saving run every expert
- * locally (every replica holds them all: experts.h). NULL for P = 1. */
-static struct experts *experts_attach(struct trainer *tr)
+/* Expert parallelism (model.expert_parallel = P > 1; experts.h): the
+ * hooks of the pieces this process holds, set for a segment (ex) and
+ * cleared after it (NULL), so that evaluation and saving run every expert
+ * locally (every replica holds them all). */
+static void experts_hooks(struct trainer *tr, struct experts *ex)
 {
-	int P = (int)tr->cfg->model_expert_parallel;
-	if (P <= 1)
-		return NULL;
-	struct experts *ex = experts_local(tr->be, tr->N, P, tr->S, tr->m->cfg.E);
 	for (int i = 0; i < tr->N * tr->S; i++)
-		tr->w[i].st.moe_ep = ex->member(ex, i / tr->S, i % tr->S);
-	return ex;
-}
-
-static void experts_detach(struct trainer *tr, struct experts *ex)
-{
-	if (!ex)
-		return;
-	for (int i = 0; i < tr->N * tr->S; i++)
-		tr->w[i].st.moe_ep = NULL;
-	ex->destroy(ex);
+		if (worker_alive(&tr->w[i]))
+			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S) : NULL;
 }
 
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
@@ -951,6 +950,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		p.tp[mp->r] = mp->tp;
 		p.board[mp->r] = mp->board;
 		p.rx = mp->rx;
+		p.ex = mp->ex;
 	} else {
 		int *nt = xcalloc((size_t)S, sizeof(int));
 		for (int s = 0; s < S; s++)
@@ -961,8 +961,10 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		}
 		free(nt);
 		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
-		p.ex = experts_attach(tr);
+		int P = (int)tr->cfg->model_expert_parallel;
+		p.ex = P > 1 ? experts_local(tr->be, N, P, S, tr->m->cfg.E) : NULL;
 	}
+	experts_hooks(tr, p.ex);
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
@@ -1062,7 +1064,9 @@ out:
 		if (p.rx)
 			p.rx->destroy(p.rx);
 	}
-	experts_detach(tr, p.ex);
+	experts_hooks(tr, NULL);
+	if (!mpi && p.ex)
+		p.ex->destroy(p.ex);
 	free(p.board);
 	free(p.tp);
 	pthread_cond_destroy(&p.gate_cv);

@@ -40,11 +40,36 @@ struct experts {
 	 * blocked returns at once, and so does every later one (leaving no
 	 * products). */
 	void (*abort)(struct experts *x);
+	/* Optional (NULL where the owners write the members' accumulators in
+	 * place: threads). Between processes an owner accumulates the weight
+	 * gradients of member q's rows in an accumulator of its own for q;
+	 * before the replicas' sum of step t's gradient arena g (n floats) of
+	 * piece s, every member calls deliver, which copies what the owners
+	 * accumulated for it into its slices of g (left at zero by its own
+	 * passes: it runs no other member's experts) and zeroes the owners'
+	 * accumulators. Then g holds what P = 1 accumulates, and the sum may
+	 * run (not in buckets during the backward: executor.c). */
+	void (*deliver)(struct experts *x, int r, int s, float *g, size_t n);
 	void (*destroy)(struct experts *x);
 };
 
 /* The N x S stage threads of one process (shared memory); N % P == 0,
  * E % P == 0. */
 struct experts *experts_local(const struct backend *be, int N, int P, int S, int E);
+
+/* One piece per process, over p2p.h (MPI or TCP): this process is replica
+ * rank / S, piece rank % S, and member q of its group is rank
+ * (r - r % P + q) * S + s. An owner receives a member's rows of its
+ * experts, runs them and sends the results back (an all-to-all each way
+ * per pass); it keeps nothing of a member's rows between passes: the
+ * forward returns the experts' hidden rows (h, act) with y, and the
+ * backward sends them again with dy (the member's activation memory holds
+ * them, as with P = 1). Host backends only (cpu). Collective: every rank
+ * creates its group at the same point. A wait longer than timeout seconds
+ * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
+ * job. NULL after error(). */
+struct dist;
+struct experts *experts_p2p(const struct dist *d, const struct backend *be, int N, int P, int S,
+			    int E, int rank, double timeout);
 
 #endif

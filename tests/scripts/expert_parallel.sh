@@ -6,7 +6,9 @@
 # on 1 and 2 stages, with 2 and 4 replicas (P = 2 and 4), a top-1 sigmoid
 # router on 8 experts and bf16 activations; a checkpoint written with P = 2
 # resumes with P = 1 and one written with P = 1 with P = 2, each the
-# uninterrupted run's bits. What does not run yet is refused naming the key.
+# uninterrupted run's bits. What does not run (train.schedule = none,
+# pipeline.transport = nccl) is refused naming the key, writing nothing.
+# Between processes: expert_parallel_p2p.sh.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 # 2 layers of 4 experts (width 48, top-2, a shared expert), 2 replicas
@@ -104,6 +106,7 @@ done
 expect_exit 1 ep_schedule_none_refused -- run none 2 --set train.schedule=none
 grep -q 'model.expert_parallel = 2 needs a pipeline schedule' err.txt ||
 	fail ep_schedule_none_message "$(cat err.txt)"
-expect_exit 1 ep_tcp_refused -- run tcp 2 --set train.schedule=gpipe --set pipeline.transport=tcp
-grep -q 'pipeline.transport = tcp cannot split the experts yet' err.txt ||
-	fail ep_tcp_message "$(cat err.txt)"
+expect_exit 1 ep_nccl_refused -- run nccl 2 --set train.schedule=gpipe --set pipeline.transport=nccl
+grep -q 'model.expert_parallel = 2: pipeline.transport = nccl cannot split the experts yet' err.txt ||
+	fail ep_nccl_message "$(cat err.txt)"
+if [ -e none ] || [ -e nccl ]; then fail ep_refused_wrote "a refused run left its out_dir"; fi
