@@ -4,7 +4,8 @@
 # of P = 1 bit for bit: every step's loss, gradient norm and router
 # columns, and every tensor of the final checkpoint, under every schedule
 # on 1 and 2 stages, with 2 and 4 replicas (P = 2 and 4), a top-1 sigmoid
-# router on 8 experts and bf16 activations; a checkpoint written with P = 2
+# router on 8 experts, experts left without tokens, top_k = E and bf16
+# activations; a checkpoint written with P = 2
 # resumes with P = 1 and one written with P = 1 with P = 2, each the
 # uninterrupted run's bits. What does not run (train.schedule = none,
 # pipeline.transport = nccl) is refused naming the key, writing nothing.
@@ -83,6 +84,24 @@ if run bf-p1 1 "${args[@]}" && run bf-p2 2 "${args[@]}"; then
 	same ep2_bf16 bf-p2 bf-p1
 else
 	fail ep2_bf16 "$(cat err.txt)"
+fi
+
+# 3b. experts that get no token in a micro-batch (8 tokens a micro-batch,
+# 8 experts, top-1: P owners see empty blocks) and top_k = E (every expert
+# gets every token)
+few=(--set model.n_expert=8 --set model.top_k=1 --set model.seq_len=8 --set train.batch_size=1
+     --set train.schedule=1f1b --set pipeline.stages=2)
+all=(--set model.top_k=4 --set train.batch_size=2 --set pipeline.micro_batches=2
+     --set train.schedule=1f1b --set pipeline.stages=2)
+if run few-p1 1 "${few[@]}" && run few-p2 2 "${few[@]}"; then
+	same ep2_empty_experts few-p2 few-p1
+else
+	fail ep2_empty_experts "$(cat err.txt)"
+fi
+if run all-p1 1 "${all[@]}" && run all-p2 2 "${all[@]}"; then
+	same ep2_top_k_is_E all-p2 all-p1
+else
+	fail ep2_top_k_is_E "$(cat err.txt)"
 fi
 
 # 4. resume across P: step 2's checkpoint of a P = 2 run resumed with P = 1,

@@ -2,10 +2,11 @@
 # expert_parallel_p2p.sh - model.expert_parallel = P between processes,
 # the tokens' rows travelling to their experts' owner and back over p2p.h:
 # under mpirun (4 ranks: 2 stages x 2 replicas with P = 2 under gpipe,
-# 1f1b, 2bw, pipedream, zb-h1 and 2bw-zb, 2bw with bf16 activations;
-# 1 stage x 4 replicas with P = 2 and P = 4) and torchrun-style over TCP (1f1b and zb-h1, 2 x 2), every
-# step's loss, gradient norm and router columns and every tensor of the
-# final checkpoint are those of the same run in threads with P = 1; a
+# 1f1b, 2bw, pipedream, zb-h1 and 2bw-zb, 2bw with bf16 activations, 1f1b
+# with experts left without tokens; 1 stage x 4 replicas with P = 2 and
+# P = 4) and torchrun-style over TCP (1f1b and zb-h1, 2 x 2), every step's
+# loss, gradient norm and router columns and every tensor of the final
+# checkpoint are those of the same run in threads with P = 1; a
 # P = 1 checkpoint resumes under MPI with P = 2 as the uninterrupted run.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
@@ -52,12 +53,15 @@ else
 			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
 	}
 	for spec in "gpipe 2 2 2" "1f1b 2 2 2" "2bw 2 2 2" "pipedream 2 2 2" "zb-h1 2 2 2" \
-		    "2bw-zb 2 2 2" "1f1b 1 4 2" "1f1b 1 4 4" "2bw 2 2 2 bf16"; do
+		    "2bw-zb 2 2 2" "1f1b 1 4 2" "1f1b 1 4 4" "2bw 2 2 2 bf16" "1f1b 2 2 2 f32 few"; do
 		set -- $spec
 		k=$1 S=$2 N=$3 P=$4 dt=${5:-f32}
-		name=mpi_ep${P}_${k}_S${S}_dp${N}_$dt
+		name=mpi_ep${P}_${k}_S${S}_dp${N}_$dt${6:+_$6}
 		args=(--set train.schedule=$k --set pipeline.stages=$S --set pipeline.data_parallel=$N
 		      --set pipeline.micro_batches=8 --set train.act_dtype=$dt)
+		# few: 8 tokens a micro-batch over 8 experts, top-1 (empty blocks)
+		[ "${6:-}" = few ] && args+=(--set model.n_expert=8 --set model.top_k=1
+					      --set model.seq_len=8 --set train.batch_size=1)
 		if ! threads t-$name "${args[@]}"; then
 			fail "$name" "threads: $(cat err.txt)"
 		elif ! mpi m-$name $P "${args[@]}"; then
