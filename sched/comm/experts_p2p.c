@@ -84,6 +84,14 @@ static void **field(struct moe_rows *r, int f)
 	return p[f];
 }
 
+/* Row `row` of buffer f of R (the member's own buffers, which it lends
+ * the pass: read by the sends, written by the receives) */
+static char *row_of(const struct moe_rows *R, int f, size_t row, size_t width)
+{
+	struct moe_rows r = *R;
+	return (char *)*field(&r, f) + row * width;
+}
+
 static size_t field_width(const struct moe_dims *d, int f)
 {
 	size_t C = (size_t)d->C, De = (size_t)d->De;
@@ -125,7 +133,8 @@ static float *acc_of(struct p2p_experts *m, const float *key, size_t n, int k)
 static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R, const float *fcw,
 		    const float *fcprojw)
 {
-	struct p2p_experts *m = (struct p2p_experts *)((char *)ep - offsetof(struct p2p_experts, ep));
+	struct p2p_experts *m =
+		(struct p2p_experts *)((char *)ep - offsetof(struct p2p_experts, ep));
 	const struct moe_dims *d = R->d;
 	int P = m->x.P, E = m->E, q = m->q, e0 = m->e0, e1 = m->e1, G = E / P, k, nr;
 	struct plan pl = plan_of(pass);
@@ -141,10 +150,10 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 	for (k = 0; k < P; k++) {
 		if (k == q)
 			continue;
-		m->req[nr++] = p2p_irecv(m->ch, m->counts + (size_t)k * (E + 1),
-					 (size_t)(E + 1) * sizeof(int32_t), peer_rank(m, k), TAG_COUNT);
-		m->req[nr++] = p2p_isend(m->ch, R->count, (size_t)(E + 1) * sizeof(int32_t),
+		size_t cb = (size_t)(E + 1) * sizeof(int32_t);
+		m->req[nr++] = p2p_irecv(m->ch, m->counts + (size_t)k * (E + 1), cb,
 					 peer_rank(m, k), TAG_COUNT);
+		m->req[nr++] = p2p_isend(m->ch, R->count, cb, peer_rank(m, k), TAG_COUNT);
 	}
 	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the other experts' owners' row counts");
 
@@ -175,9 +184,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 				m->req[nr++] = p2p_irecv(m->ch, b->mem + off, b->rows * w,
 							 peer_rank(m, k), TAG_IN);
 			if (rows)
-				m->req[nr++] = p2p_isend(m->ch,
-							 (char *)*field((struct moe_rows *)R,
-									pl.in[i]) + lo * w,
+				m->req[nr++] = p2p_isend(m->ch, row_of(R, pl.in[i], lo, w),
 							 rows * w, peer_rank(m, k), TAG_IN);
 			off += b->rows * w;
 		}
@@ -217,8 +224,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		for (int i = 0; i < pl.n_out; i++) {
 			size_t w = field_width(d, pl.out[i]);
 			if (rows)
-				m->req[nr++] = p2p_irecv(m->ch, (char *)*field((struct moe_rows *)R,
-									     pl.out[i]) + lo * w,
+				m->req[nr++] = p2p_irecv(m->ch, row_of(R, pl.out[i], lo, w),
 							 rows * w, peer_rank(m, k), TAG_OUT);
 			if (b->rows)
 				m->req[nr++] = p2p_isend(m->ch, *field(&br, pl.out[i]), b->rows * w,
@@ -233,7 +239,8 @@ static void p2p_deliver(struct experts *x, int r, int s, float *g, size_t n)
 	struct p2p_experts *m = (struct p2p_experts *)x;
 	int P = x->P, G = m->E / P;
 	if (r != m->r || s != m->s)
-		bug("rank of replica %d piece %d delivers as replica %d piece %d", m->r, m->s, r, s);
+		bug("rank of replica %d piece %d delivers as replica %d piece %d", m->r, m->s, r,
+		    s);
 	int nr = 0, n_req = 16 * P;
 	for (int i = 0; i < m->n_acc; i++) {
 		struct acc *a = &m->acc[i];
@@ -250,8 +257,8 @@ static void p2p_deliver(struct experts *x, int r, int s, float *g, size_t n)
 			}
 			m->req[nr++] = p2p_irecv(m->ch, g + at + (size_t)k * per,
 						 per * sizeof(float), peer_rank(m, k), TAG_GRAD);
-			m->req[nr++] = p2p_isend(m->ch, a->buf + (size_t)k * per, per * sizeof(float),
-						 peer_rank(m, k), TAG_GRAD);
+			m->req[nr++] = p2p_isend(m->ch, a->buf + (size_t)k * per,
+						 per * sizeof(float), peer_rank(m, k), TAG_GRAD);
 		}
 	}
 	p2p_wait(m->ch, m->req, nr, m->timeout, s, "the weight gradients of this rank's rows");
