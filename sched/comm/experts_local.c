@@ -7,7 +7,10 @@
  * writing their outputs and weight gradients in place (the rows of
  * different experts are disjoint, and so are their gradient slices: no two
  * threads write the same bytes); the second barrier ends the call, after
- * which every member's rows hold all their experts' results.
+ * which every member's rows hold all their experts' results. On a device
+ * backend the replicas of a stage share its lane (one stream: replica.h's
+ * sum relies on the same), so the order the barriers give the host calls
+ * is the order of their kernels.
  */
 #include <stdlib.h>
 
