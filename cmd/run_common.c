@@ -181,9 +181,17 @@ int expert_parallel_check(const struct config *cfg)
 	if (dp % N)
 		return error("model.expert_parallel = %ld does not divide pipeline.data_parallel = "
 			     "%ld: the experts are split over ranks of one data-parallel group", N, dp);
-	return error("model.expert_parallel = %ld: expert parallelism is planned by 'asyncpp bench "
-		     "plan --ep' but not yet executed by train; set model.expert_parallel = 1 (every "
-		     "rank then holds every expert)", N);
+	if (!strcmp(cfg->train_schedule, "none"))
+		return error("model.expert_parallel = %ld needs a pipeline schedule "
+			     "(train.schedule = gpipe, 1f1b, 2bw, pipedream, interleaved or a "
+			     "zero-bubble kind): train.schedule = none runs the replicas one after "
+			     "another on one thread, so no replica can run another's experts; or "
+			     "set model.expert_parallel = 1", N);
+	if (!strcmp(cfg->pipeline_transport, "nccl"))
+		return error("model.expert_parallel = %ld: pipeline.transport = nccl cannot split "
+			     "the experts yet; set pipeline.transport = mpi or tcp (or local: "
+			     "threads), or model.expert_parallel = 1", N);
+	return 0;
 }
 
 const struct backend *backend_from_config(const struct config *cfg)

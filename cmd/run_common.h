@@ -32,9 +32,10 @@ int list_checkpoints(const char *dir, char ***paths);
 /* Nominal peak FLOP/s of the device for MFU (CPU: cores x clock x SIMD
  * FMA width; CUDA: the device table). */
 double device_peak_flops(const struct backend *be, int threads);
-/* model.expert_parallel = N: 0 for N = 1; else -1 after an error saying
- * what N must divide (model.n_expert, pipeline.data_parallel) or, when it
- * does, that train does not run expert parallelism yet. */
+/* model.expert_parallel = N: 0 for N = 1 or a run that can split the
+ * experts N ways; else -1 after an error saying what N must divide
+ * (model.n_expert, pipeline.data_parallel) or naming the key that rules
+ * it out (train.schedule = none, pipeline.transport = nccl). */
 int expert_parallel_check(const struct config *cfg);
 /* Backend for a config, with threads set. */
 const struct backend *backend_from_config(const struct config *cfg);

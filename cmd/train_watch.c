@@ -105,7 +105,9 @@ enum watch_verdict watch_step(struct watch *w, long step, const struct step_stat
 		}
 		k++;
 	}
-	memmove(w->pending, w->pending + k, sizeof(*w->pending) * (size_t)(w->n_pending - k));
+	if (k) /* pending may be NULL when none is waiting (memmove wants a pointer) */
+		memmove(w->pending, w->pending + k,
+			sizeof(*w->pending) * (size_t)(w->n_pending - k));
 	w->n_pending -= k;
 	return WATCH_GOOD;
 }

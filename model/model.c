@@ -393,6 +393,7 @@ void layout_moe_dims(const struct stage *st, struct moe_dims *d)
 	d->alpha = c->aux_coef;
 	d->beta = c->z_coef;
 	d->act_dtype = st->be->act_dtype;
+	d->ep = st->moe_ep;
 }
 
 static void layer_view(const struct stage *st, void *base, struct layer_acts *a, size_t *pos)

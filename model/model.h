@@ -165,6 +165,10 @@ struct stage {
 	 * its backward goes on. With the split backward, W reports them. */
 	void (*grads_done)(void *ctx, size_t lo, size_t n);
 	void *grads_done_ctx;
+	/* Expert parallelism (moe.h: struct moe_ep), set by the executor for
+	 * a training segment's passes; NULL (every expert runs here) for
+	 * everything else: schedule none, evaluation, sampling */
+	const struct moe_ep *moe_ep;
 	/* private to model.c: tensor offsets within the stage arena, the
 	 * mean loss in backend memory (last stage), the runs of tensors whose
 	 * gradients are done at one point of the backward */

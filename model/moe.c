@@ -77,6 +77,62 @@ static void counts_to_host(const struct backend *be, const struct moe_dims *d,
 	be->to_host(count, a->count, sizeof(int32_t) * (size_t)(d->E + 1));
 }
 
+void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows,
+		 const float *fcw, const float *fcprojw, int e0, int e1)
+{
+	const struct moe_dims *d = rows->d;
+	int E = e1 - e0, C = d->C, De = d->De;
+	if (E <= 0)
+		return;
+	size_t A = act_dtype_size(d->act_dtype), r0 = (size_t)rows->count[e0];
+	/* the range's rows from its first one: counts and buffers rebased, so
+	 * the backend sees a whole layer of E experts */
+	int32_t count[E + 1];
+	for (int e = 0; e <= E; e++)
+		count[e] = rows->count[e0 + e] - rows->count[e0];
+	int n = count[E];
+	void *xd = act_at(rows->xd, r0 * C, A), *h = act_at(rows->h, r0 * 2 * De, A);
+	void *act = act_at(rows->act, r0 * De, A), *y = act_at(rows->y, r0 * C, A);
+	const float *w1 = fcw ? fcw + (size_t)e0 * 2 * De * C : NULL;
+	const float *w2 = fcprojw ? fcprojw + (size_t)e0 * C * De : NULL;
+	float *g1 = rows->gfcw ? rows->gfcw + (size_t)e0 * 2 * De * C : NULL;
+	float *g2 = rows->gfcprojw ? rows->gfcprojw + (size_t)e0 * C * De : NULL;
+	/* every expert's product in one call, SwiGLU over all the rows at once
+	 * (row by row, so the bits of per-expert calls); each expert's rows and
+	 * gradient slices are its own, so the order across experts changes no
+	 * bit */
+	if (pass == MOE_PASS_FORWARD) {
+		be->moe_expert_forward(h, xd, w1, count, E, C, 2 * De);
+		if (n)
+			be->swiglu_forward(act, h, n, De);
+		be->moe_expert_forward(y, act, w2, count, E, De, C);
+	} else if (pass == MOE_PASS_BACKWARD) {
+		void *dact = act_at(rows->dact, r0 * De, A), *dh = act_at(rows->dh, r0 * 2 * De, A);
+		be->moe_expert_backward(dact, g2, act_at(rows->dy, r0 * C, A), act, w2, count, E, De,
+					C);
+		if (n)
+			be->swiglu_backward(dh, dact, h, n, De);
+		be->moe_expert_backward(act_at(rows->dxd, r0 * C, A), g1, dh, xd, w1, count, E, C,
+					2 * De);
+	} else { /* the weight part: no weight is read (dinp NULL) */
+		be->moe_expert_backward(NULL, g2, act_at(rows->dy, r0 * C, A), act, NULL, count, E,
+					De, C);
+		be->moe_expert_backward(NULL, g1, act_at(rows->dh, r0 * 2 * De, A), xd, NULL, count,
+					E, C, 2 * De);
+	}
+}
+
+/* Every expert's products of a pass: here, or by their owners (moe.h) */
+static void run_experts(const struct backend *be, int pass, const struct moe_rows *rows,
+			const struct moe_params *w)
+{
+	const float *fcw = w ? w->fcw : NULL, *fcprojw = w ? w->fcprojw : NULL;
+	if (rows->d->ep)
+		rows->d->ep->experts(rows->d->ep, pass, rows, fcw, fcprojw);
+	else
+		moe_experts(be, pass, rows, fcw, fcprojw, 0, rows->d->E);
+}
+
 void moe_forward(const struct backend *be, const struct moe_dims *d, const struct moe_params *w,
 		 const void *x, void *out, struct moe_acts *a)
 {
@@ -90,12 +146,9 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 	be->moe_dispatch(a->count, a->pos, a->sel, N, K, E);
 	be->moe_gather(a->xd, x, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	/* the experts: every expert's product in one call, SwiGLU over all the
-	 * rows at once (row by row, so the bits of per-expert calls) */
-	be->moe_expert_forward(a->h, a->xd, w->fcw, count, E, C, 2 * De);
-	if (count[E])
-		be->swiglu_forward(a->act, a->h, count[E], De);
-	be->moe_expert_forward(a->y, a->act, w->fcprojw, count, E, De, C);
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
+				.y = a->y};
+	run_experts(be, MOE_PASS_FORWARD, &rows, w);
 
 	/* combine: out = shared(x) + sum_j gate_j y_j, j in order */
 	if (d->shared) {
@@ -136,13 +189,10 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 	/* combine: d gate and d y per slot */
 	be->moe_combine_backward(s->dy, s->dgate, dout, a->y, a->gate, a->pos, N, K, C);
 	counts_to_host(be, d, a, count);
-	/* the experts, product by product over all of them (each expert's rows
-	 * and gradient slices are its own, so the order across experts does not
-	 * change a bit) */
-	be->moe_expert_backward(s->dact, g->fcprojw, s->dy, a->act, w->fcprojw, count, E, De, C);
-	if (count[E])
-		be->swiglu_backward(s->dh, s->dact, a->h, count[E], De);
-	be->moe_expert_backward(s->dxd, g->fcw, s->dh, a->xd, w->fcw, count, E, C, 2 * De);
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
+				.dy = s->dy, .dact = s->dact, .dh = s->dh, .dxd = s->dxd,
+				.gfcw = g->fcw, .gfcprojw = g->fcprojw};
+	run_experts(be, MOE_PASS_BACKWARD, &rows, w);
 
 	/* router: gates, scores and the auxiliary losses back to the logits */
 	be->moe_router_backward(s->dz, a->z, a->score, a->sel, a->gate, s->dgate, a->count, N, E,
@@ -170,8 +220,10 @@ void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
 	counts_to_host(be, d, a, count);
 	/* each tensor gets the one product moe_backward gives it (no weight is
 	 * read: dinp is NULL) */
-	be->moe_expert_backward(NULL, g->fcprojw, keep->dy, a->act, NULL, count, E, De, C);
-	be->moe_expert_backward(NULL, g->fcw, keep->dh, a->xd, NULL, count, E, C, 2 * De);
+	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .act = a->act,
+				.dy = keep->dy, .dh = keep->dh, .gfcw = g->fcw,
+				.gfcprojw = g->fcprojw};
+	run_experts(be, MOE_PASS_WEIGHT, &rows, NULL);
 	be->matmul_backward(NULL, g->router, NULL, keep->dz, x, NULL, N, C, E);
 	if (d->shared) {
 		be->matmul_backward(NULL, g->sh_fcprojw, NULL, dout, a->sh_act, NULL, N, De, C);

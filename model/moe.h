@@ -51,10 +51,13 @@
 
 enum moe_router { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 };
 
+struct moe_ep;
+
 struct moe_dims {
 	int N, C, E, K, De, shared, router; /* router: enum moe_router */
 	float alpha, beta; /* aux_coef, z_coef */
 	int act_dtype;     /* enum act_dtype of the backend (0: f32) */
+	const struct moe_ep *ep; /* expert parallelism (below); NULL: every expert here */
 };
 
 /* Weights: fcw holds the E experts' [2De,C] matrices back to back, fcprojw
@@ -97,6 +100,49 @@ struct moe_scratch {
  * slot: the gradients at the outputs of the layer's products (act). */
 struct moe_dsave {
 	void *dy, *dh, *dz, *dsh_h;  /* [NK,C] [NK,2De] [N,E] [N,2De] (shared) */
+};
+
+/* ---- the experts' products, and expert parallelism ----
+ *
+ * Each pass (forward; backward, with or without the weight gradients; the
+ * split backward's weight part) runs the experts' products on the
+ * dispatched rows: expert e on rows [count[e], count[e+1]), as a GEMM of
+ * that many rows. moe_experts does it for the experts [e0, e1) with the
+ * weights it is given; what it reads and writes per pass:
+ *   MOE_PASS_FORWARD:  xd -> h, act, y
+ *   MOE_PASS_BACKWARD: dy, act, h, xd -> dact, dh, dxd; gfcprojw, gfcw +=
+ *                      (when not NULL)
+ *   MOE_PASS_WEIGHT:   dy, act, dh, xd -> gfcprojw, gfcw +=
+ * A row's bits depend only on its expert's weights and on the rows of its
+ * expert (the GEMM's shape), so running expert e elsewhere, on the same
+ * rows with the same weights, gives the same bits.
+ *
+ * model.expert_parallel = P (sched/comm/experts.h): the layer calls
+ * ep->experts in place of moe_experts(0, E). Expert e is owned by member
+ * e / (E/P) of the replica's group of P replicas; the owner runs its
+ * experts on the rows of every member (its weights are the members':
+ * replicas hold the same bits) and the weight gradients of member q's rows
+ * go where q's own would (q's accumulator), so the sums are those of P = 1.
+ * Every member of a group calls it at the same point of the same pass. */
+enum moe_pass { MOE_PASS_FORWARD, MOE_PASS_BACKWARD, MOE_PASS_WEIGHT };
+
+struct moe_rows {
+	const struct moe_dims *d;
+	const int32_t *count;        /* host [E+1] */
+	void *xd, *h, *act, *y;      /* [NK,C] [NK,2De] [NK,De] [NK,C] (act) */
+	void *dy, *dact, *dh, *dxd;  /* [NK,C] [NK,De] [NK,2De] [NK,C] (act) */
+	float *gfcw, *gfcprojw;      /* all E experts' gradients, or NULL */
+};
+
+void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows,
+		 const float *fcw, const float *fcprojw, int e0, int e1);
+
+struct moe_ep {
+	/* Run the pass's experts on this replica's rows, wherever they are
+	 * owned; fcw, fcprojw: this replica's weights of all E experts.
+	 * Returns once every product of this replica's rows is done. */
+	void (*experts)(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
+			const float *fcw, const float *fcprojw);
 };
 
 /* Bytes (each piece padded to 64) the views take; base NULL only sizes. */

@@ -75,6 +75,7 @@
 #include "../optim/optim.h"
 #include "comm/board.h"
 #include "comm/dist.h"
+#include "comm/experts.h"
 #include "comm/nccl.h"
 #include "comm/pieces.h"
 #include "comm/replica.h"
@@ -88,6 +89,7 @@ struct pipeline {
 	struct transport **tp;    /* [N] each replica's (under MPI only [r]) */
 	struct board **board;     /* [N] likewise */
 	struct replicas *rx;      /* the gradient sum across replicas; NULL for N = 1 */
+	struct experts *ex;       /* expert parallelism (experts.h); NULL for P = 1 */
 	long first_step;          /* optimizer steps done before the segment */
 	int mb_per_step;          /* all replicas: M, or N for pipedream */
 	int mb_r;                 /* one replica's: mb_per_step / N */
@@ -174,6 +176,8 @@ static void stage_fail(struct stage_ctx *c)
 	}
 	if (p->rx)
 		p->rx->abort(p->rx);
+	if (p->ex)
+		p->ex->abort(p->ex);
 }
 
 /* Was the segment called off (stage_fail)? */
@@ -216,6 +220,8 @@ static int post_step(struct stage_ctx *c, long gstep)
 	struct board *b = p->board[c->r];
 	float *g = worker_grads(w, gstep);
 	double t0 = now_sec();
+	if (p->ex && p->ex->deliver) /* the owners' accumulators for this replica's rows */
+		p->ex->deliver(p->ex, c->r, c->s, g, w->st.numel);
 	if (p->rx) {
 		/* the replicas' sum first: everything below sees the step's
 		 * whole gradient (S = 1 keeps the tied head part apart); its
@@ -300,6 +306,8 @@ static int buckets_begin(struct stage_ctx *c, struct stage_worker *w, int mb, lo
 	struct pipeline *p = c->p;
 	if (!(p->rx && p->rx->bucket && p->bucket_floats && mb % p->mb_r == p->mb_r - 1))
 		return 0;
+	if (p->ex && p->ex->deliver)
+		return 0; /* expert gradients arrive at the step's end (experts.h) */
 	c->bucketed = gstep;
 	c->bk_g = worker_grads(w, gstep);
 	c->bk_n = 0;
@@ -632,12 +640,15 @@ struct mpi_side {
 	struct transport *tp;
 	struct board *board;
 	struct replicas *rx;      /* NULL for N = 1 */
+	struct experts *ex;       /* model.expert_parallel > 1; else NULL */
 	struct nccl_world nccl;   /* the channels (pipeline.transport = nccl) */
 };
 
 static void mpi_detach(void *arg)
 {
 	struct mpi_side *mp = arg;
+	if (mp->ex)
+		mp->ex->destroy(mp->ex);
 	if (mp->rx)
 		mp->rx->destroy(mp->rx);
 	if (mp->board)
@@ -731,6 +742,11 @@ static int mpi_attach(struct trainer *tr)
 			mpi_detach(mp);
 			return -1;
 		}
+	}
+	int P = (int)tr->cfg->model_expert_parallel;
+	if (P > 1 && !(mp->ex = experts_p2p(d, tr->be, N, P, &pc, tr->m->cfg.E, rank, timeout))) {
+		mpi_detach(mp);
+		return error("rank %d: cannot set up expert parallelism between processes", rank);
 	}
 	mp->tr = tr;
 	dist_set_pipeline(d, mp, mpi_detach);
@@ -885,6 +901,17 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 	free(c->posted_at);
 }
 
+/* Expert parallelism (model.expert_parallel = P > 1; experts.h): the
+ * hooks of the pieces this process holds, set for a segment (ex) and
+ * cleared after it (NULL), so that evaluation and saving run every expert
+ * locally (every replica holds them all). */
+static void experts_hooks(struct trainer *tr, struct experts *ex)
+{
+	for (int i = 0; i < tr->N * tr->S; i++)
+		if (worker_alive(&tr->w[i]))
+			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S) : NULL;
+}
+
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 {
 	int before = backend_lane_current(tr->be); /* bound again when done */
@@ -976,6 +1003,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		p.tp[mp->r] = mp->tp;
 		p.board[mp->r] = mp->board;
 		p.rx = mp->rx;
+		p.ex = mp->ex;
 	} else {
 		int *nt = xcalloc((size_t)S, sizeof(int));
 		for (int s = 0; s < S; s++)
@@ -986,7 +1014,10 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		}
 		free(nt);
 		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
+		int P = (int)tr->cfg->model_expert_parallel;
+		p.ex = P > 1 ? experts_local(tr->be, N, P, S, tr->m->cfg.E) : NULL;
 	}
+	experts_hooks(tr, p.ex);
 	for (int r = 0; r < N; r++)
 		if (p.board[r])
 			p.board[r]->begin(p.board[r], p.first_step, n);
@@ -1090,6 +1121,9 @@ out:
 		if (p.rx)
 			p.rx->destroy(p.rx);
 	}
+	experts_hooks(tr, NULL);
+	if (!mpi && p.ex)
+		p.ex->destroy(p.ex);
 	free(p.board);
 	free(p.tp);
 	pthread_cond_destroy(&p.gate_cv);

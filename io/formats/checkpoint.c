@@ -710,7 +710,8 @@ int checkpoint_diff(const char *pa, const char *pb, FILE *out, int top, int verb
 		fprintf(out, "A: %s (step %ld)\nB: %s (step %ld)\n", pa, sa, pb, sb);
 		fprintf(out, "%d tensors compared, %d identical, %d not comparable\n", n, identical,
 			only);
-		fwrite(apart.data, 1, apart.len, out);
+		if (apart.len) /* data is NULL when nothing was set apart */
+			fwrite(apart.data, 1, apart.len, out);
 		int shown = verbose ? n : MIN(n - identical, top);
 		if (shown > 0) {
 			fprintf(out, "\n%-40s %14s %14s\n",

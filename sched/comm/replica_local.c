@@ -13,50 +13,9 @@
 #include <stdlib.h>
 
 #include "../../io/util.h"
+#include "barrier.h"
 #include "replica.h"
 #include "transport.h"
-
-struct barrier {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int n, count;
-	unsigned long gen;
-	const atomic_int *aborted; /* the replicas' flag (replica.h: abort) */
-};
-
-static void barrier_init(struct barrier *b, int n, const atomic_int *aborted)
-{
-	b->aborted = aborted;
-	pthread_mutex_init(&b->mu, NULL);
-	pthread_cond_init(&b->cv, NULL);
-	b->n = n;
-	b->count = 0;
-	b->gen = 0;
-}
-
-static void barrier_destroy(struct barrier *b)
-{
-	pthread_mutex_destroy(&b->mu);
-	pthread_cond_destroy(&b->cv);
-}
-
-/* Seconds blocked. */
-static double barrier_wait(struct barrier *b)
-{
-	double t0 = now_sec();
-	pthread_mutex_lock(&b->mu);
-	unsigned long gen = b->gen;
-	if (++b->count == b->n) {
-		b->count = 0;
-		b->gen++;
-		pthread_cond_broadcast(&b->cv);
-	} else {
-		while (gen == b->gen && !atomic_load(b->aborted))
-			pthread_cond_wait(&b->cv, &b->mu);
-	}
-	pthread_mutex_unlock(&b->mu);
-	return now_sec() - t0;
-}
 
 struct stage_group {
 	struct barrier in, out;
@@ -125,12 +84,8 @@ static void local_abort(struct replicas *xr)
 	struct local_replicas *l = (struct local_replicas *)xr;
 	atomic_store(&l->aborted, 1);
 	for (int s = 0; s < xr->S; s++) {
-		struct barrier *b[2] = {&l->g[s].in, &l->g[s].out};
-		for (int k = 0; k < 2; k++) {
-			pthread_mutex_lock(&b[k]->mu);
-			pthread_cond_broadcast(&b[k]->cv);
-			pthread_mutex_unlock(&b[k]->mu);
-		}
+		barrier_wake(&l->g[s].in);
+		barrier_wake(&l->g[s].out);
 	}
 }
 

@@ -1,0 +1,78 @@
+/* experts.h - expert parallelism (model.expert_parallel = P): each MoE
+ * layer's experts split over the P replicas of a data-parallel group.
+ *
+ * Replicas r with the same r / P form a group; member q = r % P of it owns
+ * experts [q*E/P, (q+1)*E/P) of every layer. Routing, dispatch, combine
+ * and the router stay with each replica (its own tokens); the experts'
+ * products of a pass (moe.h: moe_experts) run on the owner, on the rows of
+ * every member, and come back (an all-to-all there and back). The owner
+ * runs expert e on member q's rows as one GEMM of the same rows with the
+ * same weights as q would, so every row has the bits of P = 1; the weight
+ * gradients of q's rows accumulate into q's accumulator in q's
+ * micro-batch order, so the replicas' sum (replica.h) and everything after
+ * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
+ *
+ * For now every replica keeps every expert's weights, gradients and
+ * optimizer state (the arena of P = 1): the owner's copy is what it
+ * computes with, and the others are kept up to date by the unchanged
+ * update, which keeps checkpoints, evaluation and resume with any P as
+ * they are. What EP saves today is the experts' compute per replica; the
+ * memory of non-owned experts can go later.
+ *
+ * Every member of a group calls its hook (moe.h: struct moe_ep) at the
+ * same point of the same pass: the replicas run the same action lists
+ * (executor.c), and a hook call is matched with the others' in the order
+ * they are made, per model piece.
+ */
+#ifndef ASYNCPP_EXPERTS_H
+#define ASYNCPP_EXPERTS_H
+
+#include "../../kernels/backend.h"
+#include "../../model/moe.h"
+
+struct experts {
+	const char *name;
+	int N, P, S; /* replicas, the expert-parallel degree, model pieces */
+	/* The hook of piece s of replica r (what its stage's moe_ep is set to
+	 * during a training segment) */
+	const struct moe_ep *(*member)(struct experts *x, int r, int s);
+	/* A stage failed and the segment is called off: every hook call
+	 * blocked returns at once, and so does every later one (leaving no
+	 * products). */
+	void (*abort)(struct experts *x);
+	/* Optional (NULL where the owners write the members' accumulators in
+	 * place: threads). Between processes an owner accumulates the weight
+	 * gradients of member q's rows in an accumulator of its own for q;
+	 * before the replicas' sum of step t's gradient arena g (n floats) of
+	 * piece s, every member calls deliver, which copies what the owners
+	 * accumulated for it into its slices of g (left at zero by its own
+	 * passes: it runs no other member's experts) and zeroes the owners'
+	 * accumulators. Then g holds what P = 1 accumulates, and the sum may
+	 * run (not in buckets during the backward: executor.c). */
+	void (*deliver)(struct experts *x, int r, int s, float *g, size_t n);
+	void (*destroy)(struct experts *x);
+};
+
+/* The N x S stage threads of one process (shared memory); N % P == 0,
+ * E % P == 0. */
+struct experts *experts_local(const struct backend *be, int N, int P, int S, int E);
+
+/* One stage per process, over p2p.h (MPI or TCP): this process is replica
+ * rank / S, stage rank % S (S = pc->S) and runs that stage's pieces
+ * (pieces.h; x->S is pc->P), and member q of its group is rank
+ * (r - r % P + q) * S + s. A stage's pieces exchange one after another,
+ * in the same order on every member (the same lists). An owner receives a member's rows of its
+ * experts, runs them and sends the results back (an all-to-all each way
+ * per pass); it keeps nothing of a member's rows between passes: the
+ * forward returns the experts' hidden rows (h, act) with y, and the
+ * backward sends them again with dy (the member's activation memory holds
+ * them, as with P = 1). Host backends only (cpu). Collective: every rank
+ * creates its group at the same point. A wait longer than timeout seconds
+ * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
+ * job. NULL after error(). */
+struct dist;
+struct pieces;
+struct experts *experts_p2p(const struct dist *d, const struct backend *be, int N, int P,
+			    const struct pieces *pc, int E, int rank, double timeout);
+
+#endif

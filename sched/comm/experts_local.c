@@ -1,0 +1,126 @@
+/* experts_local.c - expert parallelism between the threads of one process
+ * (experts.h).
+ *
+ * Per group and model piece, a call is two barriers: each member publishes
+ * its rows and weights and waits for the others; then owner q runs its
+ * experts on every member's rows in member order, reading their inputs and
+ * writing their outputs and weight gradients in place (the rows of
+ * different experts are disjoint, and so are their gradient slices: no two
+ * threads write the same bytes); the second barrier ends the call, after
+ * which every member's rows hold all their experts' results. On a device
+ * backend the replicas of a stage share its lane (one stream: replica.h's
+ * sum relies on the same), so the order the barriers give the host calls
+ * is the order of their kernels.
+ */
+#include <stdlib.h>
+
+#include "../../io/util.h"
+#include "barrier.h"
+#include "experts.h"
+
+struct local_experts;
+
+struct member {
+	struct moe_ep ep; /* first: the hook is the member */
+	struct local_experts *l;
+	int r, s;
+};
+
+struct call {
+	int pass;
+	const struct moe_rows *rows;
+	const float *fcw, *fcprojw;
+};
+
+struct group {
+	struct barrier in, out;
+	struct call *calls; /* [P] the members' calls in progress */
+};
+
+struct local_experts {
+	struct experts x;
+	const struct backend *be;
+	int E;
+	struct group *g;   /* [N/P * S]: group r / P, piece s at (r / P) * S + s */
+	struct member *m;  /* [N * S] */
+	atomic_int aborted;
+};
+
+static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
+		      const float *fcw, const float *fcprojw)
+{
+	const struct member *m = (const struct member *)ep;
+	struct local_experts *l = m->l;
+	int P = l->x.P, q = m->r % P, E = l->E;
+	struct group *g = &l->g[(m->r / P) * l->x.S + m->s];
+
+	g->calls[q] = (struct call){pass, rows, fcw, fcprojw};
+	barrier_wait(&g->in);
+	if (atomic_load(&l->aborted))
+		return; /* the others may never come */
+	for (int k = 0; k < P; k++)
+		if (g->calls[k].pass != pass || g->calls[k].rows->d->E != E)
+			bug("piece %d: replica %d runs expert pass %d over %d experts, replica %d "
+			    "pass %d over %d", m->s, m->r, pass, E, m->r - q + k, g->calls[k].pass,
+			    g->calls[k].rows->d->E);
+	int e0 = q * E / P, e1 = (q + 1) * E / P;
+	for (int k = 0; k < P; k++)
+		moe_experts(l->be, pass, g->calls[k].rows, fcw, fcprojw, e0, e1);
+	barrier_wait(&g->out);
+}
+
+static const struct moe_ep *local_member(struct experts *x, int r, int s)
+{
+	struct local_experts *l = (struct local_experts *)x;
+	if (r < 0 || r >= x->N || s < 0 || s >= x->S)
+		bug("no expert-parallel member for replica %d, piece %d", r, s);
+	return &l->m[r * x->S + s].ep;
+}
+
+static void local_abort(struct experts *x)
+{
+	struct local_experts *l = (struct local_experts *)x;
+	atomic_store(&l->aborted, 1);
+	for (int i = 0; i < x->N / x->P * x->S; i++) {
+		barrier_wake(&l->g[i].in);
+		barrier_wake(&l->g[i].out);
+	}
+}
+
+static void local_destroy(struct experts *x)
+{
+	struct local_experts *l = (struct local_experts *)x;
+	if (!l)
+		return;
+	for (int i = 0; i < x->N / x->P * x->S; i++) {
+		barrier_destroy(&l->g[i].in);
+		barrier_destroy(&l->g[i].out);
+		free(l->g[i].calls);
+	}
+	free(l->g);
+	free(l->m);
+	free(l);
+}
+
+struct experts *experts_local(const struct backend *be, int N, int P, int S, int E)
+{
+	if (P < 1 || N % P || E % P)
+		bug("expert parallelism over %d of %d replicas with %d experts", P, N, E);
+	struct local_experts *l = xcalloc(1, sizeof(*l));
+	l->x = (struct experts){.name = "local", .N = N, .P = P, .S = S, .member = local_member,
+				.abort = local_abort, .destroy = local_destroy};
+	l->be = be;
+	l->E = E;
+	int ng = N / P * S;
+	l->g = xcalloc((size_t)ng, sizeof(*l->g));
+	for (int i = 0; i < ng; i++) {
+		barrier_init(&l->g[i].in, P, &l->aborted);
+		barrier_init(&l->g[i].out, P, &l->aborted);
+		l->g[i].calls = xcalloc((size_t)P, sizeof(struct call));
+	}
+	l->m = xcalloc((size_t)N * S, sizeof(*l->m));
+	for (int i = 0; i < N * S; i++)
+		l->m[i] = (struct member){.ep = {.experts = local_run}, .l = l, .r = i / S,
+					  .s = i % S};
+	return &l->x;
+}

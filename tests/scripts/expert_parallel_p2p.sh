@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# expert_parallel_p2p.sh - model.expert_parallel = P between processes,
+# the tokens' rows travelling to their experts' owner and back over p2p.h:
+# under mpirun (4 ranks: 2 stages x 2 replicas with P = 2 under gpipe,
+# 1f1b, 2bw, pipedream, zb-h1, 2bw-zb, and zb-v and interleaved (two pieces
+# per rank, each exchanging in turn), 2bw with bf16 activations, 1f1b
+# with experts left without tokens; 1 stage x 4 replicas with P = 2 and
+# P = 4) and torchrun-style over TCP (1f1b and zb-h1, 2 x 2), every step's
+# loss, gradient norm and router columns and every tensor of the final
+# checkpoint are those of the same run in threads with P = 1; a
+# P = 1 checkpoint resumes under MPI with P = 2 as the uninterrupted run.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+export ASYNCPP_CONNECT_TIMEOUT=30
+TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set model.n_expert=4 --set model.top_k=2 --set model.d_expert=48
+      --set model.shared_expert=1 --set train.batch_size=4 --set pipeline.micro_batches=4
+      --set pipeline.data_parallel=2 --set log.every=1 --set eval.every=0
+      --set train.threads=1 --set train.steps=4 --set checkpoint.every=2)
+if ! $A train -q "${TINY[@]}" --set train.schedule=gpipe --set train.out_dir=data \
+	--set train.steps=0 2> err.txt; then
+	fail ep_p2p_setup "$(cat err.txt)"
+	exit 0
+fi
+TINY+=(--set data.train=data/data/builtin_train.shard --set data.val=data/data/builtin_val.shard
+       --set data.tokenizer=data/data/builtin.tok)
+cols() { awk -F, 'NR > 1 && $4 != "" {print $1, $4, $7, $13, $14, $15}' "$1"; }
+# same NAME RUN THREADS_RUN: rows and final checkpoint agree
+same() {
+	if [ "$(cols "$2/metrics.csv" | wc -l)" -eq 4 ] &&
+	   diff <(cols "$2/metrics.csv") <(cols "$3/metrics.csv") > d.txt &&
+	   $A inspect --diff "$2/ckpt-00000004.ckpt" "$3/ckpt-00000004.ckpt" > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: '; then
+		pass "$1"
+	else
+		fail "$1" "$(cat err*.txt d.txt 2> /dev/null | head -n 6 | tr '\n' ' ')"
+	fi
+}
+threads() { # OUT ARGS...: the P = 1 run in threads
+	local out=$1
+	shift
+	$A train -q "${TINY[@]}" --set train.out_dir="$out" "$@" 2> err.txt
+}
+
+# 1. MPI
+if ! command -v mpirun > /dev/null 2>&1; then
+	skip ep_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+else
+	MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
+	mpi() { # OUT P ARGS...
+		local out=$1 P=$2
+		shift 2
+		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
+			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
+	}
+	for spec in "gpipe 2 2 2" "1f1b 2 2 2" "2bw 2 2 2" "pipedream 2 2 2" "zb-h1 2 2 2" \
+		    "2bw-zb 2 2 2" "1f1b 1 4 2" "1f1b 1 4 4" "2bw 2 2 2 bf16" "1f1b 2 2 2 f32 few" \
+		    "zb-v 2 2 2" "interleaved 2 2 2"; do
+		set -- $spec
+		k=$1 S=$2 N=$3 P=$4 dt=${5:-f32}
+		name=mpi_ep${P}_${k}_S${S}_dp${N}_$dt${6:+_$6}
+		args=(--set train.schedule=$k --set pipeline.stages=$S --set pipeline.data_parallel=$N
+		      --set pipeline.micro_batches=8 --set train.act_dtype=$dt)
+		# the chunked kinds: two pieces of a layer on each rank
+		case $k in
+		zb-v) args+=(--set model.n_layer=4) ;;
+		interleaved) args+=(--set model.n_layer=4 --set pipeline.virtual_stages=2) ;;
+		esac
+		# few: 8 tokens a micro-batch over 8 experts, top-1 (empty blocks)
+		[ "${6:-}" = few ] && args+=(--set model.n_expert=8 --set model.top_k=1
+					      --set model.seq_len=8 --set train.batch_size=1)
+		if ! threads t-$name "${args[@]}"; then
+			fail "$name" "threads: $(cat err.txt)"
+		elif ! mpi m-$name $P "${args[@]}"; then
+			grep -q "built without MPI" err.txt &&
+				{ skip ep_mpi "this asyncpp was built without MPI"; break; }
+			fail "$name" "$(head -c 400 err.txt)"
+		else
+			same "$name" m-$name t-$name
+		fi
+	done
+	# resume: a P = 1 checkpoint of threads, under MPI with P = 2
+	src=t-mpi_ep2_1f1b_S2_dp2_f32
+	if [ -f $src/ckpt-00000002.ckpt ]; then
+		mkdir -p res
+		cp $src/ckpt-00000002.ckpt res/
+		if mpi res 2 --set train.schedule=1f1b --set pipeline.stages=2 \
+			--set pipeline.micro_batches=8 --resume res/ckpt-00000002.ckpt &&
+		   diff <(cols $src/metrics.csv | sed -n 3,4p) <(cols res/metrics.csv) > d.txt &&
+		   $A inspect --diff $src/ckpt-00000004.ckpt res/ckpt-00000004.ckpt > d.txt 2>&1 &&
+		   head -n 1 d.txt | grep -q '^identical: '; then
+			pass mpi_resume_ep1_as_ep2
+		else
+			fail mpi_resume_ep1_as_ep2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+		fi
+	fi
+fi
+
+# 2. TCP, torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+		2> /dev/null || echo $((20000 + RANDOM % 40000))
+}
+launch() { # N ARGS...: rank r's stderr in err$r.txt; rcs: every exit status
+	local n=$1 p r pids=()
+	shift
+	p=$(port)
+	for ((r = n - 1; r >= 0; r--)); do
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
+			timeout 120 $A train -q "$@" > out$r.txt 2> err$r.txt &
+		pids[r]=$!
+	done
+	rcs=""
+	for ((r = 0; r < n; r++)); do
+		wait ${pids[r]}
+		rcs="$rcs$? "
+	done
+	rcs=${rcs% }
+}
+for k in 1f1b zb-h1; do
+	name=tcp_ep2_${k}_S2_dp2
+	args=(--set train.schedule=$k --set pipeline.stages=2)
+	if ! threads t-$name "${args[@]}"; then
+		fail "$name" "threads: $(cat err.txt)"
+		continue
+	fi
+	launch 4 "${TINY[@]}" "${args[@]}" --set pipeline.transport=tcp \
+		--set model.expert_parallel=2 --set train.out_dir=c-$name
+	if [ "$rcs" != "0 0 0 0" ]; then
+		fail "$name" "exit statuses $rcs: $(head -c 400 err0.txt)"
+	else
+		rm -f err[0-9].txt
+		same "$name" c-$name t-$name
+	fi
+done
