@@ -12,9 +12,14 @@ so tools/gpu-check can put the two side by side from the same call.
 Peak FLOP/s defaults to 989e12 (H100/H200 dense bf16), as asyncpp's.
 
     python3 tools/torch_gpt2_bench.py [--batch 16] [--seq 1024] [--steps 20]
-        [--warmup 5] [--no-compile] [--csv FILE]
+        [--warmup 5] [--no-compile] [--csv FILE] [--profile-csv FILE]
+
+--profile-csv: after the timed steps, torch.profiler records 3 more and
+FILE gets each CUDA kernel's device milliseconds per step (kernel,
+ms_per_step), which tools/step_parts.py sets beside asyncpp's ncu profile.
 """
 import argparse
+import csv
 import math
 import sys
 import time
@@ -79,6 +84,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--peak", type=float, default=989e12)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--profile-csv", default="")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_gpt2_bench: no CUDA device")
@@ -140,8 +146,35 @@ def main():
         with open(a.csv, "w") as f:
             f.write("tokens_per_s,ms_per_step,mfu,peak_mib,compile\n")
             f.write(f"{tps:.1f},{1e3 * sec / a.steps:.3f},{mfu:.4f},{peak_mb:.0f},{compiled}\n")
+    if a.profile_csv:
+        profile_steps(step, 3, a.profile_csv)
     if not math.isfinite(loss.item()):
         sys.exit("torch_gpt2_bench: non-finite loss")
+
+
+def profile_steps(step, n, path):
+    """n steps under torch.profiler: every CUDA kernel's device time per step"""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        # device kernels only; the attribute's name changed across versions
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        dev = str(getattr(e, "device_type", ""))
+        if us > 0 and "CUDA" in dev.upper():
+            rows.append((e.key, us / 1e3 / n))
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kernel", "ms_per_step"])
+        for k, ms in sorted(rows, key=lambda r: -r[1]):
+            w.writerow([k, "%.6f" % ms])
 
 
 if __name__ == "__main__":
