@@ -39,15 +39,10 @@ struct transport *transport_nccl(const struct backend *be, struct nccl_world *w,
 #include <stdlib.h>
 
 #include "../../kernels/cuda/cuda_nccl.h"
+#include "handoff.h"
 
 struct pending {
 	struct cuda_nccl_event *ev;
-	void *buf;
-};
-
-/* a handoff between two pieces of this rank, not yet received */
-struct local_msg {
-	int to, kind, mb;
 	void *buf;
 };
 
@@ -61,8 +56,7 @@ struct nccl_tp {
 	int n_free, n_all;
 	struct pending *pend;
 	int n_pend, cap_pend;
-	struct local_msg *local;
-	int n_local, cap_local;
+	struct handoffs local;    /* between two pieces of this rank (handoff.h) */
 };
 
 /* The rank holding global piece g (pieces.h). */
@@ -151,11 +145,7 @@ static void nccl_send(struct transport *t, int from, int to, int kind, int mb, v
 		bug("rank %d sends as piece %d of rank %d", x->w->rank, from, rank_of(x, from));
 	int dest = rank_of(x, to);
 	if (dest == x->w->rank) {
-		if (x->n_local == x->cap_local) {
-			x->cap_local = x->cap_local ? 2 * x->cap_local : 8;
-			x->local = xrealloc(x->local, sizeof(*x->local) * (size_t)x->cap_local);
-		}
-		x->local[x->n_local++] = (struct local_msg){to, kind, mb, buf};
+		handoff_put(&x->local, to, kind, mb, buf);
 		return;
 	}
 	int peer;
@@ -179,15 +169,11 @@ static void *nccl_recv(struct transport *t, int to, int from, int kind, int mb, 
 	int src = rank_of(x, from);
 	if (src == x->w->rank) {
 		/* sent earlier by this thread: the schedule orders the two */
-		for (int i = 0; i < x->n_local; i++) {
-			struct local_msg m = x->local[i];
-			if (m.to != to || m.kind != kind || m.mb != mb)
-				continue;
-			x->local[i] = x->local[--x->n_local];
-			if (waited)
-				*waited = 0.0;
-			return m.buf;
-		}
+		void *buf = handoff_take(&x->local, to, kind, mb);
+		if (waited)
+			*waited = 0.0;
+		if (buf)
+			return buf;
 		bug("rank %d: piece %d receives the %s of micro-batch %d from piece %d of the same "
 		    "stage, which has not sent it", x->w->rank, to, tensor_name(kind), mb, from);
 	}
@@ -225,7 +211,7 @@ static void nccl_destroy(struct transport *t)
 	}
 	for (int i = 0; i < x->n_all; i++)
 		x->be->free(x->all[i]); /* the local queue's buffers are the pool's too */
-	free(x->local);
+	free(x->local.v);
 	free(x->all);
 	free(x->free);
 	free(x->pend);

@@ -31,6 +31,7 @@
 #include "../../io/util.h"
 #include "dist.h"
 #include "p2p.h"
+#include "handoff.h"
 #include "pieces.h"
 
 struct pending {
@@ -46,12 +47,6 @@ struct pool {
 	int n_all;
 };
 
-/* a handoff between two pieces of this process, not yet received */
-struct local_msg {
-	int to, kind, mb;
-	void *buf;
-};
-
 struct p2p_tp {
 	struct transport t;
 	const struct backend *be;
@@ -62,8 +57,7 @@ struct p2p_tp {
 	size_t n;                 /* bytes per message */
 	struct p2p *ch;
 	int tag_mb;               /* micro-batches before the tags wrap */
-	struct local_msg *local;
-	int n_local, cap_local;
+	struct handoffs local;    /* between two pieces of this process (handoff.h) */
 	double timeout;           /* seconds a receive may wait; 0 = forever */
 	struct pool dev, stage;   /* backend buffers, host staging buffers */
 	struct pending *pend;
@@ -143,11 +137,7 @@ static void p2p_send(struct transport *t, int from, int to, int kind, int mb, vo
 	if (from < 0 || from >= m->G || rank_of(m, from) != m->rank || to < 0 || to >= m->G)
 		bug("rank %d sends as piece %d to piece %d", m->rank, from, to);
 	if (rank_of(m, to) == m->rank) {
-		if (m->n_local == m->cap_local) {
-			m->cap_local = m->cap_local ? 2 * m->cap_local : 8;
-			m->local = xrealloc(m->local, sizeof(*m->local) * (size_t)m->cap_local);
-		}
-		m->local[m->n_local++] = (struct local_msg){to, kind, mb, buf};
+		handoff_put(&m->local, to, kind, mb, buf);
 		return;
 	}
 	void *wire = buf;
@@ -173,15 +163,11 @@ static void *p2p_recv(struct transport *t, int to, int from, int kind, int mb, d
 		bug("rank %d receives as piece %d from piece %d", m->rank, to, from);
 	if (rank_of(m, from) == m->rank) {
 		/* sent earlier by this thread (the schedule orders the two) */
-		for (int i = 0; i < m->n_local; i++) {
-			struct local_msg x = m->local[i];
-			if (x.to != to || x.kind != kind || x.mb != mb)
-				continue;
-			m->local[i] = m->local[--m->n_local];
-			if (waited)
-				*waited = 0.0;
-			return x.buf;
-		}
+		void *buf = handoff_take(&m->local, to, kind, mb);
+		if (waited)
+			*waited = 0.0;
+		if (buf)
+			return buf;
 		bug("rank %d: piece %d receives the %s of micro-batch %d from piece %d of the same "
 		    "stage, which has not sent it", m->rank, to,
 		    kind == MSG_ACT ? "activation" : "gradient", mb, from);
@@ -219,9 +205,9 @@ static void p2p_destroy(struct transport *t)
 		p2p_wait(m->ch, &m->pend[i].op, 1, m->timeout, m->rank % m->stages,
 			 "the next stage to take the last activations");
 	free(m->pend);
-	for (int i = 0; i < m->n_local; i++) /* a segment called off before its receive */
-		pool_put(&m->dev, m->local[i].buf);
-	free(m->local);
+	for (int i = 0; i < m->local.n; i++) /* a segment called off before its receive */
+		pool_put(&m->dev, m->local.v[i].buf);
+	free(m->local.v);
 	free(m->piece_stage);
 	free(m->piece_chunk);
 	pool_free(m, &m->dev, 0);
