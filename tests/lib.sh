@@ -54,6 +54,33 @@ same_ckpt() {
 		diff <("$ASYNCPP" inspect -v "$1" 2>&1 | sed 1d | grep -v '^run_id = ') \
 		     <("$ASYNCPP" inspect -v "$2" 2>&1 | sed 1d | grep -v '^run_id = ') > /dev/null
 }
+# free_port: a TCP port free on 127.0.0.1 now (else a random high one)
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+		2> /dev/null || echo $((20000 + RANDOM % 40000))
+}
+# tcp_launch N SECONDS ARGS...: `$ASYNCPP train -q ARGS` as N ranks started
+# torchrun-style on 127.0.0.1 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+# LOCAL_RANK; no MPI), each under `timeout SECONDS`, the last rank first;
+# rank r's stdout in out$r.txt, its stderr in err$r.txt; rcs gets every
+# rank's exit status ("0 0 ..."). Variables set on the call
+# (VAR=... tcp_launch ...) reach every rank.
+tcp_launch() {
+	local n=$1 secs=$2 p r pids=()
+	shift 2
+	p=$(free_port)
+	for ((r = n - 1; r >= 0; r--)); do
+		MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
+			timeout "$secs" "$ASYNCPP" train -q "$@" > out$r.txt 2> err$r.txt &
+		pids[r]=$!
+	done
+	rcs=""
+	for ((r = 0; r < n; r++)); do
+		wait ${pids[r]}
+		rcs="$rcs$? "
+	done
+	rcs=${rcs% }
+}
 # kjv_text OUT BYTES: the first BYTES of the King James Bible's text (verse
 # references cut) into OUT, from Debian's bible-kjv; 1 when it is missing
 kjv_text() {

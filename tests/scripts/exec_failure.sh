@@ -68,56 +68,32 @@ for dp in 1 2; do
 done
 
 # TCP: rank 1 fails; each rank exits 1, rank 0 says another rank failed
-port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-		2> /dev/null || echo $((20000 + RANDOM % 40000))
-}
 export ASYNCPP_CONNECT_TIMEOUT=30
 rm -rf tcp
-p=$(port)
-pids=()
-for r in 1 0; do
-	ASYNCPP_FAULT=segment:9:1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=2 \
-		LOCAL_RANK=$r timeout 120 $A train -q "${RUN[@]}" --set pipeline.transport=tcp \
-		--set train.out_dir=tcp 2> err$r.txt &
-	pids[r]=$!
-done
-wait ${pids[0]}
-rc0=$?
-wait ${pids[1]}
-rc1=$?
-if [ "$rc0 $rc1" = "1 1" ] &&
+ASYNCPP_FAULT=segment:9:1 tcp_launch 2 120 "${RUN[@]}" --set pipeline.transport=tcp \
+	--set train.out_dir=tcp
+if [ "$rcs" = "1 1" ] &&
    grep -q "rank 1: cannot start the segment of steps 9 to .*ASYNCPP_FAULT" err1.txt &&
    grep -q "rank 0: stopping: another rank failed to start the segment" err0.txt &&
    ! grep -q "waited .* which never came" err0.txt err1.txt && kept tcp; then
 	pass exec_failure_tcp_every_rank_fails_with_the_cause
 else
 	fail exec_failure_tcp_every_rank_fails_with_the_cause \
-		"exits $rc0 $rc1: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
+		"exits $rcs: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
 fi
 
 # TCP: rank 1 cannot set up its board; rank 0, with its own, stops too
 rm -rf tcpatt
-pids=()
-p=$(port)
-for r in 1 0; do
-	ASYNCPP_FAULT=attach:0:1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=2 \
-		LOCAL_RANK=$r timeout 120 $A train -q "${RUN[@]}" --set pipeline.transport=tcp \
-		--set train.out_dir=tcpatt 2> err$r.txt &
-	pids[r]=$!
-done
-wait ${pids[0]}
-rc0=$?
-wait ${pids[1]}
-rc1=$?
-if [ "$rc0 $rc1" = "1 1" ] &&
+ASYNCPP_FAULT=attach:0:1 tcp_launch 2 120 "${RUN[@]}" --set pipeline.transport=tcp \
+	--set train.out_dir=tcpatt
+if [ "$rcs" = "1 1" ] &&
    grep -q "rank 1: cannot set up the step-finish board: a fault injected" err1.txt &&
    grep -q "rank 0: stopping: another rank could not set up the step-finish board" err0.txt &&
    ! ls tcpatt/ckpt-* > /dev/null 2>&1; then
 	pass exec_failure_tcp_attach_fails_every_rank
 else
 	fail exec_failure_tcp_attach_fails_every_rank \
-		"exits $rc0 $rc1: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
+		"exits $rcs: $(head -c 300 err0.txt) | $(head -c 300 err1.txt)"
 fi
 
 if ! command -v mpirun > /dev/null 2>&1; then

@@ -97,26 +97,7 @@ else
 fi
 
 # 2. TCP, torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
-port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-		2> /dev/null || echo $((20000 + RANDOM % 40000))
-}
-launch() { # N ARGS...: rank r's stderr in err$r.txt; rcs: every exit status
-	local n=$1 p r pids=()
-	shift
-	p=$(port)
-	for ((r = n - 1; r >= 0; r--)); do
-		MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
-			timeout 120 $A train -q "$@" > out$r.txt 2> err$r.txt &
-		pids[r]=$!
-	done
-	rcs=""
-	for ((r = 0; r < n; r++)); do
-		wait ${pids[r]}
-		rcs="$rcs$? "
-	done
-	rcs=${rcs% }
-}
+launch() { tcp_launch "$1" 120 "${@:2}"; } # N ARGS... (lib.sh)
 for k in 1f1b zb-h1; do
 	name=tcp_ep2_${k}_S2_dp2
 	args=(--set train.schedule=$k --set pipeline.stages=2)

@@ -20,29 +20,8 @@ TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set mo
       --set train.batch_size=4 --set log.every=5 --set train.threads=1)
 export ASYNCPP_CONNECT_TIMEOUT=30
 
-port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-		2> /dev/null || echo $((20000 + RANDOM % 40000))
-}
-
-# launch N ARGS...: N ranks on 127.0.0.1; rank r's stderr in err$r.txt;
-# rcs gets every rank's exit status ("0 0 ...")
-launch() {
-	local n=$1 p r pids=()
-	shift
-	p=$(port)
-	for ((r = n - 1; r >= 0; r--)); do
-		MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r \
-			timeout 300 $A train -q "$@" > out$r.txt 2> err$r.txt &
-		pids[r]=$!
-	done
-	rcs=""
-	for ((r = 0; r < n; r++)); do
-		wait ${pids[r]}
-		rcs="$rcs$? "
-	done
-	rcs=${rcs% }
-}
+# launch N ARGS...: N ranks on 127.0.0.1 (lib.sh tcp_launch)
+launch() { tcp_launch "$1" 300 "${@:2}"; }
 
 zeros() { [ "$rcs" = "$(printf '0 %.0s' $(seq "$1") | sed 's/ $//')" ]; }
 
@@ -128,7 +107,7 @@ wait_for() {
 # that a signal reaches asyncpp itself)
 long_pair() {
 	local p
-	p=$(port)
+	p=$(free_port)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=1 WORLD_SIZE=2 $A train -q "${LONG[@]}" "$@" \
 		> /dev/null 2> err1.txt &
 	pid1=$!

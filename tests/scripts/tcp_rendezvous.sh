@@ -15,15 +15,10 @@ PIPE=(--set train.schedule=1f1b --set pipeline.stages=2 --set pipeline.micro_bat
 export ASYNCPP_CONNECT_TIMEOUT=20
 
 # a port nobody listens on: bind port 0 and let it go
-port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-		2> /dev/null || echo $((20000 + RANDOM % 40000))
-}
-
 # two ranks; $1 and $2: extra options of rank 0 and rank 1
 pair() {
 	local p
-	p=$(port)
+	p=$(free_port)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 \
 		$A train -q "${TINY[@]}" "${PIPE[@]}" $2 > out1.txt 2> err1.txt &
 	local pid=$!
@@ -70,7 +65,7 @@ else
 	fail tcp_missing_master_port_named "exit $rc: $(head -c 300 err.txt)"
 fi
 
-ASYNCPP_CONNECT_TIMEOUT=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) RANK=1 WORLD_SIZE=2 \
+ASYNCPP_CONNECT_TIMEOUT=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) RANK=1 WORLD_SIZE=2 \
 	$A train -q "${TINY[@]}" "${PIPE[@]}" --set train.out_dir=alone > /dev/null 2> err.txt
 rc=$?
 if [ $rc -eq 1 ] && grep -q "could not connect to rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:" err.txt; then
