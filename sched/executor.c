@@ -36,15 +36,16 @@
  * completion stays lazy, so 2bw keeps its pipeline full.
  *
  * Under MPI or TCP (tr->dist, the process's runtime: dist.h) process
- * rank = r*S + s runs stage s of replica r on its main thread; the
- * transport, board and replica group it keeps between segments belong to
- * that runtime (mpi_attach, dist_set_pipeline). Every process builds only
- * its own stage's worker (trainer_init_on: same seed, same initial
- * weights). Rank 0 writes checkpoints from what the other ranks of replica
- * 0 send (pipeline_save) and collects the per-stage statistics, which are
- * replica 0's. After a segment the last rank of each replica broadcasts
- * its losses, so every rank returns the same statistics and the same
- * result. Evaluation runs forward-only action lists (sched_build_forward)
+ * rank = r*stages + s runs stage s of replica r (its V pieces: stages =
+ * S / V) on its main thread; the transport, board and replica group it
+ * keeps between segments belong to that runtime (mpi_attach,
+ * dist_set_pipeline). Every process builds only its stage's pieces'
+ * workers (trainer_init_on: same seed, same initial weights). Rank 0
+ * writes checkpoints from what the other ranks of replica 0 send
+ * (pipeline_save) and collects the per-piece statistics, which are replica
+ * 0's. After a segment the rank holding each replica's last piece (zb-v:
+ * the replica's stage 0) broadcasts its losses, so every rank returns the
+ * same statistics and the same result. Evaluation runs forward-only action lists (sched_build_forward)
  * through the same stage code (eval_stage) on a thread per stage or on
  * each rank, and a save the same gather, whatever the processes.
  *
@@ -674,7 +675,7 @@ static int attach_agreed(const struct dist *d, int failed, const char *what)
 
 /* First use of tr under MPI (every rank reaches it at the same call): set
  * up the transport, the board and the replica group. The process holds
- * only its own stage's worker (trainer_init). 0, or -1 after error()
+ * only its own stage's pieces' workers (trainer_init). 0, or -1 after error()
  * (what was made is undone); the caller agrees on it with the other ranks
  * (dist_agree). */
 static int mpi_attach(struct trainer *tr)
@@ -1134,42 +1135,44 @@ out:
 
 /* ---- evaluation: one path for threads and processes ---- */
 
-/* One stage's part of an evaluation: its forward-only action list
+/* One stage's part of an evaluation: its forward-only action lists
  * (sched_build_forward), on the newest weights and slot 0 as
  * trainer_eval's forward_all does, activations passed on tp; the last
- * piece writes each batch's loss. The list's micro-batch j is replica r's
- * batch r + j*N (the replicas hold the same weights); a batch past the
- * evaluation's end is left out by every stage alike. */
+ * piece writes each batch's loss. Replica r's j-th batch is r + j*N (the
+ * replicas hold the same weights); a batch past the evaluation's end is
+ * left out by every stage alike. The lists come in windows of batches
+ * (batches do not wait on one another), so that a long evaluation never
+ * holds more than a window's actions. */
 struct eval_ctx {
 	struct trainer *tr;
-	const struct schedule *sc; /* the forward-only lists */
 	struct dataloader *data;
 	struct transport *tp;     /* the replica's */
 	int r, s, batches;        /* replica, stage */
 	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
 	float *losses;            /* [batches] */
-	int failed;               /* a message buffer could not be had */
+	int failed;               /* a message buffer or a list could not be had */
+	int32_t *host_in, *host_tg;
 };
 
-static void *eval_stage(void *arg)
+/* The stage's actions of one window of sc's lists, whose micro-batch j is
+ * replica batch `first` + j. */
+static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first)
 {
-	struct eval_ctx *e = arg;
 	struct trainer *tr = e->tr;
 	const struct backend *be = tr->be;
 	int S = tr->S;
 	struct transport *tp = e->tp;
 	size_t bt = (size_t)tr->B * (size_t)tr->T;
 	size_t act_bytes = bt * (size_t)tr->m->cfg.C * act_size(be);
-	backend_lane_bind(be, e->s); /* this thread's ops (one lane between processes) */
-	int32_t *host_in = xmalloc(bt * sizeof(int32_t)), *host_tg = xmalloc(bt * sizeof(int32_t));
+	int32_t *host_in = e->host_in, *host_tg = e->host_tg;
 	void *x_in = NULL, *x_out = NULL;
 	int n;
-	const struct sched_action *a = sched_actions(e->sc, e->s, &n);
+	const struct sched_action *a = sched_actions(sc, e->s, &n);
 	for (int i = 0; i < n && !e->failed; i++) {
-		int batch = e->r + a[i].mb * tr->N;
+		int batch = e->r + (first + a[i].mb) * tr->N;
 		if (batch >= e->batches)
 			continue;
-		int q = sched_piece(e->sc, e->s, a[i].chunk), last = q == S - 1;
+		int q = sched_piece(sc, e->s, a[i].chunk), last = q == S - 1;
 		switch (a[i].op) {
 		case SCHED_RECV_ACT:
 			e->failed = !(x_in = tp->recv(tp, q, q - 1, MSG_ACT, batch, NULL));
@@ -1214,10 +1217,35 @@ static void *eval_stage(void *arg)
 			    sched_op_name(a[i].op));
 		}
 	}
-	free(host_in);
-	free(host_tg);
-	if (e->failed && tp->abort)
-		tp->abort(tp); /* the other stages of the replica stop waiting */
+}
+
+static void *eval_stage(void *arg)
+{
+	struct eval_ctx *e = arg;
+	struct trainer *tr = e->tr;
+	size_t bt = (size_t)tr->B * (size_t)tr->T;
+	backend_lane_bind(tr->be, e->s); /* this thread's ops (one lane between processes) */
+	e->host_in = xmalloc(bt * sizeof(int32_t));
+	e->host_tg = xmalloc(bt * sizeof(int32_t));
+	/* every stage the same windows: the same lists on every rank */
+	int per_replica = (e->batches + tr->N - 1) / tr->N;
+	int window = (int)MAX(1, MIN(1024L, SCHED_MAX_CELLS / 4 / tr->S));
+	for (int first = 0; first < per_replica && !e->failed; first += window) {
+		char err[256];
+		struct schedule *sc = sched_build_forward(tr->kind, tr->stages, tr->V,
+							  MIN(window, per_replica - first), err,
+							  sizeof(err));
+		if (!sc) {
+			e->failed = error("cannot plan the evaluation: %s", err) != 0;
+			break;
+		}
+		eval_window(e, sc, first);
+		sched_free(sc);
+	}
+	free(e->host_in);
+	free(e->host_tg);
+	if (e->failed && e->tp->abort)
+		e->tp->abort(e->tp); /* the other stages of the replica stop waiting */
 	return NULL;
 }
 
@@ -1300,16 +1328,10 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	/* the stages this process runs: replica r, stage s, i = r*stages + s
 	 * in [lo, hi) */
 	int lo = mpi ? dist_rank(d) : 0, hi = mpi ? lo + 1 : N * stages;
-	/* the same lists on every rank: replica r's j-th batch is r + j*N */
-	char err[256];
-	struct schedule *sc = sched_build_forward(tr->kind, stages, tr->V, (batches + N - 1) / N,
-						  err, sizeof(err));
-	if (!sc)
-		bug("%s", err); /* the trainer's own layout */
 	float *losses = xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float));
 	struct eval_ctx *ctx = xcalloc((size_t)(N * stages), sizeof(*ctx));
 	for (int i = lo; i < hi; i++)
-		ctx[i] = (struct eval_ctx){.tr = tr, .sc = sc, .data = data, .r = i / stages,
+		ctx[i] = (struct eval_ctx){.tr = tr, .data = data, .r = i / stages,
 					   .s = i % stages, .batches = batches, .losses = losses};
 	int before = backend_lane_current(tr->be); /* bound again when done */
 	int failed = dist_agree(d, eval_alloc(ctx, lo, hi), "to start the evaluation");
@@ -1328,7 +1350,6 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	backend_lane_bind(tr->be, before);
 	eval_release(ctx, lo, hi);
 	free(ctx);
-	sched_free(sc);
 	/* between processes: every replica's losses from the rank of its last piece */
 	float *got = mpi && N > 1 ? xcalloc((size_t)(batches > 0 ? batches : 1), sizeof(float))
 				  : losses;
@@ -1357,17 +1378,19 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 
 /* ---- checkpoints: one path for threads and processes ---- */
 
-/* Checkpoints: one path for a process that holds every stage (threads)
- * and for one stage per process. Rank 0 writes the file from the stages it
- * holds and from what the other ranks of replica 0 send, in checkpoint
- * order, so no rank ever holds more than its own stage (gather_weights,
- * gather_states: a stage's part comes from its worker where this process
- * holds it, else from its rank). Rank s > 0 sends, for each
- * weight version (back = 0, 1, ...): a weights_head and its own parameters'
- * floats, which are contiguous in the global arena from base_off; then each
- * optimizer-state tensor as a tensor_head and its floats, and an end
- * header. Rank 0 receives the versions stage after stage and the states
- * stage after stage: MPI keeps each sender's messages in order. */
+/* Checkpoints: one path for a process that holds every piece (threads)
+ * and for one stage's pieces per process. Rank 0 writes the file from the
+ * pieces it holds and from what the other ranks of replica 0 send, in
+ * checkpoint order, so no rank ever holds more than its own stage's
+ * (gather_weights, gather_states: a piece's part comes from its worker
+ * where this process holds it, else from its stage's rank). Rank s > 0
+ * sends, for each weight version (back = 0, 1, ...) and each of its pieces
+ * in piece order: a weights_head and the piece's own parameters' floats,
+ * which are contiguous in the global arena from base_off; then, piece
+ * after piece, each optimizer-state tensor as a tensor_head and its
+ * floats, and an end header. Rank 0 receives the versions piece after
+ * piece and the states piece after piece: MPI and TCP keep each sender's
+ * messages in order. */
 struct weights_head {
 	size_t base_off, count;
 };

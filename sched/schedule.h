@@ -130,8 +130,8 @@
  *              up to min(S, M) micro-batches in flight.
  * The executor runs them all (sched/executor.c): B and W with
  * stage_backward_input and _weight, the slot free after W; with V chunks
- * each piece is a worker of its own and a stage's thread runs its list on
- * them (threads only yet: trainer.c refuses chunks between processes).
+ * each piece is a worker of its own and a stage's thread (or process) runs
+ * its list on them.
  */
 #ifndef ASYNCPP_SCHEDULE_H
 #define ASYNCPP_SCHEDULE_H

@@ -140,8 +140,8 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 		tr->piece_stage[q] = probe ? sched_piece_stage(probe, q) : q;
 		tr->piece_chunk[q] = probe ? sched_piece_chunk(probe, q) : 0;
 	}
-	/* the one place a run's cut is made (train.c builds the same one for
-	 * the weights an MPI rank initialises) */
+	/* the one place a run's cut is made (a process of a multi-process run
+	 * initialises its pieces' weights from it, below) */
 	int cut_rc;
 	if (tr->V > 1) {
 		/* the existing cut code over S pieces: pipeline.layers lists

@@ -7,8 +7,9 @@
  * same way whatever the board; a board only carries the data between the
  * stages, per (global, 1-based) optimizer step:
  *
- *   tied_post  stage 0 posts the raw embedding part of wte's gradient, the
- *              last stage the raw head part (S > 1 with tied weights only);
+ *   tied_post  piece 0 posts the raw embedding part of wte's gradient, the
+ *              last piece the raw head part (S > 1 with tied weights only;
+ *              under zb-v both are stage 0's);
  *              the board copies it
  *   tied_wait  the other end's part (stage 0 needs it before its sums of
  *              squares, the last stage when it completes the step); blocks

@@ -7,9 +7,10 @@
  * embedding parts. Everything is nonblocking: post and tied_post only start
  * the messages, and the executor waits for them when it completes the step,
  * lazily, as it does with threads. The messages of step i of the segment
- * carry tag 2i (sums) or 2i+1 (tied part) on a channel of the board's own;
- * messages with the same source and tag arrive in order, and every
- * rank posts its steps in order, so tags may wrap.
+ * carry tag (i mod the wrap) * 2V + 2 * chunk + (0: sums, 1: tied part) on
+ * a channel of the board's own; messages with the same source and tag
+ * arrive in order, and every rank posts its steps in order, so tags may
+ * wrap.
  *
  * The board's pipeline has P model pieces on S stages (pieces.h; P = S
  * unless stages hold several chunks): piece q is posted by stage

@@ -22,7 +22,8 @@
  * Every member of a group calls its hook (moe.h: struct moe_ep) at the
  * same point of the same pass: the replicas run the same action lists
  * (executor.c), and a hook call is matched with the others' in the order
- * they are made, per model piece.
+ * they are made (between processes a rank's pieces share one channel:
+ * the calls match in the rank's order of calls, the same on every member).
  */
 #ifndef ASYNCPP_EXPERTS_H
 #define ASYNCPP_EXPERTS_H

@@ -49,8 +49,9 @@ struct nccl_world {
 	int rank, stages, replicas;      /* this process; the world's shape */
 	int stage, replica;              /* rank % stages, rank / stages */
 	int P;                           /* model pieces per pipeline (pieces.h) */
-	int *piece_stage;                /* [P] the stage of each piece; NULL: piece s
-					  * is stage s */
+	int *piece_stage;                /* [P] the stage of each piece; NULL in a world
+					  * made by hand (test_cuda_nccl): piece s is
+					  * stage s */
 	/* [2 * stages]: kind (MSG_ACT, MSG_GRAD) * stages + the peer's stage;
 	 * NULL where this stage sends (receives) nothing of that kind to
 	 * (from) that stage */

@@ -53,7 +53,8 @@ void nccl_plan_make(struct nccl_plan *plan, const struct pieces *pc)
 				continue;
 			int r = 0;
 			while (busy[(size_t)a * (S + 1) + r] || busy[(size_t)b * (S + 1) + r])
-				r++;
+				if (++r > S) /* a stage has at most S - 1 peers */
+					bug("stages %d and %d find no common round", a, b);
 			busy[(size_t)a * (S + 1) + r] = busy[(size_t)b * (S + 1) + r] = 1;
 			plan->rounds = MAX(plan->rounds, r + 1);
 			/* activations a -> b and their gradients b -> a, then the
@@ -184,9 +185,11 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pie
 			     rank);
 	}
 	int world = stages * replicas;
-	if (one_gpu_each(d, rank, world)) {
+	int no_gpu = one_gpu_each(d, rank, world) != 0;
+	if (dist_max_int(d, no_gpu)) { /* agreed before the ids' broadcasts, as above */
 		nccl_world_close(w);
-		return -1;
+		return no_gpu ? -1 : error("rank %d: another rank could not tell its GPU apart (its "
+					   "message says why)", rank);
 	}
 	struct nccl_plan plan;
 	nccl_plan_make(&plan, pc);

@@ -49,7 +49,12 @@ struct replicas {
 	 * started since the last finish. Each element is summed in replica
 	 * order as allreduce sums it, so any split into buckets gives
 	 * allreduce's bits. Every replica of stage s starts the same buckets in
-	 * the same order. */
+	 * the same order. Between processes a rank keeps one list of buckets
+	 * for all the pieces of its stage (pieces.h): a piece's finish
+	 * completes its siblings' buckets too (their later finish finds none),
+	 * so no piece may allreduce while a sibling's buckets are in flight;
+	 * the executor's OPTIM_STEP posts every piece of the stage in one go
+	 * after every piece's last backward, which keeps that true. */
 	void (*bucket)(struct replicas *x, int r, int s, float *g, size_t n, double *waited);
 	void (*finish)(struct replicas *x, int r, int s, double *waited);
 	void (*destroy)(struct replicas *x);
