@@ -151,11 +151,13 @@ int train_setup_data(struct run *r)
 	if (B < 1 || T < 1)
 		return error("train.batch_size and model.seq_len must be positive");
 	enum data_load load = data_load_parse(cfg->data_load);
-	/* Under MPI a rank that runs neither the first stage (inputs) nor the
+	/* Under MPI a rank that runs neither the first piece (inputs) nor the
 	 * last (targets) never reads a token: it opens the shards for their
-	 * sizes only, instead of holding a copy of the data. */
+	 * sizes only, instead of holding a copy of the data. The last piece is
+	 * the last stage's, but stage 0's under zb-v (its V turns back). */
 	int S = (int)cfg->pipeline_stages, s = dist_rank(r->dist) % MAX(S, 1);
-	if (dist_active(r->dist) && strcmp(cfg->train_schedule, "none") && s != 0 && s != S - 1)
+	int last = strcmp(cfg->train_schedule, "zb-v") ? S - 1 : 0;
+	if (dist_active(r->dist) && strcmp(cfg->train_schedule, "none") && s != 0 && s != last)
 		load = DATA_LOAD_STREAM;
 	if (dataloader_open_named(&r->train, "the training data, data.train", cfg->data_train, B,
 				  T, (uint64_t)cfg->train_seed, 1, load))
