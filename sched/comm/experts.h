@@ -66,7 +66,8 @@ struct experts *experts_local(const struct backend *be, int N, int P, int S, int
  * per pass); it keeps nothing of a member's rows between passes: the
  * forward returns the experts' hidden rows (h, act) with y, and the
  * backward sends them again with dy (the member's activation memory holds
- * them, as with P = 1). Host backends only (cpu). Collective: every rank
+ * them, as with P = 1). A device backend's rows are staged through host
+ * memory (dist_backend_is_host). Collective: every rank
  * creates its group at the same point. A wait longer than timeout seconds
  * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
  * job. NULL after error(). */
