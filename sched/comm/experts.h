@@ -76,4 +76,12 @@ struct pieces;
 struct experts *experts_p2p(const struct dist *d, const struct backend *be, int N, int P,
 			    const struct pieces *pc, int E, int rank, double timeout);
 
+/* One stage per GPU process, over NCCL (pipeline.transport = nccl;
+ * experts_nccl.c): the same exchange as experts_p2p, on the stage's dp
+ * channel of w (whose ranks are the N replicas), from and into device
+ * memory. w outlives it. NULL after error() (a build without CUDA). */
+struct nccl_world;
+struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int P,
+			     const struct pieces *pc, int E, double timeout);
+
 #endif
