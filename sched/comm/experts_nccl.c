@@ -5,13 +5,17 @@
  * made in the same order, on the stage's dp channel (its ranks are the N
  * replicas; member k of replica r's group is channel rank r - r % P + k),
  * with grouped sends and receives straight from and into device memory:
- *   1. the counts: this member's E+1 to the device, swapped with every
- *      other member's, back to the host (the GEMMs' shapes);
- *   2. one group: each owner k gets this member's block of every input
- *      of the pass, each member's block of this member's experts arrives;
- *      meanwhile this member's experts run on its own rows;
+ *   1. the counts: this member's E+1 and its rows' key (experts_p2p.c)
+ *      to the device, swapped with every other member's, back to the host
+ *      (the GEMMs' shapes, the kept blocks);
+ *   2. one group: each owner k gets this member's block of the pass's
+ *      input (forward xd, backward dy, weight nothing), each member's
+ *      block of this member's experts arrives into the block the owner
+ *      keeps for it (experts_plan.h: ep_store); meanwhile this member's
+ *      experts run on its own rows;
  *   3. this member's experts run on each member's block (member order),
- *      then one group sends the outputs back and receives this member's.
+ *      then one group sends the outputs back (forward y, backward dxd) and
+ *      receives this member's.
  * Each group ends with a mark on the channel that the host waits for
  * under pipeline.timeout (a member that never comes is named and the job
  * aborts, nccl.h); every transfer is queued after the compute stream's
@@ -54,10 +58,11 @@ struct acc {
 	float *buf;       /* device [P][E/P * n]: member k's at k (this member's unused) */
 };
 
+/* Member k's block during a pass: its kept part and the pass's scratch. */
 struct block {
-	int32_t cnt[4097]; /* counts of this member's experts in member k's rows, from 0 */
-	size_t rows, cap;  /* rows of the block; bytes of mem */
-	char *mem;         /* device: inputs, outputs, scratch (experts_plan.h) */
+	struct ep_kept *e;
+	size_t cap;        /* bytes of mem */
+	char *mem;         /* device, ep_scratch_bytes */
 };
 
 struct nccl_experts {
@@ -68,9 +73,10 @@ struct nccl_experts {
 	int q, g0;            /* member q of the group of replicas g0 .. g0 + P - 1 */
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
-	int32_t *counts;      /* host [P][E+1] the members' counts of the pass */
+	int32_t *counts;      /* host [P][E+3] the members' counts of the pass, then their key */
 	int32_t *dcounts;     /* device, the same */
 	struct block *blk;    /* [P] */
+	struct ep_store kept; /* the other members' kept blocks */
 	struct acc *acc;
 	int n_acc;
 	int aborted;
@@ -133,6 +139,12 @@ static float *acc_of(struct nccl_experts *m, const float *key, size_t n, int k)
 	return m->acc[m->n_acc++].buf + (size_t)k * per;
 }
 
+/* Buffer f of member k's block at this owner */
+static char *block_field(const struct block *b, const struct moe_dims *d, int f)
+{
+	return (ep_is_kept(f) ? b->e->mem : b->mem) + ep_offset(d, b->e->rows, f);
+}
+
 static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		     const float *fcw, const float *fcprojw)
 {
@@ -142,20 +154,24 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 	const struct backend *be = m->be;
 	int P = m->x.P, E = m->E, q = m->q, e0 = m->e0, G = E / P, k;
 	struct ep_plan pl = ep_plan_of(pass);
-	size_t De = (size_t)d->De, C = (size_t)d->C, in_b, out_b, cb;
+	size_t De = (size_t)d->De, C = (size_t)d->C, cs = (size_t)E + 3, cb;
+	uint64_t key = (uint64_t)(uintptr_t)R->xd;
+	int32_t mine[E + 3];
 	if (d->E != E)
 		bug("an expert pass over %d experts in a group made for %d", d->E, E);
 	if (m->aborted)
 		return;
 
-	/* 1. the counts */
-	cb = (size_t)(E + 1) * sizeof(int32_t);
-	be->to_device(m->dcounts + (size_t)q * (E + 1), R->count, cb);
+	/* 1. the counts, with the key of this member's rows */
+	cb = cs * sizeof(int32_t);
+	memcpy(mine, R->count, (size_t)(E + 1) * sizeof(int32_t));
+	memcpy(mine + E + 1, &key, sizeof(key));
+	be->to_device(m->dcounts + (size_t)q * cs, mine, cb);
 	group_start(m);
 	for (k = 0; k < P; k++)
 		if (k != q) {
-			queue(m, 0, m->dcounts + (size_t)k * (E + 1), cb, k);
-			queue(m, 1, m->dcounts + (size_t)q * (E + 1), cb, k);
+			queue(m, 0, m->dcounts + (size_t)k * cs, cb, k);
+			queue(m, 1, m->dcounts + (size_t)q * cs, cb, k);
 		}
 	wait_mark(m, group_end(m), "the other experts' owners' row counts");
 	be->to_host(m->counts, m->dcounts, (size_t)P * cb);
@@ -163,33 +179,43 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 	/* 2. blocks out and in; this member's own rows meanwhile */
 	for (k = 0; k < P; k++) {
 		struct block *b = &m->blk[k];
+		const int32_t *ck = m->counts + (size_t)k * cs;
+		uint64_t kk;
 		if (k == q)
 			continue;
-		b->rows = ep_block_counts(m->counts + (size_t)k * (E + 1), e0, G, b->cnt);
-		size_t bytes = ep_block_bytes(&pl, d, b->rows, &in_b, &out_b);
-		if (bytes > b->cap) {
+		memcpy(&kk, ck + E + 1, sizeof(kk));
+		b->e = ep_store_get(&m->kept, be, d, pass, k, kk, ck, e0, G);
+		if (!b->e && pass != MOE_PASS_FORWARD)
+			bug("replica %d's rows of a backward were never forwarded to replica %d",
+			    m->g0 + k, m->w->replica);
+		if (!b->e)
+			nccl_fail("rank %d: cannot allocate replica %d's rows of its experts",
+				  m->w->rank, m->g0 + k);
+		if (pass != MOE_PASS_FORWARD && b->e->rows != (size_t)(ck[m->e1] - ck[e0]))
+			bug("replica %d's rows changed from its forward to its backward", m->g0 + k);
+		size_t bytes = ep_scratch_bytes(d, b->e->rows);
+		if (bytes > b->cap || !b->mem) {
 			if (b->mem)
 				be->free(b->mem);
-			if (!(b->mem = be->alloc(bytes)))
+			b->cap = bytes > b->cap ? bytes : b->cap;
+			if (!(b->mem = be->alloc(b->cap ? b->cap : 1)))
 				nccl_fail("rank %d: cannot allocate %zu bytes for the experts' rows",
-					  m->w->rank, bytes);
-			b->cap = bytes;
+					  m->w->rank, b->cap);
 		}
 	}
 	group_start(m);
 	for (k = 0; k < P; k++) {
 		struct block *b = &m->blk[k];
-		size_t lo, rows, boff = 0;
+		size_t lo, rows;
 		if (k == q)
 			continue;
 		ep_own_range(R->count, G, k, &lo, &rows);
 		for (int i = 0; i < pl.n_in; i++) {
 			size_t w = ep_field_width(d, pl.in[i]);
-			if (b->rows)
-				queue(m, 0, b->mem + boff, b->rows * w, k);
+			if (b->e->rows)
+				queue(m, 0, block_field(b, d, pl.in[i]), b->e->rows * w, k);
 			if (rows)
 				queue(m, 1, row_of(R, pl.in[i], lo, w), rows * w, k);
-			boff += b->rows * w;
 		}
 	}
 	struct cuda_nccl_event *ev = group_end(m);
@@ -199,50 +225,44 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 	/* 3. every other member's block, then the outputs back */
 	for (k = 0; k < P; k++) {
 		struct block *b = &m->blk[k];
-		struct moe_rows br = {.d = d, .count = b->cnt};
-		int f[9], nf = 0;
-		size_t boff = 0;
+		struct moe_rows br = {.d = d};
 		if (k == q)
 			continue;
-		for (int i = 0; i < pl.n_in; i++)
-			f[nf++] = pl.in[i];
-		for (int i = 0; i < pl.n_out; i++)
-			f[nf++] = pl.out[i];
-		for (int i = 0; i < pl.n_tmp; i++)
-			f[nf++] = pl.tmp[i];
-		for (int i = 0; i < nf; i++) {
-			*ep_field(&br, f[i]) = b->mem + boff;
-			boff += b->rows * ep_field_width(d, f[i]);
-		}
+		br.count = b->e->cnt;
+		for (int f = 0; f < EP_NFIELD; f++)
+			*ep_field(&br, f) = block_field(b, d, f);
 		if (R->gfcw)
 			br.gfcw = acc_of(m, R->gfcw, 2 * De * C, k);
 		if (R->gfcprojw)
 			br.gfcprojw = acc_of(m, R->gfcprojw, C * De, k);
-		if (b->rows)
+		if (b->e->rows)
 			moe_experts(be, pass, &br, fcw ? fcw + (size_t)e0 * 2 * De * C : NULL,
 				    fcprojw ? fcprojw + (size_t)e0 * C * De : NULL, 0, G);
 	}
-	if (!pl.n_out)
-		return;
-	group_start(m);
-	for (k = 0; k < P; k++) {
-		struct block *b = &m->blk[k];
-		size_t lo, rows, woff;
-		if (k == q)
-			continue;
-		ep_block_bytes(&pl, d, b->rows, &in_b, &out_b);
-		woff = in_b;
-		ep_own_range(R->count, G, k, &lo, &rows);
-		for (int i = 0; i < pl.n_out; i++) {
-			size_t w = ep_field_width(d, pl.out[i]);
-			if (rows)
-				queue(m, 0, row_of(R, pl.out[i], lo, w), rows * w, k);
-			if (b->rows)
-				queue(m, 1, b->mem + woff, b->rows * w, k);
-			woff += b->rows * w;
+	if (pl.n_out) {
+		group_start(m);
+		for (k = 0; k < P; k++) {
+			struct block *b = &m->blk[k];
+			size_t lo, rows;
+			if (k == q)
+				continue;
+			ep_own_range(R->count, G, k, &lo, &rows);
+			for (int i = 0; i < pl.n_out; i++) {
+				size_t w = ep_field_width(d, pl.out[i]);
+				if (rows)
+					queue(m, 0, row_of(R, pl.out[i], lo, w), rows * w, k);
+				if (b->e->rows)
+					queue(m, 1, block_field(b, d, pl.out[i]), b->e->rows * w, k);
+			}
 		}
+		wait_mark(m, group_end(m), "the outputs of the other ranks' experts");
 	}
-	wait_mark(m, group_end(m), "the outputs of the other ranks' experts");
+	/* the kept blocks the members need no more; their memory stays for the
+	 * next forward, which the transfers above precede on every stream */
+	if (ep_releases(pass, R->gfcw != NULL))
+		for (k = 0; k < P; k++)
+			if (k != q)
+				m->blk[k].e->used = 0;
 }
 
 static int holds(const struct nccl_experts *m, int r, int s)
@@ -298,6 +318,7 @@ static void nccl_destroy(struct experts *x)
 		if (m->blk[k].mem)
 			m->be->free(m->blk[k].mem);
 	free(m->blk);
+	ep_store_free(&m->kept, m->be);
 	free(m->counts);
 	if (m->dcounts)
 		m->be->free(m->dcounts);
@@ -310,9 +331,6 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 	int N = w->replicas;
 	if (P < 1 || N % P || E % P)
 		bug("expert parallelism over %d of %d replicas with %d experts", P, N, E);
-	if (E / P + 1 > (int)(sizeof(((struct block *)0)->cnt) / sizeof(int32_t)))
-		return error("model.n_expert = %d over model.expert_parallel = %d: at most 4096 "
-			     "experts per rank", E, P), NULL;
 	if (!w->dp)
 		return error("internal error: expert parallelism over NCCL without a dp channel"),
 		       NULL;
@@ -329,9 +347,9 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 	m->e0 = m->q * (E / P);
 	m->e1 = m->e0 + E / P;
 	m->timeout = timeout;
-	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 1), sizeof(int32_t));
+	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 3), sizeof(int32_t));
 	m->blk = xcalloc((size_t)P, sizeof(*m->blk));
-	if (!(m->dcounts = be->alloc(st_mult((size_t)P, (size_t)E + 1) * sizeof(int32_t)))) {
+	if (!(m->dcounts = be->alloc(st_mult((size_t)P, (size_t)E + 3) * sizeof(int32_t)))) {
 		nccl_destroy(&m->x);
 		return NULL;
 	}

@@ -2,16 +2,23 @@
  * the point-to-point messages of p2p.h (MPI, or TCP without MPI).
  *
  * A pass of member q (its rows R, dispatched by expert; its weights):
- *   1. the members swap their E+1 row counts (the rows of owner k's
- *      experts are R's rows [count[e0_k], count[e1_k]), one block);
- *   2. q sends each owner k its block of every input the pass reads
- *      (forward: xd; backward: dy, act, h, xd; weight: dy, act, dh, xd)
- *      and receives every member's block of its own experts, while it
- *      runs its experts on its own rows in place;
+ *   1. the members swap their E+1 row counts and the key of their rows
+ *      (the address of R's xd: its activation slot's, the same in the
+ *      forward, the backward and the weight part of one micro-batch);
+ *      owner k's experts' rows are R's rows [count[e0_k], count[e1_k]);
+ *   2. q sends each owner k its block of the pass's input (forward: xd;
+ *      backward: dy; weight: nothing) and receives every member's block
+ *      of its own experts, while it runs its experts on its own rows;
  *   3. it runs its experts on each member's block (member order), as a
  *      GEMM of the same rows with the same weights as that member would,
- *      and sends the outputs back (forward: y, h, act; backward: dxd, dh),
- *      receiving its own blocks' outputs into R in place.
+ *      and sends the output back (forward: y; backward: dxd), receiving
+ *      its own blocks' outputs into R in place.
+ * An owner keeps what else a member's later passes need (experts_plan.h:
+ * xd, h and act from the forward; dy and dh from a backward without
+ * weight gradients, for the weight part), found by the member's key, and
+ * lets it go after the member's last pass of those rows, so each row
+ * travels once each way per pass. Its bits are those the round trip
+ * would bring back.
  * Weight gradients of member k's rows accumulate into an accumulator for
  * k (one per gradient tensor of the member's arena that a pass named,
  * found by this process's own tensor: every member makes the same calls,
@@ -50,13 +57,12 @@ struct acc {
 	float *buf;       /* backend [P][E/P * n]: member k's at k (this member's unused) */
 };
 
-/* A member's block while the owner runs it: inputs received, outputs made
- * (experts_plan.h: inputs, outputs, scratch). */
+/* Member k's block during a pass: its kept part and the pass's scratch. */
 struct block {
-	int32_t cnt[4097]; /* counts of the owner's experts, from 0 (E/P + 1) */
-	size_t rows, cap;  /* rows of the block; bytes of mem (and of wire) */
-	char *mem;         /* backend memory */
-	char *wire;        /* host copy of mem's inputs and outputs; mem on a host backend */
+	struct ep_kept *e;
+	size_t cap, wcap;  /* bytes of mem, of wire */
+	char *mem;         /* backend memory, ep_scratch_bytes */
+	char *wire;        /* device backends: host copy of the travelling rows, in then out */
 };
 
 struct p2p_experts {
@@ -70,8 +76,9 @@ struct p2p_experts {
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
 	struct p2p *ch;
-	int32_t *counts;      /* [P][E+1] the members' counts of the pass */
+	int32_t *counts;      /* [P][E+3] the members' counts of the pass, then their key */
 	struct block *blk;    /* [P] */
+	struct ep_store kept; /* the other members' kept blocks */
 	char *own;            /* device backends: host copies of this member's rows */
 	size_t own_cap;       /* that travel, per owner: its inputs, then its outputs */
 	float *gwire;         /* device backends: deliver's host copies, [2][P][E/P * n] */
@@ -84,18 +91,24 @@ struct p2p_experts {
 
 static int peer_rank(const struct p2p_experts *m, int k) { return (m->g0 + k) * m->S + m->s; }
 
-/* Block k's buffers at least n bytes (their contents go) */
-static void block_grow(struct p2p_experts *m, struct block *b, size_t n)
+/* Backend memory of at least n bytes in *p (its contents go) */
+static void be_grow(const struct backend *be, char **p, size_t *cap, size_t n)
 {
-	if (n <= b->cap)
+	if (n <= *cap && *p)
 		return;
-	if (!m->host)
-		free(b->wire);
-	if (b->mem)
-		m->be->free(b->mem);
-	b->cap = n;
-	b->mem = m->be->alloc(n);
-	b->wire = m->host ? b->mem : xmalloc(n);
+	if (*p)
+		be->free(*p);
+	*cap = n > *cap ? n : *cap;
+	*p = be->alloc(*cap ? *cap : 1);
+}
+
+static void host_grow(char **p, size_t *cap, size_t n)
+{
+	if (n <= *cap && *p)
+		return;
+	free(*p);
+	*cap = n > *cap ? n : *cap;
+	*p = xmalloc(*cap ? *cap : 1);
 }
 
 /* Row `row` of buffer f of R (the member's own buffers, which it lends
@@ -104,6 +117,12 @@ static char *row_of(const struct moe_rows *R, int f, size_t row, size_t width)
 {
 	struct moe_rows r = *R;
 	return (char *)*ep_field(&r, f) + row * width;
+}
+
+/* Buffer f of member k's block at this owner */
+static char *block_field(const struct block *b, const struct moe_dims *d, int f)
+{
+	return (ep_is_kept(f) ? b->e->mem : b->mem) + ep_offset(d, b->e->rows, f);
 }
 
 /* The accumulator of this process's tensor key (made, zeroed, at its first
@@ -146,21 +165,25 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 	int P = m->x.P, E = m->E, q = m->q, e0 = m->e0, G = E / P, k, nr;
 	struct ep_plan pl = ep_plan_of(pass);
 	size_t De = (size_t)d->De, C = (size_t)d->C, in_b, out_b, off;
+	size_t cs = (size_t)E + 3; /* counts, then the key */
+	uint64_t key = (uint64_t)(uintptr_t)R->xd;
 	if (d->E != E)
 		bug("an expert pass over %d experts in a group made for %d", d->E, E);
 	if (m->aborted)
 		return;
 
-	/* 1. the counts */
-	memcpy(m->counts + (size_t)q * (E + 1), R->count, (size_t)(E + 1) * sizeof(int32_t));
+	/* 1. the counts, with the key of this member's rows */
+	int32_t *mine = m->counts + (size_t)q * cs;
+	memcpy(mine, R->count, (size_t)(E + 1) * sizeof(int32_t));
+	memcpy(mine + E + 1, &key, sizeof(key));
 	nr = 0;
 	for (k = 0; k < P; k++) {
 		if (k == q)
 			continue;
-		size_t cb = (size_t)(E + 1) * sizeof(int32_t);
-		m->req[nr++] = p2p_irecv(m->ch, m->counts + (size_t)k * (E + 1), cb,
-					 peer_rank(m, k), TAG_COUNT);
-		m->req[nr++] = p2p_isend(m->ch, R->count, cb, peer_rank(m, k), TAG_COUNT);
+		size_t cb = cs * sizeof(int32_t);
+		m->req[nr++] = p2p_irecv(m->ch, m->counts + (size_t)k * cs, cb, peer_rank(m, k),
+					 TAG_COUNT);
+		m->req[nr++] = p2p_isend(m->ch, mine, cb, peer_rank(m, k), TAG_COUNT);
 	}
 	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the other experts' owners' row counts");
 
@@ -170,14 +193,10 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		for (k = 0; k < P; k++) {
 			size_t lo, rows;
 			ep_own_range(R->count, G, k, &lo, &rows);
-			if (k != q && ep_block_bytes(&pl, d, rows, &in_b, &out_b))
-				need += in_b + out_b;
+			if (k != q)
+				need += ep_block_bytes(&pl, d, rows, &in_b, &out_b);
 		}
-		if (need > m->own_cap) {
-			free(m->own);
-			m->own = xmalloc(need);
-			m->own_cap = need;
-		}
+		host_grow(&m->own, &m->own_cap, need);
 	}
 
 	/* 2. blocks out and in; this member's own rows meanwhile */
@@ -187,25 +206,41 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		if (k == q)
 			continue;
 		struct block *b = &m->blk[k];
-		b->rows = ep_block_counts(m->counts + (size_t)k * (E + 1), e0, G, b->cnt);
-		size_t bytes = ep_block_bytes(&pl, d, b->rows, &in_b, &out_b);
-		block_grow(m, b, bytes ? bytes : 1);
-		/* owner k's experts' rows of R, one block per input */
+		const int32_t *ck = m->counts + (size_t)k * cs;
+		uint64_t kk;
+		memcpy(&kk, ck + E + 1, sizeof(kk));
+		b->e = ep_store_get(&m->kept, be, d, pass, k, kk, ck, e0, G);
+		if (!b->e && pass != MOE_PASS_FORWARD)
+			bug("replica %d's rows of a backward were never forwarded to replica %d",
+			    m->g0 + k, m->r);
+		if (!b->e) { /* the peers wait in receives: the job ends (dist_abort) */
+			error("rank %d: out of memory for replica %d's rows of its experts; "
+			      "aborting the job", peer_rank(m, q), m->g0 + k);
+			dist_abort();
+		}
+		size_t brows = b->e->rows;
+		if (pass != MOE_PASS_FORWARD && brows != (size_t)(ck[m->e1] - ck[e0]))
+			bug("replica %d's rows changed from its forward to its backward", m->g0 + k);
+		be_grow(be, &b->mem, &b->cap, ep_scratch_bytes(d, brows));
+		if (!m->host)
+			host_grow(&b->wire, &b->wcap, ep_block_bytes(&pl, d, brows, &in_b, &out_b));
+		/* owner k's experts' rows of R, one message per input */
 		size_t lo, rows, boff = 0;
 		ep_own_range(R->count, G, k, &lo, &rows);
 		for (int i = 0; i < pl.n_in; i++) {
 			size_t w = ep_field_width(d, pl.in[i]);
 			char *src = own_wire(m, R, pl.in[i], lo, rows, &off);
-			if (b->rows)
-				m->req[nr++] = p2p_irecv(m->ch, b->wire + boff, b->rows * w,
-							 peer_rank(m, k), TAG_IN);
+			char *dst = m->host ? block_field(b, d, pl.in[i]) : b->wire + boff;
+			if (brows)
+				m->req[nr++] = p2p_irecv(m->ch, dst, brows * w, peer_rank(m, k),
+							 TAG_IN);
 			if (rows) {
 				if (!m->host)
 					be->to_host(src, row_of(R, pl.in[i], lo, w), rows * w);
 				m->req[nr++] = p2p_isend(m->ch, src, rows * w, peer_rank(m, k),
 							 TAG_IN);
 			}
-			boff += b->rows * w;
+			boff += brows * w;
 		}
 		for (int i = 0; i < pl.n_out; i++) /* the outputs' copies come after */
 			own_wire(m, R, pl.out[i], lo, rows, &off);
@@ -220,31 +255,24 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		if (k == q)
 			continue;
 		struct block *b = &m->blk[k];
-		struct moe_rows br = {.d = d, .count = b->cnt};
-		int f[9], nf = 0;
-		for (int i = 0; i < pl.n_in; i++)
-			f[nf++] = pl.in[i];
-		for (int i = 0; i < pl.n_out; i++)
-			f[nf++] = pl.out[i];
-		for (int i = 0; i < pl.n_tmp; i++)
-			f[nf++] = pl.tmp[i];
-		size_t boff = 0;
-		for (int i = 0; i < nf; i++) {
-			*ep_field(&br, f[i]) = b->mem + boff;
-			boff += b->rows * ep_field_width(d, f[i]);
+		size_t brows = b->e->rows, boff = 0;
+		struct moe_rows br = {.d = d, .count = b->e->cnt};
+		for (int f = 0; f < EP_NFIELD; f++)
+			*ep_field(&br, f) = block_field(b, d, f);
+		ep_block_bytes(&pl, d, brows, &in_b, &out_b);
+		for (int i = 0; i < pl.n_in && !m->host; i++) {
+			size_t bytes = brows * ep_field_width(d, pl.in[i]);
+			if (bytes)
+				be->to_device(block_field(b, d, pl.in[i]), b->wire + boff, bytes);
+			boff += bytes;
 		}
-		ep_block_bytes(&pl, d, b->rows, &in_b, &out_b);
-		if (!m->host && in_b)
-			be->to_device(b->mem, b->wire, in_b);
 		if (R->gfcw)
 			br.gfcw = acc_of(m, R->gfcw, 2 * De * C, k);
 		if (R->gfcprojw)
 			br.gfcprojw = acc_of(m, R->gfcprojw, C * De, k);
-		if (b->rows)
+		if (brows)
 			moe_experts(be, pass, &br, fcw ? fcw + (size_t)e0 * 2 * De * C : NULL,
 				    fcprojw ? fcprojw + (size_t)e0 * C * De : NULL, 0, G);
-		if (!m->host && out_b)
-			be->to_host(b->wire + in_b, b->mem + in_b, out_b);
 		size_t lo, rows, woff = in_b;
 		ep_own_range(R->count, G, k, &lo, &rows);
 		for (int i = 0; i < pl.n_in; i++) /* the inputs' copies came first */
@@ -252,14 +280,19 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		for (int i = 0; i < pl.n_out; i++) {
 			size_t w = ep_field_width(d, pl.out[i]);
 			char *dst = own_wire(m, R, pl.out[i], lo, rows, &off);
+			char *src = m->host ? block_field(b, d, pl.out[i]) : b->wire + woff;
+			if (!m->host && brows)
+				be->to_host(src, block_field(b, d, pl.out[i]), brows * w);
 			if (rows)
 				m->req[nr++] = p2p_irecv(m->ch, dst, rows * w, peer_rank(m, k),
 							 TAG_OUT);
-			if (b->rows)
-				m->req[nr++] = p2p_isend(m->ch, b->wire + woff, b->rows * w,
-							 peer_rank(m, k), TAG_OUT);
-			woff += b->rows * w;
+			if (brows)
+				m->req[nr++] = p2p_isend(m->ch, src, brows * w, peer_rank(m, k),
+							 TAG_OUT);
+			woff += brows * w;
 		}
+		if (ep_releases(pass, R->gfcw != NULL))
+			b->e->used = 0; /* its memory stays for the next forward */
 	}
 	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the outputs of the other ranks' experts");
 	if (m->host)
@@ -349,12 +382,12 @@ static void p2p_destroy(struct experts *x)
 		m->be->free(m->acc[i].buf);
 	free(m->acc);
 	for (int k = 0; k < x->P; k++) {
-		if (!m->host)
-			free(m->blk[k].wire);
+		free(m->blk[k].wire);
 		if (m->blk[k].mem)
 			m->be->free(m->blk[k].mem);
 	}
 	free(m->blk);
+	ep_store_free(&m->kept, m->be);
 	free(m->own);
 	free(m->gwire);
 	free(m->counts);
@@ -368,9 +401,6 @@ struct experts *experts_p2p(const struct dist *d, const struct backend *be, int 
 {
 	if (P < 1 || N % P || E % P)
 		bug("expert parallelism over %d of %d replicas with %d experts", P, N, E);
-	if (E / P + 1 > (int)(sizeof(((struct block *)0)->cnt) / sizeof(int32_t)))
-		return error("model.n_expert = %d over model.expert_parallel = %d: at most 4096 "
-			     "experts per rank", E, P), NULL;
 	struct p2p *ch = p2p_open(dist_carrier(d));
 	if (!ch)
 		return NULL;
@@ -396,7 +426,7 @@ struct experts *experts_p2p(const struct dist *d, const struct backend *be, int 
 	m->e1 = m->e0 + E / P;
 	m->timeout = timeout;
 	m->ch = ch;
-	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 1), sizeof(int32_t));
+	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 3), sizeof(int32_t));
 	m->blk = xcalloc((size_t)P, sizeof(*m->blk));
 	m->req = xcalloc((size_t)16 * P, sizeof(*m->req));
 	return &m->x;
