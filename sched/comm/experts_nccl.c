@@ -192,15 +192,16 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 			nccl_fail("rank %d: cannot allocate replica %d's rows of its experts",
 				  m->w->rank, m->g0 + k);
 		if (pass != MOE_PASS_FORWARD && b->e->rows != (size_t)(ck[m->e1] - ck[e0]))
-			bug("replica %d's rows changed from its forward to its backward", m->g0 + k);
+			bug("replica %d's rows changed from its forward to its backward",
+			    m->g0 + k);
 		size_t bytes = ep_scratch_bytes(d, b->e->rows);
 		if (bytes > b->cap || !b->mem) {
 			if (b->mem)
 				be->free(b->mem);
 			b->cap = bytes > b->cap ? bytes : b->cap;
 			if (!(b->mem = be->alloc(b->cap ? b->cap : 1)))
-				nccl_fail("rank %d: cannot allocate %zu bytes for the experts' rows",
-					  m->w->rank, b->cap);
+				nccl_fail("rank %d: cannot allocate %zu bytes for the experts' "
+					  "rows", m->w->rank, b->cap);
 		}
 	}
 	group_start(m);
@@ -252,7 +253,8 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 				if (rows)
 					queue(m, 0, row_of(R, pl.out[i], lo, w), rows * w, k);
 				if (b->e->rows)
-					queue(m, 1, block_field(b, d, pl.out[i]), b->e->rows * w, k);
+					queue(m, 1, block_field(b, d, pl.out[i]),
+					      b->e->rows * w, k);
 			}
 		}
 		wait_mark(m, group_end(m), "the outputs of the other ranks' experts");

@@ -91,15 +91,25 @@ struct p2p_experts {
 
 static int peer_rank(const struct p2p_experts *m, int k) { return (m->g0 + k) * m->S + m->s; }
 
+/* Out of device memory mid-pass: the peers wait in receives that nothing
+ * wakes, so the job ends (dist_abort), naming what was wanted */
+static void *need(const struct p2p_experts *m, void *p, const char *what)
+{
+	if (p)
+		return p;
+	error("rank %d: out of memory for %s; aborting the job", peer_rank(m, m->q), what);
+	dist_abort();
+}
+
 /* Backend memory of at least n bytes in *p (its contents go) */
-static void be_grow(const struct backend *be, char **p, size_t *cap, size_t n)
+static void be_grow(const struct p2p_experts *m, char **p, size_t *cap, size_t n)
 {
 	if (n <= *cap && *p)
 		return;
 	if (*p)
-		be->free(*p);
+		m->be->free(*p);
 	*cap = n > *cap ? n : *cap;
-	*p = be->alloc(*cap ? *cap : 1);
+	*p = need(m, m->be->alloc(*cap ? *cap : 1), "the other ranks' rows of its experts");
 }
 
 static void host_grow(char **p, size_t *cap, size_t n)
@@ -137,8 +147,9 @@ static float *acc_of(struct p2p_experts *m, const float *key, size_t n, int k)
 	m->acc = realloc(m->acc, (size_t)(m->n_acc + 1) * sizeof(*m->acc));
 	if (!m->acc)
 		die("out of memory for the experts' gradient accumulators");
-	m->acc[m->n_acc] =
-		(struct acc){key, n, m->be->alloc(st_mult(st_mult((size_t)P, per), sizeof(float)))};
+	float *buf = need(m, m->be->alloc(st_mult(st_mult((size_t)P, per), sizeof(float))),
+			  "the experts' gradient accumulators");
+	m->acc[m->n_acc] = (struct acc){key, n, buf};
 	return m->acc[m->n_acc++].buf + (size_t)k * per;
 }
 
@@ -189,14 +200,14 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 
 	/* the host copies of this member's travelling rows (device backends) */
 	if (!m->host) {
-		size_t need = 0;
+		size_t bytes = 0;
 		for (k = 0; k < P; k++) {
 			size_t lo, rows;
 			ep_own_range(R->count, G, k, &lo, &rows);
 			if (k != q)
-				need += ep_block_bytes(&pl, d, rows, &in_b, &out_b);
+				bytes += ep_block_bytes(&pl, d, rows, &in_b, &out_b);
 		}
-		host_grow(&m->own, &m->own_cap, need);
+		host_grow(&m->own, &m->own_cap, bytes);
 	}
 
 	/* 2. blocks out and in; this member's own rows meanwhile */
@@ -213,15 +224,12 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		if (!b->e && pass != MOE_PASS_FORWARD)
 			bug("replica %d's rows of a backward were never forwarded to replica %d",
 			    m->g0 + k, m->r);
-		if (!b->e) { /* the peers wait in receives: the job ends (dist_abort) */
-			error("rank %d: out of memory for replica %d's rows of its experts; "
-			      "aborting the job", peer_rank(m, q), m->g0 + k);
-			dist_abort();
-		}
+		need(m, b->e, "the other ranks' rows it keeps for its experts");
 		size_t brows = b->e->rows;
 		if (pass != MOE_PASS_FORWARD && brows != (size_t)(ck[m->e1] - ck[e0]))
-			bug("replica %d's rows changed from its forward to its backward", m->g0 + k);
-		be_grow(be, &b->mem, &b->cap, ep_scratch_bytes(d, brows));
+			bug("replica %d's rows changed from its forward to its backward",
+			    m->g0 + k);
+		be_grow(m, &b->mem, &b->cap, ep_scratch_bytes(d, brows));
 		if (!m->host)
 			host_grow(&b->wire, &b->wcap, ep_block_bytes(&pl, d, brows, &in_b, &out_b));
 		/* owner k's experts' rows of R, one message per input */
@@ -356,8 +364,8 @@ static void p2p_deliver(struct experts *x, int r, int s, float *g, size_t n)
 		if (!m->host)
 			for (int k = 0; k < P; k++)
 				if (k != m->q)
-					be->to_device(g + at + (size_t)k * per, in + (size_t)k * per,
-						      per * sizeof(float));
+					be->to_device(g + at + (size_t)k * per,
+						      in + (size_t)k * per, per * sizeof(float));
 		be->zero(a->buf, all * sizeof(float));
 	}
 }
