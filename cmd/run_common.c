@@ -187,10 +187,6 @@ int expert_parallel_check(const struct config *cfg)
 			     "zero-bubble kind): train.schedule = none runs the replicas one after "
 			     "another on one thread, so no replica can run another's experts; or "
 			     "set model.expert_parallel = 1", N);
-	if (!strcmp(cfg->pipeline_transport, "nccl"))
-		return error("model.expert_parallel = %ld: pipeline.transport = nccl cannot split "
-			     "the experts yet; set pipeline.transport = mpi or tcp (or local: "
-			     "threads), or model.expert_parallel = 1", N);
 	return 0;
 }
 

@@ -744,8 +744,9 @@ static int mpi_attach(struct trainer *tr)
 			return -1;
 		}
 	}
-	int P = (int)tr->cfg->model_expert_parallel;
-	if (P > 1 && !(mp->ex = experts_p2p(d, tr->be, N, P, &pc, tr->m->cfg.E, rank, timeout))) {
+	int P = (int)tr->cfg->model_expert_parallel, E = tr->m->cfg.E;
+	if (P > 1 && !(mp->ex = nccl ? experts_nccl(tr->be, &mp->nccl, P, &pc, E, timeout)
+				     : experts_p2p(d, tr->be, N, P, &pc, E, rank, timeout))) {
 		mpi_detach(mp);
 		return error("rank %d: cannot set up expert parallelism between processes", rank);
 	}

@@ -28,7 +28,7 @@
 	X(model, router, CHOICE("softmax|sigmoid"), "softmax", "router scores: softmax over the experts, or per-expert sigmoid (DeepSeek-V3)") \
 	X(model, aux_loss_coef, FLOAT_IN(0, INFINITY), "0.01", "coefficient of the load-balancing loss (Switch Transformer)") \
 	X(model, z_loss_coef, FLOAT_IN(0, INFINITY), "0.001", "coefficient of the router z-loss (ST-MoE)") \
-	X(model, expert_parallel, INT_IN(1, 4096), "1", "expert-parallel degree N: each MoE layer's experts split over N replicas of a data-parallel group (N divides model.n_expert and pipeline.data_parallel; a pipeline schedule; threads, mpi or tcp), the same bits as N = 1; bench plan costs it") \
+	X(model, expert_parallel, INT_IN(1, 4096), "1", "expert-parallel degree N: each MoE layer's experts split over N replicas of a data-parallel group (N divides model.n_expert and pipeline.data_parallel; a pipeline schedule; threads, mpi, tcp or nccl), the same bits as N = 1; bench plan costs it") \
 	X(data, train, STR, "", "training shards: a file, a directory or a glob; empty uses the built-in corpus") \
 	X(data, val, STR, "", "validation shards, same forms as data.train")                           \
 	X(data, tokenizer, STR, "", "tokenizer file used by sample and by the built-in corpus")        \

@@ -62,18 +62,28 @@ struct experts *experts_local(const struct backend *be, int N, int P, int S, int
  * rank / S, stage rank % S (S = pc->S) and runs that stage's pieces
  * (pieces.h; x->S is pc->P), and member q of its group is rank
  * (r - r % P + q) * S + s. A stage's pieces exchange one after another,
- * in the same order on every member (the same lists). An owner receives a member's rows of its
- * experts, runs them and sends the results back (an all-to-all each way
- * per pass); it keeps nothing of a member's rows between passes: the
- * forward returns the experts' hidden rows (h, act) with y, and the
- * backward sends them again with dy (the member's activation memory holds
- * them, as with P = 1). Host backends only (cpu). Collective: every rank
- * creates its group at the same point. A wait longer than timeout seconds
- * (pipeline.timeout; 0 = forever) names what it waits for and aborts the
- * job. NULL after error(). */
+ * in the same order on every member (the same lists). An owner receives a
+ * member's rows of its experts, runs them and sends the results back (an
+ * all-to-all each way per pass); it keeps the experts' inputs and hidden
+ * rows of a member's rows (xd, h, act; and dy, dh for a split backward's
+ * weight part) from the member's forward to its last pass of them, so only
+ * xd goes out and y comes back in the forward, only dy and dxd in the
+ * backward, and nothing in the weight part (experts_plan.h). A device
+ * backend's rows are staged through host memory (dist_backend_is_host).
+ * Collective: every rank creates its group at the same point. A wait
+ * longer than timeout seconds (pipeline.timeout; 0 = forever) names what
+ * it waits for and aborts the job. NULL after error(). */
 struct dist;
 struct pieces;
 struct experts *experts_p2p(const struct dist *d, const struct backend *be, int N, int P,
 			    const struct pieces *pc, int E, int rank, double timeout);
+
+/* One stage per GPU process, over NCCL (pipeline.transport = nccl;
+ * experts_nccl.c): the same exchange as experts_p2p, on the stage's dp
+ * channel of w (whose ranks are the N replicas), from and into device
+ * memory. w outlives it. NULL after error() (a build without CUDA). */
+struct nccl_world;
+struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int P,
+			     const struct pieces *pc, int E, double timeout);
 
 #endif

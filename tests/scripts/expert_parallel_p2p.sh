@@ -9,6 +9,10 @@
 # loss, gradient norm and router columns and every tensor of the final
 # checkpoint are those of the same run in threads with P = 1; a
 # P = 1 checkpoint resumes under MPI with P = 2 as the uninterrupted run.
+# The same again with ASYNCPP_TEST_STAGE_HOST=1 (the cpu backend taken for
+# a device backend: every carrier stages its messages through host
+# buffers, as with cuda) under zb-v (a weight part; two pieces a rank),
+# P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 export ASYNCPP_CONNECT_TIMEOUT=30
@@ -79,6 +83,24 @@ else
 			same "$name" m-$name t-$name
 		fi
 	done
+	# staged through host buffers (the device backends' path), against the
+	# same threads runs
+	for spec in "zb-v 2 2 2" "1f1b 1 4 4" "2bw 2 2 2 bf16" "1f1b 2 2 2 f32 few"; do
+		set -- $spec
+		k=$1 S=$2 N=$3 P=$4 dt=${5:-f32}
+		name=mpi_ep${P}_${k}_S${S}_dp${N}_$dt${6:+_$6}
+		args=(--set train.schedule=$k --set pipeline.stages=$S --set pipeline.data_parallel=$N
+		      --set pipeline.micro_batches=8 --set train.act_dtype=$dt)
+		[ $k = zb-v ] && args+=(--set model.n_layer=4)
+		[ "${6:-}" = few ] && args+=(--set model.n_expert=8 --set model.top_k=1
+					      --set model.seq_len=8 --set train.batch_size=1)
+		[ -f t-$name/ckpt-00000004.ckpt ] || continue
+		if ! ASYNCPP_TEST_STAGE_HOST=1 mpi s-$name $P "${args[@]}"; then
+			fail "staged_$name" "$(head -c 400 err.txt)"
+		else
+			same "staged_$name" s-$name t-$name
+		fi
+	done
 	# resume: a P = 1 checkpoint of threads, under MPI with P = 2
 	src=t-mpi_ep2_1f1b_S2_dp2_f32
 	if [ -f $src/ckpt-00000002.ckpt ]; then
@@ -98,15 +120,18 @@ fi
 
 # 2. TCP, torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 launch() { tcp_launch "$1" 120 "${@:2}"; } # N ARGS... (lib.sh)
-for k in 1f1b zb-h1; do
+for kind in 1f1b zb-h1 staged-1f1b; do
+	k=${kind#staged-}
 	name=tcp_ep2_${k}_S2_dp2
 	args=(--set train.schedule=$k --set pipeline.stages=2)
+	stage=0
+	[ $kind = $k ] || { stage=1; name=staged_$name; }
 	if ! threads t-$name "${args[@]}"; then
 		fail "$name" "threads: $(cat err.txt)"
 		continue
 	fi
-	launch 4 "${TINY[@]}" "${args[@]}" --set pipeline.transport=tcp \
-		--set model.expert_parallel=2 --set train.out_dir=c-$name
+	ASYNCPP_TEST_STAGE_HOST=$stage launch 4 "${TINY[@]}" "${args[@]}" \
+		--set pipeline.transport=tcp --set model.expert_parallel=2 --set train.out_dir=c-$name
 	if [ "$rcs" != "0 0 0 0" ]; then
 		fail "$name" "exit statuses $rcs: $(head -c 400 err0.txt)"
 	else
