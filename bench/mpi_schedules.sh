@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# mpi_schedules.sh - the schedule sweep between processes: each kind that
-# runs over MPI (1f1b, gpipe, zb-h1, 2bw, 2bw-zb; interleaved and zb-v run in
-# threads only) trained by `mpirun -np S asyncpp train` and, for the same
+# mpi_schedules.sh - the schedule sweep between processes: each kind (1f1b,
+# gpipe, interleaved with 2 chunks per stage, zb-h1, zb-v, 2bw, 2bw-zb; the
+# chunked ones up to S = 4, the model's 8 layers being 2S pieces) trained by
+# `mpirun -np S asyncpp train` and, for the same
 # configuration, in threads (`asyncpp train`), on the built-in corpus.
 # One row per kind and transport: tokens/s over the steps after the first
 # two (metrics.csv), the ratio to 1f1b's on the same transport, and the last
@@ -47,16 +48,23 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -
 
 echo "S=$S M=$((2 * S)) L=8 d=128 T=128 B=4, $STEPS steps (tokens/s after step 2)," \
      "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
-printf '%-8s %-8s %9s %7s %12s\n' transport schedule tokens/s "x 1f1b" loss
+printf '%-8s %-11s %9s %7s %12s\n' transport schedule tokens/s "x 1f1b" loss
 for how in threads mpi; do
 	ref_tps='' ref_loss=''
-	for kind in 1f1b gpipe zb-h1 2bw 2bw-zb; do
+	for kind in 1f1b gpipe interleaved zb-h1 zb-v 2bw 2bw-zb; do
 		out=run_${how}_$kind
+		chunks=()
+		case $kind in
+		interleaved) chunks=(--set pipeline.virtual_stages=2) ;;
+		esac
+		case $kind in
+		interleaved | zb-v) [ "$S" -le 4 ] || continue ;;
+		esac
 		if [ $how = mpi ]; then
-			"${MPIRUN[@]}" "$A" train -q "${RUN[@]}" --set train.schedule=$kind \
-				--set train.out_dir=$out > /dev/null 2> err.txt
+			"${MPIRUN[@]}" "$A" train -q "${RUN[@]}" "${chunks[@]}" \
+				--set train.schedule=$kind --set train.out_dir=$out > /dev/null 2> err.txt
 		else
-			"$A" train -q "${RUN[@]}" --set train.schedule=$kind \
+			"$A" train -q "${RUN[@]}" "${chunks[@]}" --set train.schedule=$kind \
 				--set train.out_dir=$out > /dev/null 2> err.txt
 		fi || { echo "$how $kind failed: $(head -c 400 err.txt)"; continue; }
 		# tokens and wall seconds are columns 2 and 3, the loss 4
@@ -67,7 +75,7 @@ for how in threads mpi; do
 		2bw*) mark='(async)' ;;
 		*) [ "$loss" = "$ref_loss" ] && mark='= 1f1b' || mark=MISMATCH ;;
 		esac
-		printf '%-8s %-8s %9s %7.3f %12s  %s\n' $how $kind "$tps" \
+		printf '%-8s %-11s %9s %7.3f %12s  %s\n' $how $kind "$tps" \
 			"$(echo "$tps / $ref_tps" | bc -l)" "$loss" "$mark"
 	done
 done
