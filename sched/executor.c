@@ -480,9 +480,13 @@ static void *stage_main(void *arg)
 			}
 			t0 = now_sec();
 			if (s == 0 || last) {
+				/* the first piece reads the inputs, the last the
+				 * targets (zb-v: both on stage 0, a piece each) */
 				dataloader_batch(tr->data, data_index, host_in, host_tg);
-				be->to_device(dev_in, host_in, bt * sizeof(int32_t));
-				be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
+				if (s == 0)
+					be->to_device(dev_in, host_in, bt * sizeof(int32_t));
+				if (last)
+					be->to_device(dev_tg, host_tg, bt * sizeof(int32_t));
 			}
 			long gstep = global_step(p, a[i].step);
 			if (!last && !(x_out = buffer_of(c, tp, gstep, a[i].mb))) {
@@ -1188,10 +1192,12 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 				e->failed = 1; /* error() said why */
 				break;
 			}
-			if (q == 0 || last) {
+			if (q == 0 || last) { /* inputs to the first piece, targets to the last */
 				dataloader_batch(e->data, batch, host_in, host_tg);
-				be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
-				be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
+				if (q == 0)
+					be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
+				if (last)
+					be->to_device(e->dev_tg, host_tg, bt * sizeof(int32_t));
 			}
 			struct stage_worker *w = trainer_worker(tr, e->r, q);
 			float loss = 0.0f;
