@@ -353,6 +353,8 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 	m->blk = xcalloc((size_t)P, sizeof(*m->blk));
 	if (!(m->dcounts = be->alloc(st_mult((size_t)P, (size_t)E + 3) * sizeof(int32_t)))) {
 		nccl_destroy(&m->x);
+		error("rank %d: cannot allocate the experts' row counts on backend '%s'", w->rank,
+		      be->name);
 		return NULL;
 	}
 	return &m->x;
