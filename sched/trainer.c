@@ -31,6 +31,45 @@ static size_t act_elems(const struct trainer *tr)
 	return st_mult(st_mult((size_t)tr->B, (size_t)tr->T), (size_t)tr->m->cfg.C);
 }
 
+int trainer_check_config(const struct config *cfg)
+{
+	int S = (int)cfg->pipeline_stages, M = (int)cfg->pipeline_micro_batches;
+	int N = (int)cfg->pipeline_data_parallel;
+	int kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
+						       : -1;
+	if (M < 1)
+		return error("pipeline.micro_batches = %d: must be at least 1", M);
+	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
+		return error("pipeline.transport = nccl moves tensors between GPUs: set "
+			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");
+	if (strcmp(cfg->train_schedule, "none") && kind < 0)
+		return error("unknown schedule '%s'", cfg->train_schedule);
+	if (cfg->pipeline_data_parallel < 1 || cfg->pipeline_data_parallel > 4096)
+		return error("pipeline.data_parallel = %ld: must be between 1 and 4096",
+			     cfg->pipeline_data_parallel);
+	if (kind != SCHED_PIPEDREAM && M % N)
+		return error("pipeline.micro_batches = %d is not divisible by pipeline.data_parallel = "
+			     "%d: each replica takes an equal share of every step's micro-batches",
+			     M, N);
+	int per_replica = (kind == SCHED_PIPEDREAM ? N : M) / N;
+	int twobw = kind == SCHED_2BW || kind == SCHED_2BW_ZB;
+	if (twobw && N > 1 && per_replica < S)
+		return error("%s needs at least pipeline.stages = %d micro-batches per replica and "
+			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
+			     "replicas gives %d", sched_kind_name(kind), S, M, N, per_replica);
+	if (twobw && M < S)
+		return error("train.schedule = %s needs pipeline.micro_batches >= pipeline.stages "
+			     "(got %d < %d): set pipeline.micro_batches = %d or more",
+			     sched_kind_name(kind), M, S, S);
+	if (kind >= 0 && cfg->train_delay)
+		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
+			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
+	if (kind == SCHED_INTERLEAVED && cfg->pipeline_virtual_stages > 64)
+		return error("pipeline.virtual_stages = %ld: at most 64",
+			     cfg->pipeline_virtual_stages);
+	return 0;
+}
+
 int trainer_init(struct trainer *tr, const struct config *cfg, const struct model *m,
 		 const struct backend *be, const float *params, struct dataloader *data)
 {
@@ -57,8 +96,8 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	tr->lr_scale = 1.0;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
-	if (tr->M < 1)
-		return error("pipeline.micro_batches = %d: must be at least 1", tr->M);
+	if (trainer_check_config(cfg))
+		return -1;
 	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
 				!strcmp(cfg->pipeline_transport, "tcp");
 	if (between_processes && !dist_active(d))
@@ -69,44 +108,16 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 			     "pipeline.transport = local", cfg->pipeline_transport,
 			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1),
 			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1));
-	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
-		return error("pipeline.transport = nccl moves tensors between GPUs: set "
-			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");
-	if (strcmp(cfg->train_schedule, "none") && tr->kind < 0)
-		return error("unknown schedule '%s'", cfg->train_schedule);
-	if (cfg->pipeline_data_parallel < 1 || cfg->pipeline_data_parallel > 4096)
-		return error("pipeline.data_parallel = %ld: must be between 1 and 4096",
-			     cfg->pipeline_data_parallel);
-	if (tr->kind != SCHED_PIPEDREAM && tr->M % tr->N)
-		return error("pipeline.micro_batches = %d is not divisible by pipeline.data_parallel = "
-			     "%d: each replica takes an equal share of every step's micro-batches",
-			     tr->M, tr->N);
 	/* pipedream's step is one micro-batch per pipeline: N per step */
 	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? tr->N : tr->M;
 	tr->mb_per_replica = tr->mb_per_step / tr->N;
-	int twobw = tr->kind == SCHED_2BW || tr->kind == SCHED_2BW_ZB;
-	if (twobw && tr->N > 1 && tr->mb_per_replica < tr->S)
-		return error("%s needs at least pipeline.stages = %d micro-batches per replica and "
-			     "step; pipeline.micro_batches = %d over pipeline.data_parallel = %d "
-			     "replicas gives %d", sched_kind_name(tr->kind), tr->S, tr->M, tr->N,
-			     tr->mb_per_replica);
-	if (twobw && tr->M < tr->S)
-		return error("train.schedule = %s needs pipeline.micro_batches >= pipeline.stages "
-			     "(got %d < %d): set pipeline.micro_batches = %d or more",
-			     sched_kind_name(tr->kind), tr->M, tr->S, tr->S);
 	if (backend_lane_count(be) > 1 && backend_lane_count(be) != tr->S)
 		return error("the backend has %d lanes (pipeline.devices) and this run %d stages: "
 			     "list one device per stage", backend_lane_count(be), tr->S);
-	if (tr->kind >= 0 && cfg->train_delay)
-		return error("train.delay emulates a pipeline on one worker; it cannot be combined "
-			     "with train.schedule = %s (whose delay is built in)", cfg->train_schedule);
 	int V = tr->kind == SCHED_ZBV ? 2
-		: tr->kind == SCHED_INTERLEAVED ? (int)MIN(cfg->pipeline_virtual_stages, 65) : 1;
+		: tr->kind == SCHED_INTERLEAVED ? (int)cfg->pipeline_virtual_stages : 1;
 	if (V > 1) {
 		/* V chunks per stage: S pieces for everything but the threads */
-		if (V > 64)
-			return error("pipeline.virtual_stages = %ld: at most 64",
-				     cfg->pipeline_virtual_stages);
 		tr->V = V;
 		tr->S *= tr->V;
 	}

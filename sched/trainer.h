@@ -134,6 +134,11 @@ enum trainer_phase {
 	TRAINER_PHASES = TRAINER_PHASE_END
 };
 
+/* What cfg alone tells about the run trainer_init would build (schedule,
+ * micro-batches, replicas, delay, chunks): 0, or -1 after error(). For a
+ * command to call before it writes anything; trainer_init calls it too. */
+int trainer_check_config(const struct config *cfg);
+
 /* Build N x S workers from the global host arena `params` (m->numel
  * floats), or, params NULL, from the weights model_init_weights_stage
  * gives the pieces this process holds for train.seed. Delays follow train.delay / train.delay_mode for schedule none;
