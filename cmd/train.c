@@ -422,7 +422,8 @@ int cmd_train(int argc, char **argv, const char *prog)
 			   cfg->checkpoint_keep, cfg->eval_batches, cfg->train_steps);
 		goto out; /* every rank finds it */
 	}
-	if (expert_parallel_check(cfg) || run_check_schedule(cfg) || trainer_check_config(cfg)) {
+	if (expert_parallel_check(cfg) || run_check_schedule(cfg) ||
+	    trainer_check_config(cfg, r.dist)) {
 		rc = -1; /* before anything is written; every rank finds it */
 		goto out;
 	}

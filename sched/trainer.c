@@ -31,7 +31,7 @@ static size_t act_elems(const struct trainer *tr)
 	return st_mult(st_mult((size_t)tr->B, (size_t)tr->T), (size_t)tr->m->cfg.C);
 }
 
-int trainer_check_config(const struct config *cfg)
+int trainer_check_config(const struct config *cfg, const struct dist *d)
 {
 	int S = (int)cfg->pipeline_stages, M = (int)cfg->pipeline_micro_batches;
 	int N = (int)cfg->pipeline_data_parallel;
@@ -39,6 +39,16 @@ int trainer_check_config(const struct config *cfg)
 						       : -1;
 	if (M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", M);
+	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
+				!strcmp(cfg->pipeline_transport, "tcp");
+	if (between_processes && !dist_active(d))
+		return error("pipeline.transport = %s connects stage processes (one GPU each for "
+			     "nccl): start pipeline.stages x pipeline.data_parallel = %ld of them "
+			     "with mpirun, srun or 'torchrun --nproc-per-node %ld --no-python "
+			     "asyncpp train ...' (asyncpp-distributed(7)); within one process use "
+			     "pipeline.transport = local", cfg->pipeline_transport,
+			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1),
+			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1));
 	if (!strcmp(cfg->pipeline_transport, "nccl") && strncmp(cfg->train_device, "cuda", 4))
 		return error("pipeline.transport = nccl moves tensors between GPUs: set "
 			     "train.device = cuda (or use pipeline.transport = mpi for CPU stages)");
@@ -96,18 +106,8 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	tr->lr_scale = 1.0;
 	tr->kind = strcmp(cfg->train_schedule, "none") ? sched_kind_from_name(cfg->train_schedule)
 						       : -1;
-	if (trainer_check_config(cfg))
+	if (trainer_check_config(cfg, d))
 		return -1;
-	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
-				!strcmp(cfg->pipeline_transport, "tcp");
-	if (between_processes && !dist_active(d))
-		return error("pipeline.transport = %s connects stage processes (one GPU each for "
-			     "nccl): start pipeline.stages x pipeline.data_parallel = %ld of them "
-			     "with mpirun, srun or 'torchrun --nproc-per-node %ld --no-python "
-			     "asyncpp train ...' (asyncpp-distributed(7)); within one process use "
-			     "pipeline.transport = local", cfg->pipeline_transport,
-			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1),
-			     cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1));
 	/* pipedream's step is one micro-batch per pipeline: N per step */
 	tr->mb_per_step = tr->kind == SCHED_PIPEDREAM ? tr->N : tr->M;
 	tr->mb_per_replica = tr->mb_per_step / tr->N;

@@ -134,10 +134,11 @@ enum trainer_phase {
 	TRAINER_PHASES = TRAINER_PHASE_END
 };
 
-/* What cfg alone tells about the run trainer_init would build (schedule,
- * micro-batches, replicas, delay, chunks): 0, or -1 after error(). For a
- * command to call before it writes anything; trainer_init calls it too. */
-int trainer_check_config(const struct config *cfg);
+/* What cfg and the process's runtime d (NULL: one process) tell about the
+ * run trainer_init would build (transport, schedule, micro-batches,
+ * replicas, delay, chunks): 0, or -1 after error(). For a command to call
+ * before it writes anything; trainer_init calls it too. */
+int trainer_check_config(const struct config *cfg, const struct dist *d);
 
 /* Build N x S workers from the global host arena `params` (m->numel
  * floats), or, params NULL, from the weights model_init_weights_stage
