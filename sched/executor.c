@@ -1078,6 +1078,8 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->w[i].idle_s += ctx[i].idle;
 	}
 	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
+	if (!mpi)
+		trainer_refresh_experts(tr); /* the experts other replicas own: current */
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
 	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));

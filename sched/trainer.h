@@ -95,6 +95,9 @@ struct trainer {
 				    * logs). Under MPI a process initialises only
 				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
+	int ep_split;              /* P > 1: each replica keeps optimizer state
+				    * only for its own experts (expert_owned.c);
+				    * 0 or 1: every replica every expert's */
 	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
 	 * rollbacks, step t reads the data of step t + data_skip and its
 	 * learning rate is lr_at(step) * lr_scale, lr_scale being
@@ -206,6 +209,18 @@ int trainer_n_versions(const struct trainer *tr);
 void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
 
 
+
+/* Expert parallelism's optimizer state (expert_owned.c). The replica
+ * whose worker updates tensor k of piece s in replica r's group: r
+ * itself, or for an expert's matrix under ep_split its owner. */
+int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
+/* At init (threads, model.expert_parallel = P > 1): each replica's
+ * optimizer keeps only its own experts (sets ep_split). 0, or -1 after
+ * error(). */
+int trainer_own_experts(struct trainer *tr);
+/* After a training segment: every replica's copies (every version, and
+ * predicted copies) of the experts it does not own from their owner's. */
+void trainer_refresh_experts(struct trainer *tr);
 
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
