@@ -12,9 +12,10 @@
  * Data-parallel replicas hold the same bits: a save writes replica 0 (the
  * first S workers), a load sets every replica this process holds. So the
  * file does not depend on pipeline.data_parallel either. Under expert
- * parallelism between threads (trainer.h: ep_split) a replica keeps only
- * its own experts' optimizer state: a save takes an expert's from its
- * owner, and a load gives each replica the state its optimizer holds.
+ * parallelism (trainer.h: ep_split) a replica keeps only its own experts'
+ * optimizer state: a save takes an expert's from its owner (its worker,
+ * or its rank: expert_owned.c), and a load gives each replica the state
+ * its optimizer holds.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -59,14 +60,19 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
 		for (int k = 0; k < wk->opt.n && !rc; k++) {
 			int owner = trainer_expert_owner(tr, r, s, k);
 			const struct stage_worker *src = &tr->w[owner * tr->S + s];
+			const struct param_info *pi = &m->params[wk->st.params[k].global];
 			struct optim_part part;
-			if (wk->st.params[k].tied_copy ||
-			    !optim_state_tensor(&src->opt, i, k, &part))
+			if (wk->st.params[k].tied_copy)
+				continue;
+			tensor_name(name, sizeof(name), buf_name, pi);
+			if (!worker_alive(src)) { /* the owner's rank sends it */
+				rc = trainer_recv_owned_state(tr, s, owner, name, sink, ctx);
+				continue;
+			}
+			if (!optim_state_tensor(&src->opt, i, k, &part))
 				continue;
 			if (!host[owner - base])
 				host[owner - base] = state_to_host(tr, src, i);
-			const struct param_info *pi = &m->params[wk->st.params[k].global];
-			tensor_name(name, sizeof(name), buf_name, pi);
 			rc = sink(ctx, name, host[owner - base] + part.off, part.numel, part.rows,
 				  part.cols);
 		}

@@ -13,13 +13,11 @@
  * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
  *
  * Every replica keeps every expert's weights and gradients (the arena of
- * P = 1): the owner's copy is what it computes with. Between threads a
- * replica keeps optimizer state only for its own experts and updates only
- * those; its copies of the others are refreshed from their owners after
- * each segment (sched/expert_owned.c). Between processes every replica
- * still keeps every expert's state and applies the same update, so the
- * copies stay current; checkpoints, evaluation and resume with any P are
- * P = 1's either way.
+ * P = 1): the owner's copy is what it computes with. A replica keeps
+ * optimizer state only for its own experts and updates only those; its
+ * copies of the others are refreshed from their owners after each segment
+ * (sched/expert_owned.c), so checkpoints, evaluation and resume with any P
+ * are P = 1's.
  *
  * Every member of a group calls its hook (moe.h: struct moe_ep) at the
  * same point of the same pass: the replicas run the same action lists

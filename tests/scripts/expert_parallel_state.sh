@@ -8,7 +8,12 @@
 # checkpoint (taken from the owners) and a sample from it are P = 1's bit
 # for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two versions),
 # pipedream (stashed versions), optim.correction = predict (predicted
-# copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P = 1's.
+# copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P = 1's. The
+# same between processes (4 ranks: 2 stages x 2 replicas, the copies and
+# the checkpoint's expert state travelling between ranks) under mpirun,
+# staged through host buffers as a device backend's, and over TCP,
+# against the threaded P = 1 runs; the resume's legs alternate MPI and
+# threads.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
@@ -103,4 +108,66 @@ then
 else
 	fail eps_optimizer_state_halved "optimizer $o1 MB with P = 1, $o2 MB with P = 2:
 		$(cat err.txt)"
+fi
+
+# 4. between processes, against the threaded P = 1 runs of 1.
+if ! command -v mpirun > /dev/null 2>&1; then
+	skip eps_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+else
+	MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
+	mpi() { # OUT P ARGS...
+		local out=$1 P=$2
+		shift 2
+		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
+			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
+	}
+	for c in "${cases[@]:1}"; do
+		name=${c%%:*}
+		read -r -a args <<< "${c#*:}"
+		[ -f $name-p1/ckpt-00000004.ckpt ] || continue
+		if ! mpi m-$name 2 "${args[@]}"; then
+			grep -q "built without MPI" err.txt &&
+				{ skip eps_mpi "this asyncpp was built without MPI"; break; }
+			fail "eps_mpi_$name" "$(head -c 400 err.txt)"
+		else
+			same "eps_mpi_$name" m-$name $name-p1 4
+		fi
+	done
+	c=${cases[4]} # muon, 2bw, predict: staged through host buffers
+	name=${c%%:*}
+	read -r -a args <<< "${c#*:}"
+	if [ -f $name-p1/ckpt-00000004.ckpt ]; then
+		if ! ASYNCPP_TEST_STAGE_HOST=1 mpi s-$name 2 "${args[@]}"; then
+			fail "eps_mpi_staged_$name" "$(head -c 400 err.txt)"
+		else
+			same "eps_mpi_staged_$name" s-$name $name-p1 4
+		fi
+	fi
+	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
+	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&
+	   mkdir -p mleg2 mleg3 && cp mleg1/ckpt-00000002.ckpt mleg2/ &&
+	   run mleg2 1 "${a[@]}" --set train.steps=4 --resume mleg2/ckpt-00000002.ckpt &&
+	   cp mleg2/ckpt-00000004.ckpt mleg3/ &&
+	   mpi mleg3 2 "${a[@]}" --set train.steps=6 --resume mleg3/ckpt-00000004.ckpt &&
+	   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols mleg3/metrics.csv) > d.txt &&
+	   $A inspect --diff whole/ckpt-00000006.ckpt mleg3/ckpt-00000006.ckpt > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: '; then
+		pass eps_mpi_resume_2_1_2
+	else
+		fail eps_mpi_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fi
+fi
+# TCP, torchrun-style: NorMuon under pipedream
+c=${cases[2]}
+name=${c%%:*}
+read -r -a args <<< "${c#*:}"
+if [ -f $name-p1/ckpt-00000004.ckpt ]; then
+	export ASYNCPP_CONNECT_TIMEOUT=30
+	tcp_launch 4 120 "${TINY[@]}" "${args[@]}" --set pipeline.transport=tcp \
+		--set model.expert_parallel=2 --set train.out_dir=c-$name
+	if [ "$rcs" != "0 0 0 0" ]; then
+		fail "eps_tcp_$name" "exit statuses $rcs: $(head -c 400 err0.txt)"
+	else
+		same "eps_tcp_$name" c-$name $name-p1 4
+	fi
 fi
