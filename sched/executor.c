@@ -1404,7 +1404,10 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
  * after piece, each optimizer-state tensor as a tensor_head and its
  * floats, and an end header. Rank 0 receives the versions piece after
  * piece and the states piece after piece: MPI and TCP keep each sender's
- * messages in order. */
+ * messages in order. Under expert parallelism replica 0 keeps no state of
+ * the experts replicas 1..P-1 own: their ranks send it, each to replica
+ * 0's rank of its stage, in the order that rank's worker_state_tensors
+ * asks (expert_owned.c), which it passes on with its own. */
 struct weights_head {
 	size_t base_off, count;
 };

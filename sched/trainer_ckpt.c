@@ -220,12 +220,31 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 	free(versions);
 	char name[128];
 	/* each replica's own layout: under expert parallelism a replica keeps
-	 * only its own experts' state (expert_owned.c) */
+	 * only its own experts' state (expert_owned.c), the layout of every
+	 * replica with its place in a group (r % P) */
+	int P = MAX(tr->ep_split, 1);
 	for (int i = 0; i < tr->N * tr->S && !rc; i++) {
 		struct stage_worker *wk = &tr->w[i];
 		if (!worker_alive(wk))
 			continue; /* under MPI, one process holds one stage of one replica */
-		for (int b = 0; b < optim_state_count(&wk->opt) && !rc; b++) {
+		const struct stage_worker *like = NULL; /* read already, with this layout */
+		for (int r = i / tr->S % P; r < i / tr->S && !like; r += P)
+			if (worker_alive(trainer_worker(tr, r, i % tr->S)))
+				like = trainer_worker(tr, r, i % tr->S);
+		for (int b = 0; like && b < optim_state_count(&wk->opt); b++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, b);
+			if (optim_state(&like->opt, b).numel != sb.numel)
+				bug("replica %d piece %d state '%s' has %zu floats, replica %d %zu",
+				    i / tr->S, i % tr->S, sb.name, sb.numel,
+				    (int)(like - tr->w) / tr->S, optim_state(&like->opt, b).numel);
+			if (!sb.numel)
+				continue;
+			int before = backend_lane_enter(tr->be, wk->lane);
+			tr->be->copy(sb.data, optim_state(&like->opt, b).data,
+				     sb.numel * sizeof(float));
+			backend_lane_bind(tr->be, before);
+		}
+		for (int b = 0; !like && b < optim_state_count(&wk->opt) && !rc; b++) {
 			struct optim_state_buf sb = optim_state(&wk->opt, b);
 			if (!sb.numel)
 				continue;
