@@ -121,7 +121,9 @@ else
 		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
 			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
 	}
-	for c in "${cases[@]:1}"; do
+	# pipedream, zb-h1 and ef here; 2bw with predict staged below, 2bw
+	# over TCP
+	for c in "${cases[2]}" "${cases[3]}" "${cases[5]}"; do
 		name=${c%%:*}
 		read -r -a args <<< "${c#*:}"
 		[ -f $name-p1/ckpt-00000004.ckpt ] || continue
@@ -157,8 +159,8 @@ else
 		fail eps_mpi_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
 	fi
 fi
-# TCP, torchrun-style: NorMuon under pipedream
-c=${cases[2]}
+# TCP, torchrun-style: Muon under 2bw
+c=${cases[1]}
 name=${c%%:*}
 read -r -a args <<< "${c#*:}"
 if [ -f $name-p1/ckpt-00000004.ckpt ]; then
