@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# expert_parallel_state.sh - with model.expert_parallel = P (threads) each
+# expert_parallel_state.sh - with model.expert_parallel = P each
 # replica keeps optimizer state only for the experts it owns and updates
 # only those; the copies it holds of the others are refreshed from their
 # owner after each segment. So: the optimizer state shrinks by (P-1)/P of
