@@ -104,8 +104,8 @@ static void copy_from(const struct trainer *tr, int r, struct stage_worker *w, i
 }
 
 /* Processes: the experts of piece w that owner replica o holds for member
- * replica m, every arena of the ring, packed in one host buffer (tensor
- * order within each arena), sent (o's rank) or received and set (m's). */
+ * replica m, arena by arena of the ring, each packed in one host buffer
+ * (tensor order), sent (o's rank) or received and set (m's). */
 static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int m, int peer,
 		    int sending)
 {
@@ -117,13 +117,15 @@ static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int
 			floats += tr->m->params[w->st.params[k].global].numel;
 	if (!floats)
 		return 0;
-	float *host = xmalloc(st_mult(st_mult(floats, (size_t)n), sizeof(float)));
+	size_t bytes = st_mult(floats, sizeof(float));
+	float *host = xmalloc(bytes);
 	const struct backend *be = tr->be;
-	size_t bytes = st_mult(floats, (size_t)n) * sizeof(float);
-	int rc = sending ? 0 : dist_recv(tr->dist, host, bytes, peer, TAG_EXPERTS);
-	float *at = host;
-	for (int a = 0; a < n && !rc; a++)
-		for (int k = 0; k < w->st.n_params; k++) {
+	int rc = 0;
+	for (int a = 0; a < n && !rc; a++) {
+		if (!sending)
+			rc = dist_recv(tr->dist, host, bytes, peer, TAG_EXPERTS);
+		float *at = host;
+		for (int k = 0; k < w->st.n_params && !rc; k++) {
 			if (owner_of(tr, m, w, k) != o)
 				continue;
 			size_t off = w->st.params[k].offset;
@@ -134,8 +136,9 @@ static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int
 				be->to_device(arena[a] + off, at, cnt * sizeof(float));
 			at += cnt;
 		}
-	if (!rc && sending)
-		rc = dist_send(tr->dist, host, bytes, peer, TAG_EXPERTS);
+		if (!rc && sending)
+			rc = dist_send(tr->dist, host, bytes, peer, TAG_EXPERTS);
+	}
 	free(host);
 	return rc;
 }
