@@ -346,6 +346,14 @@ double model_param_share(const struct model *m, const struct param_info *p)
 	return 1.0;
 }
 
+int model_param_expert(const struct model *m, const struct param_info *p)
+{
+	const char *b = base_name(p);
+	if (!m->cfg.E || strncmp(b, "experts.", 8))
+		return -1;
+	return atoi(b + 8);
+}
+
 size_t model_flops_params(const struct model *m)
 {
 	double n = 0;

@@ -111,6 +111,10 @@ void model_init_weights_stage(const struct model *m, float *params, uint64_t see
  * for an expert's matrices (a token goes through K of the E experts), 1
  * for every other tensor (the router and the shared expert included). */
 double model_param_share(const struct model *m, const struct param_info *p);
+/* The expert e of a mixture-of-experts layer whose matrix p is
+ * ("h.L.experts.e.fcw" or ".fcprojw"), or -1 (every other tensor: the
+ * router and the shared expert included). */
+int model_param_expert(const struct model *m, const struct param_info *p);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
  * is the head matrix and does count); each tensor weighted by

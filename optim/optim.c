@@ -160,6 +160,12 @@ static int state_buf(struct optimizer *o, const char *name)
 static void add_part(struct optimizer *o, struct optim_tensor *t, const char *name, size_t numel,
 		     int rows, int cols)
 {
+	if (t->skip) { /* no part; only the name, so that optimizers differing
+			* only in what is theirs list the same buffers */
+		if (numel)
+			state_buf(o, name);
+		return;
+	}
 	struct optim_part *p = &t->part[t->n_part++];
 	p->rows = rows;
 	p->cols = cols;
@@ -260,11 +266,11 @@ static size_t ns_plan(struct optimizer *o)
 	o->ns_limit = ns_limit;
 	for (int k = 0; k < o->n; k++) {
 		struct optim_tensor *t = &o->t[k];
-		if (!ns_rule(t->rule) || !t->info.numel)
+		if (!ns_rule(t->rule) || !t->info.numel || t->skip)
 			continue;
 		int count = 0;
 		for (int j = 0; j < o->n; j++)
-			count += ns_rule(o->t[j].rule) && o->t[j].info.numel &&
+			count += ns_rule(o->t[j].rule) && o->t[j].info.numel && !o->t[j].skip &&
 				 o->t[j].info.rows == t->info.rows && o->t[j].info.cols == t->info.cols;
 		int len = ns_batch_len(o->ns_limit, t->info.numel, count);
 		if (len < 2) /* alone, or too large for two: the per-tensor path */
@@ -330,6 +336,13 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 	       const struct model *m, const struct stage_param *params, int n_params,
 	       size_t numel)
 {
+	return optim_init_owned(o, be, cfg, m, params, n_params, numel, NULL);
+}
+
+int optim_init_owned(struct optimizer *o, const struct backend *be, const struct config *cfg,
+		     const struct model *m, const struct stage_param *params, int n_params,
+		     size_t numel, const unsigned char *mine)
+{
 	size_t max_numel = 0, max_work = 0;
 	int used[RULE_COUNT] = {0};
 
@@ -365,8 +378,11 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 			goto fail;
 		}
 		t->rule = tensor_rule(o->kind, pi);
+		t->skip = mine && !mine[k];
 		used[t->rule] = 1;
 		add_rule_parts(o, t);
+		if (t->skip)
+			continue;
 		max_work = MAX(max_work, work_floats(t));
 		max_numel = MAX(max_numel, pi->numel);
 	}
@@ -376,18 +392,22 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 		t->ef = o->correction && ef_selects(cfg, t->info.group);
 		if (t->ef)
 			add_part(o, t, "ef_prev_update", t->info.numel, t->info.rows, t->info.cols);
+		t->ef = t->ef && !t->skip;
 	}
 	for (int r = 0; r < RULE_COUNT; r++)
 		if (used[r] && check_ops(be, r))
 			goto fail;
 
 	/* be->alloc returns zeroed memory; the state starts at zero */
-	for (int i = 0; i < o->n_state; i++)
-		if (!(o->state[i].data = be->alloc(st_mult(o->state[i].numel, sizeof(float))))) {
+	for (int i = 0; i < o->n_state; i++) {
+		size_t bytes = st_mult(o->state[i].numel, sizeof(float));
+		/* a buffer of no floats (optim_init_owned) stays NULL */
+		if (bytes && !(o->state[i].data = be->alloc(bytes))) {
 			error("optimizer: cannot allocate state '%s' (%zu floats) on backend '%s'",
 			      o->state[i].name, o->state[i].numel, be->name);
 			goto fail;
 		}
+	}
 	o->u_floats = max_numel;
 	o->work_floats = max_work;
 	o->u = max_numel ? be->alloc(st_mult(max_numel, sizeof(float))) : NULL;
@@ -566,7 +586,7 @@ static int elementwise_batch(struct optimizer *o, float *weights, const float *g
 		int count = 0;
 		for (int k = 0; k < o->n; k++) {
 			const struct optim_tensor *t = &o->t[k];
-			if (elementwise_rule(t->rule) != rule || !t->info.numel)
+			if (elementwise_rule(t->rule) != rule || !t->info.numel || t->skip)
 				continue;
 			e[count++] = (struct optim_elem_tensor){
 				.w = weights + t->offset,
@@ -673,7 +693,7 @@ void optim_step(struct optimizer *o, float *weights, const float *grads, float l
 		ns_batches(o, weights, grads, lr, step);
 	for (int k = 0; k < o->n; k++) {
 		const struct optim_tensor *t = &o->t[k];
-		if (!t->info.numel || (batched && elementwise_rule(t->rule) >= 0) ||
+		if (!t->info.numel || t->skip || (batched && elementwise_rule(t->rule) >= 0) ||
 		    (o->ns && t->ns_batch))
 			continue;
 		tensor_direction(o, t, grads + t->offset, lr, step);

@@ -118,6 +118,9 @@ struct optim_tensor {
 	int ef;                 /* the correction acts on this tensor */
 	int ns_batch;           /* orthogonalised with the others of its shape
 				 * (backend newton_schulz_many) */
+	int skip;               /* not this optimizer's (optim_init_owned): no
+				 * state, no update; its gradient still counts
+				 * in optim_grad_sumsq */
 	int n_part;
 	/* the rule's parts in the order of its optim_rule_def (SOAP's sides
 	 * past SOAP_MAX_DIM have data NULL: not preconditioned), then the
@@ -167,6 +170,18 @@ struct optimizer {
 int optim_init(struct optimizer *o, const struct backend *be, const struct config *cfg,
 	       const struct model *m, const struct stage_param *params, int n_params,
 	       size_t numel);
+/* optim_init where only the tensors k with mine[k] != 0 are this
+ * optimizer's (mine NULL: every one). The others (expert parallelism's
+ * experts owned by another replica) get no state part and no update: their
+ * weights stay as they are. Their buffers' names are still registered, in
+ * the same order, so optimizers of one stage differing only in mine list
+ * the same buffers (optim_state), some of them perhaps of no floats. Every
+ * tensor of mine gets exactly the state and the update bits it gets from
+ * optim_init (Newton-Schulz batches give each matrix the bits it has
+ * alone; the elementwise batches act per tensor). */
+int optim_init_owned(struct optimizer *o, const struct backend *be, const struct config *cfg,
+		     const struct model *m, const struct stage_param *params, int n_params,
+		     size_t numel, const unsigned char *mine);
 /* One optimizer step: weights[numel] (the stage arena, updated in place)
  * from grads[numel] (already clipped), learning rate lr (from lr_at), and
  * step, the 1-based optimizer step count. */
@@ -183,7 +198,8 @@ const char *optim_rule_name(int rule);
 /* Checkpointable state: optim_state(o, i) for i < optim_state_count(o).
  * Names are stable and unique within an optimizer (the rules' part names,
  * then "ef_prev_update"; see optim.c). Buffers of no
- * floats are not listed. There is no scalar state: the step count belongs to
+ * floats are not listed, except under optim_init_owned (see there; their
+ * data is NULL). There is no scalar state: the step count belongs to
  * the caller (see above). */
 int optim_state_count(const struct optimizer *o);
 struct optim_state_buf optim_state(const struct optimizer *o, int i);

@@ -632,7 +632,8 @@ static void open_gate(struct pipeline *p, int state)
 
 /* ---- one stage per process ---- */
 
-/* Tags of the control channel (dist_send/dist_recv) between segments. */
+/* Tags of the control channel (dist_send/dist_recv) between segments
+ * (expert_owned.c has 3 and 4). */
 enum { TAG_STATS = 1, TAG_STATE = 2 };
 
 /* The pipeline's side of the process's runtime (dist.h: the runtime holds
@@ -1078,6 +1079,12 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->w[i].idle_s += ctx[i].idle;
 	}
 	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
+	/* the copies of the experts other replicas own: current again */
+	if (mpi ? dist_agree(d, trainer_refresh_experts(tr), "to refresh the experts' copies")
+		: trainer_refresh_experts(tr)) {
+		rc = -1;
+		goto out;
+	}
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
 	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
@@ -1397,7 +1404,10 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
  * after piece, each optimizer-state tensor as a tensor_head and its
  * floats, and an end header. Rank 0 receives the versions piece after
  * piece and the states piece after piece: MPI and TCP keep each sender's
- * messages in order. */
+ * messages in order. Under expert parallelism replica 0 keeps no state of
+ * the experts replicas 1..P-1 own: their ranks send it, each to replica
+ * 0's rank of its stage, in the order that rank's worker_state_tensors
+ * asks (expert_owned.c), which it passes on with its own. */
 struct weights_head {
 	size_t base_off, count;
 };
@@ -1537,7 +1547,9 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 	struct dist *d = tr->dist;
 	int rank = dist_rank(d), rc = 0;
 	if (rank >= tr->stages) {
-		/* replica rank / stages > 0: replica 0 holds the same bits */
+		/* replica rank / stages > 0: replica 0 holds the same bits, but
+		 * for the state of experts it does not own (expert_owned.c) */
+		rc = trainer_send_owned_state(tr);
 	} else if (rank > 0) {
 		rc = send_state(tr);
 	} else {

@@ -243,6 +243,8 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	}
 	sched_free(probe);
 	free(mine);
+	if (trainer_own_experts(tr))
+		return -1;
 	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
 	 * them, x[s] written by piece s-1 on its lane, the inputs read on
 	 * piece 0's, the targets on the last piece's */

@@ -95,6 +95,9 @@ struct trainer {
 				    * logs). Under MPI a process initialises only
 				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
+	int ep_split;              /* P > 1: each replica keeps optimizer state
+				    * only for its own experts (expert_owned.c);
+				    * 0 or 1: every replica every expert's */
 	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
 	 * rollbacks, step t reads the data of step t + data_skip and its
 	 * learning rate is lr_at(step) * lr_scale, lr_scale being
@@ -213,6 +216,19 @@ void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
 
 
 
+/* Expert parallelism's optimizer state (expert_owned.c). The replica
+ * whose worker updates tensor k of piece s in replica r's group: r
+ * itself, or for an expert's matrix under ep_split its owner. */
+int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
+/* At init (model.expert_parallel = P > 1): each replica's optimizer
+ * keeps only its own experts (sets ep_split). 0, or -1 after error(). */
+int trainer_own_experts(struct trainer *tr);
+/* After a training segment: every replica's copies (every version, and
+ * predicted copies) of the experts it does not own from their owner's
+ * (between processes every rank of an expert-parallel group calls it at
+ * the same point). 0, or -1 after error(). */
+int trainer_refresh_experts(struct trainer *tr);
+
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats);
@@ -243,9 +259,19 @@ struct ckpt_source {
 };
 int trainer_save_from(struct trainer *tr, const struct ckpt_source *src, const char *path,
 		      const char *config_text, const char *extra_meta);
-/* A worker's optimizer-state tensors, in checkpoint order, to sink. */
+/* A worker's optimizer-state tensors, in checkpoint order, to sink (an
+ * expert's from its owner: trainer_expert_owner). */
 int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk,
 			 tensor_sink sink, void *ctx);
+/* Between processes under ep_split (expert_owned.c): replica 0's rank of
+ * piece s takes state tensor `name` of an expert from the rank of owner
+ * replica o (nothing when o has no part in that buffer), while each rank
+ * of replicas 1..P-1 sends, in the order worker_state_tensors asks, the
+ * state of the experts it owns (trainer_send_owned_state, during
+ * pipeline_save). 0, or -1 after error(). */
+int trainer_recv_owned_state(const struct trainer *tr, int s, int o, const char *name,
+			     tensor_sink sink, void *ctx);
+int trainer_send_owned_state(const struct trainer *tr);
 /* Weights K = back steps before the newest, into a global host arena. */
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back);
 

@@ -11,7 +11,11 @@
  *
  * Data-parallel replicas hold the same bits: a save writes replica 0 (the
  * first S workers), a load sets every replica this process holds. So the
- * file does not depend on pipeline.data_parallel either.
+ * file does not depend on pipeline.data_parallel either. Under expert
+ * parallelism (trainer.h: ep_split) a replica keeps only its own experts'
+ * optimizer state: a save takes an expert's from its owner (its worker,
+ * or its rank: expert_owned.c), and a load gives each replica the state
+ * its optimizer holds.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,28 +31,57 @@ static void tensor_name(char *out, size_t len, const char *set, const struct par
 	snprintf(out, len, "%s/%s", set, pi->name);
 }
 
+/* Buffer i of worker w in host memory (NULL when it holds no floats). */
+static float *state_to_host(const struct trainer *tr, const struct stage_worker *w, int i)
+{
+	struct optim_state_buf sb = optim_state(&w->opt, i);
+	if (!sb.numel)
+		return NULL;
+	float *host = xmalloc(st_mult(sb.numel, sizeof(float)));
+	int before = backend_lane_enter(tr->be, w->lane);
+	tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
+	backend_lane_bind(tr->be, before);
+	return host;
+}
+
 int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk,
 			 tensor_sink sink, void *ctx)
 {
 	const struct model *m = tr->m;
+	/* an expert's state comes from its owner's worker (expert_owned.c):
+	 * replicas r - r % P .. of wk's group, whose buffers are listed alike */
+	int r = (int)(wk - tr->w) / tr->S, s = (int)(wk - tr->w) % tr->S;
+	int P = MAX(tr->ep_split, 1), base = r - r % P;
+	float **host = xcalloc((size_t)P, sizeof(float *));
 	char name[128];
 	int rc = 0;
 	for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
-		struct optim_state_buf sb = optim_state(&wk->opt, i);
-		float *host = xmalloc(st_mult(sb.numel ? sb.numel : 1, sizeof(float)));
-		int before = backend_lane_enter(tr->be, wk->lane);
-		tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
-		backend_lane_bind(tr->be, before);
+		const char *buf_name = optim_state(&wk->opt, i).name;
 		for (int k = 0; k < wk->opt.n && !rc; k++) {
-			struct optim_part part;
-			if (wk->st.params[k].tied_copy || !optim_state_tensor(&wk->opt, i, k, &part))
-				continue;
+			int owner = trainer_expert_owner(tr, r, s, k);
+			const struct stage_worker *src = &tr->w[owner * tr->S + s];
 			const struct param_info *pi = &m->params[wk->st.params[k].global];
-			tensor_name(name, sizeof(name), sb.name, pi);
-			rc = sink(ctx, name, host + part.off, part.numel, part.rows, part.cols);
+			struct optim_part part;
+			if (wk->st.params[k].tied_copy)
+				continue;
+			tensor_name(name, sizeof(name), buf_name, pi);
+			if (!worker_alive(src)) { /* the owner's rank sends it */
+				rc = trainer_recv_owned_state(tr, s, owner, name, sink, ctx);
+				continue;
+			}
+			if (!optim_state_tensor(&src->opt, i, k, &part))
+				continue;
+			if (!host[owner - base])
+				host[owner - base] = state_to_host(tr, src, i);
+			rc = sink(ctx, name, host[owner - base] + part.off, part.numel, part.rows,
+				  part.cols);
 		}
-		free(host);
+		for (int q = 0; q < P; q++) {
+			free(host[q]);
+			host[q] = NULL;
+		}
 	}
+	free(host);
 	return rc;
 }
 
@@ -186,21 +219,39 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 		free(versions[v]);
 	free(versions);
 	char name[128];
-	for (int s = 0; s < tr->S && !rc; s++) {
-		/* stage s's layout from any replica held here (under MPI, one
-		 * process holds one stage of one replica) */
-		struct stage_worker *wk = NULL;
-		for (int r = 0; r < tr->N && !wk; r++)
-			if (worker_alive(trainer_worker(tr, r, s)))
-				wk = trainer_worker(tr, r, s);
-		if (!wk)
-			continue;
-		for (int i = 0; i < optim_state_count(&wk->opt) && !rc; i++) {
-			struct optim_state_buf sb = optim_state(&wk->opt, i);
-			float *host = xcalloc(sb.numel ? sb.numel : 1, sizeof(float));
+	/* each replica's own layout: under expert parallelism a replica keeps
+	 * only its own experts' state (expert_owned.c), the layout of every
+	 * replica with its place in a group (r % P) */
+	int P = MAX(tr->ep_split, 1);
+	for (int i = 0; i < tr->N * tr->S && !rc; i++) {
+		struct stage_worker *wk = &tr->w[i];
+		if (!worker_alive(wk))
+			continue; /* under MPI, one process holds one stage of one replica */
+		const struct stage_worker *like = NULL; /* read already, with this layout */
+		for (int r = i / tr->S % P; r < i / tr->S && !like; r += P)
+			if (worker_alive(trainer_worker(tr, r, i % tr->S)))
+				like = trainer_worker(tr, r, i % tr->S);
+		for (int b = 0; like && b < optim_state_count(&wk->opt); b++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, b);
+			if (optim_state(&like->opt, b).numel != sb.numel)
+				bug("replica %d piece %d state '%s' has %zu floats, replica %d %zu",
+				    i / tr->S, i % tr->S, sb.name, sb.numel,
+				    (int)(like - tr->w) / tr->S, optim_state(&like->opt, b).numel);
+			if (!sb.numel)
+				continue;
+			int before = backend_lane_enter(tr->be, wk->lane);
+			tr->be->copy(sb.data, optim_state(&like->opt, b).data,
+				     sb.numel * sizeof(float));
+			backend_lane_bind(tr->be, before);
+		}
+		for (int b = 0; !like && b < optim_state_count(&wk->opt) && !rc; b++) {
+			struct optim_state_buf sb = optim_state(&wk->opt, b);
+			if (!sb.numel)
+				continue;
+			float *host = xcalloc(sb.numel, sizeof(float));
 			for (int t = 0; t < wk->opt.n && !rc; t++) {
 				struct optim_part part;
-				if (!optim_state_tensor(&wk->opt, i, t, &part))
+				if (!optim_state_tensor(&wk->opt, b, t, &part))
 					continue;
 				const struct param_info *pi = &m->params[wk->st.params[t].global];
 				tensor_name(name, sizeof(name), sb.name, pi);
@@ -215,17 +266,9 @@ int trainer_load(struct trainer *tr, struct ckpt *k)
 						   "earlier checkpoint", ckpt_path(k), name, at,
 						   (double)host[part.off + at]);
 			}
-			/* the same state into stage s of every replica held here */
-			for (int r = 0; r < tr->N && !rc; r++) {
-				struct stage_worker *wr = trainer_worker(tr, r, s);
-				if (!worker_alive(wr))
-					continue;
-				struct optim_state_buf rb = optim_state(&wr->opt, i);
-				if (rb.numel != sb.numel)
-					bug("replica %d stage %d state '%s' has %zu floats, "
-					    "another replica %zu", r, s, rb.name, rb.numel, sb.numel);
-				int before = backend_lane_enter(tr->be, trainer_lane(tr, s));
-				tr->be->to_device(rb.data, host, rb.numel * sizeof(float));
+			if (!rc) {
+				int before = backend_lane_enter(tr->be, wk->lane);
+				tr->be->to_device(sb.data, host, sb.numel * sizeof(float));
 				backend_lane_bind(tr->be, before);
 			}
 			free(host);

@@ -65,6 +65,17 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	return rc;
 }
 
+int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
+	       const unsigned char *mine)
+{
+	int before = backend_lane_enter(w->be, w->lane);
+	optim_free(&w->opt); /* first: the two never need memory at once */
+	int rc = optim_init_owned(&w->opt, w->be, cfg, m, w->st.params, w->st.n_params,
+				  w->st.numel, mine);
+	backend_lane_bind(w->be, before);
+	return rc;
+}
+
 void worker_free(struct stage_worker *w)
 {
 	if (!w->be)

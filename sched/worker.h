@@ -67,6 +67,12 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
 		int T, int n_slots, int delay, int overlapped, const float *params);
 void worker_free(struct stage_worker *w);
+/* Set up the optimizer again (fresh, zero state) keeping only the tensors
+ * k with mine[k] != 0 (optim_init_owned): expert parallelism's replica
+ * keeps no state for the experts another replica owns. 0, or -1 after
+ * error(). */
+int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
+	       const unsigned char *mine);
 
 /* The weights of version v (v < 0 means version 0). The version must be
  * held: newest - (n_versions - 1) <= v <= newest. */

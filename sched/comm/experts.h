@@ -12,12 +12,12 @@
  * micro-batch order, so the replicas' sum (replica.h) and everything after
  * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
  *
- * For now every replica keeps every expert's weights, gradients and
- * optimizer state (the arena of P = 1): the owner's copy is what it
- * computes with, and the others are kept up to date by the unchanged
- * update, which keeps checkpoints, evaluation and resume with any P as
- * they are. What EP saves today is the experts' compute per replica; the
- * memory of non-owned experts can go later.
+ * Every replica keeps every expert's weights and gradients (the arena of
+ * P = 1): the owner's copy is what it computes with. A replica keeps
+ * optimizer state only for its own experts and updates only those; its
+ * copies of the others are refreshed from their owners after each segment
+ * (sched/expert_owned.c), so checkpoints, evaluation and resume with any P
+ * are P = 1's.
  *
  * Every member of a group calls its hook (moe.h: struct moe_ep) at the
  * same point of the same pass: the replicas run the same action lists

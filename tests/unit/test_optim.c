@@ -785,6 +785,103 @@ TEST(matrix_optimizers_take_each_expert_on_its_own)
 	model_free(&m);
 }
 
+/* optim_init_owned (expert parallelism: a replica keeps only its own
+ * experts): the tensors it keeps get optim_init's bits, step after step
+ * (Newton-Schulz batches and elementwise batches hold fewer tensors), the
+ * others no state and no update; the buffers are listed alike. */
+TEST(owned_tensors_keep_their_bits)
+{
+	static const char *const names[] = {"adamw", "muon", "normuon", "soap", "lion",
+					    "adan", "mars", "ademamix"};
+	struct model_config mc = {0};
+	struct model m;
+	NEED_BACKEND();
+	mc.arch = ARCH_LLAMA;
+	mc.V = 64;
+	mc.L = 2;
+	mc.C = 16;
+	mc.NH = 2;
+	mc.T = 8;
+	mc.E = 4;
+	mc.K = 2;
+	mc.De = 12;
+	mc.shared = 1;
+	CHECK(model_init(&m, &mc) == 0);
+	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
+	unsigned char *mine = xcalloc((size_t)m.n_params, 1);
+	size_t skipped = 0;
+	for (int i = 0; i < m.n_params; i++) {
+		sp[i].global = i;
+		sp[i].offset = m.params[i].offset;
+		mine[i] = model_param_expert(&m, &m.params[i]) < 2; /* member 0 of P = 2 */
+		skipped += mine[i] ? 0 : m.params[i].numel;
+	}
+	CHECK(skipped == 2 * 2 * 3 * (size_t)mc.De * mc.C); /* 2 layers x experts 2, 3 */
+	float *h0 = falloc(m.numel), *hg = falloc(m.numel), *a = falloc(m.numel),
+	      *b = falloc(m.numel);
+	uint64_t rng = 5;
+	for (size_t i = 0; i < m.numel; i++) {
+		h0[i] = 0.1f * rng_normal(&rng);
+		hg[i] = rng_normal(&rng);
+	}
+	for (size_t k = 0; k < ARRAY_SIZE(names) && !test_failed(); k++) {
+		struct config cfg;
+		struct optimizer full, own;
+		test_config(&cfg, names[k]);
+		cfg.optim_correction = (char *)"ef";
+		cfg.optim_ef_lambda = 0.5;
+		cfg.optim_soap_every = 2;
+		CHECK(optim_init(&full, be, &cfg, &m, sp, m.n_params, m.numel) == 0);
+		CHECK(optim_init_owned(&own, be, &cfg, &m, sp, m.n_params, m.numel, mine) == 0);
+		size_t sf = 0, so = 0, per = 0;
+		CHECK(optim_state_count(&full) == optim_state_count(&own));
+		for (int i = 0; i < optim_state_count(&full) && !test_failed(); i++) {
+			CHECK(!strcmp(optim_state(&full, i).name, optim_state(&own, i).name));
+			sf += optim_state(&full, i).numel;
+			so += optim_state(&own, i).numel;
+			for (int t = 0; t < full.n; t++) {
+				struct optim_part part;
+				if (!mine[t] && optim_state_tensor(&full, i, t, &part))
+					per += part.numel;
+				CHECK(mine[t] || !optim_state_tensor(&own, i, t, NULL));
+			}
+		}
+		CHECK_MSG(so == sf - per && per > 0, "%s: %zu state floats of %zu, %zu skipped",
+			  names[k], so, sf, per);
+		float *wf = be_floats(h0, m.numel), *wo = be_floats(h0, m.numel);
+		float *g = be_floats(NULL, m.numel);
+		for (long step = 1; step <= 3; step++) {
+			be->copy(g, hg, m.numel * sizeof(float));
+			optim_step(&full, wf, g, 0.02f, step);
+			be->copy(g, hg, m.numel * sizeof(float));
+			optim_step(&own, wo, g, 0.02f, step);
+			for (size_t i = 0; i < m.numel; i++)
+				hg[i] = 0.5f * hg[i] + rng_normal(&rng);
+		}
+		be->copy(a, wf, m.numel * sizeof(float));
+		be->copy(b, wo, m.numel * sizeof(float));
+		for (int t = 0; t < m.n_params; t++) {
+			const struct param_info *p = &m.params[t];
+			const float *want = mine[t] ? a : h0;
+			size_t bytes = p->numel * sizeof(float);
+			CHECK_MSG(!memcmp(b + p->offset, want + p->offset, bytes),
+				  "%s: %s is not %s", names[k], p->name, mine[t] ? "optim_init's update" : "left as it was");
+		}
+		be->free(wf);
+		be->free(wo);
+		be->free(g);
+		optim_free(&full);
+		optim_free(&own);
+	}
+	free(h0);
+	free(hg);
+	free(a);
+	free(b);
+	free(mine);
+	free(sp);
+	model_free(&m);
+}
+
 /* ---- error feedback ---- */
 
 TEST(ef_lambda0_is_none)

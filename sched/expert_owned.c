@@ -1,0 +1,252 @@
+/* expert_owned.c - expert parallelism's memory side (model.expert_parallel
+ * = P > 1): each replica keeps optimizer state only for the experts it
+ * owns (comm/experts.h: member q of a group owns experts
+ * [q*E/P, (q+1)*E/P) of every layer) and updates only those.
+ *
+ * That is safe because a replica never reads the weights of an expert it
+ * does not own during a training segment: the owner runs it on every
+ * member's rows with its own copy. Those stale copies are refreshed from
+ * the owner once a segment ends (trainer_refresh_experts), before anything
+ * that reads weights outside training (evaluation, checkpoints, sampling,
+ * the next segment), every weight version and predicted copy of it, so
+ * every replica again holds P = 1's bits. Checkpoints take an expert's
+ * state from its owner (trainer_ckpt.c: worker_state_tensors, and
+ * trainer_send_owned_state between processes) and a load gives each
+ * replica only its own experts' (trainer_load): the file is P = 1's.
+ *
+ * Between threads the copies are read from the owner's worker. Between
+ * processes (one stage of one replica each) they travel on the control
+ * channel (dist_send, TAG_EXPERTS) from the owner's rank to the member's
+ * rank of the same stage, staged through host memory, in an order every
+ * rank of the group follows: owner by owner, member by member, piece by
+ * piece, so each rank waits on at most one peer at a time.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/util.h"
+#include "comm/dist.h"
+#include "trainer.h"
+
+/* The control channel's tags (executor.c has 1 and 2): the copies of a
+ * refresh, and the experts' state a checkpoint gathers. */
+enum { TAG_EXPERTS = 3, TAG_EXPERT_STATE = 4 };
+
+/* The replica owning tensor k of piece s (laid out as in w) in replica r's
+ * group: an expert's owner under ep_split, else r. */
+static int owner_of(const struct trainer *tr, int r, const struct stage_worker *w, int k)
+{
+	if (tr->ep_split <= 1)
+		return r;
+	const struct model *m = tr->m;
+	int e = model_param_expert(m, &m->params[w->st.params[k].global]);
+	if (e < 0)
+		return r;
+	int P = tr->ep_split;
+	return r - r % P + e / (m->cfg.E / P);
+}
+
+int trainer_expert_owner(const struct trainer *tr, int r, int s, int k)
+{
+	return owner_of(tr, r, &tr->w[r * tr->S + s], k);
+}
+
+int trainer_own_experts(struct trainer *tr)
+{
+	int P = (int)tr->cfg->model_expert_parallel;
+	if (P <= 1 || tr->m->cfg.E % P || tr->N % P)
+		return 0;
+	tr->ep_split = P;
+	for (int i = 0; i < tr->N * tr->S; i++) {
+		struct stage_worker *w = &tr->w[i];
+		if (!worker_alive(w)) /* under MPI: another rank's */
+			continue;
+		int r = i / tr->S, n = w->st.n_params, any = 0;
+		unsigned char *mine = xcalloc((size_t)(n ? n : 1), 1);
+		for (int k = 0; k < n; k++) {
+			mine[k] = owner_of(tr, r, w, k) == r;
+			any |= !mine[k];
+		}
+		int rc = any ? worker_own(w, tr->m, tr->cfg, mine) : 0;
+		free(mine);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+/* The arenas a refresh sets: every version, then every predicted copy. */
+static int ring(const struct stage_worker *w, float **arena)
+{
+	int n = 0;
+	for (int v = 0; v < w->n_versions; v++)
+		arena[n++] = w->ver[v];
+	for (int v = 0; v < w->n_versions && w->predict; v++)
+		arena[n++] = w->pred[v];
+	return n;
+}
+
+/* Threads: member w's copies of the experts owner o holds, on w's lane. */
+static void copy_from(const struct trainer *tr, int r, struct stage_worker *w, int o,
+		      const struct stage_worker *from)
+{
+	float *dst[2 * WORKER_MAX_VERSIONS], *src[2 * WORKER_MAX_VERSIONS];
+	int n = ring(w, dst);
+	ring(from, src);
+	for (int k = 0; k < w->st.n_params; k++) {
+		if (owner_of(tr, r, w, k) != o)
+			continue;
+		size_t off = w->st.params[k].offset;
+		size_t bytes = tr->m->params[w->st.params[k].global].numel * sizeof(float);
+		for (int a = 0; a < n; a++)
+			tr->be->copy(dst[a] + off, src[a] + off, bytes);
+	}
+}
+
+/* Processes: the experts of piece w that owner replica o holds for member
+ * replica m, arena by arena of the ring, each packed in one host buffer
+ * (tensor order), sent (o's rank) or received and set (m's). */
+static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int m, int peer,
+		    int sending)
+{
+	float *arena[2 * WORKER_MAX_VERSIONS];
+	int n = ring(w, arena);
+	size_t floats = 0;
+	for (int k = 0; k < w->st.n_params; k++)
+		if (owner_of(tr, m, w, k) == o)
+			floats += tr->m->params[w->st.params[k].global].numel;
+	if (!floats)
+		return 0;
+	size_t bytes = st_mult(floats, sizeof(float));
+	float *host = xmalloc(bytes);
+	const struct backend *be = tr->be;
+	int rc = 0;
+	for (int a = 0; a < n && !rc; a++) {
+		if (!sending)
+			rc = dist_recv(tr->dist, host, bytes, peer, TAG_EXPERTS);
+		float *at = host;
+		for (int k = 0; k < w->st.n_params && !rc; k++) {
+			if (owner_of(tr, m, w, k) != o)
+				continue;
+			size_t off = w->st.params[k].offset;
+			size_t cnt = tr->m->params[w->st.params[k].global].numel;
+			if (sending)
+				be->to_host(at, arena[a] + off, cnt * sizeof(float));
+			else
+				be->to_device(arena[a] + off, at, cnt * sizeof(float));
+			at += cnt;
+		}
+		if (!rc && sending)
+			rc = dist_send(tr->dist, host, bytes, peer, TAG_EXPERTS);
+	}
+	free(host);
+	return rc;
+}
+
+int trainer_refresh_experts(struct trainer *tr)
+{
+	if (tr->ep_split <= 1)
+		return 0;
+	int P = tr->ep_split, S = tr->S;
+	if (!dist_active(tr->dist)) {
+		for (int i = 0; i < tr->N * S; i++) {
+			struct stage_worker *w = &tr->w[i];
+			int r = i / S, s = i % S, base = r - r % P;
+			int before = backend_lane_enter(tr->be, w->lane);
+			for (int o = base; o < base + P; o++)
+				if (o != r)
+					copy_from(tr, r, w, o, &tr->w[o * S + s]);
+			backend_lane_bind(tr->be, before);
+		}
+		return 0;
+	}
+	int rank = dist_rank(tr->dist), stage = rank % tr->stages, r = rank / tr->stages;
+	int base = r - r % P, rc = 0;
+	for (int o = base; o < base + P && !rc; o++)
+		for (int m = base; m < base + P && !rc; m++) {
+			if (o == m || (r != o && r != m))
+				continue;
+			int peer = (r == o ? m : o) * tr->stages + stage;
+			for (int q = 0; q < S && !rc; q++)
+				if (trainer_holds(tr, r * S + q))
+					rc = exchange(tr, &tr->w[r * S + q], o, m, peer, r == o);
+		}
+	if (rc)
+		return error("rank %d: cannot refresh its copies of the experts other ranks own",
+			     rank);
+	return 0;
+}
+
+/* A state tensor between an owner's rank and replica 0's rank of its
+ * stage: numel 0 when the owner has no part in that buffer. */
+struct state_head {
+	char name[128];
+	size_t numel;
+	int rows, cols;
+};
+
+int trainer_recv_owned_state(const struct trainer *tr, int s, int o, const char *name,
+			     tensor_sink sink, void *ctx)
+{
+	struct state_head h;
+	int from = o * tr->stages + tr->piece_stage[s];
+	if (dist_recv(tr->dist, &h, sizeof(h), from, TAG_EXPERT_STATE))
+		return -1;
+	h.name[sizeof(h.name) - 1] = '\0';
+	if (strcmp(h.name, name))
+		bug("rank %d sent the state tensor '%s' where '%s' was due", from, h.name, name);
+	if (!h.numel)
+		return 0;
+	if (h.numel > MAX(tr->m->numel, optim_part_bound(tr->m)))
+		bug("rank %d sent a state tensor '%s' of %zu floats, more than any optimizer "
+		    "keeps for this model", from, h.name, h.numel);
+	float *buf = xmalloc(st_mult(h.numel, sizeof(float)));
+	int rc = dist_recv(tr->dist, buf, h.numel * sizeof(float), from, TAG_EXPERT_STATE);
+	if (!rc)
+		rc = sink(ctx, name, buf, h.numel, h.rows, h.cols);
+	free(buf);
+	return rc;
+}
+
+int trainer_send_owned_state(const struct trainer *tr)
+{
+	int rank = dist_rank(tr->dist), r = rank / tr->stages;
+	if (tr->ep_split <= 1 || r == 0 || r >= tr->ep_split)
+		return 0; /* only group 0's owners: replica 0 writes the file */
+	int rc = 0, to = rank % tr->stages;
+	for (int q = 0; q < tr->S && !rc; q++) {
+		const struct stage_worker *w = &tr->w[r * tr->S + q];
+		if (!trainer_holds(tr, r * tr->S + q))
+			continue;
+		for (int i = 0; i < optim_state_count(&w->opt) && !rc; i++) {
+			struct optim_state_buf sb = optim_state(&w->opt, i);
+			float *host = NULL;
+			for (int k = 0; k < w->opt.n && !rc; k++) {
+				/* what worker_state_tensors asks of this replica */
+				if (w->st.params[k].tied_copy || owner_of(tr, 0, w, k) != r)
+					continue;
+				struct state_head h = {.numel = 0};
+				struct optim_part part;
+				int g = w->st.params[k].global;
+				snprintf(h.name, sizeof(h.name), "%s/%s", sb.name,
+					 tr->m->params[g].name);
+				if (optim_state_tensor(&w->opt, i, k, &part)) {
+					h.numel = part.numel;
+					h.rows = part.rows;
+					h.cols = part.cols;
+				}
+				if (h.numel && !host) {
+					host = xmalloc(st_mult(sb.numel, sizeof(float)));
+					tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
+				}
+				rc = dist_send(tr->dist, &h, sizeof(h), to, TAG_EXPERT_STATE);
+				size_t bytes = h.numel * sizeof(float);
+				if (!rc && h.numel)
+					rc = dist_send(tr->dist, host + part.off, bytes, to,
+						       TAG_EXPERT_STATE);
+			}
+			free(host);
+		}
+	}
+	return rc;
+}

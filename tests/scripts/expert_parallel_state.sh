@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# expert_parallel_state.sh - with model.expert_parallel = P each
+# replica keeps optimizer state only for the experts it owns and updates
+# only those; the copies it holds of the others are refreshed from their
+# owner after each segment. So: the optimizer state shrinks by (P-1)/P of
+# the experts' share (bench train's memory table); evaluation after every
+# step (eval.every = 1: a stale copy would be evaluated), the final
+# checkpoint (taken from the owners) and a sample from it are P = 1's bit
+# for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two versions),
+# pipedream (stashed versions), optim.correction = predict (predicted
+# copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P = 1's. The
+# same between processes (4 ranks: 2 stages x 2 replicas, the copies and
+# the checkpoint's expert state travelling between ranks) under mpirun,
+# staged through host buffers as a device backend's, and over TCP,
+# against the threaded P = 1 runs; the resume's legs alternate MPI and
+# threads.
+. "$ROOT/tests/lib.sh"
+A=$ASYNCPP
+TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+      --set model.n_expert=4 --set model.top_k=2 --set model.d_expert=48
+      --set model.shared_expert=1 --set train.batch_size=4 --set pipeline.micro_batches=4
+      --set pipeline.data_parallel=2 --set log.every=1 --set eval.every=1 --set eval.batches=2
+      --set train.threads=1 --set train.steps=4 --set checkpoint.every=2
+      --set pipeline.stages=2)
+if ! $A train -q "${TINY[@]}" --set train.schedule=gpipe --set train.out_dir=data \
+	--set train.steps=0 2> err.txt; then
+	fail eps_setup "$(cat err.txt)"
+	exit 0
+fi
+TINY+=(--set data.train=data/data/builtin_train.shard --set data.val=data/data/builtin_val.shard
+       --set data.tokenizer=data/data/builtin.tok)
+# step, loss, val_loss, grad_norm and the router's columns
+cols() { awk -F, 'NR > 1 {print $1, $4, $5, $7, $13, $14, $15}' "$1"; }
+# same NAME DIR_P DIR_1 STEPS: rows, final checkpoints and a sample agree
+same() {
+	local ck=$(printf 'ckpt-%08d.ckpt' "$4")
+	if [ "$(cols "$2/metrics.csv" | awk '$3 != ""' | wc -l)" -ge 2 ] &&
+	   diff <(cols "$2/metrics.csv") <(cols "$3/metrics.csv") > d.txt &&
+	   $A inspect --diff "$2/$ck" "$3/$ck" > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: ' &&
+	   $A sample -n 8 --seed 3 "$2/$ck" > s2.txt 2> d.txt &&
+	   $A sample -n 8 --seed 3 "$3/$ck" > s1.txt 2> d.txt && cmp -s s2.txt s1.txt; then
+		pass "$1"
+	else
+		fail "$1" "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fi
+}
+run() {
+	local out=$1 P=$2
+	shift 2
+	$A train -q "${TINY[@]}" --set train.out_dir="$out" --set model.expert_parallel="$P" "$@" \
+		2> err.txt
+}
+
+# 1. optimizers, schedules and corrections: P = 2 against P = 1
+cases=("adamw_1f1b:--set train.schedule=1f1b"
+       "muon_2bw:--set train.schedule=2bw --set optim.name=muon"
+       "normuon_pipedream:--set train.schedule=pipedream --set optim.name=normuon"
+       "soap_zb_h1:--set train.schedule=zb-h1 --set optim.name=soap --set optim.soap_every=2"
+       "muon_2bw_predict:--set train.schedule=2bw --set optim.name=muon"\
+" --set optim.correction=predict"
+       "adamw_2bw_ef:--set train.schedule=2bw --set optim.correction=ef --set optim.ef_lambda=0.5")
+for c in "${cases[@]}"; do
+	name=${c%%:*}
+	read -r -a args <<< "${c#*:}"
+	if run $name-p1 1 "${args[@]}" && run $name-p2 2 "${args[@]}"; then
+		same "eps_${name}" $name-p2 $name-p1 4
+	else
+		fail "eps_${name}" "$(cat err.txt)"
+	fi
+done
+
+# 2. resume P = 2 -> 1 -> 2 with the state (Muon, 2bw): step 2 of a P = 2
+# run goes on with P = 1 to step 4, then with P = 2 to step 6, and ends as
+# an uninterrupted P = 1 run of 6 steps
+a=(--set train.schedule=2bw --set optim.name=muon)
+if run whole 1 "${a[@]}" --set train.steps=6 &&
+   run leg1 2 "${a[@]}" --set train.steps=2 &&
+   mkdir -p leg2 leg3 && cp leg1/ckpt-00000002.ckpt leg2/ &&
+   run leg2 1 "${a[@]}" --set train.steps=4 --resume leg2/ckpt-00000002.ckpt &&
+   cp leg2/ckpt-00000004.ckpt leg3/ &&
+   run leg3 2 "${a[@]}" --set train.steps=6 --resume leg3/ckpt-00000004.ckpt &&
+   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols leg3/metrics.csv) > d.txt &&
+   $A inspect --diff whole/ckpt-00000006.ckpt leg3/ckpt-00000006.ckpt > d.txt 2>&1 &&
+   head -n 1 d.txt | grep -q '^identical: '; then
+	pass eps_resume_2_1_2
+else
+	fail eps_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+fi
+
+# 3. the saving: bench train's optimizer row (AdamW: m and v per float)
+# falls by half the experts' state with P = 2. Experts: 2 layers x 4 x
+# (2*256*64 + 64*256) floats = 393216; their state 2 x 4 B each: 3.15 MB
+M=(--set model.arch=llama --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
+   --set model.seq_len=32 --set model.vocab_size=256 --set model.n_expert=4 --set model.top_k=2
+   --set model.d_expert=256 --set train.batch_size=2 --set pipeline.micro_batches=2
+   --set pipeline.data_parallel=2 --set train.schedule=1f1b --set pipeline.stages=2)
+optim_mb() {
+	$A bench train "${M[@]}" --set model.expert_parallel=$1 --steps 1 --warmup 0 -j 1 \
+		2> err.txt | awk '$1 == "optimizer" {print $2}'
+}
+o1=$(optim_mb 1)
+o2=$(optim_mb 2)
+if [ -n "$o1" ] && [ -n "$o2" ] &&
+   awk -v a="$o1" -v b="$o2" 'BEGIN {d = a - b - 393216 * 8 / 2 / 1e6; exit !(d > -0.1 && d < 0.1)}'
+then
+	pass eps_optimizer_state_halved
+else
+	fail eps_optimizer_state_halved "optimizer $o1 MB with P = 1, $o2 MB with P = 2:
+		$(cat err.txt)"
+fi
+
+# 4. between processes, against the threaded P = 1 runs of 1.
+if ! command -v mpirun > /dev/null 2>&1; then
+	skip eps_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+else
+	MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
+	mpi() { # OUT P ARGS...
+		local out=$1 P=$2
+		shift 2
+		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
+			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
+	}
+	# pipedream, zb-h1 and ef here; 2bw with predict staged below, 2bw
+	# over TCP
+	for c in "${cases[2]}" "${cases[3]}" "${cases[5]}"; do
+		name=${c%%:*}
+		read -r -a args <<< "${c#*:}"
+		[ -f $name-p1/ckpt-00000004.ckpt ] || continue
+		if ! mpi m-$name 2 "${args[@]}"; then
+			grep -q "built without MPI" err.txt &&
+				{ skip eps_mpi "this asyncpp was built without MPI"; break; }
+			fail "eps_mpi_$name" "$(head -c 400 err.txt)"
+		else
+			same "eps_mpi_$name" m-$name $name-p1 4
+		fi
+	done
+	c=${cases[4]} # muon, 2bw, predict: staged through host buffers
+	name=${c%%:*}
+	read -r -a args <<< "${c#*:}"
+	if [ -f $name-p1/ckpt-00000004.ckpt ]; then
+		if ! ASYNCPP_TEST_STAGE_HOST=1 mpi s-$name 2 "${args[@]}"; then
+			fail "eps_mpi_staged_$name" "$(head -c 400 err.txt)"
+		else
+			same "eps_mpi_staged_$name" s-$name $name-p1 4
+		fi
+	fi
+	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
+	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&
+	   mkdir -p mleg2 mleg3 && cp mleg1/ckpt-00000002.ckpt mleg2/ &&
+	   run mleg2 1 "${a[@]}" --set train.steps=4 --resume mleg2/ckpt-00000002.ckpt &&
+	   cp mleg2/ckpt-00000004.ckpt mleg3/ &&
+	   mpi mleg3 2 "${a[@]}" --set train.steps=6 --resume mleg3/ckpt-00000004.ckpt &&
+	   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols mleg3/metrics.csv) > d.txt &&
+	   $A inspect --diff whole/ckpt-00000006.ckpt mleg3/ckpt-00000006.ckpt > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: '; then
+		pass eps_mpi_resume_2_1_2
+	else
+		fail eps_mpi_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fi
+fi
+# TCP, torchrun-style: Muon under 2bw
+c=${cases[1]}
+name=${c%%:*}
+read -r -a args <<< "${c#*:}"
+if [ -f $name-p1/ckpt-00000004.ckpt ]; then
+	export ASYNCPP_CONNECT_TIMEOUT=30
+	tcp_launch 4 120 "${TINY[@]}" "${args[@]}" --set pipeline.transport=tcp \
+		--set model.expert_parallel=2 --set train.out_dir=c-$name
+	if [ "$rcs" != "0 0 0 0" ]; then
+		fail "eps_tcp_$name" "exit statuses $rcs: $(head -c 400 err0.txt)"
+	else
+		same "eps_tcp_$name" c-$name $name-p1 4
+	fi
+fi
