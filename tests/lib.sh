@@ -81,6 +81,27 @@ tcp_launch() {
 	done
 	rcs=${rcs% }
 }
+# ep_setup NAME: the expert-parallel scripts' tiny MoE model in the array
+# TINY (2 layers of 4 experts of width 48, top-2, a shared expert; 2
+# replicas, 4 micro-batches, 4 steps, a checkpoint every 2, one thread),
+# with the built-in data prepared once into data/ and named in TINY; 1
+# (after fail NAME) when the data cannot be prepared. Later --set options
+# win, so a script adds its own after it.
+ep_setup() {
+	TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2
+	      --set model.seq_len=32 --set model.n_expert=4 --set model.top_k=2
+	      --set model.d_expert=48 --set model.shared_expert=1 --set train.batch_size=4
+	      --set pipeline.micro_batches=4 --set pipeline.data_parallel=2 --set log.every=1
+	      --set eval.every=0 --set train.threads=1 --set train.steps=4
+	      --set checkpoint.every=2)
+	if ! "$ASYNCPP" train -q "${TINY[@]}" --set train.schedule=gpipe --set train.out_dir=data \
+		--set train.steps=0 2> err.txt; then
+		fail "$1" "$(cat err.txt)"
+		return 1
+	fi
+	TINY+=(--set data.train=data/data/builtin_train.shard
+	       --set data.val=data/data/builtin_val.shard --set data.tokenizer=data/data/builtin.tok)
+}
 # kjv_text OUT BYTES: the first BYTES of the King James Bible's text (verse
 # references cut) into OUT, from Debian's bible-kjv; 1 when it is missing
 kjv_text() {

@@ -15,18 +15,7 @@
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 # 2 layers of 4 experts (width 48, top-2, a shared expert), 2 replicas
-TINY=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
-      --set model.n_expert=4 --set model.top_k=2 --set model.d_expert=48
-      --set model.shared_expert=1 --set train.batch_size=4 --set pipeline.micro_batches=4
-      --set pipeline.data_parallel=2 --set log.every=1 --set eval.every=0
-      --set train.threads=1 --set train.steps=4 --set checkpoint.every=2)
-if ! $A train -q "${TINY[@]}" --set train.schedule=gpipe --set train.out_dir=data \
-	--set train.steps=0 2> err.txt; then
-	fail ep_setup "$(cat err.txt)"
-	exit 0
-fi
-TINY+=(--set data.train=data/data/builtin_train.shard --set data.val=data/data/builtin_val.shard
-       --set data.tokenizer=data/data/builtin.tok)
+ep_setup ep_setup || exit 0
 # step, loss, grad_norm and the router's columns (not the times)
 cols() { awk -F, 'NR > 1 && $4 != "" {print $1, $4, $7, $13, $14, $15}' "$1"; }
 # same NAME P_RUN P1_RUN: the two runs' rows and final checkpoints agree
