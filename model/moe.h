@@ -143,7 +143,21 @@ struct moe_ep {
 	 * Returns once every product of this replica's rows is done. */
 	void (*experts)(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
 			const float *fcw, const float *fcprojw);
+	/* Seconds the exchange blocked, added up by the hook (and by the
+	 * owners' delivery of gradients); whoever times the passes takes them
+	 * (ep_take_waited) as waiting, not work. NULL: not counted. */
+	double *waited;
 };
+
+/* The seconds ep's exchange blocked since the last call, and zero them. */
+static inline double ep_take_waited(const struct moe_ep *ep)
+{
+	if (!ep || !ep->waited)
+		return 0.0;
+	double w = *ep->waited;
+	*ep->waited = 0.0;
+	return w;
+}
 
 /* Bytes (each piece padded to 64) the views take; base NULL only sizes. */
 size_t moe_acts_view(const struct moe_dims *d, void *base, struct moe_acts *a);

@@ -211,6 +211,16 @@ static double stop_asked(struct stage_ctx *c)
 	return asked > 0;
 }
 
+/* The seconds w's expert exchange (model.expert_parallel) blocked since
+ * they were last taken, counted as stage c's idle time; returned, for the
+ * caller to leave out of its busy time. */
+static double ep_idle(struct stage_ctx *c, const struct stage_worker *w)
+{
+	double waited = ep_take_waited(w->st.moe_ep);
+	c->idle += waited;
+	return waited;
+}
+
 /* OPTIM_STEP: post this stage's gradient sums (and tied part). 0, or -1
  * when the segment was called off or a part cannot be allocated. */
 static int post_step(struct stage_ctx *c, long gstep)
@@ -221,8 +231,10 @@ static int post_step(struct stage_ctx *c, long gstep)
 	struct board *b = p->board[c->r];
 	float *g = worker_grads(w, gstep);
 	double t0 = now_sec();
-	if (p->ex && p->ex->deliver) /* the owners' accumulators for this replica's rows */
+	if (p->ex && p->ex->deliver) { /* the owners' accumulators for this replica's rows */
 		p->ex->deliver(p->ex, c->r, c->s, g, w->st.numel);
+		t0 += ep_idle(c, w);
+	}
 	if (p->rx) {
 		/* the replicas' sum first: everything below sees the step's
 		 * whole gradient (S = 1 keeps the tied head part apart); its
@@ -504,6 +516,7 @@ static void *stage_main(void *arg)
 				stage_moe_stats(&w->st, a[i].slot,
 						p->moe + (size_t)gmb * p->moe_w +
 							(size_t)s * (p->moe_w / S));
+			t0 += ep_idle(c, w);
 			c->busy += now_sec() - t0;
 			if (local_piece(p, s + 1, s0)) {
 				tp->send(tp, s, s + 1, MSG_ACT, a[i].mb, x_out);
@@ -546,6 +559,7 @@ static void *stage_main(void *arg)
 			if (dx_out)
 				tp->release(tp, s, dx_out);
 			dx_out = NULL;
+			t0 += ep_idle(c, w);
 			c->busy += now_sec() - t0;
 			if (local_piece(p, s - 1, s0)) {
 				tp->send(tp, s, s - 1, MSG_GRAD, a[i].mb, dx_in);
@@ -567,6 +581,7 @@ static void *stage_main(void *arg)
 					      worker_grads(w, gstep));
 			if (buckets)
 				t0 += buckets_end(c, w);
+			t0 += ep_idle(c, w);
 			c->busy += now_sec() - t0;
 			break;
 		}

@@ -24,6 +24,7 @@ struct member {
 	struct moe_ep ep; /* first: the hook is the member */
 	struct local_experts *l;
 	int r, s;
+	double waited;    /* ep.waited: seconds at the barriers */
 };
 
 struct call {
@@ -55,7 +56,7 @@ static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *
 	struct group *g = &l->g[(m->r / P) * l->x.S + m->s];
 
 	g->calls[q] = (struct call){pass, rows, fcw, fcprojw};
-	barrier_wait(&g->in);
+	double w = barrier_wait(&g->in);
 	if (atomic_load(&l->aborted))
 		return; /* the others may never come */
 	for (int k = 0; k < P; k++)
@@ -66,7 +67,8 @@ static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *
 	int e0 = q * E / P, e1 = (q + 1) * E / P;
 	for (int k = 0; k < P; k++)
 		moe_experts(l->be, pass, g->calls[k].rows, fcw, fcprojw, e0, e1);
-	barrier_wait(&g->out);
+	w += barrier_wait(&g->out);
+	*ep->waited += w;
 }
 
 static const struct moe_ep *local_member(struct experts *x, int r, int s)
@@ -119,8 +121,10 @@ struct experts *experts_local(const struct backend *be, int N, int P, int S, int
 		l->g[i].calls = xcalloc((size_t)P, sizeof(struct call));
 	}
 	l->m = xcalloc((size_t)N * S, sizeof(*l->m));
-	for (int i = 0; i < N * S; i++)
+	for (int i = 0; i < N * S; i++) {
 		l->m[i] = (struct member){.ep = {.experts = local_run}, .l = l, .r = i / S,
 					  .s = i % S};
+		l->m[i].ep.waited = &l->m[i].waited;
+	}
 	return &l->x;
 }

@@ -73,6 +73,7 @@ struct nccl_experts {
 	int q, g0;            /* member q of the group of replicas g0 .. g0 + P - 1 */
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
+	double waited;        /* ep.waited: seconds in the exchange's waits */
 	int32_t *counts;      /* host [P][E+3] the members' counts of the pass, then their key */
 	int32_t *dcounts;     /* device, the same */
 	struct block *blk;    /* [P] */
@@ -114,7 +115,7 @@ static struct cuda_nccl_event *group_end(struct nccl_experts *m)
 
 static void wait_mark(struct nccl_experts *m, struct cuda_nccl_event *ev, const char *what)
 {
-	nccl_wait(ev, m->w->dp, m->timeout, m->w->rank, m->w->stage, "%s", what);
+	m->waited += nccl_wait(ev, m->w->dp, m->timeout, m->w->rank, m->w->stage, "%s", what);
 	cuda_nccl_event_free(ev);
 }
 
@@ -341,6 +342,7 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 				.member = nccl_member, .abort = nccl_abort,
 				.deliver = nccl_deliver, .destroy = nccl_destroy};
 	m->ep.experts = nccl_run;
+	m->ep.waited = &m->waited;
 	m->be = be;
 	m->w = w;
 	m->q = w->replica % P;

@@ -75,6 +75,7 @@ struct p2p_experts {
 	int *piece_stage;     /* [P_pieces] the stage of each: a rank runs its stage's pieces */
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
+	double waited;        /* ep.waited: seconds in the exchange's waits */
 	struct p2p *ch;
 	int32_t *counts;      /* [P][E+3] the members' counts of the pass, then their key */
 	struct block *blk;    /* [P] */
@@ -88,6 +89,14 @@ struct p2p_experts {
 	struct p2p_op **req;  /* [16 P] */
 	int aborted;
 };
+
+/* The first n requests done; the seconds they took go to m->waited. */
+static void ep_wait(struct p2p_experts *m, int n, const char *what)
+{
+	double t0 = now_sec();
+	p2p_wait(m->ch, m->req, n, m->timeout, m->s, "%s", what);
+	m->waited += now_sec() - t0;
+}
 
 static int peer_rank(const struct p2p_experts *m, int k) { return (m->g0 + k) * m->S + m->s; }
 
@@ -196,7 +205,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 					 TAG_COUNT);
 		m->req[nr++] = p2p_isend(m->ch, mine, cb, peer_rank(m, k), TAG_COUNT);
 	}
-	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the other experts' owners' row counts");
+	ep_wait(m, nr, "the other experts' owners' row counts");
 
 	/* the host copies of this member's travelling rows (device backends) */
 	if (!m->host) {
@@ -254,7 +263,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 			own_wire(m, R, pl.out[i], lo, rows, &off);
 	}
 	moe_experts(be, pass, R, fcw, fcprojw, e0, m->e1);
-	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the rows of this rank's experts");
+	ep_wait(m, nr, "the rows of this rank's experts");
 
 	/* 3. every other member's block, and the outputs back */
 	nr = 0;
@@ -302,7 +311,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		if (ep_releases(pass, R->gfcw != NULL))
 			b->e->used = 0; /* its memory stays for the next forward */
 	}
-	p2p_wait(m->ch, m->req, nr, m->timeout, m->s, "the outputs of the other ranks' experts");
+	ep_wait(m, nr, "the outputs of the other ranks' experts");
 	if (m->host)
 		return;
 	/* the outputs of this member's rows into place */
@@ -359,8 +368,7 @@ static void p2p_deliver(struct experts *x, int r, int s, float *g, size_t n)
 			m->req[nr++] = p2p_isend(m->ch, out + (size_t)k * per, per * sizeof(float),
 						 peer_rank(m, k), TAG_GRAD);
 		}
-		p2p_wait(m->ch, m->req, nr, m->timeout, m->s,
-			 "the weight gradients of this rank's rows");
+		ep_wait(m, nr, "the weight gradients of this rank's rows");
 		if (!m->host)
 			for (int k = 0; k < P; k++)
 				if (k != m->q)
@@ -419,6 +427,7 @@ struct experts *experts_p2p(const struct dist *d, const struct backend *be, int 
 				.abort = p2p_abort, .deliver = p2p_deliver,
 				.destroy = p2p_destroy};
 	m->ep.experts = p2p_run;
+	m->ep.waited = &m->waited;
 	m->be = be;
 	m->host = dist_backend_is_host(be);
 	m->r = rank / S;
