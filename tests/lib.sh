@@ -102,6 +102,20 @@ ep_setup() {
 	TINY+=(--set data.train=data/data/builtin_train.shard
 	       --set data.val=data/data/builtin_val.shard --set data.tokenizer=data/data/builtin.tok)
 }
+# ep_same NAME RUN REF: the expert-parallel runs' check: RUN's 4 step rows
+# (step, loss, grad_norm and the router's columns; not the times) and its
+# final checkpoint (step 4) are REF's, bit for bit
+ep_cols() { awk -F, 'NR > 1 && $4 != "" {print $1, $4, $7, $13, $14, $15}' "$1"; }
+ep_same() {
+	if [ "$(ep_cols "$2/metrics.csv" | wc -l)" -eq 4 ] &&
+	   diff <(ep_cols "$2/metrics.csv") <(ep_cols "$3/metrics.csv") > d.txt &&
+	   "$ASYNCPP" inspect --diff "$2/ckpt-00000004.ckpt" "$3/ckpt-00000004.ckpt" > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: '; then
+		pass "$1"
+	else
+		fail "$1" "$(cat err*.txt d.txt 2> /dev/null | head -n 6 | tr '\n' ' ')"
+	fi
+}
 # kjv_text OUT BYTES: the first BYTES of the King James Bible's text (verse
 # references cut) into OUT, from Debian's bible-kjv; 1 when it is missing
 kjv_text() {

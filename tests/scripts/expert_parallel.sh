@@ -16,19 +16,7 @@
 A=$ASYNCPP
 # 2 layers of 4 experts (width 48, top-2, a shared expert), 2 replicas
 ep_setup ep_setup || exit 0
-# step, loss, grad_norm and the router's columns (not the times)
-cols() { awk -F, 'NR > 1 && $4 != "" {print $1, $4, $7, $13, $14, $15}' "$1"; }
-# same NAME P_RUN P1_RUN: the two runs' rows and final checkpoints agree
-same() {
-	if [ "$(cols "$2/metrics.csv" | wc -l)" -eq 4 ] &&
-	   diff <(cols "$2/metrics.csv") <(cols "$3/metrics.csv") > d.txt &&
-	   $A inspect --diff "$2/ckpt-00000004.ckpt" "$3/ckpt-00000004.ckpt" > d.txt 2>&1 &&
-	   head -n 1 d.txt | grep -q '^identical: '; then
-		pass "$1"
-	else
-		fail "$1" "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
-	fi
-}
+same() { ep_same "$@"; } # NAME RUN REF (lib.sh)
 # run NAME P ARGS...: train into NAME with model.expert_parallel = P
 run() {
 	local out=$1 P=$2
@@ -103,7 +91,7 @@ for pair in "2 1" "1 2"; do
 	cp 1f1b-2-p$1/ckpt-00000002.ckpt res-$1-$2/
 	if run res-$1-$2 $2 --set train.schedule=1f1b --set pipeline.stages=2 \
 		--resume res-$1-$2/ckpt-00000002.ckpt &&
-	   diff <(cols 1f1b-2-p$1/metrics.csv | sed -n 3,4p) <(cols res-$1-$2/metrics.csv) > d.txt &&
+	   diff <(ep_cols 1f1b-2-p$1/metrics.csv | sed -n 3,4p) <(ep_cols res-$1-$2/metrics.csv) > d.txt &&
 	   $A inspect --diff 1f1b-2-p$1/ckpt-00000004.ckpt res-$1-$2/ckpt-00000004.ckpt > d.txt 2>&1 &&
 	   head -n 1 d.txt | grep -q '^identical: '; then
 		pass "resume_ep$1_as_ep$2"

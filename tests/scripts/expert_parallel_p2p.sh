@@ -17,18 +17,7 @@
 A=$ASYNCPP
 export ASYNCPP_CONNECT_TIMEOUT=30
 ep_setup ep_p2p_setup || exit 0
-cols() { awk -F, 'NR > 1 && $4 != "" {print $1, $4, $7, $13, $14, $15}' "$1"; }
-# same NAME RUN THREADS_RUN: rows and final checkpoint agree
-same() {
-	if [ "$(cols "$2/metrics.csv" | wc -l)" -eq 4 ] &&
-	   diff <(cols "$2/metrics.csv") <(cols "$3/metrics.csv") > d.txt &&
-	   $A inspect --diff "$2/ckpt-00000004.ckpt" "$3/ckpt-00000004.ckpt" > d.txt 2>&1 &&
-	   head -n 1 d.txt | grep -q '^identical: '; then
-		pass "$1"
-	else
-		fail "$1" "$(cat err*.txt d.txt 2> /dev/null | head -n 6 | tr '\n' ' ')"
-	fi
-}
+same() { ep_same "$@"; } # NAME RUN REF (lib.sh)
 threads() { # OUT ARGS...: the P = 1 run in threads
 	local out=$1
 	shift
@@ -97,7 +86,7 @@ else
 		cp $src/ckpt-00000002.ckpt res/
 		if mpi res 2 --set train.schedule=1f1b --set pipeline.stages=2 \
 			--set pipeline.micro_batches=8 --resume res/ckpt-00000002.ckpt &&
-		   diff <(cols $src/metrics.csv | sed -n 3,4p) <(cols res/metrics.csv) > d.txt &&
+		   diff <(ep_cols $src/metrics.csv | sed -n 3,4p) <(ep_cols res/metrics.csv) > d.txt &&
 		   $A inspect --diff $src/ckpt-00000004.ckpt res/ckpt-00000004.ckpt > d.txt 2>&1 &&
 		   head -n 1 d.txt | grep -q '^identical: '; then
 			pass mpi_resume_ep1_as_ep2
