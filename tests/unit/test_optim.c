@@ -687,6 +687,25 @@ static int matrix_steps(const struct config *cfg, int rows, int cols, const floa
 	return 0;
 }
 
+/* A small llama MoE (L layers of E experts of width 12, top-2, a shared
+ * expert) in m, and the table of every parameter as one stage's; NULL
+ * after a test failure. */
+static struct stage_param *moe_table(struct model *m, int L, int E)
+{
+	struct model_config mc = {.arch = ARCH_LLAMA, .V = 64, .L = L, .C = 16, .NH = 2, .T = 8,
+				  .E = E, .K = 2, .De = 12, .shared = 1};
+	if (model_init(m, &mc)) {
+		test_fail(__FILE__, __LINE__, "model_init: %s", last_error());
+		return NULL;
+	}
+	struct stage_param *sp = xcalloc((size_t)m->n_params, sizeof(*sp));
+	for (int i = 0; i < m->n_params; i++) {
+		sp[i].global = i;
+		sp[i].offset = m->params[i].offset;
+	}
+	return sp;
+}
+
 /* The optimizer rule for experts (optim.h): an MoE layer's E experts'
  * fcw are one [E, 2De, C] block of the arena, but E tensors of the table,
  * so a matrix optimizer treats each expert's [2De, C] matrix on its own:
@@ -699,32 +718,18 @@ static int matrix_steps(const struct config *cfg, int rows, int cols, const floa
 TEST(matrix_optimizers_take_each_expert_on_its_own)
 {
 	static const char *const names[] = {"muon", "normuon", "mars", "soap"};
-	struct model_config mc = {0};
 	struct model m;
 	NEED_BACKEND();
-	mc.arch = ARCH_LLAMA;
-	mc.V = 64;
-	mc.L = 1;
-	mc.C = 16;
-	mc.NH = 2;
-	mc.T = 8;
-	mc.E = 3;
-	mc.K = 2;
-	mc.De = 12;
-	mc.shared = 1;
-	CHECK(model_init(&m, &mc) == 0);
-	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
-	for (int i = 0; i < m.n_params; i++) {
-		sp[i].global = i;
-		sp[i].offset = m.params[i].offset;
-	}
+	struct stage_param *sp = moe_table(&m, 1, 3);
+	if (!sp)
+		return;
 	float *hg = falloc(m.numel), *hg2 = falloc(m.numel), *u = falloc(m.numel);
 	uint64_t rng = 3;
 	for (size_t i = 0; i < m.numel; i++) {
 		hg[i] = rng_normal(&rng);
 		hg2[i] = rng_normal(&rng);
 	}
-	int rows = 2 * mc.De, cols = mc.C;
+	int rows = 2 * m.cfg.De, cols = m.cfg.C;
 	size_t n = (size_t)rows * cols;
 	const struct param_info *e0 = &m.params[model_find_param(&m, "h.0.experts.0.fcw")];
 	float *one = falloc(n), *stack = falloc(3 * n);
@@ -793,30 +798,18 @@ TEST(owned_tensors_keep_their_bits)
 {
 	static const char *const names[] = {"adamw", "muon", "normuon", "soap", "lion",
 					    "adan", "mars", "ademamix"};
-	struct model_config mc = {0};
 	struct model m;
 	NEED_BACKEND();
-	mc.arch = ARCH_LLAMA;
-	mc.V = 64;
-	mc.L = 2;
-	mc.C = 16;
-	mc.NH = 2;
-	mc.T = 8;
-	mc.E = 4;
-	mc.K = 2;
-	mc.De = 12;
-	mc.shared = 1;
-	CHECK(model_init(&m, &mc) == 0);
-	struct stage_param *sp = xcalloc((size_t)m.n_params, sizeof(*sp));
+	struct stage_param *sp = moe_table(&m, 2, 4);
+	if (!sp)
+		return;
 	unsigned char *mine = xcalloc((size_t)m.n_params, 1);
 	size_t skipped = 0;
 	for (int i = 0; i < m.n_params; i++) {
-		sp[i].global = i;
-		sp[i].offset = m.params[i].offset;
 		mine[i] = model_param_expert(&m, &m.params[i]) < 2; /* member 0 of P = 2 */
 		skipped += mine[i] ? 0 : m.params[i].numel;
 	}
-	CHECK(skipped == 2 * 2 * 3 * (size_t)mc.De * mc.C); /* 2 layers x experts 2, 3 */
+	CHECK(skipped == 2 * 2 * 3 * (size_t)m.cfg.De * m.cfg.C); /* 2 layers x experts 2, 3 */
 	float *h0 = falloc(m.numel), *hg = falloc(m.numel), *a = falloc(m.numel),
 	      *b = falloc(m.numel);
 	uint64_t rng = 5;
