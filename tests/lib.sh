@@ -116,6 +116,21 @@ ep_same() {
 		fail "$1" "$(cat err*.txt d.txt 2> /dev/null | head -n 6 | tr '\n' ' ')"
 	fi
 }
+# first_case_differing N TEXT: the split-regex scripts' cases c_K.json
+# (K < N: a tokenizer.json) each imported and encoding TEXT to exactly
+# c_K.want (a Python model's ids); prints the first K that does not, its
+# ids (or error) left in got.txt; nothing when all agree ("none" when N is
+# not a positive count: no case was made)
+first_case_differing() {
+	local k
+	[ "$1" -ge 1 ] 2> /dev/null || { echo none > got.txt; echo none; return; }
+	for ((k = 0; k < $1; k++)); do
+		rm -f c.tok
+		"$ASYNCPP" tokenize import-hf -o c.tok c_$k.json > got.txt 2>&1 &&
+			"$ASYNCPP" tokenize encode -q -t c.tok --ids "$2" > got.txt 2>&1
+		cmp -s got.txt c_$k.want || { echo $k; return; }
+	done
+}
 # kjv_text OUT BYTES: the first BYTES of the King James Bible's text (verse
 # references cut) into OUT, from Debian's bible-kjv; 1 when it is missing
 kjv_text() {
