@@ -247,27 +247,37 @@ def gpt2(out, rng):
 
 # ---- Llama ----
 
-def llama(out, rng, dtype, tied, shards):
-    C, L, NH, NKV, F, NPOS, EPS, THETA = 16, 2, 4, 2 if not tied else 4, 24, 16, 1e-5, 500000.0
-    HD = C // NH
-    P = {}
-
+def filler(P, rng, dtype):
+    """t(name, shape, kind): a tensor of gaussians into P (kind "g": a norm's
+    gains around 1, else weights around 0), rounded to dtype"""
     def t(name, shape, kind):
         n = 1
         for d in shape:
             n *= d
         mu, sd = (1.0, 0.2) if kind == "g" else (0.0, 0.3)
         P[name] = (shape, [rounded(rng.gauss(mu, sd), dtype) for _ in range(n)])
+    return t
 
+
+def llama_attention(t, h, C, NH, NKV, HD):
+    """a llama layer's norms and attention (HF names under h), in file order"""
+    t(h + "input_layernorm.weight", [C], "g")
+    t(h + "self_attn.q_proj.weight", [NH * HD, C], "w")
+    t(h + "self_attn.k_proj.weight", [NKV * HD, C], "w")
+    t(h + "self_attn.v_proj.weight", [NKV * HD, C], "w")
+    t(h + "self_attn.o_proj.weight", [C, NH * HD], "w")
+    t(h + "post_attention_layernorm.weight", [C], "g")
+
+
+def llama(out, rng, dtype, tied, shards):
+    C, L, NH, NKV, F, NPOS, EPS, THETA = 16, 2, 4, 2 if not tied else 4, 24, 16, 1e-5, 500000.0
+    HD = C // NH
+    P = {}
+    t = filler(P, rng, dtype)
     t("model.embed_tokens.weight", [V, C], "w")
     for l in range(L):
         h = "model.layers.%d." % l
-        t(h + "input_layernorm.weight", [C], "g")
-        t(h + "self_attn.q_proj.weight", [NH * HD, C], "w")
-        t(h + "self_attn.k_proj.weight", [NKV * HD, C], "w")
-        t(h + "self_attn.v_proj.weight", [NKV * HD, C], "w")
-        t(h + "self_attn.o_proj.weight", [C, NH * HD], "w")
-        t(h + "post_attention_layernorm.weight", [C], "g")
+        llama_attention(t, h, C, NH, NKV, HD)
         t(h + "mlp.gate_proj.weight", [F, C], "w")
         t(h + "mlp.up_proj.weight", [F, C], "w")
         t(h + "mlp.down_proj.weight", [C, F], "w")
@@ -335,23 +345,11 @@ def mixtral(out, rng):
     C, L, NH, NKV, E, K, F, NPOS, EPS, THETA, DT = 16, 2, 4, 2, 4, 2, 12, 16, 1e-5, 1e6, "F32"
     HD = C // NH
     P = {}
-
-    def t(name, shape, kind):
-        n = 1
-        for d in shape:
-            n *= d
-        mu, sd = (1.0, 0.2) if kind == "g" else (0.0, 0.3)
-        P[name] = (shape, [rounded(rng.gauss(mu, sd), DT) for _ in range(n)])
-
+    t = filler(P, rng, DT)
     t("model.embed_tokens.weight", [V, C], "w")
     for l in range(L):
         h = "model.layers.%d." % l
-        t(h + "input_layernorm.weight", [C], "g")
-        t(h + "self_attn.q_proj.weight", [NH * HD, C], "w")
-        t(h + "self_attn.k_proj.weight", [NKV * HD, C], "w")
-        t(h + "self_attn.v_proj.weight", [NKV * HD, C], "w")
-        t(h + "self_attn.o_proj.weight", [C, NH * HD], "w")
-        t(h + "post_attention_layernorm.weight", [C], "g")
+        llama_attention(t, h, C, NH, NKV, HD)
         t(h + "block_sparse_moe.gate.weight", [E, C], "w")
         for e in range(E):
             x = h + "block_sparse_moe.experts.%d." % e
