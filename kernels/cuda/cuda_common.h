@@ -93,8 +93,6 @@ void cuda_moe_gemm_slots(struct backend &t, bool bf16); /* cuda_moe_gemm.cu */
 /* ---- shared kernels ---- */
 /* dst[i] = bf16(src[i]) (cuda_elementwise.cu) */
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
-/* dst[i] = src[i] widened, exact (cuda_elementwise.cu) */
-void cuda_bf16_to_f32(float *dst, const __nv_bfloat16 *src, size_t n);
 /* GELU forward and backward (cuda_elementwise.cu; the fused products'
  * fallback) */
 void cuda_gelu_forward(float *out, const float *inp, size_t n);

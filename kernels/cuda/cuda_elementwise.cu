@@ -436,11 +436,6 @@ void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 	convert(dst, src, n);
 }
 
-void cuda_bf16_to_f32(float *dst, const __nv_bfloat16 *src, size_t n)
-{
-	convert(dst, src, n);
-}
-
 
 /* GELU of a product's output, for the table's fused forms (cuda_backend.cu)
  * where cuBLASLt declines the epilogue */

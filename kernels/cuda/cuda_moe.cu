@@ -6,8 +6,9 @@
  * Determinism: no floating-point atomics anywhere. The dispatch counts by
  * expert per chunk of CHUNK slots (each slot's rank among its expert's
  * slots of the chunk by a scan of the slots before it in shared memory),
- * then one block turns the chunks' counts into offsets by a serial prefix
- * sum in (expert, chunk) order: positions are the stable order (expert,
+ * then one block turns the chunks' counts into offsets (a thread per
+ * expert down its chunks, then a prefix over the experts) in (expert,
+ * chunk) order: positions are the stable order (expert,
  * token, j) of the CPU, bit for bit (they are integers). Per-token work
  * (routing, the router's backward) is one thread per token in the CPU's
  * order; sums over tokens (the auxiliary losses) and the gates' dot
@@ -105,30 +106,52 @@ __global__ static void dispatch_rank_kernel(int32_t *pos, int32_t *hist, const i
 	}
 }
 
-/* One block: count[E+1] from the chunks' counts, and hist turned into
- * each (chunk, expert)'s first row, in (expert, chunk) order. */
+/* One block: each expert's column of hist (one thread per expert) turned
+ * into offsets within the column, its total into count[e + 1]; then
+ * count[] made exclusive over experts by thread 0 (E steps). The place
+ * kernel adds count[sel] (integers: the order of the sums changes no bit). */
+#define OFF_BATCH 8
 __global__ static void dispatch_offsets_kernel(int32_t *count, int32_t *hist, int chunks, int E)
 {
-	if (threadIdx.x != 0)
-		return;
-	int32_t run = 0;
-	for (int e = 0; e < E; e++) {
-		count[e] = run;
-		for (int c = 0; c < chunks; c++) {
+	for (int e = threadIdx.x; e < E; e += blockDim.x) {
+		int32_t run = 0;
+		int c = 0;
+		for (; c + OFF_BATCH <= chunks; c += OFF_BATCH) {
+			int32_t h[OFF_BATCH];
+#pragma unroll
+			for (int u = 0; u < OFF_BATCH; u++)
+				h[u] = hist[(size_t)(c + u) * E + e];
+#pragma unroll
+			for (int u = 0; u < OFF_BATCH; u++) {
+				hist[(size_t)(c + u) * E + e] = run;
+				run += h[u];
+			}
+		}
+		for (; c < chunks; c++) {
 			int32_t h = hist[(size_t)c * E + e];
 			hist[(size_t)c * E + e] = run;
 			run += h;
 		}
+		count[e + 1] = run;
 	}
-	count[E] = run;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t run = 0;
+		for (int e = 0; e < E; e++) {
+			int32_t t = count[e + 1];
+			count[e] = run;
+			run += t;
+		}
+		count[E] = run;
+	}
 }
 
 __global__ static void dispatch_place_kernel(int32_t *pos, const int32_t *hist,
-					     const int32_t *sel, int NK, int E)
+					     const int32_t *count, const int32_t *sel, int NK, int E)
 {
 	int i = blockIdx.x * CHUNK + threadIdx.x;
 	if (i < NK)
-		pos[i] += hist[(size_t)blockIdx.x * E + sel[i]];
+		pos[i] += hist[(size_t)blockIdx.x * E + sel[i]] + count[sel[i]];
 }
 
 static void cu_moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, int N, int K,
@@ -142,11 +165,11 @@ static void cu_moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, in
 		dispatch_rank_kernel<<<chunks, CHUNK, 0, st>>>(pos, hist, sel, NK, E);
 		CUDA_LAUNCHED();
 	}
-	/* the serial prefix is E * chunks steps: small next to the products */
-	dispatch_offsets_kernel<<<1, 32, 0, st>>>(count, hist, chunks, E);
+	/* E threads walk the chunks (batched loads), then E serial steps */
+	dispatch_offsets_kernel<<<1, MOE_THREADS, 0, st>>>(count, hist, chunks, E);
 	CUDA_LAUNCHED();
 	if (chunks) {
-		dispatch_place_kernel<<<chunks, CHUNK, 0, st>>>(pos, hist, sel, NK, E);
+		dispatch_place_kernel<<<chunks, CHUNK, 0, st>>>(pos, hist, count, sel, NK, E);
 		CUDA_LAUNCHED();
 	}
 	cuda_scratch_free(hist);
@@ -154,32 +177,32 @@ static void cu_moe_dispatch(int32_t *count, int32_t *pos, const int32_t *sel, in
 
 /* ---- gather and combine ---- */
 
+/* A block per slot (gather) or token (combine), its threads over the
+ * row's C columns: no division per element. */
 template <typename A>
-__global__ static void gather_kernel(A *xd, const A *x, const int32_t *pos, int K, int C,
-				     size_t n)
+__global__ static void gather_kernel(A *xd, const A *x, const int32_t *pos, int K, int C)
 {
-	GRID_STRIDE(i, n)
-	{
-		size_t slot = i / C, c = i % C;
-		xd[(size_t)pos[slot] * C + c] = x[(slot / K) * C + c];
-	}
+	size_t slot = blockIdx.x;
+	A *dst = xd + (size_t)pos[slot] * C;
+	const A *src = x + (slot / K) * C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x)
+		dst[c] = src[c];
 }
 
 /* out[n,c] += sum_j gate * y (no contraction: the CPU's products and sums
  * rounded one by one) */
 template <typename A>
 __global__ static void combine_kernel(A *out, const A *y, const float *gate, const int32_t *pos,
-				      int K, int C, size_t n)
+				      int K, int C)
 {
-	GRID_STRIDE(i, n)
-	{
-		size_t t = i / C, c = i % C;
-		float v = act_ld(out, i);
+	size_t t = blockIdx.x, o = t * C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		float v = act_ld(out, o + c);
 		for (int j = 0; j < K; j++) {
 			float yv = act_ld(y, (size_t)pos[t * K + j] * C + c);
 			v = __fadd_rn(v, gate ? __fmul_rn(gate[t * K + j], yv) : yv);
 		}
-		act_st(out, i, v);
+		act_st(out, o + c, v);
 	}
 }
 
@@ -333,11 +356,10 @@ static void cu_moe_route(float *score, int32_t *sel, float *gate, const void *z,
 template <typename A>
 static void cu_moe_gather(void *xd, const void *x, const int32_t *pos, int N, int K, int C)
 {
-	size_t n = (size_t)N * K * C;
-	if (!n)
+	if (!N || !K || !C)
 		return;
-	gather_kernel<A><<<cuda_blocks(n, MOE_THREADS), MOE_THREADS, 0, cuda_stream()>>>(
-		(A *)xd, (const A *)x, pos, K, C, n);
+	gather_kernel<A><<<N * K, MOE_THREADS, 0, cuda_stream()>>>((A *)xd, (const A *)x, pos,
+								    K, C);
 	CUDA_LAUNCHED();
 }
 
@@ -345,11 +367,10 @@ template <typename A>
 static void cu_moe_combine(void *out, const void *y, const float *gate, const int32_t *pos,
 			   int N, int K, int C)
 {
-	size_t n = (size_t)N * C;
-	if (!n)
+	if (!N || !C)
 		return;
-	combine_kernel<A><<<cuda_blocks(n, MOE_THREADS), MOE_THREADS, 0, cuda_stream()>>>(
-		(A *)out, (const A *)y, gate, pos, K, C, n);
+	combine_kernel<A><<<N, MOE_THREADS, 0, cuda_stream()>>>((A *)out, (const A *)y, gate, pos,
+								 K, C);
 	CUDA_LAUNCHED();
 }
 

@@ -18,20 +18,27 @@
  * GPU run measures it against the loop (kernels/cuda/NOTES.md).
  *
  * libcublas is loaded with dlopen at first use like cuBLASLt (the header
- * only gives types and prototypes). An fp32 result (the weight gradients;
- * the f32 table's outputs) that cuBLAS will not give from bf16 operands
- * (the type table of its grouped call may pair bf16 A/B with a bf16 C
- * only) comes from fp32 operands on TF32 tensor cores instead (run_kind). Which type
- * pairs cuBLAS takes is asked once per device with a 16 x 16 x 16 product
+ * only gives types and prototypes). cuBLAS's grouped call pairs bf16 A/B
+ * with a bf16 C only (its documented type table for CUBLAS_COMPUTE_32F:
+ * bf16 -> bf16, fp16 -> fp16, fp32 -> fp32); so it runs the products with
+ * a bf16 result, the bf16 table's outputs and input gradients. An fp32
+ * result (every weight gradient, accumulated with beta 1; the f32 table's
+ * outputs) runs the loop, whose cuBLASLt products take bf16 operands into
+ * an fp32 C, the bits of the dense path's matmul_backward: a TF32 grouped
+ * call instead would widen every row into fp32 scratch (gigabytes per call
+ * at production shapes) and round other bits. Whether cuBLAS takes the
+ * bf16 pair is asked once per device with a 16 x 16 x 16 product
  * (types_supported), so no call's path depends on the calls before it.
- * Where no grouped call runs - the library is missing, cuBLAS refuses
- * both, or a width is not a multiple of 8 (an expert's rows would lose the
- * 16-byte alignment cuBLAS asks of each matrix) - that product runs the
- * loop instead, with one notice per process naming why. Each choice is a
- * fact of the library, types and shapes, never of where a buffer sits: a
- * base pointer off 16 bytes is staged through aligned scratch, as
- * cuda_matmul.cu does. Each product (out; dinp; dw) is its own grouped
- * call, so the split backward's parts are the bits of the fused call.
+ * Where no grouped call runs - the library is missing, cuBLAS refuses the
+ * types, or a width is not a multiple of 8 (an expert's rows would lose
+ * the 16-byte alignment cuBLAS asks of each matrix) - that product runs
+ * the loop instead, with one notice per process naming why
+ * (ASYNCPP_MOE_GEMM=strict makes that an error: the tests use it so that a
+ * declined call cannot pass as the loop compared with itself). Each choice
+ * is a fact of the library, types and shapes, never of where a buffer
+ * sits: a base pointer off 16 bytes is staged through aligned scratch, as
+ * cuda_matmul.cu does. Each product (out; dinp; dw) is its own call, so
+ * the split backward's parts are the bits of the fused call.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -151,29 +158,23 @@ struct gproblem {
 	int m, n, k, lda, ldb, ldc;
 };
 
-static const char *types_name(cudaDataType_t ab, cudaDataType_t ctype)
-{
-	return ab == CUDA_R_32F ? "fp32 A/B on TF32, fp32 C"
-	       : ctype == CUDA_R_32F ? "bf16 A/B, fp32 C" : "bf16 A/B, bf16 C";
-}
-
 /* The problems p[g] (each a group of one), transposes ta, tb for all,
- * operands of type ab (bf16, or fp32 on TF32 tensor cores), results of
- * type ctype, alpha 1 and beta. 0 once queued; -1 with nothing queued and
- * the reason in why where cuBLAS cannot take it. */
+ * bf16 operands and results, fp32 accumulation, alpha 1 and beta 0. 0 once
+ * queued; -1 with nothing queued and the reason in why where cuBLAS does
+ * not support the call (NOT_SUPPORTED, ARCH_MISMATCH). Any other status -
+ * INVALID_VALUE included, which the documentation gives for arguments
+ * out of their ranges only, i.e. a bug here - stops the run. */
 static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
-			cublasOperation_t tb, cudaDataType_t ab, cudaDataType_t ctype, float beta,
-			char *why, size_t len)
+			cublasOperation_t tb, char *why, size_t len)
 {
 	int g = (int)p.size();
-	cublasComputeType_t compute =
-		ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-	const char *types = types_name(ab, ctype);
+	const cudaDataType_t ab = CUDA_R_16BF;
+	const char *types = "bf16 A/B/C, fp32 accumulation";
 	if (!g)
 		return 0;
 	std::vector<cublasOperation_t> tav(g, ta), tbv(g, tb);
 	std::vector<int> m(g), n(g), k(g), lda(g), ldb(g), ldc(g), size(g, 1);
-	std::vector<float> alpha(g, 1.0f), betav(g, beta);
+	std::vector<float> alpha(g, 1.0f), betav(g, 0.0f);
 	std::vector<const void *> ptr(3 * (size_t)g);
 	for (int i = 0; i < g; i++) {
 		m[i] = p[i].m, n[i] = p[i].n, k[i] = p[i].k;
@@ -194,13 +195,12 @@ static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
 	cublasStatus_t st = blas.cublasGemmGroupedBatchedEx(
 		h, tav.data(), tbv.data(), m.data(), n.data(), k.data(), alpha.data(),
 		(const void *const *)dev, ab, lda.data(), (const void *const *)(dev + g), ab,
-		ldb.data(), betav.data(), (void *const *)(dev + 2 * g), ctype, ldc.data(), g,
-		size.data(), compute);
+		ldb.data(), betav.data(), (void *const *)(dev + 2 * g), ab, ldc.data(), g,
+		size.data(), CUBLAS_COMPUTE_32F);
 	cuda_scratch_free(dev);
 	if (st == CUBLAS_STATUS_SUCCESS)
 		return 0;
-	if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
-	    st == CUBLAS_STATUS_ARCH_MISMATCH) {
+	if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_ARCH_MISMATCH) {
 		snprintf(why, len, "cublasGemmGroupedBatchedEx (%s): %s", types,
 			 blas.cublasGetStatusString(st));
 		return -1;
@@ -209,55 +209,63 @@ static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
 		   blas.cublasGetStatusString(st));
 }
 
-/* Whether cuBLAS's grouped call takes operands ab with results ctype:
- * asked once per process and device with one 16 x 16 x 16 product in
- * scratch, so the answer is a fact of the library and GPU, never of the
- * model's shapes or of which call came first (a pipeline stage and one
- * device take the same path at every call). why gets the reason for no. */
-static bool types_supported(cudaDataType_t ab, cudaDataType_t ctype, char *why, size_t len)
+/* Whether cuBLAS's grouped call takes bf16 operands and results: asked
+ * once per process and device with one 16 x 16 x 16 product in scratch, so
+ * the answer is a fact of the library and GPU, never of the model's shapes
+ * or of which call came first (a pipeline stage and one device take the
+ * same path at every call). why gets the reason for no. */
+static bool types_supported(char *why, size_t len)
 {
 	static std::mutex mutex;
-	static int known[CUDA_MAX_LANES][2][2]; /* per lane (a lane is one device) */
-	static char reason[2][2][256];
-	int a = ab == CUDA_R_32F, c = ctype == CUDA_R_32F;
+	static int known[CUDA_MAX_LANES]; /* per lane (a lane is one device) */
+	static char reason[CUDA_MAX_LANES][256];
 	std::lock_guard<std::mutex> lock(mutex);
-	int *k = &known[cuda_lane()][a][c];
-	if (!*k) {
-		size_t esz = a ? 4 : 2, csz = c ? 4 : 2, bytes = 256 * (2 * esz + csz);
+	int l = cuda_lane();
+	if (!known[l]) {
+		size_t bytes = 3 * 256 * 2;
 		char *buf = (char *)cuda_scratch(bytes);
 		CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, cuda_stream()));
-		std::vector<gproblem> p = {
-			{buf, buf + 256 * esz, buf + 512 * esz, 16, 16, 16, 16, 16, 16}};
-		*k = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, ab, ctype, 0.0f, reason[a][c],
-				  sizeof(reason[a][c])) ? -1 : 1;
+		std::vector<gproblem> p = {{buf, buf + 512, buf + 1024, 16, 16, 16, 16, 16, 16}};
+		known[l] = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, reason[l],
+					sizeof(reason[l])) ? -1 : 1;
 		cuda_scratch_free(buf);
 	}
-	if (*k < 0)
-		snprintf(why, len, "%s", reason[a][c]);
-	return *k > 0;
+	if (known[l] < 0)
+		snprintf(why, len, "%s", reason[l]);
+	return known[l] > 0;
 }
 
-/* The notice that a product runs the loop (once per process: the reason is
- * a fact of the library, types and shapes, the same at every layer). */
-static void declined(const char *why)
-{
-	static std::once_flag once;
-	std::call_once(once, [why] {
-		warning("cuda: the experts' products run one by one: %s", why);
-	});
-}
+/* ASYNCPP_MOE_GEMM: "grouped" (the default: grouped where cuBLAS can,
+ * else the loop with a notice), "strict" (grouped where it applies, and a
+ * declined call stops the run: the GPU tests' setting) or "loop" (one
+ * product per expert, the reference). Read at every call (a getenv beside
+ * a GEMM), so a test can switch it; anything else stops with the choices. */
+enum { MOE_GEMM_LOOP, MOE_GEMM_GROUPED, MOE_GEMM_STRICT };
 
-/* ASYNCPP_MOE_GEMM: "grouped" (the default) or "loop" (one product per
- * expert, the reference). Read at every call (a getenv beside a GEMM), so
- * a test can switch it; anything else stops with the two choices. */
-static bool grouped_wanted(void)
+static int gemm_mode(void)
 {
 	const char *v = getenv("ASYNCPP_MOE_GEMM");
 	if (!v || !*v || !strcmp(v, "grouped"))
-		return true;
+		return MOE_GEMM_GROUPED;
+	if (!strcmp(v, "strict"))
+		return MOE_GEMM_STRICT;
 	if (!strcmp(v, "loop"))
-		return false;
-	cuda_fatal(__FILE__, __LINE__, "ASYNCPP_MOE_GEMM=%s: expected grouped or loop", v);
+		return MOE_GEMM_LOOP;
+	cuda_fatal(__FILE__, __LINE__, "ASYNCPP_MOE_GEMM=%s: expected grouped, strict or loop", v);
+}
+
+/* The notice that a grouped product runs the loop (once per process: the
+ * reason is a fact of the library, types and shapes, the same at every
+ * layer); under strict, the error. */
+static void declined(const char *why)
+{
+	static std::once_flag once;
+	if (gemm_mode() == MOE_GEMM_STRICT)
+		cuda_fatal(__FILE__, __LINE__,
+			   "ASYNCPP_MOE_GEMM=strict: the grouped call declined: %s", why);
+	std::call_once(once, [why] {
+		warning("cuda: the experts' products run one by one: %s", why);
+	});
 }
 
 /* ------------------------------------------------------------------ */
@@ -280,18 +288,14 @@ static const void *aligned_in(const void *p, size_t bytes, void **own)
 	return *own;
 }
 
-/* Where a result of bytes goes: p, or aligned scratch (*own; its old
- * bytes copied in when keep, for beta = 1) that back_out moves to p. */
-static void *aligned_out(void *p, size_t bytes, bool keep, void **own)
+/* Where a result of bytes goes: p, or aligned scratch (*own) that back_out
+ * moves to p. */
+static void *aligned_out(void *p, size_t bytes, void **own)
 {
 	*own = NULL;
 	if (aligned16(p))
 		return p;
-	*own = cuda_scratch(bytes);
-	if (keep)
-		CUDA_CHECK(cudaMemcpyAsync(*own, p, bytes, cudaMemcpyDeviceToDevice,
-					   cuda_stream()));
-	return *own;
+	return *own = cuda_scratch(bytes);
 }
 
 static void back_out(void *p, void *own, size_t bytes, bool queued)
@@ -303,37 +307,10 @@ static void back_out(void *p, void *own, size_t bytes, bool queued)
 	cuda_scratch_free(own);
 }
 
-/* The bf16 rows of an activation buffer x[n]: fp32 rounded into scratch
- * (*own), bf16 used as stored (staged when off 16 bytes). */
-static const __nv_bfloat16 *bf16_rows(const float *x, size_t n, void **own)
-{
-	__nv_bfloat16 *b = (__nv_bfloat16 *)cuda_scratch(n * sizeof(__nv_bfloat16));
-	cuda_to_bf16(b, x, n);
-	*own = b;
-	return b;
-}
-
+/* The bf16 rows of an activation buffer x[n], staged when off 16 bytes */
 static const __nv_bfloat16 *bf16_rows(const __nv_bfloat16 *x, size_t n, void **own)
 {
 	return (const __nv_bfloat16 *)aligned_in(x, n * sizeof(__nv_bfloat16), own);
-}
-
-static cudaDataType_t act_type(const float *) { return CUDA_R_32F; }
-static cudaDataType_t act_type(const __nv_bfloat16 *) { return CUDA_R_16BF; }
-
-/* The fp32 rows of an activation buffer x[n]: fp32 used as stored (staged
- * when off 16 bytes), bf16 widened into scratch (*own). */
-static const float *f32_rows(const float *x, size_t n, void **own)
-{
-	return (const float *)aligned_in(x, n * sizeof(float), own);
-}
-
-static const float *f32_rows(const __nv_bfloat16 *x, size_t n, void **own)
-{
-	float *f = (float *)cuda_scratch(n * sizeof(float));
-	cuda_bf16_to_f32(f, x, n);
-	*own = f;
-	return f;
 }
 
 /* The grouped path needs every expert's rows 16-byte aligned in bf16 and
@@ -380,65 +357,31 @@ static std::vector<gproblem> problems(int kind, const void *w, const void *x, co
 	return p;
 }
 
-/* One kind of product over every expert into c (16-byte aligned; of type
- * ctype), from the weights w (FWD, DINP), the rows x (FWD, DW) and dout d
- * (DINP, DW): bf16 operands first (as every product of the backend), then,
- * for an fp32 result cuBLAS will not give from bf16 operands, fp32
- * operands on TF32 tensor cores (10 bits of mantissa where bf16 has 7).
- * 0 once queued; -1 with why where neither runs (the caller loops). */
-template <typename A>
-static int run_kind(int kind, void *c, cudaDataType_t ctype, float beta, const float *w,
-		    const A *x, const A *d, const int32_t *count, int E, int C, int OC, char *why,
+/* One kind of product with a bf16 result (FWD, DINP) over every expert
+ * into c (16-byte aligned), from the weights w (their bf16 copy) and the
+ * rows x (FWD) or dout d (DINP). 0 once queued; -1 with why where cuBLAS
+ * declines (the caller loops). */
+static int run_kind(int kind, __nv_bfloat16 *c, const float *w, const __nv_bfloat16 *x,
+		    const __nv_bfloat16 *d, const int32_t *count, int E, int C, int OC, char *why,
 		    size_t len)
 {
 	size_t rows = (size_t)count[E], nw = (size_t)E * OC * C;
-	size_t csz = ctype == CUDA_R_16BF ? 2 : 4;
 	cublasOperation_t ta = kind == FWD ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasOperation_t tb = kind == DW ? CUBLAS_OP_T : CUBLAS_OP_N;
 	void *own_x = NULL, *own_d = NULL, *own_w = NULL;
-	int rc = -1;
-
-	if (types_supported(CUDA_R_16BF, ctype, why, len)) {
-		const __nv_bfloat16 *xb = kind != DINP ? bf16_rows(x, rows * C, &own_x) : NULL;
-		const __nv_bfloat16 *db = kind != FWD ? bf16_rows(d, rows * OC, &own_d) : NULL;
-		const __nv_bfloat16 *wb = NULL;
-		__nv_bfloat16 *own_wb = NULL;
-		if (kind != DW) { /* the copies' lock is held until the call is queued */
-			wb = cuda_weight_bf16_hold(w, nw, &own_wb);
-			wb = (const __nv_bfloat16 *)aligned_in(wb, nw * sizeof(__nv_bfloat16),
-							       &own_w);
-		}
-		rc = grouped_gemm(problems(kind, wb, xb, db, c, 2, csz, count, E, C, OC), ta, tb,
-				  CUDA_R_16BF, ctype, beta, why, len);
-		if (kind != DW) {
-			cuda_scratch_free(own_w);
-			cuda_weight_bf16_release(own_wb);
-		}
-		cuda_scratch_free(own_x);
-		cuda_scratch_free(own_d);
-	}
-	if (!rc || ctype != CUDA_R_32F)
-		return rc;
-
-	char why2[256];
-	if (!types_supported(CUDA_R_32F, CUDA_R_32F, why2, sizeof(why2))) {
-		size_t used = strlen(why);
-		snprintf(why + used, len - used, "; %s", why2);
+	__nv_bfloat16 *own_wb = NULL;
+	if (!types_supported(why, len))
 		return -1;
-	}
-	const float *xf = kind != DINP ? f32_rows(x, rows * C, &own_x) : NULL;
-	const float *df = kind != FWD ? f32_rows(d, rows * OC, &own_d) : NULL;
-	const float *wf = kind != DW ? (const float *)aligned_in(w, nw * 4, &own_w) : NULL;
-	rc = grouped_gemm(problems(kind, wf, xf, df, c, 4, 4, count, E, C, OC), ta, tb, CUDA_R_32F,
-			  CUDA_R_32F, beta, why2, sizeof(why2));
+	const __nv_bfloat16 *xb = kind == FWD ? bf16_rows(x, rows * C, &own_x) : NULL;
+	const __nv_bfloat16 *db = kind == DINP ? bf16_rows(d, rows * OC, &own_d) : NULL;
+	/* the copies' lock is held until the call is queued */
+	const __nv_bfloat16 *wb = cuda_weight_bf16_hold(w, nw, &own_wb);
+	wb = (const __nv_bfloat16 *)aligned_in(wb, nw * sizeof(__nv_bfloat16), &own_w);
+	int rc = grouped_gemm(problems(kind, wb, xb, db, c, 2, 2, count, E, C, OC), ta,
+			      CUBLAS_OP_N, why, len);
+	cuda_scratch_free(own_w);
+	cuda_weight_bf16_release(own_wb);
 	cuda_scratch_free(own_x);
 	cuda_scratch_free(own_d);
-	if (kind != DW)
-		cuda_scratch_free(own_w);
-	if (rc) {
-		size_t used = strlen(why);
-		snprintf(why + used, len - used, "; %s", why2);
-	}
 	return rc;
 }
 
@@ -472,12 +415,12 @@ static void backward_loop(A *dinp, float *dw, const A *dout, const A *inp, const
 	}
 }
 
-/* Whether the grouped path runs at all (else the caller loops, with the
- * notice where the shape is why). */
+/* Whether a product with a bf16 result runs grouped (else the caller
+ * loops, with the notice where the shape is why). */
 static bool grouped_for(int C, int OC)
 {
 	char why[96];
-	if (!grouped_wanted())
+	if (gemm_mode() == MOE_GEMM_LOOP)
 		return false;
 	if (widths_ok(C, OC))
 		return true;
@@ -486,22 +429,36 @@ static bool grouped_for(int C, int OC)
 	return false;
 }
 
-template <typename A>
+/* The products of the f32 table (fp32 results) always loop (header). */
+static void expert_forward_f32(void *out, const void *inp, const float *w, const int32_t *count,
+			       int E, int C, int OC)
+{
+	if (count[E])
+		forward_loop((float *)out, (const float *)inp, w, count, E, C, OC);
+}
+
+static void expert_backward_f32(void *dinp, float *dw, const void *dout, const void *inp,
+				const float *w, const int32_t *count, int E, int C, int OC)
+{
+	if (count[E] && (dinp || dw))
+		backward_loop((float *)dinp, dw, (const float *)dout, (const float *)inp, w,
+			      count, E, C, OC);
+}
+
 static void expert_forward(void *outv, const void *inpv, const float *w, const int32_t *count,
 			   int E, int C, int OC)
 {
-	A *out = (A *)outv;
-	const A *inp = (const A *)inpv;
-	size_t rows = (size_t)count[E], bytes = rows * OC * sizeof(A);
+	__nv_bfloat16 *out = (__nv_bfloat16 *)outv;
+	const __nv_bfloat16 *inp = (const __nv_bfloat16 *)inpv;
+	size_t rows = (size_t)count[E], bytes = rows * OC * sizeof(*out);
 	char why[512] = "";
 	void *own;
 	if (!rows)
 		return;
 	if (!grouped_for(C, OC))
 		return forward_loop(out, inp, w, count, E, C, OC);
-	void *o = aligned_out(out, bytes, false, &own);
-	int rc = run_kind<A>(FWD, o, act_type(out), 0.0f, w, inp, NULL, count, E, C, OC, why,
-			     sizeof(why));
+	__nv_bfloat16 *o = (__nv_bfloat16 *)aligned_out(out, bytes, &own);
+	int rc = run_kind(FWD, o, w, inp, NULL, count, E, C, OC, why, sizeof(why));
 	back_out(out, own, bytes, rc == 0);
 	if (rc) {
 		declined(why);
@@ -509,54 +466,43 @@ static void expert_forward(void *outv, const void *inpv, const float *w, const i
 	}
 }
 
-/* dinp and dw: one grouped call each, each alone what it is with the other
- * (the split backward) */
-template <typename A>
+/* dinp grouped, dw (fp32, beta 1) by the loop: each alone what it is with
+ * the other (the split backward) */
 static void expert_backward(void *dinpv, float *dw, const void *doutv, const void *inpv,
 			    const float *w, const int32_t *count, int E, int C, int OC)
 {
-	A *dinp = (A *)dinpv;
-	const A *dout = (const A *)doutv, *inp = (const A *)inpv;
+	__nv_bfloat16 *dinp = (__nv_bfloat16 *)dinpv;
+	const __nv_bfloat16 *dout = (const __nv_bfloat16 *)doutv;
+	const __nv_bfloat16 *inp = (const __nv_bfloat16 *)inpv;
 	size_t rows = (size_t)count[E];
 	char why[512] = "";
 	void *own;
-	if (!rows || (!dinp && !dw))
+	if (!rows)
 		return;
-	if (!grouped_for(C, OC))
-		return backward_loop(dinp, dw, dout, inp, w, count, E, C, OC);
-	if (dinp) {
-		size_t bytes = rows * C * sizeof(A);
-		void *o = aligned_out(dinp, bytes, false, &own);
-		int rc = run_kind<A>(DINP, o, act_type(dinp), 0.0f, w, NULL, dout, count, E, C, OC,
-				     why, sizeof(why));
+	if (dinp && !grouped_for(C, OC)) {
+		backward_loop(dinp, (float *)NULL, dout, inp, w, count, E, C, OC);
+	} else if (dinp) {
+		size_t bytes = rows * C * sizeof(*dinp);
+		__nv_bfloat16 *o = (__nv_bfloat16 *)aligned_out(dinp, bytes, &own);
+		int rc = run_kind(DINP, o, w, NULL, dout, count, E, C, OC, why, sizeof(why));
 		back_out(dinp, own, bytes, rc == 0);
 		if (rc) {
 			declined(why);
 			backward_loop(dinp, (float *)NULL, dout, inp, w, count, E, C, OC);
 		}
 	}
-	if (dw) {
-		size_t bytes = (size_t)E * OC * C * sizeof(float);
-		void *g = aligned_out(dw, bytes, true, &own);
-		why[0] = 0;
-		int rc = run_kind<A>(DW, g, CUDA_R_32F, 1.0f, NULL, inp, dout, count, E, C, OC, why,
-				     sizeof(why));
-		back_out(dw, own, bytes, rc == 0);
-		if (rc) {
-			declined(why);
-			backward_loop((A *)NULL, dw, dout, inp, (const float *)NULL, count, E, C,
-				      OC);
-		}
-	}
+	if (dw)
+		backward_loop((__nv_bfloat16 *)NULL, dw, dout, inp, (const float *)NULL, count, E,
+			      C, OC);
 }
 
 void cuda_moe_gemm_slots(struct backend &t, bool bf16)
 {
 	if (bf16) {
-		t.moe_expert_forward = expert_forward<__nv_bfloat16>;
-		t.moe_expert_backward = expert_backward<__nv_bfloat16>;
+		t.moe_expert_forward = expert_forward;
+		t.moe_expert_backward = expert_backward;
 	} else {
-		t.moe_expert_forward = expert_forward<float>;
-		t.moe_expert_backward = expert_backward<float>;
+		t.moe_expert_forward = expert_forward_f32;
+		t.moe_expert_backward = expert_backward_f32;
 	}
 }

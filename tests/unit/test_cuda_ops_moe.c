@@ -35,11 +35,12 @@ struct shape {
 static const struct shape shapes[] = {
 	{7, 3, 2, 5, 0, 0, 1},     {9, 5, 1, 3, 0, 1, 0}, {5, 4, 4, 6, 1, 0, 1},
 	{11, 6, 2, 7, 1, 1, 0},    {301, 8, 2, 33, 0, 0, 0}, /* NK = 602 > one chunk */
+	{3000, 70, 4, 9, 0, 1, 0}, /* 47 chunks; E above 64, not a power of two */
 };
 
 /* Everything the chain of ops writes, on the host. */
 struct outs {
-	float *score, *gate, *dgate, *aux, *xd, *out, *dy, *dz;
+	float *score, *gate, *dgate, *aux, *xd, *out, *out_ungated, *dy, *dz;
 	int32_t *sel, *pos, *count;
 };
 
@@ -100,6 +101,7 @@ static void run_chain(const struct backend *be, const struct shape *s, struct ou
 	void *d_z = up_act(be, z, N * E), *d_x = up_act(be, x, N * C);
 	void *d_y = up_act(be, y, NK * C), *d_dout = up_act(be, dout, N * C);
 	void *d_out = up_act(be, out0, N * C), *d_xd = be->alloc(act_size(be) * NK * C);
+	void *d_out2 = up_act(be, out0, N * C);
 	void *d_dy = be->alloc(act_size(be) * NK * C), *d_dz = be->alloc(act_size(be) * N * E);
 	float *d_score = be->alloc(4 * N * E), *d_gate = be->alloc(4 * NK);
 	float *d_dgate = be->alloc(4 * NK), *d_aux = be->alloc(8), *d_dgin = be->alloc(4 * NK);
@@ -111,6 +113,7 @@ static void run_chain(const struct backend *be, const struct shape *s, struct ou
 	be->moe_dispatch(d_count, d_pos, d_sel, N, K, E);
 	be->moe_gather(d_xd, d_x, d_pos, N, K, C);
 	be->moe_combine(d_out, d_y, d_gate, d_pos, N, K, C);
+	be->moe_combine(d_out2, d_y, NULL, d_pos, N, K, C); /* the gather's backward */
 	be->moe_combine_backward(d_dy, d_dgate, d_dout, d_y, d_gate, d_pos, N, K, C);
 	be->moe_aux(d_aux, d_z, d_score, d_count, N, E, K, s->router);
 	be->moe_router_backward(d_dz, d_z, d_score, d_sel, d_gate, d_dgin, d_count, N, E, K,
@@ -120,8 +123,9 @@ static void run_chain(const struct backend *be, const struct shape *s, struct ou
 	o->sel = down(be, d_sel, 4 * NK), o->pos = down(be, d_pos, 4 * NK);
 	o->count = down(be, d_count, 4 * (E + 1));
 	o->xd = down_act(be, d_xd, NK * C), o->out = down_act(be, d_out, N * C);
+	o->out_ungated = down_act(be, d_out2, N * C);
 	o->dy = down_act(be, d_dy, NK * C), o->dz = down_act(be, d_dz, N * E);
-	void *devs[] = {d_z, d_x, d_y, d_dout, d_out, d_xd, d_dy, d_dz, d_score, d_gate,
+	void *devs[] = {d_z, d_x, d_y, d_dout, d_out, d_out2, d_xd, d_dy, d_dz, d_score, d_gate,
 			d_dgate, d_aux, d_dgin, d_sel, d_pos, d_count};
 	for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
 		be->free(devs[i]);
@@ -131,7 +135,8 @@ static void run_chain(const struct backend *be, const struct shape *s, struct ou
 static void outs_free(struct outs *o)
 {
 	free(o->score), free(o->gate), free(o->dgate), free(o->aux), free(o->sel);
-	free(o->pos), free(o->count), free(o->xd), free(o->out), free(o->dy), free(o->dz);
+	free(o->pos), free(o->count), free(o->xd), free(o->out), free(o->out_ungated);
+	free(o->dy), free(o->dz);
 }
 
 /* max |a - b| <= tol * max(max |b|, 1e-30) */
@@ -181,6 +186,8 @@ static void compare(const struct backend *cu, const struct backend *ref, int dty
 		CHECK_MSG(near(a.score, b.score, N * E, 1e-6), "shape %zu: score", k);
 		CHECK_MSG(near(a.gate, b.gate, NK, 1e-6), "shape %zu: gate", k);
 		CHECK_MSG(near(a.out, b.out, (size_t)N * C, ta), "shape %zu: combine", k);
+		CHECK_MSG(near(a.out_ungated, b.out_ungated, (size_t)N * C, ta),
+			  "shape %zu: combine without gates", k);
 		CHECK_MSG(near(a.dy, b.dy, (size_t)NK * C, ta), "shape %zu: dy", k);
 		CHECK_MSG(near(a.dgate, b.dgate, NK, 1e-5), "shape %zu: dgate", k);
 		CHECK_MSG(near(a.aux, b.aux, 2, 1e-6), "shape %zu: aux %g %g vs %g %g", k,
@@ -188,9 +195,15 @@ static void compare(const struct backend *cu, const struct backend *ref, int dty
 		CHECK_MSG(near(a.dz, b.dz, N * E, ta), "shape %zu: router backward", k);
 		/* a second run repeats every output bit for bit */
 		CHECK_MSG(!memcmp(a.out, a2.out, 4 * (size_t)N * C) &&
+				  !memcmp(a.out_ungated, a2.out_ungated, 4 * (size_t)N * C) &&
 				  !memcmp(a.dgate, a2.dgate, 4 * NK) &&
 				  !memcmp(a.aux, a2.aux, 8) && !memcmp(a.dz, a2.dz, 4 * N * E) &&
-				  !memcmp(a.pos, a2.pos, 4 * NK),
+				  !memcmp(a.pos, a2.pos, 4 * NK) && !memcmp(a.sel, a2.sel, 4 * NK) &&
+				  !memcmp(a.count, a2.count, 4 * (E + 1)) &&
+				  !memcmp(a.score, a2.score, 4 * N * E) &&
+				  !memcmp(a.gate, a2.gate, 4 * NK) &&
+				  !memcmp(a.xd, a2.xd, 4 * (size_t)NK * C) &&
+				  !memcmp(a.dy, a2.dy, 4 * (size_t)NK * C),
 			  "shape %zu: a second run differs", k);
 		outs_free(&a), outs_free(&b), outs_free(&a2);
 	}
@@ -230,8 +243,12 @@ TEST(cuda_moe_ops_bf16)
  * call with both, a second run repeats every bit, buffers 1 element off
  * 16 bytes and buffers 16 bytes further on give the aligned buffers' bits
  * (a pipeline stage's tensors sit at other offsets than one device's),
- * and the grouped call agrees with the loop (ASYNCPP_MOE_GEMM=loop) within
- * the tolerance. */
+ * the grouped call agrees with the loop (ASYNCPP_MOE_GEMM=loop) within
+ * the tolerance, and a call over a range of the experts (an expert
+ * parallel owner's, model/moe.h) gives their rows and gradients the bits
+ * of the call over all. The first run of a shape whose widths are
+ * multiples of 8 is under ASYNCPP_MOE_GEMM=strict: a grouped call cuBLAS
+ * declines fails the test instead of passing as the loop against itself. */
 
 struct gshape {
 	int E, C, OC;
@@ -333,8 +350,8 @@ static void *up_act_at(const struct backend *be, const float *h, size_t n, int o
  * floats for the weights inside a larger prepared range (aligned, but
  * another address modulo 256, as a pipeline stage's tensors sit). split:
  * the backward's input and weight parts as two calls. */
-static void gemm_run(const struct backend *be, const struct gshape *s, const struct gin *g,
-		     int place, int split, struct gres *r)
+static void gemm_run_range(const struct backend *be, const struct gshape *s, const struct gin *g,
+			   int place, int split, int e0, int e1, struct gres *r)
 {
 	int E = s->E, C = s->C, OC = s->OC, R = g->R;
 	int off = place == 2 ? 16 / (int)act_size(be) : place, woff = place == 2 ? 8 : place;
@@ -351,17 +368,42 @@ static void gemm_run(const struct backend *be, const struct gshape *s, const str
 	be->to_device(dw, g->dw0, 4 * nw);
 	if (be->weights_bf16)
 		be->weights_bf16(warena, nw + 16);
-	be->moe_expert_forward(out, inp, w, g->count, E, C, OC);
+	/* experts [e0, e1) from their first row, as moe_experts calls a range:
+	 * counts rebased, buffers from the range's first row and expert */
+	int32_t count[10];
+	size_t r0 = (size_t)g->count[e0], A = act_size(be), w0 = (size_t)e0 * OC * C;
+	for (int e = e0; e <= e1; e++)
+		count[e - e0] = g->count[e] - g->count[e0];
+	void *ri = act_at(inp, r0 * C, A), *rd = act_at(dout, r0 * OC, A);
+	void *ro = act_at(out, r0 * OC, A), *rdi = act_at(dinp, r0 * C, A);
+	be->moe_expert_forward(ro, ri, w + w0, count, e1 - e0, C, OC);
 	if (split) {
-		be->moe_expert_backward(dinp, NULL, dout, inp, w, g->count, E, C, OC);
-		be->moe_expert_backward(NULL, dw, dout, inp, NULL, g->count, E, C, OC);
+		be->moe_expert_backward(rdi, NULL, rd, ri, w + w0, count, e1 - e0, C, OC);
+		be->moe_expert_backward(NULL, dw + w0, rd, ri, NULL, count, e1 - e0, C, OC);
 	} else {
-		be->moe_expert_backward(dinp, dw, dout, inp, w, g->count, E, C, OC);
+		be->moe_expert_backward(rdi, dw + w0, rd, ri, w + w0, count, e1 - e0, C, OC);
 	}
 	r->out = down_act(be, out, (size_t)R * OC), r->dinp = down_act(be, dinp, (size_t)R * C);
 	r->dw = down(be, dw, 4 * nw);
 	be->free(b_inp), be->free(b_dout), be->free(b_out), be->free(b_dinp);
 	be->free(warena), be->free(dwarena);
+}
+
+static void gemm_run(const struct backend *be, const struct gshape *s, const struct gin *g,
+		     int place, int split, struct gres *r)
+{
+	gemm_run_range(be, s, g, place, split, 0, s->E, r);
+}
+
+/* Whether experts [e0, e1)'s rows and gradients are the same in a and b */
+static int gres_same_range(const struct gres *a, const struct gres *b, const struct gshape *s,
+			   const struct gin *g, int e0, int e1)
+{
+	size_t r0 = (size_t)g->count[e0], n = (size_t)(g->count[e1] - g->count[e0]);
+	size_t w0 = (size_t)e0 * s->OC * s->C, nw = (size_t)(e1 - e0) * s->OC * s->C;
+	return !memcmp(a->out + r0 * s->OC, b->out + r0 * s->OC, 4 * n * s->OC) &&
+	       !memcmp(a->dinp + r0 * s->C, b->dinp + r0 * s->C, 4 * n * s->C) &&
+	       !memcmp(a->dw + w0, b->dw + w0, 4 * nw);
 }
 
 static void gres_free(struct gres *r)
@@ -394,14 +436,21 @@ static void compare_gemm(const struct backend *be, double tol, int deep)
 		struct gres ref, a;
 		gin_make(s, &g);
 		gemm_reference(s, &g, &ref);
+		int strict = deep && s->C % 8 == 0 && s->OC % 8 == 0;
+		if (strict)
+			setenv("ASYNCPP_MOE_GEMM", "strict", 1);
 		gemm_run(be, s, &g, 0, 0, &a);
+		if (strict)
+			unsetenv("ASYNCPP_MOE_GEMM");
 		CHECK_MSG(near(a.out, ref.out, (size_t)g.R * s->OC, tol), "gemm shape %zu: out", k);
 		CHECK_MSG(near(a.dinp, ref.dinp, (size_t)g.R * s->C, tol), "gemm shape %zu: dinp",
 			  k);
 		CHECK_MSG(near(a.dw, ref.dw, (size_t)s->E * s->OC * s->C, tol),
 			  "gemm shape %zu: dw", k);
 		if (deep) {
-			struct gres sp, again, off, off16, loop;
+			struct gres sp, again, off, off16, loop, part;
+			int e0 = 1, e1 = s->E - 1; /* an owner's range */
+			gemm_run_range(be, s, &g, 0, 0, e0, e1, &part);
 			gemm_run(be, s, &g, 0, 1, &sp);
 			gemm_run(be, s, &g, 0, 0, &again);
 			gemm_run(be, s, &g, 1, 0, &off);
@@ -418,8 +467,10 @@ static void compare_gemm(const struct backend *be, double tol, int deep)
 				  "gemm shape %zu: buffers 16 bytes further on differ", k);
 			CHECK_MSG(gres_near(&a, &loop, s, g.R, tol),
 				  "gemm shape %zu: grouped and loop disagree", k);
+			CHECK_MSG(gres_same_range(&a, &part, s, &g, e0, e1),
+				  "gemm shape %zu: experts [%d, %d) alone differ", k, e0, e1);
 			gres_free(&sp), gres_free(&again), gres_free(&off), gres_free(&off16);
-			gres_free(&loop);
+			gres_free(&loop), gres_free(&part);
 		}
 		gres_free(&ref), gres_free(&a);
 		gin_free(&g);
