@@ -19,6 +19,7 @@
 
 #include "../../kernels/backend.h"
 #include "../../model/moe.h"
+#include "experts.h"
 
 /* The moe_rows buffers (moe.h), by index. */
 enum { EP_XD, EP_H, EP_ACT, EP_Y, EP_DY, EP_DACT, EP_DH, EP_DXD, EP_NFIELD };
@@ -36,6 +37,22 @@ struct ep_plan {
 	int out[1], n_out;
 };
 struct ep_plan ep_plan_of(int pass);
+
+/* The header a member sends every other member of its call before a pass
+ * (int32s): its E+1 counts, the key of its rows (ep_kept), the pass and
+ * its work (experts.h), which the receiver compares with its own. */
+size_t ep_head_ints(int E);
+void ep_head_pack(int32_t *h, int E, const int32_t *count, uint64_t key, int pass,
+		  const struct ep_work *w);
+uint64_t ep_head_key(const int32_t *h, int E);
+/* Whether header h's pass and work are (pass, w); when not, what each is,
+ * for the message: "the backward of micro-batch 3 of step 5 on weight
+ * version 4" (and the piece when they differ in it) */
+int ep_head_agrees(const int32_t *h, int E, int pass, const struct ep_work *w,
+		   char *mine, char *theirs, size_t n);
+/* The same for two calls in memory (threads) */
+int ep_work_agrees(int pass_a, const struct ep_work *a, int pass_b, const struct ep_work *b,
+		   char *sa, char *sb, size_t n);
 
 /* Bytes of one row of buffer f (act_dtype's size times its width). */
 size_t ep_field_width(const struct moe_dims *d, int f);

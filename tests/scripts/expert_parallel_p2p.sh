@@ -12,7 +12,10 @@
 # The same again with ASYNCPP_TEST_STAGE_HOST=1 (the cpu backend taken for
 # a device backend: every carrier stages its messages through host
 # buffers, as with cuda) under zb-v (a weight part; two pieces a rank),
-# P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP.
+# P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP. A rank whose
+# hook calls claim another weight version than its group's
+# (ASYNCPP_FAULT=ep_version) ends the job, over MPI and TCP, with an error
+# naming the ranks, the piece and both versions.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 export ASYNCPP_CONNECT_TIMEOUT=30
@@ -22,6 +25,22 @@ threads() { # OUT ARGS...: the P = 1 run in threads
 	local out=$1
 	shift
 	$A train -q "${TINY[@]}" --set train.out_dir="$out" "$@" 2> err.txt
+}
+
+# ep_mismatch NAME ERRFILES...: a rank's message names the disagreement
+# that ASYNCPP_FAULT=ep_version:2:1 made (1f1b: step 2 computes on version
+# 1; rank 1 claims 2), whichever rank saw it first
+ep_mismatch() {
+	local name=$1 w="the forward of micro-batch 0 of step 2 on weight version"
+	shift
+	if grep -q -e "rank 1 (piece 0): its expert-parallel group disagrees on the work: this \
+rank (replica 1) runs $w 2, rank 0 (replica 0) $w 1; a schedule bug" -e "rank 0 (piece 0): \
+its expert-parallel group disagrees on the work: this rank (replica 0) runs $w 1, rank 1 \
+(replica 1) $w 2; a schedule bug" "$@"; then
+		pass "$name"
+	else
+		fail "$name" "$(cat "$@" | head -c 400)"
+	fi
 }
 
 # 1. MPI
@@ -94,6 +113,16 @@ else
 			fail mpi_resume_ep1_as_ep2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
 		fi
 	fi
+	# a rank on another weight version than its group's
+	ASYNCPP_FAULT=ep_version:2:1 timeout 120 "${MPIRUN[@]:0:6}" -np 2 $A train -q \
+		"${TINY[@]}" --set train.schedule=1f1b --set pipeline.stages=1 \
+		--set model.expert_parallel=2 --set train.out_dir=vm > out.txt 2> err.txt
+	rc=$?
+	if [ $rc != 0 ] && [ ! -e vm/ckpt-00000002.ckpt ]; then
+		ep_mismatch mpi_ep_version_mismatch err.txt
+	else
+		fail mpi_ep_version_mismatch "exit $rc: $(head -c 400 err.txt)"
+	fi
 fi
 
 # 2. TCP, torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
@@ -117,3 +146,11 @@ for kind in 1f1b zb-h1 staged-1f1b; do
 		same "$name" c-$name t-$name
 	fi
 done
+ASYNCPP_FAULT=ep_version:2:1 launch 2 "${TINY[@]}" --set train.schedule=1f1b \
+	--set pipeline.stages=1 --set pipeline.transport=tcp --set model.expert_parallel=2 \
+	--set train.out_dir=vt
+if [ "$rcs" = "1 1" ] && [ ! -e vt/ckpt-00000002.ckpt ]; then
+	ep_mismatch tcp_ep_version_mismatch err0.txt err1.txt
+else
+	fail tcp_ep_version_mismatch "exit statuses $rcs: $(cat err0.txt err1.txt | head -c 400)"
+fi
