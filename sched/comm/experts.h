@@ -29,6 +29,9 @@
  * the carriers check that the members of a call agree on it before an
  * owner runs anything: a member on another weight version (a schedule's
  * bug) would otherwise have its rows computed with the owner's weights.
+ * What an exchange holds of its own (the owners' kept rows, scratch and
+ * accumulators between processes; nothing in threads) is bounded from the
+ * plan by experts_plan.h's ep_owner_mem (sched/expert_mem.h for a trainer).
  */
 #ifndef ASYNCPP_EXPERTS_H
 #define ASYNCPP_EXPERTS_H

@@ -218,3 +218,33 @@ void ep_store_free(struct ep_store *st, const struct backend *be)
 	st->e = NULL;
 	st->n = 0;
 }
+
+void ep_owner_mem(int P, int staged, const struct ep_piece_mem *pc, int n, struct ep_mem *m)
+{
+	struct ep_plan fwd = ep_plan_of(MOE_PASS_FORWARD);
+	size_t in_b, out_b, own = 0, wire = 0, gwire = 0;
+	*m = (struct ep_mem){0};
+	if (P < 2)
+		return;
+	for (int i = 0; i < n; i++) {
+		const struct moe_dims *d = &pc[i].d;
+		size_t G = (size_t)(d->E / P), N = (size_t)d->N, K = (size_t)d->K;
+		size_t rows = N * (K < G ? K : G), others = (size_t)P - 1;
+		size_t expert = 3 * (size_t)d->De * (size_t)d->C; /* fcw + fcprojw floats */
+		size_t blocks = others * (size_t)pc[i].layers * (size_t)pc[i].slots;
+		if (!pc[i].layers)
+			continue; /* no MoE layer: the exchange never runs for it */
+		m->kept += blocks * ep_kept_bytes(d, rows);
+		m->acc += (size_t)pc[i].arenas * pc[i].layers * P * G * expert * sizeof(float);
+		/* one scratch block and host copy per other member, the largest
+		 * reused by every piece; a member's own rows all travel (the
+		 * forward's, as wide as the backward's) */
+		m->scratch = MAX(m->scratch, others * ep_scratch_bytes(d, rows));
+		size_t travel = MIN(N * K, others * rows);
+		own = MAX(own, ep_block_bytes(&fwd, d, travel, &in_b, &out_b));
+		wire = MAX(wire, others * ep_block_bytes(&fwd, d, rows, &in_b, &out_b));
+		gwire = MAX(gwire, 2 * P * G * 2 * (size_t)d->De * (size_t)d->C * sizeof(float));
+	}
+	if (staged)
+		m->staging = own + wire + gwire;
+}

@@ -82,6 +82,35 @@ size_t ep_scratch_bytes(const struct moe_dims *d, size_t rows);
 size_t ep_block_bytes(const struct ep_plan *pl, const struct moe_dims *d, size_t rows,
 		      size_t *in, size_t *out);
 
+/* The most memory an owner's side of the exchange between processes
+ * (experts_p2p.c, experts_nccl.c) holds of its own on one process, from
+ * the plan: for each piece the process runs, pc[i] gives a layer's dims
+ * at the configured micro-batch (d.N rows of tokens), its MoE layers, the
+ * most micro-batches it has in flight (from a forward to the pass that
+ * ends it) and its gradient arenas.
+ * A member's rows at one owner are at most N min(K, G) (a token picks K
+ * distinct experts; the owner has G = E/P), and an owner keeps them
+ * (ep_kept_bytes) for each other member, layer and slot in flight; it
+ * runs them in a scratch block per member (ep_scratch_bytes, the largest
+ * reused); it accumulates the weight gradients of each other member's
+ * rows in a [P][G] accumulator of each fcw and fcprojw, per layer and
+ * arena; staged (a device backend over p2p) adds the host copies of the
+ * travelling rows and of the accumulators' delivery. Threads hold none of
+ * these (experts_local.c computes in the members' buffers). */
+struct ep_piece_mem {
+	struct moe_dims d;
+	int layers, slots, arenas;
+};
+struct ep_mem {
+	size_t kept, scratch, acc; /* backend memory */
+	size_t staging;            /* host memory */
+};
+void ep_owner_mem(int P, int staged, const struct ep_piece_mem *pc, int n, struct ep_mem *m);
+static inline size_t ep_mem_total(const struct ep_mem *m)
+{
+	return m->kept + m->scratch + m->acc + m->staging;
+}
+
 /* Whether the owner lets go of a member's kept block after a pass of its
  * (the fused backward, or the split one's weight part: the member's rows
  * then need nothing more); with_grads: the pass makes weight gradients. */

@@ -15,7 +15,9 @@
 # P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP. A rank whose
 # hook calls claim another weight version than its group's
 # (ASYNCPP_FAULT=ep_version) ends the job, over MPI and TCP, with an error
-# naming the ranks, the piece and both versions.
+# naming the ranks, the piece and both versions. Over TCP, rank 0's log
+# gives the most its exchange holds (kept rows, scratch, accumulators, and
+# host copies when staged) as computed by hand.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 export ASYNCPP_CONNECT_TIMEOUT=30
@@ -154,3 +156,39 @@ if [ "$rcs" = "1 1" ] && [ ! -e vt/ckpt-00000002.ckpt ]; then
 else
 	fail tcp_ep_version_mismatch "exit statuses $rcs: $(cat err0.txt err1.txt | head -c 400)"
 fi
+
+# The exchange's memory on rank 0 (stage 0 of 2, 1 of the 2 layers), by
+# hand: 4 x 64 = 256 tokens a micro-batch, C = De = 128, top-2 of 4
+# experts, P = 2: at most 512 rows of the other member at an owner; a kept
+# row (xd, h, act, dy, dh) 2C + 5De = 896 floats, a scratch row (y, dact,
+# dxd) 2C + De = 384; 1f1b's stage 0 of 2 has 2 micro-batches in flight;
+# an accumulator [P][G] of 3 De C floats per layer and arena (2). Staged
+# through host memory: the member's 512 rows out and back (2C each), one
+# block's copy, deliver's two copies of the [P][G] fcw (2 De C each).
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+MEM=(--set model.d_model=128 --set model.d_expert=128 --set model.seq_len=64
+     --set model.shared_expert=0 --set train.schedule=1f1b --set pipeline.stages=2
+     --set pipeline.split=even --set pipeline.transport=tcp --set model.expert_parallel=2
+     --set train.steps=0)
+kept=$((1 * 1 * 2 * 512 * 896 * 4)) scratch=$((512 * 384 * 4))
+acc=$((2 * 1 * 2 * 2 * 3 * 128 * 128 * 4))
+staging=$((512 * 256 * 4 + 512 * 256 * 4 + 2 * 2 * 2 * 2 * 128 * 128 * 4))
+for host in 0 1; do
+	name=tcp_ep_memory$([ $host = 1 ] && echo _staged)
+	p=$(free_port)
+	for ((r = 3; r >= 0; r--)); do # not -q: rank 0 logs
+		ASYNCPP_TEST_STAGE_HOST=$host MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r \
+			WORLD_SIZE=4 LOCAL_RANK=$r timeout 60 $A train "${TINY[@]}" "${MEM[@]}" \
+			--set train.out_dir=mem$host > out$r.txt 2> err$r.txt &
+	done
+	wait
+	total=$((kept + scratch + acc)) copies=""
+	[ $host = 1 ] && total=$((total + staging)) copies=", host copies $(mb $staging) MB"
+	if grep -qx "asyncpp: expert exchange: at most $(mb $total) MB on rank 0 (the owners' \
+kept rows $(mb $kept) MB, scratch $(mb $scratch) MB, gradient accumulators $(mb $acc) \
+MB$copies)" err0.txt; then
+		pass $name
+	else
+		fail $name "$(grep -h 'expert' err*.txt | head -c 400) (wanted $(mb $total) MB)"
+	fi
+done
