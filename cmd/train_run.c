@@ -16,6 +16,7 @@
 #include "../io/util.h"
 #include "../optim/optim.h"
 #include "../sched/comm/dist.h"
+#include "../sched/expert_mem.h"
 #include "builtin.h"
 #include "generate.h"
 #include "progress.h"
@@ -549,6 +550,30 @@ static void check_kill_grace(struct run *r, double step_s)
 		step_s, r->cfg.train_schedule, steps, stop_s, grace, ceil(MAX(30.0, 3 * stop_s)));
 }
 
+/* model.expert_parallel > 1: what the experts' exchange holds beside the
+ * trainer's arenas (sched/expert_mem.h), this process's (rank 0's when
+ * there are several: the other stages' differ by their layers and slots) */
+static void log_expert_mem(const struct run *r)
+{
+	const struct trainer *tr = &r->tr;
+	if (r->cfg.model_expert_parallel < 2)
+		return;
+	if (!dist_active(r->dist)) {
+		fprintf(stderr, "asyncpp: expert exchange: in threads it holds nothing of its own "
+			"(the owners compute in the members' buffers)\n");
+		return;
+	}
+	struct ep_mem e;
+	char host[48] = "";
+	trainer_ep_mem(tr, 1, &e);
+	if (e.staging)
+		snprintf(host, sizeof(host), ", host copies %.1f MB", e.staging / 1e6);
+	fprintf(stderr, "asyncpp: expert exchange: at most %.1f MB on rank %d (the owners' kept "
+		"rows %.1f MB, scratch %.1f MB, gradient accumulators %.1f MB%s)\n",
+		ep_mem_total(&e) / 1e6, dist_rank(r->dist), e.kept / 1e6, e.scratch / 1e6,
+		e.acc / 1e6, host);
+}
+
 int train_loop(struct run *r)
 {
 	struct config *cfg = &r->cfg;
@@ -580,6 +605,7 @@ int train_loop(struct run *r)
 			cfg->model_arch, r->m.numel, tr->S, cut, cfg->pipeline_data_parallel,
 			cfg->train_schedule, cfg->optim_name, total, tr->mb_per_step,
 			tr->mb_per_step == 1 ? "" : "es", tr->B, tr->B == 1 ? "" : "s", tr->T);
+		log_expert_mem(r);
 		warn_data_passes(r);
 	}
 	if (!r->quiet && r->has_val && cfg->eval_every > 0) {

@@ -221,6 +221,24 @@ static double ep_idle(struct stage_ctx *c, const struct stage_worker *w)
 	return waited;
 }
 
+/* Expert parallelism: the work of piece c's next pass (experts.h), which
+ * the members of its group check they share; gv: the weight version it
+ * computes on. ASYNCPP_FAULT=ep_version:STEP:RANK (dist.h) has that rank
+ * claim a version one off in step STEP: the tests of that check. */
+static void ep_work(struct stage_ctx *c, const struct sched_action *a, long gv)
+{
+	struct pipeline *p = c->p;
+	if (!p->ex)
+		return;
+	struct ep_work w = {.step = global_step(p, a->step), .version = gv, .piece = c->s,
+			    .mb = a->mb % p->mb_r};
+	if (dist_active(p->tr->dist) &&
+	    dist_fault(p->tr->dist, "ep_version", w.step, w.step,
+		       "compute on its expert-parallel group's weight version"))
+		w.version++;
+	p->ex->work(p->ex, c->r, c->s, &w);
+}
+
 /* OPTIM_STEP: post this stage's gradient sums (and tied part). 0, or -1
  * when the segment was called off or a part cannot be allocated. */
 static int post_step(struct stage_ctx *c, long gstep)
@@ -505,6 +523,7 @@ static void *stage_main(void *arg)
 				bad = 1;
 				break;
 			}
+			ep_work(c, &a[i], gv);
 			stage_forward(&w->st, a[i].slot, worker_grad_weights(w, gv), s == 0 ? dev_in : NULL,
 				      s == 0 ? NULL : x_in, last ? dev_tg : NULL, x_out,
 				      NULL, last ? p->loss_dev + gmb : NULL,
@@ -548,6 +567,7 @@ static void *stage_main(void *arg)
 			}
 			t0 = now_sec();
 			int buckets = fused && buckets_begin(c, w, a[i].mb, gstep);
+			ep_work(c, &a[i], gv);
 			if (fused)
 				stage_backward(&w->st, a[i].slot, worker_grad_weights(w, gv),
 					       worker_grads(w, gstep), dx_out, dx_in);
@@ -577,6 +597,7 @@ static void *stage_main(void *arg)
 				break;
 			t0 = now_sec();
 			int buckets = buckets_begin(c, w, a[i].mb, gstep);
+			ep_work(c, &a[i], gv);
 			stage_backward_weight(&w->st, a[i].slot, worker_grad_weights(w, gv),
 					      worker_grads(w, gstep));
 			if (buckets)

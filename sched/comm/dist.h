@@ -125,7 +125,9 @@ int dist_agree(const struct dist *d, int failed, const char *what);
  * optimizer step STEP fails to start; "buffer": stage 0's first activation
  * of step STEP cannot be allocated, mid-segment; "setup": the process's
  * part of the run cannot be set up, STEP 0; "attach": its step-finish
- * board between processes cannot be set up, STEP 0) on rank RANK (default 0; the process when
+ * board between processes cannot be set up, STEP 0; "ep_version": its
+ * expert-parallel hook calls of step STEP claim a weight version one off,
+ * executor.c) on rank RANK (default 0; the process when
  * not distributed). 1, after error("[rank R: ]cannot WHAT: a fault
  * injected by ..."), when it names this point with first <= STEP <= last on this
  * rank; else 0. */

@@ -24,6 +24,14 @@
  * (executor.c), and a hook call is matched with the others' in the order
  * they are made (between processes a rank's pieces share one channel:
  * the calls match in the rank's order of calls, the same on every member).
+ * Before each pass the executor names the work (struct ep_work: the
+ * piece, step, micro-batch and the weight version it computes on), and
+ * the carriers check that the members of a call agree on it before an
+ * owner runs anything: a member on another weight version (a schedule's
+ * bug) would otherwise have its rows computed with the owner's weights.
+ * What an exchange holds of its own (the owners' kept rows, scratch and
+ * accumulators between processes; nothing in threads) is bounded from the
+ * plan by experts_plan.h's ep_owner_mem (sched/expert_mem.h for a trainer).
  */
 #ifndef ASYNCPP_EXPERTS_H
 #define ASYNCPP_EXPERTS_H
@@ -31,12 +39,24 @@
 #include "../../kernels/backend.h"
 #include "../../model/moe.h"
 
+/* What a hook call computes, the same on every member of a call. */
+struct ep_work {
+	long step, version; /* the optimizer step; the weight version computed on */
+	int piece, mb;      /* the model piece; the replica's micro-batch of the step (0..) */
+};
+
 struct experts {
 	const char *name;
 	int N, P, S; /* replicas, the expert-parallel degree, model pieces */
 	/* The hook of piece s of replica r (what its stage's moe_ep is set to
 	 * during a training segment) */
 	const struct moe_ep *(*member)(struct experts *x, int r, int s);
+	/* The work of the hook calls of piece s of replica r from now on
+	 * (until the next call: the executor's, before each pass). Members of
+	 * a call on different work end the run: bug() in threads, an error
+	 * naming the rank, the piece and both sides' work then dist_abort
+	 * between processes. */
+	void (*work)(struct experts *x, int r, int s, const struct ep_work *w);
 	/* A stage failed and the segment is called off: every hook call
 	 * blocked returns at once, and so does every later one (leaving no
 	 * products). */

@@ -2,7 +2,10 @@
  * (experts.h).
  *
  * Per group and model piece, a call is two barriers: each member publishes
- * its rows and weights and waits for the others; then owner q runs its
+ * its rows, weights and work (experts.h: struct ep_work) and waits for the
+ * others; each checks that every member names its own work (a bug()
+ * naming both when not: the owner would compute a member's rows with
+ * another version's weights); then owner q runs its
  * experts on every member's rows in member order, reading their inputs and
  * writing their outputs and weight gradients in place (the rows of
  * different experts are disjoint, and so are their gradient slices: no two
@@ -17,6 +20,7 @@
 #include "../../io/util.h"
 #include "barrier.h"
 #include "experts.h"
+#include "experts_plan.h"
 
 struct local_experts;
 
@@ -25,10 +29,12 @@ struct member {
 	struct local_experts *l;
 	int r, s;
 	double waited;    /* ep.waited: seconds at the barriers */
+	struct ep_work work; /* what its calls compute (x.work) */
 };
 
 struct call {
 	int pass;
+	struct ep_work work;
 	const struct moe_rows *rows;
 	const float *fcw, *fcprojw;
 };
@@ -55,15 +61,23 @@ static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *
 	int P = l->x.P, q = m->r % P, E = l->E;
 	struct group *g = &l->g[(m->r / P) * l->x.S + m->s];
 
-	g->calls[q] = (struct call){pass, rows, fcw, fcprojw};
+	g->calls[q] = (struct call){pass, m->work, rows, fcw, fcprojw};
 	double w = barrier_wait(&g->in);
 	if (atomic_load(&l->aborted))
 		return; /* the others may never come */
-	for (int k = 0; k < P; k++)
-		if (g->calls[k].pass != pass || g->calls[k].rows->d->E != E)
-			bug("piece %d: replica %d runs expert pass %d over %d experts, replica %d "
-			    "pass %d over %d", m->s, m->r, pass, E, m->r - q + k, g->calls[k].pass,
-			    g->calls[k].rows->d->E);
+	/* before anything runs: the owner computes every member's rows with
+	 * its own weights, right only on the same version of the same work */
+	for (int k = 0; k < P; k++) {
+		char mine[160], theirs[160];
+		const struct call *c = &g->calls[k];
+		if (c->rows->d->E != E)
+			bug("piece %d: replica %d runs its experts' pass over %d experts, replica "
+			    "%d over %d", m->s, m->r, E, m->r - q + k, c->rows->d->E);
+		if (!ep_work_agrees(pass, &m->work, c->pass, &c->work, mine, theirs,
+				    sizeof(mine)))
+			bug("piece %d: the expert-parallel members disagree on the work: replica "
+			    "%d runs %s, replica %d %s", m->s, m->r, mine, m->r - q + k, theirs);
+	}
 	int e0 = q * E / P, e1 = (q + 1) * E / P;
 	for (int k = 0; k < P; k++)
 		moe_experts(l->be, pass, g->calls[k].rows, fcw, fcprojw, e0, e1);
@@ -77,6 +91,13 @@ static const struct moe_ep *local_member(struct experts *x, int r, int s)
 	if (r < 0 || r >= x->N || s < 0 || s >= x->S)
 		bug("no expert-parallel member for replica %d, piece %d", r, s);
 	return &l->m[r * x->S + s].ep;
+}
+
+static void local_work(struct experts *x, int r, int s, const struct ep_work *w)
+{
+	struct local_experts *l = (struct local_experts *)x;
+	local_member(x, r, s); /* checks r and s */
+	l->m[r * x->S + s].work = *w;
 }
 
 static void local_abort(struct experts *x)
@@ -110,7 +131,7 @@ struct experts *experts_local(const struct backend *be, int N, int P, int S, int
 		bug("expert parallelism over %d of %d replicas with %d experts", P, N, E);
 	struct local_experts *l = xcalloc(1, sizeof(*l));
 	l->x = (struct experts){.name = "local", .N = N, .P = P, .S = S, .member = local_member,
-				.abort = local_abort, .destroy = local_destroy};
+				.work = local_work, .abort = local_abort, .destroy = local_destroy};
 	l->be = be;
 	l->E = E;
 	int ng = N / P * S;

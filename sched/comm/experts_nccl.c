@@ -5,7 +5,8 @@
  * made in the same order, on the stage's dp channel (its ranks are the N
  * replicas; member k of replica r's group is channel rank r - r % P + k),
  * with grouped sends and receives straight from and into device memory:
- *   1. the counts: this member's E+1 and its rows' key (experts_p2p.c)
+ *   1. the counts: this member's E+1, its rows' key and its work
+ *      (experts_p2p.c's header; every member checks the others' work)
  *      to the device, swapped with every other member's, back to the host
  *      (the GEMMs' shapes, the kept blocks);
  *   2. one group: each owner k gets this member's block of the pass's
@@ -74,7 +75,8 @@ struct nccl_experts {
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
 	double waited;        /* ep.waited: seconds in the exchange's waits */
-	int32_t *counts;      /* host [P][E+3] the members' counts of the pass, then their key */
+	struct ep_work work;  /* what the next calls compute (x.work) */
+	int32_t *counts;      /* host [P][ep_head_ints] the members' headers of the pass */
 	int32_t *dcounts;     /* device, the same */
 	struct block *blk;    /* [P] */
 	struct ep_store kept; /* the other members' kept blocks */
@@ -155,9 +157,9 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 	const struct backend *be = m->be;
 	int P = m->x.P, E = m->E, q = m->q, e0 = m->e0, G = E / P, k;
 	struct ep_plan pl = ep_plan_of(pass);
-	size_t De = (size_t)d->De, C = (size_t)d->C, cs = (size_t)E + 3, cb;
+	size_t De = (size_t)d->De, C = (size_t)d->C, cs = ep_head_ints(E), cb;
 	uint64_t key = (uint64_t)(uintptr_t)R->xd;
-	int32_t mine[E + 3];
+	int32_t mine[cs];
 	if (d->E != E)
 		bug("an expert pass over %d experts in a group made for %d", d->E, E);
 	if (m->aborted)
@@ -165,8 +167,7 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 
 	/* 1. the counts, with the key of this member's rows */
 	cb = cs * sizeof(int32_t);
-	memcpy(mine, R->count, (size_t)(E + 1) * sizeof(int32_t));
-	memcpy(mine + E + 1, &key, sizeof(key));
+	ep_head_pack(mine, E, R->count, key, pass, &m->work);
 	be->to_device(m->dcounts + (size_t)q * cs, mine, cb);
 	group_start(m);
 	for (k = 0; k < P; k++)
@@ -176,16 +177,23 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 		}
 	wait_mark(m, group_end(m), "the other experts' owners' row counts");
 	be->to_host(m->counts, m->dcounts, (size_t)P * cb);
+	for (k = 0; k < P; k++) {
+		char me[160], them[160];
+		if (k != q && !ep_head_agrees(m->counts + (size_t)k * cs, E, pass, &m->work, me,
+					      them, sizeof(me)))
+			nccl_fail("rank %d (piece %d): its expert-parallel group disagrees on the "
+				  "work: this rank (replica %d) runs %s, replica %d %s; a schedule "
+				  "bug, please report it", m->w->rank, m->work.piece, m->w->replica,
+				  me, m->g0 + k, them);
+	}
 
 	/* 2. blocks out and in; this member's own rows meanwhile */
 	for (k = 0; k < P; k++) {
 		struct block *b = &m->blk[k];
 		const int32_t *ck = m->counts + (size_t)k * cs;
-		uint64_t kk;
 		if (k == q)
 			continue;
-		memcpy(&kk, ck + E + 1, sizeof(kk));
-		b->e = ep_store_get(&m->kept, be, d, pass, k, kk, ck, e0, G);
+		b->e = ep_store_get(&m->kept, be, d, pass, k, ep_head_key(ck, E), ck, e0, G);
 		if (!b->e && pass != MOE_PASS_FORWARD)
 			bug("replica %d's rows of a backward were never forwarded to replica %d",
 			    m->g0 + k, m->w->replica);
@@ -307,6 +315,12 @@ static const struct moe_ep *nccl_member(struct experts *x, int r, int s)
 	return &m->ep;
 }
 
+static void nccl_work(struct experts *x, int r, int s, const struct ep_work *w)
+{
+	nccl_member(x, r, s); /* checks r and s */
+	((struct nccl_experts *)x)->work = *w;
+}
+
 static void nccl_abort(struct experts *x) { ((struct nccl_experts *)x)->aborted = 1; }
 
 static void nccl_destroy(struct experts *x)
@@ -339,7 +353,7 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 		       NULL;
 	struct nccl_experts *m = xcalloc(1, sizeof(*m));
 	m->x = (struct experts){.name = "nccl", .N = N, .P = P, .S = pc->P,
-				.member = nccl_member, .abort = nccl_abort,
+				.member = nccl_member, .work = nccl_work, .abort = nccl_abort,
 				.deliver = nccl_deliver, .destroy = nccl_destroy};
 	m->ep.experts = nccl_run;
 	m->ep.waited = &m->waited;
@@ -351,9 +365,9 @@ struct experts *experts_nccl(const struct backend *be, struct nccl_world *w, int
 	m->e0 = m->q * (E / P);
 	m->e1 = m->e0 + E / P;
 	m->timeout = timeout;
-	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 3), sizeof(int32_t));
+	m->counts = xcalloc(st_mult((size_t)P, ep_head_ints(E)), sizeof(int32_t));
 	m->blk = xcalloc((size_t)P, sizeof(*m->blk));
-	if (!(m->dcounts = be->alloc(st_mult((size_t)P, (size_t)E + 3) * sizeof(int32_t)))) {
+	if (!(m->dcounts = be->alloc(st_mult((size_t)P, ep_head_ints(E)) * sizeof(int32_t)))) {
 		nccl_destroy(&m->x);
 		error("rank %d: cannot allocate the experts' row counts on backend '%s'", w->rank,
 		      be->name);

@@ -6,6 +6,9 @@
  *      (the address of R's xd: its activation slot's, the same in the
  *      forward, the backward and the weight part of one micro-batch);
  *      owner k's experts' rows are R's rows [count[e0_k], count[e1_k]);
+ *      with them the pass and its work (experts.h: piece, step,
+ *      micro-batch, weight version), which every member checks are its
+ *      own before anything runs (experts_plan.h: ep_head_*);
  *   2. q sends each owner k its block of the pass's input (forward: xd;
  *      backward: dy; weight: nothing) and receives every member's block
  *      of its own experts, while it runs its experts on its own rows;
@@ -76,8 +79,9 @@ struct p2p_experts {
 	int E, e0, e1;        /* this member's experts [e0, e1) */
 	double timeout;
 	double waited;        /* ep.waited: seconds in the exchange's waits */
+	struct ep_work work;  /* what the next calls compute (x.work) */
 	struct p2p *ch;
-	int32_t *counts;      /* [P][E+3] the members' counts of the pass, then their key */
+	int32_t *counts;      /* [P][ep_head_ints] the members' headers of the pass */
 	struct block *blk;    /* [P] */
 	struct ep_store kept; /* the other members' kept blocks */
 	char *own;            /* device backends: host copies of this member's rows */
@@ -185,17 +189,16 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 	int P = m->x.P, E = m->E, q = m->q, e0 = m->e0, G = E / P, k, nr;
 	struct ep_plan pl = ep_plan_of(pass);
 	size_t De = (size_t)d->De, C = (size_t)d->C, in_b, out_b, off;
-	size_t cs = (size_t)E + 3; /* counts, then the key */
+	size_t cs = ep_head_ints(E); /* counts, key, pass, work */
 	uint64_t key = (uint64_t)(uintptr_t)R->xd;
 	if (d->E != E)
 		bug("an expert pass over %d experts in a group made for %d", d->E, E);
 	if (m->aborted)
 		return;
 
-	/* 1. the counts, with the key of this member's rows */
+	/* 1. the counts, with the key of this member's rows and its work */
 	int32_t *mine = m->counts + (size_t)q * cs;
-	memcpy(mine, R->count, (size_t)(E + 1) * sizeof(int32_t));
-	memcpy(mine + E + 1, &key, sizeof(key));
+	ep_head_pack(mine, E, R->count, key, pass, &m->work);
 	nr = 0;
 	for (k = 0; k < P; k++) {
 		if (k == q)
@@ -206,6 +209,19 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		m->req[nr++] = p2p_isend(m->ch, mine, cb, peer_rank(m, k), TAG_COUNT);
 	}
 	ep_wait(m, nr, "the other experts' owners' row counts");
+	for (k = 0; k < P; k++) {
+		char me[160], them[160];
+		if (k != q && !ep_head_agrees(m->counts + (size_t)k * cs, E, pass, &m->work, me,
+					      them, sizeof(me))) {
+			/* the peers wait in this exchange: the job ends */
+			error("rank %d (piece %d): its expert-parallel group disagrees on the work: "
+			      "this rank (replica %d) runs %s, rank %d (replica %d) %s; a "
+			      "schedule bug, please report it; aborting the job",
+			      peer_rank(m, q), m->work.piece, m->r, me, peer_rank(m, k), m->g0 + k,
+			      them);
+			dist_abort();
+		}
+	}
 
 	/* the host copies of this member's travelling rows (device backends) */
 	if (!m->host) {
@@ -227,9 +243,7 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 			continue;
 		struct block *b = &m->blk[k];
 		const int32_t *ck = m->counts + (size_t)k * cs;
-		uint64_t kk;
-		memcpy(&kk, ck + E + 1, sizeof(kk));
-		b->e = ep_store_get(&m->kept, be, d, pass, k, kk, ck, e0, G);
+		b->e = ep_store_get(&m->kept, be, d, pass, k, ep_head_key(ck, E), ck, e0, G);
 		if (!b->e && pass != MOE_PASS_FORWARD)
 			bug("replica %d's rows of a backward were never forwarded to replica %d",
 			    m->g0 + k, m->r);
@@ -386,6 +400,12 @@ static const struct moe_ep *p2p_member(struct experts *x, int r, int s)
 	return &m->ep;
 }
 
+static void p2p_work(struct experts *x, int r, int s, const struct ep_work *w)
+{
+	p2p_member(x, r, s); /* checks r and s */
+	((struct p2p_experts *)x)->work = *w;
+}
+
 static void p2p_abort(struct experts *x) { ((struct p2p_experts *)x)->aborted = 1; }
 
 static void p2p_destroy(struct experts *x)
@@ -423,7 +443,7 @@ struct experts *experts_p2p(const struct dist *d, const struct backend *be, int 
 	struct p2p_experts *m = xcalloc(1, sizeof(*m));
 	int S = pc->S;
 	m->x = (struct experts){.name = p2p_name(ch), .N = N, .P = P, .S = pc->P,
-				.member = p2p_member,
+				.member = p2p_member, .work = p2p_work,
 				.abort = p2p_abort, .deliver = p2p_deliver,
 				.destroy = p2p_destroy};
 	m->ep.experts = p2p_run;
@@ -443,7 +463,7 @@ struct experts *experts_p2p(const struct dist *d, const struct backend *be, int 
 	m->e1 = m->e0 + E / P;
 	m->timeout = timeout;
 	m->ch = ch;
-	m->counts = xcalloc(st_mult((size_t)P, (size_t)E + 3), sizeof(int32_t));
+	m->counts = xcalloc(st_mult((size_t)P, ep_head_ints(E)), sizeof(int32_t));
 	m->blk = xcalloc((size_t)P, sizeof(*m->blk));
 	m->req = xcalloc((size_t)16 * P, sizeof(*m->req));
 	return &m->x;

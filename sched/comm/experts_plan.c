@@ -1,7 +1,9 @@
 /* experts_plan.c - the experts' all-to-all, planned (experts_plan.h). */
 #include "experts_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../io/util.h"
 #include "../../kernels/act.h"
@@ -18,6 +20,73 @@ struct ep_plan ep_plan_of(int pass)
 int ep_releases(int pass, int with_grads)
 {
 	return pass == MOE_PASS_WEIGHT || (pass == MOE_PASS_BACKWARD && with_grads);
+}
+
+/* The header: counts [E+1], key [2], pass, piece, mb, step [2], version [2] */
+size_t ep_head_ints(int E) { return (size_t)E + 10; }
+
+static void put64(int32_t *p, long v)
+{
+	int64_t x = v;
+	memcpy(p, &x, sizeof(x));
+}
+
+static long get64(const int32_t *p)
+{
+	int64_t x;
+	memcpy(&x, p, sizeof(x));
+	return (long)x;
+}
+
+void ep_head_pack(int32_t *h, int E, const int32_t *count, uint64_t key, int pass,
+		  const struct ep_work *w)
+{
+	memcpy(h, count, (size_t)(E + 1) * sizeof(int32_t));
+	memcpy(h + E + 1, &key, sizeof(key));
+	h[E + 3] = pass;
+	h[E + 4] = w->piece;
+	h[E + 5] = w->mb;
+	put64(h + E + 6, w->step);
+	put64(h + E + 8, w->version);
+}
+
+uint64_t ep_head_key(const int32_t *h, int E)
+{
+	uint64_t key;
+	memcpy(&key, h + E + 1, sizeof(key));
+	return key;
+}
+
+static void say_work(char *buf, size_t n, int pass, const struct ep_work *w, int piece)
+{
+	const char *name = pass == MOE_PASS_FORWARD    ? "forward"
+			   : pass == MOE_PASS_BACKWARD ? "backward"
+			   : pass == MOE_PASS_WEIGHT   ? "weight part"
+						       : "unknown pass";
+	int at = snprintf(buf, n, "the %s of micro-batch %d of step %ld", name, w->mb, w->step);
+	if (piece && at >= 0 && (size_t)at < n)
+		at += snprintf(buf + at, n - (size_t)at, " of piece %d", w->piece);
+	if (at >= 0 && (size_t)at < n)
+		snprintf(buf + at, n - (size_t)at, " on weight version %ld", w->version);
+}
+
+int ep_work_agrees(int pass_a, const struct ep_work *a, int pass_b, const struct ep_work *b,
+		   char *sa, char *sb, size_t n)
+{
+	if (pass_a == pass_b && a->step == b->step && a->version == b->version &&
+	    a->piece == b->piece && a->mb == b->mb)
+		return 1;
+	say_work(sa, n, pass_a, a, a->piece != b->piece);
+	say_work(sb, n, pass_b, b, a->piece != b->piece);
+	return 0;
+}
+
+int ep_head_agrees(const int32_t *h, int E, int pass, const struct ep_work *w, char *mine,
+		   char *theirs, size_t n)
+{
+	struct ep_work t = {.step = get64(h + E + 6), .version = get64(h + E + 8),
+			    .piece = h[E + 4], .mb = h[E + 5]};
+	return ep_work_agrees(pass, w, h[E + 3], &t, mine, theirs, n);
 }
 
 size_t ep_field_width(const struct moe_dims *d, int f)
@@ -148,4 +217,34 @@ void ep_store_free(struct ep_store *st, const struct backend *be)
 	free(st->e);
 	st->e = NULL;
 	st->n = 0;
+}
+
+void ep_owner_mem(int P, int staged, const struct ep_piece_mem *pc, int n, struct ep_mem *m)
+{
+	struct ep_plan fwd = ep_plan_of(MOE_PASS_FORWARD);
+	size_t in_b, out_b, own = 0, wire = 0, gwire = 0;
+	*m = (struct ep_mem){0};
+	if (P < 2)
+		return;
+	for (int i = 0; i < n; i++) {
+		const struct moe_dims *d = &pc[i].d;
+		size_t G = (size_t)(d->E / P), N = (size_t)d->N, K = (size_t)d->K;
+		size_t rows = N * (K < G ? K : G), others = (size_t)P - 1;
+		size_t expert = 3 * (size_t)d->De * (size_t)d->C; /* fcw + fcprojw floats */
+		size_t blocks = others * (size_t)pc[i].layers * (size_t)pc[i].slots;
+		if (!pc[i].layers)
+			continue; /* no MoE layer: the exchange never runs for it */
+		m->kept += blocks * ep_kept_bytes(d, rows);
+		m->acc += (size_t)pc[i].arenas * pc[i].layers * P * G * expert * sizeof(float);
+		/* one scratch block and host copy per other member, the largest
+		 * reused by every piece; a member's own rows all travel (the
+		 * forward's, as wide as the backward's) */
+		m->scratch = MAX(m->scratch, others * ep_scratch_bytes(d, rows));
+		size_t travel = MIN(N * K, others * rows);
+		own = MAX(own, ep_block_bytes(&fwd, d, travel, &in_b, &out_b));
+		wire = MAX(wire, others * ep_block_bytes(&fwd, d, rows, &in_b, &out_b));
+		gwire = MAX(gwire, 2 * P * G * 2 * (size_t)d->De * (size_t)d->C * sizeof(float));
+	}
+	if (staged)
+		m->staging = own + wire + gwire;
 }

@@ -19,6 +19,7 @@
 
 #include "../../kernels/backend.h"
 #include "../../model/moe.h"
+#include "experts.h"
 
 /* The moe_rows buffers (moe.h), by index. */
 enum { EP_XD, EP_H, EP_ACT, EP_Y, EP_DY, EP_DACT, EP_DH, EP_DXD, EP_NFIELD };
@@ -36,6 +37,22 @@ struct ep_plan {
 	int out[1], n_out;
 };
 struct ep_plan ep_plan_of(int pass);
+
+/* The header a member sends every other member of its call before a pass
+ * (int32s): its E+1 counts, the key of its rows (ep_kept), the pass and
+ * its work (experts.h), which the receiver compares with its own. */
+size_t ep_head_ints(int E);
+void ep_head_pack(int32_t *h, int E, const int32_t *count, uint64_t key, int pass,
+		  const struct ep_work *w);
+uint64_t ep_head_key(const int32_t *h, int E);
+/* Whether header h's pass and work are (pass, w); when not, what each is,
+ * for the message: "the backward of micro-batch 3 of step 5 on weight
+ * version 4" (and the piece when they differ in it) */
+int ep_head_agrees(const int32_t *h, int E, int pass, const struct ep_work *w,
+		   char *mine, char *theirs, size_t n);
+/* The same for two calls in memory (threads) */
+int ep_work_agrees(int pass_a, const struct ep_work *a, int pass_b, const struct ep_work *b,
+		   char *sa, char *sb, size_t n);
 
 /* Bytes of one row of buffer f (act_dtype's size times its width). */
 size_t ep_field_width(const struct moe_dims *d, int f);
@@ -64,6 +81,35 @@ size_t ep_scratch_bytes(const struct moe_dims *d, size_t rows);
  * returns their sum (a host copy holds the outputs after the inputs). */
 size_t ep_block_bytes(const struct ep_plan *pl, const struct moe_dims *d, size_t rows,
 		      size_t *in, size_t *out);
+
+/* The most memory an owner's side of the exchange between processes
+ * (experts_p2p.c, experts_nccl.c) holds of its own on one process, from
+ * the plan: for each piece the process runs, pc[i] gives a layer's dims
+ * at the configured micro-batch (d.N rows of tokens), its MoE layers, the
+ * most micro-batches it has in flight (from a forward to the pass that
+ * ends it) and its gradient arenas.
+ * A member's rows at one owner are at most N min(K, G) (a token picks K
+ * distinct experts; the owner has G = E/P), and an owner keeps them
+ * (ep_kept_bytes) for each other member, layer and slot in flight; it
+ * runs them in a scratch block per member (ep_scratch_bytes, the largest
+ * reused); it accumulates the weight gradients of each other member's
+ * rows in a [P][G] accumulator of each fcw and fcprojw, per layer and
+ * arena; staged (a device backend over p2p) adds the host copies of the
+ * travelling rows and of the accumulators' delivery. Threads hold none of
+ * these (experts_local.c computes in the members' buffers). */
+struct ep_piece_mem {
+	struct moe_dims d;
+	int layers, slots, arenas;
+};
+struct ep_mem {
+	size_t kept, scratch, acc; /* backend memory */
+	size_t staging;            /* host memory */
+};
+void ep_owner_mem(int P, int staged, const struct ep_piece_mem *pc, int n, struct ep_mem *m);
+static inline size_t ep_mem_total(const struct ep_mem *m)
+{
+	return m->kept + m->scratch + m->acc + m->staging;
+}
 
 /* Whether the owner lets go of a member's kept block after a pass of its
  * (the fused backward, or the split one's weight part: the member's rows

@@ -10,7 +10,10 @@
 # uninterrupted run's bits. What does not run (train.schedule = none) is
 # refused naming the key, writing nothing; pipeline.transport = nccl is
 # no longer refused for P > 1: in one process it meets the launcher's
-# message of P = 1 (it needs GPU processes; experts_nccl.c).
+# message of P = 1 (it needs GPU processes; experts_nccl.c). The memory
+# of the exchange: none of its own in threads (train's log says so), and
+# bench train's "expert exchange" row gives what one process a stage
+# would hold, as computed by hand.
 # Between processes: expert_parallel_p2p.sh.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
@@ -112,4 +115,35 @@ expect_exit 1 ep_nccl_as_ep1 -- run nccl 2 --set train.schedule=gpipe --set pipe
 if grep -q 'expert_parallel' err.txt || ! grep -q 'pipeline.transport = nccl' err.txt ||
    ! diff err1.txt err.txt > /dev/null; then
 	fail ep_nccl_message "$(cat err.txt)"
+fi
+
+# 6. the exchange's memory. By hand: 4 x 64 = 256 tokens a micro-batch,
+# C = De = 128, top-2 of 4 experts, P = 2: an owner's G = 2 experts take at
+# most 256 x 2 = 512 rows of the other member; a kept row (xd, h, act, dy,
+# dh) is 2C + 5De = 896 floats, a scratch row (y, dact, dxd) 2C + De = 384;
+# one expert's gradients 3 De C floats, an accumulator [P][G] of them per
+# layer and gradient arena (2: 1f1b overlaps steps). One stage of 2
+# layers under 1f1b has 1 micro-batch in flight.
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+kept=$((1 * 2 * 1 * 512 * 896 * 4)) scratch=$((512 * 384 * 4))
+acc=$((2 * 2 * 2 * 2 * 3 * 128 * 128 * 4))
+want="  expert exchange       0.0 MB  (threads: none of its own; a process per stage would hold \
+$(mb $((kept + scratch + acc))) MB: kept rows $(mb $kept), scratch $(mb $scratch), accumulators \
+$(mb $acc))"
+MEM=(--set model.d_model=128 --set model.d_expert=128 --set model.seq_len=64
+     --set model.shared_expert=0 --set model.vocab_size=512 --set train.schedule=1f1b
+     --set model.expert_parallel=2)
+if ! $A bench train -j 1 --steps 1 --warmup 0 "${TINY[@]}" "${MEM[@]}" > out.txt 2> err.txt; then
+	fail ep_bench_memory "$(cat err.txt)"
+elif [ "$(grep '^  expert exchange' out.txt)" != "$want" ]; then
+	fail ep_bench_memory "$(grep -A9 '^memory' out.txt) (wanted: $want)"
+else
+	pass ep_bench_memory
+fi
+$A train "${TINY[@]}" "${MEM[@]}" --set train.steps=0 --set train.out_dir=mem > out.txt 2> err.txt
+if grep -qx "asyncpp: expert exchange: in threads it holds nothing of its own (the owners \
+compute in the members' buffers)" err.txt; then
+	pass ep_train_memory_threads
+else
+	fail ep_train_memory_threads "$(cat err.txt)"
 fi

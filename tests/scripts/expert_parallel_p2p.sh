@@ -12,7 +12,12 @@
 # The same again with ASYNCPP_TEST_STAGE_HOST=1 (the cpu backend taken for
 # a device backend: every carrier stages its messages through host
 # buffers, as with cuda) under zb-v (a weight part; two pieces a rank),
-# P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP.
+# P = 4, bf16 and empty blocks over MPI, and 1f1b over TCP. A rank whose
+# hook calls claim another weight version than its group's
+# (ASYNCPP_FAULT=ep_version) ends the job, over MPI and TCP, with an error
+# naming the ranks, the piece and both versions. Over TCP, rank 0's log
+# gives the most its exchange holds (kept rows, scratch, accumulators, and
+# host copies when staged) as computed by hand.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 export ASYNCPP_CONNECT_TIMEOUT=30
@@ -22,6 +27,22 @@ threads() { # OUT ARGS...: the P = 1 run in threads
 	local out=$1
 	shift
 	$A train -q "${TINY[@]}" --set train.out_dir="$out" "$@" 2> err.txt
+}
+
+# ep_mismatch NAME ERRFILES...: a rank's message names the disagreement
+# that ASYNCPP_FAULT=ep_version:2:1 made (1f1b: step 2 computes on version
+# 1; rank 1 claims 2), whichever rank saw it first
+ep_mismatch() {
+	local name=$1 w="the forward of micro-batch 0 of step 2 on weight version"
+	shift
+	if grep -q -e "rank 1 (piece 0): its expert-parallel group disagrees on the work: this \
+rank (replica 1) runs $w 2, rank 0 (replica 0) $w 1; a schedule bug" -e "rank 0 (piece 0): \
+its expert-parallel group disagrees on the work: this rank (replica 0) runs $w 1, rank 1 \
+(replica 1) $w 2; a schedule bug" "$@"; then
+		pass "$name"
+	else
+		fail "$name" "$(cat "$@" | head -c 400)"
+	fi
 }
 
 # 1. MPI
@@ -94,6 +115,16 @@ else
 			fail mpi_resume_ep1_as_ep2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
 		fi
 	fi
+	# a rank on another weight version than its group's
+	ASYNCPP_FAULT=ep_version:2:1 timeout 120 "${MPIRUN[@]:0:6}" -np 2 $A train -q \
+		"${TINY[@]}" --set train.schedule=1f1b --set pipeline.stages=1 \
+		--set model.expert_parallel=2 --set train.out_dir=vm > out.txt 2> err.txt
+	rc=$?
+	if [ $rc != 0 ] && [ ! -e vm/ckpt-00000002.ckpt ]; then
+		ep_mismatch mpi_ep_version_mismatch err.txt
+	else
+		fail mpi_ep_version_mismatch "exit $rc: $(head -c 400 err.txt)"
+	fi
 fi
 
 # 2. TCP, torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
@@ -115,5 +146,49 @@ for kind in 1f1b zb-h1 staged-1f1b; do
 	else
 		rm -f err[0-9].txt
 		same "$name" c-$name t-$name
+	fi
+done
+ASYNCPP_FAULT=ep_version:2:1 launch 2 "${TINY[@]}" --set train.schedule=1f1b \
+	--set pipeline.stages=1 --set pipeline.transport=tcp --set model.expert_parallel=2 \
+	--set train.out_dir=vt
+if [ "$rcs" = "1 1" ] && [ ! -e vt/ckpt-00000002.ckpt ]; then
+	ep_mismatch tcp_ep_version_mismatch err0.txt err1.txt
+else
+	fail tcp_ep_version_mismatch "exit statuses $rcs: $(cat err0.txt err1.txt | head -c 400)"
+fi
+
+# The exchange's memory on rank 0 (stage 0 of 2, 1 of the 2 layers), by
+# hand: 4 x 64 = 256 tokens a micro-batch, C = De = 128, top-2 of 4
+# experts, P = 2: at most 512 rows of the other member at an owner; a kept
+# row (xd, h, act, dy, dh) 2C + 5De = 896 floats, a scratch row (y, dact,
+# dxd) 2C + De = 384; 1f1b's stage 0 of 2 has 2 micro-batches in flight;
+# an accumulator [P][G] of 3 De C floats per layer and arena (2). Staged
+# through host memory: the member's 512 rows out and back (2C each), one
+# block's copy, deliver's two copies of the [P][G] fcw (2 De C each).
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+MEM=(--set model.d_model=128 --set model.d_expert=128 --set model.seq_len=64
+     --set model.shared_expert=0 --set train.schedule=1f1b --set pipeline.stages=2
+     --set pipeline.split=even --set pipeline.transport=tcp --set model.expert_parallel=2
+     --set train.steps=0)
+kept=$((1 * 1 * 2 * 512 * 896 * 4)) scratch=$((512 * 384 * 4))
+acc=$((2 * 1 * 2 * 2 * 3 * 128 * 128 * 4))
+staging=$((512 * 256 * 4 + 512 * 256 * 4 + 2 * 2 * 2 * 2 * 128 * 128 * 4))
+for host in 0 1; do
+	name=tcp_ep_memory$([ $host = 1 ] && echo _staged)
+	p=$(free_port)
+	for ((r = 3; r >= 0; r--)); do # not -q: rank 0 logs
+		ASYNCPP_TEST_STAGE_HOST=$host MASTER_ADDR=127.0.0.1 MASTER_PORT=$p RANK=$r \
+			WORLD_SIZE=4 LOCAL_RANK=$r timeout 60 $A train "${TINY[@]}" "${MEM[@]}" \
+			--set train.out_dir=mem$host > out$r.txt 2> err$r.txt &
+	done
+	wait
+	total=$((kept + scratch + acc)) copies=""
+	[ $host = 1 ] && total=$((total + staging)) copies=", host copies $(mb $staging) MB"
+	if grep -qx "asyncpp: expert exchange: at most $(mb $total) MB on rank 0 (the owners' \
+kept rows $(mb $kept) MB, scratch $(mb $scratch) MB, gradient accumulators $(mb $acc) \
+MB$copies)" err0.txt; then
+		pass $name
+	else
+		fail $name "$(grep -h 'expert' err*.txt | head -c 400) (wanted $(mb $total) MB)"
 	fi
 done

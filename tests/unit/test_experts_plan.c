@@ -199,3 +199,72 @@ TEST(kept_blocks_follow_their_member_and_key)
 	CHECK(st.n == 3);
 	ep_store_free(&st, be);
 }
+
+/* What an owner holds between processes at most (ep_owner_mem), against a
+ * hand computation: C = 8, De = 4, E = 4, top-2, 8 tokens, f32. Rows of
+ * one member at one owner: 8 min(2, G); a kept block's row is xd, h, act,
+ * dy, dh = C + 2De + De + C + 2De = 36 floats, a scratch row y, dact, dxd
+ * = 20; one expert's gradient fcw + fcprojw = 3 De C = 96 floats. */
+TEST(owner_memory_is_the_hand_computed_bound)
+{
+	struct ep_piece_mem pc = {.d = {.N = 8, .C = 8, .E = 4, .K = 2, .De = 4}, .layers = 3,
+				  .slots = 2, .arenas = 2};
+	struct ep_mem m;
+	/* P = 2: G = 2, 16 rows; one other member, 3 layers x 2 slots */
+	ep_owner_mem(2, 0, &pc, 1, &m);
+	CHECK(m.kept == 6 * 16 * 36 * 4);
+	CHECK(m.scratch == 16 * 20 * 4);
+	CHECK(m.acc == 2 * 3 * (2 * 2) * 96 * 4); /* arenas x layers x [P][G] */
+	CHECK(m.staging == 0);
+	/* staged: the member's 16 rows out and back (xd, y: 2C), one block's
+	 * copy, and deliver's two copies of the widest accumulator (fcw) */
+	ep_owner_mem(2, 1, &pc, 1, &m);
+	CHECK(m.staging == 16 * 16 * 4 + 16 * 16 * 4 + 2 * 4 * 2 * 4 * 8 * 4);
+	CHECK(ep_mem_total(&m) == m.kept + m.scratch + m.acc + m.staging);
+	/* P = 4: G = 1 < K, so 8 rows at an owner, 3 other members; two
+	 * pieces: the kept blocks and accumulators add up, the scratch and
+	 * copies are the larger piece's */
+	struct ep_piece_mem two[2] = {pc, pc};
+	two[0].layers = two[0].slots = two[0].arenas = 1;
+	ep_owner_mem(4, 1, two, 2, &m);
+	CHECK(m.kept == 3 * (1 + 6) * 8 * 36 * 4);
+	CHECK(m.scratch == 3 * 8 * 20 * 4);
+	CHECK(m.acc == (1 + 6) * 4 * 96 * 4);
+	CHECK(m.staging == 16 * 16 * 4 + 3 * 8 * 16 * 4 + 2 * 4 * 2 * 4 * 8 * 4);
+	/* a piece without a MoE layer adds nothing, not even scratch */
+	two[0].layers = 0;
+	ep_owner_mem(4, 1, two, 2, &m);
+	struct ep_mem one;
+	ep_owner_mem(4, 1, &pc, 1, &one);
+	CHECK(m.kept == one.kept && m.scratch == one.scratch && m.acc == one.acc &&
+	      m.staging == one.staging);
+	two[1].layers = 0;
+	ep_owner_mem(4, 1, two, 2, &m);
+	CHECK(ep_mem_total(&m) == 0);
+	/* no expert parallelism: nothing */
+	ep_owner_mem(1, 1, &pc, 1, &m);
+	CHECK(ep_mem_total(&m) == 0);
+}
+
+/* The bound is what the owner's store takes when every row of every
+ * member goes to it (the worst routing): its kept blocks of layers x
+ * slots micro-batches in flight per other member. */
+TEST(owner_memory_bound_is_reached_by_the_worst_routing)
+{
+	const struct backend *be = &backend_cpu;
+	struct ep_piece_mem pc = {.d = {.N = 8, .C = 8, .E = 4, .K = 2, .De = 4}, .layers = 3,
+				  .slots = 2, .arenas = 1};
+	int32_t all[5] = {0, 0, 0, 8, 16}; /* each token's 2 rows on experts 2 and 3 */
+	struct ep_store st = {0};
+	/* owner 1 (experts [2, 4)) of a group of 2: member 0's rows of each
+	 * layer and slot in flight at once */
+	for (int key = 0; key < pc.layers * pc.slots; key++)
+		CHECK(ep_store_get(&st, be, &pc.d, MOE_PASS_FORWARD, 0, (uint64_t)key, all, 2, 2));
+	size_t held = 0;
+	for (int i = 0; i < st.n; i++)
+		held += st.e[i]->cap;
+	struct ep_mem m;
+	ep_owner_mem(2, 0, &pc, 1, &m);
+	CHECK_MSG(held == m.kept, "held %zu, bound %zu", held, m.kept);
+	ep_store_free(&st, be);
+}
