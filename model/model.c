@@ -404,6 +404,11 @@ void layout_moe_dims(const struct stage *st, struct moe_dims *d)
 	d->ep = st->moe_ep;
 }
 
+void stage_moe_dims(const struct stage *st, struct moe_dims *d)
+{
+	layout_moe_dims(st, d);
+}
+
 static void layer_view(const struct stage *st, void *base, struct layer_acts *a, size_t *pos)
 {
 	const struct model_config *c = &st->m->cfg;

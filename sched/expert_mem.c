@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../io/util.h"
-#include "../model/stage_layout.h"
+#include "../model/model.h"
 #include "comm/dist.h"
 #include "schedule.h"
 
@@ -60,7 +60,7 @@ void trainer_ep_mem(const struct trainer *tr, int procs, struct ep_mem *m)
 			const struct stage_worker *w = &tr->w[r * tr->S + q];
 			if (tr->piece_stage[q] != st || !worker_alive(w))
 				continue;
-			layout_moe_dims(&w->st, &pc[n].d);
+			stage_moe_dims(&w->st, &pc[n].d);
 			pc[n].layers = w->st.layer_end - w->st.layer_begin;
 			pc[n].slots = in_flight(sc, q);
 			pc[n].arenas = w->grads[1] != w->grads[0] ? 2 : 1;
