@@ -115,9 +115,6 @@ double model_param_share(const struct model *m, const struct param_info *p);
  * ("h.L.experts.e.fcw" or ".fcprojw"), or -1 (every other tensor: the
  * router and the shared expert included). */
 int model_param_expert(const struct model *m, const struct param_info *p);
-/* The mixture-of-experts layer's dimensions (moe.h) as stage st runs them:
- * its B x T tokens, the model's experts, its backend's activation type. */
-void stage_moe_dims(const struct stage *st, struct moe_dims *d);
 /* Parameters not counting the embedding lookup tables (for 6N FLOPs): all
  * of the arena minus wpe, and minus wte when the head is untied (a tied wte
  * is the head matrix and does count); each tensor weighted by
@@ -188,6 +185,10 @@ struct stage {
 	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
 };
+
+/* The mixture-of-experts layer's dimensions (moe.h) as stage st runs them:
+ * its B x T tokens, the model's experts, its backend's activation type. */
+void stage_moe_dims(const struct stage *st, struct moe_dims *d);
 
 /* Build stage s of cut (NULL: the whole model as one stage, s = 0) for
  * micro-batches of B x T with n_slots activation slots. Buffers come from
