@@ -114,7 +114,7 @@ LDLIBS += $(MPI_LIBS)
 endif
 # ---- end MPI ----
 
-LIB_SRC = $(wildcard io/*.c io/*/*.c model/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c sched/*/*.c cmd/*.c)
+LIB_SRC = $(wildcard io/*.c io/*/*.c model/*.c model/*/*.c kernels/*.c kernels/cpu/*.c optim/*.c sched/*.c sched/*/*.c cmd/*.c)
 CORPUS = $(sort $(wildcard testdata/corpus/*.txt))
 MANPAGES = $(sort $(wildcard man/*.1 man/*.5 man/*.7))
 LIB_OBJ = $(CU_OBJ) $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/corpus.o $(BUILD)/gen/manpages.o

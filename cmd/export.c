@@ -1,6 +1,6 @@
 /* export.c - `asyncpp export CKPT -o OUT`: a checkpoint's newest weights for
- * PyTorch users, as one safetensors file with our names (io/formats/safetensors.h)
- * or as a Hugging Face model folder (io/formats/hf_model.h, asyncpp-export(1)). */
+ * PyTorch users, as one safetensors file with our names (model/formats/safetensors.h)
+ * or as a Hugging Face model folder (model/formats/hf_model.h, asyncpp-export(1)). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../io/formats/hf_model.h"
-#include "../io/formats/safetensors.h"
+#include "../model/formats/hf_model.h"
+#include "../model/formats/safetensors.h"
 #include "../io/staged.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"

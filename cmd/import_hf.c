@@ -7,7 +7,7 @@
 
 #include "../io/formats/checkpoint.h"
 #include "../io/config/config.h"
-#include "../io/formats/hf_model.h"
+#include "../model/formats/hf_model.h"
 #include "../io/text/tokenizer.h"
 #include "../io/util.h"
 #include "../model/model.h"

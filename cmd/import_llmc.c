@@ -7,7 +7,7 @@
 
 #include "../io/formats/checkpoint.h"
 #include "../io/config/config.h"
-#include "../io/formats/llmc.h"
+#include "../model/formats/llmc.h"
 #include "../io/util.h"
 #include "../model/model.h"
 #include "cmd.h"

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../io/formats/hf_model.h"
+#include "../../model/formats/hf_model.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 

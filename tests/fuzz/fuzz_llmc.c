@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../../io/formats/llmc.h"
+#include "../../model/formats/llmc.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "fuzz_file.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../../io/formats/safetensors.h"
+#include "../../model/formats/safetensors.h"
 #include "../../io/util.h"
 #include "fuzz_file.h"
 

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "../../io/formats/half.h"
-#include "../../io/formats/hf_model.h"
-#include "../../io/formats/safetensors.h"
+#include "../../model/formats/hf_model.h"
+#include "../../model/formats/safetensors.h"
 #include "../../io/text/json.h"
 #include "../../io/text/tokenizer.h"
 #include "../../io/util.h"

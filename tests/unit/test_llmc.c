@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/formats/llmc.h"
+#include "../../model/formats/llmc.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "../test.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../io/formats/safetensors.h"
+#include "../../model/formats/safetensors.h"
 #include "../../io/util.h"
 #include "../../model/model.h"
 #include "../test.h"

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "half.h"
-#include "../text/json.h"
+#include "../../io/formats/half.h"
+#include "../../io/text/json.h"
 #include "safetensors.h"
-#include "../util.h"
+#include "../../io/util.h"
 
 static void put_str(struct buf *b, const char *s)
 {

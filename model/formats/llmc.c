@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "llmc.h"
-#include "../util.h"
+#include "../../io/util.h"
 
 /* llm.c's tensor order; each kind is stored for all layers at once. */
 static const struct {

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "hf_model.h"
-#include "../text/json.h"
-#include "../util.h"
+#include "../../io/text/json.h"
+#include "../../io/util.h"
 
 /* ---- config.json ---- */
 

@@ -14,7 +14,7 @@
 #ifndef ASYNCPP_LLMC_H
 #define ASYNCPP_LLMC_H
 
-#include "../../model/model.h"
+#include "../model.h"
 
 #define LLMC_MAGIC 20240326
 #define LLMC_VERSION_FP32 3

@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../model/model.h"
+#include "../model.h"
 
 /* Write params (a host arena laid out by m) to path, atomically.
  * metadata_json_pairs, when non-NULL and non-empty, is added to

@@ -31,7 +31,7 @@
 #ifndef ASYNCPP_HF_MODEL_H
 #define ASYNCPP_HF_MODEL_H
 
-#include "../../model/model.h"
+#include "../model.h"
 #include "safetensors.h"
 
 /* Read DIR/config.json into *mc (V the config's vocab_size, Vp 0 so that
