@@ -615,8 +615,8 @@ static void grad_runs(struct stage *st)
 		size_t lo = st->params[i].offset;
 		size_t hi = i + 1 < st->n_params ? st->params[i + 1].offset : st->numel;
 		if (lo != covered || hi < lo)
-			die("internal error: stage %d's tensor %s at %zu, expected at %zu", st->s,
-			    p->name, lo, covered);
+			bug("stage %d's tensor %s at %zu, expected at %zu", st->s, p->name, lo,
+			    covered);
 		struct grad_run *last = st->n_runs_ ? &st->runs_[st->n_runs_ - 1] : NULL;
 		if (last && last->when == when)
 			last->n += hi - lo;
@@ -625,8 +625,7 @@ static void grad_runs(struct stage *st)
 		covered = hi;
 	}
 	if (covered != st->numel)
-		die("internal error: stage %d's tensors cover %zu of %zu floats", st->s, covered,
-		    st->numel);
+		bug("stage %d's tensors cover %zu of %zu floats", st->s, covered, st->numel);
 }
 
 /* Report the runs done at point `when` (stage_backward). */

@@ -150,7 +150,7 @@ static int state_buf(struct optimizer *o, const char *name)
 		if (!strcmp(o->state[i].name, name))
 			return i;
 	if (o->n_state == OPTIM_MAX_STATE)
-		die("internal error: more than %d optimizer state buffers", OPTIM_MAX_STATE);
+		bug("more than %d optimizer state buffers", OPTIM_MAX_STATE);
 	o->state[o->n_state].name = name;
 	return o->n_state++;
 }
