@@ -14,6 +14,7 @@
 
 #include "../../io/staged.h"
 #include "../../io/util.h"
+#include "nccl.h"
 #include "p2p.h"
 #include "p2p_carrier.h"
 #include "rendezvous.h"
@@ -328,6 +329,8 @@ int dist_init(const struct config *cfg, struct dist **out)
 	if (dist_env_read(&e))
 		return -1;
 	const char *tp = cfg->pipeline_transport;
+	if (!strcmp(tp, "nccl"))
+		nccl_env_prepare(); /* before anything (MPI_Init included) starts CUDA */
 	long want = cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1);
 	if (e.world == 1) {
 		if (!strcmp(tp, "mpi") && want > 1)

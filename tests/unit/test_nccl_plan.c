@@ -7,15 +7,61 @@
  * no stage opens channels with two peers in one round (the rounds cannot
  * wait on a chain of ranks), both ends of a channel open it in the same
  * round; one piece per stage gives the two rounds of pairs at an even
- * stage, then an odd one. */
+ * stage, then an odd one. And nccl's environment: eager module loading. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../io/config/config.h"
 #include "../../io/util.h"
+#include "../../sched/comm/dist.h"
 #include "../../sched/comm/nccl.h"
 #include "../../sched/comm/pieces.h"
 #include "../../sched/schedule.h"
 #include "../test.h"
+
+/* Each stage's order of opening (and closing) its channels
+ * (nccl_plan_sequence): every channel in the orders of its two ends only,
+ * once; and with each opening and closing blocking until the other end is
+ * at the same channel (ncclCommInitRank, ncclCommDestroy), the stages
+ * walking their orders get through them all, none left waiting. */
+static void check_sequences(const struct nccl_plan *plan, int S, const char *what)
+{
+	int *seq = xmalloc(sizeof(int) * (size_t)S * (size_t)(plan->n + 1));
+	int *len = xcalloc((size_t)S, sizeof(int)), *pos = xcalloc((size_t)S, sizeof(int));
+	int *seen = xcalloc((size_t)plan->n + 1, sizeof(int));
+	for (int s = 0; s < S; s++) {
+		len[s] = nccl_plan_sequence(plan, s, seq + (size_t)s * (plan->n + 1));
+		for (int k = 0; k < len[s]; k++) {
+			int i = seq[(size_t)s * (plan->n + 1) + k];
+			CHECK_MSG(i >= 0 && i < plan->n && (plan->from[i] == s || plan->to[i] == s),
+				  "%s: stage %d opens channel %d, not one of its own", what, s, i);
+			if (i >= 0 && i < plan->n)
+				seen[i]++;
+		}
+	}
+	for (int i = 0; i < plan->n; i++)
+		CHECK_MSG(seen[i] == 2, "%s: channel %d is in %d stages' orders", what, i, seen[i]);
+	for (int moved = 1; moved;) {
+		moved = 0;
+		for (int a = 0; a < S; a++) {
+			if (pos[a] == len[a])
+				continue;
+			int i = seq[(size_t)a * (plan->n + 1) + pos[a]];
+			int b = plan->from[i] == a ? plan->to[i] : plan->from[i];
+			if (pos[b] < len[b] && seq[(size_t)b * (plan->n + 1) + pos[b]] == i) {
+				pos[a]++, pos[b]++;
+				moved = 1;
+			}
+		}
+	}
+	for (int s = 0; s < S; s++)
+		CHECK_MSG(pos[s] == len[s], "%s: stage %d waits at its channel %d of %d", what, s,
+			  pos[s], len[s]);
+	free(seen);
+	free(pos);
+	free(len);
+	free(seq);
+}
 
 /* The plan of sc's layout, checked against sc's lists. */
 static void check_plan(const struct schedule *sc, const char *what)
@@ -78,6 +124,7 @@ static void check_plan(const struct schedule *sc, const char *what)
 		}
 		free(peer);
 	}
+	check_sequences(&plan, S, what);
 	free(slots);
 	free(sends);
 	free(chans);
@@ -169,4 +216,40 @@ TEST(the_chunked_layouts_add_their_turns)
 	CHECK(up == 3 && plan.n == 12 && plan.ids == 4);
 	nccl_plan_free(&plan);
 	sched_free(sc);
+}
+
+/* A one-process start (no launcher's variables) with the given transport */
+static void init_with(const char *transport)
+{
+	static const char *launcher[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+					 "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID", "RANK",
+					 "WORLD_SIZE"};
+	for (size_t i = 0; i < ARRAY_SIZE(launcher); i++)
+		unsetenv(launcher[i]);
+	struct config cfg;
+	char set[64];
+	snprintf(set, sizeof(set), "pipeline.transport=%s", transport);
+	const char *sets[] = {set};
+	struct dist *d = NULL;
+	CHECK(config_from_args(&cfg, NULL, sets, 1) == 0);
+	CHECK(dist_init(&cfg, &d) == 0 && !d);
+	config_free(&cfg);
+}
+
+/* dist_init turns CUDA's lazy kernel loading off for nccl before anything
+ * can start CUDA (nccl.h: nccl_env_prepare), keeps a user's own value, and
+ * leaves the other transports alone */
+TEST(nccl_asks_for_eager_module_loading_unless_the_user_chose)
+{
+	unsetenv("CUDA_MODULE_LOADING");
+	init_with("mpi");
+	CHECK(!getenv("CUDA_MODULE_LOADING"));
+	init_with("nccl");
+	const char *v = getenv("CUDA_MODULE_LOADING");
+	CHECK(v && !strcmp(v, "EAGER"));
+	setenv("CUDA_MODULE_LOADING", "LAZY", 1);
+	init_with("nccl");
+	v = getenv("CUDA_MODULE_LOADING");
+	CHECK(v && !strcmp(v, "LAZY"));
+	unsetenv("CUDA_MODULE_LOADING");
 }
