@@ -27,8 +27,7 @@ static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");
 	X(ncclSend)                                                               \
 	X(ncclRecv)                                                               \
 	X(ncclAllReduce)                                                          \
-	X(ncclCommGetAsyncError)                                                  \
-	X(ncclCommAbort)
+	X(ncclCommGetAsyncError)
 
 static struct {
 #define DECLARE(f) decltype(&::f) f;
@@ -279,10 +278,6 @@ extern "C" struct cuda_nccl_event *cuda_nccl_chan_connect(struct cuda_nccl_chan 
 extern "C" struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch,
 							const void *buf, size_t bytes, int peer)
 {
-	if (!ch->comm->comm) {
-		error("nccl: the channel was aborted after a failure");
-		return NULL;
-	}
 	if (nc_ready() < 0 || after_compute(ch) < 0)
 		return NULL;
 	ncclResult_t r = nc.ncclSend(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
@@ -296,10 +291,6 @@ extern "C" struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch
 extern "C" struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf,
 							size_t bytes, int peer)
 {
-	if (!ch->comm->comm) {
-		error("nccl: the channel was aborted after a failure");
-		return NULL;
-	}
 	if (nc_ready() < 0 || after_compute(ch) < 0)
 		return NULL;
 	ncclResult_t r = nc.ncclRecv(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
@@ -323,15 +314,15 @@ extern "C" int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_
 		return 1;
 	if (err != cudaErrorNotReady)
 		return error("cuda: a transfer failed: %s", cudaGetErrorString(err));
-	if (ch && nc_state > 0 && ch->comm->comm) {
+	if (ch && nc_state > 0) {
 		ncclResult_t async = ncclSuccess;
+		/* no ncclCommAbort here: NCCL wants it called by every rank, and
+		 * on this one alone it can block; the caller ends the job
+		 * (dist_abort), which ends this process's kernels with it */
 		if (nc.ncclCommGetAsyncError(ch->comm->comm, &async) == ncclSuccess &&
-		    async != ncclSuccess && async != ncclInProgress) {
-			const char *why = nc.ncclGetErrorString(async);
-			nc.ncclCommAbort(ch->comm->comm); /* else the stream hangs forever */
-			ch->comm->comm = NULL;            /* aborted: never destroyed */
-			return error("nccl: %s (a peer failed or went away)", why);
-		}
+		    async != ncclSuccess && async != ncclInProgress)
+			return error("nccl: %s (a peer failed or went away)",
+				     nc.ncclGetErrorString(async));
 	}
 	return 0;
 }

@@ -79,7 +79,9 @@ struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf
 /* An event recorded after the channel's last queued transfer. */
 struct cuda_nccl_event *cuda_nccl_chan_mark(struct cuda_nccl_chan *ch);
 /* 1 when e has completed, 0 not yet; -1 after error() (a failed transfer,
- * or NCCL reporting an asynchronous error on ch when ch is non-NULL). */
+ * or NCCL reporting an asynchronous error on ch when ch is non-NULL). The
+ * communicator is not aborted (ncclCommAbort is for every rank to call,
+ * and one rank's call alone can block): the caller ends the job. */
 int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch);
 /* Queue a wait for e on the compute stream (the host goes on). */
 void cuda_nccl_event_wait_compute(struct cuda_nccl_event *e);

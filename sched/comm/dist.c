@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../io/staged.h"
 #include "../../io/util.h"
@@ -563,8 +564,7 @@ void dist_abort(void)
 	/* this rank's unfinished files (a checkpoint it was writing when a peer
 	 * died): neither exit nor MPI_Abort removes them (io/staged.h) */
 	staged_remove_all();
-	fflush(stdout);
-	fflush(stderr);
+	fflush(NULL); /* every output stream: what _exit leaves is lost */
 #ifdef ASYNCPP_MPI
 	/* MPI's own state says whether it runs: nothing of ours is needed */
 	int on = 0, off = 0;
@@ -573,5 +573,9 @@ void dist_abort(void)
 	if (on && !off)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
-	exit(1);
+	/* _exit, not exit: exit's teardown (the CUDA runtime's, among the
+	 * static destructors) can wait for the GPU, where NCCL kernels wait
+	 * for peers that wait for this rank; the kernel closes this rank's
+	 * sockets, and the peers fail on the dropped connections */
+	_exit(1);
 }
