@@ -111,6 +111,17 @@ void nccl_world_close(struct nccl_world *w);
  * the message with "; aborting the job" and calls dist_abort. */
 NORETURN void nccl_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
+/* A deadline for a call NCCL gives none (ncclCommInitRank waits for every
+ * rank of the communicator, forever; a peer that died before joining
+ * would leave this rank there): unless nccl_deadline_stop comes first,
+ * after timeout seconds a thread of its own prints "rank R (stage s)
+ * waited T s for WHAT, which never came: ..." (dist_never_came) and ends
+ * the job. timeout 0: no deadline (NULL, which stop takes). */
+struct nccl_deadline;
+struct nccl_deadline *nccl_deadline_start(double timeout, int rank, int stage, const char *fmt,
+					  ...) PRINTF_LIKE(4, 5);
+void nccl_deadline_stop(struct nccl_deadline *dl);
+
 /* The transport for this rank's stage over w's channels (w outlives it):
  * messages of msg_bytes, stages numbered as the mpi transport's (global
  * ranks; wrap in transport_shift for one replica's view). */

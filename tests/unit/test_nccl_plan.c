@@ -7,9 +7,13 @@
  * no stage opens channels with two peers in one round (the rounds cannot
  * wait on a chain of ranks), both ends of a channel open it in the same
  * round; one piece per stage gives the two rounds of pairs at an even
- * stage, then an odd one. And nccl's environment: eager module loading. */
+ * stage, then an odd one. And nccl's environment (eager module loading)
+ * and the deadline of a channel's opening. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../io/config/config.h"
 #include "../../io/util.h"
@@ -252,4 +256,58 @@ TEST(nccl_asks_for_eager_module_loading_unless_the_user_chose)
 	v = getenv("CUDA_MODULE_LOADING");
 	CHECK(v && !strcmp(v, "LAZY"));
 	unsetenv("CUDA_MODULE_LOADING");
+}
+
+/* A child running body with its stderr into a pipe: its exit status, its
+ * stderr in err */
+static int in_child(void (*body)(void), char *err, size_t len)
+{
+	int fd[2];
+	if (pipe(fd))
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fd[0]);
+		dup2(fd[1], 2);
+		alarm(60); /* a deadline that never fires ends here, not in a hang */
+		body();
+		_exit(0);
+	}
+	close(fd[1]);
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
+		n += (size_t)k;
+	err[n] = 0;
+	close(fd[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* a peer that never joins: the call NCCL waits in, forever */
+static void never_joined(void)
+{
+	nccl_deadline_start(0.2, 3, 1, "rank %d (stage %d) to open %s", 2, 0, "a channel");
+	for (;;)
+		pause();
+}
+
+static void joined(void)
+{
+	nccl_deadline_stop(nccl_deadline_start(600, 3, 1, "rank 2 to open %s", "a channel"));
+	nccl_deadline_stop(nccl_deadline_start(0, 3, 1, "nothing: no deadline"));
+}
+
+/* nccl_deadline: past it, the job ends naming the rank and what it waited
+ * for (ncclCommInitRank has no deadline of its own); stopped in time, it
+ * leaves the process alone */
+TEST(a_peer_that_never_opens_its_channel_ends_the_job)
+{
+	char err[1024];
+	CHECK_MSG(in_child(never_joined, err, sizeof(err)) == 1, "%s", err);
+	CHECK_MSG(strstr(err, "rank 3 (stage 1) waited 0 s for rank 2 (stage 0) to open a channel, "
+			 "which never came"), "%s", err);
+	CHECK_MSG(in_child(joined, err, sizeof(err)) == 0 && !err[0], "%s", err);
 }
