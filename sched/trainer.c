@@ -49,13 +49,14 @@ int trainer_check_config(const struct config *cfg, const struct dist *d)
 	const char *zbv = getenv("ASYNCPP_NCCL_ZBV");
 	if (kind == SCHED_ZBV && !strcmp(cfg->pipeline_transport, "nccl") &&
 	    !(zbv && !strcmp(zbv, "1")))
-		return error("train.schedule = zb-v over pipeline.transport = nccl has not run on two "
-			     "GPUs yet: in its first step a stage's GPU runs work it has not run "
-			     "before while a send of its waits for the peer's receive, and anything "
-			     "that makes the GPU wait for all its queued work then (a kernel's first "
-			     "load, an allocation) hangs both ranks. Use pipeline.transport = tcp or "
-			     "mpi (messages through host memory) or another schedule; "
-			     "ASYNCPP_NCCL_ZBV=1 tries it anyway (asyncpp-distributed(7))");
+		return error("train.schedule = zb-v over pipeline.transport = nccl has not "
+			     "run on two GPUs yet: in its first step a stage's GPU runs work it "
+			     "has not run before while a send of its waits for the peer's "
+			     "receive, and anything that makes the GPU wait for all its queued "
+			     "work then (a kernel's first load, an allocation) hangs both ranks. "
+			     "Use pipeline.transport = tcp or mpi (messages through host memory) "
+			     "or another schedule; ASYNCPP_NCCL_ZBV=1 tries it anyway "
+			     "(asyncpp-distributed(7))");
 	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
 				!strcmp(cfg->pipeline_transport, "tcp");
 	if (between_processes && !dist_active(d))

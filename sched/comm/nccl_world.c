@@ -162,7 +162,8 @@ int nccl_plan_sequence(const struct nccl_plan *plan, int stage, int *seq)
 	int n = 0;
 	for (int round = 0; round < plan->rounds; round++)
 		for (int i = 0; i < plan->n; i++)
-			if (plan->round[i] == round && (plan->from[i] == stage || plan->to[i] == stage))
+			if (plan->round[i] == round &&
+			    (plan->from[i] == stage || plan->to[i] == stage))
 				seq[n++] = i;
 	return n;
 }
