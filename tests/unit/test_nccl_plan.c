@@ -311,3 +311,94 @@ TEST(a_peer_that_never_opens_its_channel_ends_the_job)
 			 "which never came"), "%s", err);
 	CHECK_MSG(in_child(joined, err, sizeof(err)) == 0 && !err[0], "%s", err);
 }
+
+/* sc's lists run with NCCL's rule that a send holds its channel until the
+ * receiver takes it, and with the sending GPU waiting for all its queued
+ * work at a computation (a device-wide wait) while a send of its is still
+ * held: at every computation (every = 1), or only at the first of each op
+ * and chunk (a kernel's first load, a buffer's first use). 1 when every
+ * stage gets to the end of its list; 0 when some wait on each other. */
+static int survives_device_waits(const struct schedule *sc, int every)
+{
+	int S = sc->S, V = sc->V, n_ch = 2 * S * S;
+	int *pos = xcalloc((size_t)S, sizeof(int)), *sent = xcalloc((size_t)n_ch, sizeof(int));
+	int *got = xcalloc((size_t)n_ch, sizeof(int));
+	unsigned char *seen = xcalloc((size_t)S * SCHED_NOPS * (size_t)V, 1);
+	for (int moved = 1; moved;) {
+		moved = 0;
+		for (int s = 0; s < S; s++) {
+			int n;
+			const struct sched_action *a = sched_actions(sc, s, &n);
+			for (; pos[s] < n; pos[s]++, moved = 1) {
+				const struct sched_action *x = &a[pos[s]];
+				int grad = x->op == SCHED_SEND_GRAD || x->op == SCHED_RECV_GRAD;
+				if (x->op == SCHED_SEND_ACT || x->op == SCHED_SEND_GRAD) {
+					sent[(grad * S + s) * S + x->peer]++;
+					continue;
+				}
+				if (x->op == SCHED_RECV_ACT || x->op == SCHED_RECV_GRAD) {
+					int c = (grad * S + x->peer) * S + s;
+					if (got[c] == sent[c])
+						break; /* not sent yet */
+					got[c]++;
+					continue;
+				}
+				unsigned char *first = &seen[((size_t)s * SCHED_NOPS + x->op) * V +
+							     x->chunk];
+				int held = 0;
+				for (int k = 0; k < 2 && (every || !*first); k++)
+					for (int t = 0; t < S; t++)
+						held |= got[(k * S + s) * S + t] <
+							sent[(k * S + s) * S + t];
+				if (held)
+					break; /* the device-wide wait */
+				*first = 1;
+			}
+		}
+	}
+	int done = 1;
+	for (int s = 0; s < S; s++) {
+		int n;
+		sched_actions(sc, s, &n);
+		done &= pos[s] == n;
+	}
+	free(seen);
+	free(got);
+	free(sent);
+	free(pos);
+	return done;
+}
+
+/* Why zb-v over nccl is refused (trainer_check_config) and the others
+ * are not, on every layout: the one-chunk kinds get through even a
+ * device-wide wait at every computation while a send is held;
+ * interleaved gets through such waits at the first use of each op and
+ * chunk (lazy loading, first allocations: the waits the nccl path now
+ * avoids, kernels/cuda/NOTES.md); zb-v does not, so any such wait left
+ * hangs its first step. When a change to zb-v's lists gets it through,
+ * the refusal can go. */
+TEST(device_wide_waits_hang_only_zb_v)
+{
+	char err[256];
+	for (int kind = 0; kind < SCHED_NKINDS; kind++)
+		for (int S = 2; S <= 6; S++)
+			for (int V = 1; V <= (kind == SCHED_INTERLEAVED ? 3 : 1); V++)
+				for (int M = S; M <= 4 * S; M += S) {
+					int v = kind == SCHED_ZBV ? 2 : V;
+					struct schedule *sc = sched_build_virtual(kind, S, M, v, 2, 0,
+										  err, sizeof(err));
+					if (!sc)
+						continue;
+					if (kind == SCHED_ZBV)
+						CHECK_MSG(!survives_device_waits(sc, 0),
+							  "zb-v S=%d M=%d gets through first-use waits: "
+							  "its refusal over nccl can go", S, M);
+					else if (kind == SCHED_INTERLEAVED)
+						CHECK_MSG(survives_device_waits(sc, 0),
+							  "interleaved S=%d V=%d M=%d", S, V, M);
+					else
+						CHECK_MSG(survives_device_waits(sc, 1), "%s S=%d M=%d",
+							  sched_kind_name(kind), S, M);
+					sched_free(sc);
+				}
+}
