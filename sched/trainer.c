@@ -39,6 +39,24 @@ int trainer_check_config(const struct config *cfg, const struct dist *d)
 						       : -1;
 	if (M < 1)
 		return error("pipeline.micro_batches = %d: must be at least 1", M);
+	/* zb-v leaves a send waiting inside NCCL for its peer's receive while
+	 * the sending GPU runs work of its own for the first time: any wait of
+	 * that GPU for all its queued work then (a memory allocation, a
+	 * kernel's first load, NCCL connecting) hangs both ranks. The causes
+	 * known are removed (kernels/cuda/NOTES.md, 2026-11-27), but until a
+	 * run on two GPUs shows it, zb-v over nccl takes the opt-in that run
+	 * uses. */
+	const char *zbv = getenv("ASYNCPP_NCCL_ZBV");
+	if (kind == SCHED_ZBV && !strcmp(cfg->pipeline_transport, "nccl") &&
+	    !(zbv && !strcmp(zbv, "1")))
+		return error("train.schedule = zb-v over pipeline.transport = nccl has not "
+			     "run on two GPUs yet: in its first step a stage's GPU runs work it "
+			     "has not run before while a send of its waits for the peer's "
+			     "receive, and anything that makes the GPU wait for all its queued "
+			     "work then (a kernel's first load, an allocation) hangs both ranks. "
+			     "Use pipeline.transport = tcp or mpi (messages through host memory) "
+			     "or another schedule; ASYNCPP_NCCL_ZBV=1 tries it anyway "
+			     "(asyncpp-distributed(7))");
 	int between_processes = !strcmp(cfg->pipeline_transport, "nccl") ||
 				!strcmp(cfg->pipeline_transport, "tcp");
 	if (between_processes && !dist_active(d))

@@ -105,6 +105,8 @@ static int chosen_device(void)
 	return device;
 }
 
+static void staging_init(int lane);
+
 /* One stream per lane; per device, the pool keeps freed scratch and each
  * device may read its peers' memory where the hardware allows (copies
  * between devices work either way). */
@@ -127,6 +129,7 @@ static void cuda_init(void)
 		int d = lanes[l].device;
 		CUDA_CHECK(cudaSetDevice(d));
 		CUDA_CHECK(cudaStreamCreateWithFlags(&lanes[l].stream, cudaStreamNonBlocking));
+		staging_init(l);
 		bool first = true; /* the first lane on d sets d up */
 		for (int k = 0; k < l; k++)
 			first = first && lanes[k].device != d;
@@ -492,6 +495,20 @@ static struct staging_slot {
 static int staging_next[MAX_LANES];
 static std::mutex staging_mutex[MAX_LANES];
 
+/* Lane l's slots, made with its stream (cuda_init, l's device current), not
+ * at their first upload: a pinned allocation may wait for the whole device
+ * (the CUDA guide's implicit synchronisation), and mid-segment, on a rank
+ * whose NCCL send waits for its peer's receive, that wait never ends
+ * (sched/comm/nccl.h). STAGING_SLOTS x 1 MiB of pinned memory per lane. */
+static void staging_init(int l)
+{
+	for (int i = 0; i < STAGING_SLOTS; i++) {
+		struct staging_slot *slot = &staging[l][i];
+		CUDA_CHECK(cudaMallocHost(&slot->buf, STAGING_SLOT_BYTES));
+		CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+	}
+}
+
 static bool staged_upload(void *dst, const void *src, size_t bytes)
 {
 	if (bytes > STAGING_SLOT_BYTES)
@@ -501,10 +518,6 @@ static bool staged_upload(void *dst, const void *src, size_t bytes)
 	std::lock_guard<std::mutex> lock(staging_mutex[l]);
 	struct staging_slot *slot = &staging[l][staging_next[l]];
 	staging_next[l] = (staging_next[l] + 1) % STAGING_SLOTS;
-	if (!slot->buf) {
-		CUDA_CHECK(cudaMallocHost(&slot->buf, STAGING_SLOT_BYTES));
-		CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
-	}
 	if (slot->pending) /* its copy from STAGING_SLOTS uploads ago; long done */
 		CUDA_CHECK(cudaEventSynchronize(slot->done));
 	memcpy(slot->buf, src, bytes);

@@ -27,8 +27,7 @@ static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");
 	X(ncclSend)                                                               \
 	X(ncclRecv)                                                               \
 	X(ncclAllReduce)                                                          \
-	X(ncclCommGetAsyncError)                                                  \
-	X(ncclCommAbort)
+	X(ncclCommGetAsyncError)
 
 static struct {
 #define DECLARE(f) decltype(&::f) f;
@@ -171,6 +170,7 @@ extern "C" int cuda_nccl_allreduce_sum(struct cuda_nccl_comm *comm, const float 
 struct cuda_nccl_chan {
 	struct cuda_nccl_comm *comm;
 	cudaStream_t stream;
+	unsigned char *touch; /* cuda_nccl_chan_connect's bytes; NULL before it */
 };
 
 struct cuda_nccl_event {
@@ -240,16 +240,44 @@ extern "C" void cuda_nccl_chan_close(struct cuda_nccl_chan *ch)
 	cudaStreamSynchronize(ch->stream);
 	cuda_nccl_destroy(ch->comm);
 	cudaStreamDestroy(ch->stream);
+	if (ch->touch)
+		cudaFree(ch->touch);
 	free(ch);
+}
+
+extern "C" struct cuda_nccl_event *cuda_nccl_chan_connect(struct cuda_nccl_chan *ch, int rank,
+							   int nranks, int one_way)
+{
+	/* [2][nranks] bytes, one sent to and one received from each peer
+	 * (their values do not matter), kept until the channel closes: a free
+	 * now would wait for the whole device */
+	cudaError_t err = cudaMalloc((void **)&ch->touch, (size_t)2 * (size_t)nranks);
+	if (err != cudaSuccess) {
+		error("cuda: cannot allocate the bytes that connect a NCCL channel: %s",
+		      cudaGetErrorString(err));
+		return NULL;
+	}
+	if (cuda_nccl_group_start())
+		return NULL;
+	int rc = 0;
+	for (int q = 0; q < nranks && !rc; q++) {
+		int send = q != rank && (!one_way || (rank == 0 && q == 1));
+		int recv = q != rank && (!one_way || (rank == 1 && q == 0));
+		struct cuda_nccl_event *a = NULL, *b = NULL;
+		if (send)
+			rc |= !(a = cuda_nccl_chan_send(ch, ch->touch + q, 1, q));
+		if (recv)
+			rc |= !(b = cuda_nccl_chan_recv(ch, ch->touch + nranks + q, 1, q));
+		cuda_nccl_event_free(a); /* the mark after the group stands for all */
+		cuda_nccl_event_free(b);
+	}
+	rc |= cuda_nccl_group_end();
+	return rc ? NULL : cuda_nccl_chan_mark(ch);
 }
 
 extern "C" struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch,
 							const void *buf, size_t bytes, int peer)
 {
-	if (!ch->comm->comm) {
-		error("nccl: the channel was aborted after a failure");
-		return NULL;
-	}
 	if (nc_ready() < 0 || after_compute(ch) < 0)
 		return NULL;
 	ncclResult_t r = nc.ncclSend(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
@@ -263,10 +291,6 @@ extern "C" struct cuda_nccl_event *cuda_nccl_chan_send(struct cuda_nccl_chan *ch
 extern "C" struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf,
 							size_t bytes, int peer)
 {
-	if (!ch->comm->comm) {
-		error("nccl: the channel was aborted after a failure");
-		return NULL;
-	}
 	if (nc_ready() < 0 || after_compute(ch) < 0)
 		return NULL;
 	ncclResult_t r = nc.ncclRecv(buf, bytes, ncclUint8, peer, ch->comm->comm, ch->stream);
@@ -290,15 +314,15 @@ extern "C" int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_
 		return 1;
 	if (err != cudaErrorNotReady)
 		return error("cuda: a transfer failed: %s", cudaGetErrorString(err));
-	if (ch && nc_state > 0 && ch->comm->comm) {
+	if (ch && nc_state > 0) {
 		ncclResult_t async = ncclSuccess;
+		/* no ncclCommAbort here: NCCL wants it called by every rank, and
+		 * on this one alone it can block; the caller ends the job
+		 * (dist_abort), which ends this process's kernels with it */
 		if (nc.ncclCommGetAsyncError(ch->comm->comm, &async) == ncclSuccess &&
-		    async != ncclSuccess && async != ncclInProgress) {
-			const char *why = nc.ncclGetErrorString(async);
-			nc.ncclCommAbort(ch->comm->comm); /* else the stream hangs forever */
-			ch->comm->comm = NULL;            /* aborted: never destroyed */
-			return error("nccl: %s (a peer failed or went away)", why);
-		}
+		    async != ncclSuccess && async != ncclInProgress)
+			return error("nccl: %s (a peer failed or went away)",
+				     nc.ncclGetErrorString(async));
 	}
 	return 0;
 }

@@ -60,6 +60,15 @@ struct cuda_nccl_event;
 int cuda_nccl_chan_open(struct cuda_nccl_chan **ch, int nranks,
 			const unsigned char id[CUDA_NCCL_ID_BYTES], int rank);
 void cuda_nccl_chan_close(struct cuda_nccl_chan *ch);
+/* Make NCCL connect ch now (it connects a pair of ranks at their first
+ * transfer, and connecting mid-run may wait on the whole device while a
+ * send of this rank is blocked on its peer): a grouped 1-byte send to and
+ * receive from every other rank, or with one_way rank 0's send to rank 1
+ * only (a pipeline channel, used in that direction alone). Collective
+ * over ch; once per channel; returns the event after it (wait for it),
+ * NULL after error(). */
+struct cuda_nccl_event *cuda_nccl_chan_connect(struct cuda_nccl_chan *ch, int rank, int nranks,
+					       int one_way);
 /* Queue a send to / receive from peer (a rank of the channel). NULL after
  * error(). Several may be queued between cuda_nccl_group_start/end (a
  * grouped exchange, as an all-to-all needs). */
@@ -70,7 +79,9 @@ struct cuda_nccl_event *cuda_nccl_chan_recv(struct cuda_nccl_chan *ch, void *buf
 /* An event recorded after the channel's last queued transfer. */
 struct cuda_nccl_event *cuda_nccl_chan_mark(struct cuda_nccl_chan *ch);
 /* 1 when e has completed, 0 not yet; -1 after error() (a failed transfer,
- * or NCCL reporting an asynchronous error on ch when ch is non-NULL). */
+ * or NCCL reporting an asynchronous error on ch when ch is non-NULL). The
+ * communicator is not aborted (ncclCommAbort is for every rank to call,
+ * and one rank's call alone can block): the caller ends the job. */
 int cuda_nccl_event_done(struct cuda_nccl_event *e, struct cuda_nccl_chan *ch);
 /* Queue a wait for e on the compute stream (the host goes on). */
 void cuda_nccl_event_wait_compute(struct cuda_nccl_event *e);

@@ -11,9 +11,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../io/staged.h"
 #include "../../io/util.h"
+#include "nccl.h"
 #include "p2p.h"
 #include "p2p_carrier.h"
 #include "rendezvous.h"
@@ -328,6 +330,8 @@ int dist_init(const struct config *cfg, struct dist **out)
 	if (dist_env_read(&e))
 		return -1;
 	const char *tp = cfg->pipeline_transport;
+	if (!strcmp(tp, "nccl"))
+		nccl_env_prepare(); /* before anything (MPI_Init included) starts CUDA */
 	long want = cfg->pipeline_stages * MAX(cfg->pipeline_data_parallel, 1);
 	if (e.world == 1) {
 		if (!strcmp(tp, "mpi") && want > 1)
@@ -560,8 +564,7 @@ void dist_abort(void)
 	/* this rank's unfinished files (a checkpoint it was writing when a peer
 	 * died): neither exit nor MPI_Abort removes them (io/staged.h) */
 	staged_remove_all();
-	fflush(stdout);
-	fflush(stderr);
+	fflush(NULL); /* every output stream: what _exit leaves is lost */
 #ifdef ASYNCPP_MPI
 	/* MPI's own state says whether it runs: nothing of ours is needed */
 	int on = 0, off = 0;
@@ -570,5 +573,9 @@ void dist_abort(void)
 	if (on && !off)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
-	exit(1);
+	/* _exit, not exit: exit's teardown (the CUDA runtime's, among the
+	 * static destructors) can wait for the GPU, where NCCL kernels wait
+	 * for peers that wait for this rank; the kernel closes this rank's
+	 * sockets, and the peers fail on the dropped connections */
+	_exit(1);
 }

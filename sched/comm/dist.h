@@ -135,9 +135,11 @@ int dist_fault(const struct dist *d, const char *point, long first, long last,
 	       const char *what);
 
 /* End the whole job now, after an error() that said why: MPI_Abort while
- * MPI runs (the launcher stops every rank), else exit(1) (under the TCP
- * rendezvous the other ranks see this one's socket close). The files this
- * process has staged (io/staged.h) are removed first. */
+ * MPI runs (the launcher stops every rank), else _exit(1) (under the TCP
+ * rendezvous the other ranks see this one's socket close; not exit(1),
+ * whose teardown of the CUDA runtime can wait for NCCL kernels that wait
+ * for those ranks). The files this process has staged (io/staged.h) are
+ * removed and every output stream is flushed first. */
 void dist_abort(void) __attribute__((noreturn));
 /* A wait on another rank past pipeline.timeout: prints "rank R (stage s)
  * waited T s for WHAT, which never came: ..." (WHAT from fmt and ap) and

@@ -80,6 +80,7 @@ struct nccl_experts {
 	int32_t *dcounts;     /* device, the same */
 	struct block *blk;    /* [P] */
 	struct ep_store kept; /* the other members' kept blocks */
+	struct retired old;   /* scratch a block outgrew (retired.h) */
 	struct acc *acc;
 	int n_acc;
 	int aborted;
@@ -205,9 +206,9 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 			    m->g0 + k);
 		size_t bytes = ep_scratch_bytes(d, b->e->rows);
 		if (bytes > b->cap || !b->mem) {
-			if (b->mem)
-				be->free(b->mem);
-			b->cap = bytes > b->cap ? bytes : b->cap;
+			/* kept, not freed, mid-segment (retired.h) */
+			retired_keep(&m->old, b->mem);
+			b->cap = retired_grow(b->mem ? b->cap : 0, bytes);
 			if (!(b->mem = be->alloc(b->cap ? b->cap : 1)))
 				nccl_fail("rank %d: cannot allocate %zu bytes for the experts' "
 					  "rows", m->w->rank, b->cap);
@@ -336,6 +337,7 @@ static void nccl_destroy(struct experts *x)
 			m->be->free(m->blk[k].mem);
 	free(m->blk);
 	ep_store_free(&m->kept, m->be);
+	retired_free(&m->old, m->be);
 	free(m->counts);
 	if (m->dcounts)
 		m->be->free(m->dcounts);

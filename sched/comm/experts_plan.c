@@ -194,14 +194,16 @@ struct ep_kept *ep_store_get(struct ep_store *st, const struct backend *be,
 	e->rows = ep_block_counts(ck, e0, G, e->cnt);
 	size_t need = ep_kept_bytes(d, e->rows);
 	if (need > e->cap || !e->mem) {
-		if (e->mem)
-			be->free(e->mem);
-		e->cap = need > e->cap ? need : e->cap;
-		if (!(e->mem = be->alloc(e->cap ? e->cap : 1))) {
-			e->cap = 0;
+		/* the old memory is kept, not freed, mid-segment (retired.h) */
+		size_t cap = retired_grow(e->mem ? e->cap : 0, need);
+		char *mem = be->alloc(cap ? cap : 1);
+		if (!mem) {
 			e->used = 0;
 			return NULL;
 		}
+		retired_keep(&st->old, e->mem);
+		e->mem = mem;
+		e->cap = cap;
 	}
 	return e;
 }
@@ -217,6 +219,7 @@ void ep_store_free(struct ep_store *st, const struct backend *be)
 	free(st->e);
 	st->e = NULL;
 	st->n = 0;
+	retired_free(&st->old, be);
 }
 
 void ep_owner_mem(int P, int staged, const struct ep_piece_mem *pc, int n, struct ep_mem *m)

@@ -20,6 +20,7 @@
 #include "../../kernels/backend.h"
 #include "../../model/moe.h"
 #include "experts.h"
+#include "retired.h"
 
 /* The moe_rows buffers (moe.h), by index. */
 enum { EP_XD, EP_H, EP_ACT, EP_Y, EP_DY, EP_DACT, EP_DH, EP_DXD, EP_NFIELD };
@@ -130,6 +131,7 @@ struct ep_kept {
 struct ep_store {
 	struct ep_kept **e; /* [n] in use, or free for the next forward */
 	int n;
+	struct retired old; /* memory an entry outgrew, freed with the store */
 };
 /* Member k's entry of key for a pass over the owner's experts [e0, e0+G):
  * a forward takes one (the key's own when the rows are forwarded again,

@@ -27,7 +27,11 @@
  * then the channels open in rounds (nccl_plan: in each round a stage
  * opens the channels of at most one neighbour, both ends in the same
  * order; with one piece per stage, pairs starting at an even stage, then
- * at an odd one) so that no rank waits on a chain of others.
+ * at an odd one) so that no rank waits on a chain of others. Each channel
+ * is connected as it opens (a one-byte transfer: NCCL would otherwise
+ * connect a pair at its first message, mid-segment, where connecting may
+ * wait on a GPU whose send waits on the peer), and the channels close in
+ * the order they opened, on every rank (ncclCommDestroy is collective).
  *
  * Waits have a deadline (pipeline.timeout): a transfer that does not
  * complete in time names the rank, the stage, the micro-batch and the
@@ -57,6 +61,10 @@ struct nccl_world {
 	 * (from) that stage */
 	struct cuda_nccl_chan **send, **recv;
 	struct cuda_nccl_chan *dp;       /* the stage's replicas; NULL when 1 */
+	/* [n_open] what is open, in the order it opened (nccl_plan_sequence,
+	 * then dp): the order it closes in */
+	struct cuda_nccl_chan **open;
+	int n_open;
 };
 
 /* Which channels a pipeline needs and when each opens: channel i carries
@@ -71,6 +79,24 @@ struct nccl_plan {
 struct pieces;
 void nccl_plan_make(struct nccl_plan *plan, const struct pieces *pc);
 void nccl_plan_free(struct nccl_plan *plan);
+/* The plan's channels that stage opens, in the order it opens them and,
+ * as ncclCommDestroy is collective too, closes them: round by round,
+ * within a round in plan order. Writes their indices to seq (room for
+ * plan->n) and returns their number. Every stage follows the one order
+ * (round, index) of all channels, so no ranks wait on each other in a
+ * circle, and both ends of a channel meet at it. */
+int nccl_plan_sequence(const struct nccl_plan *plan, int stage, int *seq);
+
+/* What the process's environment must say before CUDA starts when the
+ * pipeline's transport is NCCL (dist_init calls it before MPI or the
+ * backend can touch CUDA): CUDA_MODULE_LOADING = EAGER, unless the user
+ * set it. Lazy loading (CUDA's default since 12.2) loads a kernel's
+ * module at its first launch, which may wait for the whole device to
+ * drain (NVIDIA's CUDA Lazy Loading guide, "Potential hazards"); on a rank
+ * whose channel stream holds a send that NCCL keeps until the peer
+ * receives, that first launch would wait for a peer that waits for this
+ * rank (zb-v's first chunk-1 forward after its first send up). */
+void nccl_env_prepare(void);
 
 /* Open this rank's channels for the N = replicas pipelines of pc's pieces
  * (rank = replica * pc->S + stage). 0, or -1 after error() (NCCL missing,
@@ -84,6 +110,17 @@ void nccl_world_close(struct nccl_world *w);
  * ends, as a failed transfer of the mpi transport ends it (p2p.h): prints
  * the message with "; aborting the job" and calls dist_abort. */
 NORETURN void nccl_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
+
+/* A deadline for a call NCCL gives none (ncclCommInitRank waits for every
+ * rank of the communicator, forever; a peer that died before joining
+ * would leave this rank there): unless nccl_deadline_stop comes first,
+ * after timeout seconds a thread of its own prints "rank R (stage s)
+ * waited T s for WHAT, which never came: ..." (dist_never_came) and ends
+ * the job. timeout 0: no deadline (NULL, which stop takes). */
+struct nccl_deadline;
+struct nccl_deadline *nccl_deadline_start(double timeout, int rank, int stage, const char *fmt,
+					  ...) PRINTF_LIKE(4, 5);
+void nccl_deadline_stop(struct nccl_deadline *dl);
 
 /* The transport for this rank's stage over w's channels (w outlives it):
  * messages of msg_bytes, stages numbered as the mpi transport's (global

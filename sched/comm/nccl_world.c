@@ -2,6 +2,8 @@
  * See nccl.h. */
 #include "nccl.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,85 @@ void nccl_fail(const char *fmt, ...)
 	va_end(ap);
 	error("%s; aborting the job", msg);
 	dist_abort();
+}
+
+void nccl_env_prepare(void)
+{
+	setenv("CUDA_MODULE_LOADING", "EAGER", 0); /* 0: a user's value stays */
+}
+
+struct nccl_deadline {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;   /* on CLOCK_MONOTONIC */
+	int stopped;
+	double timeout;
+	int rank, stage;
+	char what[300];
+};
+
+static void never_came(const struct nccl_deadline *dl, double waited, ...)
+{
+	va_list ap;
+	va_start(ap, waited);
+	dist_never_came(dl->rank, dl->stage, waited, dl->timeout, "%s", ap);
+}
+
+static void *deadline_watch(void *arg)
+{
+	struct nccl_deadline *dl = arg;
+	struct timespec t0, at;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double end = (double)t0.tv_sec + t0.tv_nsec * 1e-9 + dl->timeout;
+	at.tv_sec = (time_t)end;
+	at.tv_nsec = (long)((end - (double)at.tv_sec) * 1e9);
+	pthread_mutex_lock(&dl->mu);
+	int rc = 0;
+	while (!dl->stopped && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&dl->cv, &dl->mu, &at);
+	int late = !dl->stopped;
+	pthread_mutex_unlock(&dl->mu);
+	if (late) /* the other thread is inside NCCL: only the job's end frees it */
+		never_came(dl, dl->timeout, dl->what);
+	return NULL;
+}
+
+struct nccl_deadline *nccl_deadline_start(double timeout, int rank, int stage, const char *fmt,
+					  ...)
+{
+	if (!(timeout > 0))
+		return NULL;
+	struct nccl_deadline *dl = xcalloc(1, sizeof(*dl));
+	dl->timeout = timeout;
+	dl->rank = rank;
+	dl->stage = stage;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(dl->what, sizeof(dl->what), fmt, ap);
+	va_end(ap);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&dl->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&dl->mu, NULL);
+	if (pthread_create(&dl->thread, NULL, deadline_watch, dl))
+		bug("cannot start a thread for a deadline");
+	return dl;
+}
+
+void nccl_deadline_stop(struct nccl_deadline *dl)
+{
+	if (!dl)
+		return;
+	pthread_mutex_lock(&dl->mu);
+	dl->stopped = 1;
+	pthread_cond_signal(&dl->cv);
+	pthread_mutex_unlock(&dl->mu);
+	pthread_join(dl->thread, NULL);
+	pthread_cond_destroy(&dl->cv);
+	pthread_mutex_destroy(&dl->mu);
+	free(dl);
 }
 
 /* Does pc hand something from stage a to stage b (a != b)? */
@@ -76,6 +157,17 @@ void nccl_plan_make(struct nccl_plan *plan, const struct pieces *pc)
 	free(sent);
 }
 
+int nccl_plan_sequence(const struct nccl_plan *plan, int stage, int *seq)
+{
+	int n = 0;
+	for (int round = 0; round < plan->rounds; round++)
+		for (int i = 0; i < plan->n; i++)
+			if (plan->round[i] == round &&
+			    (plan->from[i] == stage || plan->to[i] == stage))
+				seq[n++] = i;
+	return n;
+}
+
 void nccl_plan_free(struct nccl_plan *plan)
 {
 	free(plan->kind);
@@ -119,12 +211,31 @@ static unsigned char *id_of(unsigned char *ids, size_t per, int q, int k)
 	return ids + ((size_t)q * per + (size_t)k) * CUDA_NCCL_ID_BYTES;
 }
 
-static int open_chan(struct cuda_nccl_chan **ch, int nranks, const unsigned char *id, int rank,
+/* Open a channel of w (rank `rank` of nranks) and connect it (cuda_nccl.h:
+ * NCCL would connect its ranks at their first transfer, mid-segment,
+ * where connecting may wait on a device whose send waits on the peer);
+ * w->open records it, for nccl_world_close's order. A pipeline channel
+ * (2 ranks) is used one way, from its rank 0; dp every way. */
+static int open_chan(struct nccl_world *w, struct cuda_nccl_chan **ch, int nranks,
+		     const unsigned char *id, int rank, double timeout, const char *who,
 		     const char *what)
 {
-	if (cuda_nccl_chan_open(ch, nranks, id, rank) == 0)
-		return 0;
-	return error("cannot open the NCCL channel for %s", what);
+	/* NCCL waits for every rank of the channel without a deadline */
+	struct nccl_deadline *dl = nccl_deadline_start(timeout, w->rank, w->stage,
+						       "%s to open the NCCL channel for %s", who,
+						       what);
+	int rc = cuda_nccl_chan_open(ch, nranks, id, rank);
+	nccl_deadline_stop(dl);
+	if (rc)
+		return error("cannot open the NCCL channel for %s", what);
+	w->open[w->n_open++] = *ch;
+	struct cuda_nccl_event *e = cuda_nccl_chan_connect(*ch, rank, nranks, ch != &w->dp);
+	if (!e)
+		return error("cannot connect the NCCL channel for %s", what);
+	nccl_wait(e, *ch, timeout, w->rank, w->stage, "the byte that connects the channel for %s",
+		  what);
+	cuda_nccl_event_free(e);
+	return 0;
 }
 
 /* Every rank learns every rank's (host, GPU); two ranks on one GPU of one
@@ -221,30 +332,35 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pie
 			     "message says why)", rank);
 	}
 	/* the rounds in order; within one, this stage's channels with its one
-	 * peer of the round, in the plan's order on both ends */
+	 * peer of the round, in the plan's order on both ends; each connected
+	 * as soon as it opens */
 	int base = w->replica * stages;
-	for (int round = 0; round < plan.rounds && !rc; round++)
-		for (int i = 0; i < plan.n && !rc; i++) {
-			if (plan.round[i] != round ||
-			    (plan.from[i] != w->stage && plan.to[i] != w->stage))
-				continue;
-			int sending = plan.from[i] == w->stage;
-			int peer = sending ? plan.to[i] : plan.from[i];
-			char what[128];
-			snprintf(what, sizeof(what), "the %s from stage %d to stage %d of replica %d",
-				 plan.kind[i] ? "gradients" : "activations", plan.from[i], plan.to[i],
-				 w->replica);
-			struct cuda_nccl_chan **ch = sending ? &w->send[plan.kind[i] * stages + peer]
-							     : &w->recv[plan.kind[i] * stages + peer];
-			rc = open_chan(ch, 2, id_of(ids, per, base + plan.from[i], plan.slot[i]),
-				       sending ? 0 : 1, what);
-		}
-	if (!rc && replicas > 1) {
-		char what[64];
-		snprintf(what, sizeof(what), "the %d replicas of stage %d", replicas, w->stage);
-		rc = open_chan(&w->dp, replicas, id_of(ids, per, w->stage, plan.ids), w->replica,
-			       what);
+	double timeout = dist_timeout(d);
+	int *seq = xmalloc(sizeof(int) * (size_t)(plan.n + 1));
+	int n_seq = nccl_plan_sequence(&plan, w->stage, seq);
+	w->open = xcalloc((size_t)n_seq + 1, sizeof(*w->open));
+	for (int k = 0; k < n_seq && !rc; k++) {
+		int i = seq[k];
+		int sending = plan.from[i] == w->stage;
+		int peer = sending ? plan.to[i] : plan.from[i];
+		char what[128], who[64];
+		snprintf(what, sizeof(what), "the %s from stage %d to stage %d of replica %d",
+			 plan.kind[i] ? "gradients" : "activations", plan.from[i], plan.to[i],
+			 w->replica);
+		snprintf(who, sizeof(who), "rank %d (stage %d)", base + peer, peer);
+		struct cuda_nccl_chan **ch = sending ? &w->send[plan.kind[i] * stages + peer]
+						     : &w->recv[plan.kind[i] * stages + peer];
+		rc = open_chan(w, ch, 2, id_of(ids, per, base + plan.from[i], plan.slot[i]),
+			       sending ? 0 : 1, timeout, who, what);
 	}
+	if (!rc && replicas > 1) {
+		char what[64], who[64];
+		snprintf(what, sizeof(what), "the %d replicas of stage %d", replicas, w->stage);
+		snprintf(who, sizeof(who), "the ranks of stage %d's other replicas", w->stage);
+		rc = open_chan(w, &w->dp, replicas, id_of(ids, per, w->stage, plan.ids), w->replica,
+			       timeout, who, what);
+	}
+	free(seq);
 	free(ids);
 	nccl_plan_free(&plan);
 	if (rc)
@@ -254,11 +370,11 @@ int nccl_world_open(struct nccl_world *w, const struct dist *d, const struct pie
 
 void nccl_world_close(struct nccl_world *w)
 {
-	for (int i = 0; w->send && i < 2 * w->stages; i++) {
-		cuda_nccl_chan_close(w->send[i]);
-		cuda_nccl_chan_close(w->recv[i]);
-	}
-	cuda_nccl_chan_close(w->dp);
+	/* in the order they opened, as the peers close theirs (ncclCommDestroy
+	 * is collective: nccl_plan_sequence) */
+	for (int i = 0; i < w->n_open; i++)
+		cuda_nccl_chan_close(w->open[i]);
+	free(w->open);
 	free(w->send);
 	free(w->recv);
 	free(w->piece_stage);

@@ -36,6 +36,7 @@ struct replicas *replicas_nccl(const struct backend *be, struct nccl_world *w, d
 #include <string.h>
 
 #include "../../kernels/cuda/cuda_nccl.h"
+#include "retired.h"
 
 /* A bucket in flight (replica.h): its phase 1 queued at bucket(), its sum
  * and phase 3 made at finish(). Kept from step to step (the same buckets
@@ -55,6 +56,7 @@ struct nccl_replicas {
 	double timeout;
 	struct nbucket *b;         /* buckets started since the last finish: [0, nb) */
 	int nb, cap;
+	struct retired old;        /* scratch a bucket outgrew (retired.h) */
 };
 
 static void chunk(size_t n, int N, int q, size_t *lo, size_t *len)
@@ -137,13 +139,14 @@ static void nccl_bucket(struct replicas *xr, int r, int s, float *g, size_t n, d
 	chunk(n, xr->N, r, &lo, &len);
 	size_t need = st_mult((size_t)xr->N, len ? len : 1);
 	if (need > b->tmp_cap) {
-		if (b->tmp)
-			m->be->free(b->tmp);
-		b->tmp = m->be->alloc(st_mult(need, sizeof(float)));
+		/* kept, not freed, mid-segment (retired.h) */
+		size_t cap = retired_grow(b->tmp_cap, need);
+		retired_keep(&m->old, b->tmp);
+		b->tmp = m->be->alloc(st_mult(cap, sizeof(float)));
 		if (!b->tmp)
 			nccl_fail("rank %d: cannot allocate %zu floats for the gradient sum", m->w->rank,
-				  need);
-		b->tmp_cap = need;
+				  cap);
+		b->tmp_cap = cap;
 	}
 	b->g = g, b->n = n;
 	b->ev = queue_exchange(m, 1, g, n, len, g + lo, b->tmp);
@@ -199,6 +202,7 @@ static void nccl_destroy(struct replicas *xr)
 			m->be->free(m->b[i].tmp);
 	}
 	free(m->b);
+	retired_free(&m->old, m->be);
 	free(m);
 }
 

@@ -268,3 +268,48 @@ TEST(owner_memory_bound_is_reached_by_the_worst_routing)
 	CHECK_MSG(held == m.kept, "held %zu, bound %zu", held, m.kept);
 	ep_store_free(&st, be);
 }
+
+/* The backend's allocations and frees, counted */
+static int spy_allocs, spy_frees;
+static void *spy_alloc(size_t bytes)
+{
+	spy_allocs++;
+	return backend_cpu.alloc(bytes);
+}
+static void spy_free(void *p)
+{
+	spy_frees += p != NULL;
+	backend_cpu.free(p);
+}
+
+/* A kept block that must grow takes new memory without freeing the old
+ * one (a free mid-segment waits for the whole GPU, where a NCCL send may
+ * wait for its peer: sched/comm/retired.h), grows at least twofold, and
+ * the store frees every allocation once when it goes. */
+TEST(outgrown_blocks_are_kept_until_the_store_goes)
+{
+	struct backend spy = backend_cpu;
+	spy.alloc = spy_alloc;
+	spy.free = spy_free;
+	struct moe_dims d = {.N = 8, .C = 8, .E = 4, .K = 2, .De = 4};
+	struct ep_store st = {0};
+	/* member 0's rows of experts [2, 4): 3, 7, 8, then 9 */
+	int32_t c3[5] = {0, 1, 3, 3, 6}, c7[5] = {0, 2, 2, 5, 9}, c8[5] = {0, 0, 0, 4, 8},
+		c9[5] = {0, 0, 0, 4, 9};
+	int32_t *cs[4] = {c3, c7, c8, c9};
+	int allocs[4] = {1, 2, 3, 3}; /* 8 rows outgrow 7; 9 fit in twice 7 */
+	spy_allocs = spy_frees = 0;
+	struct ep_kept *first = NULL;
+	for (int i = 0; i < 4; i++) {
+		struct ep_kept *e = ep_store_get(&st, &spy, &d, MOE_PASS_FORWARD, 0, 100 + i, cs[i],
+						 2, 2);
+		CHECK(e && (!first || e == first) && e->cap >= ep_kept_bytes(&d, e->rows));
+		CHECK_MSG(spy_allocs == allocs[i] && spy_frees == 0,
+			  "forward %d: %d allocations, %d frees", i, spy_allocs, spy_frees);
+		first = e;
+		if (e)
+			e->used = 0; /* released: the next forward takes it */
+	}
+	ep_store_free(&st, &spy);
+	CHECK(spy_frees == spy_allocs);
+}
