@@ -925,13 +925,15 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 
 /* Expert parallelism (model.expert_parallel = P > 1; experts.h): the
  * hooks of the pieces this process holds, set for a segment (ex) and
- * cleared after it (NULL), so that evaluation and saving run every expert
- * locally (every replica holds them all). */
+ * after it (NULL) those of evaluation and sampling: none where every
+ * replica holds every expert's weights (they run locally), the owners'
+ * weights read in place under ep_hold (trainer_ep_view). */
 static void experts_hooks(struct trainer *tr, struct experts *ex)
 {
 	for (int i = 0; i < tr->N * tr->S; i++)
 		if (worker_alive(&tr->w[i]))
-			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S) : NULL;
+			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S)
+						: trainer_ep_view(tr, i);
 }
 
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
@@ -1503,7 +1505,8 @@ static int gather_weights(void *ctx, int back, float *global)
 		struct stage_worker *w = &tr->w[s];
 		if (worker_alive(w)) {
 			/* what trainer_gather_weights takes from this stage */
-			worker_save_version(w, w->newest - MIN(back, w->n_versions - 1), global);
+			trainer_save_version(tr, 0, s, w->newest - MIN(back, w->n_versions - 1),
+					     global);
 			continue;
 		}
 		struct weights_head h;

@@ -5,14 +5,22 @@
  *
  * That is safe because a replica never reads the weights of an expert it
  * does not own during a training segment: the owner runs it on every
- * member's rows with its own copy. Those stale copies are refreshed from
- * the owner once a segment ends (trainer_refresh_experts), before anything
- * that reads weights outside training (evaluation, checkpoints, sampling,
- * the next segment), every weight version and predicted copy of it, so
- * every replica again holds P = 1's bits. Checkpoints take an expert's
- * state from its owner (trainer_ckpt.c: worker_state_tensors, and
- * trainer_send_owned_state between processes) and a load gives each
- * replica only its own experts' (trainer_load): the file is P = 1's.
+ * member's rows with its own copy. In threads (ep_hold) the replica's
+ * weight arenas therefore hold only its own experts (worker_own,
+ * stage_hold_weights); what reads weights outside training runs each
+ * expert with its owner's weights of the same version, in place: the
+ * passes of evaluation and sampling through trainer_ep_view's hook,
+ * checkpoints through trainer_save_version. A load gives each replica
+ * only its own experts' weights and state (stage_gather, trainer_load).
+ *
+ * Between processes each replica still holds every expert's weights; its
+ * stale copies of the others are refreshed from the owner once a segment
+ * ends (trainer_refresh_experts), before anything that reads weights
+ * outside training (evaluation, checkpoints, sampling, the next segment),
+ * every weight version and predicted copy of it, so every replica again
+ * holds P = 1's bits. Checkpoints take an expert's state from its owner
+ * (trainer_ckpt.c: worker_state_tensors, and trainer_send_owned_state
+ * between processes): the file is P = 1's.
  *
  * Between threads the copies are read from the owner's worker. Between
  * processes (one stage of one replica each) they travel on the control
@@ -51,12 +59,81 @@ int trainer_expert_owner(const struct trainer *tr, int r, int s, int k)
 	return owner_of(tr, r, &tr->w[r * tr->S + s], k);
 }
 
+/* The weight arenas of a worker: every version, then every predicted copy. */
+static int ring(const struct stage_worker *w, float **arena)
+{
+	int n = 0;
+	for (int v = 0; v < w->n_versions; v++)
+		arena[n++] = w->ver[v];
+	for (int v = 0; v < w->n_versions && w->predict; v++)
+		arena[n++] = w->pred[v];
+	return n;
+}
+
+/* Outside training under ep_hold: the hook of piece s of replica r */
+struct ep_view {
+	struct moe_ep ep; /* first: the hook is the view */
+	const struct trainer *tr;
+	int r, s;
+};
+
+/* The arena of w's ring (a version or a predicted copy) holding fcw, and
+ * the offset of fcw in it. Every member's weight arena has the same
+ * layout (each holds E/P experts of every layer, the rest alike), so the
+ * same arena of the owner (the same version: the replicas move on
+ * together) has the owner's experts at that offset. */
+static int arena_of(const struct stage_worker *w, const float *fcw, size_t *off)
+{
+	float *arena[2 * WORKER_MAX_VERSIONS];
+	int n = ring(w, arena);
+	for (int a = 0; a < n; a++)
+		if (fcw >= arena[a] && fcw < arena[a] + w->st.wnumel) {
+			*off = (size_t)(fcw - arena[a]);
+			return a;
+		}
+	bug("stage %d's experts' weights are in none of its weight arenas", w->s);
+}
+
+static void view_run(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
+		     const float *fcw, const float *fcprojw)
+{
+	const struct ep_view *vw = (const struct ep_view *)ep;
+	const struct trainer *tr = vw->tr;
+	const struct moe_dims *d = rows->d;
+	int P = tr->ep_split, base = vw->r - vw->r % P, G = d->E / P;
+	const struct stage_worker *me = &tr->w[vw->r * tr->S + vw->s];
+	size_t o1 = 0, o2 = 0;
+	int a = fcw ? arena_of(me, fcw, &o1) : 0; /* the weight part reads none */
+	if (fcprojw)
+		a = arena_of(me, fcprojw, &o2);
+	for (int o = base; o < base + P; o++) {
+		const struct stage_worker *ow = &tr->w[o * tr->S + vw->s];
+		float *arena[2 * WORKER_MAX_VERSIONS];
+		ring(ow, arena);
+		if (ow->st.wnumel != me->st.wnumel || ow->newest != me->newest)
+			bug("piece %d: replica %d's weights (%zu floats, version %ld) and its owner "
+			    "%d's (%zu, %ld) differ in layout", vw->s, vw->r, me->st.wnumel,
+			    me->newest, o, ow->st.wnumel, ow->newest);
+		/* o's experts [(o - base) G, + G) begin its layer's blocks */
+		moe_experts(tr->be, pass, rows, fcw ? arena[a] + o1 : NULL,
+			    fcprojw ? arena[a] + o2 : NULL, (o - base) * G, (o - base + 1) * G);
+	}
+}
+
+const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i)
+{
+	return tr->ep_view ? &tr->ep_view[i].ep : NULL;
+}
+
 int trainer_own_experts(struct trainer *tr)
 {
 	int P = (int)tr->cfg->model_expert_parallel;
 	if (P <= 1 || tr->m->cfg.E % P || tr->N % P)
 		return 0;
 	tr->ep_split = P;
+	/* the weights too in threads; between processes the refresh and the
+	 * checkpoints still read every expert's copy (experts.h) */
+	tr->ep_hold = !dist_active(tr->dist);
 	for (int i = 0; i < tr->N * tr->S; i++) {
 		struct stage_worker *w = &tr->w[i];
 		if (!worker_alive(w)) /* under MPI: another rank's */
@@ -67,24 +144,35 @@ int trainer_own_experts(struct trainer *tr)
 			mine[k] = owner_of(tr, r, w, k) == r;
 			any |= !mine[k];
 		}
-		int rc = any ? worker_own(w, tr->m, tr->cfg, mine) : 0;
+		int rc = any ? worker_own(w, tr->m, tr->cfg, mine, tr->ep_hold) : 0;
 		free(mine);
 		if (rc)
 			return -1;
 	}
+	if (tr->ep_hold) {
+		tr->ep_view = xcalloc((size_t)tr->N * tr->S, sizeof(*tr->ep_view));
+		for (int i = 0; i < tr->N * tr->S; i++) {
+			tr->ep_view[i] = (struct ep_view){.ep = {.experts = view_run}, .tr = tr,
+							  .r = i / tr->S, .s = i % tr->S};
+			tr->w[i].st.moe_ep = &tr->ep_view[i].ep;
+		}
+	}
 	return 0;
 }
 
-/* The arenas a refresh sets: every version, then every predicted copy. */
-static int ring(const struct stage_worker *w, float **arena)
+void trainer_save_version(struct trainer *tr, int r, int s, long v, float *global)
 {
-	int n = 0;
-	for (int v = 0; v < w->n_versions; v++)
-		arena[n++] = w->ver[v];
-	for (int v = 0; v < w->n_versions && w->predict; v++)
-		arena[n++] = w->pred[v];
-	return n;
+	worker_save_version(&tr->w[r * tr->S + s], v, global);
+	if (!tr->ep_hold)
+		return;
+	/* the experts r does not hold, from their owners (the rest the same
+	 * bits as r's) */
+	int P = tr->ep_split, base = r - r % P;
+	for (int o = base; o < base + P; o++)
+		if (o != r)
+			worker_save_version(&tr->w[o * tr->S + s], v, global);
 }
+
 
 /* Threads: member w's copies of the experts owner o holds, on w's lane. */
 static void copy_from(const struct trainer *tr, int r, struct stage_worker *w, int o,
@@ -145,8 +233,8 @@ static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int
 
 int trainer_refresh_experts(struct trainer *tr)
 {
-	if (tr->ep_split <= 1)
-		return 0;
+	if (tr->ep_split <= 1 || tr->ep_hold)
+		return 0; /* no copy of another's expert to refresh */
 	int P = tr->ep_split, S = tr->S;
 	if (!dist_active(tr->dist)) {
 		for (int i = 0; i < tr->N * S; i++) {

@@ -312,6 +312,7 @@ void trainer_free(struct trainer *tr)
 	free(tr->x_peer);
 	free(tr->w);
 	free(tr->moe_tokens);
+	free(tr->ep_view);
 	backend_lane_bind(tr->be, trainer_lane(tr, 0));
 	tr->be->free(tr->inputs);
 	backend_lane_bind(tr->be, trainer_lane(tr, tr->S - 1));
@@ -550,7 +551,7 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 	for (int s = 0; s < tr->S; s++) {
 		struct stage_worker *w = &tr->w[s];
 		long v = w->newest - MIN(back, w->n_versions - 1);
-		worker_save_version(w, v, global);
+		trainer_save_version(tr, 0, s, v, global);
 	}
 }
 

@@ -65,13 +65,46 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 	return rc;
 }
 
+/* Every arena of the ring (versions, predicted copies) in the layout of
+ * stage_hold_weights: the held tensors moved from their offsets in the
+ * full arena to their woffset in a new one of wnumel floats. */
+static int hold_arenas(struct stage_worker *w)
+{
+	float **arena[2] = {w->ver, w->pred};
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
+	for (int a = 0; a < 2; a++)
+		for (int v = 0; v < w->n_versions && arena[a][v]; v++) {
+			float *old = arena[a][v], *cut = w->be->alloc(bytes ? bytes : sizeof(float));
+			if (!cut)
+				return error("stage %d: cannot allocate its weights (%zu bytes) on "
+					     "backend '%s'", w->s, bytes, w->be->name);
+			for (int k = 0; k < w->st.n_params; k++) {
+				const struct stage_param *sp = &w->st.params[k];
+				if (sp->woffset != (size_t)-1)
+					w->be->copy(cut + sp->woffset, old + sp->offset,
+						    w->st.m->params[sp->global].numel *
+							    sizeof(float));
+			}
+			w->be->free(old);
+			arena[a][v] = cut;
+		}
+	return 0;
+}
+
 int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine)
+	       const unsigned char *mine, int hold)
 {
 	int before = backend_lane_enter(w->be, w->lane);
 	optim_free(&w->opt); /* first: the two never need memory at once */
 	int rc = optim_init_owned(&w->opt, w->be, cfg, m, w->st.params, w->st.n_params,
 				  w->st.numel, mine);
+	if (!rc && hold) {
+		rc = stage_hold_weights(&w->st, mine);
+		if (!rc)
+			rc = hold_arenas(w);
+		if (!rc)
+			optim_weights_at(&w->opt, w->st.params);
+	}
 	backend_lane_bind(w->be, before);
 	return rc;
 }
@@ -117,7 +150,7 @@ float *worker_grad_weights(struct stage_worker *w, long v)
  * w[0]. */
 static void predict_version(struct stage_worker *w, long v)
 {
-	size_t n = w->st.numel;
+	size_t n = w->st.wnumel;
 	float *p = w->pred[v % w->n_versions], *cur = w->ver[v % w->n_versions];
 	if (v <= 0) {
 		w->be->copy(p, cur, n * sizeof(float));
@@ -153,7 +186,7 @@ void worker_update(struct stage_worker *w, long step, float lr, float clip_scale
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];
 	size_t n = w->st.numel;
 	if (dst != src)
-		w->be->copy(dst, src, n * sizeof(float));
+		w->be->copy(dst, src, w->st.wnumel * sizeof(float));
 	float *g = worker_grads(w, step);
 	if (clip_scale != 1.0f)
 		w->be->scale(g, clip_scale, n);
@@ -172,7 +205,7 @@ void worker_skip(struct stage_worker *w, long step)
 	float *src = w->ver[w->newest % w->n_versions];
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];
 	if (dst != src)
-		w->be->copy(dst, src, w->st.numel * sizeof(float));
+		w->be->copy(dst, src, w->st.wnumel * sizeof(float));
 	w->be->zero(worker_grads(w, step), w->st.numel * sizeof(float));
 	w->newest++;
 	if (w->predict)
@@ -194,7 +227,7 @@ int worker_finish(struct stage_worker *w, long step, double norm, double max_nor
 
 void worker_save_version(struct stage_worker *w, long v, float *global)
 {
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
 	float *host = xmalloc(bytes);
 	int before = backend_lane_enter(w->be, w->lane);
 	w->be->to_host(host, worker_weights(w, v), bytes);
@@ -205,7 +238,7 @@ void worker_save_version(struct stage_worker *w, long v, float *global)
 
 void worker_load_version(struct stage_worker *w, long v, const float *global)
 {
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
 	float *host = xmalloc(bytes);
 	stage_gather(&w->st, host, global);
 	int before = backend_lane_enter(w->be, w->lane);

@@ -12,12 +12,26 @@
  * micro-batch order, so the replicas' sum (replica.h) and everything after
  * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
  *
- * Every replica keeps every expert's weights and gradients (the arena of
- * P = 1): the owner's copy is what it computes with. A replica keeps
- * optimizer state only for its own experts and updates only those; its
- * copies of the others are refreshed from their owners after each segment
- * (sched/expert_owned.c), so checkpoints, evaluation and resume with any P
- * are P = 1's.
+ * Memory. A replica keeps optimizer state only for its own experts and
+ * updates only those (sched/expert_owned.c). In threads its weight arenas
+ * (every version, every predicted copy, and a backend's operand copy made
+ * of them) hold only its own experts too (model.h: stage_hold_weights):
+ * a pass reads the weights of the experts its replica owns, and only the
+ * owner's hook call reads them; evaluation and sampling run each expert
+ * with its owner's weights in place (trainer_ep_view), and checkpoints
+ * take them from the owners (trainer_save_version). Between processes a
+ * replica still holds every expert's weights, its copies of the others
+ * refreshed from their owners after each segment.
+ *
+ * The gradients cannot shrink so and stay P = 1's bits: P = 1 sums each
+ * replica's micro-batch gradients apart, then the replicas in replica
+ * order (replica.h), so an owner must keep each member's accumulation of
+ * its experts apart until the step ends: E experts' worth of accumulators
+ * per replica either way. So the gradient arena keeps P = 1's layout (an
+ * owner writes member q's rows' gradients into q's, in place or through
+ * deliver), and the weight arena has its own, without the others'
+ * experts: a stage has two offset tables (model/stage_layout.h: PW, GW).
+ * Checkpoints, evaluation and resume with any P are P = 1's.
  *
  * Every member of a group calls its hook (moe.h: struct moe_ep) at the
  * same point of the same pass: the replicas run the same action lists

@@ -65,8 +65,11 @@ static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *
 			    "pass %d over %d", m->s, m->r, pass, E, m->r - q + k, g->calls[k].pass,
 			    g->calls[k].rows->d->E);
 	int e0 = q * E / P, e1 = (q + 1) * E / P;
+	/* this member's weights of its experts (where its arena holds them) */
+	const float *w1 = moe_expert_weights(rows->d, fcw, 0, e0);
+	const float *w2 = moe_expert_weights(rows->d, fcprojw, 1, e0);
 	for (int k = 0; k < P; k++)
-		moe_experts(l->be, pass, g->calls[k].rows, fcw, fcprojw, e0, e1);
+		moe_experts(l->be, pass, g->calls[k].rows, w1, w2, e0, e1);
 	w += barrier_wait(&g->out);
 	*ep->waited += w;
 }

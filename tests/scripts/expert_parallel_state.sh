@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # expert_parallel_state.sh - with model.expert_parallel = P each
 # replica keeps optimizer state only for the experts it owns and updates
-# only those; the copies it holds of the others are refreshed from their
-# owner after each segment. So: the optimizer state shrinks by (P-1)/P of
-# the experts' share (bench train's memory table); evaluation after every
+# only those; in threads its weights too (each expert computed, evaluated
+# and saved from its owner's), between processes the copies it holds of
+# the others are refreshed from their owner after each segment. So: the
+# optimizer state and (threads) the weights shrink by (P-1)/P of the
+# experts' share (bench train's memory table); evaluation after every
 # step (eval.every = 1: a stale copy would be evaluated), the final
 # checkpoint (taken from the owners) and a sample from it are P = 1's bit
 # for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two versions),
@@ -98,6 +100,36 @@ else
 	fail eps_optimizer_state_halved "optimizer $o1 MB with P = 1, $o2 MB with P = 2:
 		$(cat err.txt)"
 fi
+
+# 3b. the weights too (threads): each replica's weight arenas hold only
+# its experts, so the weights row falls by half the experts' weights (4 B
+# a float) per copy: 1 under 1f1b, 6 under 2bw with predict (3 versions
+# and their predicted copies). The row is rounded to 0.1 MB: the 1f1b case
+# allows 0.11 either side of 0.79.
+weights_mb() {
+	$A bench train "${M[@]}" --set model.expert_parallel=$1 --steps 1 --warmup 0 -j 1 \
+		"${@:2}" 2> err.txt | awk '$1 == "weights" {print $2}'
+}
+wcases=("1f1b:1"
+	"2bw_predict:6:--set train.schedule=2bw --set optim.correction=predict"\
+" --set pipeline.micro_batches=4")
+for c in "${wcases[@]}"; do
+	name=${c%%:*}
+	rest=${c#*:}
+	copies=${rest%%:*}
+	read -r -a args <<< "$([ "$rest" != "$copies" ] && echo "${rest#*:}")"
+	w1=$(weights_mb 1 "${args[@]}")
+	w2=$(weights_mb 2 "${args[@]}")
+	if [ -n "$w1" ] && [ -n "$w2" ] &&
+	   awk -v a="$w1" -v b="$w2" -v n="$copies" \
+		'BEGIN {d = a - b - n * 393216 * 4 / 2 / 1e6; exit !(d > -0.11 && d < 0.11)}'
+	then
+		pass "eps_weights_halved_$name"
+	else
+		fail "eps_weights_halved_$name" "weights $w1 MB with P = 1, $w2 MB with P = 2 ($copies
+			copies): $(cat err.txt)"
+	fi
+done
 
 # 4. between processes, against the threaded P = 1 runs of 1.
 if ! command -v mpirun > /dev/null 2>&1; then
