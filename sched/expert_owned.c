@@ -5,15 +5,18 @@
  *
  * That is safe because a replica never reads the weights of an expert it
  * does not own during a training segment: the owner runs it on every
- * member's rows with its own copy. In threads (ep_hold) the replica's
- * weight arenas therefore hold only its own experts (worker_own,
- * stage_hold_weights); what reads weights outside training runs each
- * expert with its owner's weights of the same version, in place: the
- * passes of evaluation and sampling through trainer_ep_view's hook,
- * checkpoints through trainer_save_version. A load gives each replica
- * only its own experts' weights and state (stage_gather, trainer_load).
+ * member's rows with its own copy. So (ep_hold) the replica's weight
+ * arenas hold only its own experts (worker_own, stage_hold_weights), and
+ * what reads weights outside training runs each expert with its owner's
+ * weights of the same version: in threads in place, the passes of
+ * evaluation and sampling through trainer_ep_view's hook, checkpoints
+ * through trainer_save_version; between processes evaluation through the
+ * experts' hook (executor.c), checkpoints through trainer_piece_weights,
+ * the owners' ranks sending their experts' weights to replica 0's
+ * (trainer_send_owned_weights). A load gives each replica only its own
+ * experts' weights and state (stage_gather, trainer_load).
  *
- * Between processes each replica still holds every expert's weights; its
+ * Over NCCL each replica still holds every expert's weights; its
  * stale copies of the others are refreshed from the owner once a segment
  * ends (trainer_refresh_experts), before anything that reads weights
  * outside training (evaluation, checkpoints, sampling, the next segment),
@@ -38,7 +41,7 @@
 
 /* The control channel's tags (executor.c has 1 and 2): the copies of a
  * refresh, and the experts' state a checkpoint gathers. */
-enum { TAG_EXPERTS = 3, TAG_EXPERT_STATE = 4 };
+enum { TAG_EXPERTS = 3, TAG_EXPERT_STATE = 4, TAG_EXPERT_WEIGHTS = 5 };
 
 /* The replica owning tensor k of piece s (laid out as in w) in replica r's
  * group: an expert's owner under ep_split, else r. */
@@ -131,9 +134,9 @@ int trainer_own_experts(struct trainer *tr)
 	if (P <= 1 || tr->m->cfg.E % P || tr->N % P)
 		return 0;
 	tr->ep_split = P;
-	/* the weights too in threads; between processes the refresh and the
-	 * checkpoints still read every expert's copy (experts.h) */
-	tr->ep_hold = !dist_active(tr->dist);
+	/* the weights too, but over NCCL (there evaluation still runs every
+	 * expert locally, on copies refreshed after each segment: experts.h) */
+	tr->ep_hold = !dist_active(tr->dist) || strcmp(tr->cfg->pipeline_transport, "nccl");
 	for (int i = 0; i < tr->N * tr->S; i++) {
 		struct stage_worker *w = &tr->w[i];
 		if (!worker_alive(w)) /* under MPI: another rank's */
@@ -149,7 +152,7 @@ int trainer_own_experts(struct trainer *tr)
 		if (rc)
 			return -1;
 	}
-	if (tr->ep_hold) {
+	if (tr->ep_hold && !dist_active(tr->dist)) {
 		tr->ep_view = xcalloc((size_t)tr->N * tr->S, sizeof(*tr->ep_view));
 		for (int i = 0; i < tr->N * tr->S; i++) {
 			tr->ep_view[i] = (struct ep_view){.ep = {.experts = view_run}, .tr = tr,
@@ -336,5 +339,91 @@ int trainer_send_owned_state(const struct trainer *tr)
 			free(host);
 		}
 	}
+	return rc;
+}
+
+/* Between processes under ep_hold: a checkpoint's weights of an expert
+ * come from its owner's rank. Piece w's tensors that owner o (of group
+ * 0) holds for the checkpoint, in tensor order: their floats. */
+static size_t owned_floats(const struct trainer *tr, const struct stage_worker *w, int o)
+{
+	size_t n = 0;
+	for (int k = 0; k < w->st.n_params; k++)
+		if (owner_of(tr, 0, w, k) == o)
+			n += tr->m->params[w->st.params[k].global].numel;
+	return n;
+}
+
+int trainer_piece_weights(const struct trainer *tr, int q, long v, float *host)
+{
+	struct stage_worker *w = &tr->w[q]; /* replica 0's */
+	float *held = xmalloc(st_mult(w->st.wnumel, sizeof(float)));
+	int before = backend_lane_enter(tr->be, w->lane);
+	tr->be->to_host(held, worker_weights(w, v), w->st.wnumel * sizeof(float));
+	backend_lane_bind(tr->be, before);
+	for (int k = 0; k < w->st.n_params; k++) {
+		const struct stage_param *sp = &w->st.params[k];
+		if (sp->woffset != (size_t)-1)
+			memcpy(host + sp->offset, held + sp->woffset,
+			       tr->m->params[sp->global].numel * sizeof(float));
+	}
+	free(held);
+	if (!tr->ep_hold || !dist_active(tr->dist))
+		return 0;
+	int rc = 0;
+	for (int o = 1; o < tr->ep_split && !rc; o++) {
+		size_t n = owned_floats(tr, w, o);
+		if (!n)
+			continue;
+		float *buf = xmalloc(st_mult(n, sizeof(float))), *at = buf;
+		rc = dist_recv(tr->dist, buf, n * sizeof(float), o * tr->stages + tr->piece_stage[q],
+			       TAG_EXPERT_WEIGHTS);
+		for (int k = 0; k < w->st.n_params && !rc; k++) {
+			const struct stage_param *sp = &w->st.params[k];
+			size_t cnt = tr->m->params[sp->global].numel;
+			if (owner_of(tr, 0, w, k) != o)
+				continue;
+			memcpy(host + sp->offset, at, cnt * sizeof(float));
+			at += cnt;
+		}
+		free(buf);
+	}
+	return rc;
+}
+
+int trainer_send_owned_weights(const struct trainer *tr)
+{
+	int rank = dist_rank(tr->dist), r = rank / tr->stages;
+	if (!tr->ep_hold || tr->ep_split <= 1 || r == 0 || r >= tr->ep_split)
+		return 0; /* only group 0's owners: replica 0 writes the file */
+	int rc = 0, to = rank % tr->stages, nv = trainer_n_versions(tr);
+	for (int back = 0; back < nv && !rc; back++)
+		for (int q = 0; q < tr->S && !rc; q++) {
+			struct stage_worker *w = &tr->w[r * tr->S + q];
+			if (!trainer_holds(tr, r * tr->S + q))
+				continue;
+			size_t n = owned_floats(tr, w, r);
+			if (!n)
+				continue;
+			/* what trainer_piece_weights asks of this piece */
+			long v = w->newest - MIN(back, w->n_versions - 1);
+			float *held = xmalloc(st_mult(w->st.wnumel, sizeof(float)));
+			float *buf = xmalloc(st_mult(n, sizeof(float))), *at = buf;
+			tr->be->to_host(held, worker_weights(w, v), w->st.wnumel * sizeof(float));
+			for (int k = 0; k < w->st.n_params; k++) {
+				const struct stage_param *sp = &w->st.params[k];
+				size_t cnt = tr->m->params[sp->global].numel;
+				if (owner_of(tr, 0, w, k) != r)
+					continue;
+				if (sp->woffset == (size_t)-1)
+					bug("rank %d owns %s and does not hold its weights", rank,
+					    tr->m->params[sp->global].name);
+				memcpy(at, held + sp->woffset, cnt * sizeof(float));
+				at += cnt;
+			}
+			rc = dist_send(tr->dist, buf, n * sizeof(float), to, TAG_EXPERT_WEIGHTS);
+			free(held);
+			free(buf);
+		}
 	return rc;
 }

@@ -100,8 +100,8 @@ struct trainer {
 				    * 0 or 1: every replica every expert's */
 	int ep_hold;               /* under ep_split, the weights too: each
 				    * replica's weight arenas hold only its own
-				    * experts (threads; between processes every
-				    * replica still holds every expert's) */
+				    * experts (but over NCCL, where every replica
+				    * still holds every expert's) */
 	struct ep_view *ep_view;   /* [N*S] with ep_hold: the hooks outside
 				    * training (expert_owned.c) */
 	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
@@ -229,7 +229,7 @@ int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
 /* At init (model.expert_parallel = P > 1): each replica's optimizer
  * keeps only its own experts (sets ep_split). 0, or -1 after error(). */
 int trainer_own_experts(struct trainer *tr);
-/* After a training segment, without ep_hold: every replica's copies
+/* After a training segment, without ep_hold (NCCL): every replica's copies
  * (every version, and predicted copies) of the experts it does not own
  * from their owner's (between processes every rank of an expert-parallel
  * group calls it at the same point). 0, or -1 after error(). */
@@ -286,6 +286,15 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
 int trainer_recv_owned_state(const struct trainer *tr, int s, int o, const char *name,
 			     tensor_sink sink, void *ctx);
 int trainer_send_owned_state(const struct trainer *tr);
+/* Version v of replica 0's piece q (this process holds it) in the full
+ * stage layout (host: st.numel floats at the gradients' offsets; the tied
+ * copy too): its own tensors, and between processes under ep_hold the
+ * experts the group's other members own, received from their ranks,
+ * which send them (trainer_send_owned_weights, during pipeline_save, for
+ * each version the checkpoint holds, piece by piece, as
+ * trainer_piece_weights asks) before their state. 0, or -1 after error(). */
+int trainer_piece_weights(const struct trainer *tr, int q, long v, float *host);
+int trainer_send_owned_weights(const struct trainer *tr);
 /* Weights K = back steps before the newest, into a global host arena. */
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back);
 

@@ -13,15 +13,21 @@
  * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
  *
  * Memory. A replica keeps optimizer state only for its own experts and
- * updates only those (sched/expert_owned.c). In threads its weight arenas
- * (every version, every predicted copy, and a backend's operand copy made
- * of them) hold only its own experts too (model.h: stage_hold_weights):
- * a pass reads the weights of the experts its replica owns, and only the
- * owner's hook call reads them; evaluation and sampling run each expert
- * with its owner's weights in place (trainer_ep_view), and checkpoints
- * take them from the owners (trainer_save_version). Between processes a
- * replica still holds every expert's weights, its copies of the others
- * refreshed from their owners after each segment.
+ * updates only those (sched/expert_owned.c). Its weight arenas (every
+ * version, every predicted copy, and a backend's operand copy made of
+ * them) hold only its own experts too (model.h: stage_hold_weights): a
+ * pass holds the weights of the experts its replica owns, and only the
+ * owner's hook call reads them. Outside training, in threads evaluation
+ * and sampling run each expert with its owner's weights in place
+ * (trainer_ep_view); between processes evaluation runs through the hook
+ * as training does, every replica running the same lists to the end (a
+ * batch past the last one padded, its loss dropped: executor.c's
+ * eval_ctx.pad), so every member makes every call. Checkpoints take an
+ * expert's weights from its owner (its worker, or its rank). Over NCCL
+ * (experts_nccl) a replica still holds every expert's weights, its
+ * copies of the others refreshed from their owners after each segment,
+ * and evaluation runs every expert locally: that path has not run on a
+ * GPU yet, and so keeps the simpler scheme.
  *
  * The gradients cannot shrink so and stay P = 1's bits: P = 1 sums each
  * replica's micro-batch gradients apart, then the replicas in replica

@@ -166,6 +166,28 @@ else
 			same "eps_mpi_staged_$name" s-$name $name-p1 4
 		fi
 	fi
+	# each rank's weight arenas hold only its experts: the log's stage 0
+	# line (weights per version, rounded to 0.1 MB) under mpirun with
+	# P = 2 against the threaded P = 1 run. Stage 0 holds one layer of 4
+	# experts of 3 x 512 x 32 floats: P = 2 leaves out 0.39 MB of them
+	big=(--set model.d_expert=512 --set train.steps=1 --set eval.every=0 --set log.every=1
+	     --set train.schedule=1f1b)
+	w1= w2=
+	stage0_mb() { awk '/stage 0:/ {for (i = 1; i < NF; i++) if ($i == "weights")
+				       {print $(i + 1); exit}}' "$1"; }
+	if "${MPIRUN[@]}" $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw2 \
+		--set model.expert_parallel=2 > out.txt 2> err.txt &&
+	   $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw1 \
+		--set model.expert_parallel=1 > out.txt 2> err1.txt &&
+	   w2=$(stage0_mb err.txt) && w1=$(stage0_mb err1.txt) && [ -n "$w1" ] && [ -n "$w2" ] &&
+	   awk -v a="$w1" -v b="$w2" \
+		'BEGIN {d = a - b - 4 * 3 * 512 * 32 * 4 / 2 / 1e6; exit !(d > -0.11 && d < 0.11)}'
+	then
+		pass eps_mpi_weights_halved
+	else
+		fail eps_mpi_weights_halved "stage 0's weights $w1 MB with P = 1, $w2 MB with P = 2
+			under mpirun: $(head -c 300 err.txt)"
+	fi
 	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
 	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&
 	   mkdir -p mleg2 mleg3 && cp mleg1/ckpt-00000002.ckpt mleg2/ &&
