@@ -925,9 +925,10 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 
 /* Expert parallelism (model.expert_parallel = P > 1; experts.h): the
  * hooks of the pieces this process holds, set for a segment (ex) and
- * after it (NULL) those of evaluation and sampling: none where every
- * replica holds every expert's weights (they run locally), the owners'
- * weights read in place under ep_hold (trainer_ep_view). */
+ * after it (NULL) those of evaluation and sampling: in threads the
+ * owners' weights read in place (trainer_ep_view), between processes
+ * none (pipeline_eval sets ex's again for its passes); without expert
+ * parallelism none. */
 static void experts_hooks(struct trainer *tr, struct experts *ex)
 {
 	for (int i = 0; i < tr->N * tr->S; i++)
@@ -1096,12 +1097,6 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->w[i].idle_s += ctx[i].idle;
 	}
 	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
-	/* the copies of the experts other replicas own: current again */
-	if (mpi ? dist_agree(d, trainer_refresh_experts(tr), "to refresh the experts' copies")
-		: trainer_refresh_experts(tr)) {
-		rc = -1;
-		goto out;
-	}
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
 	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
@@ -1375,9 +1370,9 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	if (!failed && mpi) {
 		const struct mpi_side *mp = dist_pipeline(d);
 		ctx[lo].tp = mp->tp;
-		/* each replica holds only its own experts' weights (ep_hold):
+		/* each replica holds only its own experts' weights (ep_split):
 		 * the owners run them, as in training */
-		ctx[lo].pad = tr->ep_hold && mp->ex;
+		ctx[lo].pad = mp->ex != NULL;
 		if (ctx[lo].pad)
 			experts_hooks(tr, mp->ex);
 		eval_stage(&ctx[lo]);
@@ -1530,8 +1525,8 @@ static int gather_weights(void *ctx, int back, float *global)
 		}
 		if (worker_alive(w)) { /* rank 0's piece: the owners send their experts */
 			float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
-			int rc = trainer_piece_weights(tr, s, w->newest - MIN(back, w->n_versions - 1),
-						       host);
+			long v = w->newest - MIN(back, w->n_versions - 1);
+			int rc = trainer_piece_weights(tr, s, v, host);
 			for (int k = 0; k < w->st.n_params && !rc; k++) {
 				const struct stage_param *sp = &w->st.params[k];
 				if (!sp->tied_copy)
@@ -1601,7 +1596,7 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 	int rank = dist_rank(d), rc = 0;
 	if (rank >= tr->stages) {
 		/* replica rank / stages > 0: replica 0 holds the same bits, but
-		 * for the weights (ep_hold) and state of experts it does not own
+		 * for the weights and state of experts it does not own
 		 * (expert_owned.c) */
 		rc = trainer_send_owned_weights(tr);
 		if (!rc)

@@ -95,15 +95,12 @@ struct trainer {
 				    * logs). Under MPI a process initialises only
 				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
-	int ep_split;              /* P > 1: each replica keeps optimizer state
-				    * only for its own experts (expert_owned.c);
-				    * 0 or 1: every replica every expert's */
-	int ep_hold;               /* under ep_split, the weights too: each
-				    * replica's weight arenas hold only its own
-				    * experts (but over NCCL, where every replica
-				    * still holds every expert's) */
-	struct ep_view *ep_view;   /* [N*S] with ep_hold: the hooks outside
-				    * training (expert_owned.c) */
+	int ep_split;              /* P > 1: each replica keeps weights and
+				    * optimizer state only for its own experts
+				    * (expert_owned.c); 0 or 1: every replica
+				    * every expert's */
+	struct ep_view *ep_view;   /* [N*S] under ep_split in threads: the
+				    * hooks outside training (expert_owned.c) */
 	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
 	 * rollbacks, step t reads the data of step t + data_skip and its
 	 * learning rate is lr_at(step) * lr_scale, lr_scale being
@@ -229,18 +226,14 @@ int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
 /* At init (model.expert_parallel = P > 1): each replica's optimizer
  * keeps only its own experts (sets ep_split). 0, or -1 after error(). */
 int trainer_own_experts(struct trainer *tr);
-/* After a training segment, without ep_hold (NCCL): every replica's copies
- * (every version, and predicted copies) of the experts it does not own
- * from their owner's (between processes every rank of an expert-parallel
- * group calls it at the same point). 0, or -1 after error(). */
-int trainer_refresh_experts(struct trainer *tr);
-/* With ep_hold: the MoE hook of piece i = r*S + s outside a training
+/* Under ep_split in threads: the MoE hook of piece i = r*S + s outside a training
  * segment (evaluation, sampling): each expert runs with its owner's
  * weights of the same version, read in place (shared memory), on this
  * replica's rows alone (no other member need call it). NULL without. */
 const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i);
 /* Version v of piece s of replica r into the global host arena: its
- * weights, and under ep_hold the other members' of their experts. */
+ * weights, and under ep_split the other members' of their experts
+ * (threads: every piece in this process). */
 void trainer_save_version(struct trainer *tr, int r, int s, long v, float *global);
 
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
@@ -288,7 +281,7 @@ int trainer_recv_owned_state(const struct trainer *tr, int s, int o, const char 
 int trainer_send_owned_state(const struct trainer *tr);
 /* Version v of replica 0's piece q (this process holds it) in the full
  * stage layout (host: st.numel floats at the gradients' offsets; the tied
- * copy too): its own tensors, and between processes under ep_hold the
+ * copy too): its own tensors, and between processes under ep_split the
  * experts the group's other members own, received from their ranks,
  * which send them (trainer_send_owned_weights, during pipeline_save, for
  * each version the checkpoint holds, piece by piece, as

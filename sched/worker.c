@@ -74,7 +74,8 @@ static int hold_arenas(struct stage_worker *w)
 	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
 	for (int a = 0; a < 2; a++)
 		for (int v = 0; v < w->n_versions && arena[a][v]; v++) {
-			float *old = arena[a][v], *cut = w->be->alloc(bytes ? bytes : sizeof(float));
+			float *old = arena[a][v];
+			float *cut = w->be->alloc(bytes ? bytes : sizeof(float));
 			if (!cut)
 				return error("stage %d: cannot allocate its weights (%zu bytes) on "
 					     "backend '%s'", w->s, bytes, w->be->name);
@@ -92,13 +93,13 @@ static int hold_arenas(struct stage_worker *w)
 }
 
 int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine, int hold)
+	       const unsigned char *mine)
 {
 	int before = backend_lane_enter(w->be, w->lane);
 	optim_free(&w->opt); /* first: the two never need memory at once */
 	int rc = optim_init_owned(&w->opt, w->be, cfg, m, w->st.params, w->st.n_params,
 				  w->st.numel, mine);
-	if (!rc && hold) {
+	if (!rc) {
 		rc = stage_hold_weights(&w->st, mine);
 		if (!rc)
 			rc = hold_arenas(w);

@@ -69,13 +69,12 @@ int worker_init(struct stage_worker *w, const struct model *m, const struct back
 		int T, int n_slots, int delay, int overlapped, const float *params);
 void worker_free(struct stage_worker *w);
 /* Set up the optimizer again (fresh, zero state) keeping only the tensors
- * k with mine[k] != 0 (optim_init_owned): expert parallelism's replica
- * keeps no state for the experts another replica owns. With hold, the
- * weights too: every version and predicted copy keeps only those tensors
- * (model.h: stage_hold_weights; the gradients keep every one). 0, or -1
- * after error(). */
+ * k with mine[k] != 0 (optim_init_owned), and the weights of only those
+ * (every version and predicted copy; model.h: stage_hold_weights; the
+ * gradients keep every tensor): expert parallelism's replica keeps
+ * neither for the experts another replica owns. 0, or -1 after error(). */
 int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine, int hold);
+	       const unsigned char *mine);
 
 /* The weights of version v (v < 0 means version 0). The version must be
  * held: newest - (n_versions - 1) <= v <= newest. */

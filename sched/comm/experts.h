@@ -23,11 +23,9 @@
  * as training does, every replica running the same lists to the end (a
  * batch past the last one padded, its loss dropped: executor.c's
  * eval_ctx.pad), so every member makes every call. Checkpoints take an
- * expert's weights from its owner (its worker, or its rank). Over NCCL
- * (experts_nccl) a replica still holds every expert's weights, its
- * copies of the others refreshed from their owners after each segment,
- * and evaluation runs every expert locally: that path has not run on a
- * GPU yet, and so keeps the simpler scheme.
+ * expert's weights from its owner (its worker, or its rank). Every
+ * carrier alike (threads, p2p, NCCL: the hook is given its member's
+ * weights of its own experts, moe.h's w_e0 on).
  *
  * The gradients cannot shrink so and stay P = 1's bits: P = 1 sums each
  * replica's micro-batch gradients apart, then the replicas in replica
