@@ -37,8 +37,8 @@ static int held_range(const struct stage *st, const unsigned char *mine, int *e0
 	for (int k = 0; k < st->n_params; k++) {
 		int e = model_param_expert(m, &m->params[st->params[k].global]);
 		if (e >= 0 && !mine[k] != (e < lo || e >= hi))
-			return error("stage %d: the experts held are not the range [%d, %d) in every "
-				     "layer (tensor '%s')", st->s, lo, hi,
+			return error("stage %d: the experts held are not the range [%d, %d) in "
+				     "every layer (tensor '%s')", st->s, lo, hi,
 				     m->params[st->params[k].global].name);
 	}
 	*e0 = lo;
@@ -93,8 +93,8 @@ int stage_hold_weights(struct stage *st, const unsigned char *mine)
 			k += e0; /* expert 0's tensor + e0: expert e0's (consecutive) */
 			if (k >= st->n_params ||
 			    model_param_expert(m, &m->params[st->params[k].global]) != e0)
-				bug("stage %d: expert %d's tensor is not %d after expert 0's", st->s,
-				    e0, e0);
+				bug("stage %d: expert %d's tensor is not %d after expert 0's",
+				    st->s, e0, e0);
 		}
 		st->woff_[i] = st->params[k].woffset;
 	}

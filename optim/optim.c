@@ -686,8 +686,8 @@ void optim_weights_at(struct optimizer *o, const struct stage_param *params)
 	for (int k = 0; k < o->n; k++)
 		if (!o->t[k].skip) {
 			if (params[k].woffset == (size_t)-1)
-				bug("optimizer: tensor '%s' is updated and its weights are not held",
-				    o->t[k].info.name);
+				bug("optimizer: tensor '%s' is updated and its weights are not "
+				    "held", o->t[k].info.name);
 			o->t[k].woffset = params[k].woffset;
 		}
 }

@@ -126,8 +126,8 @@ for c in "${wcases[@]}"; do
 	then
 		pass "eps_weights_halved_$name"
 	else
-		fail "eps_weights_halved_$name" "weights $w1 MB with P = 1, $w2 MB with P = 2 ($copies
-			copies): $(cat err.txt)"
+		fail "eps_weights_halved_$name" "weights $w1 MB with P = 1, $w2 MB with P = 2
+			($copies copies): $(cat err.txt)"
 	fi
 done
 
