@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
 # expert_parallel_state.sh - with model.expert_parallel = P each
-# replica keeps optimizer state only for the experts it owns and updates
-# only those; in threads its weights too (each expert computed, evaluated
-# and saved from its owner's), between processes the copies it holds of
-# the others are refreshed from their owner after each segment. So: the
-# optimizer state and (threads) the weights shrink by (P-1)/P of the
-# experts' share (bench train's memory table); evaluation after every
-# step (eval.every = 1: a stale copy would be evaluated), the final
-# checkpoint (taken from the owners) and a sample from it are P = 1's bit
-# for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two versions),
-# pipedream (stashed versions), optim.correction = predict (predicted
-# copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P = 1's. The
-# same between processes (4 ranks: 2 stages x 2 replicas, the copies and
-# the checkpoint's expert state travelling between ranks) under mpirun,
-# staged through host buffers as a device backend's, and over TCP,
-# against the threaded P = 1 runs; the resume's legs alternate MPI and
-# threads.
+# replica keeps optimizer state and weights only for the experts it owns
+# and updates only those; the others are computed, evaluated and saved
+# from their owners'. So: the optimizer state and the weights (every
+# version and predicted copy) shrink by (P-1)/P of the experts' share
+# (bench train's memory table, the log's stage lines under mpirun);
+# evaluation after every step (eval.every = 1, every replica's experts
+# needed), the final checkpoint (taken from the owners) and a sample from
+# it are P = 1's bit for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two
+# versions), pipedream (stashed versions), optim.correction = predict
+# (predicted copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P =
+# 1's. The same between processes (4 ranks: 2 stages x 2 replicas,
+# evaluation's rows and the checkpoint's expert weights and state
+# travelling between ranks) under mpirun, staged through host buffers as
+# a device backend's, and over TCP, against the threaded P = 1 runs; the
+# resume's legs alternate MPI and threads.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 ep_setup eps_setup || exit 0
@@ -101,7 +100,7 @@ else
 		$(cat err.txt)"
 fi
 
-# 3b. the weights too (threads): each replica's weight arenas hold only
+# 3b. the weights too: each replica's weight arenas hold only
 # its experts, so the weights row falls by half the experts' weights (4 B
 # a float) per copy: 1 under 1f1b, 6 under 2bw with predict (3 versions
 # and their predicted copies). The row is rounded to 0.1 MB: the 1f1b case
