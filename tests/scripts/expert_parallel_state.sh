@@ -187,6 +187,20 @@ else
 		fail eps_mpi_weights_halved "stage 0's weights $w1 MB with P = 1, $w2 MB with P = 2
 			under mpirun: $(head -c 300 err.txt)"
 	fi
+	# an odd eval.batches over 2 replicas: replica 1 runs a padded batch
+	# (every member of a group must make every call of the experts' hook),
+	# whose loss is not counted: val_loss is the threaded P = 1 run's
+	odd=(--set eval.batches=3 --set train.steps=2 --set checkpoint.every=0
+	     --set train.schedule=1f1b)
+	if "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${odd[@]}" --set train.out_dir=mo2 \
+		--set model.expert_parallel=2 > out.txt 2> err.txt &&
+	   run mo1 1 "${odd[@]}" &&
+	   [ "$(cols mo2/metrics.csv | awk '$3 != ""' | wc -l)" -eq 2 ] &&
+	   diff <(cols mo2/metrics.csv) <(cols mo1/metrics.csv) > d.txt; then
+		pass eps_mpi_eval_padded
+	else
+		fail eps_mpi_eval_padded "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fi
 	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
 	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&
 	   mkdir -p mleg2 mleg3 && cp mleg1/ckpt-00000002.ckpt mleg2/ &&
