@@ -1232,9 +1232,10 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 			if (x_in)
 				tp->release(tp, q, x_in);
 			x_in = NULL;
-			if (last && batch < e->batches)
-				e->losses[batch] = loss;
-			else if (tr->piece_stage[q + 1] == e->s) {
+			if (last) {
+				if (batch < e->batches) /* else a padded one's */
+					e->losses[batch] = loss;
+			} else if (tr->piece_stage[q + 1] == e->s) {
 				tp->send(tp, q, q + 1, MSG_ACT, batch, x_out);
 				x_out = NULL;
 			}
