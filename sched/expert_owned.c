@@ -6,7 +6,7 @@
  * That is safe because a replica never reads the weights of an expert it
  * does not own during a training segment: the owner runs it on every
  * member's rows with its own copy. So its weight arenas hold only its own
- * experts too (worker_own, model.h: stage_hold_weights), and what reads
+ * experts too (worker_init, model.h: stage_hold_weights), and what reads
  * weights outside training runs each expert with its owner's weights of
  * the same version: in threads in place (evaluation and sampling through
  * trainer_ep_view's hook, checkpoints through trainer_save_version);
@@ -119,36 +119,30 @@ const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i)
 	return tr->ep_view ? &tr->ep_view[i].ep : NULL;
 }
 
-int trainer_own_experts(struct trainer *tr)
+void trainer_own_experts(struct trainer *tr)
 {
 	int P = (int)tr->cfg->model_expert_parallel;
-	if (P <= 1 || tr->m->cfg.E % P || tr->N % P)
-		return 0;
-	tr->ep_split = P;
+	if (P > 1 && tr->m->cfg.E % P == 0 && tr->N % P == 0)
+		tr->ep_split = P;
+}
+
+void trainer_held_experts(const struct trainer *tr, int r, int *e0, int *e1)
+{
+	int E = tr->m->cfg.E, P = MAX(tr->ep_split, 1);
+	*e0 = r % P * (E / P); /* owner_of's split */
+	*e1 = *e0 + E / P;
+}
+
+void trainer_expert_views(struct trainer *tr)
+{
+	if (tr->ep_split <= 1 || dist_active(tr->dist))
+		return;
+	tr->ep_view = xcalloc((size_t)tr->N * tr->S, sizeof(*tr->ep_view));
 	for (int i = 0; i < tr->N * tr->S; i++) {
-		struct stage_worker *w = &tr->w[i];
-		if (!worker_alive(w)) /* under MPI: another rank's */
-			continue;
-		int r = i / tr->S, n = w->st.n_params, any = 0;
-		unsigned char *mine = xcalloc((size_t)(n ? n : 1), 1);
-		for (int k = 0; k < n; k++) {
-			mine[k] = owner_of(tr, r, w, k) == r;
-			any |= !mine[k];
-		}
-		int rc = any ? worker_own(w, tr->m, tr->cfg, mine) : 0;
-		free(mine);
-		if (rc)
-			return -1;
+		tr->ep_view[i] = (struct ep_view){.ep = {.experts = view_run}, .tr = tr,
+						  .r = i / tr->S, .s = i % tr->S};
+		tr->w[i].st.moe_ep = &tr->ep_view[i].ep;
 	}
-	if (!dist_active(tr->dist)) {
-		tr->ep_view = xcalloc((size_t)tr->N * tr->S, sizeof(*tr->ep_view));
-		for (int i = 0; i < tr->N * tr->S; i++) {
-			tr->ep_view[i] = (struct ep_view){.ep = {.experts = view_run}, .tr = tr,
-							  .r = i / tr->S, .s = i % tr->S};
-			tr->w[i].st.moe_ep = &tr->ep_view[i].ep;
-		}
-	}
-	return 0;
 }
 
 void trainer_save_version(struct trainer *tr, int r, int s, long v, float *global)

@@ -215,14 +215,16 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 							 q);
 		params = mine;
 	}
+	trainer_own_experts(tr);
 	for (int i = 0; i < tr->N * tr->S; i++) {
-		int s = i % tr->S;
+		int s = i % tr->S, e0, e1;
 		if (!trainer_holds(tr, i))
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_piece_slots(probe, s) : 1;
+		trainer_held_experts(tr, i / tr->S, &e0, &e1);
 		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, trainer_lane(tr, s), tr->B,
-				tr->T, slots, delay, tr->kind >= 0, params)) {
+				tr->T, slots, delay, tr->kind >= 0, params, e0, e1)) {
 			sched_free(probe);
 			free(mine);
 			return -1;
@@ -243,8 +245,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	}
 	sched_free(probe);
 	free(mine);
-	if (trainer_own_experts(tr))
-		return -1;
+	trainer_expert_views(tr);
 	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
 	 * them, x[s] written by piece s-1 on its lane, the inputs read on
 	 * piece 0's, the targets on the last piece's */

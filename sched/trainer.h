@@ -223,9 +223,14 @@ void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
  * whose worker updates tensor k of piece s in replica r's group: r
  * itself, or for an expert's matrix under ep_split its owner. */
 int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
-/* At init (model.expert_parallel = P > 1): each replica's optimizer
- * keeps only its own experts (sets ep_split). 0, or -1 after error(). */
-int trainer_own_experts(struct trainer *tr);
+/* At init, before the workers (model.expert_parallel = P > 1): each
+ * replica keeps weights and optimizer state only of its own experts (sets
+ * ep_split); trainer_held_experts says which ([e0, e1) of every layer,
+ * for worker_init: every one without ep_split). After the workers,
+ * trainer_expert_views sets the hooks of trainer_ep_view. */
+void trainer_own_experts(struct trainer *tr);
+void trainer_held_experts(const struct trainer *tr, int r, int *e0, int *e1);
+void trainer_expert_views(struct trainer *tr);
 /* Under ep_split in threads: the MoE hook of piece i = r*S + s outside a training
  * segment (evaluation, sampling): each expert runs with its owner's
  * weights of the same version, read in place (shared memory), on this

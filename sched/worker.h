@@ -63,18 +63,17 @@ struct stage_worker {
 /* Build stage s of cut (NULL: the whole model) on lane `lane` with the given delay, n_slots activation slots for
  * B x T micro-batches, its optimizer from cfg, and version 0 copied from the
  * global host arena `params` (m->numel floats). overlapped: steps overlap
- * (a pipeline), so two gradient accumulators; else one. */
+ * (a pipeline), so two gradient accumulators; else one. The worker keeps
+ * weights (every version and predicted copy) and optimizer state only of
+ * the experts [e0, e1) of each MoE layer ([0, E): every one; expert
+ * parallelism's replica keeps none of the experts another replica owns:
+ * model.h, stage_hold_weights; optim_init_owned); its gradients keep
+ * every tensor. */
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
 		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
-		int T, int n_slots, int delay, int overlapped, const float *params);
+		int T, int n_slots, int delay, int overlapped, const float *params, int e0,
+		int e1);
 void worker_free(struct stage_worker *w);
-/* Set up the optimizer again (fresh, zero state) keeping only the tensors
- * k with mine[k] != 0 (optim_init_owned), and the weights of only those
- * (every version and predicted copy; model.h: stage_hold_weights; the
- * gradients keep every tensor): expert parallelism's replica keeps
- * neither for the experts another replica owns. 0, or -1 after error(). */
-int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine);
 
 /* The weights of version v (v < 0 means version 0). The version must be
  * held: newest - (n_versions - 1) <= v <= newest. */
