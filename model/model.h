@@ -211,8 +211,8 @@ int stage_param_count(const struct model *m, const struct stage_cut *cut, int s)
  * experts' tensors may be left out, and in every MoE layer the same
  * contiguous range [w_e0, w_e1) of experts is kept, so moe.h's passes
  * find expert e's weights at (e - w_e0) matrices after the layer's first.
- * Sets the layout only (sched/worker.c calls it before allocating its
- * weight arenas). 0, or -1 after error(). */
+ * Sets the layout only (its caller then allocates arenas of wnumel
+ * floats). 0, or -1 after error(). */
 int stage_hold_weights(struct stage *st, const unsigned char *mine);
 /* Copy this stage's weights out of / into a global (host) arena, from and
  * to a weight arena (woffset: the tensors it holds). The tied
