@@ -179,8 +179,11 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 	memset(mm, 0, sizeof(*mm));
 	for (int s = 0; s < tr->S; s++) {
 		const struct stage_worker *w = &tr->w[s];
+		/* the weight arena may hold fewer tensors than the gradients'
+		 * (expert parallelism: model.h, stage_hold_weights) */
 		double bytes = (double)w->st.numel * sizeof(float);
-		mm->weights += bytes * w->n_versions * (1 + w->predict); /* + predicted copies */
+		double wbytes = (double)w->st.wnumel * sizeof(float);
+		mm->weights += wbytes * w->n_versions * (1 + w->predict); /* + predicted copies */
 		mm->n_grads = w->grads[1] != w->grads[0] ? 2 : 1;
 		mm->grads += mm->n_grads * bytes;
 		mm->optim += (double)optim_bytes(&w->opt);
@@ -189,7 +192,7 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 		mm->slots = MAX(mm->slots, w->st.n_slots);
 		/* a bf16 copy of each version a pass runs on (at most 8 kept) */
 		if (tr->be->weights_bf16)
-			mm->copies += (double)w->st.numel * 2 * w->n_versions * (1 + w->predict);
+			mm->copies += (double)w->st.wnumel * 2 * w->n_versions * (1 + w->predict);
 	}
 	mm->weights += mm->copies; /* counted with the weights (their line says so) */
 	/* the trainer's activations between stages, input and target tokens */
@@ -745,7 +748,7 @@ static int overhead_row(struct bench_ctx *b, const char *optim, int mode, int st
 	double w = 0, vers = 0, opt = 0, corr = 0, mb = 1e6;
 	for (int s = 0; s < tr.S; s++) { /* the largest stage */
 		const struct stage_worker *wk = &tr.w[s];
-		double bytes = (double)wk->st.numel * sizeof(float), o = 0, c = 0;
+		double bytes = (double)wk->st.wnumel * sizeof(float), o = 0, c = 0;
 		for (int i = 0; i < optim_state_count(&wk->opt); i++) {
 			struct optim_state_buf sb = optim_state(&wk->opt, i);
 			*(strcmp(sb.name, "ef_prev_update") ? &o : &c) += (double)sb.numel * sizeof(float);

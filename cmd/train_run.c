@@ -753,7 +753,8 @@ int train_loop(struct run *r)
 						"weights %.1f MB x %d versions  optimizer+correction "
 						"state %.1f MB  activations %.1f MB x %d slots\n",
 						s, w->busy_s, w->idle_s, tot > 0 ? 100 * w->idle_s / tot : 0,
-						w->st.numel * 4.0 / 1e6, w->n_versions, state * 4.0 / 1e6,
+						w->st.wnumel * 4.0 / 1e6, w->n_versions,
+						state * 4.0 / 1e6,
 						w->st.act_bytes_per_slot / 1e6, w->st.n_slots);
 				}
 			}

@@ -402,6 +402,8 @@ void layout_moe_dims(const struct stage *st, struct moe_dims *d)
 	d->beta = c->z_coef;
 	d->act_dtype = st->be->act_dtype;
 	d->ep = st->moe_ep;
+	d->w_e0 = st->w_e0;
+	d->w_e1 = st->w_e1;
 }
 
 void stage_moe_dims(const struct stage *st, struct moe_dims *d)
@@ -687,6 +689,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 			base_off = p->offset;
 		st->params[st->n_params].global = i;
 		st->params[st->n_params].offset = p->offset - base_off;
+		st->params[st->n_params].woffset = p->offset - base_off;
 		st->n_params++;
 		end_off = p->offset + p->numel;
 	}
@@ -699,6 +702,7 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		int w = model_find_param(m, "wte");
 		st->params[st->n_params].global = w;
 		st->params[st->n_params].offset = st->numel;
+		st->params[st->n_params].woffset = st->numel;
 		st->params[st->n_params].tied_copy = 1;
 		st->n_params++;
 		st->numel += m->params[w].numel;
@@ -730,6 +734,12 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		}
 	}
 
+	/* the weight arena: the gradients' layout until stage_hold_weights */
+	st->wnumel = st->numel;
+	st->w_e0 = 0;
+	st->w_e1 = c->E;
+	st->woff_ = xmalloc(st_mult((size_t)nl * NKIND + NGLOBAL, sizeof(size_t)));
+	memcpy(st->woff_, off, ((size_t)nl * NKIND + NGLOBAL) * sizeof(size_t));
 	grad_runs(st);
 	st->head_rows = layout_head_rows(st);
 	layout_slot(st, NULL, &sv);
@@ -820,6 +830,7 @@ void stage_free(struct stage *st)
 	free(st->params);
 	free(st->runs_);
 	free(st->off_);
+	free(st->woff_);
 	if (st->loss_dev_)
 		st->be->free(st->loss_dev_);
 	free(st->slot_dloss_);
@@ -830,8 +841,9 @@ void stage_gather(const struct stage *st, float *stage_arena, const float *globa
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const struct param_info *p = &st->m->params[st->params[i].global];
-		memcpy(stage_arena + st->params[i].offset, global + p->offset,
-		       p->numel * sizeof(float));
+		if (st->params[i].woffset != NONE)
+			memcpy(stage_arena + st->params[i].woffset, global + p->offset,
+			       p->numel * sizeof(float));
 	}
 }
 
@@ -839,9 +851,9 @@ void stage_scatter(const struct stage *st, float *global, const float *stage_are
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const struct param_info *p = &st->m->params[st->params[i].global];
-		if (st->params[i].tied_copy)
+		if (st->params[i].tied_copy || st->params[i].woffset == NONE)
 			continue;
-		memcpy(global + p->offset, stage_arena + st->params[i].offset,
+		memcpy(global + p->offset, stage_arena + st->params[i].woffset,
 		       p->numel * sizeof(float));
 	}
 }

@@ -130,7 +130,10 @@ int model_find_param(const struct model *m, const char *name);
 /* One stage: a contiguous slice of the model and the buffers it needs. */
 struct stage_param {
 	int global;       /* index into model.params */
-	size_t offset;    /* in floats, within the stage arena */
+	size_t offset;    /* in floats, within the stage arena (gradients) */
+	size_t woffset;   /* in floats, within the stage's weight arena: offset,
+			   * or after stage_hold_weights where the tensor lies
+			   * there ((size_t)-1: not held) */
 	int tied_copy;    /* this is the last stage's copy of wte */
 };
 
@@ -142,7 +145,12 @@ struct stage {
 	int has_embed, has_head;
 	struct stage_param *params;
 	int n_params;
-	size_t numel;          /* floats in this stage's arena */
+	size_t numel;          /* floats in this stage's arena (its gradients) */
+	size_t wnumel;         /* floats in its weight arena: numel, or less
+				* after stage_hold_weights */
+	int w_e0, w_e1;        /* the experts of each MoE layer whose weights
+				* the weight arena holds: [0, E) or, after
+				* stage_hold_weights, the owned ones */
 	int B, T;              /* micro-batch shape */
 	int n_slots;           /* activation slots (in-flight micro-batches) */
 	void **slot_acts;      /* per slot: saved activations */
@@ -182,6 +190,7 @@ struct stage {
 	} *runs_;
 	int n_runs_;
 	size_t *off_;
+	size_t *woff_;         /* off_'s table for the weight arena */
 	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
 };
@@ -199,7 +208,18 @@ void stage_free(struct stage *st);
 /* How many tensors stage s of cut holds (its st.n_params, the tied copy of
  * wte included), without building it. */
 int stage_param_count(const struct model *m, const struct stage_cut *cut, int s);
-/* Copy this stage's tensors out of / into a global (host) arena. The tied
+/* Expert parallelism's weights (sched/comm/experts.h): from now on the
+ * stage's weight arena (wnumel floats; what every pass's params is) holds
+ * only the tensors k with mine[k] != 0, back to back in tensor order
+ * (woffset); the gradient arena keeps every tensor (offset, numel). Only
+ * experts' tensors may be left out, and in every MoE layer the same
+ * contiguous range [w_e0, w_e1) of experts is kept, so moe.h's passes
+ * find expert e's weights at (e - w_e0) matrices after the layer's first.
+ * Sets the layout only (its caller then allocates arenas of wnumel
+ * floats). 0, or -1 after error(). */
+int stage_hold_weights(struct stage *st, const unsigned char *mine);
+/* Copy this stage's weights out of / into a global (host) arena, from and
+ * to a weight arena (woffset: the tensors it holds). The tied
  * copy of wte is filled by stage_gather but skipped by stage_scatter (stage 0
  * owns wte). */
 void stage_gather(const struct stage *st, float *stage_arena, const float *global);

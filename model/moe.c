@@ -2,6 +2,7 @@
  * experts, combine, auxiliary losses, and their backward, as calls of the
  * backend's ops (the routing and dispatch ones: backend.h, moe_*). */
 #include "moe.h"
+#include "../io/util.h"
 
 /* ---- buffer layout ---- */
 
@@ -93,8 +94,7 @@ void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows
 	int n = count[E];
 	void *xd = act_at(rows->xd, r0 * C, A), *h = act_at(rows->h, r0 * 2 * De, A);
 	void *act = act_at(rows->act, r0 * De, A), *y = act_at(rows->y, r0 * C, A);
-	const float *w1 = fcw ? fcw + (size_t)e0 * 2 * De * C : NULL;
-	const float *w2 = fcprojw ? fcprojw + (size_t)e0 * C * De : NULL;
+	const float *w1 = fcw, *w2 = fcprojw; /* expert e0's: moe.h */
 	float *g1 = rows->gfcw ? rows->gfcw + (size_t)e0 * 2 * De * C : NULL;
 	float *g2 = rows->gfcprojw ? rows->gfcprojw + (size_t)e0 * C * De : NULL;
 	/* every expert's product in one call, SwiGLU over all the rows at once
@@ -122,6 +122,23 @@ void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows
 	}
 }
 
+/* The experts whose weights a pass holds: moe_dims' [w_e0, w_e1), where
+ * (0, 0) is every one */
+static int held_end(const struct moe_dims *d)
+{
+	return d->w_e1 ? d->w_e1 : d->E;
+}
+
+const float *moe_expert_weights(const struct moe_dims *d, const float *w, int proj, int e)
+{
+	if (e < d->w_e0 || e > held_end(d))
+		bug("expert %d's weights asked of a pass holding experts [%d, %d)", e, d->w_e0,
+		    held_end(d));
+	/* e == the end is an empty range's start (never read) */
+	size_t per = (size_t)(proj ? 1 : 2) * d->De * d->C; /* [2De,C] or [C,De] */
+	return w ? w + (size_t)(e - d->w_e0) * per : NULL;
+}
+
 /* Every expert's products of a pass: here, or by their owners (moe.h) */
 static void run_experts(const struct backend *be, int pass, const struct moe_rows *rows,
 			const struct moe_params *w)
@@ -129,6 +146,9 @@ static void run_experts(const struct backend *be, int pass, const struct moe_row
 	const float *fcw = w ? w->fcw : NULL, *fcprojw = w ? w->fcprojw : NULL;
 	if (rows->d->ep)
 		rows->d->ep->experts(rows->d->ep, pass, rows, fcw, fcprojw);
+	else if (rows->d->w_e0 != 0 || held_end(rows->d) != rows->d->E)
+		bug("a pass without expert parallelism's hook on weights of experts [%d, %d) of %d",
+		    rows->d->w_e0, held_end(rows->d), rows->d->E);
 	else
 		moe_experts(be, pass, rows, fcw, fcprojw, 0, rows->d->E);
 }

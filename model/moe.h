@@ -58,10 +58,15 @@ struct moe_dims {
 	float alpha, beta; /* aux_coef, z_coef */
 	int act_dtype;     /* enum act_dtype of the backend (0: f32) */
 	const struct moe_ep *ep; /* expert parallelism (below); NULL: every expert here */
+	int w_e0, w_e1;    /* the experts whose weights the pass's fcw, fcprojw
+			    * hold, back to back from w_e0's: [0, E) (also
+			    * when both are 0), or under expert parallelism
+			    * the owned ones (model.h: stage_hold_weights) */
 };
 
-/* Weights: fcw holds the E experts' [2De,C] matrices back to back, fcprojw
- * their [C,De]; sh_* are NULL without a shared expert. */
+/* Weights: fcw holds the experts' [2De,C] matrices back to back, fcprojw
+ * their [C,De] (experts [d->w_e0, d->w_e1): every one, or the owned ones
+ * under expert parallelism); sh_* are NULL without a shared expert. */
 struct moe_params {
 	const float *router, *fcw, *fcprojw, *sh_fcw, *sh_fcprojw;
 };
@@ -134,12 +139,20 @@ struct moe_rows {
 	float *gfcw, *gfcprojw;      /* all E experts' gradients, or NULL */
 };
 
+/* fcw, fcprojw: expert e0's matrices, then the next ones' up to e1 - 1
+ * (moe_expert_weights finds them in a pass's weights) */
 void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows,
 		 const float *fcw, const float *fcprojw, int e0, int e1);
 
+/* Expert e's fcw (proj 0) or fcprojw (proj 1) within w, a pass's weights of
+ * experts [d->w_e0, d->w_e1) (NULL stays NULL: the weight part reads none).
+ * An expert outside them is a broken invariant: its weights are not here. */
+const float *moe_expert_weights(const struct moe_dims *d, const float *w, int proj, int e);
+
 struct moe_ep {
 	/* Run the pass's experts on this replica's rows, wherever they are
-	 * owned; fcw, fcprojw: this replica's weights of all E experts.
+	 * owned; fcw, fcprojw: this replica's weights of the experts
+	 * [rows->d->w_e0, w_e1) (all E, or its own: stage_hold_weights).
 	 * Returns once every product of this replica's rows is done. */
 	void (*experts)(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
 			const float *fcw, const float *fcprojw);

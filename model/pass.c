@@ -377,7 +377,7 @@ double stage_aux_loss(const struct stage *st, int slot)
 static void weights_prepare(const struct stage *st, const float *params)
 {
 	if (st->be->weights_bf16)
-		st->be->weights_bf16(params, st->numel);
+		st->be->weights_bf16(params, st->wnumel);
 }
 
 /* The input of layer li of the slot v: the layer before's output, or x0. */

@@ -41,9 +41,10 @@ static inline size_t *goff(const struct stage *st)
 	return st->off_ + (size_t)(st->layer_end - st->layer_begin) * NKIND;
 }
 
+/* Weights through woff_ (stage_hold_weights' arena), gradients through off_ */
 static inline const float *PW(const struct stage *st, const float *params, int li, int k)
 {
-	size_t o = st->off_[(size_t)li * NKIND + k];
+	size_t o = st->woff_[(size_t)li * NKIND + k];
 	return o == NONE ? NULL : params + o;
 }
 
@@ -56,7 +57,7 @@ static inline float *GW(const struct stage *st, float *grads, int li, int k)
 
 static inline const float *PG(const struct stage *st, const float *params, int g)
 {
-	size_t o = goff(st)[g];
+	size_t o = st->woff_[(size_t)(st->layer_end - st->layer_begin) * NKIND + g];
 	return o == NONE ? NULL : params + o;
 }
 

@@ -371,6 +371,7 @@ int optim_init_owned(struct optimizer *o, const struct backend *be, const struct
 		const struct param_info *pi = &m->params[params[k].global];
 		t->info = *pi;
 		t->offset = params[k].offset;
+		t->woffset = params[k].offset;
 		t->tied_copy = params[k].tied_copy;
 		if (pi->numel > numel || t->offset > numel - pi->numel) {
 			error("optimizer: tensor '%s' (%zu floats at %zu) lies outside the stage arena of %zu floats",
@@ -589,7 +590,7 @@ static int elementwise_batch(struct optimizer *o, float *weights, const float *g
 			if (elementwise_rule(t->rule) != rule || !t->info.numel || t->skip)
 				continue;
 			e[count++] = (struct optim_elem_tensor){
-				.w = weights + t->offset,
+				.w = weights + t->woffset,
 				.g = grads + t->offset,
 				.s0 = t->part[0].data,
 				.s1 = rule == OPTIM_ELEM_ADAMW ? t->part[1].data : NULL,
@@ -615,7 +616,7 @@ static void apply_direction(struct optimizer *o, const struct optim_tensor *t, f
 {
 	const struct backend *be = o->be;
 	size_t n = t->info.numel;
-	float *w = weights + t->offset;
+	float *w = weights + t->woffset;
 	float decay = t->info.decay ? lr * o->wd : 0.0f;
 	float *u_prev = t->ef ? t->part[t->n_part - 1].data : NULL;
 	/* SOAP's first step only builds its bases (u = 0): its first update,
@@ -678,6 +679,17 @@ static void ns_batches(struct optimizer *o, float *weights, const float *grads, 
 		}
 	}
 	free(done), free(idx), free(in), free(out);
+}
+
+void optim_weights_at(struct optimizer *o, const struct stage_param *params)
+{
+	for (int k = 0; k < o->n; k++)
+		if (!o->t[k].skip) {
+			if (params[k].woffset == (size_t)-1)
+				bug("optimizer: tensor '%s' is updated and its weights are not "
+				    "held", o->t[k].info.name);
+			o->t[k].woffset = params[k].woffset;
+		}
 }
 
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step)

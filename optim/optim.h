@@ -112,7 +112,9 @@ struct optim_part {
 
 struct optim_tensor {
 	struct param_info info; /* copy of the model's row (name, shape, ...) */
-	size_t offset;          /* in floats, within the stage arena */
+	size_t offset;          /* in floats, within the stage arena (gradients) */
+	size_t woffset;         /* in floats, within the weight arena: offset,
+				 * or as optim_weights_at set it */
 	int tied_copy;          /* last stage's copy of the tied wte */
 	int rule;               /* enum optim_rule */
 	int ef;                 /* the correction acts on this tensor */
@@ -182,7 +184,11 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 int optim_init_owned(struct optimizer *o, const struct backend *be, const struct config *cfg,
 		     const struct model *m, const struct stage_param *params, int n_params,
 		     size_t numel, const unsigned char *mine);
-/* One optimizer step: weights[numel] (the stage arena, updated in place)
+/* The weights of tensor k lie at params[k].woffset of the arena
+ * optim_step is given, not at its gradient's offset (model.h:
+ * stage_hold_weights; only this optimizer's tensors need be held). */
+void optim_weights_at(struct optimizer *o, const struct stage_param *params);
+/* One optimizer step: weights (the stage's weight arena, updated in place)
  * from grads[numel] (already clipped), learning rate lr (from lr_at), and
  * step, the 1-based optimizer step count. */
 void optim_step(struct optimizer *o, float *weights, const float *grads, float lr, long step);

@@ -946,13 +946,16 @@ static void stage_release(struct stage_ctx *c, const struct backend *be)
 
 /* Expert parallelism (model.expert_parallel = P > 1; experts.h): the
  * hooks of the pieces this process holds, set for a segment (ex) and
- * cleared after it (NULL), so that evaluation and saving run every expert
- * locally (every replica holds them all). */
+ * after it (NULL) those of evaluation and sampling: in threads the
+ * owners' weights read in place (trainer_ep_view), between processes
+ * none (pipeline_eval sets ex's again for its passes); without expert
+ * parallelism none. */
 static void experts_hooks(struct trainer *tr, struct experts *ex)
 {
 	for (int i = 0; i < tr->N * tr->S; i++)
 		if (worker_alive(&tr->w[i]))
-			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S) : NULL;
+			tr->w[i].st.moe_ep = ex ? ex->member(ex, i / tr->S, i % tr->S)
+						: trainer_ep_view(tr, i);
 }
 
 int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
@@ -1115,12 +1118,6 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		tr->w[i].idle_s += ctx[i].idle;
 	}
 	tr->step = p.first_step + done; /* the weights moved on, whatever follows */
-	/* the copies of the experts other replicas own: current again */
-	if (mpi ? dist_agree(d, trainer_refresh_experts(tr), "to refresh the experts' copies")
-		: trainer_refresh_experts(tr)) {
-		rc = -1;
-		goto out;
-	}
 	/* one wait for every loss of the segment (zeros where no local last
 	 * stage wrote: under MPI the other ranks' come in mpi_segment_end) */
 	backend_lane_bind(tr->be, trainer_lane(tr, S - 1));
@@ -1199,6 +1196,11 @@ struct eval_ctx {
 	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
 	float *losses;            /* [batches] */
 	int failed;               /* a message buffer or a list could not be had */
+	int pad;                  /* every replica runs every micro-batch of the
+				   * lists (a batch past the end on the last
+				   * one's tokens, its loss dropped): the
+				   * experts' hook between processes needs
+				   * every member of a group at every call */
 	int32_t *host_in, *host_tg;
 };
 
@@ -1218,7 +1220,7 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 	const struct sched_action *a = sched_actions(sc, e->s, &n);
 	for (int i = 0; i < n && !e->failed; i++) {
 		int batch = e->r + (first + a[i].mb) * tr->N;
-		if (batch >= e->batches)
+		if (batch >= e->batches && !e->pad)
 			continue;
 		int q = sched_piece(sc, e->s, a[i].chunk), last = q == S - 1;
 		switch (a[i].op) {
@@ -1236,7 +1238,8 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 				break;
 			}
 			if (q == 0 || last) { /* inputs to the first piece, targets to the last */
-				dataloader_batch(e->data, batch, host_in, host_tg);
+				dataloader_batch(e->data, MIN(batch, e->batches - 1), host_in,
+						 host_tg);
 				if (q == 0)
 					be->to_device(e->dev_in, host_in, bt * sizeof(int32_t));
 				if (last)
@@ -1250,9 +1253,10 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 			if (x_in)
 				tp->release(tp, q, x_in);
 			x_in = NULL;
-			if (last)
-				e->losses[batch] = loss;
-			else if (tr->piece_stage[q + 1] == e->s) {
+			if (last) {
+				if (batch < e->batches) /* else a padded one's */
+					e->losses[batch] = loss;
+			} else if (tr->piece_stage[q + 1] == e->s) {
 				tp->send(tp, q, q + 1, MSG_ACT, batch, x_out);
 				x_out = NULL;
 			}
@@ -1388,7 +1392,18 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 	if (!failed && mpi) {
 		const struct mpi_side *mp = dist_pipeline(d);
 		ctx[lo].tp = mp->tp;
+		/* each replica holds only its own experts' weights (ep_split):
+		 * the owners run them, as in training */
+		ctx[lo].pad = mp->ex != NULL;
+		if (ctx[lo].pad)
+			experts_hooks(tr, mp->ex);
 		eval_stage(&ctx[lo]);
+		if (ctx[lo].pad) {
+			for (int i = 0; i < N * S; i++)
+				if (worker_alive(&tr->w[i]))
+					ep_take_waited(tr->w[i].st.moe_ep); /* not a step's */
+			experts_hooks(tr, NULL);
+		}
 		if (ctx[lo].failed) {
 			error("rank %d (stage %d): the evaluation cannot go on; aborting the job",
 			      dist_rank(d), ctx[lo].s);
@@ -1494,10 +1509,12 @@ static int send_state(struct trainer *tr)
 			struct stage_worker *w = &tr->w[q];
 			struct weights_head h = stage_range(&w->st);
 			float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
-			/* what trainer_gather_weights takes from this piece */
+			/* what trainer_gather_weights takes from this piece (the
+			 * experts its weights leave out from their owners) */
 			long v = w->newest - MIN(back, w->n_versions - 1);
-			tr->be->to_host(host, worker_weights(w, v), w->st.numel * sizeof(float));
-			rc = dist_send(d, &h, sizeof(h), 0, TAG_STATE);
+			rc = trainer_piece_weights(tr, q, v, host);
+			if (!rc)
+				rc = dist_send(d, &h, sizeof(h), 0, TAG_STATE);
 			if (!rc)
 				rc = dist_send(d, host, h.count * sizeof(float), 0, TAG_STATE);
 			free(host);
@@ -1522,9 +1539,26 @@ static int gather_weights(void *ctx, int back, float *global)
 	const struct dist *d = tr->dist;
 	for (int s = 0; s < tr->S; s++) {
 		struct stage_worker *w = &tr->w[s];
-		if (worker_alive(w)) {
+		if (worker_alive(w) && !dist_active(d)) {
 			/* what trainer_gather_weights takes from this stage */
-			worker_save_version(w, w->newest - MIN(back, w->n_versions - 1), global);
+			trainer_save_version(tr, 0, s, w->newest - MIN(back, w->n_versions - 1),
+					     global);
+			continue;
+		}
+		if (worker_alive(w)) { /* rank 0's piece: the owners send their experts */
+			float *host = xmalloc(st_mult(w->st.numel, sizeof(float)));
+			long v = w->newest - MIN(back, w->n_versions - 1);
+			int rc = trainer_piece_weights(tr, s, v, host);
+			for (int k = 0; k < w->st.n_params && !rc; k++) {
+				const struct stage_param *sp = &w->st.params[k];
+				if (!sp->tied_copy)
+					memcpy(global + tr->m->params[sp->global].offset,
+					       host + sp->offset,
+					       tr->m->params[sp->global].numel * sizeof(float));
+			}
+			free(host);
+			if (rc)
+				return -1;
 			continue;
 		}
 		struct weights_head h;
@@ -1584,8 +1618,11 @@ int pipeline_save(struct trainer *tr, const char *path, const char *config_text,
 	int rank = dist_rank(d), rc = 0;
 	if (rank >= tr->stages) {
 		/* replica rank / stages > 0: replica 0 holds the same bits, but
-		 * for the state of experts it does not own (expert_owned.c) */
-		rc = trainer_send_owned_state(tr);
+		 * for the weights and state of experts it does not own
+		 * (expert_owned.c) */
+		rc = trainer_send_owned_weights(tr);
+		if (!rc)
+			rc = trainer_send_owned_state(tr);
 	} else if (rank > 0) {
 		rc = send_state(tr);
 	} else {

@@ -5,21 +5,22 @@
  *
  * That is safe because a replica never reads the weights of an expert it
  * does not own during a training segment: the owner runs it on every
- * member's rows with its own copy. Those stale copies are refreshed from
- * the owner once a segment ends (trainer_refresh_experts), before anything
- * that reads weights outside training (evaluation, checkpoints, sampling,
- * the next segment), every weight version and predicted copy of it, so
- * every replica again holds P = 1's bits. Checkpoints take an expert's
- * state from its owner (trainer_ckpt.c: worker_state_tensors, and
- * trainer_send_owned_state between processes) and a load gives each
- * replica only its own experts' (trainer_load): the file is P = 1's.
+ * member's rows with its own copy. So its weight arenas hold only its own
+ * experts too (worker_init, model.h: stage_hold_weights), and what reads
+ * weights outside training runs each expert with its owner's weights of
+ * the same version: in threads in place (evaluation and sampling through
+ * trainer_ep_view's hook, checkpoints through trainer_save_version);
+ * between processes evaluation through the experts' hook as training
+ * (executor.c), checkpoints through trainer_piece_weights, the owners'
+ * ranks sending their experts' weights to replica 0's ranks
+ * (trainer_send_owned_weights) before their state
+ * (trainer_send_owned_state; trainer_ckpt.c: worker_state_tensors). A
+ * load gives each replica only its own experts' weights and state
+ * (stage_gather, trainer_load): the file is P = 1's.
  *
- * Between threads the copies are read from the owner's worker. Between
- * processes (one stage of one replica each) they travel on the control
- * channel (dist_send, TAG_EXPERTS) from the owner's rank to the member's
- * rank of the same stage, staged through host memory, in an order every
- * rank of the group follows: owner by owner, member by member, piece by
- * piece, so each rank waits on at most one peer at a time.
+ * Between processes the owners' parts travel on the control channel
+ * (dist_send) to the rank of replica 0 of the same stage, staged through
+ * host memory, in the order that rank asks for them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,10 @@
 #include "comm/dist.h"
 #include "trainer.h"
 
-/* The control channel's tags (executor.c has 1 and 2): the copies of a
- * refresh, and the experts' state a checkpoint gathers. */
-enum { TAG_EXPERTS = 3, TAG_EXPERT_STATE = 4 };
+/* The control channel's tags (executor.c has 1 and 2; 3 was a refresh of
+ * the experts' copies, which replicas no longer hold): the experts' state
+ * and weights a checkpoint gathers. */
+enum { TAG_EXPERT_STATE = 4, TAG_EXPERT_WEIGHTS = 5 };
 
 /* The replica owning tensor k of piece s (laid out as in w) in replica r's
  * group: an expert's owner under ep_split, else r. */
@@ -51,31 +53,7 @@ int trainer_expert_owner(const struct trainer *tr, int r, int s, int k)
 	return owner_of(tr, r, &tr->w[r * tr->S + s], k);
 }
 
-int trainer_own_experts(struct trainer *tr)
-{
-	int P = (int)tr->cfg->model_expert_parallel;
-	if (P <= 1 || tr->m->cfg.E % P || tr->N % P)
-		return 0;
-	tr->ep_split = P;
-	for (int i = 0; i < tr->N * tr->S; i++) {
-		struct stage_worker *w = &tr->w[i];
-		if (!worker_alive(w)) /* under MPI: another rank's */
-			continue;
-		int r = i / tr->S, n = w->st.n_params, any = 0;
-		unsigned char *mine = xcalloc((size_t)(n ? n : 1), 1);
-		for (int k = 0; k < n; k++) {
-			mine[k] = owner_of(tr, r, w, k) == r;
-			any |= !mine[k];
-		}
-		int rc = any ? worker_own(w, tr->m, tr->cfg, mine) : 0;
-		free(mine);
-		if (rc)
-			return -1;
-	}
-	return 0;
-}
-
-/* The arenas a refresh sets: every version, then every predicted copy. */
+/* The weight arenas of a worker: every version, then every predicted copy. */
 static int ring(const struct stage_worker *w, float **arena)
 {
 	int n = 0;
@@ -86,95 +64,98 @@ static int ring(const struct stage_worker *w, float **arena)
 	return n;
 }
 
-/* Threads: member w's copies of the experts owner o holds, on w's lane. */
-static void copy_from(const struct trainer *tr, int r, struct stage_worker *w, int o,
-		      const struct stage_worker *from)
-{
-	float *dst[2 * WORKER_MAX_VERSIONS], *src[2 * WORKER_MAX_VERSIONS];
-	int n = ring(w, dst);
-	ring(from, src);
-	for (int k = 0; k < w->st.n_params; k++) {
-		if (owner_of(tr, r, w, k) != o)
-			continue;
-		size_t off = w->st.params[k].offset;
-		size_t bytes = tr->m->params[w->st.params[k].global].numel * sizeof(float);
-		for (int a = 0; a < n; a++)
-			tr->be->copy(dst[a] + off, src[a] + off, bytes);
-	}
-}
+/* Outside training, in threads: the hook of piece s of replica r */
+struct ep_view {
+	struct moe_ep ep; /* first: the hook is the view */
+	const struct trainer *tr;
+	int r, s;
+};
 
-/* Processes: the experts of piece w that owner replica o holds for member
- * replica m, arena by arena of the ring, each packed in one host buffer
- * (tensor order), sent (o's rank) or received and set (m's). */
-static int exchange(const struct trainer *tr, struct stage_worker *w, int o, int m, int peer,
-		    int sending)
+/* The arena of w's ring (a version or a predicted copy) holding fcw, and
+ * the offset of fcw in it. Every member's weight arena has the same
+ * layout (each holds E/P experts of every layer, the rest alike), so the
+ * same arena of the owner (the same version: the replicas move on
+ * together) has the owner's experts at that offset. */
+static int arena_of(const struct stage_worker *w, const float *fcw, size_t *off)
 {
 	float *arena[2 * WORKER_MAX_VERSIONS];
 	int n = ring(w, arena);
-	size_t floats = 0;
-	for (int k = 0; k < w->st.n_params; k++)
-		if (owner_of(tr, m, w, k) == o)
-			floats += tr->m->params[w->st.params[k].global].numel;
-	if (!floats)
-		return 0;
-	size_t bytes = st_mult(floats, sizeof(float));
-	float *host = xmalloc(bytes);
-	const struct backend *be = tr->be;
-	int rc = 0;
-	for (int a = 0; a < n && !rc; a++) {
-		if (!sending)
-			rc = dist_recv(tr->dist, host, bytes, peer, TAG_EXPERTS);
-		float *at = host;
-		for (int k = 0; k < w->st.n_params && !rc; k++) {
-			if (owner_of(tr, m, w, k) != o)
-				continue;
-			size_t off = w->st.params[k].offset;
-			size_t cnt = tr->m->params[w->st.params[k].global].numel;
-			if (sending)
-				be->to_host(at, arena[a] + off, cnt * sizeof(float));
-			else
-				be->to_device(arena[a] + off, at, cnt * sizeof(float));
-			at += cnt;
+	for (int a = 0; a < n; a++)
+		if (fcw >= arena[a] && fcw < arena[a] + w->st.wnumel) {
+			*off = (size_t)(fcw - arena[a]);
+			return a;
 		}
-		if (!rc && sending)
-			rc = dist_send(tr->dist, host, bytes, peer, TAG_EXPERTS);
-	}
-	free(host);
-	return rc;
+	bug("stage %d's experts' weights are in none of its weight arenas", w->s);
 }
 
-int trainer_refresh_experts(struct trainer *tr)
+static void view_run(const struct moe_ep *ep, int pass, const struct moe_rows *rows,
+		     const float *fcw, const float *fcprojw)
 {
-	if (tr->ep_split <= 1)
-		return 0;
-	int P = tr->ep_split, S = tr->S;
-	if (!dist_active(tr->dist)) {
-		for (int i = 0; i < tr->N * S; i++) {
-			struct stage_worker *w = &tr->w[i];
-			int r = i / S, s = i % S, base = r - r % P;
-			int before = backend_lane_enter(tr->be, w->lane);
-			for (int o = base; o < base + P; o++)
-				if (o != r)
-					copy_from(tr, r, w, o, &tr->w[o * S + s]);
-			backend_lane_bind(tr->be, before);
-		}
-		return 0;
+	const struct ep_view *vw = (const struct ep_view *)ep;
+	const struct trainer *tr = vw->tr;
+	const struct moe_dims *d = rows->d;
+	int P = tr->ep_split, base = vw->r - vw->r % P, G = d->E / P;
+	const struct stage_worker *me = &tr->w[vw->r * tr->S + vw->s];
+	size_t o1 = 0, o2 = 0;
+	int a = fcw ? arena_of(me, fcw, &o1) : 0; /* the weight part reads none */
+	if (fcprojw)
+		a = arena_of(me, fcprojw, &o2);
+	for (int o = base; o < base + P; o++) {
+		const struct stage_worker *ow = &tr->w[o * tr->S + vw->s];
+		float *arena[2 * WORKER_MAX_VERSIONS];
+		ring(ow, arena);
+		if (ow->st.wnumel != me->st.wnumel || ow->newest != me->newest)
+			bug("piece %d: replica %d's weights (%zu floats, version %ld) and its "
+			    "owner %d's (%zu, %ld) differ in layout", vw->s, vw->r,
+			    me->st.wnumel, me->newest, o, ow->st.wnumel, ow->newest);
+		/* o's experts [(o - base) G, + G) begin its layer's blocks */
+		moe_experts(tr->be, pass, rows, fcw ? arena[a] + o1 : NULL,
+			    fcprojw ? arena[a] + o2 : NULL, (o - base) * G, (o - base + 1) * G);
 	}
-	int rank = dist_rank(tr->dist), stage = rank % tr->stages, r = rank / tr->stages;
-	int base = r - r % P, rc = 0;
-	for (int o = base; o < base + P && !rc; o++)
-		for (int m = base; m < base + P && !rc; m++) {
-			if (o == m || (r != o && r != m))
-				continue;
-			int peer = (r == o ? m : o) * tr->stages + stage;
-			for (int q = 0; q < S && !rc; q++)
-				if (trainer_holds(tr, r * S + q))
-					rc = exchange(tr, &tr->w[r * S + q], o, m, peer, r == o);
-		}
-	if (rc)
-		return error("rank %d: cannot refresh its copies of the experts other ranks own",
-			     rank);
-	return 0;
+}
+
+const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i)
+{
+	return tr->ep_view ? &tr->ep_view[i].ep : NULL;
+}
+
+void trainer_own_experts(struct trainer *tr)
+{
+	int P = (int)tr->cfg->model_expert_parallel;
+	if (P > 1 && tr->m->cfg.E % P == 0 && tr->N % P == 0)
+		tr->ep_split = P;
+}
+
+void trainer_held_experts(const struct trainer *tr, int r, int *e0, int *e1)
+{
+	int E = tr->m->cfg.E, P = MAX(tr->ep_split, 1);
+	*e0 = r % P * (E / P); /* owner_of's split */
+	*e1 = *e0 + E / P;
+}
+
+void trainer_expert_views(struct trainer *tr)
+{
+	if (tr->ep_split <= 1 || dist_active(tr->dist))
+		return;
+	tr->ep_view = xcalloc((size_t)tr->N * tr->S, sizeof(*tr->ep_view));
+	for (int i = 0; i < tr->N * tr->S; i++) {
+		tr->ep_view[i] = (struct ep_view){.ep = {.experts = view_run}, .tr = tr,
+						  .r = i / tr->S, .s = i % tr->S};
+		tr->w[i].st.moe_ep = &tr->ep_view[i].ep;
+	}
+}
+
+void trainer_save_version(struct trainer *tr, int r, int s, long v, float *global)
+{
+	worker_save_version(&tr->w[r * tr->S + s], v, global);
+	if (tr->ep_split <= 1)
+		return;
+	/* the experts r does not hold, from their owners (the rest the same
+	 * bits as r's) */
+	int P = tr->ep_split, base = r - r % P;
+	for (int o = base; o < base + P; o++)
+		if (o != r)
+			worker_save_version(&tr->w[o * tr->S + s], v, global);
 }
 
 /* A state tensor between an owner's rank and replica 0's rank of its
@@ -248,5 +229,91 @@ int trainer_send_owned_state(const struct trainer *tr)
 			free(host);
 		}
 	}
+	return rc;
+}
+
+/* Between processes under ep_split: a checkpoint's weights of an expert
+ * come from its owner's rank. Piece w's tensors that owner o (of group
+ * 0) holds for the checkpoint, in tensor order: their floats. */
+static size_t owned_floats(const struct trainer *tr, const struct stage_worker *w, int o)
+{
+	size_t n = 0;
+	for (int k = 0; k < w->st.n_params; k++)
+		if (owner_of(tr, 0, w, k) == o)
+			n += tr->m->params[w->st.params[k].global].numel;
+	return n;
+}
+
+int trainer_piece_weights(const struct trainer *tr, int q, long v, float *host)
+{
+	struct stage_worker *w = &tr->w[q]; /* replica 0's */
+	float *held = xmalloc(st_mult(w->st.wnumel, sizeof(float)));
+	int before = backend_lane_enter(tr->be, w->lane);
+	tr->be->to_host(held, worker_weights(w, v), w->st.wnumel * sizeof(float));
+	backend_lane_bind(tr->be, before);
+	for (int k = 0; k < w->st.n_params; k++) {
+		const struct stage_param *sp = &w->st.params[k];
+		if (sp->woffset != (size_t)-1)
+			memcpy(host + sp->offset, held + sp->woffset,
+			       tr->m->params[sp->global].numel * sizeof(float));
+	}
+	free(held);
+	if (tr->ep_split <= 1 || !dist_active(tr->dist))
+		return 0;
+	int rc = 0;
+	for (int o = 1; o < tr->ep_split && !rc; o++) {
+		size_t n = owned_floats(tr, w, o);
+		if (!n)
+			continue;
+		float *buf = xmalloc(st_mult(n, sizeof(float))), *at = buf;
+		int from = o * tr->stages + tr->piece_stage[q];
+		rc = dist_recv(tr->dist, buf, n * sizeof(float), from, TAG_EXPERT_WEIGHTS);
+		for (int k = 0; k < w->st.n_params && !rc; k++) {
+			const struct stage_param *sp = &w->st.params[k];
+			size_t cnt = tr->m->params[sp->global].numel;
+			if (owner_of(tr, 0, w, k) != o)
+				continue;
+			memcpy(host + sp->offset, at, cnt * sizeof(float));
+			at += cnt;
+		}
+		free(buf);
+	}
+	return rc;
+}
+
+int trainer_send_owned_weights(const struct trainer *tr)
+{
+	int rank = dist_rank(tr->dist), r = rank / tr->stages;
+	if (tr->ep_split <= 1 || r == 0 || r >= tr->ep_split)
+		return 0; /* only group 0's owners: replica 0 writes the file */
+	int rc = 0, to = rank % tr->stages, nv = trainer_n_versions(tr);
+	for (int back = 0; back < nv && !rc; back++)
+		for (int q = 0; q < tr->S && !rc; q++) {
+			struct stage_worker *w = &tr->w[r * tr->S + q];
+			if (!trainer_holds(tr, r * tr->S + q))
+				continue;
+			size_t n = owned_floats(tr, w, r);
+			if (!n)
+				continue;
+			/* what trainer_piece_weights asks of this piece */
+			long v = w->newest - MIN(back, w->n_versions - 1);
+			float *held = xmalloc(st_mult(w->st.wnumel, sizeof(float)));
+			float *buf = xmalloc(st_mult(n, sizeof(float))), *at = buf;
+			tr->be->to_host(held, worker_weights(w, v), w->st.wnumel * sizeof(float));
+			for (int k = 0; k < w->st.n_params; k++) {
+				const struct stage_param *sp = &w->st.params[k];
+				size_t cnt = tr->m->params[sp->global].numel;
+				if (owner_of(tr, 0, w, k) != r)
+					continue;
+				if (sp->woffset == (size_t)-1)
+					bug("rank %d owns %s and does not hold its weights", rank,
+					    tr->m->params[sp->global].name);
+				memcpy(at, held + sp->woffset, cnt * sizeof(float));
+				at += cnt;
+			}
+			rc = dist_send(tr->dist, buf, n * sizeof(float), to, TAG_EXPERT_WEIGHTS);
+			free(held);
+			free(buf);
+		}
 	return rc;
 }

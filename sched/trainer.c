@@ -233,14 +233,16 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 							 q);
 		params = mine;
 	}
+	trainer_own_experts(tr);
 	for (int i = 0; i < tr->N * tr->S; i++) {
-		int s = i % tr->S;
+		int s = i % tr->S, e0, e1;
 		if (!trainer_holds(tr, i))
 			continue;
 		int delay = trainer_stage_delay(cfg, s, tr->S);
 		int slots = probe ? sched_piece_slots(probe, s) : 1;
+		trainer_held_experts(tr, i / tr->S, &e0, &e1);
 		if (worker_init(&tr->w[i], m, be, cfg, &tr->cut, s, trainer_lane(tr, s), tr->B,
-				tr->T, slots, delay, tr->kind >= 0, params)) {
+				tr->T, slots, delay, tr->kind >= 0, params, e0, e1)) {
 			sched_free(probe);
 			free(mine);
 			return -1;
@@ -261,8 +263,7 @@ int trainer_init_on(struct trainer *tr, struct dist *d, const struct config *cfg
 	}
 	sched_free(probe);
 	free(mine);
-	if (trainer_own_experts(tr))
-		return -1;
+	trainer_expert_views(tr);
 	/* the one-worker buffers; with lanes (backend.h) only evaluation uses
 	 * them, x[s] written by piece s-1 on its lane, the inputs read on
 	 * piece 0's, the targets on the last piece's */
@@ -330,6 +331,7 @@ void trainer_free(struct trainer *tr)
 	free(tr->x_peer);
 	free(tr->w);
 	free(tr->moe_tokens);
+	free(tr->ep_view);
 	backend_lane_bind(tr->be, trainer_lane(tr, 0));
 	tr->be->free(tr->inputs);
 	backend_lane_bind(tr->be, trainer_lane(tr, tr->S - 1));
@@ -568,7 +570,7 @@ void trainer_gather_weights(struct trainer *tr, int back, float *global)
 	for (int s = 0; s < tr->S; s++) {
 		struct stage_worker *w = &tr->w[s];
 		long v = w->newest - MIN(back, w->n_versions - 1);
-		worker_save_version(w, v, global);
+		trainer_save_version(tr, 0, s, v, global);
 	}
 }
 

@@ -95,9 +95,12 @@ struct trainer {
 				    * logs). Under MPI a process initialises only
 				    * its own (worker_alive). */
 	long step;                 /* optimizer steps done */
-	int ep_split;              /* P > 1: each replica keeps optimizer state
-				    * only for its own experts (expert_owned.c);
-				    * 0 or 1: every replica every expert's */
+	int ep_split;              /* P > 1: each replica keeps weights and
+				    * optimizer state only for its own experts
+				    * (expert_owned.c); 0 or 1: every replica
+				    * every expert's */
+	struct ep_view *ep_view;   /* [N*S] under ep_split in threads: the
+				    * hooks outside training (expert_owned.c) */
 	/* train.on_divergence = rollback (cmd/train_watch.h): after `rollbacks`
 	 * rollbacks, step t reads the data of step t + data_skip and its
 	 * learning rate is lr_at(step) * lr_scale, lr_scale being
@@ -220,14 +223,23 @@ void trainer_set_rollbacks(struct trainer *tr, long rollbacks, long data_skip);
  * whose worker updates tensor k of piece s in replica r's group: r
  * itself, or for an expert's matrix under ep_split its owner. */
 int trainer_expert_owner(const struct trainer *tr, int r, int s, int k);
-/* At init (model.expert_parallel = P > 1): each replica's optimizer
- * keeps only its own experts (sets ep_split). 0, or -1 after error(). */
-int trainer_own_experts(struct trainer *tr);
-/* After a training segment: every replica's copies (every version, and
- * predicted copies) of the experts it does not own from their owner's
- * (between processes every rank of an expert-parallel group calls it at
- * the same point). 0, or -1 after error(). */
-int trainer_refresh_experts(struct trainer *tr);
+/* At init, before the workers (model.expert_parallel = P > 1): each
+ * replica keeps weights and optimizer state only of its own experts (sets
+ * ep_split); trainer_held_experts says which ([e0, e1) of every layer,
+ * for worker_init: every one without ep_split). After the workers,
+ * trainer_expert_views sets the hooks of trainer_ep_view. */
+void trainer_own_experts(struct trainer *tr);
+void trainer_held_experts(const struct trainer *tr, int r, int *e0, int *e1);
+void trainer_expert_views(struct trainer *tr);
+/* Under ep_split in threads: the MoE hook of piece i = r*S + s outside a training
+ * segment (evaluation, sampling): each expert runs with its owner's
+ * weights of the same version, read in place (shared memory), on this
+ * replica's rows alone (no other member need call it). NULL without. */
+const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i);
+/* Version v of piece s of replica r into the global host arena: its
+ * weights, and under ep_split the other members' of their experts
+ * (threads: every piece in this process). */
+void trainer_save_version(struct trainer *tr, int r, int s, long v, float *global);
 
 /* Run n optimizer steps under the pipeline schedule tr->kind, one thread per
  * stage (sched/executor.c). Called by trainer_run. */
@@ -272,6 +284,15 @@ int worker_state_tensors(const struct trainer *tr, const struct stage_worker *wk
 int trainer_recv_owned_state(const struct trainer *tr, int s, int o, const char *name,
 			     tensor_sink sink, void *ctx);
 int trainer_send_owned_state(const struct trainer *tr);
+/* Version v of replica 0's piece q (this process holds it) in the full
+ * stage layout (host: st.numel floats at the gradients' offsets; the tied
+ * copy too): its own tensors, and between processes under ep_split the
+ * experts the group's other members own, received from their ranks,
+ * which send them (trainer_send_owned_weights, during pipeline_save, for
+ * each version the checkpoint holds, piece by piece, as
+ * trainer_piece_weights asks) before their state. 0, or -1 after error(). */
+int trainer_piece_weights(const struct trainer *tr, int q, long v, float *host);
+int trainer_send_owned_weights(const struct trainer *tr);
 /* Weights K = back steps before the newest, into a global host arena. */
 int ckpt_load_weights(struct ckpt *k, const struct model *m, float *global, int back);
 

@@ -7,10 +7,31 @@
 
 #include "../io/util.h"
 
+/* Which of w's tensors it keeps weights and optimizer state of, when it
+ * keeps only the experts [e0, e1) of every layer: every tensor but the
+ * other experts. NULL when that is every tensor. */
+static unsigned char *held_mask(const struct stage_worker *w, const struct model *m, int e0,
+				int e1)
+{
+	int n = w->st.n_params, all = 1;
+	unsigned char *mine = xmalloc((size_t)(n ? n : 1));
+	for (int k = 0; k < n; k++) {
+		int e = model_param_expert(m, &m->params[w->st.params[k].global]);
+		mine[k] = e < 0 || (e >= e0 && e < e1);
+		all &= mine[k];
+	}
+	if (all) {
+		free(mine);
+		return NULL;
+	}
+	return mine;
+}
+
 /* worker_init's work, on the stage's lane */
 static int init_on_lane(struct stage_worker *w, const struct model *m, const struct backend *be,
 			const struct config *cfg, const struct stage_cut *cut, int s, int B, int T,
-			int n_slots, int delay, int overlapped, const float *params)
+			int n_slots, int delay, int overlapped, const float *params, int e0,
+			int e1)
 {
 	memset(w, 0, sizeof(*w));
 	if (delay < 0 || delay + 1 > WORKER_MAX_VERSIONS)
@@ -27,7 +48,16 @@ static int init_on_lane(struct stage_worker *w, const struct model *m, const str
 			     w->n_versions, WORKER_MAX_VERSIONS);
 	if (stage_init(&w->st, m, be, cut, s, B, T, n_slots))
 		return -1;
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	/* the weight arenas hold only the tensors of mine from the start (a
+	 * full arena, even for a moment, may not fit where expert
+	 * parallelism is what makes the model fit) */
+	unsigned char *mine = held_mask(w, m, e0, e1);
+	if (mine && stage_hold_weights(&w->st, mine)) {
+		free(mine);
+		return -1;
+	}
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
+	size_t gbytes = st_mult(w->st.numel, sizeof(float));
 	float *host = xmalloc(bytes);
 	stage_gather(&w->st, host, params);
 	for (int v = 0; v < w->n_versions; v++) {
@@ -39,10 +69,14 @@ static int init_on_lane(struct stage_worker *w, const struct model *m, const str
 		}
 	}
 	free(host);
-	w->grads[0] = be->alloc(bytes);
-	w->grads[1] = overlapped ? be->alloc(bytes) : w->grads[0];
-	if (optim_init(&w->opt, be, cfg, m, w->st.params, w->st.n_params, w->st.numel))
+	w->grads[0] = be->alloc(gbytes);
+	w->grads[1] = overlapped ? be->alloc(gbytes) : w->grads[0];
+	int rc = optim_init_owned(&w->opt, be, cfg, m, w->st.params, w->st.n_params, w->st.numel,
+				  mine);
+	free(mine);
+	if (rc)
 		return -1;
+	optim_weights_at(&w->opt, w->st.params);
 	w->sumsq = xcalloc((size_t)w->opt.n + 1, sizeof(double));
 	w->wte_param = -1;
 	for (int k = 0; k < w->st.n_params; k++) {
@@ -55,24 +89,14 @@ static int init_on_lane(struct stage_worker *w, const struct model *m, const str
 
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
 		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
-		int T, int n_slots, int delay, int overlapped, const float *params)
+		int T, int n_slots, int delay, int overlapped, const float *params, int e0, int e1)
 {
 	/* stage s's memory on its lane's device (backend.h: lanes) */
 	int before = backend_lane_enter(be, lane);
-	int rc = init_on_lane(w, m, be, cfg, cut, s, B, T, n_slots, delay, overlapped, params);
+	int rc = init_on_lane(w, m, be, cfg, cut, s, B, T, n_slots, delay, overlapped, params, e0,
+			      e1);
 	w->lane = lane;
 	backend_lane_bind(be, before);
-	return rc;
-}
-
-int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine)
-{
-	int before = backend_lane_enter(w->be, w->lane);
-	optim_free(&w->opt); /* first: the two never need memory at once */
-	int rc = optim_init_owned(&w->opt, w->be, cfg, m, w->st.params, w->st.n_params,
-				  w->st.numel, mine);
-	backend_lane_bind(w->be, before);
 	return rc;
 }
 
@@ -117,7 +141,7 @@ float *worker_grad_weights(struct stage_worker *w, long v)
  * w[0]. */
 static void predict_version(struct stage_worker *w, long v)
 {
-	size_t n = w->st.numel;
+	size_t n = w->st.wnumel;
 	float *p = w->pred[v % w->n_versions], *cur = w->ver[v % w->n_versions];
 	if (v <= 0) {
 		w->be->copy(p, cur, n * sizeof(float));
@@ -153,7 +177,7 @@ void worker_update(struct stage_worker *w, long step, float lr, float clip_scale
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];
 	size_t n = w->st.numel;
 	if (dst != src)
-		w->be->copy(dst, src, n * sizeof(float));
+		w->be->copy(dst, src, w->st.wnumel * sizeof(float));
 	float *g = worker_grads(w, step);
 	if (clip_scale != 1.0f)
 		w->be->scale(g, clip_scale, n);
@@ -172,7 +196,7 @@ void worker_skip(struct stage_worker *w, long step)
 	float *src = w->ver[w->newest % w->n_versions];
 	float *dst = w->ver[(w->newest + 1) % w->n_versions];
 	if (dst != src)
-		w->be->copy(dst, src, w->st.numel * sizeof(float));
+		w->be->copy(dst, src, w->st.wnumel * sizeof(float));
 	w->be->zero(worker_grads(w, step), w->st.numel * sizeof(float));
 	w->newest++;
 	if (w->predict)
@@ -194,7 +218,7 @@ int worker_finish(struct stage_worker *w, long step, double norm, double max_nor
 
 void worker_save_version(struct stage_worker *w, long v, float *global)
 {
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
 	float *host = xmalloc(bytes);
 	int before = backend_lane_enter(w->be, w->lane);
 	w->be->to_host(host, worker_weights(w, v), bytes);
@@ -205,7 +229,7 @@ void worker_save_version(struct stage_worker *w, long v, float *global)
 
 void worker_load_version(struct stage_worker *w, long v, const float *global)
 {
-	size_t bytes = st_mult(w->st.numel, sizeof(float));
+	size_t bytes = st_mult(w->st.wnumel, sizeof(float));
 	float *host = xmalloc(bytes);
 	stage_gather(&w->st, host, global);
 	int before = backend_lane_enter(w->be, w->lane);

@@ -45,7 +45,8 @@ struct stage_worker {
 	int delay;                          /* steps of gradient delay */
 	int predict;                        /* weight prediction (delay > 0) */
 	int n_versions;                     /* delay + 1 (+ 1 with predict) */
-	float *ver[WORKER_MAX_VERSIONS];    /* stage arenas; ver[v % n] = version v */
+	float *ver[WORKER_MAX_VERSIONS];    /* weight arenas (st.wnumel floats);
+					     * ver[v % n] = version v */
 	float *pred[WORKER_MAX_VERSIONS];   /* with predict: pred[v % n] = p[v] */
 	long newest;                        /* newest version = updates applied */
 	float *grads[2];                    /* [st.numel] each, by step parity (may alias) */
@@ -62,17 +63,17 @@ struct stage_worker {
 /* Build stage s of cut (NULL: the whole model) on lane `lane` with the given delay, n_slots activation slots for
  * B x T micro-batches, its optimizer from cfg, and version 0 copied from the
  * global host arena `params` (m->numel floats). overlapped: steps overlap
- * (a pipeline), so two gradient accumulators; else one. */
+ * (a pipeline), so two gradient accumulators; else one. The worker keeps
+ * weights (every version and predicted copy) and optimizer state only of
+ * the experts [e0, e1) of each MoE layer ([0, E): every one; expert
+ * parallelism's replica keeps none of the experts another replica owns:
+ * model.h, stage_hold_weights; optim_init_owned); its gradients keep
+ * every tensor. */
 int worker_init(struct stage_worker *w, const struct model *m, const struct backend *be,
 		const struct config *cfg, const struct stage_cut *cut, int s, int lane, int B,
-		int T, int n_slots, int delay, int overlapped, const float *params);
+		int T, int n_slots, int delay, int overlapped, const float *params, int e0,
+		int e1);
 void worker_free(struct stage_worker *w);
-/* Set up the optimizer again (fresh, zero state) keeping only the tensors
- * k with mine[k] != 0 (optim_init_owned): expert parallelism's replica
- * keeps no state for the experts another replica owns. 0, or -1 after
- * error(). */
-int worker_own(struct stage_worker *w, const struct model *m, const struct config *cfg,
-	       const unsigned char *mine);
 
 /* The weights of version v (v < 0 means version 0). The version must be
  * held: newest - (n_versions - 1) <= v <= newest. */
@@ -100,7 +101,7 @@ void worker_skip(struct stage_worker *w, long step);
 int worker_finish(struct stage_worker *w, long step, double norm, double max_norm, float lr);
 
 /* Copy this stage's slices of version v out to / in from a global host
- * arena (checkpoints). */
+ * arena (checkpoints): the tensors its weight arena holds. */
 void worker_save_version(struct stage_worker *w, long v, float *global);
 void worker_load_version(struct stage_worker *w, long v, const float *global);
 

@@ -12,12 +12,30 @@
  * micro-batch order, so the replicas' sum (replica.h) and everything after
  * it (norm, clip, update, checkpoints) are P = 1's, bit for bit.
  *
- * Every replica keeps every expert's weights and gradients (the arena of
- * P = 1): the owner's copy is what it computes with. A replica keeps
- * optimizer state only for its own experts and updates only those; its
- * copies of the others are refreshed from their owners after each segment
- * (sched/expert_owned.c), so checkpoints, evaluation and resume with any P
- * are P = 1's.
+ * Memory. A replica keeps optimizer state only for its own experts and
+ * updates only those (sched/expert_owned.c). Its weight arenas (every
+ * version, every predicted copy, and a backend's operand copy made of
+ * them) hold only its own experts too (model.h: stage_hold_weights): a
+ * pass holds the weights of the experts its replica owns, and only the
+ * owner's hook call reads them. Outside training, in threads evaluation
+ * and sampling run each expert with its owner's weights in place
+ * (trainer_ep_view); between processes evaluation runs through the hook
+ * as training does, every replica running the same lists to the end (a
+ * batch past the last one padded, its loss dropped: executor.c's
+ * eval_ctx.pad), so every member makes every call. Checkpoints take an
+ * expert's weights from its owner (its worker, or its rank). Every
+ * carrier alike (threads, p2p, NCCL: the hook is given its member's
+ * weights of its own experts, moe.h's w_e0 on).
+ *
+ * The gradients cannot shrink so and stay P = 1's bits: P = 1 sums each
+ * replica's micro-batch gradients apart, then the replicas in replica
+ * order (replica.h), so an owner must keep each member's accumulation of
+ * its experts apart until the step ends: E experts' worth of accumulators
+ * per replica either way. So the gradient arena keeps P = 1's layout (an
+ * owner writes member q's rows' gradients into q's, in place or through
+ * deliver), and the weight arena has its own, without the others'
+ * experts: a stage has two offset tables (model/stage_layout.h: PW, GW).
+ * Checkpoints, evaluation and resume with any P are P = 1's.
  *
  * Every member of a group calls its hook (moe.h: struct moe_ep) at the
  * same point of the same pass: the replicas run the same action lists

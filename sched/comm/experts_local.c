@@ -79,8 +79,11 @@ static void local_run(const struct moe_ep *ep, int pass, const struct moe_rows *
 			    "%d runs %s, replica %d %s", m->s, m->r, mine, m->r - q + k, theirs);
 	}
 	int e0 = q * E / P, e1 = (q + 1) * E / P;
+	/* this member's weights of its experts (where its arena holds them) */
+	const float *w1 = moe_expert_weights(rows->d, fcw, 0, e0);
+	const float *w2 = moe_expert_weights(rows->d, fcprojw, 1, e0);
 	for (int k = 0; k < P; k++)
-		moe_experts(l->be, pass, g->calls[k].rows, fcw, fcprojw, e0, e1);
+		moe_experts(l->be, pass, g->calls[k].rows, w1, w2, e0, e1);
 	w += barrier_wait(&g->out);
 	*ep->waited += w;
 }

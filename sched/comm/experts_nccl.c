@@ -230,7 +230,8 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 		}
 	}
 	struct cuda_nccl_event *ev = group_end(m);
-	moe_experts(be, pass, R, fcw, fcprojw, e0, m->e1);
+	moe_experts(be, pass, R, moe_expert_weights(d, fcw, 0, e0),
+		    moe_expert_weights(d, fcprojw, 1, e0), e0, m->e1);
 	wait_mark(m, ev, "the rows of this rank's experts");
 
 	/* 3. every other member's block, then the outputs back */
@@ -247,8 +248,8 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 		if (R->gfcprojw)
 			br.gfcprojw = acc_of(m, R->gfcprojw, C * De, k);
 		if (b->e->rows)
-			moe_experts(be, pass, &br, fcw ? fcw + (size_t)e0 * 2 * De * C : NULL,
-				    fcprojw ? fcprojw + (size_t)e0 * C * De : NULL, 0, G);
+			moe_experts(be, pass, &br, moe_expert_weights(d, fcw, 0, e0),
+				    moe_expert_weights(d, fcprojw, 1, e0), 0, G);
 	}
 	if (pl.n_out) {
 		group_start(m);

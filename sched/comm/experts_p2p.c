@@ -276,7 +276,8 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		for (int i = 0; i < pl.n_out; i++) /* the outputs' copies come after */
 			own_wire(m, R, pl.out[i], lo, rows, &off);
 	}
-	moe_experts(be, pass, R, fcw, fcprojw, e0, m->e1);
+	moe_experts(be, pass, R, moe_expert_weights(d, fcw, 0, e0),
+		    moe_expert_weights(d, fcprojw, 1, e0), e0, m->e1);
 	ep_wait(m, nr, "the rows of this rank's experts");
 
 	/* 3. every other member's block, and the outputs back */
@@ -302,8 +303,8 @@ static void p2p_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		if (R->gfcprojw)
 			br.gfcprojw = acc_of(m, R->gfcprojw, C * De, k);
 		if (brows)
-			moe_experts(be, pass, &br, fcw ? fcw + (size_t)e0 * 2 * De * C : NULL,
-				    fcprojw ? fcprojw + (size_t)e0 * C * De : NULL, 0, G);
+			moe_experts(be, pass, &br, moe_expert_weights(d, fcw, 0, e0),
+				    moe_expert_weights(d, fcprojw, 1, e0), 0, G);
 		size_t lo, rows, woff = in_b;
 		ep_own_range(R->count, G, k, &lo, &rows);
 		for (int i = 0; i < pl.n_in; i++) /* the inputs' copies came first */

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # expert_parallel_state.sh - with model.expert_parallel = P each
-# replica keeps optimizer state only for the experts it owns and updates
-# only those; the copies it holds of the others are refreshed from their
-# owner after each segment. So: the optimizer state shrinks by (P-1)/P of
-# the experts' share (bench train's memory table); evaluation after every
-# step (eval.every = 1: a stale copy would be evaluated), the final
-# checkpoint (taken from the owners) and a sample from it are P = 1's bit
-# for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two versions),
-# pipedream (stashed versions), optim.correction = predict (predicted
-# copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P = 1's. The
-# same between processes (4 ranks: 2 stages x 2 replicas, the copies and
-# the checkpoint's expert state travelling between ranks) under mpirun,
-# staged through host buffers as a device backend's, and over TCP,
-# against the threaded P = 1 runs; the resume's legs alternate MPI and
-# threads.
+# replica keeps optimizer state and weights only for the experts it owns
+# and updates only those; the others are computed, evaluated and saved
+# from their owners'. So: the optimizer state and the weights (every
+# version and predicted copy) shrink by (P-1)/P of the experts' share
+# (bench train's memory table, the log's stage lines under mpirun);
+# evaluation after every step (eval.every = 1, every replica's experts
+# needed), the final checkpoint (taken from the owners) and a sample from
+# it are P = 1's bit for bit, under AdamW, Muon, NorMuon, SOAP, 2bw (two
+# versions), pipedream (stashed versions), optim.correction = predict
+# (predicted copies) and ef; a run resumed P = 2 -> 1 -> 2 ends as P =
+# 1's. The same between processes (4 ranks: 2 stages x 2 replicas,
+# evaluation's rows and the checkpoint's expert weights and state
+# travelling between ranks) under mpirun, staged through host buffers as
+# a device backend's, and over TCP, against the threaded P = 1 runs; the
+# resume's legs alternate MPI and threads.
 . "$ROOT/tests/lib.sh"
 A=$ASYNCPP
 ep_setup eps_setup || exit 0
@@ -99,6 +100,36 @@ else
 		$(cat err.txt)"
 fi
 
+# 3b. the weights too: each replica's weight arenas hold only
+# its experts, so the weights row falls by half the experts' weights (4 B
+# a float) per copy: 1 under 1f1b, 6 under 2bw with predict (3 versions
+# and their predicted copies). The row is rounded to 0.1 MB: the 1f1b case
+# allows 0.11 either side of 0.79.
+weights_mb() {
+	$A bench train "${M[@]}" --set model.expert_parallel=$1 --steps 1 --warmup 0 -j 1 \
+		"${@:2}" 2> err.txt | awk '$1 == "weights" {print $2}'
+}
+wcases=("1f1b:1"
+	"2bw_predict:6:--set train.schedule=2bw --set optim.correction=predict"\
+" --set pipeline.micro_batches=4")
+for c in "${wcases[@]}"; do
+	name=${c%%:*}
+	rest=${c#*:}
+	copies=${rest%%:*}
+	read -r -a args <<< "$([ "$rest" != "$copies" ] && echo "${rest#*:}")"
+	w1=$(weights_mb 1 "${args[@]}")
+	w2=$(weights_mb 2 "${args[@]}")
+	if [ -n "$w1" ] && [ -n "$w2" ] &&
+	   awk -v a="$w1" -v b="$w2" -v n="$copies" \
+		'BEGIN {d = a - b - n * 393216 * 4 / 2 / 1e6; exit !(d > -0.11 && d < 0.11)}'
+	then
+		pass "eps_weights_halved_$name"
+	else
+		fail "eps_weights_halved_$name" "weights $w1 MB with P = 1, $w2 MB with P = 2
+			($copies copies): $(cat err.txt)"
+	fi
+done
+
 # 4. between processes, against the threaded P = 1 runs of 1.
 if ! command -v mpirun > /dev/null 2>&1; then
 	skip eps_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
@@ -133,6 +164,42 @@ else
 		else
 			same "eps_mpi_staged_$name" s-$name $name-p1 4
 		fi
+	fi
+	# each rank's weight arenas hold only its experts: the log's stage 0
+	# line (weights per version, rounded to 0.1 MB) under mpirun with
+	# P = 2 against the threaded P = 1 run. Stage 0 holds one layer of 4
+	# experts of 3 x 512 x 32 floats: P = 2 leaves out 0.39 MB of them
+	big=(--set model.d_expert=512 --set train.steps=1 --set eval.every=0 --set log.every=1
+	     --set train.schedule=1f1b)
+	w1= w2=
+	stage0_mb() { awk '/stage 0:/ {for (i = 1; i < NF; i++) if ($i == "weights")
+				       {print $(i + 1); exit}}' "$1"; }
+	if "${MPIRUN[@]}" $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw2 \
+		--set model.expert_parallel=2 > out.txt 2> err.txt &&
+	   $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw1 \
+		--set model.expert_parallel=1 > out.txt 2> err1.txt &&
+	   w2=$(stage0_mb err.txt) && w1=$(stage0_mb err1.txt) && [ -n "$w1" ] && [ -n "$w2" ] &&
+	   awk -v a="$w1" -v b="$w2" \
+		'BEGIN {d = a - b - 4 * 3 * 512 * 32 * 4 / 2 / 1e6; exit !(d > -0.11 && d < 0.11)}'
+	then
+		pass eps_mpi_weights_halved
+	else
+		fail eps_mpi_weights_halved "stage 0's weights $w1 MB with P = 1, $w2 MB with P = 2
+			under mpirun: $(head -c 300 err.txt)"
+	fi
+	# an odd eval.batches over 2 replicas: replica 1 runs a padded batch
+	# (every member of a group must make every call of the experts' hook),
+	# whose loss is not counted: val_loss is the threaded P = 1 run's
+	odd=(--set eval.batches=3 --set train.steps=2 --set checkpoint.every=0
+	     --set train.schedule=1f1b)
+	if "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${odd[@]}" --set train.out_dir=mo2 \
+		--set model.expert_parallel=2 > out.txt 2> err.txt &&
+	   run mo1 1 "${odd[@]}" &&
+	   [ "$(cols mo2/metrics.csv | awk '$3 != ""' | wc -l)" -eq 2 ] &&
+	   diff <(cols mo2/metrics.csv) <(cols mo1/metrics.csv) > d.txt; then
+		pass eps_mpi_eval_padded
+	else
+		fail eps_mpi_eval_padded "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
 	fi
 	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
 	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&

@@ -1085,6 +1085,86 @@ TEST(stage_layout)
 	model_free(&m);
 }
 
+/* stage_hold_weights (expert parallelism's weights): the weight arena keeps
+ * the held tensors back to back in tensor order and nothing else, the
+ * gradient layout stays, the MoE blocks start at the first held expert,
+ * gather and scatter move exactly the held tensors; a mask that leaves out
+ * a tensor other than an expert's, or holds no range of experts, is
+ * refused. */
+TEST(stage_hold_weights_layout)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 1);
+	struct model m;
+	CHECK(model_init(&m, &c) == 0);
+	if (!be()->alloc)
+		SKIP("the cpu backend's table is not filled in yet");
+	struct stage_cut cut;
+	CHECK(cut_even(&cut, c.L, 2) == 0);
+	float *global = xmalloc(m.numel * sizeof(float)), *back = xmalloc(m.numel * sizeof(float));
+	for (size_t i = 0; i < m.numel; i++)
+		global[i] = (float)i;
+	for (int s = 0; s < 2; s++) {
+		struct stage st;
+		CHECK(stage_init(&st, &m, be(), &cut, s, 2, 4, 1) == 0);
+		unsigned char *mine = xmalloc((size_t)st.n_params);
+		size_t numel = st.numel, dropped = 0;
+		for (int k = 0; k < st.n_params; k++) {
+			int e = model_param_expert(&m, &m.params[st.params[k].global]);
+			mine[k] = e < 0 || e >= 2; /* experts [2, 4) */
+			dropped += mine[k] ? 0 : m.params[st.params[k].global].numel;
+		}
+		CHECK(stage_hold_weights(&st, mine) == 0);
+		CHECK(st.numel == numel && st.wnumel == numel - dropped && dropped > 0);
+		CHECK(st.w_e0 == 2 && st.w_e1 == 4);
+		size_t at = 0;
+		for (int k = 0; k < st.n_params; k++) {
+			CHECK(st.params[k].woffset == (mine[k] ? at : (size_t)-1));
+			at += mine[k] ? m.params[st.params[k].global].numel : 0;
+		}
+		float *arena = xmalloc(st.wnumel * sizeof(float));
+		stage_gather(&st, arena, global);
+		for (int k = 0; k < st.n_params; k++) {
+			const struct param_info *p = &m.params[st.params[k].global];
+			if (mine[k])
+				CHECK(!memcmp(arena + st.params[k].woffset, global + p->offset,
+					      p->numel * sizeof(float)));
+			/* the held block of a layer starts at expert 2's fcw */
+			if (!strcmp(p->name + 4, "experts.2.fcw"))
+				CHECK(arena[st.params[k].woffset] == (float)p->offset);
+		}
+		for (size_t i = 0; i < m.numel; i++)
+			back[i] = -1.0f;
+		stage_scatter(&st, back, arena);
+		for (int k = 0; k < st.n_params; k++) {
+			const struct param_info *p = &m.params[st.params[k].global];
+			if (st.params[k].tied_copy)
+				continue;
+			CHECK(mine[k] ? !memcmp(back + p->offset, global + p->offset,
+						p->numel * sizeof(float))
+				      : back[p->offset] == -1.0f);
+		}
+		free(arena);
+		stage_free(&st);
+		/* refused: a dense tensor left out; experts 0 and 2 (no range) */
+		CHECK(stage_init(&st, &m, be(), &cut, s, 2, 4, 1) == 0);
+		for (int k = 0; k < st.n_params; k++)
+			mine[k] = k != 1;
+		CHECK(model_param_expert(&m, &m.params[st.params[1].global]) < 0);
+		CHECK(stage_hold_weights(&st, mine) == -1);
+		for (int k = 0; k < st.n_params; k++) {
+			int e = model_param_expert(&m, &m.params[st.params[k].global]);
+			mine[k] = e < 0 || e % 2 == 0;
+		}
+		CHECK(stage_hold_weights(&st, mine) == -1);
+		stage_free(&st);
+		free(mine);
+	}
+	free(global);
+	free(back);
+	cut_free(&cut);
+	model_free(&m);
+}
+
 /* ---- sampling ---- */
 
 TEST(logits_at_matches_loss)
