@@ -475,14 +475,19 @@ static int plan_moe_table(const struct plan *p, const char *stages_list, const c
 					rc = EXIT_FAIL;
 					break;
 				}
-				int f1 = plan_mem_total(&sync.mem) <= p->gpu_bytes;
-				int f2 = plan_mem_total(&async.mem) <= p->gpu_bytes;
-				const char *f = !p->sized ? "-" : f1 && f2 ? "both" : f1 ? "1f1b"
-						: f2 ? "2bw" : "no";
-				printf("%6ld %4ld %6ld %6ld %8.4g %8.4g %5s %12.4g %7.4f %12.4g "
-				       "%7.4f %8.3f\n", S, ep, N, S * N,
-				       plan_mem_total(&sync.mem) / 1e9,
-				       plan_mem_total(&async.mem) / 1e9, f,
+				/* the GB columns: "-" when not sized */
+				char g1[16] = "-", g2[16] = "-";
+				const char *f = "-";
+				if (p->sized) {
+					double t1 = plan_mem_total(&sync.mem);
+					double t2 = plan_mem_total(&async.mem);
+					int f1 = t1 <= p->gpu_bytes, f2 = t2 <= p->gpu_bytes;
+					snprintf(g1, sizeof(g1), "%.4g", t1 / 1e9);
+					snprintf(g2, sizeof(g2), "%.4g", t2 / 1e9);
+					f = f1 && f2 ? "both" : f1 ? "1f1b" : f2 ? "2bw" : "no";
+				}
+				printf("%6ld %4ld %6ld %6ld %8s %8s %5s %12.4g %7.4f %12.4g "
+				       "%7.4f %8.3f\n", S, ep, N, S * N, g1, g2, f,
 				       sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
 				       async.tokens_per_s / sync.tokens_per_s);
 			}
