@@ -37,24 +37,29 @@
  * steady-state window's), tokens/s = DP x M x B x T / step time, idle = the simulated
  * bubble (waits for the replicas' sum included). Activation memory is the
  * most activation slots any stage holds, counted in micro-batches of that
- * stage's activations (a chunk's slot is 1/V of one); its bytes are that
- * times one micro-batch's activations of the stage, which this model does
- * not size (asyncpp train logs them). The split kinds also hold the output
- * gradients of the micro-batches between B and W ("held W").
+ * stage's activations (a chunk's slot is 1/V of one). The split kinds also
+ * hold the output gradients of the micro-batches between B and W ("held
+ * W"). The memory table gives each schedule's fullest GPU in bytes, sized
+ * by asyncpp's own code for the model it would build (bench_plan_mem.h;
+ * the presets' heads, feed-forward widths and tied heads below), the
+ * activations included; --gpu-mem marks the rows that fit.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../io/config/config.h"
 #include "../io/util.h"
+#include "../model/model.h"
 #include "../sched/schedule.h"
 #include "bench.h"
+#include "bench_plan_mem.h"
 #include "bench_plan_moe.h"
 #include "opts.h"
 
 static const char *const usage[] = {
-	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--experts E] [--top-k K] [--d-expert DE] [--shared-expert] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--act-bytes N] [--bucket-mb MB] [--stages LIST] [--dp LIST] [--ep LIST]",
+	"asyncpp bench plan [--model NAME] [--layers L] [--d-model C] [--vocab V] [--seq T] [--batch B] [--micro-per-stage K] [--experts E] [--top-k K] [--d-expert DE] [--shared-expert] [--tflops F] [--nvlink GB/s] [--ib GB/s] [--hbm GB/s] [--latency US] [--gpus-per-node G] [--act-bytes N] [--bucket-mb MB] [--gpu-mem GB] [--optimizer NAME] [--stages LIST] [--dp LIST] [--ep LIST]",
 	NULL,
 };
 
@@ -67,11 +72,19 @@ struct plan {
 	double act_bytes;
 	double bucket_mb;                    /* 0: one sum after the backward */
 	struct plan_moe moe;                 /* E = 0: dense */
+	/* memory (bench_plan_mem.h): the model asyncpp would build (sized:
+	 * 0 with --vocab 0, which no asyncpp model has), the optimizer's
+	 * configuration, the backend, the GPU's bytes */
+	int sized;
+	struct model m;
+	struct config cfg;
+	struct plan_device dev;
+	double gpu_bytes;
 };
 
 struct prediction {
 	double tokens_per_s, idle, step_s;
-	double state_gb; /* the fullest GPU's weights, gradients, AdamW moments */
+	struct plan_mem mem; /* the fullest GPU's bytes (when p->sized) */
 	double act;       /* peak activations on a stage, in its micro-batches */
 	double held;      /* peak B-done-W-pending micro-batches, the same unit */
 	int versions;     /* peak weight versions on a stage */
@@ -135,7 +148,6 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
 	double lf = layer_fwd_s(p), head_f = 2 * bt * C * (double)p->V / (p->tflops * 1e12);
 	double hop_bytes = bt * C * p->act_bytes;
 	struct sim_times *t = xcalloc((size_t)S, sizeof(*t));
-	out->state_gb = 0;
 	for (int s = 0; s < S; s++) {
 		long layers = p->L / S + (s < p->L % S);
 		if (p->moe.E) {
@@ -143,7 +155,6 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
 			int crosses = (s + 1) % p->gpus_per_node == 0;
 			moe_stage(p, layers, emb, s == S - 1 ? head_f : 0, N, ep, &t[s], &params);
 			t[s].comm = p->latency + hop_bytes / ((crosses ? p->ib : p->nvlink) * 1e9);
-			out->state_gb = MAX(out->state_gb, params * 16 / 1e9);
 			continue;
 		}
 		double f = (double)layers * lf + (s == S - 1 ? head_f : 0);
@@ -171,6 +182,11 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
 	struct sim_result r;
 	int rc = sched_simulate_stages(sc, t, &r);
 	free(t);
+	if (!rc && p->sized &&
+	    plan_memory(&p->m, &p->cfg, sc, (int)p->B, (int)p->T, &p->dev, ep, &out->mem)) {
+		sim_result_free(&r);
+		rc = -1;
+	}
 	if (rc) {
 		sched_free(sc);
 		return -1;
@@ -210,9 +226,42 @@ static const struct {
 #define N_SYNC 4 /* kinds[0..3] */
 #define I_2BW 4  /* kinds[4] */
 
-/* Per schedule at S stages and N replicas: tokens/s, idle, memory and
- * versions, and each against 2bw. */
-static int print_schedules(const struct plan *p, long S, long N)
+/* The memory table's explanation and column heads; ep: with an EP column */
+static void mem_header(const struct plan *p, int ep)
+{
+	printf("memory of each schedule's fullest GPU (stage GPU), GB of 1e9 bytes, as asyncpp "
+	       "allocates it\non the CUDA backend: weights = fp32 x the weight versions; bf16 = "
+	       "their copies for the\nproducts; grads = two fp32 accumulators; optim = %s state "
+	       "and update scratch;\nact/mb = MB one micro-batch saves on that GPU; acts = act x "
+	       "that + backward scratch;\nfits = total <= --gpu-mem %g GB\n",
+	       p->cfg.optim_name, p->gpu_bytes / 1e9);
+	if (ep)
+		printf("%6s %4s", "S", "EP");
+	else
+		printf("%6s", "S");
+	printf("  %-13s %4s %8s %8s %8s %8s %8s %8s %8s %5s\n", "schedule", "GPU", "weights",
+	       "bf16", "grads", "optim", "act/mb", "acts", "total", "fits");
+}
+
+/* A row of the memory table; ep 0: no EP column */
+static void mem_row(const struct plan *p, long S, long ep, const char *name,
+		    const struct prediction *pr)
+{
+	const struct plan_mem *m = &pr->mem;
+	if (ep)
+		printf("%6ld %4ld", S, ep);
+	else
+		printf("%6ld", S);
+	printf("  %-13s %4d %8.3f %8.3f %8.3f %8.3f %8.1f %8.3f %8.3f %5s\n", name, m->stage,
+	       m->weights / 1e9, m->copies / 1e9, m->grads / 1e9, m->optim / 1e9, m->slot / 1e6,
+	       m->acts / 1e9, plan_mem_total(m) / 1e9,
+	       plan_mem_total(m) <= p->gpu_bytes ? "yes" : "no");
+}
+
+/* Per schedule at S stages and N replicas: tokens/s, idle, activations in
+ * micro-batches and versions, and each against 2bw; or (mem) the memory of
+ * its fullest GPU. */
+static int print_schedules(const struct plan *p, long S, long N, int mem)
 {
 	struct prediction pr[ARRAY_SIZE(kinds)];
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
@@ -220,8 +269,14 @@ static int print_schedules(const struct plan *p, long S, long N)
 			return -1;
 	const struct prediction *bw = &pr[I_2BW];
 	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
-		if (!pr[k].ok) {
+		if (!pr[k].ok && mem)
+			printf("%6ld  %-14s (%s)\n", S, kinds[k].name, pr[k].why);
+		else if (!pr[k].ok)
 			printf("%6ld %6ld  %-14s (%s)\n", S, N, kinds[k].name, pr[k].why);
+		if (!pr[k].ok)
+			continue;
+		if (mem) {
+			mem_row(p, S, 0, kinds[k].name, &pr[k]);
 			continue;
 		}
 		printf("%6ld %6ld  %-14s %12.4g %8.4f %7.2f %7.2f %9d", S, N, kinds[k].name,
@@ -233,20 +288,51 @@ static int print_schedules(const struct plan *p, long S, long N)
 	return 0;
 }
 
+/* The rest of a preset's shape, for its memory (struct model_config):
+ * architecture, head width HD, query heads per key/value head, feed-forward
+ * width (0: the architecture's default), tied embedding and head. GPT-3 is
+ * GPT-2's architecture (learned positions, tied head); the MoE is a llama
+ * (asyncpp's mixtures are). */
 static const struct {
 	const char *name;
 	long L, C, V;
 	struct plan_moe moe;
+	int arch, HD, group, F, tied;
 } presets[] = {
-	{"gpt2-124m", 12, 768, 50257, {0}},
-	{"gpt2-1.5b", 48, 1600, 50257, {0}},
-	{"llama-8b", 32, 4096, 128256, {0}},
-	{"gpt3-175b", 96, 12288, 50257, {0}},
+	{"gpt2-124m", 12, 768, 50257, {0}, ARCH_GPT2, 64, 1, 0, 1},
+	{"gpt2-1.5b", 48, 1600, 50257, {0}, ARCH_GPT2, 64, 1, 0, 1},
+	{"llama-8b", 32, 4096, 128256, {0}, ARCH_LLAMA, 128, 4, 14336, 0},
+	{"gpt3-175b", 96, 12288, 50257, {0}, ARCH_GPT2, 128, 1, 0, 1},
 	/* the paper's 10B MoE: its shape is not published with the figures;
 	 * this one (OLMoE's layer, 64 experts of width 1024, top-8, at 24
 	 * layers) has 10.3B parameters, 1.8B active */
-	{"moe-10b", 24, 2048, 50304, {64, 8, 1024, 0}},
+	{"moe-10b", 24, 2048, 50304, {64, 8, 1024, 0}, ARCH_LLAMA, 128, 1, 0, 0},
 };
+
+/* The model asyncpp would build for preset i at width C, L layers,
+ * vocabulary V, context T, mixture moe: the preset's head width where it
+ * divides C (else one head), a mixture on a llama. */
+static int plan_model(struct model *m, size_t i, long L, long C, long V, long T,
+		      const struct plan_moe *moe)
+{
+	struct model_config mc = {0};
+	int hd = presets[i].HD;
+	mc.arch = moe->E ? ARCH_LLAMA : presets[i].arch;
+	mc.L = (int)L;
+	mc.C = (int)C;
+	mc.V = (int)V;
+	mc.T = (int)T;
+	mc.NH = C % hd ? 1 : (int)(C / hd);
+	mc.NKV = mc.arch == ARCH_LLAMA && mc.NH % presets[i].group == 0 ? mc.NH / presets[i].group
+								       : mc.NH;
+	mc.F = C == presets[i].C && !moe->E ? presets[i].F : 0;
+	mc.tied = moe->E ? 0 : presets[i].tied;
+	mc.E = (int)moe->E;
+	mc.K = (int)moe->K;
+	mc.De = (int)moe->De;
+	mc.shared = (int)moe->shared;
+	return model_init(m, &mc);
+}
 
 /* --experts, --top-k, --d-expert, --shared-expert and --ep over the
  * preset's mixture (E = 0: dense, where they are refused but --experts). */
@@ -280,6 +366,38 @@ static long parse_ep(const char *a, const struct plan_moe *moe, const struct opt
 		opts_usage_error(usage, opts, "--ep: '%s' is not a degree that divides the %ld experts "
 				 "(model.expert_parallel)", a, moe->E);
 	return ep;
+}
+
+/* The parts of the grid's memory, per S and EP (DP does not change them):
+ * 1f1b's and 2bw's fullest GPU. */
+static int moe_memory(const struct plan *p, const char *stages_list, const char *ep_list,
+		      const struct option *opts)
+{
+	printf("\n");
+	mem_header(p, 1);
+	char *sl = xstrdup(stages_list);
+	int rc = EXIT_OK;
+	for (char *s1, *a = strtok_r(sl, ",", &s1); a && !rc; a = strtok_r(NULL, ",", &s1)) {
+		long S = strtol(a, NULL, 10); /* checked by the grid */
+		if (S > p->L)
+			continue;
+		char *el = xstrdup(ep_list);
+		for (char *s2, *e = strtok_r(el, ",", &s2); e && !rc;
+		     e = strtok_r(NULL, ",", &s2)) {
+			long ep = parse_ep(e, &p->moe, opts);
+			struct prediction sync, async;
+			if (predict(p, SCHED_1F1B, 1, (int)S, (int)ep, ep, &sync) ||
+			    predict(p, SCHED_2BW, 1, (int)S, (int)ep, ep, &async)) {
+				rc = EXIT_FAIL;
+				break;
+			}
+			mem_row(p, S, ep, "1f1b", &sync);
+			mem_row(p, S, ep, "2bw", &async);
+		}
+		free(el);
+	}
+	free(sl);
+	return rc;
 }
 
 /* The mixture's grid: S stages x EP x DP replicas (EP dividing DP). */
@@ -317,11 +435,16 @@ static int plan_moe_table(const struct plan *p, const char *stages_list, const c
 		       moe_a2a_seconds(c.a2a_bytes, ep, p->ib * 1e9, p->latency) * 1e3);
 	}
 	free(el);
-	printf("GB/GPU: weights, gradients and AdamW moments (16 bytes a parameter) of the "
-	       "fullest GPU, E/EP experts each; 2bw's second version adds a quarter; no "
-	       "activations\n\n");
-	printf("%6s %4s %6s %6s %8s %16s %8s %16s %8s %8s\n", "S", "EP", "DP", "GPUs", "GB/GPU",
-	       "1f1b tokens/s", "idle", "2bw tokens/s", "idle", "2bw/1f1b");
+	if (p->sized)
+		printf("1f1b GB, 2bw GB: the memory of the schedule's fullest GPU, GB of 1e9 "
+		       "bytes, as asyncpp\nallocates it (its parts: the table below); E/EP experts' weights "
+		       "and optimizer\nstate, every expert's gradients; fits = the schedules within "
+		       "--gpu-mem %g GB\n\n", p->gpu_bytes / 1e9);
+	else
+		printf("memory: not sized (--vocab 0: asyncpp builds no model without a "
+		       "vocabulary)\n\n");
+	printf("%6s %4s %6s %6s %8s %8s %5s %12s %7s %12s %7s %8s\n", "S", "EP", "DP", "GPUs",
+	       "1f1b GB", "2bw GB", "fits", "1f1b tok/s", "idle", "2bw tok/s", "idle", "2bw/1f1b");
 	int rc = EXIT_OK;
 	char *sl = xstrdup(stages_list);
 	for (char *s1, *a = strtok_r(sl, ",", &s1); a && rc == EXIT_OK; a = strtok_r(NULL, ",", &s1)) {
@@ -352,9 +475,20 @@ static int plan_moe_table(const struct plan *p, const char *stages_list, const c
 					rc = EXIT_FAIL;
 					break;
 				}
-				printf("%6ld %4ld %6ld %6ld %8.4g %16.4g %8.4f %16.4g %8.4f %8.3f\n", S,
-				       ep, N, S * N, sync.state_gb, sync.tokens_per_s, sync.idle,
-				       async.tokens_per_s, async.idle,
+				/* the GB columns: "-" when not sized */
+				char g1[16] = "-", g2[16] = "-";
+				const char *f = "-";
+				if (p->sized) {
+					double t1 = plan_mem_total(&sync.mem);
+					double t2 = plan_mem_total(&async.mem);
+					int f1 = t1 <= p->gpu_bytes, f2 = t2 <= p->gpu_bytes;
+					snprintf(g1, sizeof(g1), "%.4g", t1 / 1e9);
+					snprintf(g2, sizeof(g2), "%.4g", t2 / 1e9);
+					f = f1 && f2 ? "both" : f1 ? "1f1b" : f2 ? "2bw" : "no";
+				}
+				printf("%6ld %4ld %6ld %6ld %8s %8s %5s %12.4g %7.4f %12.4g "
+				       "%7.4f %8.3f\n", S, ep, N, S * N, g1, g2, f,
+				       sync.tokens_per_s, sync.idle, async.tokens_per_s, async.idle,
 				       async.tokens_per_s / sync.tokens_per_s);
 			}
 			free(dl);
@@ -362,15 +496,21 @@ static int plan_moe_table(const struct plan *p, const char *stages_list, const c
 		free(el);
 	}
 	free(sl);
+	if (rc == EXIT_OK && p->sized)
+		rc = moe_memory(p, stages_list, ep_list, opts);
 	return rc;
 }
+
+static int plan_run(const struct plan *pp, const char *stages_list, const char *dp_list,
+		    const char *ep_list, const struct option *opts);
 
 int bench_plan(int argc, char **argv)
 {
 	const char *model = "gpt3-175b";
 	long L = 0, C = 0, V = -1, T = 2048, B = 1, K = 2, gpn = 8;
 	double tflops = 400, nvlink = 450, ib = 50, hbm = 3000, latency_us = 10, act_bytes = 2;
-	double bucket_mb = 25;
+	double bucket_mb = 25, gpu_mem = 80;
+	const char *optimizer = "adamw";
 	const char *stages_list = "4,8,16,32,64", *dp_list = "1,8,64,1024", *ep_list = NULL;
 	long E = -1, topk = 0, De = 0;
 	int shared = 0;
@@ -398,9 +538,15 @@ int bench_plan(int argc, char **argv)
 		OPT_DOUBLE(0, "hbm", &hbm, "GB/s", "memory bandwidth for the optimizer step (default 3000)"),
 		OPT_DOUBLE(0, "latency", &latency_us, "US", "per message, microseconds (default 10)"),
 		OPT_INT(0, "gpus-per-node", &gpn, "G", "GPUs in a node (default 8)"),
-		OPT_DOUBLE(0, "act-bytes", &act_bytes, "N", "bytes per activation value (default 2: bf16)"),
+		OPT_DOUBLE(0, "act-bytes", &act_bytes, "N",
+			   "bytes per activation value: 2 (bf16, the default) or 4 (f32), train.act_dtype"),
 		OPT_DOUBLE(0, "bucket-mb", &bucket_mb, "MB",
 			   "replicas' sum in buckets of MB MiB during the backward (pipeline.bucket_mb; default 25; 0: one sum after it)"),
+		OPT_DOUBLE(0, "gpu-mem", &gpu_mem, "GB",
+			   "memory of a GPU, 1e9 bytes: the fits column (default 80)"),
+		OPT_STRING(0, "optimizer", &optimizer, "NAME",
+			   "the optimizer whose state the memory counts (optim.name; default "
+			   "adamw)"),
 		OPT_GROUP("Grid:"),
 		OPT_STRING(0, "stages", &stages_list, "LIST", "pipeline stages S (default 4,8,16,32,64)"),
 		OPT_STRING(0, "dp", &dp_list, "LIST", "data-parallel replicas (default 1,8,64,1024)"),
@@ -412,11 +558,12 @@ int bench_plan(int argc, char **argv)
 			      "Predict tokens/s, idle, activation memory and weight versions of the\n"
 			      "synchronous schedules (1f1b, interleaved, zb-h1, zb-v) and PipeDream-2BW for\n"
 			      "a model on S stages x DP replicas, by simulating the schedules with per-stage\n"
-			      "times from a compute rate and link figures (see asyncpp-bench(1) for the\n"
-			      "cost model).");
+			      "times from a compute rate and link figures, and the memory of each\n"
+			      "schedule's fullest GPU as asyncpp allocates it, against --gpu-mem\n"
+			      "(see asyncpp-bench(1) for the cost model).");
 	if (npos)
 		opts_usage_error(usage, opts, "unexpected argument '%s'", argv[0]);
-	int found = 0;
+	size_t found = ARRAY_SIZE(presets);
 	struct plan_moe moe = {0};
 	for (size_t i = 0; i < ARRAY_SIZE(presets); i++)
 		if (!strcmp(model, presets[i].name)) {
@@ -424,9 +571,9 @@ int bench_plan(int argc, char **argv)
 			C = C ? C : presets[i].C;
 			V = V >= 0 ? V : presets[i].V;
 			moe = presets[i].moe;
-			found = 1;
+			found = i;
 		}
-	if (!found)
+	if (found == ARRAY_SIZE(presets))
 		opts_usage_error(usage, opts, "unknown --model '%s' (gpt2-124m, gpt2-1.5b, llama-8b, "
 				 "gpt3-175b, moe-10b)", model);
 	if (L < 1 || C < 1 || V < 0 || T < 1 || B < 1 || K < 1 || gpn < 1)
@@ -435,9 +582,73 @@ int bench_plan(int argc, char **argv)
 	if (!(tflops > 0 && nvlink > 0 && ib > 0 && hbm > 0 && latency_us >= 0 && act_bytes > 0 &&
 	      bucket_mb >= 0) || !isfinite(bucket_mb))
 		opts_usage_error(usage, opts, "rates must be positive, the latency and --bucket-mb >= 0");
+	if (act_bytes != 2 && act_bytes != 4)
+		opts_usage_error(usage, opts, "--act-bytes must be 2 (bf16) or 4 (f32), as "
+				 "train.act_dtype stores activations");
+	if (!(gpu_mem > 0) || !isfinite(gpu_mem))
+		opts_usage_error(usage, opts, "--gpu-mem must be a positive number of GB");
+	if (L > 1 << 20 || C > 1 << 20 || V > 1 << 30 || T > 1 << 30 || B > 1 << 20)
+		opts_usage_error(usage, opts, "--layers, --d-model, --vocab, --seq or --batch is "
+				 "beyond any model asyncpp builds");
 	plan_moe_options(&moe, E, topk, De, shared, ep_list, opts);
-	struct plan p = {L, C, V, T, B, K, tflops, nvlink, ib, hbm, latency_us * 1e-6, gpn, act_bytes,
-			 bucket_mb, moe};
+	struct plan p = {.L = L, .C = C, .V = V, .T = T, .B = B, .K = K, .tflops = tflops,
+			 .nvlink = nvlink, .ib = ib, .hbm = hbm, .latency = latency_us * 1e-6,
+			 .gpus_per_node = gpn, .act_bytes = act_bytes, .bucket_mb = bucket_mb,
+			 .moe = moe};
+	/* the CUDA backend stores activations as --act-bytes says */
+	p.dev = (struct plan_device){act_bytes == 2 ? ACT_BF16 : ACT_F32, 1};
+	p.gpu_bytes = gpu_mem * 1e9;
+	config_defaults(&p.cfg);
+	if (config_set_key(&p.cfg, "optim", "name", optimizer, "--optimizer") ||
+	    config_finish(&p.cfg)) {
+		config_free(&p.cfg);
+		opts_usage_error(usage, opts, "--optimizer: '%s' is not an optim.name (above)",
+				 optimizer);
+	}
+	p.sized = V > 0;
+	if (p.sized && plan_model(&p.m, found, L, C, V, T, &moe)) {
+		config_free(&p.cfg);
+		return EXIT_FAIL;
+	}
+	int rc = plan_run(&p, stages_list, dp_list, ep_list, opts);
+	if (p.sized)
+		model_free(&p.m);
+	config_free(&p.cfg);
+	return rc;
+}
+
+/* The memory table: each schedule's fullest GPU, per S of the list. */
+static int print_memory(const struct plan *p, const char *stages_list, long dp0)
+{
+	if (!p->sized) {
+		printf("\nmemory: not sized (--vocab 0: asyncpp builds no model without a "
+		       "vocabulary)\n");
+		return EXIT_OK;
+	}
+	printf("\n");
+	mem_header(p, 0);
+	int rc = EXIT_OK;
+	char *sl = xstrdup(stages_list);
+	for (char *save, *a = strtok_r(sl, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save)) {
+		long S = strtol(a, NULL, 10); /* checked by the table above */
+		if (S > p->L)
+			printf("%6ld  (more stages than %ld layers)\n", S, p->L);
+		else if (print_schedules(p, S, dp0, 1))
+			rc = EXIT_FAIL;
+	}
+	free(sl);
+	return rc;
+}
+
+/* bench plan's tables for p (plan_moe_table for a mixture) */
+static int plan_run(const struct plan *pp, const char *stages_list, const char *dp_list,
+		    const char *ep_list, const struct option *opts)
+{
+	const struct plan_moe moe = pp->moe;
+	const struct plan p = *pp;
+	long L = p.L, C = p.C, V = p.V, T = p.T, B = p.B, K = p.K, gpn = p.gpus_per_node;
+	double tflops = p.tflops, nvlink = p.nvlink, ib = p.ib, hbm = p.hbm;
+	double latency_us = p.latency * 1e6, bucket_mb = p.bucket_mb;
 	if (moe.E)
 		return plan_moe_table(&p, stages_list, dp_list,
 				      ep_list ? ep_list : moe.E % 8 ? "1" : "1,8", opts);
@@ -471,11 +682,13 @@ int bench_plan(int argc, char **argv)
 					 "1..1048576", dp_list);
 		if (S > L)
 			printf("%6ld %6s   (more stages than %ld layers)\n", S, "-", L);
-		else if (print_schedules(&p, S, dp0))
+		else if (print_schedules(&p, S, dp0, 0))
 			rc = EXIT_FAIL;
 	}
 	free(sl0);
 	if (rc)
+		return rc;
+	if ((rc = print_memory(&p, stages_list, dp0)))
 		return rc;
 	printf("\n2bw beside 1f1b and beside the fastest synchronous schedule (best sync):\n");
 	printf("%6s %6s %6s %16s %8s %16s %8s %8s  %-14s %8s\n", "S", "DP", "GPUs", "1f1b tokens/s",

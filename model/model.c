@@ -385,7 +385,7 @@ static void *take(void *base, size_t *pos, size_t n, size_t esz)
 }
 
 /* n activations of the stage's backend; n floats */
-#define TAKE_ACT(base, pos, n) take(base, pos, n, act_size(st->be))
+#define TAKE_ACT(base, pos, n) take(base, pos, n, act_dtype_size(st->act_dtype_))
 #define TAKE_F32(base, pos, n) ((float *)take(base, pos, n, sizeof(float)))
 
 void layout_moe_dims(const struct stage *st, struct moe_dims *d)
@@ -400,7 +400,7 @@ void layout_moe_dims(const struct stage *st, struct moe_dims *d)
 	d->router = c->router;
 	d->alpha = c->aux_coef;
 	d->beta = c->z_coef;
-	d->act_dtype = st->be->act_dtype;
+	d->act_dtype = st->act_dtype_;
 	d->ep = st->moe_ep;
 	d->w_e0 = st->w_e0;
 	d->w_e1 = st->w_e1;
@@ -486,7 +486,7 @@ void layout_layer(const struct stage *st, const struct slot_view *v, int li,
 int layout_head_rows(const struct stage *st)
 {
 	const struct model_config *c = &st->m->cfg;
-	size_t N = (size_t)st->B * st->T, row = (size_t)c->Vp * act_size(st->be);
+	size_t N = (size_t)st->B * st->T, row = (size_t)c->Vp * act_dtype_size(st->act_dtype_);
 	size_t rows = HEAD_CHUNK_BYTES / row;
 	if (rows > 64)
 		rows -= rows % 64;
@@ -503,7 +503,7 @@ void layout_scratch(const struct stage *st, void *base, struct scratch_view *v)
 	v->dres = TAKE_ACT(base, &pos, N * C);
 	/* the norms' dinp before its residual add; a backend that fuses the
 	 * two (norm_backward_add) needs none */
-	v->dbuf = st->be->norm_backward_add ? NULL : TAKE_ACT(base, &pos, N * C);
+	v->dbuf = st->fused_norm_ ? NULL : TAKE_ACT(base, &pos, N * C);
 	v->dln = TAKE_ACT(base, &pos, N * C);
 	v->dqkv = TAKE_ACT(base, &pos, N * qkv_width(c));
 	v->datty = TAKE_ACT(base, &pos, N * C);
@@ -565,14 +565,14 @@ static void split_view_of(const struct model_config *c, int N, size_t A, int nl,
 
 void layout_split(const struct stage *st, void *base, struct split_view *v)
 {
-	split_view_of(&st->m->cfg, st->B * st->T, act_size(st->be), st->layer_end - st->layer_begin,
-		      st->has_embed, st->split_head, base, v);
+	split_view_of(&st->m->cfg, st->B * st->T, act_dtype_size(st->act_dtype_),
+		      st->layer_end - st->layer_begin, st->has_embed, st->split_head, base, v);
 }
 
 void layout_layer_dsave(const struct stage *st, const struct split_view *v, int li,
 			struct layer_dsave *d)
 {
-	dsave_view(&st->m->cfg, st->B * st->T, act_size(st->be),
+	dsave_view(&st->m->cfg, st->B * st->T, act_dtype_size(st->act_dtype_),
 		   (char *)v->layers + v->layer_stride * li, d);
 }
 
@@ -641,12 +641,17 @@ void layout_grads_done(const struct stage *st, int when)
 			st->grads_done(st->grads_done_ctx, st->runs_[i].lo, st->runs_[i].n);
 }
 
-int stage_init(struct stage *st, const struct model *m, const struct backend *be,
-	       const struct stage_cut *cut, int s, int B, int T, int n_slots)
+/* What stage_init and stage_size share: st's shape (range checks, layers,
+ * tensors, slot and scratch sizes) for activations of act_dtype, with or
+ * without the fused norm backward; st->params is the only allocation
+ * (host memory). Neither the layout nor the sizes read anything else of a
+ * backend, so a plan sized here is what a build allocates. */
+static int stage_shape(struct stage *st, const struct model *m, int act_dtype, int fused_norm,
+		       const struct stage_cut *cut, int s, int B, int T, int n_slots)
 {
 	const struct model_config *c = &m->cfg;
-	int S = cut ? cut->S : 1, nl, cap;
-	size_t base_off, end_off, *off;
+	int S = cut ? cut->S : 1, cap;
+	size_t base_off, end_off;
 	struct slot_view sv;
 	struct scratch_view xv;
 
@@ -659,13 +664,11 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		return error("stage: micro-batch %dx%d invalid (seq_len %d)", B, T, c->T);
 	if (n_slots <= 0)
 		return error("stage: %d activation slots", n_slots);
-	if (c->E && strcmp(be->name, "cpu")) /* moe.c routes on host memory */
-		return error("stage: the mixture-of-experts layer (model.n_expert = %d) runs on the "
-			     "cpu backend only, not %s", c->E, be->name);
 	if ((size_t)B * T > (1u << 30) / (size_t)c->C)
 		return error("stage: micro-batch %dx%d too large", B, T);
 	st->m = m;
-	st->be = be;
+	st->act_dtype_ = act_dtype;
+	st->fused_norm_ = fused_norm;
 	st->s = s;
 	st->S = S;
 	stage_layers(m, cut, s, &st->layer_begin, &st->layer_end);
@@ -674,7 +677,6 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	st->B = B;
 	st->T = T;
 	st->n_slots = n_slots;
-	nl = st->layer_end - st->layer_begin;
 
 	/* The stage's tensors: a contiguous global range [base_off, end_off). */
 	base_off = NONE;
@@ -694,7 +696,8 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		end_off = p->offset + p->numel;
 	}
 	if (!st->n_params) { /* a middle stage without layers: cut_from_counts refuses it */
-		stage_free(st);
+		free(st->params);
+		st->params = NULL;
 		return error("stage %d of %d holds no tensor", s, S);
 	}
 	st->numel = end_off - base_off;
@@ -707,6 +710,64 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		st->n_params++;
 		st->numel += m->params[w].numel;
 	}
+	st->head_rows = layout_head_rows(st);
+	layout_slot(st, NULL, &sv);
+	layout_scratch(st, NULL, &xv);
+	st->act_bytes_per_slot = sv.total;
+	st->scratch_bytes = xv.total;
+	return 0;
+}
+
+/* The tied head's separate gradient (model.h: tied_head_grad), counted
+ * with the scratch */
+static size_t tied_head_grad_bytes(const struct stage *st)
+{
+	const struct model_config *c = &st->m->cfg;
+	return c->tied && st->S == 1 ? st_mult((size_t)c->Vp * c->C, sizeof(float)) : 0;
+}
+
+int stage_size(const struct model *m, const struct stage_cut *cut, int s, int B, int T,
+	       int act_dtype, int fused_norm, int split, struct stage_size *out,
+	       struct stage_param **params)
+{
+	struct stage st;
+
+	memset(out, 0, sizeof(*out));
+	if (stage_shape(&st, m, act_dtype, fused_norm, cut, s, B, T, 1))
+		return -1;
+	out->numel = st.numel;
+	out->act_bytes_per_slot = st.act_bytes_per_slot;
+	out->scratch_bytes = st.scratch_bytes + tied_head_grad_bytes(&st);
+	if (split >= 0) {
+		out->split_bytes_per_slot = stage_split_bytes(m, cut, s, B, T,
+							      act_dtype_size(act_dtype), split);
+		out->act_bytes_per_slot += out->split_bytes_per_slot;
+	}
+	out->n_params = st.n_params;
+	if (params)
+		*params = st.params;
+	else
+		free(st.params);
+	return 0;
+}
+
+int stage_init(struct stage *st, const struct model *m, const struct backend *be,
+	       const struct stage_cut *cut, int s, int B, int T, int n_slots)
+{
+	const struct model_config *c = &m->cfg;
+	int nl;
+	size_t *off;
+
+	if (c->E && strcmp(be->name, "cpu")) { /* moe.c routes on host memory */
+		memset(st, 0, sizeof(*st));
+		return error("stage: the mixture-of-experts layer (model.n_expert = %d) runs on "
+			     "the cpu backend only, not %s", c->E, be->name);
+	}
+	if (stage_shape(st, m, be->act_dtype, be->norm_backward_add != NULL, cut, s, B, T,
+			n_slots))
+		return -1;
+	st->be = be;
+	nl = st->layer_end - st->layer_begin;
 
 	off = st->off_ = xmalloc(st_mult((size_t)nl * NKIND + NGLOBAL, sizeof(size_t)));
 	for (size_t i = 0; i < (size_t)nl * NKIND + NGLOBAL; i++)
@@ -741,11 +802,6 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	st->woff_ = xmalloc(st_mult((size_t)nl * NKIND + NGLOBAL, sizeof(size_t)));
 	memcpy(st->woff_, off, ((size_t)nl * NKIND + NGLOBAL) * sizeof(size_t));
 	grad_runs(st);
-	st->head_rows = layout_head_rows(st);
-	layout_slot(st, NULL, &sv);
-	layout_scratch(st, NULL, &xv);
-	st->act_bytes_per_slot = sv.total;
-	st->scratch_bytes = xv.total;
 	st->slot_acts = xcalloc(n_slots, sizeof(*st->slot_acts));
 	for (int i = 0; i < n_slots; i++) {
 		st->slot_acts[i] = be->alloc(st->act_bytes_per_slot);
@@ -761,13 +817,13 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		stage_free(st);
 		return error("stage %d: cannot allocate %zu bytes of scratch", s, bytes);
 	}
-	if (c->tied && S == 1) {
-		st->tied_head_grad = be->alloc(st_mult((size_t)c->Vp * c->C, sizeof(float)));
+	if (tied_head_grad_bytes(st)) {
+		st->tied_head_grad = be->alloc(tied_head_grad_bytes(st));
 		if (!st->tied_head_grad) {
 			stage_free(st);
 			return error("stage %d: cannot allocate the tied head's gradient", s);
 		}
-		st->scratch_bytes += (size_t)c->Vp * c->C * sizeof(float);
+		st->scratch_bytes += tied_head_grad_bytes(st);
 	}
 	if (st->has_head && !(st->loss_dev_ = be->alloc(sizeof(float)))) {
 		stage_free(st);

@@ -191,6 +191,7 @@ struct stage {
 	int n_runs_;
 	size_t *off_;
 	size_t *woff_;         /* off_'s table for the weight arena */
+	int act_dtype_, fused_norm_; /* what the layout reads of the backend */
 	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
 };
@@ -205,6 +206,28 @@ void stage_moe_dims(const struct stage *st, struct moe_dims *d);
 int stage_init(struct stage *st, const struct model *m, const struct backend *be,
 	       const struct stage_cut *cut, int s, int B, int T, int n_slots);
 void stage_free(struct stage *st);
+/* What stage_init would allocate for stage s of cut (NULL: the whole
+ * model), sized without building it, by the same layout: for memory plans
+ * (bench plan), which thereby cannot drift from a run. A backend enters
+ * only by how it stores activations (act_dtype, enum act_dtype) and
+ * whether it fuses the norms' backward with the residual add (fused_norm:
+ * be->norm_backward_add != NULL; then the backward scratch holds no
+ * separate norm input gradient). split: -1 for the fused backward, else
+ * stage_split_init's flags (the split kinds), whose saved gradients are
+ * then counted in act_bytes_per_slot. With params non-NULL, *params gets
+ * the stage's tensor list (st.params, n_params of them; malloc'ed, the
+ * caller frees it), for optim_size. -1 after error() on a bad shape. */
+struct stage_size {
+	size_t numel;                /* floats of one weight version (st.numel) */
+	size_t act_bytes_per_slot;   /* one micro-batch's saved activations */
+	size_t split_bytes_per_slot; /* of which the split backward's (0: none) */
+	size_t scratch_bytes;        /* shared by the slots: backward scratch, head
+				      * logits, the tied head's gradient (S = 1) */
+	int n_params;                /* tensors (st.n_params) */
+};
+int stage_size(const struct model *m, const struct stage_cut *cut, int s, int B, int T,
+	       int act_dtype, int fused_norm, int split, struct stage_size *out,
+	       struct stage_param **params);
 /* How many tensors stage s of cut holds (its st.n_params, the tied copy of
  * wte included), without building it. */
 int stage_param_count(const struct model *m, const struct stage_cut *cut, int s);

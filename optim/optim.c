@@ -339,45 +339,37 @@ int optim_init(struct optimizer *o, const struct backend *be, const struct confi
 	return optim_init_owned(o, be, cfg, m, params, n_params, numel, NULL);
 }
 
-int optim_init_owned(struct optimizer *o, const struct backend *be, const struct config *cfg,
-		     const struct model *m, const struct stage_param *params, int n_params,
-		     size_t numel, const unsigned char *mine)
+/* What optim_init_owned and optim_size share: o's tensors, their rules and
+ * state parts, and the sizes of the state buffers and scratch (ns_many: the
+ * backend batches Newton-Schulz), allocating nothing on a backend. */
+static int optim_layout(struct optimizer *o, const struct config *cfg, const struct model *m,
+			const struct stage_param *params, int n_params, size_t numel,
+			const unsigned char *mine, int ns_many, int *used)
 {
 	size_t max_numel = 0, max_work = 0;
-	int used[RULE_COUNT] = {0};
 
 	memset(o, 0, sizeof(*o));
-	o->be = be;
 	o->numel = numel;
 	if (read_config(o, cfg))
 		return -1;
 	if (n_params < 0)
 		return error("optimizer: negative tensor count %d", n_params);
-	if (need_op(be, (const void *)be->alloc, "alloc") || need_op(be, (const void *)be->free, "free") ||
-	    need_op(be, (const void *)be->copy, "copy") ||
-	    need_op(be, (const void *)be->apply_update, "apply_update") ||
-	    need_op(be, (const void *)be->sumsq, "sumsq"))
-		return -1;
-
 	o->t = xcalloc(n_params ? n_params : 1, sizeof(*o->t));
 	o->n = n_params;
 	for (int k = 0; k < n_params; k++) {
 		struct optim_tensor *t = &o->t[k];
-		if (params[k].global < 0 || params[k].global >= m->n_params) {
-			error("optimizer: tensor %d refers to parameter %d of %d", k,
-			      params[k].global, m->n_params);
-			goto fail;
-		}
+		if (params[k].global < 0 || params[k].global >= m->n_params)
+			return error("optimizer: tensor %d refers to parameter %d of %d", k,
+				     params[k].global, m->n_params);
 		const struct param_info *pi = &m->params[params[k].global];
 		t->info = *pi;
 		t->offset = params[k].offset;
 		t->woffset = params[k].offset;
 		t->tied_copy = params[k].tied_copy;
-		if (pi->numel > numel || t->offset > numel - pi->numel) {
-			error("optimizer: tensor '%s' (%zu floats at %zu) lies outside the stage arena of %zu floats",
-			      pi->name, pi->numel, t->offset, numel);
-			goto fail;
-		}
+		if (pi->numel > numel || t->offset > numel - pi->numel)
+			return error("optimizer: tensor '%s' (%zu floats at %zu) lies outside the "
+				     "stage arena of %zu floats", pi->name, pi->numel, t->offset,
+				     numel);
 		t->rule = tensor_rule(o->kind, pi);
 		t->skip = mine && !mine[k];
 		used[t->rule] = 1;
@@ -395,6 +387,41 @@ int optim_init_owned(struct optimizer *o, const struct backend *be, const struct
 			add_part(o, t, "ef_prev_update", t->info.numel, t->info.rows, t->info.cols);
 		t->ef = t->ef && !t->skip;
 	}
+	o->u_floats = max_numel;
+	o->work_floats = max_work;
+	o->ns_floats = ns_many ? ns_plan(o) : 0;
+	return 0;
+}
+
+int optim_size(const struct config *cfg, const struct model *m, const struct stage_param *params,
+	       int n_params, size_t numel, const unsigned char *mine, int ns_many, size_t *bytes)
+{
+	struct optimizer o;
+	int used[RULE_COUNT] = {0};
+	int rc = optim_layout(&o, cfg, m, params, n_params, numel, mine, ns_many, used);
+
+	*bytes = rc ? 0 : optim_bytes(&o);
+	optim_free(&o); /* o.be is NULL: nothing on a backend to free */
+	return rc;
+}
+
+int optim_init_owned(struct optimizer *o, const struct backend *be, const struct config *cfg,
+		     const struct model *m, const struct stage_param *params, int n_params,
+		     size_t numel, const unsigned char *mine)
+{
+	int used[RULE_COUNT] = {0};
+
+	memset(o, 0, sizeof(*o));
+	if (need_op(be, (const void *)be->alloc, "alloc") ||
+	    need_op(be, (const void *)be->free, "free") ||
+	    need_op(be, (const void *)be->copy, "copy") ||
+	    need_op(be, (const void *)be->apply_update, "apply_update") ||
+	    need_op(be, (const void *)be->sumsq, "sumsq"))
+		return -1;
+	if (optim_layout(o, cfg, m, params, n_params, numel, mine, be->newton_schulz_many != NULL,
+			 used))
+		goto fail;
+	o->be = be;
 	for (int r = 0; r < RULE_COUNT; r++)
 		if (used[r] && check_ops(be, r))
 			goto fail;
@@ -409,13 +436,10 @@ int optim_init_owned(struct optimizer *o, const struct backend *be, const struct
 			goto fail;
 		}
 	}
-	o->u_floats = max_numel;
-	o->work_floats = max_work;
-	o->u = max_numel ? be->alloc(st_mult(max_numel, sizeof(float))) : NULL;
-	o->work = max_work ? be->alloc(st_mult(max_work, sizeof(float))) : NULL;
-	o->ns_floats = be->newton_schulz_many ? ns_plan(o) : 0;
+	o->u = o->u_floats ? be->alloc(st_mult(o->u_floats, sizeof(float))) : NULL;
+	o->work = o->work_floats ? be->alloc(st_mult(o->work_floats, sizeof(float))) : NULL;
 	o->ns = o->ns_floats ? be->alloc(st_mult(o->ns_floats, sizeof(float))) : NULL;
-	if ((max_numel && !o->u) || (max_work && !o->work) || (o->ns_floats && !o->ns)) {
+	if ((o->u_floats && !o->u) || (o->work_floats && !o->work) || (o->ns_floats && !o->ns)) {
 		error("optimizer: cannot allocate scratch on backend '%s'", be->name);
 		goto fail;
 	}

@@ -219,6 +219,13 @@ int optim_state_tensor(const struct optimizer *o, int i, int k, struct optim_par
 size_t optim_part_bound(const struct model *m);
 /* Bytes o holds on its backend: every state buffer and the scratch. */
 size_t optim_bytes(const struct optimizer *o);
+/* The optim_bytes of what optim_init_owned(cfg, m, params, n_params,
+ * numel, mine) would set up, into *bytes, without allocating anything on a
+ * backend (for memory plans: bench plan). ns_many: whether the backend
+ * batches Newton-Schulz (be->newton_schulz_many; its batch scratch counts).
+ * -1 after error() on a bad configuration. */
+int optim_size(const struct config *cfg, const struct model *m, const struct stage_param *params,
+	       int n_params, size_t numel, const unsigned char *mine, int ns_many, size_t *bytes);
 
 /* Learning rate at 1-based step `step` (optim.lr, warmup, decay,
  * min_lr_ratio, wsd_decay_frac; train.steps):
