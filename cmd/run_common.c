@@ -195,10 +195,7 @@ const struct backend *backend_from_config(const struct config *cfg)
 	const struct backend *be = backend_by_name(cfg->train_device);
 	/* the MoE layer (model/moe.c) is the backend's routing, dispatch and
 	 * expert ops (backend.h moe_*): the cpu and cuda backends have them all */
-	if (be && cfg->model_n_expert > 0 &&
-	    (!be->moe_route || !be->moe_dispatch || !be->moe_gather || !be->moe_combine ||
-	     !be->moe_combine_backward || !be->moe_aux || !be->moe_router_backward ||
-	     !be->moe_expert_forward || !be->moe_expert_backward)) {
+	if (be && cfg->model_n_expert > 0 && !backend_has_moe(be)) {
 		error("model.n_expert = %ld: the %s backend has no mixture-of-experts ops; set "
 		      "train.device = cpu (eval and sample: --device cpu)", cfg->model_n_expert,
 		      be->name);

@@ -397,6 +397,15 @@ static inline size_t act_size(const struct backend *be)
 	return act_dtype_size(be->act_dtype);
 }
 
+/* Whether be has every op of the mixture-of-experts layer (the moe_*
+ * slots): the cpu and cuda backends do. */
+static inline int backend_has_moe(const struct backend *be)
+{
+	return be->moe_route && be->moe_dispatch && be->moe_gather && be->moe_combine &&
+	       be->moe_combine_backward && be->moe_aux && be->moe_router_backward &&
+	       be->moe_expert_forward && be->moe_expert_backward;
+}
+
 /* The CPU reference backend; always present. backend_cpu stores
  * activations in float, backend_cpu_bf16 in bf16 (the same kernels, with
  * their inputs widened and their outputs rounded: train.act_dtype = bf16). */

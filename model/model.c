@@ -758,10 +758,10 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	int nl;
 	size_t *off;
 
-	if (c->E && strcmp(be->name, "cpu")) { /* moe.c routes on host memory */
+	if (c->E && !backend_has_moe(be)) { /* moe.c calls the backend's moe_* ops */
 		memset(st, 0, sizeof(*st));
-		return error("stage: the mixture-of-experts layer (model.n_expert = %d) runs on "
-			     "the cpu backend only, not %s", c->E, be->name);
+		return error("stage: the mixture-of-experts layer (model.n_expert = %d) needs "
+			     "the backend's moe ops, which %s lacks", c->E, be->name);
 	}
 	if (stage_shape(st, m, be->act_dtype, be->norm_backward_add != NULL, cut, s, B, T,
 			n_slots))

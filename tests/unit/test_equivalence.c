@@ -193,7 +193,7 @@ static const char *const optims[] = {"adamw", "muon"};
 static int runs_here(const char *arch)
 {
 	const struct backend *be = test_backend();
-	return strcmp(arch, "moe") || (be->moe_route && be->moe_expert_forward);
+	return strcmp(arch, "moe") || backend_has_moe(be);
 }
 
 #define FOR_EACH_ARCH_OPTIM(a, o)                                          \

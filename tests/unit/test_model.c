@@ -675,12 +675,17 @@ TEST(moe_bad_configs_rejected)
 	CHECK(strstr(last_error(), "model.arch = llama"));
 	c = tiny_moe(ROUTER_SOFTMAX, 2, 0);
 	CHECK(model_init(&m, &c) == 0);
-	/* the layer routes on host memory: another backend is refused */
+	/* the layer is the backend's moe ops: any backend with them builds
+	 * the stage (cuda's name was once refused), one without is refused */
 	struct backend other = *be();
 	struct stage st;
 	other.name = "cuda";
+	CHECK(stage_init(&st, &m, &other, NULL, 0, 2, 8, 1) == 0);
+	stage_free(&st);
+	other.moe_dispatch = NULL;
 	CHECK(stage_init(&st, &m, &other, NULL, 0, 2, 8, 1) == -1);
-	CHECK(strstr(last_error(), "model.n_expert = 4") && strstr(last_error(), "cpu"));
+	CHECK(strstr(last_error(), "model.n_expert = 4") && strstr(last_error(), "moe ops") &&
+	      strstr(last_error(), "cuda"));
 	set_error_quiet(0);
 	model_free(&m);
 }
