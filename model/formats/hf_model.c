@@ -673,6 +673,22 @@ static const char *torch_dtype(enum st_dtype d)
 	return d == ST_F16 ? "float16" : d == ST_BF16 ? "bfloat16" : "float32";
 }
 
+/* The fields Llama's and Mixtral's config.json share, from the opening
+ * brace to rope_theta's value (width ff: d_ff, or an expert's) */
+static void llama_fields(struct buf *b, const struct model_config *c, const char *arch,
+			 const char *type, int ff)
+{
+	put(b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", arch, type);
+	put(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
+	    c->V, c->C, ff);
+	put(b, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->L, c->NH);
+	put(b, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->NKV, c->HD);
+	put(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": ", c->T);
+	put_float(b, c->eps);
+	put(b, ",\n  \"rope_theta\": ");
+	put_float(b, c->rope_theta);
+}
+
 static void config_json(struct buf *b, const struct model_config *c, enum st_dtype dtype,
 			long eos)
 {
@@ -693,15 +709,7 @@ static void config_json(struct buf *b, const struct model_config *c, enum st_dty
 		put_float(b, c->init_std);
 		put(b, ",\n");
 	} else if (c->E) {
-		put(b, "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n  \"model_type\": \"mixtral\",\n");
-		put(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
-		    c->V, c->C, c->De);
-		put(b, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->L, c->NH);
-		put(b, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->NKV, c->HD);
-		put(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": ", c->T);
-		put_float(b, c->eps);
-		put(b, ",\n  \"rope_theta\": ");
-		put_float(b, c->rope_theta);
+		llama_fields(b, c, "MixtralForCausalLM", "mixtral", c->De);
 		put(b, ",\n  \"sliding_window\": null,\n  \"hidden_act\": \"silu\",\n");
 		put(b, "  \"attention_dropout\": 0.0,\n  \"num_local_experts\": %d,\n", c->E);
 		put(b, "  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": ", c->K);
@@ -711,15 +719,7 @@ static void config_json(struct buf *b, const struct model_config *c, enum st_dty
 		put_float(b, c->init_std);
 		put(b, ",\n");
 	} else {
-		put(b, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n");
-		put(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
-		    c->V, c->C, c->F);
-		put(b, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->L, c->NH);
-		put(b, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->NKV, c->HD);
-		put(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": ", c->T);
-		put_float(b, c->eps);
-		put(b, ",\n  \"rope_theta\": ");
-		put_float(b, c->rope_theta);
+		llama_fields(b, c, "LlamaForCausalLM", "llama", c->F);
 		put(b, ",\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n");
 		put(b, "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n");
 		put(b, "  \"mlp_bias\": false,\n  \"pretraining_tp\": 1,\n  \"initializer_range\": ");
