@@ -1410,6 +1410,7 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 			dist_abort(); /* the peers wait inside MPI (p2p.h) */
 		}
 	} else if (!failed) {
+		trainer_ep_view_prepare(tr);
 		failed = eval_threads(tr, ctx);
 	}
 	backend_lane_bind(tr->be, before);

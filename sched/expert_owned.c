@@ -119,6 +119,20 @@ const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i)
 	return tr->ep_view ? &tr->ep_view[i].ep : NULL;
 }
 
+void trainer_ep_view_prepare(const struct trainer *tr)
+{
+	if (!tr->ep_view || !tr->be->weights_bf16)
+		return;
+	for (int i = 0; i < tr->N * tr->S; i++) {
+		struct stage_worker *w = &tr->w[i];
+		if (!worker_alive(w))
+			continue;
+		int lane = backend_lane_enter(tr->be, w->lane);
+		tr->be->weights_bf16(worker_weights(w, w->newest), w->st.wnumel);
+		backend_lane_bind(tr->be, lane);
+	}
+}
+
 void trainer_own_experts(struct trainer *tr)
 {
 	int P = (int)tr->cfg->model_expert_parallel;

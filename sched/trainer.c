@@ -557,6 +557,7 @@ int trainer_eval_batches(const struct trainer *tr, const struct dataloader *data
 double trainer_eval(struct trainer *tr, struct dataloader *data, int batches)
 {
 	batches = trainer_eval_batches(tr, data, batches);
+	trainer_ep_view_prepare(tr);
 	double sum = 0.0;
 	for (int i = 0; i < batches; i++) {
 		load_batch(tr, data, i);

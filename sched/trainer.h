@@ -236,6 +236,11 @@ void trainer_expert_views(struct trainer *tr);
  * weights of the same version, read in place (shared memory), on this
  * replica's rows alone (no other member need call it). NULL without. */
 const struct moe_ep *trainer_ep_view(const struct trainer *tr, int i);
+/* Before passes that run trainer_ep_view's hooks on the newest version
+ * (evaluation): every worker's backend weight copy (weights_bf16) made
+ * current, since a member may read an owner's arena before the owner's
+ * own pass would have refreshed its copy after the updates. */
+void trainer_ep_view_prepare(const struct trainer *tr);
 /* Version v of piece s of replica r into the global host arena: its
  * weights, and under ep_split the other members' of their experts
  * (threads: every piece in this process). */

@@ -45,6 +45,7 @@ struct run_result {
 	/* MoE: step_stats' balance, z-loss and expert_tokens (0 when dense) */
 	double moe[STEPS][2 + MAX_E];
 	int skipped; /* steps whose update was skipped (norm not finite) */
+	double val[STEPS]; /* with eval_each_chunk: trainer_eval after each chunk */
 	float *weights; /* final newest weights, global arena */
 	size_t numel;
 };
@@ -84,6 +85,9 @@ static const struct backend *train_with;
 /* Train `steps` steps (in chunks of `chunk`) under cfg, optionally resuming
  * from checkpoint `resume_from`, optionally saving to `save_to` at the end.
  * Losses go to r->loss[first_step ...]. */
+/* train() evaluates 2 batches after each chunk of steps (run_result.val) */
+static int eval_each_chunk;
+
 static int train(const struct config *cfg, int steps, int chunk, const char *resume_from,
 		 const char *save_to, struct run_result *r)
 {
@@ -117,6 +121,8 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 		int n = MIN(chunk, steps - done);
 		if (trainer_run(&tr, n, st))
 			return -1;
+		if (eval_each_chunk)
+			r->val[first + done + n - 1] = trainer_eval(&tr, &dl, 2);
 		for (int i = 0; i < n; i++) {
 			double *moe = r->moe[first + done + i];
 			r->loss[first + done + i] = st[i].loss;
@@ -1087,6 +1093,22 @@ static void spy_matmul_backward(void *dinp, float *dw, float *dbias, const void 
 				  OC);
 }
 
+/* the experts' products read E matrices of OC x C from w */
+static void spy_moe_forward(void *out, const void *inp, const float *w, const int32_t *count,
+			    int E, int C, int OC)
+{
+	spy_base->moe_expert_forward(out, inp, spy_weight(w, (size_t)E * OC * C), count, E, C,
+				     OC);
+}
+
+static void spy_moe_backward(void *dinp, float *dw, const void *dout, const void *inp,
+			     const float *w, const int32_t *count, int E, int C, int OC)
+{
+	spy_base->moe_expert_backward(dinp, dw, dout, inp,
+				      w ? spy_weight(w, (size_t)E * OC * C) : NULL, count, E, C,
+				      OC);
+}
+
 static void spy_reset(void)
 {
 	for (int i = 0; i < SPY_RANGES; i++) {
@@ -1102,6 +1124,8 @@ static void spy_reset(void)
 	spy_table.free = spy_free;
 	spy_table.matmul_forward = spy_matmul_forward;
 	spy_table.matmul_backward = spy_matmul_backward;
+	spy_table.moe_expert_forward = spy_moe_forward;
+	spy_table.moe_expert_backward = spy_moe_backward;
 }
 
 /* cfg on the cpu table and on the spy: the same bits, copies used and
@@ -1126,6 +1150,7 @@ static void spy_check(const char *what, const struct config *cfg, int resume_at)
 		CHECK_MSG(spy_stale == 0, "%s: %ld of %ld products read a stale weight copy", what,
 			  spy_stale, spy_hits);
 		CHECK_MSG(!memcmp(ra.loss, rb.loss, sizeof(ra.loss)), "%s: losses differ", what);
+		CHECK_MSG(!memcmp(ra.val, rb.val, sizeof(ra.val)), "%s: evaluations differ", what);
 		CHECK_MSG(ra.numel == rb.numel &&
 				  !memcmp(ra.weights, rb.weights, ra.numel * sizeof(float)),
 			  "%s: final weights differ", what);
@@ -1139,17 +1164,21 @@ TEST(weight_copies_are_never_stale)
 {
 	if (strcmp(test_backend()->name, "cpu"))
 		SKIP("the spy wraps the cpu backend (on cuda the copies are the backend's own)");
+	/* ep: model.expert_parallel over as many replicas, evaluating after
+	 * every chunk (a member runs its owners' experts from their arenas) */
 	static const struct {
 		const char *what, *arch, *optim, *schedule, *stages, *delay, *correction;
-		int resume_at;
+		int resume_at, ep;
 	} runs[] = {
-		{"one worker", "gpt2", "adamw", "none", "1", "0", "none", 0},
-		{"delay 1 + ef", "llama", "muon", "none", "1", "1", "ef", 0},
-		{"delay 1 + predict", "gpt2", "adamw", "none", "1", "1", "predict", 0},
-		{"1f1b S=2", "llama", "adamw", "1f1b", "2", "0", "none", 0},
-		{"2bw S=2 + ef, resumed", "gpt2", "muon", "2bw", "2", "0", "ef", 7},
-		{"2bw S=4 + predict", "llama", "adamw", "2bw", "4", "0", "predict", 0},
-		{"pipedream S=3", "gpt2", "adamw", "pipedream", "3", "0", "none", 0},
+		{"one worker", "gpt2", "adamw", "none", "1", "0", "none", 0, 0},
+		{"delay 1 + ef", "llama", "muon", "none", "1", "1", "ef", 0, 0},
+		{"delay 1 + predict", "gpt2", "adamw", "none", "1", "1", "predict", 0, 0},
+		{"1f1b S=2", "llama", "adamw", "1f1b", "2", "0", "none", 0, 0},
+		{"2bw S=2 + ef, resumed", "gpt2", "muon", "2bw", "2", "0", "ef", 7, 0},
+		{"2bw S=4 + predict", "llama", "adamw", "2bw", "4", "0", "predict", 0, 0},
+		{"pipedream S=3", "gpt2", "adamw", "pipedream", "3", "0", "none", 0, 0},
+		{"moe, 2 experts' owners, evaluated", "moe", "adamw", "1f1b", "1", "0", "none", 0, 2},
+		{"moe 2bw, 2 owners, evaluated", "moe", "muon", "2bw", "2", "0", "none", 0, 2},
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(runs) && !test_failed(); i++) {
 		struct config cfg;
@@ -1158,7 +1187,15 @@ TEST(weight_copies_are_never_stale)
 		config_set_key(&cfg, "pipeline", "stages", runs[i].stages, "test");
 		config_set_key(&cfg, "train", "delay", runs[i].delay, "test");
 		config_set_key(&cfg, "optim", "correction", runs[i].correction, "test");
+		if (runs[i].ep) {
+			char ep[16];
+			snprintf(ep, sizeof(ep), "%d", runs[i].ep);
+			config_set_key(&cfg, "pipeline", "data_parallel", ep, "test");
+			config_set_key(&cfg, "model", "expert_parallel", ep, "test");
+		}
+		eval_each_chunk = runs[i].ep > 0;
 		spy_check(runs[i].what, &cfg, runs[i].resume_at);
+		eval_each_chunk = 0;
 		config_free(&cfg);
 	}
 }
