@@ -463,6 +463,10 @@ void layout_slot(const struct stage *st, void *base, struct slot_view *v)
 		v->dx = TAKE_ACT(base, &pos, N * C);
 	}
 	v->total = pos;
+	/* the slot's host counts: a stage's slots are st->slot_acts[] */
+	for (int i = 0; base && st->moe_counts_ && i < st->n_slots; i++)
+		if (st->slot_acts[i] == base)
+			v->moe_counts = st->moe_counts_ + (size_t)i * nl * (c->E + 1);
 }
 
 void layout_layer(const struct stage *st, const struct slot_view *v, int li,
@@ -470,6 +474,8 @@ void layout_layer(const struct stage *st, const struct slot_view *v, int li,
 {
 	size_t pos = 0;
 	layer_view(st, (char *)v->layers + v->layer_stride * li, a, &pos);
+	if (v->moe_counts)
+		a->moe.count_host = v->moe_counts + (size_t)li * (st->m->cfg.E + 1);
 }
 
 /* The head's logits are held HEAD_CHUNK_BYTES at a time (GPT-2's 50304
@@ -830,6 +836,9 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 		return error("stage %d: cannot allocate the loss on backend '%s'", s, be->name);
 	}
 	st->slot_dloss_ = xcalloc(n_slots, sizeof(float));
+	if (c->E)
+		st->moe_counts_ = xcalloc(st_mult((size_t)n_slots * nl, (size_t)c->E + 1),
+					  sizeof(int32_t));
 	return 0;
 }
 
@@ -890,6 +899,7 @@ void stage_free(struct stage *st)
 	if (st->loss_dev_)
 		st->be->free(st->loss_dev_);
 	free(st->slot_dloss_);
+	free(st->moe_counts_);
 	memset(st, 0, sizeof(*st));
 }
 

@@ -194,6 +194,9 @@ struct stage {
 	int act_dtype_, fused_norm_; /* what the layout reads of the backend */
 	float *loss_dev_;
 	float *slot_dloss_;    /* per slot: the forward's dloss (aux gradients) */
+	int32_t *moe_counts_;  /* MoE: per slot and layer the experts' row
+				* counts on the host ([n_slots][nl][E+1]), the
+				* forward's, read again by the backward */
 };
 
 /* The mixture-of-experts layer's dimensions (moe.h) as stage st runs them:

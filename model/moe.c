@@ -35,6 +35,7 @@ size_t moe_acts_view(const struct moe_dims *d, void *base, struct moe_acts *a)
 	a->sh_h = d->shared ? TAKE_ACT(N * 2 * De) : NULL;
 	a->sh_act = d->shared ? TAKE_ACT(N * De) : NULL;
 	a->aux = TAKE_F32(2);
+	a->count_host = NULL; /* the stage's slots have one (model.c: layout_layer) */
 	return pos;
 }
 
@@ -69,13 +70,22 @@ size_t moe_dsave_view(const struct moe_dims *d, void *base, struct moe_dsave *s)
 /* ---- the layer: the order of calls is the maths of moe.h ---- */
 
 /* Expert e's rows in the dispatched buffers are [count[e], count[e+1]); the
- * experts' products need them as GEMM shapes on the host. This to_host is
- * the layer's one device->host copy per pass (E+1 integers; on a GPU it
- * waits for the routing to finish): the backend's GEMM takes host shapes. */
-static void counts_to_host(const struct backend *be, const struct moe_dims *d,
-			   const struct moe_acts *a, int32_t *count)
+ * experts' products need them as GEMM shapes on the host. The forward
+ * copies them back (E+1 integers; on a GPU it waits for the routing to
+ * finish: the backend's GEMMs take host shapes) into the slot's host copy
+ * (moe_acts.count_host), which the backward and the weight part of the same
+ * slot read again without a copy; a view without one copies every pass. */
+static const int32_t *pass_counts(const struct backend *be, const struct moe_dims *d,
+				  const struct moe_acts *a, int forward, int32_t *count)
 {
-	be->to_host(count, a->count, sizeof(int32_t) * (size_t)(d->E + 1));
+	size_t bytes = sizeof(int32_t) * (size_t)(d->E + 1);
+	if (!a->count_host) {
+		be->to_host(count, a->count, bytes);
+		return count;
+	}
+	if (forward)
+		be->to_host(a->count_host, a->count, bytes);
+	return a->count_host;
 }
 
 void moe_experts(const struct backend *be, int pass, const struct moe_rows *rows,
@@ -165,9 +175,8 @@ void moe_forward(const struct backend *be, const struct moe_dims *d, const struc
 	/* dispatch: expert e's rows in ascending token order */
 	be->moe_dispatch(a->count, a->pos, a->sel, N, K, E);
 	be->moe_gather(a->xd, x, a->pos, N, K, C);
-	counts_to_host(be, d, a, count);
-	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
-				.y = a->y};
+	struct moe_rows rows = {.d = d, .count = pass_counts(be, d, a, 1, count), .xd = a->xd,
+				.h = a->h, .act = a->act, .y = a->y};
 	run_experts(be, MOE_PASS_FORWARD, &rows, w);
 
 	/* combine: out = shared(x) + sum_j gate_j y_j, j in order */
@@ -208,9 +217,8 @@ void moe_backward(const struct backend *be, const struct moe_dims *d,
 
 	/* combine: d gate and d y per slot */
 	be->moe_combine_backward(s->dy, s->dgate, dout, a->y, a->gate, a->pos, N, K, C);
-	counts_to_host(be, d, a, count);
-	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .h = a->h, .act = a->act,
-				.dy = s->dy, .dact = s->dact, .dh = s->dh, .dxd = s->dxd,
+	struct moe_rows rows = {.d = d, .count = pass_counts(be, d, a, 0, count), .xd = a->xd,
+				.h = a->h, .act = a->act, .dy = s->dy, .dact = s->dact, .dh = s->dh, .dxd = s->dxd,
 				.gfcw = g->fcw, .gfcprojw = g->fcprojw};
 	run_experts(be, MOE_PASS_BACKWARD, &rows, w);
 
@@ -237,10 +245,10 @@ void moe_backward_weight(const struct backend *be, const struct moe_dims *d,
 	int N = d->N, C = d->C, E = d->E, De = d->De;
 	int32_t count[E + 1];
 
-	counts_to_host(be, d, a, count);
 	/* each tensor gets the one product moe_backward gives it (no weight is
 	 * read: dinp is NULL) */
-	struct moe_rows rows = {.d = d, .count = count, .xd = a->xd, .act = a->act,
+	struct moe_rows rows = {.d = d, .count = pass_counts(be, d, a, 0, count), .xd = a->xd,
+				.act = a->act,
 				.dy = keep->dy, .dh = keep->dh, .gfcw = g->fcw,
 				.gfcprojw = g->fcprojw};
 	run_experts(be, MOE_PASS_WEIGHT, &rows, NULL);

@@ -82,6 +82,9 @@ struct moe_acts {
 	float *gate;      /* [N,K] */
 	int32_t *pos;     /* [N,K] row of slot (n, j) in the dispatched buffers */
 	int32_t *count;   /* [E+1] expert e's rows: [count[e], count[e+1]) */
+	int32_t *count_host; /* [E+1] host memory: the forward's copy of count,
+			      * read again by the backward (or NULL: each
+			      * pass copies; moe_acts_view leaves it NULL) */
 	void *xd;         /* [NK,C] dispatched inputs (act) */
 	void *h;          /* [NK,2De] (act) */
 	void *act;        /* [NK,De] (act) */

@@ -339,9 +339,13 @@ int stage_moe_stats(const struct stage *st, int slot, double *out)
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		/* activation memory: the backend's (a GPU's), read by copy */
+		/* activation memory: the backend's (a GPU's), read by copy; the
+		 * counts the forward copied already where the slot keeps them */
 		st->be->to_host(aux, a.moe.aux, sizeof(aux));
-		st->be->to_host(count, a.moe.count, sizeof(count));
+		if (a.moe.count_host)
+			memcpy(count, a.moe.count_host, sizeof(count));
+		else
+			st->be->to_host(count, a.moe.count, sizeof(count));
 		out[0] += aux[0];
 		out[1] += aux[1];
 		for (int e = 0; e < c->E; e++)

@@ -81,6 +81,8 @@ struct slot_view {
 	size_t layer_stride;    /* bytes per layer */
 	void *lnf, *dx;
 	float *lnf_mean, *lnf_rstd;
+	int32_t *moe_counts;    /* host: the slot's per-layer expert counts
+				 * ([nl][E+1], stage.moe_counts_), or NULL */
 	size_t total;           /* bytes */
 };
 

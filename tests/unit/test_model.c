@@ -690,6 +690,52 @@ TEST(moe_bad_configs_rejected)
 	model_free(&m);
 }
 
+/* The experts' row counts cross to the host once per layer and slot, in
+ * the forward: the backward and the step's statistics read that copy (on a
+ * GPU every copy waits for the stream). */
+static size_t count_bytes;
+static long counts_copied;
+
+static void counting_to_host(void *dst, const void *src, size_t n)
+{
+	counts_copied += n == count_bytes;
+	be()->to_host(dst, src, n);
+}
+
+TEST(moe_counts_cross_to_the_host_once_per_layer)
+{
+	struct model_config c = tiny_moe(ROUTER_SOFTMAX, 2, 1);
+	struct model m;
+	struct stage st;
+	struct backend spy = *be();
+	spy.to_host = counting_to_host;
+	CHECK(model_init(&m, &c) == 0);
+	CHECK(stage_init(&st, &m, &spy, NULL, 0, 2, 8, 2) == 0);
+	float *params = xcalloc(m.numel, sizeof(float)), *grads = xcalloc(m.numel, sizeof(float));
+	int32_t tok[16], tgt[16];
+	model_init_weights(&m, params, 5);
+	fill_tokens(tok, 16, c.V, 6);
+	fill_tokens(tgt, 16, c.V, 7);
+	count_bytes = sizeof(int32_t) * (size_t)(c.E + 1);
+	double stats[2 + 8];
+	float loss = NAN;
+	for (int slot = 0; slot < 2; slot++) {
+		counts_copied = 0;
+		stage_forward(&st, slot, params, tok, NULL, tgt, NULL, &loss, NULL, grads, 1.0f);
+		CHECK_MSG(counts_copied == c.L, "slot %d: the forward copied the counts %ld times "
+			  "for %d layers", slot, counts_copied, c.L);
+		counts_copied = 0;
+		CHECK(stage_moe_stats(&st, slot, stats) == c.E);
+		stage_backward(&st, slot, params, grads, NULL, NULL);
+		CHECK_MSG(counts_copied == 0, "slot %d: the statistics and the backward copied "
+			  "the counts %ld times", slot, counts_copied);
+	}
+	free(params);
+	free(grads);
+	stage_free(&st);
+	model_free(&m);
+}
+
 /* The objective the backward differentiates: the cross-entropy plus the
  * router's auxiliary losses (the forward's loss is the cross-entropy). */
 static double moe_objective(struct run *r)
