@@ -839,6 +839,11 @@ int stage_init(struct stage *st, const struct model *m, const struct backend *be
 	if (c->E)
 		st->moe_counts_ = xcalloc(st_mult((size_t)n_slots * nl, (size_t)c->E + 1),
 					  sizeof(int32_t));
+	if (c->E && nl && !(st->moe_aux_dev_ = be->alloc(2 * sizeof(float) * (size_t)nl))) {
+		stage_free(st);
+		return error("stage %d: cannot allocate the auxiliary losses' gather on backend '%s'",
+			     s, be->name);
+	}
 	return 0;
 }
 
@@ -900,6 +905,8 @@ void stage_free(struct stage *st)
 		st->be->free(st->loss_dev_);
 	free(st->slot_dloss_);
 	free(st->moe_counts_);
+	if (st->moe_aux_dev_)
+		st->be->free(st->moe_aux_dev_);
 	memset(st, 0, sizeof(*st));
 }
 

@@ -197,6 +197,8 @@ struct stage {
 	int32_t *moe_counts_;  /* MoE: per slot and layer the experts' row
 				* counts on the host ([n_slots][nl][E+1]), the
 				* forward's, read again by the backward */
+	float *moe_aux_dev_;   /* MoE: [nl][2] backend memory, where
+				* stage_moe_stats gathers the layers' aux losses */
 };
 
 /* The mixture-of-experts layer's dimensions (moe.h) as stage st runs them:

@@ -333,21 +333,28 @@ int stage_moe_stats(const struct stage *st, int slot, double *out)
 	for (int i = 0; i < 2 + c->E; i++)
 		out[i] = 0.0;
 	int32_t count[c->E + 1];
-	float aux[2];
+	float aux[2 * (nl ? nl : 1)];
 
+	/* activation memory is the backend's (a GPU's): the layers' aux pairs
+	 * gathered on the device and read in one copy (each copy waits for
+	 * the stream); the counts from the slot's host copy of the forward */
 	layout_slot(st, st->slot_acts[slot], &v);
 	for (int li = 0; li < nl; li++) {
 		struct layer_acts a;
 		layout_layer(st, &v, li, &a);
-		/* activation memory: the backend's (a GPU's), read by copy; the
-		 * counts the forward copied already where the slot keeps them */
-		st->be->to_host(aux, a.moe.aux, sizeof(aux));
+		st->be->copy(st->moe_aux_dev_ + 2 * li, a.moe.aux, 2 * sizeof(float));
+	}
+	if (nl)
+		st->be->to_host(aux, st->moe_aux_dev_, sizeof(float) * 2 * (size_t)nl);
+	for (int li = 0; li < nl; li++) {
+		struct layer_acts a;
+		layout_layer(st, &v, li, &a);
 		if (a.moe.count_host)
 			memcpy(count, a.moe.count_host, sizeof(count));
 		else
 			st->be->to_host(count, a.moe.count, sizeof(count));
-		out[0] += aux[0];
-		out[1] += aux[1];
+		out[0] += aux[2 * li];
+		out[1] += aux[2 * li + 1];
 		for (int e = 0; e < c->E; e++)
 			out[2 + e] += count[e + 1] - count[e];
 	}

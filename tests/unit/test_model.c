@@ -691,13 +691,15 @@ TEST(moe_bad_configs_rejected)
 }
 
 /* The experts' row counts cross to the host once per layer and slot, in
- * the forward: the backward and the step's statistics read that copy (on a
- * GPU every copy waits for the stream). */
+ * the forward: the backward and the step's statistics read that copy, and
+ * the statistics read every layer's auxiliary losses in one copy (on a GPU
+ * every copy waits for the stream). */
 static size_t count_bytes;
-static long counts_copied;
+static long counts_copied, copies;
 
 static void counting_to_host(void *dst, const void *src, size_t n)
 {
+	copies++;
 	counts_copied += n == count_bytes;
 	be()->to_host(dst, src, n);
 }
@@ -724,8 +726,10 @@ TEST(moe_counts_cross_to_the_host_once_per_layer)
 		stage_forward(&st, slot, params, tok, NULL, tgt, NULL, &loss, NULL, grads, 1.0f);
 		CHECK_MSG(counts_copied == c.L, "slot %d: the forward copied the counts %ld times "
 			  "for %d layers", slot, counts_copied, c.L);
-		counts_copied = 0;
+		counts_copied = copies = 0;
 		CHECK(stage_moe_stats(&st, slot, stats) == c.E);
+		CHECK_MSG(copies == 1, "slot %d: the statistics took %ld copies (one: the layers' "
+			  "auxiliary losses gathered)", slot, copies);
 		stage_backward(&st, slot, params, grads, NULL, NULL);
 		CHECK_MSG(counts_copied == 0, "slot %d: the statistics and the backward copied "
 			  "the counts %ld times", slot, counts_copied);
