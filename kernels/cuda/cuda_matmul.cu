@@ -415,8 +415,9 @@ static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __n
 					      LT_WORKSPACE_BYTES, cuda_stream());
 	if (st != CUBLAS_STATUS_SUCCESS && p->bucketed) {
 		/* cublasLtMatmulAlgoCheck's success does not promise a run; a
-		 * refusal (before anything is queued) is a fact of the shape, as
-		 * the check is: the real shape's heuristic then, for good */
+		 * refusal (assumed to come before anything is queued, as its
+		 * argument checks do) is a fact of the shape, as the check is:
+		 * the real shape's heuristic then, for good */
 		plan_real_algo_locked(&k, p);
 		st = lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, d,
 				       p->lc, d, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
