@@ -135,6 +135,18 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
 void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 			  const __nv_bfloat16 *dout, const __nv_bfloat16 *inp, const float *w,
 			  int N, int C, int OC);
+/* The same without a bias, for an expert's rows (cuda_moe_gemm.cu's
+ * loop): N changes at nearly every call, so the plan's algorithm is chosen
+ * once per bucket of N and checked for the real N (cuda_matmul.cu's
+ * plan_bucket_algo_locked); a function of the shape alone, as every plan. */
+void cuda_expert_matmul_forward(float *out, const float *inp, const float *w, int N, int C,
+				int OC);
+void cuda_expert_matmul_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const float *w,
+				int N, int C, int OC);
+void cuda_expert_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				 const float *w, int N, int C, int OC);
+void cuda_expert_matmul_backward(__nv_bfloat16 *dinp, float *dw, const __nv_bfloat16 *dout,
+				 const __nv_bfloat16 *inp, const float *w, int N, int C, int OC);
 /* matmul_forward + gelu_forward, matmul_backward + gelu_backward, each
  * in one cuBLASLt call with a GELU epilogue; -1 (nothing queued) where
  * that cannot run: the caller runs the ops apart. */

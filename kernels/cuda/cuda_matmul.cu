@@ -31,6 +31,7 @@
 
 extern "C" {
 #include "../backend.h"
+#include "../plan_cache.h"
 }
 
 /* ------------------------------------------------------------------ */
@@ -137,8 +138,8 @@ static void lt_ready_locked(void)
 /* ------------------------------------------------------------------ */
 /* plans: descriptors + the heuristic's algorithm, cached per shape     */
 /*
- * The key is the shape, the transposes, the bias epilogue and the output
- * type: never the pointers' alignment. cuBLASLt picks its algorithm from
+ * The key is the shape, the transposes, the bias epilogue, the output
+ * type and which dimension varies: never the pointers' alignment. cuBLASLt picks its algorithm from
  * the alignment it is promised, and two algorithms round differently, so a
  * key with alignment in it would give a pipeline stage (whose buffers sit at
  * other offsets) other bits than one device. Every plan is made for
@@ -151,13 +152,21 @@ static void lt_ready_locked(void)
 /* epilogues beyond the bias (plan_key.epi) */
 enum { EPI_NONE = 0, EPI_GELU_AUX = 1, EPI_DGELU = 2 };
 
+/* The dimension that changes from call to call (plan_key.vary): an
+ * expert's row count, new at nearly every micro-batch (M of its forward
+ * and input-gradient products, K of its weight gradients). */
+enum { VARY_NONE = 0, VARY_M = 1, VARY_K = 2 };
+
 struct plan_key {
-	int M, N, K, ta, tb, bias, out_bf16, epi;
+	int M, N, K, ta, tb, bias, out_bf16, epi, vary;
 };
 
+/* The plans live in slots of a least-recently-used table (plan_cache.h):
+ * a model's few dozen fixed shapes, looked up every step, stay while the
+ * experts' one-off row counts come and go. */
 struct plan {
-	struct plan_key key;
-	int ok; /* 0: the heuristic offered no algorithm (bf16 D only; see gemm) */
+	int ok;       /* 0: the heuristic offered no algorithm (bf16 D only; see gemm) */
+	int bucketed; /* algo is its bucket's (plan_bucket_algo_locked) */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc;
 	cublasLtMatmulAlgo_t algo;
@@ -165,7 +174,25 @@ struct plan {
 
 #define PLAN_CACHE 256
 static struct plan plans[PLAN_CACHE];
-static int nplans;
+static struct plan_key plan_keys[PLAN_CACHE];
+static uint64_t plan_used[PLAN_CACHE];
+static struct plan_lru plan_lru = {(unsigned char *)plan_keys, plan_used, sizeof(struct plan_key),
+				   PLAN_CACHE, 0, 0};
+
+/* The algorithm chosen for a bucket of a varying dimension (found: the
+ * heuristic offered one), in a table of its own: a few buckets per
+ * product, looked up by every new row count. */
+struct bucket_algo {
+	int found;
+	cublasLtMatmulAlgo_t algo;
+};
+
+#define BUCKET_CACHE 64
+static struct bucket_algo bucket_algos[BUCKET_CACHE];
+static struct plan_key bucket_keys[BUCKET_CACHE];
+static uint64_t bucket_used[BUCKET_CACHE];
+static struct plan_lru bucket_lru = {(unsigned char *)bucket_keys, bucket_used,
+				     sizeof(struct plan_key), BUCKET_CACHE, 0, 0};
 
 static unsigned ptr_align(const void *p)
 {
@@ -176,22 +203,120 @@ static unsigned ptr_align(const void *p)
 	return al;
 }
 
+/* The column-major views of k's operands: lt's A = our B, lt's B = our A,
+ * C/D = D^T [N, M]. */
+static void plan_layouts(const struct plan_key *k, cublasLtMatrixLayout_t *la,
+			 cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc)
+{
+	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
+	uint64_t br = k->ta ? k->M : k->K, bc = k->ta ? k->K : k->M;
+	cudaDataType_t dt = k->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(la, CUDA_R_16BF, ar, ac, ar));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(lb, CUDA_R_16BF, br, bc, br));
+	LT_CHECK(lt.cublasLtMatrixLayoutCreate(lc, dt, k->N, k->M, k->N));
+}
+
+/* The heuristic's first algorithm for desc on these layouts, for
+ * PLAN_ALIGN-byte pointers and our workspace: its status, *found 0 or 1. */
+static cublasStatus_t plan_heuristic_locked(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+					    cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+					    cublasLtMatmulAlgo_t *algo, int *found)
+{
+	cublasLtMatmulPreference_t pref;
+	LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
+	uint64_t ws = LT_WORKSPACE_BYTES;
+	LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
+		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+	cublasLtMatmulPreferenceAttributes_t which[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+	};
+	uint32_t al = PLAN_ALIGN;
+	for (int i = 0; i < 4; i++)
+		LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al, sizeof(al)));
+	cublasLtMatmulHeuristicResult_t res;
+	*found = 0;
+	cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, lc, lc, pref,
+							      1, &res, found);
+	lt.cublasLtMatmulPreferenceDestroy(pref);
+	if (st == CUBLAS_STATUS_SUCCESS && *found > 0)
+		*algo = res.algo;
+	return st;
+}
+
+/* A product whose dimension k->vary changes at nearly every call (an
+ * expert's rows) would ask the heuristic (tens of microseconds on the
+ * host, lt_mutex held) at nearly every call. Instead the algorithm is
+ * chosen once per bucket of that dimension (plan_bucket: the next power of
+ * two), on the bucket's layouts, and verified for p's real layouts with
+ * cublasLtMatmulAlgoCheck (supported for this shape, its workspace within
+ * ours); 1 and p->algo set where it passes, else 0 (the caller asks the
+ * heuristic for the real shape). Both the bucket's heuristic and the check
+ * are functions of the shape alone, never of which calls came before or
+ * of where the buffers sit, so a pipeline stage and one device still get
+ * the same algorithm, hence the same bits. */
+static int plan_bucket_algo_locked(const struct plan_key *k, struct plan *p)
+{
+	struct plan_key bk = *k;
+	int *dim = k->vary == VARY_M ? &bk.M : &bk.K;
+	*dim = plan_bucket(*dim);
+	int hit;
+	struct bucket_algo *b = &bucket_algos[plan_lru_get(&bucket_lru, &bk, &hit)];
+	if (!hit) {
+		cublasLtMatrixLayout_t la, lb, lc;
+		plan_layouts(&bk, &la, &lb, &lc);
+		/* p->desc is fresh, as a plan's desc is when its heuristic runs,
+		 * and nothing in it depends on M or K */
+		cublasStatus_t st = plan_heuristic_locked(p->desc, la, lb, lc, &b->algo, &b->found);
+		b->found = st == CUBLAS_STATUS_SUCCESS && b->found > 0;
+		lt.cublasLtMatrixLayoutDestroy(la);
+		lt.cublasLtMatrixLayoutDestroy(lb);
+		lt.cublasLtMatrixLayoutDestroy(lc);
+	}
+	if (!b->found)
+		return 0;
+	/* cublasLt.h: INVALID_VALUE where the layouts do not match the
+	 * algorithm, NOT_SUPPORTED where its configuration cannot run them;
+	 * result.workspaceSize is what it needs for this shape */
+	cublasLtMatmulHeuristicResult_t res;
+	memset(&res, 0, sizeof(res));
+	if (lt.cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->la, p->lb, p->lc, p->lc, &b->algo,
+				       &res) != CUBLAS_STATUS_SUCCESS ||
+	    res.workspaceSize > LT_WORKSPACE_BYTES)
+		return 0;
+	p->algo = b->algo;
+	return 1;
+}
+
+/* p's algorithm from the heuristic for its real shape: p->ok 1, or 0
+ * where none is offered for a bf16 D or an epilogue (gemm computes fp32
+ * and rounds; gemm_epi declines); dies where an fp32 product has none. */
+static void plan_real_algo_locked(const struct plan_key *k, struct plan *p)
+{
+	int found;
+	cublasStatus_t st = plan_heuristic_locked(p->desc, p->la, p->lb, p->lc, &p->algo, &found);
+	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+	p->bucketed = 0;
+	if (!p->ok && !k->out_bf16 && !k->epi)
+		cuda_fatal(__FILE__, __LINE__,
+			   "cuBLASLt has no bf16 algorithm for M=%d N=%d K=%d ta=%d tb=%d bias=%d "
+			   "(%s)", k->M, k->N, k->K, k->ta, k->tb, k->bias,
+			   lt.cublasLtGetStatusString(st));
+}
+
 static struct plan *plan_get_locked(const struct plan_key *k)
 {
-	for (int i = 0; i < nplans; i++)
-		if (!memcmp(&plans[i].key, k, sizeof(*k)))
-			return &plans[i];
-	if (nplans == PLAN_CACHE) /* a model has a few dozen shapes; start over */
-		nplans = 0;
-	struct plan *p = &plans[nplans];
-	if (p->desc) {
+	int hit;
+	struct plan *p = &plans[plan_lru_get(&plan_lru, k, &hit)];
+	if (hit)
+		return p;
+	if (p->desc) { /* the least recently used plan's slot */
 		lt.cublasLtMatmulDescDestroy(p->desc);
 		lt.cublasLtMatrixLayoutDestroy(p->la);
 		lt.cublasLtMatrixLayoutDestroy(p->lb);
 		lt.cublasLtMatrixLayoutDestroy(p->lc);
 	}
 	memset(p, 0, sizeof(*p));
-	p->key = *k;
 
 	cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* lt's A = our B */
 	cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* lt's B = our A */
@@ -229,41 +354,12 @@ static struct plan *plan_get_locked(const struct plan_key *k)
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
 	}
-	/* column-major views: lt A = our B, lt B = our A, C/D = D^T [N, M] */
-	uint64_t ar = k->tb ? k->K : k->N, ac = k->tb ? k->N : k->K;
-	uint64_t br = k->ta ? k->M : k->K, bc = k->ta ? k->K : k->M;
-	cudaDataType_t dt = k->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, ar));
-	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, br));
-	LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, dt, k->N, k->M, k->N));
-
-	cublasLtMatmulPreference_t pref;
-	LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
-	uint64_t ws = LT_WORKSPACE_BYTES;
-	LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
-		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-	cublasLtMatmulPreferenceAttributes_t which[4] = {
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-	};
-	uint32_t al = PLAN_ALIGN;
-	for (int i = 0; i < 4; i++)
-		LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al, sizeof(al)));
-	cublasLtMatmulHeuristicResult_t res;
-	int found = 0;
-	cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->la, p->lb,
-							      p->lc, p->lc, pref, 1, &res, &found);
-	lt.cublasLtMatmulPreferenceDestroy(pref);
-	nplans++;
-	if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && (k->out_bf16 || k->epi))
-		return p; /* not ok: gemm computes fp32 and rounds; gemm_epi declines */
-	if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-		cuda_fatal(__FILE__, __LINE__,
-			   "cuBLASLt has no bf16 algorithm for M=%d N=%d K=%d ta=%d tb=%d bias=%d "
-			   "(%s)", k->M, k->N, k->K, k->ta, k->tb, k->bias,
-			   lt.cublasLtGetStatusString(st));
-	p->algo = res.algo;
-	p->ok = 1;
+	plan_layouts(k, &p->la, &p->lb, &p->lc);
+	if (k->vary && !k->bias && !k->epi && plan_bucket_algo_locked(k, p)) {
+		p->ok = p->bucketed = 1;
+		return p;
+	}
+	plan_real_algo_locked(k, p);
 	return p;
 }
 
@@ -274,24 +370,25 @@ static void *aligned_copy(const void *src, size_t bytes)
 	return dst;
 }
 
-/* Called with lt_mutex held. A bf16 D for which cuBLASLt offers no
- * algorithm (with an fp32 bias, say) is computed with an fp32 D in scratch
- * and rounded to nearest even: the same contract, one more pass. */
+/* Called with lt_mutex held; vary: the dimension that changes from call
+ * to call (VARY_*). A bf16 D for which cuBLASLt offers no algorithm (with
+ * an fp32 bias, say) is computed with an fp32 D in scratch and rounded to
+ * nearest even: the same contract, one more pass. */
 static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
 			const float *bias, int M, int N, int K, int ta, int tb, float alpha,
-			float beta)
+			float beta, int vary)
 {
 	struct plan_key k;
 	memset(&k, 0, sizeof(k));
 	k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias != NULL;
-	k.out_bf16 = out_bf16;
+	k.out_bf16 = out_bf16, k.vary = vary;
 	struct plan *p = plan_get_locked(&k);
 	if (!p->ok) {
 		if (beta != 0.0f)
 			cuda_fatal(__FILE__, __LINE__,
 				   "gemm: a bf16 D with beta != 0 (M=%d N=%d K=%d)", M, N, K);
 		float *f = (float *)cuda_scratch((size_t)M * N * sizeof(float));
-		gemm_locked(f, 0, A, B, bias, M, N, K, ta, tb, alpha, 0.0f);
+		gemm_locked(f, 0, A, B, bias, M, N, K, ta, tb, alpha, 0.0f, vary);
 		cuda_to_bf16((__nv_bfloat16 *)D, f, (size_t)M * N);
 		cuda_scratch_free(f);
 		return;
@@ -313,9 +410,22 @@ static void gemm_locked(void *D, int out_bf16, const __nv_bfloat16 *A, const __n
 	if (bias)
 		LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 							   &bias, sizeof(bias)));
-	LT_CHECK(lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, d,
-				   p->lc, d, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
-				   cuda_stream()));
+	cublasStatus_t st = lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta,
+					      d, p->lc, d, p->lc, &p->algo, lt_workspace,
+					      LT_WORKSPACE_BYTES, cuda_stream());
+	if (st != CUBLAS_STATUS_SUCCESS && p->bucketed) {
+		/* cublasLtMatmulAlgoCheck's success does not promise a run; a
+		 * refusal (assumed to come before anything is queued, as its
+		 * argument checks do) is a fact of the shape, as the check is:
+		 * the real shape's heuristic then, for good */
+		plan_real_algo_locked(&k, p);
+		st = lt.cublasLtMatmul(lt_handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, d,
+				       p->lc, d, p->lc, &p->algo, lt_workspace, LT_WORKSPACE_BYTES,
+				       cuda_stream());
+	}
+	if (st != CUBLAS_STATUS_SUCCESS)
+		cuda_fatal(__FILE__, __LINE__, "cublasLtMatmul (M=%d N=%d K=%d ta=%d tb=%d): %s", M,
+			   N, K, ta, tb, lt.cublasLtGetStatusString(st));
 	if (d != D) {
 		CUDA_CHECK(cudaMemcpyAsync(D, d, dbytes, cudaMemcpyDeviceToDevice, cuda_stream()));
 		cuda_scratch_free(d);
@@ -424,7 +534,8 @@ void cuda_gemm_bf16_batched(float *D, const __nv_bfloat16 *A, const __nv_bfloat1
 		bp->ok = 0;
 	}
 	for (int i = 0; i < count; i++)
-		gemm_locked(D + i * sD, 0, A + i * sA, B + i * sB, NULL, M, N, K, ta, tb, alpha, beta);
+		gemm_locked(D + i * sD, 0, A + i * sA, B + i * sB, NULL, M, N, K, ta, tb, alpha, beta,
+			    VARY_NONE);
 }
 
 /* D = op(A) op(B) (+ bias) through epilogue epi with its aux matrix (laid
@@ -502,13 +613,14 @@ static int gemm_epi(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bf
 }
 
 static void gemm(void *D, int out_bf16, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
-		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta)
+		 const float *bias, int M, int N, int K, int ta, int tb, float alpha, float beta,
+		 int vary = VARY_NONE)
 {
 	if (M <= 0 || N <= 0)
 		return;
 	std::lock_guard<std::mutex> lock(lt_mutex);
 	lt_ready_locked();
-	gemm_locked(D, out_bf16, A, B, bias, M, N, K, ta, tb, alpha, beta);
+	gemm_locked(D, out_bf16, A, B, bias, M, N, K, ta, tb, alpha, beta, vary);
 }
 
 void cuda_gemm_bf16(float *D, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
@@ -667,10 +779,12 @@ void cuda_weight_bf16_release(__nv_bfloat16 *own)
 static int is_bf16(const float *) { return 0; }
 static int is_bf16(const __nv_bfloat16 *) { return 1; }
 
-/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; out, inp activations (A) */
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; out, inp activations (A).
+ * rows_vary: N changes from call to call (an expert's rows; see
+ * plan_bucket_algo_locked). */
 template <typename A>
 static void matmul_forward(A *out, const A *inp, const float *w, const float *bias, int N, int C,
-			   int OC)
+			   int OC, bool rows_vary = false)
 {
 	__nv_bfloat16 *own, *own_w;
 	const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own);
@@ -678,17 +792,19 @@ static void matmul_forward(A *out, const A *inp, const float *w, const float *bi
 	const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
 	/* the bias always goes through the epilogue (a misaligned vector is
 	 * staged by gemm), so where it sits never changes the arithmetic */
-	gemm(out, is_bf16(out), ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f);
+	gemm(out, is_bf16(out), ib, wb, bias, N, OC, C, 0, 1, 1.0f, 0.0f,
+	     rows_vary ? VARY_M : VARY_NONE);
 	cuda_scratch_free(own);
 	cuda_scratch_free(own_w);
 }
 
 /* dinp[N,C] = dout[N,OC] @ w[OC,C]; dw[OC,C] += dout^T @ inp[N,C] (fp32,
  * beta 1); dbias[OC] += column sums of dout (deterministic,
- * cuda_colsum_acc). dinp, dout, inp activations (A). */
+ * cuda_colsum_acc). dinp, dout, inp activations (A). rows_vary as
+ * matmul_forward (N is the dinp product's M and the dw product's K). */
 template <typename A>
 static void matmul_backward(A *dinp, float *dw, float *dbias, const A *dout, const A *inp,
-			    const float *w, int N, int C, int OC)
+			    const float *w, int N, int C, int OC, bool rows_vary = false)
 {
 	if (dbias)
 		cuda_colsum_acc(dbias, dout, N, OC);
@@ -698,12 +814,14 @@ static void matmul_backward(A *dinp, float *dw, float *dbias, const A *dout, con
 		__nv_bfloat16 *own_w;
 		std::lock_guard<std::mutex> lock(shadow_mutex);
 		const __nv_bfloat16 *wb = bf16_weight(w, (size_t)OC * C, &own_w);
-		gemm(dinp, is_bf16(dinp), db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f);
+		gemm(dinp, is_bf16(dinp), db, wb, NULL, N, C, OC, 0, 0, 1.0f, 0.0f,
+		     rows_vary ? VARY_M : VARY_NONE);
 		cuda_scratch_free(own_w);
 	}
 	if (dw) {
 		const __nv_bfloat16 *ib = bf16_operand(inp, (size_t)N * C, &own_i);
-		gemm(dw, 0, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f);
+		gemm(dw, 0, db, ib, NULL, OC, C, N, 1, 0, 1.0f, 1.0f,
+		     rows_vary ? VARY_K : VARY_NONE);
 		cuda_scratch_free(own_i);
 	}
 	cuda_scratch_free(own_d);
@@ -732,6 +850,30 @@ void cuda_matmul_backward(__nv_bfloat16 *dinp, float *dw, float *dbias,
 			  int N, int C, int OC)
 {
 	matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+
+void cuda_expert_matmul_forward(float *out, const float *inp, const float *w, int N, int C,
+				int OC)
+{
+	matmul_forward(out, inp, w, (const float *)NULL, N, C, OC, true);
+}
+
+void cuda_expert_matmul_forward(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const float *w,
+				int N, int C, int OC)
+{
+	matmul_forward(out, inp, w, (const float *)NULL, N, C, OC, true);
+}
+
+void cuda_expert_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				 const float *w, int N, int C, int OC)
+{
+	matmul_backward(dinp, dw, (float *)NULL, dout, inp, w, N, C, OC, true);
+}
+
+void cuda_expert_matmul_backward(__nv_bfloat16 *dinp, float *dw, const __nv_bfloat16 *dout,
+				 const __nv_bfloat16 *inp, const float *w, int N, int C, int OC)
+{
+	matmul_backward(dinp, dw, (float *)NULL, dout, inp, w, N, C, OC, true);
 }
 
 /* ---- products with GELU in their epilogue (backend.h) ----

@@ -386,7 +386,8 @@ static int run_kind(int kind, __nv_bfloat16 *c, const float *w, const __nv_bfloa
 }
 
 /* The reference: one matmul per expert, as model/moe.c looped before the
- * op (and the CPU's op does). */
+ * op (and the CPU's op does); cuda_expert_matmul_* are matmul's products
+ * with plans for a row count that changes at every call (cuda_common.h). */
 template <typename A>
 static void forward_loop(A *out, const A *inp, const float *w, const int32_t *count, int E, int C,
 			 int OC)
@@ -395,8 +396,8 @@ static void forward_loop(A *out, const A *inp, const float *w, const int32_t *co
 		size_t r0 = (size_t)count[e];
 		int rows = count[e + 1] - count[e];
 		if (rows)
-			cuda_matmul_forward(out + r0 * OC, inp + r0 * C, w + (size_t)e * OC * C,
-					    NULL, rows, C, OC);
+			cuda_expert_matmul_forward(out + r0 * OC, inp + r0 * C,
+						   w + (size_t)e * OC * C, rows, C, OC);
 	}
 }
 
@@ -409,9 +410,10 @@ static void backward_loop(A *dinp, float *dw, const A *dout, const A *inp, const
 		size_t r0 = (size_t)count[e];
 		int rows = count[e + 1] - count[e];
 		if (rows)
-			cuda_matmul_backward(dinp ? dinp + r0 * C : NULL, dw ? dw + e * n : NULL,
-					     NULL, dout + r0 * OC, inp ? inp + r0 * C : NULL,
-					     w ? w + e * n : NULL, rows, C, OC);
+			cuda_expert_matmul_backward(dinp ? dinp + r0 * C : NULL,
+						    dw ? dw + e * n : NULL, dout + r0 * OC,
+						    inp ? inp + r0 * C : NULL,
+						    w ? w + e * n : NULL, rows, C, OC);
 	}
 }
 

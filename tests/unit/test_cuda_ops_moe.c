@@ -503,6 +503,76 @@ TEST(cuda_moe_expert_gemm_bf16)
 	compare_gemm_cuda(ACT_BF16);
 }
 
+/* The loop's plans (ASYNCPP_MOE_GEMM=loop; cuda_matmul.cu): an expert's
+ * row count changes at nearly every call, so its products take the
+ * algorithm chosen for the count's bucket (the next power of two) where
+ * cuBLASLt accepts it for the real count. That choice must be a function
+ * of the shape alone: after enough other shapes to evict every plan (256)
+ * and bucket (64) of the first run, and a bucket first filled again by
+ * other row counts, the first shape gets its first bits again. rounds: how
+ * many powers of two the churn's row counts climb through (small on the
+ * CPU, where this checks the harness). */
+static void loop_bits_ignore_history(const struct backend *be, int rounds)
+{
+	const struct gshape *s = &gshapes[4];
+	struct gin g, h;
+	struct gres first, again, other;
+	setenv("ASYNCPP_MOE_GEMM", "loop", 1);
+	gin_make(s, &g);
+	gemm_run(be, s, &g, 0, 0, &first);
+	for (int i = 0; i < 2 * rounds; i++) { /* 2 widths x rounds buckets x 3 products */
+		struct gshape c = {8, 64, i % 2 ? 104 : 96, {0}};
+		for (int e = 0; e < c.E; e++)
+			c.rows[e] = (1 << (i / 2)) + e;
+		gin_make(&c, &h);
+		gemm_run(be, &c, &h, 0, 0, &other);
+		gres_free(&other), gin_free(&h);
+	}
+	struct gshape near_s = *s; /* the same buckets, other counts */
+	for (int e = 0; e < s->E; e++)
+		near_s.rows[e] -= near_s.rows[e] > 33;
+	gin_make(&near_s, &h);
+	gemm_run(be, &near_s, &h, 0, 0, &other);
+	gres_free(&other), gin_free(&h);
+	gemm_run(be, s, &g, 0, 0, &again);
+	unsetenv("ASYNCPP_MOE_GEMM");
+	CHECK_MSG(gres_same(&first, &again, s, g.R),
+		  "the experts' loop gives other bits after other shapes");
+	gres_free(&first), gres_free(&again);
+	gin_free(&g);
+}
+
+static void loop_bits_cuda(int dtype)
+{
+	char why[256];
+	const struct backend *cu = cuda_or_skip(dtype, why, sizeof(why));
+
+	if (cu && !cu->moe_expert_forward) {
+		snprintf(why, sizeof(why), "cuda backend lacks moe_expert_forward");
+		cu = NULL;
+	}
+	if (!cu) {
+		test_skip(why);
+		return;
+	}
+	loop_bits_ignore_history(cu, 13); /* row counts up to 4103 */
+}
+
+TEST(cuda_moe_expert_loop_bits_ignore_history_f32)
+{
+	loop_bits_cuda(ACT_F32);
+}
+
+TEST(cuda_moe_expert_loop_bits_ignore_history_bf16)
+{
+	loop_bits_cuda(ACT_BF16);
+}
+
+TEST(cuda_moe_expert_loop_bits_harness_on_cpu)
+{
+	loop_bits_ignore_history(&backend_cpu, 3);
+}
+
 /* The CPU's ops against the reference, and the CUDA checks' harness (split,
  * repeat, offsets; the CPU has no ASYNCPP_MOE_GEMM, so "loop" is itself),
  * in every run. */
