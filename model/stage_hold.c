@@ -18,9 +18,10 @@
 static int held_range(const struct stage *st, const unsigned char *mine, int *e0, int *e1)
 {
 	const struct model *m = st->m;
-	int E = m->cfg.E, lo = E, hi = 0;
+	int E = m->cfg.E, lo = E, hi = 0, experts = 0;
 	for (int k = 0; k < st->n_params; k++) {
 		int e = model_param_expert(m, &m->params[st->params[k].global]);
+		experts += e >= 0;
 		if (e < 0 && !mine[k])
 			return error("stage %d: tensor '%s' is not an expert's; only experts' "
 				     "weights may be left to another replica", st->s,
@@ -30,7 +31,9 @@ static int held_range(const struct stage *st, const unsigned char *mine, int *e0
 			hi = MAX(hi, e + 1);
 		}
 	}
-	if (lo >= hi) { /* no expert held (a stage without MoE layers holds none) */
+	if (lo >= hi && experts) /* (0, 0) would read as every expert (moe.h) */
+		return error("stage %d: the mask holds none of its MoE layers' experts", st->s);
+	if (lo >= hi) { /* a stage without MoE layers holds none */
 		lo = 0;
 		hi = 0;
 	}

@@ -1202,6 +1202,8 @@ struct eval_ctx {
 				   * experts' hook between processes needs
 				   * every member of a group at every call */
 	int32_t *host_in, *host_tg;
+	struct experts *ex;       /* between processes with expert parallelism: the
+				   * hook's carrier (each call's work is set) */
 };
 
 /* The stage's actions of one window of sc's lists, whose micro-batch j is
@@ -1247,6 +1249,11 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 			}
 			struct stage_worker *w = trainer_worker(tr, e->r, q);
 			float loss = 0.0f;
+			if (e->ex) { /* what the members' agreement check compares */
+				struct ep_work work = {.step = tr->step, .version = w->newest,
+						       .piece = q, .mb = first + a[i].mb};
+				e->ex->work(e->ex, e->r, q, &work);
+			}
 			stage_forward(&w->st, 0, worker_weights(w, w->newest),
 				      q == 0 ? e->dev_in : NULL, x_in, last ? e->dev_tg : NULL, x_out,
 				      last ? &loss : NULL, NULL, NULL, 1.0f / (float)tr->M);
@@ -1395,6 +1402,7 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 		/* each replica holds only its own experts' weights (ep_split):
 		 * the owners run them, as in training */
 		ctx[lo].pad = mp->ex != NULL;
+		ctx[lo].ex = mp->ex;
 		if (ctx[lo].pad)
 			experts_hooks(tr, mp->ex);
 		eval_stage(&ctx[lo]);

@@ -232,7 +232,9 @@ int trainer_send_owned_state(const struct trainer *tr)
 				}
 				if (h.numel && !host) {
 					host = xmalloc(st_mult(sb.numel, sizeof(float)));
+					int lane = backend_lane_enter(tr->be, w->lane);
 					tr->be->to_host(host, sb.data, sb.numel * sizeof(float));
+					backend_lane_bind(tr->be, lane);
 				}
 				rc = dist_send(tr->dist, &h, sizeof(h), to, TAG_EXPERT_STATE);
 				size_t bytes = h.numel * sizeof(float);
@@ -313,7 +315,9 @@ int trainer_send_owned_weights(const struct trainer *tr)
 			long v = w->newest - MIN(back, w->n_versions - 1);
 			float *held = xmalloc(st_mult(w->st.wnumel, sizeof(float)));
 			float *buf = xmalloc(st_mult(n, sizeof(float))), *at = buf;
+			int lane = backend_lane_enter(tr->be, w->lane);
 			tr->be->to_host(held, worker_weights(w, v), w->st.wnumel * sizeof(float));
+			backend_lane_bind(tr->be, lane);
 			for (int k = 0; k < w->st.n_params; k++) {
 				const struct stage_param *sp = &w->st.params[k];
 				size_t cnt = tr->m->params[sp->global].numel;

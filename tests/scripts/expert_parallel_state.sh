@@ -42,19 +42,30 @@ run() {
 		2> err.txt
 }
 
-# 1. optimizers, schedules and corrections: P = 2 against P = 1
+# 1. optimizers, schedules and corrections: P = 2 (or the case's |P)
+# against P = 1; the chunked schedules over 4 replicas (zb-v: two groups of
+# 2 owners; interleaved: one group of 4)
 cases=("adamw_1f1b:--set train.schedule=1f1b"
        "muon_2bw:--set train.schedule=2bw --set optim.name=muon"
        "normuon_pipedream:--set train.schedule=pipedream --set optim.name=normuon"
        "soap_zb_h1:--set train.schedule=zb-h1 --set optim.name=soap --set optim.soap_every=2"
        "muon_2bw_predict:--set train.schedule=2bw --set optim.name=muon"\
 " --set optim.correction=predict"
-       "adamw_2bw_ef:--set train.schedule=2bw --set optim.correction=ef --set optim.ef_lambda=0.5")
+       "adamw_2bw_ef:--set train.schedule=2bw --set optim.correction=ef --set optim.ef_lambda=0.5"
+       "adamw_zbv_4_replicas:--set train.schedule=zb-v --set pipeline.data_parallel=4"\
+" --set pipeline.micro_batches=16"
+       "muon_interleaved_4_replicas:--set train.schedule=interleaved"\
+" --set pipeline.virtual_stages=2 --set pipeline.data_parallel=4 --set optim.name=muon"\
+" --set pipeline.micro_batches=16"\
+"|4")
 for c in "${cases[@]}"; do
 	name=${c%%:*}
-	read -r -a args <<< "${c#*:}"
-	if run $name-p1 1 "${args[@]}" && run $name-p2 2 "${args[@]}"; then
-		same "eps_${name}" $name-p2 $name-p1 4
+	spec=${c#*:}
+	P=2 # a case's "|P": another degree
+	[[ $spec == *"|"* ]] && { P=${spec##*|}; spec=${spec%|*}; }
+	read -r -a args <<< "$spec"
+	if run $name-p1 1 "${args[@]}" && run $name-p$P $P "${args[@]}"; then
+		same "eps_${name}" $name-p$P $name-p1 4
 	else
 		fail "eps_${name}" "$(cat err.txt)"
 	fi

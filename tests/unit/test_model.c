@@ -1211,6 +1211,17 @@ TEST(stage_hold_weights_layout)
 			mine[k] = e < 0 || e % 2 == 0;
 		}
 		CHECK(stage_hold_weights(&st, mine) == -1);
+		/* refused: no expert of its MoE layers ((0, 0) would read as all) */
+		int moe_layers = 0;
+		for (int k = 0; k < st.n_params; k++) {
+			int e = model_param_expert(&m, &m.params[st.params[k].global]);
+			mine[k] = e < 0;
+			moe_layers |= e >= 0;
+		}
+		if (moe_layers) {
+			CHECK(stage_hold_weights(&st, mine) == -1);
+			CHECK(strstr(last_error(), "none of its MoE layers' experts"));
+		}
 		stage_free(&st);
 		free(mine);
 	}
