@@ -477,7 +477,9 @@ static void compare_gemm(const struct backend *be, double tol, int deep)
 	}
 }
 
-static void compare_gemm_cuda(int dtype)
+/* The CUDA table of dtype with the experts' products, or NULL after
+ * test_skip naming why */
+static const struct backend *cuda_gemm_or_skip(int dtype)
 {
 	char why[256];
 	const struct backend *cu = cuda_or_skip(dtype, why, sizeof(why));
@@ -486,11 +488,16 @@ static void compare_gemm_cuda(int dtype)
 		snprintf(why, sizeof(why), "cuda backend lacks moe_expert_forward");
 		cu = NULL;
 	}
-	if (!cu) {
+	if (!cu)
 		test_skip(why);
-		return;
-	}
-	compare_gemm(cu, 1e-2, 1);
+	return cu;
+}
+
+static void compare_gemm_cuda(int dtype)
+{
+	const struct backend *cu = cuda_gemm_or_skip(dtype);
+	if (cu)
+		compare_gemm(cu, 1e-2, 1);
 }
 
 TEST(cuda_moe_expert_gemm_f32)
@@ -544,18 +551,9 @@ static void loop_bits_ignore_history(const struct backend *be, int rounds)
 
 static void loop_bits_cuda(int dtype)
 {
-	char why[256];
-	const struct backend *cu = cuda_or_skip(dtype, why, sizeof(why));
-
-	if (cu && !cu->moe_expert_forward) {
-		snprintf(why, sizeof(why), "cuda backend lacks moe_expert_forward");
-		cu = NULL;
-	}
-	if (!cu) {
-		test_skip(why);
-		return;
-	}
-	loop_bits_ignore_history(cu, 13); /* row counts up to 4103 */
+	const struct backend *cu = cuda_gemm_or_skip(dtype);
+	if (cu)
+		loop_bits_ignore_history(cu, 13); /* row counts up to 4103 */
 }
 
 TEST(cuda_moe_expert_loop_bits_ignore_history_f32)
