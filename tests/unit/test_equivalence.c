@@ -98,21 +98,28 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 				   (int)cfg->model_seq_len, 7, 1))
 		return -1;
 	struct model m;
-	if (tiny_model(&m, cfg))
+	if (tiny_model(&m, cfg)) {
+		dataloader_close(&dl);
 		return -1;
+	}
 	const struct backend *be = train_with ? train_with : test_backend();
-	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
-		return -1;
 	float *params = xmalloc(m.numel * sizeof(float));
 	model_init_weights(&m, params, 1234);
 	struct trainer tr;
+	int rc = -1, inited = 0;
+	if (!strcmp(cfg->train_act_dtype, "bf16") && !(be = backend_with_act_dtype(be, ACT_BF16)))
+		goto out;
 	if (trainer_init(&tr, cfg, &m, be, params, &dl))
-		return -1;
+		goto out;
+	inited = 1;
 	if (resume_from) {
 		struct ckpt *k;
-		if (ckpt_open(&k, resume_from) || trainer_load(&tr, k))
-			return -1;
+		if (ckpt_open(&k, resume_from))
+			goto out;
+		int bad = trainer_load(&tr, k);
 		ckpt_close(k);
+		if (bad)
+			goto out;
 	}
 	long first = tr.step;
 	last_pieces = tr.S;
@@ -120,7 +127,7 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	for (int done = 0; done < steps;) {
 		int n = MIN(chunk, steps - done);
 		if (trainer_run(&tr, n, st))
-			return -1;
+			goto out;
 		if (eval_each_chunk)
 			r->val[first + done + n - 1] = trainer_eval(&tr, &dl, 2);
 		for (int i = 0; i < n; i++) {
@@ -138,13 +145,15 @@ static int train(const struct config *cfg, int steps, int chunk, const char *res
 	free(r->weights);
 	r->weights = xmalloc(m.numel * sizeof(float));
 	trainer_gather_weights(&tr, 0, r->weights);
-	int rc = 0;
+	rc = 0;
 	if (save_to) {
 		char *text = config_to_string(cfg);
 		rc = trainer_save(&tr, save_to, text, NULL);
 		free(text);
 	}
-	trainer_free(&tr);
+out: /* every way out frees what was made (a refused resume too) */
+	if (inited)
+		trainer_free(&tr);
 	model_free(&m);
 	free(params);
 	dataloader_close(&dl);
