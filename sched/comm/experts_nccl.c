@@ -149,6 +149,33 @@ static char *block_field(const struct block *b, const struct moe_dims *d, int f)
 	return (ep_is_kept(f) ? b->e->mem : b->mem) + ep_offset(d, b->e->rows, f);
 }
 
+/* One grouped exchange of fields[n] with every other member k of the group
+ * (this one is q; G experts each): to_owners, this member's rows of k's
+ * experts go to k and k's block of them comes in; else the way back. The
+ * mark stands for its completion. */
+static struct cuda_nccl_event *swap_rows(struct nccl_experts *m, const struct moe_rows *R,
+					 int G, int q, const int *fields, int n, int to_owners)
+{
+	const struct moe_dims *d = R->d;
+	group_start(m);
+	for (int k = 0; k < m->x.P; k++) {
+		struct block *b = &m->blk[k];
+		size_t lo, rows;
+		if (k == q)
+			continue;
+		ep_own_range(R->count, G, k, &lo, &rows);
+		for (int i = 0; i < n; i++) {
+			size_t w = ep_field_width(d, fields[i]);
+			if (b->e->rows)
+				queue(m, !to_owners, block_field(b, d, fields[i]), b->e->rows * w,
+				      k);
+			if (rows)
+				queue(m, to_owners, row_of(R, fields[i], lo, w), rows * w, k);
+		}
+	}
+	return group_end(m);
+}
+
 static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R,
 		     const float *fcw, const float *fcprojw)
 {
@@ -214,22 +241,7 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 					  "rows", m->w->rank, b->cap);
 		}
 	}
-	group_start(m);
-	for (k = 0; k < P; k++) {
-		struct block *b = &m->blk[k];
-		size_t lo, rows;
-		if (k == q)
-			continue;
-		ep_own_range(R->count, G, k, &lo, &rows);
-		for (int i = 0; i < pl.n_in; i++) {
-			size_t w = ep_field_width(d, pl.in[i]);
-			if (b->e->rows)
-				queue(m, 0, block_field(b, d, pl.in[i]), b->e->rows * w, k);
-			if (rows)
-				queue(m, 1, row_of(R, pl.in[i], lo, w), rows * w, k);
-		}
-	}
-	struct cuda_nccl_event *ev = group_end(m);
+	struct cuda_nccl_event *ev = swap_rows(m, R, G, q, pl.in, pl.n_in, 1);
 	moe_experts(be, pass, R, moe_expert_weights(d, fcw, 0, e0),
 		    moe_expert_weights(d, fcprojw, 1, e0), e0, m->e1);
 	wait_mark(m, ev, "the rows of this rank's experts");
@@ -252,23 +264,8 @@ static void nccl_run(const struct moe_ep *ep, int pass, const struct moe_rows *R
 				    moe_expert_weights(d, fcprojw, 1, e0), 0, G);
 	}
 	if (pl.n_out) {
-		group_start(m);
-		for (k = 0; k < P; k++) {
-			struct block *b = &m->blk[k];
-			size_t lo, rows;
-			if (k == q)
-				continue;
-			ep_own_range(R->count, G, k, &lo, &rows);
-			for (int i = 0; i < pl.n_out; i++) {
-				size_t w = ep_field_width(d, pl.out[i]);
-				if (rows)
-					queue(m, 0, row_of(R, pl.out[i], lo, w), rows * w, k);
-				if (b->e->rows)
-					queue(m, 1, block_field(b, d, pl.out[i]),
-					      b->e->rows * w, k);
-			}
-		}
-		wait_mark(m, group_end(m), "the outputs of the other ranks' experts");
+		wait_mark(m, swap_rows(m, R, G, q, pl.out, pl.n_out, 0),
+			  "the outputs of the other ranks' experts");
 	}
 	/* the kept blocks the members need no more; their memory stays for the
 	 * next forward, which the transfers above precede on every stream */
