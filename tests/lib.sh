@@ -102,6 +102,15 @@ ep_setup() {
 	TINY+=(--set data.train=data/data/builtin_train.shard
 	       --set data.val=data/data/builtin_val.shard --set data.tokenizer=data/data/builtin.tok)
 }
+# ep_mpi OUT P ARGS...: the ep_setup run under mpirun (EP_MPIRUN) on 4 ranks with
+# model.expert_parallel = P into OUT (stdout in out.txt, stderr in err.txt)
+EP_MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
+ep_mpi() {
+	local out=$1 P=$2
+	shift 2
+	"${EP_MPIRUN[@]}" "$ASYNCPP" train -q "${TINY[@]}" --set train.out_dir="$out" \
+		--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
+}
 # ep_same NAME RUN REF: the expert-parallel runs' check: RUN's 4 step rows
 # (step, loss, grad_norm and the router's columns; not the times) and its
 # final checkpoint (step 4) are REF's, bit for bit

@@ -49,13 +49,6 @@ its expert-parallel group disagrees on the work: this rank (replica 0) runs $w 1
 if ! command -v mpirun > /dev/null 2>&1; then
 	skip ep_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
 else
-	MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
-	mpi() { # OUT P ARGS...
-		local out=$1 P=$2
-		shift 2
-		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
-			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
-	}
 	for spec in "gpipe 2 2 2" "1f1b 2 2 2" "2bw 2 2 2" "pipedream 2 2 2" "zb-h1 2 2 2" \
 		    "2bw-zb 2 2 2" "1f1b 1 4 2" "1f1b 1 4 4" "2bw 2 2 2 bf16" "1f1b 2 2 2 f32 few" \
 		    "zb-v 2 2 2" "interleaved 2 2 2"; do
@@ -74,7 +67,7 @@ else
 					      --set model.seq_len=8 --set train.batch_size=1)
 		if ! threads t-$name "${args[@]}"; then
 			fail "$name" "threads: $(cat err.txt)"
-		elif ! mpi m-$name $P "${args[@]}"; then
+		elif ! ep_mpi m-$name $P "${args[@]}"; then
 			grep -q "built without MPI" err.txt &&
 				{ skip ep_mpi "this asyncpp was built without MPI"; break; }
 			fail "$name" "$(head -c 400 err.txt)"
@@ -94,7 +87,7 @@ else
 		[ "${6:-}" = few ] && args+=(--set model.n_expert=8 --set model.top_k=1
 					      --set model.seq_len=8 --set train.batch_size=1)
 		[ -f t-$name/ckpt-00000004.ckpt ] || continue
-		if ! ASYNCPP_TEST_STAGE_HOST=1 mpi s-$name $P "${args[@]}"; then
+		if ! ASYNCPP_TEST_STAGE_HOST=1 ep_mpi s-$name $P "${args[@]}"; then
 			fail "staged_$name" "$(head -c 400 err.txt)"
 		else
 			same "staged_$name" s-$name t-$name
@@ -105,7 +98,7 @@ else
 	if [ -f $src/ckpt-00000002.ckpt ]; then
 		mkdir -p res
 		cp $src/ckpt-00000002.ckpt res/
-		if mpi res 2 --set train.schedule=1f1b --set pipeline.stages=2 \
+		if ep_mpi res 2 --set train.schedule=1f1b --set pipeline.stages=2 \
 			--set pipeline.micro_batches=8 --resume res/ckpt-00000002.ckpt &&
 		   diff <(ep_cols $src/metrics.csv | sed -n 3,4p) <(ep_cols res/metrics.csv) > d.txt &&
 		   $A inspect --diff $src/ckpt-00000004.ckpt res/ckpt-00000004.ckpt > d.txt 2>&1 &&
@@ -116,7 +109,7 @@ else
 		fi
 	fi
 	# a rank on another weight version than its group's
-	ASYNCPP_FAULT=ep_version:2:1 timeout 120 "${MPIRUN[@]:0:6}" -np 2 $A train -q \
+	ASYNCPP_FAULT=ep_version:2:1 timeout 120 "${EP_MPIRUN[@]:0:6}" -np 2 $A train -q \
 		"${TINY[@]}" --set train.schedule=1f1b --set pipeline.stages=1 \
 		--set model.expert_parallel=2 --set train.out_dir=vm > out.txt 2> err.txt
 	rc=$?

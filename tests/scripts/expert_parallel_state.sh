@@ -75,18 +75,27 @@ done
 # run goes on with P = 1 to step 4, then with P = 2 to step 6, and ends as
 # an uninterrupted P = 1 run of 6 steps
 a=(--set train.schedule=2bw --set optim.name=muon)
-if run whole 1 "${a[@]}" --set train.steps=6 &&
-   run leg1 2 "${a[@]}" --set train.steps=2 &&
-   mkdir -p leg2 leg3 && cp leg1/ckpt-00000002.ckpt leg2/ &&
-   run leg2 1 "${a[@]}" --set train.steps=4 --resume leg2/ckpt-00000002.ckpt &&
-   cp leg2/ckpt-00000004.ckpt leg3/ &&
-   run leg3 2 "${a[@]}" --set train.steps=6 --resume leg3/ckpt-00000004.ckpt &&
-   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols leg3/metrics.csv) > d.txt &&
-   $A inspect --diff whole/ckpt-00000006.ckpt leg3/ckpt-00000006.ckpt > d.txt 2>&1 &&
-   head -n 1 d.txt | grep -q '^identical: '; then
-	pass eps_resume_2_1_2
+# resume_212 NAME LEG RUNNER: legs 1 and 3 (P = 2) by RUNNER (run, or
+# ep_mpi), leg 2 (P = 1) in threads, against the threaded run "whole"
+resume_212() {
+	local l=$2
+	if $3 ${l}1 2 "${a[@]}" --set train.steps=2 &&
+	   mkdir -p ${l}2 ${l}3 && cp ${l}1/ckpt-00000002.ckpt ${l}2/ &&
+	   run ${l}2 1 "${a[@]}" --set train.steps=4 --resume ${l}2/ckpt-00000002.ckpt &&
+	   cp ${l}2/ckpt-00000004.ckpt ${l}3/ &&
+	   $3 ${l}3 2 "${a[@]}" --set train.steps=6 --resume ${l}3/ckpt-00000004.ckpt &&
+	   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols ${l}3/metrics.csv) > d.txt &&
+	   $A inspect --diff whole/ckpt-00000006.ckpt ${l}3/ckpt-00000006.ckpt > d.txt 2>&1 &&
+	   head -n 1 d.txt | grep -q '^identical: '; then
+		pass "$1"
+	else
+		fail "$1" "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fi
+}
+if run whole 1 "${a[@]}" --set train.steps=6; then
+	resume_212 eps_resume_2_1_2 leg run
 else
-	fail eps_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
+	fail eps_resume_2_1_2 "$(cat err.txt)"
 fi
 
 # 3. the saving: bench train's optimizer row (AdamW: m and v per float)
@@ -145,20 +154,13 @@ done
 if ! command -v mpirun > /dev/null 2>&1; then
 	skip eps_mpi "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
 else
-	MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 4)
-	mpi() { # OUT P ARGS...
-		local out=$1 P=$2
-		shift 2
-		"${MPIRUN[@]}" $A train -q "${TINY[@]}" --set train.out_dir="$out" \
-			--set model.expert_parallel="$P" "$@" > out.txt 2> err.txt
-	}
 	# pipedream, zb-h1 and ef here; 2bw with predict staged below, 2bw
 	# over TCP
 	for c in "${cases[2]}" "${cases[3]}" "${cases[5]}"; do
 		name=${c%%:*}
 		read -r -a args <<< "${c#*:}"
 		[ -f $name-p1/ckpt-00000004.ckpt ] || continue
-		if ! mpi m-$name 2 "${args[@]}"; then
+		if ! ep_mpi m-$name 2 "${args[@]}"; then
 			grep -q "built without MPI" err.txt &&
 				{ skip eps_mpi "this asyncpp was built without MPI"; break; }
 			fail "eps_mpi_$name" "$(head -c 400 err.txt)"
@@ -170,7 +172,7 @@ else
 	name=${c%%:*}
 	read -r -a args <<< "${c#*:}"
 	if [ -f $name-p1/ckpt-00000004.ckpt ]; then
-		if ! ASYNCPP_TEST_STAGE_HOST=1 mpi s-$name 2 "${args[@]}"; then
+		if ! ASYNCPP_TEST_STAGE_HOST=1 ep_mpi s-$name 2 "${args[@]}"; then
 			fail "eps_mpi_staged_$name" "$(head -c 400 err.txt)"
 		else
 			same "eps_mpi_staged_$name" s-$name $name-p1 4
@@ -185,7 +187,7 @@ else
 	w1= w2=
 	stage0_mb() { awk '/stage 0:/ {for (i = 1; i < NF; i++) if ($i == "weights")
 				       {print $(i + 1); exit}}' "$1"; }
-	if "${MPIRUN[@]}" $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw2 \
+	if "${EP_MPIRUN[@]}" $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw2 \
 		--set model.expert_parallel=2 > out.txt 2> err.txt &&
 	   $A train "${TINY[@]}" "${big[@]}" --set train.out_dir=mw1 \
 		--set model.expert_parallel=1 > out.txt 2> err1.txt &&
@@ -203,7 +205,7 @@ else
 	# whose loss is not counted: val_loss is the threaded P = 1 run's
 	odd=(--set eval.batches=3 --set train.steps=2 --set checkpoint.every=0
 	     --set train.schedule=1f1b)
-	if "${MPIRUN[@]}" $A train -q "${TINY[@]}" "${odd[@]}" --set train.out_dir=mo2 \
+	if "${EP_MPIRUN[@]}" $A train -q "${TINY[@]}" "${odd[@]}" --set train.out_dir=mo2 \
 		--set model.expert_parallel=2 > out.txt 2> err.txt &&
 	   run mo1 1 "${odd[@]}" &&
 	   [ "$(cols mo2/metrics.csv | awk '$3 != ""' | wc -l)" -eq 2 ] &&
@@ -213,18 +215,7 @@ else
 		fail eps_mpi_eval_padded "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
 	fi
 	# resume P = 2 (MPI) -> 1 (threads) -> 2 (MPI)
-	if mpi mleg1 2 "${a[@]}" --set train.steps=2 &&
-	   mkdir -p mleg2 mleg3 && cp mleg1/ckpt-00000002.ckpt mleg2/ &&
-	   run mleg2 1 "${a[@]}" --set train.steps=4 --resume mleg2/ckpt-00000002.ckpt &&
-	   cp mleg2/ckpt-00000004.ckpt mleg3/ &&
-	   mpi mleg3 2 "${a[@]}" --set train.steps=6 --resume mleg3/ckpt-00000004.ckpt &&
-	   diff <(cols whole/metrics.csv | awk '$1 > 4') <(cols mleg3/metrics.csv) > d.txt &&
-	   $A inspect --diff whole/ckpt-00000006.ckpt mleg3/ckpt-00000006.ckpt > d.txt 2>&1 &&
-	   head -n 1 d.txt | grep -q '^identical: '; then
-		pass eps_mpi_resume_2_1_2
-	else
-		fail eps_mpi_resume_2_1_2 "$(cat err.txt d.txt | head -n 6 | tr '\n' ' ')"
-	fi
+	resume_212 eps_mpi_resume_2_1_2 mleg ep_mpi
 fi
 # TCP, torchrun-style: Muon under 2bw
 c=${cases[1]}
