@@ -106,9 +106,9 @@ static double ring_s(const struct plan *p, double bytes, long n)
 
 /* The times of a stage of a mixture of experts (`layers` layers, emb its
  * embedding or head parameters, head_f the head's forward) at N replicas,
- * ep of them sharing out the experts; *params what one GPU holds. */
+ * ep of them sharing out the experts. */
 static void moe_stage(const struct plan *p, long layers, double emb, double head_f, int N,
-		      long ep, struct sim_times *t, double *params)
+		      long ep, struct sim_times *t)
 {
 	double bt = (double)p->B * (double)p->T;
 	struct moe_layer_cost c;
@@ -117,16 +117,16 @@ static void moe_stage(const struct plan *p, long layers, double emb, double head
 	double a2a = (double)layers * moe_a2a_seconds(c.a2a_bytes, ep, p->ib * 1e9, p->latency);
 	double dense = (double)layers * c.dense_params + emb;
 	double experts = (double)layers * c.expert_params / (double)ep;
-	*params = dense + experts;
+	double params = dense + experts;
 	t->fwd = f + a2a;
 	t->bwd = 2 * f + a2a;
-	t->optim = *params * 16 / (p->hbm * 1e9);
+	t->optim = params * 16 / (p->hbm * 1e9);
 	/* fp32 gradients: the shared part over all N replicas, each expert over
 	 * the N/ep holding it */
 	t->reduce = (N > 1 ? ring_s(p, dense * 4, N) : 0) +
 		    (N / ep > 1 ? ring_s(p, experts * 4, N / ep) : 0);
 	double bucket = p->bucket_mb * 1048576.0;
-	t->buckets = bucket > 0 ? (int)MIN(ceil(*params * 4 / bucket), 1 << 20) : 1;
+	t->buckets = bucket > 0 ? (int)MIN(ceil(params * 4 / bucket), 1 << 20) : 1;
 	if (t->reduce == 0)
 		t->buckets = 0;
 }
@@ -151,9 +151,9 @@ static int predict(const struct plan *p, int kind, int V, int S, int N, long ep,
 	for (int s = 0; s < S; s++) {
 		long layers = p->L / S + (s < p->L % S);
 		if (p->moe.E) {
-			double emb = s == S - 1 || s == 0 ? C * (double)p->V : 0, params;
+			double emb = s == S - 1 || s == 0 ? C * (double)p->V : 0;
 			int crosses = (s + 1) % p->gpus_per_node == 0;
-			moe_stage(p, layers, emb, s == S - 1 ? head_f : 0, N, ep, &t[s], &params);
+			moe_stage(p, layers, emb, s == S - 1 ? head_f : 0, N, ep, &t[s]);
 			t[s].comm = p->latency + hop_bytes / ((crosses ? p->ib : p->nvlink) * 1e9);
 			continue;
 		}

@@ -16,9 +16,9 @@
  *                (with the split kinds, also what B keeps for W), plus the
  *                backward scratch and the head's logits chunk
  * With expert parallelism EP, a replica keeps optimizer state for its E/EP
- * experts only (sched/expert_owned.c), but weights (stale copies of the
- * others' experts, refreshed after a segment) and gradient accumulators of
- * all E (comm/experts.h: a replica accumulates every expert's gradient to
+ * experts only (sched/expert_owned.c), and weights (every version and bf16
+ * copy) of those only (model.h: stage_hold_weights), but gradient
+ * accumulators of all E (comm/experts.h: a replica accumulates every expert's gradient to
  * stay bit-identical to EP = 1). Not counted: the hand-off buffers between
  * stages, the transports' and the expert exchange's buffers, CUDA's
  * libraries and allocator slack. */

@@ -169,7 +169,7 @@ struct mem {
 	double weights, grads, optim, acts, exchange, data;
 	double copies; /* the weights' operand copies (backend weights_bf16) */
 	int versions, slots, n_grads;
-	struct ep_mem ep, ep_procs; /* the expert exchange's: this run's, between processes */
+	struct ep_mem ep_procs; /* what the expert exchange would hold between processes */
 	int ep_P;                   /* model.expert_parallel */
 };
 
@@ -200,11 +200,10 @@ static void account(const struct trainer *tr, const struct bench_ctx *b, struct 
 		       2.0 * tr->B * tr->T * sizeof(int32_t);
 	/* ours (u32) and the loader's copy (u16 when the vocabulary allows) */
 	mm->data = (double)b->n_tokens * (sizeof(uint32_t) + (tr->data->tokens16 ? 2 : 4));
-	/* expert parallelism: what its exchange holds in these threads (nothing),
-	 * and what one process a stage would hold */
+	/* expert parallelism: its exchange holds nothing in these threads; what
+	 * one process a stage would hold */
 	mm->ep_P = (int)tr->cfg->model_expert_parallel;
-	trainer_ep_mem(tr, 0, &mm->ep);
-	trainer_ep_mem(tr, 1, &mm->ep_procs);
+	trainer_ep_mem(tr, &mm->ep_procs);
 }
 
 /* dev_peak: the device's peak bytes (backend memory_peak), 0 for host
@@ -214,7 +213,6 @@ static void print_memory(const struct mem *mm, double rss_start, double rss_peak
 {
 	double mb = 1e6, total = mm->weights + mm->grads + mm->optim + mm->acts + mm->exchange +
 				 mm->data;
-	total += (double)ep_mem_total(&mm->ep);
 	printf("\nmemory: peak RSS %.1f MB (%.1f MB at start: program, libraries)\n",
 	       rss_peak * 1.048576, rss_start * 1.048576);
 	if (dev_peak > 0)
@@ -235,8 +233,7 @@ static void print_memory(const struct mem *mm, double rss_start, double rss_peak
 			snprintf(host, sizeof(host), ", host copies %.1f", e->staging / mb);
 		printf("  expert exchange  %8.1f MB  (threads: none of its own; a process per stage "
 		       "would hold %.1f MB: kept rows %.1f, scratch %.1f, accumulators %.1f%s)\n",
-		       ep_mem_total(&mm->ep) / mb, ep_mem_total(e) / mb, e->kept / mb,
-		       e->scratch / mb, e->acc / mb, host);
+		       0.0, ep_mem_total(e) / mb, e->kept / mb, e->scratch / mb, e->acc / mb, host);
 	}
 	if (dev_peak > 0)
 		printf("  accounted        %8.1f MB  = %.0f%% of the device peak\n", total / mb,

@@ -565,7 +565,7 @@ static void log_expert_mem(const struct run *r)
 	}
 	struct ep_mem e;
 	char host[48] = "";
-	trainer_ep_mem(tr, 1, &e);
+	trainer_ep_mem(tr, &e);
 	if (e.staging)
 		snprintf(host, sizeof(host), ", host copies %.1f MB", e.staging / 1e6);
 	fprintf(stderr, "asyncpp: expert exchange: at most %.1f MB on rank %d (the owners' kept "

@@ -669,7 +669,7 @@ static void open_gate(struct pipeline *p, int state)
 /* ---- one stage per process ---- */
 
 /* Tags of the control channel (dist_send/dist_recv) between segments
- * (expert_owned.c has 3 and 4). */
+ * (expert_owned.c has 4 and 5). */
 enum { TAG_STATS = 1, TAG_STATE = 2 };
 
 /* The pipeline's side of the process's runtime (dist.h: the runtime holds
@@ -785,7 +785,7 @@ static int mpi_attach(struct trainer *tr)
 			return -1;
 		}
 	}
-	int P = (int)tr->cfg->model_expert_parallel, E = tr->m->cfg.E;
+	int P = tr->ep_split, E = tr->m->cfg.E; /* the trainer's (0: none) */
 	if (P > 1 && !(mp->ex = nccl ? experts_nccl(tr->be, &mp->nccl, P, &pc, E, timeout)
 				     : experts_p2p(d, tr->be, N, P, &pc, E, rank, timeout))) {
 		mpi_detach(mp);
@@ -1060,7 +1060,7 @@ int pipeline_run(struct trainer *tr, int n, struct step_stats *stats)
 		}
 		free(nt);
 		p.rx = N > 1 ? replicas_local(tr->be, N, S) : NULL;
-		int P = (int)tr->cfg->model_expert_parallel;
+		int P = tr->ep_split;
 		p.ex = P > 1 ? experts_local(tr->be, N, P, S, tr->m->cfg.E) : NULL;
 	}
 	experts_hooks(tr, p.ex);
@@ -1196,14 +1196,13 @@ struct eval_ctx {
 	int32_t *dev_in, *dev_tg; /* [B*T] the stage's tokens, on its lane */
 	float *losses;            /* [batches] */
 	int failed;               /* a message buffer or a list could not be had */
-	int pad;                  /* every replica runs every micro-batch of the
-				   * lists (a batch past the end on the last
-				   * one's tokens, its loss dropped): the
-				   * experts' hook between processes needs
-				   * every member of a group at every call */
 	int32_t *host_in, *host_tg;
 	struct experts *ex;       /* between processes with expert parallelism: the
-				   * hook's carrier (each call's work is set) */
+				   * hook's carrier (each call's work is set); then
+				   * every replica runs every micro-batch of the
+				   * lists (a batch past the end on the last one's
+				   * tokens, its loss dropped), as every member of a
+				   * group must be at every call */
 };
 
 /* The stage's actions of one window of sc's lists, whose micro-batch j is
@@ -1222,7 +1221,7 @@ static void eval_window(struct eval_ctx *e, const struct schedule *sc, int first
 	const struct sched_action *a = sched_actions(sc, e->s, &n);
 	for (int i = 0; i < n && !e->failed; i++) {
 		int batch = e->r + (first + a[i].mb) * tr->N;
-		if (batch >= e->batches && !e->pad)
+		if (batch >= e->batches && !e->ex)
 			continue;
 		int q = sched_piece(sc, e->s, a[i].chunk), last = q == S - 1;
 		switch (a[i].op) {
@@ -1401,12 +1400,11 @@ int pipeline_eval(struct trainer *tr, struct dataloader *data, int batches, doub
 		ctx[lo].tp = mp->tp;
 		/* each replica holds only its own experts' weights (ep_split):
 		 * the owners run them, as in training */
-		ctx[lo].pad = mp->ex != NULL;
 		ctx[lo].ex = mp->ex;
-		if (ctx[lo].pad)
+		if (ctx[lo].ex)
 			experts_hooks(tr, mp->ex);
 		eval_stage(&ctx[lo]);
-		if (ctx[lo].pad) {
+		if (ctx[lo].ex) {
 			for (int i = 0; i < N * S; i++)
 				if (worker_alive(&tr->w[i]))
 					ep_take_waited(tr->w[i].st.moe_ep); /* not a step's */

@@ -31,11 +31,11 @@ static int in_flight(const struct schedule *sc, int q)
 	return most;
 }
 
-void trainer_ep_mem(const struct trainer *tr, int procs, struct ep_mem *m)
+void trainer_ep_mem(const struct trainer *tr, struct ep_mem *m)
 {
-	int P = (int)tr->cfg->model_expert_parallel;
+	int P = tr->ep_split;
 	*m = (struct ep_mem){0};
-	if (P < 2 || !procs || tr->kind < 0) /* expert parallelism runs in a pipeline */
+	if (P < 2 || tr->kind < 0) /* expert parallelism runs in a pipeline */
 		return;
 	/* a device backend's rows go through host copies over MPI or TCP */
 	int staged = !dist_backend_is_host(tr->be) && strcmp(tr->cfg->pipeline_transport, "nccl");

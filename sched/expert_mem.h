@@ -8,12 +8,13 @@
 #include "trainer.h"
 
 /* The most the exchange of model.expert_parallel = P > 1 holds on top of
- * the trainer's arenas for the pieces of one replica this process runs
- * (replica 0's in threads; a rank's own under MPI or TCP), summed over
- * their stages: between processes (procs) each stage's process holds
- * comm/experts_plan.h's ep_owner_mem (with host staging on a device
- * backend over MPI or TCP; none over NCCL); in threads the owners compute
- * in the members' buffers and hold nothing. Zero when P <= 1. */
-void trainer_ep_mem(const struct trainer *tr, int procs, struct ep_mem *m);
+ * the trainer's arenas between processes, for the pieces of one replica
+ * this process runs (replica 0's in threads, as if each stage were a
+ * process; a rank's own under MPI or TCP), summed over their stages: each
+ * stage's process holds comm/experts_plan.h's ep_owner_mem (with host
+ * staging on a device backend over MPI or TCP; none over NCCL). In threads
+ * the owners compute in the members' buffers and hold nothing. Zero when
+ * P <= 1. */
+void trainer_ep_mem(const struct trainer *tr, struct ep_mem *m);
 
 #endif

@@ -11,8 +11,8 @@ whose pattern finds its name (PARTS below: attention before the matrix
 products, since fused attention kernels carry gemm in their names), and
 the table gives each part's milliseconds per step and share of the step's
 kernel time for both, so the next gap shows without reading kernel lists.
-torch.compile's fused Triton kernels (triton_*) cannot be split by what
-they fuse: they form their own part.
+torch.compile's Triton kernels (triton_*) go by what their names say
+(layer_norm, softmax, ...); the rest form a part of their own.
 """
 import csv
 import re

@@ -158,21 +158,22 @@ struct gproblem {
 	int m, n, k, lda, ldb, ldc;
 };
 
-/* The problems p[g] (each a group of one), transposes ta, tb for all,
- * bf16 operands and results, fp32 accumulation, alpha 1 and beta 0. 0 once
+/* The problems p[g] (each a group of one), transpose ta of every A (B as
+ * it is), bf16 operands and results, fp32 accumulation, alpha 1 and beta
+ * 0. 0 once
  * queued; -1 with nothing queued and the reason in why where cuBLAS does
  * not support the call (NOT_SUPPORTED, ARCH_MISMATCH). Any other status -
  * INVALID_VALUE included, which the documentation gives for arguments
  * out of their ranges only, i.e. a bug here - stops the run. */
 static int grouped_gemm(const std::vector<gproblem> &p, cublasOperation_t ta,
-			cublasOperation_t tb, char *why, size_t len)
+			char *why, size_t len)
 {
 	int g = (int)p.size();
 	const cudaDataType_t ab = CUDA_R_16BF;
 	const char *types = "bf16 A/B/C, fp32 accumulation";
 	if (!g)
 		return 0;
-	std::vector<cublasOperation_t> tav(g, ta), tbv(g, tb);
+	std::vector<cublasOperation_t> tav(g, ta), tbv(g, CUBLAS_OP_N);
 	std::vector<int> m(g), n(g), k(g), lda(g), ldb(g), ldc(g), size(g, 1);
 	std::vector<float> alpha(g, 1.0f), betav(g, 0.0f);
 	std::vector<const void *> ptr(3 * (size_t)g);
@@ -226,7 +227,7 @@ static bool types_supported(char *why, size_t len)
 		char *buf = (char *)cuda_scratch(bytes);
 		CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, cuda_stream()));
 		std::vector<gproblem> p = {{buf, buf + 512, buf + 1024, 16, 16, 16, 16, 16, 16}};
-		known[l] = grouped_gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, reason[l],
+		known[l] = grouped_gemm(p, CUBLAS_OP_N, reason[l],
 					sizeof(reason[l])) ? -1 : 1;
 		cuda_scratch_free(buf);
 	}
@@ -321,38 +322,32 @@ static bool widths_ok(int C, int OC)
 }
 
 /* ------------------------------------------------------------------ */
-/* the three products, column-major as cuBLAS sees them                 */
+/* the two grouped products, column-major as cuBLAS sees them         */
 /*
  * Row-major out_e[rows, OC] = x_e[rows, C] w_e^T is out_e^T [OC, rows] =
  * (w_e seen as [C, OC])^T x_e^T (FWD: transposes T, N); dinp_e[rows, C] =
- * dout_e w_e is dinp_e^T [C, rows] = w_e^T dout_e^T (DINP: N, N); dw_e[OC,
- * C] += dout_e^T x_e is dw_e^T [C, OC] += x_e^T (dout_e^T)^T (DW: N, T, beta
- * 1). An expert with no row is left out (DW: its gradient keeps its bits). */
-enum { FWD = 0, DINP = 1, DW = 2 };
+ * dout_e w_e is dinp_e^T [C, rows] = w_e^T dout_e^T (DINP: N, N). An
+ * expert with no row is left out. (The weight gradients, an fp32 result,
+ * run the loop: the header.) */
+enum { FWD = 0, DINP = 1 };
 
-/* The problems of kind over every expert with rows: w, x, d (dout) and c
- * the bases, operands of esz bytes, results of csz bytes. */
-static std::vector<gproblem> problems(int kind, const void *w, const void *x, const void *d,
-				      void *c, size_t esz, size_t csz, const int32_t *count,
-				      int E, int C, int OC)
+/* The problems of kind over every expert with rows: w the weights, r the
+ * rows (x for FWD, dout for DINP) and c the results, all bf16. */
+static std::vector<gproblem> problems(int kind, const void *w, const void *r, void *c,
+				      const int32_t *count, int E, int C, int OC)
 {
 	std::vector<gproblem> p;
-	size_t nw = (size_t)OC * C;
+	size_t nw = (size_t)OC * C, in = kind == FWD ? C : OC, out = kind == FWD ? OC : C;
 	for (int e = 0; e < E; e++) {
 		size_t r0 = (size_t)count[e];
 		int rows = count[e + 1] - count[e];
-		/* the operands kind reads (the others are NULL) */
-		const char *we = kind != DW ? (const char *)w + e * nw * esz : NULL;
-		const char *xe = kind != DINP ? (const char *)x + r0 * C * esz : NULL;
-		const char *de = kind != FWD ? (const char *)d + r0 * OC * esz : NULL;
+		const char *we = (const char *)w + e * nw * 2, *re = (const char *)r + r0 * in * 2;
 		if (!rows)
 			continue;
 		if (kind == FWD)
-			p.push_back({we, xe, (char *)c + r0 * OC * csz, OC, rows, C, C, C, OC});
-		else if (kind == DINP)
-			p.push_back({we, de, (char *)c + r0 * C * csz, C, rows, OC, C, OC, C});
+			p.push_back({we, re, (char *)c + r0 * out * 2, OC, rows, C, C, C, OC});
 		else
-			p.push_back({xe, de, (char *)c + e * nw * csz, C, OC, rows, C, OC, C});
+			p.push_back({we, re, (char *)c + r0 * out * 2, C, rows, OC, C, OC, C});
 	}
 	return p;
 }
@@ -376,8 +371,9 @@ static int run_kind(int kind, __nv_bfloat16 *c, const float *w, const __nv_bfloa
 	/* the copies' lock is held until the call is queued */
 	const __nv_bfloat16 *wb = cuda_weight_bf16_hold(w, nw, &own_wb);
 	wb = (const __nv_bfloat16 *)aligned_in(wb, nw * sizeof(__nv_bfloat16), &own_w);
-	int rc = grouped_gemm(problems(kind, wb, xb, db, c, 2, 2, count, E, C, OC), ta,
-			      CUBLAS_OP_N, why, len);
+	int rc = grouped_gemm(problems(kind, wb, kind == FWD ? (const void *)xb : db, c, count,
+				       E, C, OC),
+			      ta, why, len);
 	cuda_scratch_free(own_w);
 	cuda_weight_bf16_release(own_wb);
 	cuda_scratch_free(own_x);

@@ -157,9 +157,7 @@ static float *acc_of(struct p2p_experts *m, const float *key, size_t n, int k)
 	for (int i = 0; i < m->n_acc; i++)
 		if (m->acc[i].key == key)
 			return m->acc[i].buf + (size_t)k * per;
-	m->acc = realloc(m->acc, (size_t)(m->n_acc + 1) * sizeof(*m->acc));
-	if (!m->acc)
-		die("out of memory for the experts' gradient accumulators");
+	m->acc = xrealloc(m->acc, (size_t)(m->n_acc + 1) * sizeof(*m->acc));
 	float *buf = need(m, m->be->alloc(st_mult(st_mult((size_t)P, per), sizeof(float))),
 			  "the experts' gradient accumulators");
 	m->acc[m->n_acc] = (struct acc){key, n, buf};

@@ -6,7 +6,7 @@
 # 1024 x 1024 and a layer of 12 C^2 + 13 C floats; one fp32 version, two
 # under 2bw, a bf16 copy of each, two fp32 accumulators); the fits column
 # flips between --gpu-mem just above and just below a row's total; and the
-# 10B MoE preset fits 80 GB with 1f1b at S = 4 but not at S = 2 (EP 8).
+# 10B MoE preset at EP 8 fits 80 GB with both schedules at S = 2, not at S = 1.
 # The figures' equality with what a run allocates, to the byte, is
 # tests/unit/test_plan_memory.c's.
 . "$ROOT/tests/lib.sh"
